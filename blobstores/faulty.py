@@ -1,0 +1,202 @@
+"""A fault-injecting wrapper: fail, delay or "crash" chosen operations by rule.
+
+Used by tests of retries, failover and corruption, for faults no real service produces
+on demand.  A rule matches an operation name and a key pattern (fnmatch), may skip its
+first ``after`` matches, fires at most ``times`` times, each time with a seeded
+probability, and then:
+
+- ``fail``: raises ``error`` without calling the inner store;
+- ``delay``: sleeps ``delay`` seconds, then calls the inner store;
+- ``crash_before``: raises before the operation reaches the store (nothing lands);
+- ``crash_after``: performs the operation, then raises as if the reply was lost
+  (the write landed; the caller cannot know).
+
+Crashes raise :class:`SimulatedCrash`, a TransientError, so a retrying wrapper above
+will retry them, which is exactly the ambiguous-retry case conditional puts must handle.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, BinaryIO, Literal, TypeVar
+
+from shardstore.blobstores.base import BlobInfo, BlobStore
+from shardstore.blobstores.errors import BlobStoreError, ConfigError, TransientError
+
+T = TypeVar("T")
+Action = Literal["fail", "delay", "crash_before", "crash_after"]
+OPS = ("put", "put_stream", "get", "get_range", "open_read", "stat", "exists", "list", "delete")
+
+
+class SimulatedCrash(TransientError):
+    """Raised by FaultyStore in place of a lost request or reply."""
+
+
+@dataclass
+class FaultRule:
+    """Which operations to disturb and how (see the module docstring)."""
+
+    op: str | tuple[str, ...] = "*"
+    key: str = "*"
+    action: Action = "fail"
+    error: type[BlobStoreError] | BlobStoreError = TransientError
+    times: int | None = 1
+    after: int = 0
+    probability: float = 1.0
+    delay: float = 0.0
+    seen: int = 0
+    fired: int = 0
+
+    def __post_init__(self) -> None:
+        ops = (self.op,) if isinstance(self.op, str) else tuple(self.op)
+        unknown = [o for o in ops if o != "*" and o not in OPS]
+        if unknown:
+            raise ConfigError(f"FaultRule: unknown operation(s) {unknown}; known: {', '.join(OPS)}")
+        if self.action not in ("fail", "delay", "crash_before", "crash_after"):
+            raise ConfigError(f"FaultRule: unknown action {self.action!r}")
+        self._ops = ops
+
+    def matches(self, op: str, key: str) -> bool:
+        """True when the rule covers this operation and key."""
+        return ("*" in self._ops or op in self._ops) and fnmatch.fnmatchcase(key, self.key)
+
+
+class FaultyStore(BlobStore):
+    """Wraps a store and injects the faults its rules describe."""
+
+    def __init__(self, inner: BlobStore, rules: Iterable[FaultRule] = (), *, seed: int = 0) -> None:
+        self.inner = inner
+        self.scheme = inner.scheme
+        self.rules: list[FaultRule] = list(rules)
+        self.seed = seed
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (FaultyStore, (self.inner, self.rules), {"seed": self.seed})
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.seed = state["seed"]
+        self._rng = random.Random(self.seed)
+
+    @property
+    def location(self) -> str:
+        """The inner store's location."""
+        return self.inner.location
+
+    def inject(self, **rule: Any) -> FaultRule:
+        """Add a rule (keyword arguments of FaultRule) and return it."""
+        r = FaultRule(**rule)
+        with self._lock:
+            self.rules.append(r)
+        return r
+
+    def clear(self) -> None:
+        """Remove every rule."""
+        with self._lock:
+            self.rules.clear()
+
+    def _pick(self, op: str, key: str) -> FaultRule | None:
+        with self._lock:
+            for rule in self.rules:
+                if not rule.matches(op, key):
+                    continue
+                if rule.times is not None and rule.fired >= rule.times:
+                    continue
+                rule.seen += 1
+                if rule.seen <= rule.after:
+                    continue
+                if rule.probability < 1.0 and self._rng.random() >= rule.probability:
+                    continue
+                rule.fired += 1
+                return rule
+        return None
+
+    def _raise(self, rule: FaultRule, op: str, key: str, crash: str | None = None) -> None:
+        if crash is not None:
+            raise SimulatedCrash(f"injected {crash} during {op}", location=self.location, key=key)
+        err = rule.error
+        if isinstance(err, BaseException):
+            raise err
+        raise err(f"injected fault during {op}", location=self.location, key=key)
+
+    def _run(self, op: str, key: str, call: Callable[[], T]) -> T:
+        rule = self._pick(op, key)
+        if rule is None:
+            return call()
+        if rule.action == "delay":
+            time.sleep(rule.delay)
+            return call()
+        if rule.action == "crash_after":
+            call()
+            self._raise(rule, op, key, "lost reply (the operation landed)")
+        if rule.action == "crash_before":
+            self._raise(rule, op, key, "lost request (nothing landed)")
+        self._raise(rule, op, key)
+        raise AssertionError("unreachable")
+
+    def put(self, key: str, data: bytes, *, if_absent: bool = False, token: str | None = None) -> BlobInfo:
+        """Put, unless a rule interferes."""
+        return self._run("put", key, lambda: self.inner.put(key, data, if_absent=if_absent, token=token))
+
+    def put_stream(
+        self, key: str, readable: BinaryIO, *, if_absent: bool = False, token: str | None = None
+    ) -> BlobInfo:
+        """Streamed put, unless a rule interferes."""
+        return self._run(
+            "put_stream", key, lambda: self.inner.put_stream(key, readable, if_absent=if_absent, token=token)
+        )
+
+    def get(self, key: str) -> bytes:
+        """Get, unless a rule interferes."""
+        return self._run("get", key, lambda: self.inner.get(key))
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        """Ranged get, unless a rule interferes."""
+        return self._run("get_range", key, lambda: self.inner.get_range(key, start, length))
+
+    def open_read(self, key: str) -> BinaryIO:
+        """Open, unless a rule interferes."""
+        return self._run("open_read", key, lambda: self.inner.open_read(key))
+
+    def stat(self, key: str) -> BlobInfo:
+        """Stat, unless a rule interferes."""
+        return self._run("stat", key, lambda: self.inner.stat(key))
+
+    def exists(self, key: str) -> bool:
+        """Exists, unless a rule interferes."""
+        return self._run("exists", key, lambda: self.inner.exists(key))
+
+    def list(self, prefix: str = "", *, start_after: str | None = None) -> Iterator[BlobInfo]:
+        """List; a rule on "list" matches the prefix and fires before the first page."""
+        return self._run("list", prefix, lambda: iter(list(self.inner.list(prefix, start_after=start_after))))
+
+    def delete(self, keys: Iterable[str]) -> None:
+        """Delete; a rule matches if it covers any of the keys."""
+        keys = list(keys)
+        hit = next((k for k in keys if self._would_match("delete", k)), keys[0] if keys else "")
+        self._run("delete", hit, lambda: self.inner.delete(keys))
+
+    def _would_match(self, op: str, key: str) -> bool:
+        with self._lock:
+            return any(r.matches(op, key) for r in self.rules)
+
+    def metrics(self) -> dict[str, Any]:
+        """The inner store's counters plus the number of injected faults."""
+        out = self.inner.metrics()
+        with self._lock:
+            out["injected_faults"] = sum(r.fired for r in self.rules)
+        return out
+
+    def reset_metrics(self) -> None:
+        """Zero the inner store's counters."""
+        self.inner.reset_metrics()
+
+    def close(self) -> None:
+        """Close the inner store."""
+        self.inner.close()

@@ -1,0 +1,108 @@
+"""Pure parsing of store URLs and options (no I/O).
+
+Options come from the URL query (``s3://b/p?endpoint_url=http://...``) and from keyword
+arguments to ``open_store``; keyword arguments win.  Each plugin declares the options it
+takes as a table of :class:`Option`; values from a query arrive as strings and are
+coerced to the declared type.  Secrets are never echoed in an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from shardstore.blobstores.errors import ConfigError
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+@dataclass(frozen=True, slots=True)
+class StoreURL:
+    """A parsed store URL: scheme, bucket (container, namespace name...) and root prefix."""
+
+    scheme: str
+    bucket: str
+    prefix: str
+    query: Mapping[str, str]
+
+    @property
+    def location(self) -> str:
+        """The URL without its query: what messages and reprs show."""
+        if self.scheme == "file":
+            return f"file://{self.prefix}"
+        return f"{self.scheme}://{self.bucket}" + (f"/{self.prefix}" if self.prefix else "")
+
+
+def parse_url(url: str) -> StoreURL:
+    """Split ``scheme://bucket/prefix?opt=v`` (a bare path means ``file://``)."""
+    if not isinstance(url, str) or not url:
+        raise ConfigError(f"a store URL must be a non-empty string, not {url!r}")
+    if "://" not in url:
+        if url.startswith("/"):
+            url = "file://" + url
+        else:
+            raise ConfigError(
+                f"{url!r} is not a store URL: expected scheme://bucket/prefix "
+                "(or an absolute path for the local filesystem)"
+            )
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    query = dict(parse_qsl(parts.query, keep_blank_values=True))
+    path = unquote(parts.path)
+    if scheme == "file":
+        if parts.netloc not in ("", "localhost"):
+            raise ConfigError(f"file URLs take an absolute path (file:///dir), got {url!r}")
+        root = "/" + path.strip("/")
+        return StoreURL(scheme, "", root, query)
+    return StoreURL(scheme, unquote(parts.netloc), path.strip("/"), query)
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One option a plugin accepts: its type, default and whether it is a secret."""
+
+    name: str
+    type: type = str
+    default: Any = None
+    doc: str = ""
+    secret: bool = False
+
+
+def coerce_options(
+    declared: Mapping[str, Option], given: Mapping[str, Any], *, location: str
+) -> dict[str, Any]:
+    """Check and type-convert options; unknown names and bad values raise ConfigError."""
+    out = {name: opt.default for name, opt in declared.items()}
+    for name, value in given.items():
+        opt = declared.get(name)
+        if opt is None:
+            known = ", ".join(sorted(declared)) or "(none)"
+            raise ConfigError(f"unknown option {name!r}; this store accepts: {known}", location=location)
+        out[name] = _convert(opt, value, location)
+    return out
+
+
+def _convert(opt: Option, value: Any, location: str) -> Any:
+    if value is None or opt.type is object:
+        return value
+    shown = "<secret>" if opt.secret else repr(value)
+    if opt.type is bool:
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in _TRUE:
+            return True
+        if text in _FALSE:
+            return False
+        raise ConfigError(f"option {opt.name!r} must be true or false, got {shown}", location=location)
+    if isinstance(value, opt.type):
+        return value
+    try:
+        return opt.type(value)
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"option {opt.name!r} must be {opt.type.__name__}, got {shown}", location=location
+        ) from None

@@ -1,0 +1,224 @@
+"""A wrapper that retries throttled and transient failures with backoff and jitter.
+
+One behaviour per wrapper: this one only decides *whether and when* to repeat a call.
+Permanent errors (not found, conflict, invalid key, access denied) pass straight
+through.  A retried conditional put resolves the ambiguous case with
+:func:`shardstore.blobstores.conditional.is_own_write`.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, BinaryIO, TypeVar
+
+from shardstore.blobstores.base import BlobInfo, BlobStore, Metrics
+from shardstore.blobstores.conditional import default_writer_id, is_own_write, new_token
+from shardstore.blobstores.errors import BlobAlreadyExists, ConfigError, Throttled, TransientError
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Bounds of retrying: attempts (first try included), a deadline, backoff delays."""
+
+    attempts: int = 8
+    deadline: float = 60.0
+    base_delay: float = 0.05
+    max_delay: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ConfigError(f"retry_attempts must be >= 1, got {self.attempts}")
+        if self.deadline <= 0 or self.base_delay < 0 or self.max_delay < self.base_delay:
+            raise ConfigError(
+                "retry_deadline must be > 0 and 0 <= retry_base_delay <= retry_max_delay, got "
+                f"{self.deadline}, {self.base_delay}, {self.max_delay}"
+            )
+
+    def delay(self, attempt: int, rng: random.Random) -> float:
+        """Sleep before retry number ``attempt`` (1-based): full jitter, capped exponential."""
+        return rng.uniform(0.0, min(self.max_delay, self.base_delay * (2 ** (attempt - 1))))
+
+    def next_delay(self, attempt: int, elapsed: float, rng: random.Random) -> float | None:
+        """The sleep before the next attempt, or None when attempts or deadline are spent."""
+        if attempt >= self.attempts:
+            return None
+        pause = self.delay(attempt, rng)
+        if elapsed + pause >= self.deadline:
+            return None
+        return pause
+
+
+class RetryingStore(BlobStore):
+    """Retries an inner store's transient failures according to a :class:`RetryPolicy`."""
+
+    def __init__(
+        self,
+        inner: BlobStore,
+        policy: RetryPolicy | None = None,
+        *,
+        writer_id: str | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.inner = inner
+        self.policy = policy or RetryPolicy()
+        self.writer_id = writer_id or default_writer_id()
+        self.scheme = inner.scheme
+        self._sleep = sleep
+        self._rng = random.Random()
+        self._metrics = Metrics()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (RetryingStore, (self.inner, self.policy), {"writer_id": self.writer_id})
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.writer_id = state["writer_id"]
+
+    @property
+    def location(self) -> str:
+        """The inner store's location."""
+        return self.inner.location
+
+    def _retry(self, fn: Callable[[], T], on_retry: Callable[[], None] | None = None) -> T:
+        start = time.monotonic()
+        attempt = 1
+        while True:
+            try:
+                return fn()
+            except TransientError as err:
+                if isinstance(err, Throttled):
+                    self._metrics.add("throttles")
+                pause = self.policy.next_delay(attempt, time.monotonic() - start, self._rng)
+                if pause is None:
+                    err.add_note(
+                        f"shardstore: gave up after {attempt} attempt(s) in "
+                        f"{time.monotonic() - start:.2f}s (retry_attempts={self.policy.attempts}, "
+                        f"retry_deadline={self.policy.deadline}s)"
+                    )
+                    raise
+                self._metrics.add("retries")
+                self._sleep(pause)
+                attempt += 1
+                if on_retry is not None:
+                    on_retry()
+
+    def put(self, key: str, data: bytes, *, if_absent: bool = False, token: str | None = None) -> BlobInfo:
+        """Put with retries; an ambiguous conditional retry checks whether its own write landed."""
+        if not if_absent:
+            return self._retry(lambda: self.inner.put(key, data, token=token))
+        token = token or new_token(self.writer_id)
+        tried = False
+
+        def attempt() -> BlobInfo:
+            nonlocal tried
+            ambiguous = tried
+            tried = True
+            try:
+                return self.inner.put(key, data, if_absent=True, token=token)
+            except BlobAlreadyExists:
+                if not ambiguous:
+                    raise
+                existing = self._retry(lambda: self.inner.stat(key))
+                if is_own_write(existing, token, data, lambda: self._retry(lambda: self.inner.get(key))):
+                    return existing
+                raise
+
+        return self._retry(attempt)
+
+    def put_stream(
+        self, key: str, readable: BinaryIO, *, if_absent: bool = False, token: str | None = None
+    ) -> BlobInfo:
+        """Streamed put; retried only when ``readable`` can seek back to where it started."""
+        try:
+            origin = readable.tell() if readable.seekable() else None
+        except OSError:
+            origin = None
+        if if_absent:
+            token = token or new_token(self.writer_id)
+        if origin is None:
+            return self.inner.put_stream(key, readable, if_absent=if_absent, token=token)
+        tried = False
+
+        def attempt() -> BlobInfo:
+            nonlocal tried
+            ambiguous, tried = tried, True
+            readable.seek(origin)
+            try:
+                return self.inner.put_stream(key, readable, if_absent=if_absent, token=token)
+            except BlobAlreadyExists:
+                if not ambiguous:
+                    raise
+                existing = self._retry(lambda: self.inner.stat(key))
+                if is_own_write(existing, token, None, bytes):
+                    return existing
+                raise
+
+        return self._retry(attempt)
+
+    def get(self, key: str) -> bytes:
+        """Get with retries."""
+        return self._retry(lambda: self.inner.get(key))
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        """Ranged get with retries."""
+        return self._retry(lambda: self.inner.get_range(key, start, length))
+
+    def open_read(self, key: str) -> BinaryIO:
+        """Open with retries (reads on the returned stream are not retried)."""
+        return self._retry(lambda: self.inner.open_read(key))
+
+    def stat(self, key: str) -> BlobInfo:
+        """Stat with retries."""
+        return self._retry(lambda: self.inner.stat(key))
+
+    def exists(self, key: str) -> bool:
+        """Exists with retries."""
+        return self._retry(lambda: self.inner.exists(key))
+
+    def list(self, prefix: str = "", *, start_after: str | None = None) -> Iterator[BlobInfo]:
+        """List; a page that fails is retried by resuming after the last key yielded."""
+        last = start_after
+        start = time.monotonic()
+        attempt = 1
+        while True:
+            try:
+                for info in self.inner.list(prefix, start_after=last):
+                    last = info.key
+                    attempt, start = 1, time.monotonic()
+                    yield info
+                return
+            except TransientError as err:
+                if isinstance(err, Throttled):
+                    self._metrics.add("throttles")
+                pause = self.policy.next_delay(attempt, time.monotonic() - start, self._rng)
+                if pause is None:
+                    raise
+                self._metrics.add("retries")
+                self._sleep(pause)
+                attempt += 1
+
+    def delete(self, keys: Iterable[str]) -> None:
+        """Delete with retries (deleting is idempotent)."""
+        keys = list(keys)
+        self._retry(lambda: self.inner.delete(keys))
+
+    def metrics(self) -> dict[str, Any]:
+        """The inner store's counters plus the retries and throttles seen here."""
+        out = self.inner.metrics()
+        mine = self._metrics.snapshot()
+        out["retries"] += mine["retries"]
+        out["throttles"] += mine["throttles"]
+        return out
+
+    def reset_metrics(self) -> None:
+        """Zero this wrapper's and the inner store's counters."""
+        self._metrics.reset()
+        self.inner.reset_metrics()
+
+    def close(self) -> None:
+        """Close the inner store."""
+        self.inner.close()

@@ -1,0 +1,1 @@
+"""shardstore.engine: not built yet (see the issues)."""

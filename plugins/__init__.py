@@ -1,0 +1,1 @@
+"""Built-in blob-store plugins, one module per backend, registered as entry points."""

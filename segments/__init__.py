@@ -1,0 +1,1 @@
+"""shardstore.segments: not built yet (see the issues)."""

@@ -1,0 +1,63 @@
+"""The one error hierarchy of shardstore.
+
+Every error raised by shardstore derives from :class:`ShardstoreError`, and from one
+of a few *kinds* a caller can act on:
+
+=================  =====================================================  =========
+kind               meaning                                                retryable
+=================  =====================================================  =========
+ConflictError      someone else got there first (a key exists, a term     no
+                   moved on); re-read state before trying again
+UnavailableError   the service is throttling or did not answer; the       yes
+                   same request may succeed later
+InvalidError       the request or the configuration is wrong; fix it      no
+CorruptError       bytes read back fail their checksum or format check    no
+NotFoundError      the thing asked for does not exist                     no
+=================  =====================================================  =========
+
+Subsystems add concrete classes under these kinds (``BlobAlreadyExists`` is a
+``ConflictError`` and a ``BlobStoreError``), so a caller may catch either by subsystem
+or by kind.  ``err.retryable`` says whether repeating the same call can help.
+"""
+
+from __future__ import annotations
+
+
+class ShardstoreError(Exception):
+    """Base class of every error shardstore raises."""
+
+    retryable: bool = False
+
+
+class ConflictError(ShardstoreError):
+    """Another writer won: re-read the current state before retrying."""
+
+
+class UnavailableError(ShardstoreError):
+    """The service is throttling or unreachable; the same call may succeed later."""
+
+    retryable = True
+
+
+class InvalidError(ShardstoreError, ValueError):
+    """The request or the configuration is invalid; retrying will not help."""
+
+
+class CorruptError(ShardstoreError):
+    """Bytes read back failed their checksum, magic or format check."""
+
+
+class NotFoundError(ShardstoreError, LookupError):
+    """The requested object does not exist."""
+
+
+class UnsupportedFormatVersion(CorruptError):
+    """A record was written in a format version this build does not understand."""
+
+    def __init__(self, what: str, found: int, supported: int) -> None:
+        super().__init__(
+            f"{what}: format version {found} is newer than the newest this build of "
+            f"shardstore reads ({supported}); upgrade shardstore to read it"
+        )
+        self.found = found
+        self.supported = supported

@@ -1,0 +1,1 @@
+"""shardstore.translog: not built yet (see the issues)."""
