@@ -1,0 +1,226 @@
+"""``az://container/prefix``: Azure Blob Storage, through adlfs and azure-storage-blob.
+
+Conditional create is Azure's native ``If-None-Match: *`` (``upload_blob(overwrite=False)``);
+the writer token is blob metadata.  Listing pages 1,000 blobs at a time; Azure has no
+server-side "start after", so keys up to ``start_after`` are skipped client-side.
+Deletes go as blob batches of up to 256.  The SDK's retry policy is set to zero retries:
+RetryingStore decides.
+
+Credentials: ``connection_string``, or ``account_name`` with ``account_key`` /
+``sas_token``, else azure-identity's DefaultAzureCredential chain through adlfs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from shardstore.blobstores.base import BlobInfo
+from shardstore.blobstores.errors import (
+    AccessDenied,
+    BlobAlreadyExists,
+    BlobNotFound,
+    BlobStoreError,
+    ConfigError,
+    Throttled,
+    TransientError,
+)
+from shardstore.blobstores.fsspec_store import FsspecStore, RangeNotSatisfiable
+from shardstore.blobstores.options import Option
+
+PAGE = 1000
+DELETE_BATCH = 256  # the Blob Batch API's limit
+#: Azure metadata names must be C# identifiers, so no hyphen here.
+WRITER_METADATA = "shardstore_writer"
+_THROTTLE_CODES = {"ServerBusy", "OperationTimedOut", "TooManyRequests"}
+
+
+class AzureStore(FsspecStore):
+    """A store in an Azure Blob container under a prefix."""
+
+    scheme = "az"
+    OPTIONS = {
+        "connection_string": Option("connection_string", str, None, "a full connection string", secret=True),
+        "account_name": Option("account_name", str, None, "storage account name"),
+        "account_key": Option("account_key", str, None, "storage account key", secret=True),
+        "sas_token": Option("sas_token", str, None, "shared access signature", secret=True),
+        "account_host": Option("account_host", str, None, "blob endpoint host (sovereign clouds, emulators)"),
+        "anon": Option("anon", bool, None, "anonymous access to a public container"),
+        "batch_delete": Option(
+            "batch_delete", bool, None, "use the Blob Batch API for deletes (default: on for *.core.windows.net)"
+        ),
+    }
+
+    def _make_fs(self) -> Any:
+        o = self.options
+        if not (o["connection_string"] or o["account_name"]):
+            raise ConfigError("Azure needs connection_string or account_name", location=self.location)
+        kwargs = {k: v for k, v in o.items() if v is not None}
+        return _single_attempt_adlfs()(**kwargs)
+
+    @property
+    def container(self) -> str:
+        """The container name (the URL's netloc)."""
+        return self.url.bucket
+
+    def _classify(self, exc: BaseException, key: str | None) -> Any:
+        mod = type(exc).__module__
+        if not mod.startswith("azure."):
+            return None
+        where = {"location": self.location, "key": key}
+        name = type(exc).__name__
+        status = getattr(exc, "status_code", None) or getattr(getattr(exc, "response", None), "status_code", None)
+        raw_code = getattr(exc, "error_code", "") or ""
+        code = str(getattr(raw_code, "value", raw_code))
+        detail = f"{code or status}"
+        if name == "ResourceNotFoundError" or status == 404:
+            if code == "ContainerNotFound":
+                return ConfigError(f"the container {self.container!r} does not exist", **where)
+            return BlobNotFound("no such blob", **where)
+        if name in ("ResourceExistsError", "ResourceModifiedError") or status in (409, 412):
+            if code in ("BlobAlreadyExists", "ConditionNotMet") or status == 412 or name == "ResourceExistsError":
+                return BlobAlreadyExists("the key already exists (If-None-Match failed)", **where)
+        if status == 416 or code == "InvalidRange":
+            return RangeNotSatisfiable
+        if code in _THROTTLE_CODES or status in (429, 503):
+            return Throttled(f"throttled by the service ({detail})", **where)
+        if status in (408, 500, 502, 504):
+            return TransientError(f"transient service error ({detail})", **where)
+        if name == "ClientAuthenticationError" or status in (401, 403):
+            return AccessDenied(f"access denied ({detail})", **where)
+        if name in ("ServiceRequestError", "ServiceResponseError"):
+            return TransientError(f"connection problem ({name})", **where)
+        if status is not None:
+            return BlobStoreError(f"request failed ({detail})", **where)
+        return None
+
+    def _blob(self, key: str) -> Any:
+        return self.fs.service_client.get_blob_client(container=self.container, blob=self._full(key))
+
+    def put(self, key: str, data: bytes, *, if_absent: bool = False, token: str | None = None) -> BlobInfo:
+        """upload_blob; ``if_absent`` sends If-None-Match: * (also on the block-list commit)."""
+        self._check(key)
+        meta = {WRITER_METADATA: token} if token else None
+
+        async def upload() -> dict[str, Any]:
+            async with self._blob(key) as bc:
+                return await bc.upload_blob(data, overwrite=not if_absent, metadata=meta, max_concurrency=4)
+
+        self._metrics.request("put")
+        res = self._call(key, self._run, upload)
+        self._metrics.add("bytes_out", len(data))
+        return BlobInfo(key, len(data), str(res.get("etag", "")).strip('"'), token)
+
+    def put_stream(
+        self, key: str, readable: Any, *, if_absent: bool = False, token: str | None = None
+    ) -> BlobInfo:
+        """Stream as staged blocks committed with If-None-Match: * when ``if_absent``."""
+        self._check(key)
+        meta = {WRITER_METADATA: token} if token else None
+
+        async def upload() -> dict[str, Any]:
+            async with self._blob(key) as bc:
+                return await bc.upload_blob(readable, overwrite=not if_absent, metadata=meta, max_concurrency=4)
+
+        self._metrics.request("put")
+        self._call(key, self._run, upload)
+        info = self.stat(key)
+        self._metrics.add("bytes_out", info.size)
+        return info
+
+    def stat(self, key: str) -> BlobInfo:
+        """Get Blob Properties: size, ETag and the writer token."""
+        self._check(key)
+
+        async def props() -> Any:
+            async with self._blob(key) as bc:
+                return await bc.get_blob_properties()
+
+        self._metrics.request("head")
+        p = self._call(key, self._run, props)
+        return BlobInfo(key, int(p.size), str(p.etag).strip('"'), (p.metadata or {}).get(WRITER_METADATA))
+
+    def list(self, prefix: str = "", *, start_after: str | None = None) -> Iterator[BlobInfo]:
+        """List Blobs pages of 1,000; keys up to ``start_after`` are skipped client-side."""
+        self._check_prefix(prefix)
+        root = self.url.prefix + "/" if self.url.prefix else ""
+        full_prefix = root + prefix
+        skip_to = root + start_after if start_after is not None else None
+        cc = self.fs.service_client.get_container_client(self.container)
+
+        async def page(token: str | None) -> tuple[list[Any], str | None]:
+            pager = cc.list_blobs(name_starts_with=full_prefix or None, results_per_page=PAGE,
+                                  include=["metadata"]).by_page(continuation_token=token)
+            async for items in pager:
+                return [b async for b in items], pager.continuation_token
+            return [], None
+
+        token: str | None = None
+        while True:
+            self._metrics.request("list")
+            items, token = self._call(prefix or None, self._run, page, token)
+            for b in items:
+                if skip_to is not None and b.name <= skip_to:
+                    continue
+                yield BlobInfo(b.name[len(root):], int(b.size), str(b.etag).strip('"'),
+                               (b.metadata or {}).get(WRITER_METADATA))
+            if not token:
+                return
+
+    def _batch_delete(self) -> bool:
+        """Whether to use Blob Batch: Azure has it, Azurite answers InvalidInput to it."""
+        if self.options["batch_delete"] is not None:
+            return bool(self.options["batch_delete"])
+        host = self.fs.service_client.primary_hostname or ""
+        return host.endswith(".core.windows.net")
+
+    def delete(self, keys: Iterable[str]) -> None:
+        """Blob batches of 256 deletes (one DELETE per blob where batches are unsupported)."""
+        names = [self._full(self._check(k)) for k in keys]
+        if not names:
+            return
+        cc = self.fs.service_client.get_container_client(self.container)
+
+        async def batch(chunk: list[str]) -> list[int]:
+            responses = await cc.delete_blobs(*chunk, raise_on_any_failure=False)
+            return [r.status_code async for r in responses]
+
+        async def one_by_one(chunk: list[str]) -> list[int]:
+            gate = asyncio.Semaphore(16)
+
+            async def drop(name: str) -> int:
+                async with gate:
+                    try:
+                        await cc.delete_blob(name)
+                    except Exception as exc:  # a missing blob is already deleted
+                        if getattr(exc, "status_code", None) != 404:
+                            raise
+                return 202
+
+            return list(await asyncio.gather(*(drop(n) for n in chunk)))
+
+        use_batch = self._batch_delete()
+        for start in range(0, len(names), DELETE_BATCH):
+            chunk = names[start : start + DELETE_BATCH]
+            self._metrics.request("delete", 1 if use_batch else len(chunk))
+            for status in self._call(chunk[0], self._run, batch if use_batch else one_by_one, chunk):
+                if status not in (200, 202, 404):
+                    raise BlobStoreError(f"batch delete failed with status {status}", location=self.location)
+
+
+_ADLFS: type | None = None
+
+
+def _single_attempt_adlfs() -> type:
+    """An AzureBlobFileSystem whose service client makes one attempt per request."""
+    global _ADLFS
+    if _ADLFS is None:
+        import adlfs
+
+        def do_connect(self: Any) -> None:
+            adlfs.AzureBlobFileSystem.do_connect(self)
+            self.service_client._config.retry_policy.total_retries = 0
+
+        _ADLFS = type("SingleAttemptAzureBlobFileSystem", (adlfs.AzureBlobFileSystem,), {"do_connect": do_connect})
+    return _ADLFS

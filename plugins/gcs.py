@@ -1,0 +1,174 @@
+"""``gs://bucket/prefix``: Google Cloud Storage, through gcsfs.
+
+Conditional create is GCS's native ``ifGenerationMatch=0`` on a multipart upload (the
+bytes in hand); the writer token is custom object metadata.  Listing uses the JSON
+API's ``startOffset`` and 1,000-object pages.  gcsfs retries every request up to six
+times inside ``_request``; this plugin uses a subclass whose ``_request`` makes one
+attempt, so RetryingStore sees (and counts) every throttle.
+
+Credentials: the ``token`` option (``"anon"``, ``"google_default"``, a service-account
+JSON path, ...) as gcsfs takes it, else google-auth's default chain.
+
+Emulator note: gcsfs stalls ~60 s per call against an emulator unless
+``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false`` is set before gcsfs is imported; this
+module sets it (if unset) when ``endpoint_url`` is given.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from shardstore.blobstores.base import WRITER_METADATA, BlobInfo
+from shardstore.blobstores.errors import (
+    AccessDenied,
+    BlobAlreadyExists,
+    BlobNotFound,
+    BlobStoreError,
+    ConfigError,
+    Throttled,
+    TransientError,
+)
+from shardstore.blobstores.fsspec_store import FsspecStore, RangeNotSatisfiable
+from shardstore.blobstores.options import Option
+
+PAGE = 1000
+SIMPLE_UPLOAD_LIMIT = 32 * 1024 * 1024  # above this gcsfs uses a resumable upload
+DELETE_BATCH = 100  # GCS batch requests hold at most 100 calls
+
+
+class GCSStore(FsspecStore):
+    """A store in a GCS bucket under a prefix."""
+
+    scheme = "gs"
+    OPTIONS = {
+        "endpoint_url": Option("endpoint_url", str, None, "service endpoint (emulators)"),
+        "token": Option("token", str, None, "gcsfs token: anon, google_default, cloud, or a JSON key path", secret=True),
+        "project": Option("project", str, None, "project id for bucket-level calls"),
+    }
+
+    def _make_fs(self) -> Any:
+        o = self.options
+        if o["endpoint_url"]:
+            os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+        kwargs: dict[str, Any] = {"token": o["token"], "use_listings_cache": False}
+        if o["endpoint_url"]:
+            kwargs["endpoint_url"] = o["endpoint_url"]
+        if o["project"]:
+            kwargs["project"] = o["project"]
+        return _single_attempt_gcsfs()(**kwargs)
+
+    def _classify(self, exc: BaseException, key: str | None) -> Any:
+        where = {"location": self.location, "key": key}
+        code = getattr(exc, "code", None)
+        name = type(exc).__name__
+        if name == "HttpError" and isinstance(code, int):
+            message = str(getattr(exc, "message", "") or exc)[:300]
+            if code == 404:
+                if "bucket" in message.lower():
+                    return ConfigError(f"the bucket {self.url.bucket!r} does not exist", **where)
+                return BlobNotFound("no such blob", **where)
+            if code == 412:
+                return BlobAlreadyExists("the key already exists (ifGenerationMatch=0 failed)", **where)
+            if code == 416:
+                return RangeNotSatisfiable
+            if code in (429, 503):
+                return Throttled(f"throttled by the service ({code}: {message})", **where)
+            if code in (408, 500, 502, 504):
+                return TransientError(f"transient service error ({code}: {message})", **where)
+            if code in (401, 403):
+                return AccessDenied(f"access denied ({code}: {message})", **where)
+            return BlobStoreError(f"request failed ({code}: {message})", **where)
+        if isinstance(exc, OSError) and str(exc).startswith("Forbidden"):
+            return AccessDenied("access denied (403)", **where)
+        if name == "ProxyError":  # gcsfs raises it for 502
+            return TransientError("bad gateway (502)", **where)
+        return None
+
+    def _api(self, key: str | None, method: str, path: str, *args: str, **params: Any) -> Any:
+        """One JSON-API call with translated errors."""
+        return self._call(key, self.fs.call, method, path, *args, json_out=True, **params)
+
+    def put(self, key: str, data: bytes, *, if_absent: bool = False, token: str | None = None) -> BlobInfo:
+        """A multipart upload (resumable above 32 MiB), with ifGenerationMatch=0 when ``if_absent``."""
+        path = self._path(key)
+        full = self._full(key)
+        meta = {WRITER_METADATA: token} if token else None
+        mode = "create" if if_absent else "overwrite"
+        self._metrics.request("put")
+        if len(data) <= SIMPLE_UPLOAD_LIMIT:
+            from gcsfs.core import simple_upload
+
+            res = self._call(key, self._run, simple_upload, self.fs, self.url.bucket, full, data, meta, mode=mode)
+            self._metrics.add("bytes_out", len(data))
+            return BlobInfo(key, int(res["size"]), str(res["generation"]), token)
+        self._call(key, self.fs.pipe_file, path, data, metadata=meta, mode=mode)
+        self._metrics.add("bytes_out", len(data))
+        return self.stat(key)
+
+    def _stream_kwargs(self, token: str | None) -> dict[str, Any]:
+        return {"metadata": {WRITER_METADATA: token}} if token else {}
+
+    def stat(self, key: str) -> BlobInfo:
+        """GET of the object resource: size, generation and the writer token."""
+        full = self._full(self._check(key))
+        self._metrics.request("head")
+        res = self._api(key, "GET", "b/{}/o/{}", self.url.bucket, full)
+        return _info(key, res)
+
+    def list(self, prefix: str = "", *, start_after: str | None = None) -> Iterator[BlobInfo]:
+        """Pages of 1,000 objects from ``startOffset`` (inclusive, so the exact key is skipped)."""
+        self._check_prefix(prefix)
+        root = self.url.prefix + "/" if self.url.prefix else ""
+        params: dict[str, Any] = {"prefix": root + prefix, "maxResults": PAGE}
+        skip = None
+        if start_after is not None and start_after >= prefix:
+            params["startOffset"] = skip = root + start_after
+        while True:
+            self._metrics.request("list")
+            page = self._api(prefix or None, "GET", "b/{}/o", self.url.bucket, **params)
+            for item in page.get("items", ()):
+                name = item["name"]
+                if name == skip or not name.startswith(params["prefix"]):
+                    continue
+                yield _info(name[len(root):], item)
+            token = page.get("nextPageToken")
+            if not token:
+                return
+            params["pageToken"] = token
+
+    def delete(self, keys: Iterable[str]) -> None:
+        """Batch requests of 100 deletes on GCS (one DELETE per key on emulators); missing keys ignored."""
+        paths = [self._path(k) for k in keys]
+        if not paths:
+            return
+        fs = self.fs
+        calls = -(-len(paths) // DELETE_BATCH) if fs.on_google else len(paths)
+        self._metrics.request("delete", calls)
+        results = self._call(paths[0], self._run, fs._delete_files, paths, DELETE_BATCH)
+        for res in results or ():
+            if isinstance(res, Exception) and not isinstance(res, FileNotFoundError) and "No such object" not in str(res):
+                raise self._error(res, None)
+
+
+def _info(key: str, res: dict[str, Any]) -> BlobInfo:
+    meta = res.get("metadata") or {}
+    return BlobInfo(key, int(res["size"]), str(res.get("generation", "")), meta.get(WRITER_METADATA))
+
+
+_GCSFS: type | None = None
+
+
+def _single_attempt_gcsfs() -> type:
+    """A GCSFileSystem subclass whose ``_request`` makes one attempt (RetryingStore retries)."""
+    global _GCSFS
+    if _GCSFS is None:
+        import gcsfs
+
+        wrapped = gcsfs.GCSFileSystem._request
+        single = getattr(wrapped, "__wrapped__", None)
+        if single is None:  # pragma: no cover - a gcsfs that changed its decorator
+            raise ConfigError("this gcsfs version hides its request function; pin gcsfs>=2024.12")
+        _GCSFS = type("SingleAttemptGCSFileSystem", (gcsfs.GCSFileSystem,), {"_request": single})
+    return _GCSFS

@@ -1,0 +1,190 @@
+"""``s3://bucket/prefix``: Amazon S3 and S3-compatible services, through s3fs.
+
+Conditional create is S3's native ``If-None-Match: *`` on PutObject (and on
+CompleteMultipartUpload for streamed writes); the writer token rides in user metadata
+(``x-amz-meta-shardstore-writer``).  Listing uses ListObjectsV2 with ``StartAfter`` and
+1,000-key pages; deletes use DeleteObjects, 1,000 keys a request.  botocore's and s3fs's
+own retries are off: RetryingStore decides.  Credentials come from options or from
+botocore's chain (environment, profiles, instance metadata).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from shardstore.blobstores.base import WRITER_METADATA, BlobInfo
+from shardstore.blobstores.errors import (
+    AccessDenied,
+    BlobAlreadyExists,
+    BlobNotFound,
+    BlobStoreError,
+    ConfigError,
+    Throttled,
+    TransientError,
+)
+from shardstore.blobstores.fsspec_store import FsspecStore, RangeNotSatisfiable
+from shardstore.blobstores.keys import relative_to_root
+from shardstore.blobstores.options import Option
+
+PAGE = 1000  # ListObjectsV2 and DeleteObjects both take at most 1,000 keys
+
+_THROTTLE_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded",
+                   "TooManyRequests", "TooManyRequestsException", "ServiceUnavailable"}
+_TRANSIENT_CODES = {"InternalError", "RequestTimeout", "RequestTimeTooSkewed",
+                    "ConditionalRequestConflict", "OperationAborted", "BadDigest"}
+_DENIED_CODES = {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken",
+                 "InvalidToken", "AllAccessDisabled", "AccountProblem"}
+
+S3_OPTIONS = {
+    "endpoint_url": Option("endpoint_url", str, None, "service endpoint (S3-compatible stores, emulators)"),
+    "region": Option("region", str, None, "region name (default: the SDK's chain)"),
+    "key": Option("key", str, None, "access key id (default: the SDK's chain)", secret=True),
+    "secret": Option("secret", str, None, "secret access key (default: the SDK's chain)", secret=True),
+    "token": Option("token", str, None, "session token", secret=True),
+    "profile": Option("profile", str, None, "profile in ~/.aws/config"),
+    "anon": Option("anon", bool, False, "unsigned requests (public buckets)"),
+    "addressing_style": Option("addressing_style", str, None, "auto, path or virtual"),
+}
+
+
+class S3Store(FsspecStore):
+    """A store in an S3 bucket under a prefix."""
+
+    scheme = "s3"
+    OPTIONS = S3_OPTIONS
+
+    def _s3_config(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(client_kwargs, config_kwargs) for s3fs."""
+        o = self.options
+        client: dict[str, Any] = {}
+        if o["region"]:
+            client["region_name"] = o["region"]
+        config: dict[str, Any] = {"retries": {"total_max_attempts": 1}}
+        if o.get("addressing_style"):
+            if o["addressing_style"] not in ("auto", "path", "virtual"):
+                raise ConfigError("addressing_style must be auto, path or virtual", location=self.location)
+            config["s3"] = {"addressing_style": o["addressing_style"]}
+        return client, config
+
+    def _make_fs(self) -> Any:
+        o = self.options
+        client, config = self._s3_config()
+        return _single_attempt_s3fs()(
+            key=o["key"],
+            secret=o["secret"],
+            token=o["token"],
+            profile=o["profile"],
+            anon=o.get("anon", False),
+            endpoint_url=o["endpoint_url"],
+            client_kwargs=client,
+            config_kwargs=config,
+            use_listings_cache=False,
+            version_aware=False,
+        )
+
+    def _classify(self, exc: BaseException, key: str | None) -> Any:
+        response = getattr(exc, "response", None)
+        if not isinstance(response, dict) or "Error" not in response:
+            return None
+        code = str(response.get("Error", {}).get("Code", ""))
+        status = int(response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+        message = str(response.get("Error", {}).get("Message", "")) or code
+        where = {"location": self.location, "key": key}
+        detail = f"{code or status}: {message}"
+        if code in ("NoSuchKey", "NotFound") or (status == 404 and code != "NoSuchBucket"):
+            return BlobNotFound("no such blob", **where)
+        if code == "NoSuchBucket":
+            return ConfigError(f"the bucket {self.url.bucket!r} does not exist", **where)
+        if code == "PreconditionFailed" or status == 412:
+            return BlobAlreadyExists("the key already exists (If-None-Match failed)", **where)
+        if code == "InvalidRange" or status == 416:
+            return RangeNotSatisfiable
+        if code in _THROTTLE_CODES or status in (429, 503):
+            return Throttled(f"throttled by the service ({detail})", **where)
+        if code in _TRANSIENT_CODES or status in (409, 500, 502, 504):
+            return TransientError(f"transient service error ({detail})", **where)
+        if code in _DENIED_CODES or status in (401, 403):
+            return AccessDenied(f"access denied ({detail})", **where)
+        return BlobStoreError(f"request failed ({detail})", **where)
+
+    def _api(self, key: str | None, op: str, **params: Any) -> dict[str, Any]:
+        """One S3 API call with translated errors."""
+        return self._call(key, self.fs.call_s3, op, Bucket=self.url.bucket, **params)
+
+    def put(self, key: str, data: bytes, *, if_absent: bool = False, token: str | None = None) -> BlobInfo:
+        """PutObject (multipart above 100 MiB), with If-None-Match: * when ``if_absent``."""
+        path = self._path(key)
+        extra: dict[str, Any] = {"Metadata": {WRITER_METADATA: token}} if token else {}
+        self._metrics.request("put")
+        out = self._call(key, self.fs.pipe_file, path, data, mode="create" if if_absent else "overwrite", **extra)
+        self._metrics.add("bytes_out", len(data))
+        etag = out.get("ETag") if isinstance(out, dict) else None
+        if etag is None:
+            return self.stat(key)
+        return BlobInfo(key, len(data), etag.strip('"'), token)
+
+    def _stream_kwargs(self, token: str | None) -> dict[str, Any]:
+        return {"Metadata": {WRITER_METADATA: token}} if token else {}
+
+    def stat(self, key: str) -> BlobInfo:
+        """HeadObject: size, ETag and the writer token."""
+        full = self._full(self._check(key))
+        self._metrics.request("head")
+        head = self._api(key, "head_object", Key=full)
+        meta = head.get("Metadata") or {}
+        return BlobInfo(key, int(head["ContentLength"]), str(head.get("ETag", "")).strip('"'), meta.get(WRITER_METADATA))
+
+    def list(self, prefix: str = "", *, start_after: str | None = None) -> Iterator[BlobInfo]:
+        """ListObjectsV2 pages of 1,000, starting after ``start_after`` on the server."""
+        self._check_prefix(prefix)
+        root = self.url.prefix + "/" if self.url.prefix else ""
+        params: dict[str, Any] = {"Prefix": root + prefix, "MaxKeys": PAGE}
+        if start_after is not None and start_after >= prefix:
+            params["StartAfter"] = root + start_after
+        while True:
+            self._metrics.request("list")
+            page = self._api(prefix or None, "list_objects_v2", **params)
+            for item in page.get("Contents", ()):
+                yield BlobInfo(item["Key"][len(root):], int(item["Size"]), str(item.get("ETag", "")).strip('"'))
+            token = page.get("NextContinuationToken")
+            if not page.get("IsTruncated") or not token:
+                return
+            params["ContinuationToken"] = token
+
+    def delete(self, keys: Iterable[str]) -> None:
+        """DeleteObjects, 1,000 keys a request; missing keys count as deleted."""
+        full = [self._full(self._check(k)) for k in keys]
+        for start in range(0, len(full), PAGE):
+            batch = full[start : start + PAGE]
+            self._metrics.request("delete")
+            out = self._api(
+                batch[0], "delete_objects", Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True}
+            )
+            errors = [e for e in out.get("Errors", ()) if e.get("Code") != "NoSuchKey"]
+            if errors:
+                first = errors[0]
+                full_key = first.get("Key", "")
+                rel = relative_to_root(self.url.prefix, full_key) if full_key else None
+                raise self._classify(_Failed({"Error": first, "ResponseMetadata": {}}), rel)
+
+
+class _Failed(Exception):
+    """A per-key error inside a DeleteObjects answer, shaped like a ClientError."""
+
+    def __init__(self, response: dict[str, Any]) -> None:
+        super().__init__(response["Error"].get("Message", ""))
+        self.response = response
+
+
+def _single_attempt_s3fs() -> type:
+    """An S3FileSystem subclass making one attempt per call (RetryingStore retries)."""
+    global _S3FS
+    if _S3FS is None:
+        import s3fs
+
+        _S3FS = type("SingleAttemptS3FileSystem", (s3fs.S3FileSystem,), {"retries": 1})
+    return _S3FS
+
+
+_S3FS: type | None = None
