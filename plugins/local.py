@@ -131,6 +131,12 @@ class LocalStore(BackendStore):
                     key=key,
                 ) from None
             raise BlobAlreadyExists("the key already exists", location=self.location, key=key) from None
+        except IsADirectoryError:
+            raise InvalidKey(
+                "on the local filesystem a key cannot also be a prefix of other keys",
+                location=self.location,
+                key=key,
+            ) from None
         except NotADirectoryError:
             raise InvalidKey(
                 "a parent of this key is itself a blob on the local filesystem", location=self.location, key=key

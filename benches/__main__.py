@@ -1,0 +1,5 @@
+import sys
+
+from benches.runner import main
+
+sys.exit(main())

@@ -1,0 +1,155 @@
+"""The bench runner: a registry of bench modules, one JSON line per figure, then a table.
+
+A bench module exposes ``run(ctx: Context) -> Iterator[Figure]`` and may expose
+``add_arguments(parser)`` to take options of its own (e.g. ``--backends``).  Figures go
+to stdout as JSON lines the moment they are measured; progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import time
+import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, TextIO
+
+#: name -> module (imported lazily, in this order).  Add a bench here.
+BENCHES: dict[str, str] = {
+    "blobstore": "benches.blobstore",
+}
+
+
+@dataclass
+class Figure:
+    """One measured figure.  ``target``/``met`` are optional (ratios with a goal)."""
+
+    bench: str
+    name: str
+    value: float
+    unit: str
+    params: dict[str, Any] = field(default_factory=dict)
+    target: str | None = None  # e.g. ">= 0.9"
+    met: bool | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "bench": self.bench,
+            "name": self.name,
+            "value": round(self.value, 4) if isinstance(self.value, float) else self.value,
+            "unit": self.unit,
+            "params": self.params,
+        }
+        if self.target is not None:
+            out["target"] = self.target
+            out["met"] = self.met
+        return out
+
+
+@dataclass
+class Context:
+    """What a bench gets: the mode, its parsed options, and a progress printer."""
+
+    bench: str
+    quick: bool
+    args: argparse.Namespace
+    stderr: TextIO = sys.stderr
+
+    def progress(self, msg: str) -> None:
+        """A progress line on stderr: ``[bench] msg``."""
+        print(f"[{self.bench}] {msg}", file=self.stderr, flush=True)
+
+    def figure(self, name: str, value: float, unit: str, target: str | None = None,
+               met: bool | None = None, **params: Any) -> Figure:
+        """Build a Figure of this bench."""
+        return Figure(self.bench, name, float(value), unit, params, target, met)
+
+
+def _load(name: str) -> ModuleType:
+    return importlib.import_module(BENCHES[name])
+
+
+def _table(figures: list[Figure]) -> str:
+    """An aligned, human-readable table of the figures."""
+    rows = [("bench", "name", "params", "value", "unit", "target")]
+    for f in figures:
+        params = " ".join(f"{k}={v}" for k, v in f.params.items())
+        value = f"{f.value:,.3f}" if abs(f.value) < 100 else f"{f.value:,.1f}"
+        target = "" if f.target is None else f"{f.target} {'met' if f.met else 'NOT MET'}"
+        rows.append((f.bench, f.name, params, value, f.unit, target))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    right = {3}
+    lines = []
+    for n, r in enumerate(rows):
+        cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))]
+        lines.append("  ".join(cells).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benches", description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", metavar="NAME", help=f"benches to run (default all: {', '.join(BENCHES)})")
+    parser.add_argument("--quick", action="store_true", help="small sizes and few repetitions (CI smoke)")
+    parser.add_argument("--json-only", action="store_true", help="no table at the end")
+    parser.add_argument("--out", metavar="FILE", help="also write the JSON lines to FILE")
+    parser.add_argument("--list", action="store_true", help="list the registered benches and exit")
+    # Bench-specific options: every registered bench may add its own.
+    modules: dict[str, ModuleType] = {}
+    for name in BENCHES:
+        try:
+            modules[name] = _load(name)
+        except Exception as exc:  # a bench with a missing dependency must not break the others
+            print(f"[runner] cannot import bench {name!r}: {exc}", file=sys.stderr)
+            continue
+        hook = getattr(modules[name], "add_arguments", None)
+        if hook is not None:
+            hook(parser.add_argument_group(f"{name} options"))
+    args = parser.parse_args(argv)
+    if args.list:
+        for name in BENCHES:
+            print(name)
+        return 0
+    names = args.names or list(BENCHES)
+    unknown = [n for n in names if n not in BENCHES]
+    if unknown:
+        parser.error(f"unknown bench(es): {', '.join(unknown)} (known: {', '.join(BENCHES)})")
+
+    out = open(args.out, "w", encoding="utf-8") if args.out else None
+    figures: list[Figure] = []
+    failed: list[str] = []
+    t0 = time.monotonic()
+    try:
+        for name in names:
+            if name not in modules:
+                failed.append(name)
+                continue
+            ctx = Context(bench=name, quick=args.quick, args=args)
+            start = time.monotonic()
+            try:
+                for fig in modules[name].run(ctx):
+                    line = json.dumps(fig.to_json(), sort_keys=False)
+                    print(line, flush=True)
+                    if out:
+                        out.write(line + "\n")
+                        out.flush()
+                    figures.append(fig)
+            except Exception:
+                failed.append(name)
+                print(f"[runner] bench {name!r} failed:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
+            ctx.progress(f"done in {time.monotonic() - start:.1f}s")
+    finally:
+        if out:
+            out.close()
+    if not args.json_only:
+        # A blank line separates the JSON lines from the table.
+        print()
+        print(_table(figures))
+    print(f"[runner] {len(figures)} figures in {time.monotonic() - t0:.1f}s"
+          + (f"; failed: {', '.join(failed)}" if failed else ""), file=sys.stderr)
+    return 1 if failed else 0

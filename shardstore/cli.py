@@ -1,0 +1,93 @@
+"""The ``shardstore`` command: version, installed plugins, and a store self-test."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from shardstore import __version__
+from shardstore.errors import ShardstoreError
+
+
+def _parse_options(pairs: Sequence[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise SystemExit(f"shardstore: -o expects name=value, got {pair!r}")
+        out[name] = value
+    return out
+
+
+def _cmd_plugins(args: argparse.Namespace) -> int:
+    from shardstore.blobstores import plugins
+
+    rows = [(p.scheme, p.target, p.package, p.version) for p in plugins()]
+    if not rows:
+        print("no blob-store plugins installed")
+        return 1
+    widths = [max(len(r[i]) for r in rows + [("scheme", "class", "package", "version")]) for i in range(4)]
+    for row in [("scheme", "class", "package", "version"), *rows]:
+        print("  ".join(col.ljust(w) for col, w in zip(row, widths)).rstrip())
+    return 0
+
+
+def _cmd_store_check(args: argparse.Namespace) -> int:
+    from shardstore.blobstores import open_store
+    from shardstore.blobstores.selfcheck import run_checks
+
+    options = _parse_options(args.option)
+    store = open_store(args.url, **options)
+    print(f"checking {store.location} (scratch prefix {args.prefix}/...)")
+    results = run_checks(store, scratch=args.prefix)
+    width = max(len(r.name) for r in results)
+    for r in results:
+        status = "PASS" if r.ok else "FAIL"
+        print(f"  {status}  {r.name.ljust(width)}  {r.millis:8.1f} ms  {r.detail}".rstrip())
+    passed = sum(r.ok for r in results)
+    m = store.metrics()
+    reqs = ", ".join(f"{k} {v}" for k, v in m["requests"].items())
+    print(f"{passed}/{len(results)} checks passed; requests: {reqs}; retries {m['retries']}, throttles {m['throttles']}")
+    return 0 if passed == len(results) else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``shardstore`` command."""
+    parser = argparse.ArgumentParser(prog="shardstore", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"shardstore {__version__}")
+    sub = parser.add_subparsers(dest="command")
+
+    p = sub.add_parser("plugins", help="list the installed blob-store plugins")
+    p.set_defaults(func=_cmd_plugins)
+
+    store = sub.add_parser("store", help="blob-store tools")
+    store_sub = store.add_subparsers(dest="store_command")
+    check = store_sub.add_parser(
+        "check", help="self-test a store: put, get, range, list, conditional create, delete, clean-up"
+    )
+    check.add_argument("url", help="store URL, e.g. s3://bucket/prefix or file:///tmp/store")
+    check.add_argument("-o", "--option", action="append", default=[], metavar="NAME=VALUE",
+                       help="store option (repeatable), e.g. -o endpoint_url=http://127.0.0.1:9000")
+    check.add_argument("--prefix", default="_shardstore_check", help="scratch prefix (removed afterwards)")
+    check.set_defaults(func=_cmd_store_check)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``shardstore`` command line; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(func(args))
+    except ShardstoreError as exc:
+        print(f"shardstore: error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

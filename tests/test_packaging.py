@@ -1,0 +1,394 @@
+"""Packaging: the wheel installs one import package, ``shardstore``, with working plugins.
+
+The repository keeps its code folders (engine/, translog/, segments/, blobstores/,
+plugins/, shardstore/) at the root and maps them into ``shardstore.*`` with setuptools'
+package-dir.  These tests build the real wheel, install it into a fresh virtualenv and use
+it from outside the repository, install the third-party demo plugin of tests/plugin_pkg
+next to it, and check that the editable install of the development venv also works from
+elsewhere.
+
+The fresh venv gets the already-installed third-party dependencies (pyarrow, fsspec,
+s3fs, ...) without downloading them: a ``.pth`` file points at a directory of symlinks to
+the current venv's site-packages entries, leaving out shardstore's own editable install
+(its ``.dist-info``, its ``__editable__`` finder and every ``.pth`` file).  A path listed
+in a ``.pth`` file is only appended to sys.path, its own ``.pth`` files are not run, so
+nothing of the source tree can leak in: ``shardstore`` must come from the wheel.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import textwrap
+import tomllib
+import zipfile
+from importlib.metadata import version as dist_version
+from importlib.util import find_spec
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+PLUGIN_PKG = Path(__file__).resolve().parent / "plugin_pkg"
+PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
+VERSION = PYPROJECT["project"]["version"]
+PACKAGE_DIR: dict[str, str] = PYPROJECT["tool"]["setuptools"]["package-dir"]
+TOP_LEVEL_FOLDERS = sorted(d for d in PACKAGE_DIR.values() if d != "shardstore")
+SCHEMES = set(PYPROJECT["project"]["entry-points"]["shardstore.blobstores"])
+BUILTIN_SCHEMES = {"memory", "file", "s3", "oci", "gs", "az"}
+MODULES = ["shardstore", *sorted(PACKAGE_DIR)]  # shardstore, shardstore.blobstores, ...
+
+_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build", "dist")
+
+
+def copy_build_inputs(dest: Path) -> None:
+    """Copy what a wheel build reads: pyproject.toml, its readme/license files, the code.
+
+    An allowlist, so unrelated trees at the root (.venv, node_modules, ...) are not copied.
+    """
+    dest.mkdir(parents=True)
+    files = {"pyproject.toml", "setup.py", "setup.cfg", "MANIFEST.in"}
+    readme = PYPROJECT["project"].get("readme")
+    if isinstance(readme, str):
+        files.add(readme)
+    elif isinstance(readme, dict) and "file" in readme:
+        files.add(readme["file"])
+    files.update(p.name for p in REPO.glob("LICEN[CS]E*"))
+    for name in files:
+        if (REPO / name).is_file():
+            shutil.copy2(REPO / name, dest / name)
+    for folder in sorted(set(PACKAGE_DIR.values())):
+        shutil.copytree(REPO / folder, dest / folder, ignore=_IGNORE)
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The environment without anything that could point Python at the source tree."""
+    env = {
+        k: v for k, v in os.environ.items()
+        if not k.startswith(("PYTHON", "PIP_")) and k not in ("VIRTUAL_ENV", "__PYVENV_LAUNCHER__")
+    }
+    env.update(PYTHONNOUSERSITE="1", PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1")
+    env.update(extra)
+    return env
+
+
+def run(cmd: list[str | Path], *, cwd: Path, timeout: float = 120, **env: str) -> str:
+    proc = subprocess.run(
+        [str(c) for c in cmd], cwd=cwd, env=clean_env(**env), capture_output=True, text=True, timeout=timeout
+    )
+    if proc.returncode != 0:
+        pytest.fail(
+            f"command failed ({proc.returncode}): {' '.join(map(str, cmd))}\n"
+            f"--- stdout\n{proc.stdout[-6000:]}\n--- stderr\n{proc.stderr[-6000:]}"
+        )
+    return proc.stdout
+
+
+def run_json(python: Path, script: str, *args: str, cwd: Path) -> dict:
+    """Run ``script`` isolated (-I: no cwd, no PYTHON* variables) and parse its last line."""
+    out = run([python, "-I", "-c", textwrap.dedent(script), *args], cwd=cwd)
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def inside(path: str | Path, root: str | Path) -> bool:
+    return Path(path).resolve().is_relative_to(Path(root).resolve())
+
+
+def _setuptools_builds_wheels_offline() -> bool:
+    """True if the dev venv's setuptools can build a wheel with no extra download."""
+    try:
+        major, minor = (int(x) for x in dist_version("setuptools").split(".")[:2])
+    except Exception:
+        return False
+    return (major, minor) >= (70, 1) or find_spec("wheel") is not None
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """shardstore's wheel, built with ``python -m build`` from a copy of the repository.
+
+    A copy, so the build's ``build/`` and ``*.egg-info`` directories never land in the
+    working tree (where other test runs may be building at the same time).
+    """
+    base = tmp_path_factory.mktemp("wheel")
+    src = base / "src"
+    copy_build_inputs(src)
+    out = base / "dist"
+    run([sys.executable, "-m", "build", "--wheel", "--outdir", out, src], cwd=base, timeout=300)
+    (whl,) = out.glob("shardstore-*.whl")
+    return whl
+
+
+@pytest.fixture(scope="module")
+def built_from(wheel) -> Path:
+    """The source snapshot the wheel was built from (the repo may change meanwhile)."""
+    return wheel.parent.parent / "src"
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory, wheel) -> dict[str, Path]:
+    """A fresh venv with the wheel installed (pip --no-index) and the deps borrowed."""
+    base = tmp_path_factory.mktemp("venv")
+    root = base / "venv"
+    run([sys.executable, "-m", "venv", "--without-pip", root], cwd=base)
+    py = root / "bin" / "python"
+    site = Path(run([py, "-I", "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], cwd=base).strip())
+    assert inside(site, root)
+
+    # Borrow the dev venv's installed packages (pip included) through symlinks, minus
+    # shardstore itself and every .pth file (the __editable__ finder hook among them).
+    dev_site = Path(sysconfig.get_path("purelib"))
+    deps = base / "borrowed-site-packages"
+    deps.mkdir()
+    for entry in dev_site.iterdir():
+        name = entry.name
+        if name.lower().startswith(("shardstore", "__editable__")) or name.endswith(".pth"):
+            continue
+        (deps / name).symlink_to(entry)
+    (site / "_borrowed_deps.pth").write_text(f"{deps}\n")
+
+    run([py, "-m", "pip", "install", "--no-deps", "--no-index", wheel], cwd=base)
+    return {"root": root, "python": py, "bin": root / "bin", "site": site, "base": base}
+
+
+@pytest.fixture(scope="module")
+def venv_with_plugin(venv) -> dict[str, Path]:
+    """The venv above plus the demo plugin of tests/plugin_pkg, installed by pip."""
+    src = venv["base"] / "plugin_pkg"
+    shutil.copytree(PLUGIN_PKG, src, ignore=_IGNORE)
+    cmd: list[str | Path] = [venv["python"], "-m", "pip", "install", "--no-deps"]
+    if _setuptools_builds_wheels_offline():
+        cmd += ["--no-build-isolation", "--no-index"]
+    # else: pip fetches setuptools for an isolated build (the only download here).
+    run([*cmd, src], cwd=venv["base"], timeout=300)
+    return venv
+
+
+# --------------------------------------------------------------------------- the wheel
+
+
+def test_wheel_holds_only_the_shardstore_package(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    dist_info = f"shardstore-{VERSION}.dist-info/"
+    stray = [n for n in names if not (n.startswith("shardstore/") or n.startswith(dist_info))]
+    assert stray == [], f"files outside shardstore/ in the wheel: {stray}"
+    zf = zipfile.ZipFile(wheel)
+    assert zf.read(dist_info + "top_level.txt").decode().split() == ["shardstore"]
+    eps = zf.read(dist_info + "entry_points.txt").decode()
+    assert "shardstore = shardstore.cli:main" in eps
+    for scheme in SCHEMES:
+        assert re.search(rf"^{scheme} = shardstore\.plugins\.\w+:\w+$", eps, re.M), scheme
+
+
+def test_wheel_contains_every_source_module(wheel, built_from):
+    """Every .py file of the mapped folders is in the wheel, at its mapped place.
+
+    Catches subpackages added under a folder but missing from the explicit
+    ``packages`` list in pyproject.toml (setuptools would silently leave them out).
+    """
+    names = set(zipfile.ZipFile(wheel).namelist())
+    missing = []
+    for package, folder in PACKAGE_DIR.items():
+        for py in sorted((REPO / folder).rglob("*.py")):
+            if "__pycache__" in py.parts:
+                continue
+            rel = py.relative_to(REPO / folder).as_posix()
+            target = package.replace(".", "/") + "/" + rel
+            if target not in names:
+                missing.append(f"{folder}/{rel} -> {target}")
+    assert missing == [], "source files left out of the wheel:\n" + "\n".join(missing)
+
+
+# --------------------------------------------------------------------------- installed wheel
+
+_CHECK_INSTALLED = """
+import importlib.metadata as md, importlib.util, json, sys, sysconfig
+import shardstore, shardstore.blobstores, shardstore.engine, shardstore.translog
+import shardstore.segments, shardstore.plugins, shardstore.plugins.local
+from shardstore.blobstores import BlobAlreadyExists, open_store, plugins
+
+root = sys.argv[1]
+store = open_store("file://" + root + "/store?fsync=false")
+first = store.put("a/b", b"one", if_absent=True)
+try:
+    store.put("a/b", b"two", if_absent=True)
+    conflict = False
+except BlobAlreadyExists:
+    conflict = True
+
+print(json.dumps({
+    "files": {m: sys.modules[m].__file__ for m in sys.argv[2].split(",")},
+    "site": sysconfig.get_path("purelib"),
+    "version": shardstore.__version__,
+    "size": first.size,
+    "conflict": conflict,
+    "get": store.get("a/b").decode(),
+    "eps": {ep.name: [ep.value, str(ep.dist.locate_file(""))]
+            for ep in md.entry_points(group="shardstore.blobstores")},
+    "dists": [str(d.locate_file("")) for d in md.distributions() if d.metadata["Name"] == "shardstore"],
+    "plugins": [[p.scheme, p.target, p.package, p.version] for p in plugins()],
+    "top_level": {n: getattr(importlib.util.find_spec(n), "origin", None) for n in sys.argv[3].split(",")},
+    "editable_hooks": [repr(f) for f in sys.meta_path if "editable" in repr(f).lower()],
+}))
+"""
+
+
+def test_installed_wheel_works_outside_the_repo(venv, tmp_path):
+    res = run_json(
+        venv["python"], _CHECK_INSTALLED, str(tmp_path), ",".join(MODULES), ",".join(TOP_LEVEL_FOLDERS),
+        cwd=tmp_path,
+    )
+    site = res["site"]
+    assert inside(site, venv["root"])
+    # Every subpackage is the wheel's copy, in the new venv, not the source tree.
+    for mod, path in res["files"].items():
+        assert inside(path, site), f"{mod} imported from {path}, not from {site}"
+        assert not inside(path, REPO), f"{mod} leaked in from the source tree: {path}"
+    assert res["editable_hooks"] == []
+    assert res["version"] == VERSION
+    # Conditional put/get round trip through the file:// plugin.
+    assert (res["size"], res["conflict"], res["get"]) == (3, True, "one")
+    # Exactly one shardstore distribution is visible (the dev venv's metadata did not leak).
+    assert len(res["dists"]) == 1 and inside(res["dists"][0], site), res["dists"]
+    # The built-in schemes come from the installed wheel's metadata.
+    assert BUILTIN_SCHEMES <= set(res["eps"])
+    for scheme in BUILTIN_SCHEMES:
+        target, where = res["eps"][scheme]
+        assert target.startswith("shardstore.plugins.")
+        assert inside(where, site)
+    plugins = {p[0]: p for p in res["plugins"]}
+    for scheme in BUILTIN_SCHEMES:
+        assert plugins[scheme][2:] == ["shardstore", VERSION]
+    # No repo-root folder became a top-level package.
+    assert res["top_level"] == {name: None for name in TOP_LEVEL_FOLDERS}
+
+
+def test_no_stray_top_level_packages_in_site_packages(venv):
+    site = venv["site"]
+    for name in TOP_LEVEL_FOLDERS:
+        assert not (site / name).exists(), f"top-level {name}/ installed into site-packages"
+        assert not (site / f"{name}.py").exists()
+    assert (site / "shardstore" / "__init__.py").is_file()
+    for folder in TOP_LEVEL_FOLDERS:
+        assert (site / "shardstore" / folder / "__init__.py").is_file()
+    # RECORD: only the package, its .dist-info and the console script (outside site-packages).
+    record = (site / f"shardstore-{VERSION}.dist-info" / "RECORD").read_text()
+    tops = {line.split(",")[0].split("/")[0] for line in record.splitlines() if line}
+    assert tops - {".."} == {"shardstore", f"shardstore-{VERSION}.dist-info"}, tops
+
+
+# --------------------------------------------------------------------------- third-party plugin
+
+_CHECK_PLUGIN = """
+import json, sys
+import shardstore_demo_plugin
+from shardstore.blobstores import open_store, plugins
+from shardstore.plugins.memory import MemoryStore
+
+store = open_store("demo://pkgtest/root")
+store.put("k", b"third-party", if_absent=True)
+print(json.dumps({
+    "module": shardstore_demo_plugin.__file__,
+    "subclass": issubclass(shardstore_demo_plugin.DemoStore, MemoryStore),
+    "type": type(store.inner).__module__ + ":" + type(store.inner).__name__,
+    "get": store.get("k").decode(),
+    "plugins": {p.scheme: [p.target, p.package, p.version] for p in plugins()},
+}))
+"""
+
+
+def test_third_party_plugin_installs_and_registers(venv_with_plugin, tmp_path):
+    v = venv_with_plugin
+    meta = tomllib.loads((PLUGIN_PKG / "pyproject.toml").read_text())["project"]
+    res = run_json(v["python"], _CHECK_PLUGIN, cwd=tmp_path)
+    assert inside(res["module"], v["site"])
+    assert res["subclass"] is True
+    assert res["type"] == "shardstore_demo_plugin:DemoStore"
+    assert res["get"] == "third-party"
+    target, package, version = res["plugins"]["demo"]
+    assert target == "shardstore_demo_plugin:DemoStore"
+    assert _norm(package) == _norm(meta["name"])
+    assert version == meta["version"]
+    assert BUILTIN_SCHEMES <= set(res["plugins"])
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+# --------------------------------------------------------------------------- console script
+
+
+def test_console_script_version(venv):
+    out = run([venv["bin"] / "shardstore", "--version"], cwd=venv["base"])
+    assert out.strip() == f"shardstore {VERSION}"
+    # The console script's shebang is the venv's interpreter.
+    assert (venv["bin"] / "shardstore").read_text().splitlines()[0] == f"#!{venv['python']}"
+
+
+def test_console_script_lists_plugins_with_packages(venv_with_plugin, tmp_path):
+    v = venv_with_plugin
+    meta = tomllib.loads((PLUGIN_PKG / "pyproject.toml").read_text())["project"]
+    out = run([v["bin"] / "shardstore", "plugins"], cwd=tmp_path)
+    lines = [line for line in out.splitlines() if line.strip()]
+
+    def line_for(scheme: str) -> str:
+        found = [line for line in lines if re.search(rf"(^|\s){re.escape(scheme)}(\s|:|$)", line)]
+        assert len(found) == 1, f"expected one line for {scheme!r} in:\n{out}"
+        return found[0]
+
+    demo = line_for("demo")
+    assert "shardstore_demo_plugin:DemoStore" in demo
+    assert _norm(meta["name"]) in _norm(demo)
+    assert meta["version"] in demo
+    for scheme, target in PYPROJECT["project"]["entry-points"]["shardstore.blobstores"].items():
+        line = line_for(scheme)
+        assert target in line and "shardstore" in line and VERSION in line
+
+
+# --------------------------------------------------------------------------- editable install
+
+_CHECK_EDITABLE = """
+import importlib.util, json, sys
+import shardstore, shardstore.blobstores, shardstore.plugins.local
+import shardstore.engine, shardstore.translog, shardstore.segments, shardstore.plugins
+from shardstore.blobstores import open_store, schemes
+
+store = open_store("file://" + sys.argv[1] + "/store?fsync=false")
+store.put("x", b"editable", if_absent=True)
+print(json.dumps({
+    "files": {m: sys.modules[m].__file__
+              for m in sys.argv[2].split(",") + ["shardstore.plugins.local"]},
+    "get": store.get("x").decode(),
+    "schemes": schemes(),
+    "top_level": {n: getattr(importlib.util.find_spec(n), "origin", None) for n in sys.argv[3].split(",")},
+}))
+"""
+
+
+def test_editable_install_imports_from_outside_the_repo(tmp_path):
+    res = run_json(
+        Path(sys.executable), _CHECK_EDITABLE, str(tmp_path), ",".join(MODULES), ",".join(TOP_LEVEL_FOLDERS),
+        cwd=tmp_path,
+    )
+    expected = {
+        pkg: REPO / folder / "__init__.py" for pkg, folder in PACKAGE_DIR.items()
+    }
+    expected["shardstore.plugins.local"] = REPO / "plugins" / "local.py"
+    for mod, path in res["files"].items():
+        assert Path(path).resolve() == expected[mod].resolve(), (mod, path)
+    assert res["get"] == "editable"
+    assert BUILTIN_SCHEMES <= set(res["schemes"])
+    # The editable finder maps only shardstore.*: the repo-root folders are not importable
+    # as top-level packages from elsewhere.
+    assert res["top_level"] == {name: None for name in TOP_LEVEL_FOLDERS}
