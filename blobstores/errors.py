@@ -48,6 +48,17 @@ class ConfigError(BlobStoreError, InvalidError):
     """The store URL or its options are wrong (unknown scheme, missing bucket, bad option)."""
 
 
+class UnknownOption(ConfigError):
+    """An option name the store does not accept."""
+
+    def __init__(self, name: str, known: list[str], *, location: str) -> None:
+        super().__init__(
+            f"unknown option {name!r}; this store accepts: {', '.join(known) or '(none)'}", location=location
+        )
+        self.name = name
+        self.known = known
+
+
 class AccessDenied(BlobStoreError):
     """The credentials in use may not perform this operation."""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from shardstore.blobstores.base import BlobStore
+from shardstore.blobstores.errors import UnknownOption
 from shardstore.blobstores.options import Option, coerce_options, parse_url
 from shardstore.blobstores.registry import plugin_class
 from shardstore.blobstores.retrying import RetryingStore, RetryPolicy
@@ -47,5 +48,8 @@ def open_store(url: str, **options: Any) -> BlobStore:
         base_delay=wrap["retry_base_delay"],
         max_delay=wrap["retry_max_delay"],
     )
-    backend = plugin_class(parsed.scheme)(parsed.location, **merged)
+    try:
+        backend = plugin_class(parsed.scheme)(parsed.location, **merged)
+    except UnknownOption as exc:
+        raise UnknownOption(exc.name, sorted([*exc.known, *WRAPPER_OPTIONS]), location=parsed.location) from None
     return RetryingStore(backend, policy, writer_id=wrap["writer_id"])

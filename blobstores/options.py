@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from shardstore.blobstores.errors import ConfigError
+from shardstore.blobstores.errors import ConfigError, UnknownOption
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -79,8 +79,7 @@ def coerce_options(
     for name, value in given.items():
         opt = declared.get(name)
         if opt is None:
-            known = ", ".join(sorted(declared)) or "(none)"
-            raise ConfigError(f"unknown option {name!r}; this store accepts: {known}", location=location)
+            raise UnknownOption(name, sorted(declared), location=location)
         out[name] = _convert(opt, value, location)
     return out
 

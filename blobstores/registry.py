@@ -8,7 +8,9 @@ in their distribution's metadata::
     myscheme = "mypackage.store:MyStore"
 
 The registry only reads metadata; a plugin's module is imported when its scheme is
-first opened, so a broken third-party plugin cannot break the others.
+first opened, so a broken third-party plugin cannot break the others.  Two different
+distributions claiming one scheme is a configuration error (which one would win
+depends on directory listing order): opening that scheme raises ConfigError naming both.
 """
 
 from __future__ import annotations
@@ -31,13 +33,21 @@ class PluginInfo:
     target: str
     package: str
     version: str
+    conflicts: tuple[str, ...] = ()
 
 
-def _entry_points() -> dict[str, EntryPoint]:
-    found: dict[str, EntryPoint] = {}
+def _dist_name(ep: EntryPoint) -> str:
+    return ep.dist.metadata["Name"] if ep.dist is not None else "?"
+
+
+def _entry_points() -> dict[str, list[EntryPoint]]:
+    """Scheme -> the entry points claiming it, one per distinct (distribution, target)."""
+    found: dict[str, list[EntryPoint]] = {}
     for ep in entry_points(group=GROUP):
-        # The first distribution on sys.path wins, as for imports.
-        found.setdefault(ep.name.lower(), ep)
+        claims = found.setdefault(ep.name.lower(), [])
+        # The same distribution seen twice on sys.path (e.g. a build dir) is not a conflict.
+        if not any(_dist_name(c) == _dist_name(ep) and c.value == ep.value for c in claims):
+            claims.append(ep)
     return found
 
 
@@ -47,27 +57,27 @@ def schemes() -> list[str]:
 
 
 def plugins() -> list[PluginInfo]:
-    """Every installed plugin with its providing package and version."""
+    """Every installed plugin with its providing package, version and any conflicting claims."""
     out = []
-    for scheme, ep in sorted(_entry_points().items()):
-        dist = ep.dist
+    for scheme, claims in sorted(_entry_points().items()):
+        ep = claims[0]
+        others = tuple(f"{_dist_name(c)} ({c.value})" for c in claims[1:])
         out.append(
-            PluginInfo(
-                scheme,
-                ep.value,
-                dist.metadata["Name"] if dist is not None else "?",
-                dist.version if dist is not None else "?",
-            )
+            PluginInfo(scheme, ep.value, _dist_name(ep), ep.dist.version if ep.dist is not None else "?", others)
         )
     return out
 
 
 def plugin_class(scheme: str) -> type[BlobStore]:
-    """Load the store class registered for ``scheme``; ConfigError if none is."""
-    ep = _entry_points().get(scheme.lower())
-    if ep is None:
+    """Load the store class registered for ``scheme``; ConfigError if none or several are."""
+    claims = _entry_points().get(scheme.lower())
+    if not claims:
         installed = ", ".join(schemes()) or "(none: is shardstore installed, not just on sys.path?)"
         raise ConfigError(f"no blob-store plugin for scheme {scheme!r}; installed schemes: {installed}")
+    if len(claims) > 1:
+        who = ", ".join(f"{_dist_name(c)} ({c.value})" for c in claims)
+        raise ConfigError(f"scheme {scheme!r} is claimed by several distributions: {who}; uninstall all but one")
+    ep = claims[0]
     try:
         cls: Any = ep.load()
     except Exception as exc:

@@ -98,56 +98,47 @@ class LocalStore(BackendStore):
         return tmp, size
 
     def _publish(self, key: str, tmp: str, if_absent: bool) -> os.stat_result:
+        """Move a complete temp file to ``key``: link (conditional) or rename, then fsync the dir."""
         target = self._path(key)
         parent = os.path.dirname(target)
         try:
-            for _ in range(8):  # a concurrent delete may prune the parent between makedirs and link
-                try:
-                    os.makedirs(parent, exist_ok=True)
-                    if if_absent:
-                        os.link(tmp, target)
-                    else:
-                        os.replace(tmp, target)
-                    break
-                except FileNotFoundError:
-                    continue
+            self._link_or_replace(tmp, target, parent, if_absent)
+        except (IsADirectoryError, NotADirectoryError, FileExistsError) as exc:
             if os.path.isdir(target):
-                raise InvalidKey(
-                    "on the local filesystem a key cannot also be a prefix of other keys",
-                    location=self.location,
-                    key=key,
-                )
-        except FileExistsError:
-            if os.path.isdir(target):
-                raise InvalidKey(
-                    "on the local filesystem a key cannot also be a prefix of other keys",
-                    location=self.location,
-                    key=key,
-                ) from None
+                raise self._collision(key, "a key cannot also be a prefix of other keys") from None
             if not os.path.isdir(parent):
-                raise InvalidKey(
-                    "a parent of this key is itself a blob on the local filesystem",
-                    location=self.location,
-                    key=key,
-                ) from None
-            raise BlobAlreadyExists("the key already exists", location=self.location, key=key) from None
-        except IsADirectoryError:
-            raise InvalidKey(
-                "on the local filesystem a key cannot also be a prefix of other keys",
-                location=self.location,
-                key=key,
-            ) from None
-        except NotADirectoryError:
-            raise InvalidKey(
-                "a parent of this key is itself a blob on the local filesystem", location=self.location, key=key
-            ) from None
+                raise self._collision(key, "a parent of this key is itself a blob") from None
+            if isinstance(exc, FileExistsError):
+                raise BlobAlreadyExists("the key already exists", location=self.location, key=key) from None
+            raise self._error(exc, key) from exc
         except OSError as exc:
             raise self._error(exc, key) from exc
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
+        if os.path.isdir(target):
+            raise self._collision(key, "a key cannot also be a prefix of other keys")
         self._fsync_dir(parent)
         return os.stat(target)
+
+    @staticmethod
+    def _link_or_replace(tmp: str, target: str, parent: str, if_absent: bool) -> None:
+        # A concurrent delete may prune `parent` between makedirs and the link: try again.
+        for _ in range(8):
+            os.makedirs(parent, exist_ok=True)
+            try:
+                if if_absent:
+                    os.link(tmp, target)
+                else:
+                    os.replace(tmp, target)
+                return
+            except FileNotFoundError:
+                if not os.path.exists(tmp):
+                    raise
+        raise TransientError(f"the directory {parent} kept disappearing under concurrent deletes")
+
+    def _collision(self, key: str, what: str) -> InvalidKey:
+        return InvalidKey(f"on the local filesystem {what}", location=self.location, key=key)
 
     # -- the interface -------------------------------------------------------------------
 

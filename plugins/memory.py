@@ -32,13 +32,13 @@ class _Space:
         self.keys: list[str] = []
 
 
-_SPACES: dict[str, _Space] = {}
+_SPACES: dict[tuple[str, str], _Space] = {}
 _SPACES_LOCK = threading.Lock()
 
 
-def _space(name: str) -> _Space:
+def _space(scheme: str, name: str) -> _Space:
     with _SPACES_LOCK:
-        return _SPACES.setdefault(name, _Space())
+        return _SPACES.setdefault((scheme, name), _Space())
 
 
 class MemoryStore(BackendStore):
@@ -49,7 +49,7 @@ class MemoryStore(BackendStore):
 
     def __init__(self, url: str, **options: Any) -> None:
         super().__init__(url, **options)
-        self._space = _space(self.url.bucket)
+        self._space = _space(self.url.scheme, self.url.bucket)
 
     def put(self, key: str, data: bytes, *, if_absent: bool = False, token: str | None = None) -> BlobInfo:
         """Store a copy of ``data``; conditional create is atomic under the space's lock."""
@@ -143,5 +143,5 @@ class MemoryStore(BackendStore):
     def drop(cls, name: str) -> None:
         """Forget every blob of the memory space ``name``."""
         with _SPACES_LOCK:
-            _SPACES.pop(name, None)
+            _SPACES.pop((cls.scheme, name), None)
 

@@ -23,14 +23,18 @@ def _parse_options(pairs: Sequence[str]) -> dict[str, str]:
 def _cmd_plugins(args: argparse.Namespace) -> int:
     from shardstore.blobstores import plugins
 
-    rows = [(p.scheme, p.target, p.package, p.version) for p in plugins()]
+    found = plugins()
+    rows = [(p.scheme, p.target, p.package, p.version) for p in found]
     if not rows:
         print("no blob-store plugins installed")
         return 1
     widths = [max(len(r[i]) for r in rows + [("scheme", "class", "package", "version")]) for i in range(4)]
     for row in [("scheme", "class", "package", "version"), *rows]:
         print("  ".join(col.ljust(w) for col, w in zip(row, widths)).rstrip())
-    return 0
+    conflicts = [p for p in found if p.conflicts]
+    for p in conflicts:
+        print(f"conflict: scheme {p.scheme!r} is also claimed by {', '.join(p.conflicts)}", file=sys.stderr)
+    return 1 if conflicts else 0
 
 
 def _cmd_store_check(args: argparse.Namespace) -> int:

@@ -69,10 +69,13 @@ def copy_build_inputs(dest: Path) -> None:
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    """The environment without anything that could point Python at the source tree."""
+    """The environment without anything that could point Python at the source tree.
+
+    PIP_* settings (index, certificates, find-links) are kept: the isolated builds use them.
+    """
     env = {
         k: v for k, v in os.environ.items()
-        if not k.startswith(("PYTHON", "PIP_")) and k not in ("VIRTUAL_ENV", "__PYVENV_LAUNCHER__")
+        if not k.startswith("PYTHON") and k not in ("VIRTUAL_ENV", "__PYVENV_LAUNCHER__")
     }
     env.update(PYTHONNOUSERSITE="1", PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1")
     env.update(extra)
@@ -199,10 +202,8 @@ def test_wheel_contains_every_source_module(wheel, built_from):
     names = set(zipfile.ZipFile(wheel).namelist())
     missing = []
     for package, folder in PACKAGE_DIR.items():
-        for py in sorted((REPO / folder).rglob("*.py")):
-            if "__pycache__" in py.parts:
-                continue
-            rel = py.relative_to(REPO / folder).as_posix()
+        for py in sorted((built_from / folder).rglob("*.py")):
+            rel = py.relative_to(built_from / folder).as_posix()
             target = package.replace(".", "/") + "/" + rel
             if target not in names:
                 missing.append(f"{folder}/{rel} -> {target}")
