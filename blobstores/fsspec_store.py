@@ -24,6 +24,8 @@ from shardstore.blobstores.errors import (
     BlobAlreadyExists,
     BlobNotFound,
     BlobStoreError,
+    ConfigError,
+    Throttled,
     TransientError,
 )
 from shardstore.blobstores.keys import check_range
@@ -37,6 +39,13 @@ STREAM_BLOCK = 16 * 1024 * 1024
 
 class RangeNotSatisfiable(Exception):
     """Internal marker: the service answered 416 (start at or past the end)."""
+
+
+#: What an HTTP status means when the service's own error code says nothing more.
+KIND_BY_STATUS = {
+    401: "denied", 403: "denied", 404: "not_found", 408: "transient", 412: "exists", 416: "range",
+    429: "throttled", 500: "transient", 502: "transient", 503: "throttled", 504: "transient",
+}
 
 
 class FsspecStore(BackendStore):
@@ -96,6 +105,23 @@ class FsspecStore(BackendStore):
         if _is_transport_error(exc):
             return TransientError(f"transport error: {_short(exc)}", **where)
         return BlobStoreError(f"{type(exc).__name__}: {_short(exc)}", **where)
+
+    def _typed(self, kind: str | None, status: int | None, detail: str, key: str | None) -> Any:
+        """The typed error for a service answer: ``kind`` from its error code, else from its status."""
+        kind = kind or KIND_BY_STATUS.get(status or 0)
+        where = {"location": self.location, "key": key}
+        if kind == "range":
+            return RangeNotSatisfiable
+        if kind == "bucket_missing":
+            return ConfigError(f"the bucket/container {self.url.bucket!r} does not exist ({detail})", **where)
+        make = {
+            "not_found": lambda: BlobNotFound("no such blob", **where),
+            "exists": lambda: BlobAlreadyExists(f"the key already exists ({detail})", **where),
+            "throttled": lambda: Throttled(f"throttled by the service ({detail})", **where),
+            "transient": lambda: TransientError(f"transient service error ({detail})", **where),
+            "denied": lambda: AccessDenied(f"access denied ({detail})", **where),
+        }.get(kind or "", lambda: BlobStoreError(f"request failed ({detail})", **where))
+        return make()
 
     def _call(self, key: str | None, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Call ``fn`` and translate what it raises."""

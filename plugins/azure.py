@@ -17,23 +17,34 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from shardstore.blobstores.base import BlobInfo
-from shardstore.blobstores.errors import (
-    AccessDenied,
-    BlobAlreadyExists,
-    BlobNotFound,
-    BlobStoreError,
-    ConfigError,
-    Throttled,
-    TransientError,
-)
-from shardstore.blobstores.fsspec_store import FsspecStore, RangeNotSatisfiable
+from shardstore.blobstores.errors import BlobStoreError, ConfigError
+from shardstore.blobstores.fsspec_store import FsspecStore
 from shardstore.blobstores.options import Option
 
 PAGE = 1000
 DELETE_BATCH = 256  # the Blob Batch API's limit
 #: Azure metadata names must be C# identifiers, so no hyphen here.
 WRITER_METADATA = "shardstore_writer"
-_THROTTLE_CODES = {"ServerBusy", "OperationTimedOut", "TooManyRequests"}
+#: What Azure error codes and exception classes mean beyond the status (see fsspec_store._typed).
+_CODE_KINDS = {
+    "ContainerNotFound": "bucket_missing",
+    "BlobNotFound": "not_found",
+    "BlobAlreadyExists": "exists",
+    "ConditionNotMet": "exists",
+    "InvalidRange": "range",
+    "ServerBusy": "throttled",
+    "OperationTimedOut": "throttled",
+    "TooManyRequests": "throttled",
+    "InternalError": "transient",
+}
+_NAME_KINDS = {
+    "ResourceNotFoundError": "not_found",
+    "ResourceExistsError": "exists",
+    "ResourceModifiedError": "exists",
+    "ClientAuthenticationError": "denied",
+    "ServiceRequestError": "transient",
+    "ServiceResponseError": "transient",
+}
 
 
 class AzureStore(FsspecStore):
@@ -65,66 +76,43 @@ class AzureStore(FsspecStore):
         return self.url.bucket
 
     def _classify(self, exc: BaseException, key: str | None) -> Any:
-        mod = type(exc).__module__
-        if not mod.startswith("azure."):
+        if not type(exc).__module__.startswith("azure."):
             return None
-        where = {"location": self.location, "key": key}
         name = type(exc).__name__
         status = getattr(exc, "status_code", None) or getattr(getattr(exc, "response", None), "status_code", None)
         raw_code = getattr(exc, "error_code", "") or ""
         code = str(getattr(raw_code, "value", raw_code))
-        detail = f"{code or status}"
-        if name == "ResourceNotFoundError" or status == 404:
-            if code == "ContainerNotFound":
-                return ConfigError(f"the container {self.container!r} does not exist", **where)
-            return BlobNotFound("no such blob", **where)
-        if name in ("ResourceExistsError", "ResourceModifiedError") or status in (409, 412):
-            if code in ("BlobAlreadyExists", "ConditionNotMet") or status == 412 or name == "ResourceExistsError":
-                return BlobAlreadyExists("the key already exists (If-None-Match failed)", **where)
-        if status == 416 or code == "InvalidRange":
-            return RangeNotSatisfiable
-        if code in _THROTTLE_CODES or status in (429, 503):
-            return Throttled(f"throttled by the service ({detail})", **where)
-        if status in (408, 500, 502, 504):
-            return TransientError(f"transient service error ({detail})", **where)
-        if name == "ClientAuthenticationError" or status in (401, 403):
-            return AccessDenied(f"access denied ({detail})", **where)
-        if name in ("ServiceRequestError", "ServiceResponseError"):
-            return TransientError(f"connection problem ({name})", **where)
-        if status is not None:
-            return BlobStoreError(f"request failed ({detail})", **where)
-        return None
+        kind = _CODE_KINDS.get(code) or _NAME_KINDS.get(name)
+        if kind is None and status is None:
+            return None
+        return self._typed(kind, status, code or str(status), key)
 
     def _blob(self, key: str) -> Any:
         return self.fs.service_client.get_blob_client(container=self.container, blob=self._full(key))
 
-    def put(self, key: str, data: bytes, *, if_absent: bool = False, token: str | None = None) -> BlobInfo:
-        """upload_blob; ``if_absent`` sends If-None-Match: * (also on the block-list commit)."""
+    def _upload(self, key: str, source: Any, if_absent: bool, token: str | None) -> dict[str, Any]:
+        """upload_blob of bytes or a stream; ``if_absent`` sends If-None-Match: * (on the commit for blocks)."""
         self._check(key)
         meta = {WRITER_METADATA: token} if token else None
 
         async def upload() -> dict[str, Any]:
             async with self._blob(key) as bc:
-                return await bc.upload_blob(data, overwrite=not if_absent, metadata=meta, max_concurrency=4)
+                return await bc.upload_blob(source, overwrite=not if_absent, metadata=meta, max_concurrency=4)
 
         self._metrics.request("put")
-        res = self._call(key, self._run, upload)
+        return self._call(key, self._run, upload)
+
+    def put(self, key: str, data: bytes, *, if_absent: bool = False, token: str | None = None) -> BlobInfo:
+        """One Put Blob (staged blocks above 64 MiB)."""
+        res = self._upload(key, data, if_absent, token)
         self._metrics.add("bytes_out", len(data))
         return BlobInfo(key, len(data), str(res.get("etag", "")).strip('"'), token)
 
     def put_stream(
         self, key: str, readable: Any, *, if_absent: bool = False, token: str | None = None
     ) -> BlobInfo:
-        """Stream as staged blocks committed with If-None-Match: * when ``if_absent``."""
-        self._check(key)
-        meta = {WRITER_METADATA: token} if token else None
-
-        async def upload() -> dict[str, Any]:
-            async with self._blob(key) as bc:
-                return await bc.upload_blob(readable, overwrite=not if_absent, metadata=meta, max_concurrency=4)
-
-        self._metrics.request("put")
-        self._call(key, self._run, upload)
+        """Stream as staged blocks and one commit."""
+        self._upload(key, readable, if_absent, token)
         info = self.stat(key)
         self._metrics.add("bytes_out", info.size)
         return info

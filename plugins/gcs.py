@@ -21,16 +21,8 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from shardstore.blobstores.base import WRITER_METADATA, BlobInfo
-from shardstore.blobstores.errors import (
-    AccessDenied,
-    BlobAlreadyExists,
-    BlobNotFound,
-    BlobStoreError,
-    ConfigError,
-    Throttled,
-    TransientError,
-)
-from shardstore.blobstores.fsspec_store import FsspecStore, RangeNotSatisfiable
+from shardstore.blobstores.errors import ConfigError
+from shardstore.blobstores.fsspec_store import FsspecStore
 from shardstore.blobstores.options import Option
 
 PAGE = 1000
@@ -60,30 +52,15 @@ class GCSStore(FsspecStore):
         return _single_attempt_gcsfs()(**kwargs)
 
     def _classify(self, exc: BaseException, key: str | None) -> Any:
-        where = {"location": self.location, "key": key}
         code = getattr(exc, "code", None)
-        name = type(exc).__name__
-        if name == "HttpError" and isinstance(code, int):
+        if type(exc).__name__ == "HttpError" and isinstance(code, int):
             message = str(getattr(exc, "message", "") or exc)[:300]
-            if code == 404:
-                if "bucket" in message.lower():
-                    return ConfigError(f"the bucket {self.url.bucket!r} does not exist", **where)
-                return BlobNotFound("no such blob", **where)
-            if code == 412:
-                return BlobAlreadyExists("the key already exists (ifGenerationMatch=0 failed)", **where)
-            if code == 416:
-                return RangeNotSatisfiable
-            if code in (429, 503):
-                return Throttled(f"throttled by the service ({code}: {message})", **where)
-            if code in (408, 500, 502, 504):
-                return TransientError(f"transient service error ({code}: {message})", **where)
-            if code in (401, 403):
-                return AccessDenied(f"access denied ({code}: {message})", **where)
-            return BlobStoreError(f"request failed ({code}: {message})", **where)
+            kind = "bucket_missing" if code == 404 and "bucket" in message.lower() else None
+            return self._typed(kind, code, f"{code}: {message}", key)
         if isinstance(exc, OSError) and str(exc).startswith("Forbidden"):
-            return AccessDenied("access denied (403)", **where)
-        if name == "ProxyError":  # gcsfs raises it for 502
-            return TransientError("bad gateway (502)", **where)
+            return self._typed("denied", 403, "403", key)
+        if type(exc).__name__ == "ProxyError":  # gcsfs raises it for 502
+            return self._typed("transient", 502, "502 bad gateway", key)
         return None
 
     def _api(self, key: str | None, method: str, path: str, *args: str, **params: Any) -> Any:

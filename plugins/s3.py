@@ -14,27 +14,27 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from shardstore.blobstores.base import WRITER_METADATA, BlobInfo
-from shardstore.blobstores.errors import (
-    AccessDenied,
-    BlobAlreadyExists,
-    BlobNotFound,
-    BlobStoreError,
-    ConfigError,
-    Throttled,
-    TransientError,
-)
-from shardstore.blobstores.fsspec_store import FsspecStore, RangeNotSatisfiable
+from shardstore.blobstores.errors import ConfigError
+from shardstore.blobstores.fsspec_store import FsspecStore
 from shardstore.blobstores.keys import relative_to_root
 from shardstore.blobstores.options import Option
 
 PAGE = 1000  # ListObjectsV2 and DeleteObjects both take at most 1,000 keys
 
-_THROTTLE_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded",
-                   "TooManyRequests", "TooManyRequestsException", "ServiceUnavailable"}
-_TRANSIENT_CODES = {"InternalError", "RequestTimeout", "RequestTimeTooSkewed",
-                    "ConditionalRequestConflict", "OperationAborted", "BadDigest"}
-_DENIED_CODES = {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken",
-                 "InvalidToken", "AllAccessDisabled", "AccountProblem"}
+#: What an S3 error code means where it says more than the HTTP status (see fsspec_store._typed).
+_CODE_KINDS = {
+    "NoSuchBucket": "bucket_missing",
+    "NoSuchKey": "not_found",
+    "NotFound": "not_found",
+    "PreconditionFailed": "exists",
+    "InvalidRange": "range",
+    **dict.fromkeys(("SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded",
+                     "TooManyRequests", "TooManyRequestsException", "ServiceUnavailable"), "throttled"),
+    **dict.fromkeys(("InternalError", "RequestTimeout", "RequestTimeTooSkewed", "ConditionalRequestConflict",
+                     "OperationAborted", "BadDigest"), "transient"),
+    **dict.fromkeys(("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken",
+                     "InvalidToken", "AllAccessDisabled", "AccountProblem"), "denied"),
+}
 
 S3_OPTIONS = {
     "endpoint_url": Option("endpoint_url", str, None, "service endpoint (S3-compatible stores, emulators)"),
@@ -90,23 +90,7 @@ class S3Store(FsspecStore):
         code = str(response.get("Error", {}).get("Code", ""))
         status = int(response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
         message = str(response.get("Error", {}).get("Message", "")) or code
-        where = {"location": self.location, "key": key}
-        detail = f"{code or status}: {message}"
-        if code in ("NoSuchKey", "NotFound") or (status == 404 and code != "NoSuchBucket"):
-            return BlobNotFound("no such blob", **where)
-        if code == "NoSuchBucket":
-            return ConfigError(f"the bucket {self.url.bucket!r} does not exist", **where)
-        if code == "PreconditionFailed" or status == 412:
-            return BlobAlreadyExists("the key already exists (If-None-Match failed)", **where)
-        if code == "InvalidRange" or status == 416:
-            return RangeNotSatisfiable
-        if code in _THROTTLE_CODES or status in (429, 503):
-            return Throttled(f"throttled by the service ({detail})", **where)
-        if code in _TRANSIENT_CODES or status in (409, 500, 502, 504):
-            return TransientError(f"transient service error ({detail})", **where)
-        if code in _DENIED_CODES or status in (401, 403):
-            return AccessDenied(f"access denied ({detail})", **where)
-        return BlobStoreError(f"request failed ({detail})", **where)
+        return self._typed(_CODE_KINDS.get(code), status, f"{code or status}: {message}", key)
 
     def _api(self, key: str | None, op: str, **params: Any) -> dict[str, Any]:
         """One S3 API call with translated errors."""
@@ -163,18 +147,13 @@ class S3Store(FsspecStore):
             )
             errors = [e for e in out.get("Errors", ()) if e.get("Code") != "NoSuchKey"]
             if errors:
-                first = errors[0]
-                full_key = first.get("Key", "")
+                code, full_key = errors[0].get("Code", ""), errors[0].get("Key", "")
                 rel = relative_to_root(self.url.prefix, full_key) if full_key else None
-                raise self._classify(_Failed({"Error": first, "ResponseMetadata": {}}), rel)
+                detail = f"{code}: {errors[0].get('Message', '')} ({len(errors)} of {len(batch)} keys failed)"
+                raise self._typed(_CODE_KINDS.get(code), None, detail, rel)
 
 
-class _Failed(Exception):
-    """A per-key error inside a DeleteObjects answer, shaped like a ClientError."""
-
-    def __init__(self, response: dict[str, Any]) -> None:
-        super().__init__(response["Error"].get("Message", ""))
-        self.response = response
+_S3FS: type | None = None
 
 
 def _single_attempt_s3fs() -> type:
@@ -185,6 +164,3 @@ def _single_attempt_s3fs() -> type:
 
         _S3FS = type("SingleAttemptS3FileSystem", (s3fs.S3FileSystem,), {"retries": 1})
     return _S3FS
-
-
-_S3FS: type | None = None
