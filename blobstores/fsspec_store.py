@@ -51,6 +51,9 @@ KIND_BY_STATUS = {
 class FsspecStore(BackendStore):
     """Base of stores that talk to a service through an fsspec filesystem."""
 
+    #: Extra ``cat_file`` arguments that make a whole-object get one request.
+    _whole_get_kwargs: dict[str, Any] = {}
+
     def __init__(self, url: str, **options: Any) -> None:
         super().__init__(url, **options)
         self._fs: Any = None
@@ -134,34 +137,41 @@ class FsspecStore(BackendStore):
 
     # -- shared operations ----------------------------------------------------------------
 
-    def get(self, key: str) -> bytes:
-        """One GET of the whole object."""
+    def _read(self, key: str, start: int | None, length: int | None) -> bytes:
+        """One GET of the object or of a range of it (backends may override)."""
         path = self._path(key)
         self._metrics.request("get")
-        data = self._call(key, self.fs.cat_file, path)
+        if start is None:
+            data = self._call(key, self.fs.cat_file, path, **self._whole_get_kwargs)
+        else:
+            data = self._call(key, self.fs.cat_file, path, start=start, end=start + (length or 0))
         self._metrics.add("bytes_in", len(data))
         return data
 
+    def get(self, key: str) -> bytes:
+        """One GET of the whole object."""
+        return self._read(self._check(key), None, None)
+
     def get_range(self, key: str, start: int, length: int) -> bytes:
         """One ranged GET; a start past the end yields b""."""
-        path = self._path(key)
+        self._check(key)
         check_range(start, length, location=self.location, key=key)
         if length == 0:
             self.stat(key)  # existence still matters: BlobNotFound for a missing key
             return b""
-        self._metrics.request("get")
         try:
-            data = self._call(key, self.fs.cat_file, path, start=start, end=start + length)
+            return self._read(key, start, length)
         except RangeNotSatisfiable:
             return b""
-        self._metrics.add("bytes_in", len(data))
-        return data
 
     def open_read(self, key: str) -> BinaryIO:
         """A seekable stream reading ``STREAM_BLOCK`` bytes per ranged GET."""
         path = self._path(key)
         self._metrics.request("head")
         f = self._call(key, self.fs.open, path, "rb", block_size=STREAM_BLOCK, cache_type="readahead")
+        if getattr(f, "details", {}).get("type", "file") != "file":  # fsspec opened a "directory"
+            f.close()
+            raise BlobNotFound("no such blob (only keys under this prefix exist)", location=self.location, key=key)
         self._metrics.request("get")
         return CountingReader(f, self._metrics, lambda e: self._error(e, key))  # type: ignore[return-value]
 

@@ -120,12 +120,12 @@ class RetryingStore(BlobStore):
             try:
                 return self.inner.put(key, data, if_absent=True, token=token)
             except BlobAlreadyExists:
-                if not ambiguous:
+                # Even a first attempt can meet its own write: HTTP clients silently re-send
+                # an idempotent PUT whose reply was lost (aiohttp does), and the re-send gets 412.
+                own = self._own_write(key, token, data if ambiguous else None)
+                if own is None:
                     raise
-                existing = self._retry(lambda: self.inner.stat(key))
-                if is_own_write(existing, token, data, lambda: self._retry(lambda: self.inner.get(key))):
-                    return existing
-                raise
+                return own
 
         return self._retry(attempt)
 
@@ -141,23 +141,29 @@ class RetryingStore(BlobStore):
             token = token or new_token(self.writer_id)
         if origin is None:
             return self.inner.put_stream(key, readable, if_absent=if_absent, token=token)
-        tried = False
 
         def attempt() -> BlobInfo:
-            nonlocal tried
-            ambiguous, tried = tried, True
             readable.seek(origin)
             try:
                 return self.inner.put_stream(key, readable, if_absent=if_absent, token=token)
             except BlobAlreadyExists:
-                if not ambiguous:
+                own = self._own_write(key, token, None) if token else None
+                if own is None:
                     raise
-                existing = self._retry(lambda: self.inner.stat(key))
-                if is_own_write(existing, token, None, bytes):
-                    return existing
-                raise
+                return own
 
         return self._retry(attempt)
+
+    def _own_write(self, key: str, token: str, data: bytes | None) -> BlobInfo | None:
+        """The blob at ``key`` if it is this call's own earlier write, else None.
+
+        ``data`` is given only after an ambiguous failure, where a backend without
+        metadata may compare bytes; otherwise only a matching stored token counts.
+        """
+        existing = self._retry(lambda: self.inner.stat(key))
+        if is_own_write(existing, token, data, lambda: self._retry(lambda: self.inner.get(key))):
+            return existing
+        return None
 
     def get(self, key: str) -> bytes:
         """Get with retries."""

@@ -53,6 +53,8 @@ class S3Store(FsspecStore):
 
     scheme = "s3"
     OPTIONS = S3_OPTIONS
+    # s3fs otherwise HEADs the object first to decide on a concurrent ranged download.
+    _whole_get_kwargs = {"max_concurrency": 1}
 
     def _s3_config(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """(client_kwargs, config_kwargs) for s3fs."""

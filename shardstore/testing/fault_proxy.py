@@ -16,7 +16,9 @@ azure      ``503 Server Busy``, header ``x-ms-error-code: ServerBusy``, XML body
 =========  ==================================================================
 
 So a store's error translation and retries are exercised end to end over HTTP, through
-the same SDK code paths as a real throttled call.
+the same SDK code paths as a real throttled call.  ``drop_reply`` forwards a request
+(it lands) and then closes the connection unanswered: the ambiguous "did my write
+happen?" failure a conditional put must resolve.
 
 >>> proxy = FaultProxy(emu.endpoint, "s3").start()                 # doctest: +SKIP
 >>> store = open_store(url, **emu_via_proxy_options(emu, proxy))    # doctest: +SKIP
@@ -67,6 +69,7 @@ class _Rule:
     remaining: int
     method: str | None
     pattern: re.Pattern[str] | None
+    action: str = "throttle"  # or "drop": forward, then close the connection unanswered
     fired: int = 0
 
     def matches(self, method: str, target: str) -> bool:
@@ -186,9 +189,18 @@ class _Handler(BaseHTTPRequestHandler):
         method = self.command
         target = self.path
         body = self._read_body()
-        reply = proxy._decide(method, target)
+        action, reply = proxy._decide(method, target)
         if reply is None:
             reply = proxy._forward(method, target, list(self.headers.items()), body, "Content-Length" in self.headers)
+        if action == "drop":
+            # The request reached the service; its reply is lost: close without answering.
+            proxy._record(method, target, -reply.status)
+            self.close_connection = True
+            try:
+                self.connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            return
         proxy._record(method, target, reply.status)
         self.send_response_only(reply.status, reply.reason)
         sent_length = False
@@ -234,6 +246,7 @@ class FaultProxy:
         self._rules: list[_Rule] = []
         self._requests: collections.Counter[str] = collections.Counter()
         self._throttled: collections.Counter[str] = collections.Counter()
+        self._dropped: collections.Counter[str] = collections.Counter()
         self._log: collections.deque[tuple[str, str, int]] = collections.deque(maxlen=10_000)
         self._conns: set[socket.socket] = set()
         self._server: _Server | None = None
@@ -296,19 +309,30 @@ class FaultProxy:
         ``method`` is an HTTP method (None: any); ``path`` a regular expression searched
         in the request target, path and query string as sent (None: any).
         """
+        self._arm(n, method, path, "throttle")
+
+    def drop_reply(self, n: int = 1, method: str | None = None, path: str | None = None) -> None:
+        """Forward the next ``n`` matching requests, then close the connection unanswered.
+
+        The request lands at the service but the client sees the connection drop: the
+        ambiguous failure (did my write happen?) that conditional puts must resolve.
+        """
+        self._arm(n, method, path, "drop")
+
+    def _arm(self, n: int, method: str | None, path: str | None, action: str) -> None:
         if n < 0:
             raise ValueError("n must be >= 0")
-        rule = _Rule(n, method.upper() if method else None, re.compile(path) if path else None)
+        rule = _Rule(n, method.upper() if method else None, re.compile(path) if path else None, action)
         with self._lock:
             self._rules.append(rule)
 
     def pending(self) -> int:
-        """Throttles armed but not yet sent."""
+        """Throttles and drops armed but not yet fired."""
         with self._lock:
             return sum(r.remaining for r in self._rules)
 
     def clear(self) -> None:
-        """Disarm every pending throttle."""
+        """Disarm every pending throttle and drop."""
         with self._lock:
             self._rules.clear()
 
@@ -325,6 +349,12 @@ class FaultProxy:
             return dict(self._throttled)
 
     @property
+    def dropped(self) -> dict[str, int]:
+        """Replies dropped so far (requests forwarded, connection closed), by HTTP method."""
+        with self._lock:
+            return dict(self._dropped)
+
+    @property
     def total_requests(self) -> int:
         """All requests received so far."""
         with self._lock:
@@ -332,7 +362,10 @@ class FaultProxy:
 
     @property
     def log(self) -> list[tuple[str, str, int]]:
-        """(method, target, status) of the last 10,000 requests, oldest first."""
+        """(method, target, status) of the last 10,000 requests, oldest first.
+
+        A dropped reply is logged with the negated status the service had answered.
+        """
         with self._lock:
             return list(self._log)
 
@@ -341,6 +374,7 @@ class FaultProxy:
         with self._lock:
             self._requests.clear()
             self._throttled.clear()
+            self._dropped.clear()
             self._log.clear()
 
     # -- internals (called from handler threads) ------------------------------------------
@@ -352,18 +386,21 @@ class FaultProxy:
             else:
                 self._conns.discard(conn)
 
-    def _decide(self, method: str, target: str) -> _Reply | None:
+    def _decide(self, method: str, target: str) -> tuple[str | None, _Reply | None]:
         with self._lock:
             self._requests[method] += 1
             for rule in self._rules:
                 if rule.matches(method, target):
                     rule.remaining -= 1
                     rule.fired += 1
-                    self._throttled[method] += 1
                     break
             else:
-                return None
-        return throttle_reply(self.flavor, method, target)
+                return None, None
+            if rule.action == "drop":
+                self._dropped[method] += 1
+                return "drop", None
+            self._throttled[method] += 1
+        return "throttle", throttle_reply(self.flavor, method, target)
 
     def _record(self, method: str, target: str, status: int) -> None:
         with self._lock:
