@@ -53,6 +53,8 @@ class FsspecStore(BackendStore):
 
     #: Extra ``cat_file`` arguments that make a whole-object get one request.
     _whole_get_kwargs: dict[str, Any] = {}
+    #: Requests a streamed upload makes besides one per part (initiate, complete).
+    _stream_extra_requests = 2
 
     def __init__(self, url: str, **options: Any) -> None:
         super().__init__(url, **options)
@@ -165,13 +167,15 @@ class FsspecStore(BackendStore):
             return b""
 
     def open_read(self, key: str) -> BinaryIO:
-        """A seekable stream reading ``STREAM_BLOCK`` bytes per ranged GET."""
-        path = self._path(key)
-        self._metrics.request("head")
-        f = self._call(key, self.fs.open, path, "rb", block_size=STREAM_BLOCK, cache_type="readahead")
-        if getattr(f, "details", {}).get("type", "file") != "file":  # fsspec opened a "directory"
-            f.close()
-            raise BlobNotFound("no such blob (only keys under this prefix exist)", location=self.location, key=key)
+        """A seekable stream reading ``STREAM_BLOCK`` bytes per ranged GET.
+
+        The stat up front makes a missing key (or a bare prefix) fail here with
+        BlobNotFound, and hands the size to fsspec so it does not look the object up again.
+        """
+        info = self.stat(key)
+        f = self._call(
+            key, self.fs.open, self._path(key), "rb", block_size=STREAM_BLOCK, cache_type="readahead", size=info.size
+        )
         self._metrics.request("get")
         return CountingReader(f, self._metrics, lambda e: self._error(e, key))  # type: ignore[return-value]
 
@@ -197,6 +201,8 @@ class FsspecStore(BackendStore):
                     chunk = readable.read(STREAM_BLOCK)
         except Exception as exc:
             raise self._error(exc, key) from exc
+        finally:
+            self._metrics.request("put", self._stream_extra_requests)
         self._metrics.add("bytes_out", size)
         return self.stat(key)
 

@@ -34,6 +34,7 @@ class GCSStore(FsspecStore):
     """A store in a GCS bucket under a prefix."""
 
     scheme = "gs"
+    _stream_extra_requests = 1  # a resumable upload: one initiating POST, then the chunks
     OPTIONS = {
         "endpoint_url": Option("endpoint_url", str, None, "service endpoint (emulators)"),
         "token": Option("token", str, None, "gcsfs token: anon, google_default, cloud, or a JSON key path", secret=True),

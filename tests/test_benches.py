@@ -1,0 +1,82 @@
+"""Smoke test of the bench runner: ``python -m benches blobstore --quick`` on memory and file.
+
+It checks the output format (one JSON figure per line, then a blank line and a table),
+not speed: every figure must carry bench, name, value, unit and params, with a positive
+value.  The cloud backends are left out (they start emulators); the full run is
+``python -m benches``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+REQUIRED = {"bench": str, "name": str, "value": (int, float), "unit": str, "params": dict}
+
+
+def _run(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "benches", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "SHARDSTORE_BENCH_DIR": str(tmp_path)},
+    )
+
+
+def test_blobstore_quick_prints_json_figures_then_a_table(tmp_path: Path) -> None:
+    out_file = tmp_path / "figures.jsonl"
+    proc = _run("blobstore", "--quick", "--backends", "memory,file", "--out", str(out_file), tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    lines = proc.stdout.splitlines()
+    assert "" in lines, f"no blank line before the table:\n{proc.stdout[-2000:]}"
+    cut = lines.index("")
+    json_lines, table = lines[:cut], lines[cut + 1 :]
+    assert json_lines, "no figures printed"
+
+    figures = []
+    for line in json_lines:
+        fig = json.loads(line)  # every line before the table is a JSON object
+        for key, kind in REQUIRED.items():
+            assert key in fig, f"{key!r} missing from {line}"
+            assert isinstance(fig[key], kind), f"{key!r} has the wrong type in {line}"
+        assert not isinstance(fig["value"], bool)
+        assert fig["value"] > 0, line
+        assert fig["bench"] == "blobstore"
+        figures.append(fig)
+
+    # Both backends, both sizes, both implementations, and the ratios with their targets.
+    assert {f["params"]["backend"] for f in figures} == {"memory", "file"}
+    ratios = [f for f in figures if f["unit"] == "ratio"]
+    assert {(f["params"]["backend"], f["params"]["size"], f["name"]) for f in ratios} >= {
+        (b, s, n) for b in ("memory", "file") for s in ("4KiB", "8MiB") for n in ("put_ratio", "get_ratio")
+    }
+    assert all("target" in f and isinstance(f["met"], bool) for f in ratios)
+    assert {f["params"].get("fsync") for f in ratios if f["params"]["backend"] == "file"} == {True, False}
+    impls = {f["params"].get("impl") for f in figures}
+    assert {"shardstore", "raw"} <= impls
+    assert any(f["name"] == "requests_per_op" for f in figures)
+
+    # The table lists every figure (a header, a rule, one row each) and marks targets.
+    assert table[0].split()[:2] == ["bench", "name"]
+    assert len(table) == 2 + len(figures)
+    assert any("met" in row for row in table)
+
+    # --out holds exactly the JSON lines of stdout.
+    assert out_file.read_text().splitlines() == json_lines
+    # Progress goes to stderr.
+    assert "[blobstore]" in proc.stderr
+
+
+def test_unknown_bench_and_backend_fail_cleanly(tmp_path: Path) -> None:
+    proc = _run("no-such-bench", tmp_path=tmp_path)
+    assert proc.returncode == 2 and "unknown bench" in proc.stderr
+    proc = _run("blobstore", "--quick", "--backends", "floppy", "--json-only", tmp_path=tmp_path)
+    assert proc.returncode == 1 and "unknown backend" in proc.stderr
+    assert proc.stdout == ""
