@@ -60,6 +60,7 @@ class LocalStore(BackendStore):
         elif not os.path.isdir(self.root):
             raise ConfigError("the root directory does not exist (pass create=true)", location=self.location)
         self._tmp = os.path.join(self.root, TMP_DIR)
+        os.makedirs(self._tmp, exist_ok=True)
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -87,17 +88,22 @@ class LocalStore(BackendStore):
         finally:
             os.close(fd)
 
-    def _write_temp(self, fill: Any) -> tuple[str, int]:
-        os.makedirs(self._tmp, exist_ok=True)
+    def _write_temp(self, fill: Any) -> tuple[str, os.stat_result]:
+        """Write a complete, fsynced temp file; its stat (the inode survives link/rename)."""
         tmp = os.path.join(self._tmp, uuid.uuid4().hex)
-        with open(tmp, "xb") as f:
-            size = fill(f)
+        try:
+            f = open(tmp, "xb")
+        except FileNotFoundError:  # the temp directory was removed under us
+            os.makedirs(self._tmp, exist_ok=True)
+            f = open(tmp, "xb")
+        with f:
+            fill(f)
             f.flush()
             if self.options["fsync"]:
                 os.fsync(f.fileno())
-        return tmp, size
+            return tmp, os.fstat(f.fileno())
 
-    def _publish(self, key: str, tmp: str, if_absent: bool) -> os.stat_result:
+    def _publish(self, key: str, tmp: str, if_absent: bool) -> None:
         """Move a complete temp file to ``key``: link (conditional) or rename, then fsync the dir."""
         target = self._path(key)
         parent = os.path.dirname(target)
@@ -114,18 +120,18 @@ class LocalStore(BackendStore):
         except OSError as exc:
             raise self._error(exc, key) from exc
         finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        if os.path.isdir(target):
-            raise self._collision(key, "a key cannot also be a prefix of other keys")
+            if if_absent or os.path.exists(tmp):  # a link leaves the temp name; a failed rename too
+                try:
+                    os.unlink(tmp)
+                except FileNotFoundError:
+                    pass
         self._fsync_dir(parent)
-        return os.stat(target)
 
     @staticmethod
     def _link_or_replace(tmp: str, target: str, parent: str, if_absent: bool) -> None:
-        # A concurrent delete may prune `parent` between makedirs and the link: try again.
+        # The parent is created only when missing; a concurrent delete may prune it
+        # between makedirs and the link, so try again a few times.
         for _ in range(8):
-            os.makedirs(parent, exist_ok=True)
             try:
                 if if_absent:
                     os.link(tmp, target)
@@ -135,6 +141,7 @@ class LocalStore(BackendStore):
             except FileNotFoundError:
                 if not os.path.exists(tmp):
                     raise
+                os.makedirs(parent, exist_ok=True)
         raise TransientError(f"the directory {parent} kept disappearing under concurrent deletes")
 
     def _collision(self, key: str, what: str) -> InvalidKey:
@@ -148,12 +155,12 @@ class LocalStore(BackendStore):
         self._metrics.request("put")
         view = memoryview(data)
         try:
-            tmp, size = self._write_temp(lambda f: f.write(view))
+            tmp, st = self._write_temp(lambda f: f.write(view))
         except OSError as exc:
             raise self._error(exc, key) from exc
-        st = self._publish(key, tmp, if_absent)
-        self._metrics.add("bytes_out", size)
-        return BlobInfo(key, size, _etag(st))
+        self._publish(key, tmp, if_absent)
+        self._metrics.add("bytes_out", st.st_size)
+        return BlobInfo(key, st.st_size, _etag(st))
 
     def put_stream(
         self, key: str, readable: BinaryIO, *, if_absent: bool = False, token: str | None = None
@@ -162,18 +169,13 @@ class LocalStore(BackendStore):
         self._path(key)
         self._metrics.request("put")
 
-        def fill(f: BinaryIO) -> int:
-            start = f.tell()
-            shutil.copyfileobj(readable, f, COPY_CHUNK)
-            return f.tell() - start
-
         try:
-            tmp, size = self._write_temp(fill)
+            tmp, st = self._write_temp(lambda f: shutil.copyfileobj(readable, f, COPY_CHUNK))
         except OSError as exc:
             raise self._error(exc, key) from exc
-        st = self._publish(key, tmp, if_absent)
-        self._metrics.add("bytes_out", size)
-        return BlobInfo(key, size, _etag(st))
+        self._publish(key, tmp, if_absent)
+        self._metrics.add("bytes_out", st.st_size)
+        return BlobInfo(key, st.st_size, _etag(st))
 
     def get(self, key: str) -> bytes:
         """Read the whole file."""
