@@ -164,11 +164,14 @@ def _raw_impl(fs: Any, root: str) -> Impl:
 
 @dataclass
 class Backend:
+    """One backend under test: its implementations and the cleanups to run when done."""
+
     name: str
     impls: list[Impl]
     cleanup: list[Callable[[], None]] = field(default_factory=list)
 
     def close(self) -> None:
+        """Run the cleanups in reverse order; a failing one is reported, not raised."""
         for fn in reversed(self.cleanup):
             try:
                 fn()
@@ -237,6 +240,8 @@ def _setup(kind: str, ctx: Context) -> Backend:
 
 @dataclass
 class Sample:
+    """One implementation's timing of one phase of one round: ``count`` calls, ``nbytes`` moved."""
+
     seconds: float
     count: int
     nbytes: int

@@ -37,6 +37,7 @@ class Figure:
     met: bool | None = None
 
     def to_json(self) -> dict[str, Any]:
+        """The figure as one JSON object; ``target``/``met`` only when it has a target."""
         out: dict[str, Any] = {
             "bench": self.bench,
             "name": self.name,
@@ -93,6 +94,7 @@ def _table(figures: list[Figure]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the named benches (default all); exit status 1 if any bench failed, else 0."""
     parser = argparse.ArgumentParser(prog="python -m benches", description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", metavar="NAME", help=f"benches to run (default all: {', '.join(BENCHES)})")
     parser.add_argument("--quick", action="store_true", help="small sizes and few repetitions (CI smoke)")

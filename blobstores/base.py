@@ -72,6 +72,8 @@ class BlobStore(abc.ABC):
 
     #: URL scheme this class serves (set by each plugin).
     scheme: str = ""
+    #: Whether the store keeps a put's writer token with the blob (``BlobInfo.writer``).
+    keeps_writer_tokens: bool = True
 
     @property
     @abc.abstractmethod

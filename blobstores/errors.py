@@ -59,8 +59,12 @@ class UnknownOption(ConfigError):
         self.known = known
 
 
-class AccessDenied(BlobStoreError):
-    """The credentials in use may not perform this operation."""
+class AccessDenied(BlobStoreError, InvalidError):
+    """The credentials in use may not perform this operation (fix credentials or policy)."""
+
+
+class RequestRejected(BlobStoreError, InvalidError):
+    """The service refused the request for a reason shardstore does not classify further."""
 
 
 class TransientError(BlobStoreError, UnavailableError):
@@ -69,6 +73,10 @@ class TransientError(BlobStoreError, UnavailableError):
 
 class Throttled(TransientError):
     """The service asked us to slow down (S3 503 SlowDown, GCS 429, Azure 503)."""
+
+
+class BlobChanged(BlobStoreError, ConflictError):
+    """The blob was replaced or deleted while a stream was reading it."""
 
 
 class BlobCorrupted(BlobStoreError, CorruptError):

@@ -72,6 +72,7 @@ class FaultyStore(BlobStore):
     def __init__(self, inner: BlobStore, rules: Iterable[FaultRule] = (), *, seed: int = 0) -> None:
         self.inner = inner
         self.scheme = inner.scheme
+        self.keeps_writer_tokens = inner.keeps_writer_tokens
         self.rules: list[FaultRule] = list(rules)
         self.seed = seed
         self._rng = random.Random(seed)
@@ -174,7 +175,7 @@ class FaultyStore(BlobStore):
 
     def list(self, prefix: str = "", *, start_after: str | None = None) -> Iterator[BlobInfo]:
         """List; a rule on "list" matches the prefix and fires before the first page."""
-        return self._run("list", prefix, lambda: iter(list(self.inner.list(prefix, start_after=start_after))))
+        return self._run("list", prefix, lambda: self.inner.list(prefix, start_after=start_after))
 
     def delete(self, keys: Iterable[str]) -> None:
         """Delete; a rule matches if it covers any of the keys."""

@@ -1,16 +1,20 @@
 """Shared plumbing of the cloud backends built on fsspec filesystems (s3fs, gcsfs, adlfs).
 
-Each backend supplies the filesystem, its error classification and the operations whose
+Each backend supplies the filesystem, its error classification, a hook that reports
+every HTTP request (so metrics count what went on the wire), and the operations whose
 native form matters (conditional put with a writer token, stat with metadata, paged
-listing with ``start_after``, batched delete).  The SDKs' own retry loops are turned
-off by each backend so that :class:`~shardstore.blobstores.retrying.RetryingStore` is
-the one place that decides about retries, and sees every throttle.
+listing with ``start_after``, batched delete, version-pinned ranged reads).  The SDKs'
+own retry loops are turned off by each backend so that
+:class:`~shardstore.blobstores.retrying.RetryingStore` is the one place that decides
+about retries, and sees every throttle.  Each store owns its filesystem (no fsspec
+instance cache), so ``close()`` really closes its sessions.
 """
 
 from __future__ import annotations
 
 import abc
 import asyncio
+import io
 import threading
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, BinaryIO, TypeVar
@@ -22,14 +26,17 @@ from shardstore.blobstores.base import BlobInfo
 from shardstore.blobstores.errors import (
     AccessDenied,
     BlobAlreadyExists,
+    BlobChanged,
     BlobNotFound,
     BlobStoreError,
     ConfigError,
+    RequestRejected,
     Throttled,
     TransientError,
 )
-from shardstore.blobstores.keys import check_range
-from shardstore.blobstores.streams import CountingReader
+from shardstore.blobstores.keys import check_full_length, check_range
+from shardstore.blobstores.request_kinds import classify_request
+from shardstore.blobstores.streams import RangeReader
 
 T = TypeVar("T")
 
@@ -51,11 +58,6 @@ KIND_BY_STATUS = {
 class FsspecStore(BackendStore):
     """Base of stores that talk to a service through an fsspec filesystem."""
 
-    #: Extra ``cat_file`` arguments that make a whole-object get one request.
-    _whole_get_kwargs: dict[str, Any] = {}
-    #: Requests a streamed upload makes besides one per part (initiate, complete).
-    _stream_extra_requests = 2
-
     def __init__(self, url: str, **options: Any) -> None:
         super().__init__(url, **options)
         self._fs: Any = None
@@ -65,11 +67,33 @@ class FsspecStore(BackendStore):
 
     @abc.abstractmethod
     def _make_fs(self) -> Any:
-        """Build the fsspec filesystem (SDK retries off)."""
+        """Build this store's own filesystem (SDK retries off, request hook installed)."""
 
     @abc.abstractmethod
-    def _classify(self, exc: BaseException, key: str | None) -> BlobStoreError | type[RangeNotSatisfiable] | None:
+    def _classify(self, exc: BaseException, key: str | None) -> Any:
         """Map a service-specific exception to a typed error (None: not recognised)."""
+
+    def _read(self, key: str, start: int | None, length: int | None, version: str | None = None) -> bytes:
+        """One GET of the object or a range of it, pinned to ``version`` when given."""
+        path = self._path(key)
+        extra = self._pin_kwargs(version) if version else {}
+        if start is None:
+            data = self._call(key, self.fs.cat_file, path, **extra)
+        else:
+            data = self._call(key, self.fs.cat_file, path, start=start, end=start + (length or 0), **extra)
+        self._metrics.add("bytes_in", len(data))
+        return data
+
+    def _pin_kwargs(self, version: str) -> dict[str, Any]:
+        """``cat_file`` arguments that make a read fail if the blob is no longer ``version``."""
+        return {}
+
+    def _stream_kwargs(self, token: str | None) -> dict[str, Any]:
+        """Extra keyword arguments for ``fs.open`` in write mode (metadata, where supported)."""
+        return {}
+
+    def _close_fs(self, fs: Any) -> None:
+        """Close the filesystem's HTTP sessions (best effort)."""
 
     # -- plumbing -----------------------------------------------------------------------
 
@@ -79,8 +103,20 @@ class FsspecStore(BackendStore):
         if self._fs is None:
             with self._fs_lock:
                 if self._fs is None:
-                    self._fs = self._make_fs()
+                    try:
+                        self._fs = self._make_fs()
+                    except BlobStoreError:
+                        raise
+                    except Exception as exc:
+                        raise ConfigError(
+                            f"could not set up the {self.scheme} client: {type(exc).__name__}: {self._redact(_short(exc))}",
+                            location=self.location,
+                        ) from None
         return self._fs
+
+    def _on_request(self, method: str, url: str) -> None:
+        """Count one HTTP request the SDK is about to send."""
+        self._metrics.request(classify_request(method, url))
 
     def _run(self, fn: Callable[..., Coroutine[Any, Any, T]], *args: Any, **kwargs: Any) -> T:
         """Run a coroutine function on the filesystem's event loop."""
@@ -88,33 +124,45 @@ class FsspecStore(BackendStore):
 
     def _path(self, key: str) -> str:
         """``bucket/root/key`` for a validated key."""
-        return f"{self.url.bucket}/{self._full(self._check(key))}"
+        self._check(key)
+        check_full_length(self.url.prefix, key, location=self.location)
+        return f"{self.url.bucket}/{self._full(key)}"
+
+    def _redact(self, text: str) -> str:
+        """``text`` with every secret option value replaced."""
+        for name, opt in self.OPTIONS.items():
+            value = self.options.get(name)
+            if opt.secret and isinstance(value, str) and len(value) >= 4:
+                text = text.replace(value, "<redacted>")
+        return text
 
     def _error(self, exc: BaseException, key: str | None) -> BaseException:
         """Translate any exception raised by the SDK or fsspec into a typed error."""
-        if isinstance(exc, BlobStoreError):
+        if isinstance(exc, (BlobStoreError, RangeNotSatisfiable)):
             return exc
         for cause in _chain(exc):
             found = self._classify(cause, key)
             if found is not None:
                 return found if isinstance(found, BaseException) else found()
         where = {"location": self.location, "key": key}
+        text = self._redact(_short(exc))
         if isinstance(exc, FileNotFoundError):
             return BlobNotFound("no such blob", **where)
         if isinstance(exc, FileExistsError):
             return BlobAlreadyExists("the key already exists", **where)
         if isinstance(exc, PermissionError):
-            return AccessDenied(f"access denied: {_short(exc)}", **where)
-        if isinstance(exc, (ConnectionError, TimeoutError, asyncio.TimeoutError)):
-            return TransientError(f"connection problem: {_short(exc)}", **where)
-        if _is_transport_error(exc):
-            return TransientError(f"transport error: {_short(exc)}", **where)
-        return BlobStoreError(f"{type(exc).__name__}: {_short(exc)}", **where)
+            return AccessDenied(f"access denied: {text}", **where)
+        if isinstance(exc, (ConnectionError, TimeoutError, asyncio.TimeoutError)) or _is_transport_error(exc):
+            return TransientError(f"connection problem: {type(exc).__name__}: {text}", **where)
+        return RequestRejected(f"{type(exc).__name__}: {text}", **where)
 
     def _typed(self, kind: str | None, status: int | None, detail: str, key: str | None) -> Any:
         """The typed error for a service answer: ``kind`` from its error code, else from its status."""
         kind = kind or KIND_BY_STATUS.get(status or 0)
+        if kind is None and status is not None and status >= 500:
+            kind = "transient"
         where = {"location": self.location, "key": key}
+        detail = self._redact(detail)
         if kind == "range":
             return RangeNotSatisfiable
         if kind == "bucket_missing":
@@ -125,30 +173,19 @@ class FsspecStore(BackendStore):
             "throttled": lambda: Throttled(f"throttled by the service ({detail})", **where),
             "transient": lambda: TransientError(f"transient service error ({detail})", **where),
             "denied": lambda: AccessDenied(f"access denied ({detail})", **where),
-        }.get(kind or "", lambda: BlobStoreError(f"request failed ({detail})", **where))
+        }.get(kind or "", lambda: RequestRejected(f"request refused ({detail})", **where))
         return make()
 
     def _call(self, key: str | None, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Call ``fn`` and translate what it raises."""
         try:
             return fn(*args, **kwargs)
-        except BlobStoreError:
+        except (BlobStoreError, RangeNotSatisfiable):
             raise
         except Exception as exc:
             raise self._error(exc, key) from exc
 
     # -- shared operations ----------------------------------------------------------------
-
-    def _read(self, key: str, start: int | None, length: int | None) -> bytes:
-        """One GET of the object or of a range of it (backends may override)."""
-        path = self._path(key)
-        self._metrics.request("get")
-        if start is None:
-            data = self._call(key, self.fs.cat_file, path, **self._whole_get_kwargs)
-        else:
-            data = self._call(key, self.fs.cat_file, path, start=start, end=start + (length or 0))
-        self._metrics.add("bytes_in", len(data))
-        return data
 
     def get(self, key: str) -> bytes:
         """One GET of the whole object."""
@@ -167,52 +204,87 @@ class FsspecStore(BackendStore):
             return b""
 
     def open_read(self, key: str) -> BinaryIO:
-        """A seekable stream reading ``STREAM_BLOCK`` bytes per ranged GET.
+        """A seekable stream of ranged GETs of ``STREAM_BLOCK`` bytes, pinned to one version.
 
-        The stat up front makes a missing key (or a bare prefix) fail here with
-        BlobNotFound, and hands the size to fsspec so it does not look the object up again.
+        One HEAD up front (BlobNotFound for a missing key), then one GET per block; a blob
+        replaced while the stream reads it raises BlobChanged rather than mixing versions.
         """
         info = self.stat(key)
-        f = self._call(
-            key, self.fs.open, self._path(key), "rb", block_size=STREAM_BLOCK, cache_type="readahead", size=info.size
-        )
-        self._metrics.request("get")
-        return CountingReader(f, self._metrics, lambda e: self._error(e, key))  # type: ignore[return-value]
+
+        def fetch(start: int, length: int) -> bytes:
+            try:
+                return self._read(key, start, length, info.etag_or_generation)
+            except (BlobAlreadyExists, BlobNotFound) as exc:  # the pinned version is gone
+                raise BlobChanged("the blob was replaced or deleted while being read",
+                                  location=self.location, key=key) from exc
+            except RangeNotSatisfiable:
+                return b""
+
+        raw = RangeReader(fetch, info.size, STREAM_BLOCK)
+        return io.BufferedReader(raw, buffer_size=STREAM_BLOCK)  # type: ignore[return-value]
 
     def put_stream(
         self, key: str, readable: BinaryIO, *, if_absent: bool = False, token: str | None = None
     ) -> BlobInfo:
-        """Stream into a multipart/resumable upload; small streams become one conditional put."""
+        """Stream into a multipart/resumable upload; small streams become one conditional put.
+
+        A failure part-way (source or service) aborts the upload, so nothing partial is
+        ever published.
+        """
         path = self._path(key)
-        first = readable.read(STREAM_BLOCK)
+        first = read_full(readable, STREAM_BLOCK)
         if len(first) < STREAM_BLOCK:
             # Small enough to hold: the native conditional put, with the writer token.
             # (This also avoids the s3fs trap where an empty "xb" upload truncates.)
             return self.put(key, first, if_absent=if_absent, token=token)
-        mode = "xb" if if_absent else "wb"
+        f = self._call(key, self.fs.open, path, "xb" if if_absent else "wb", block_size=STREAM_BLOCK,
+                       **self._stream_kwargs(token))
         size = 0
         try:
-            with self.fs.open(path, mode, block_size=STREAM_BLOCK, **self._stream_kwargs(token)) as f:
-                chunk = first
-                while chunk:
-                    f.write(chunk)
-                    size += len(chunk)
-                    self._metrics.request("put")
-                    chunk = readable.read(STREAM_BLOCK)
-        except Exception as exc:
-            raise self._error(exc, key) from exc
-        finally:
-            self._metrics.request("put", self._stream_extra_requests)
+            chunk = first
+            while chunk:
+                f.write(chunk)
+                size += len(chunk)
+                chunk = read_full(readable, STREAM_BLOCK)
+            f.close()  # completes the upload (the condition is checked here)
+        except BaseException as exc:
+            _discard(f)
+            if isinstance(exc, Exception):
+                raise self._error(exc, key) from exc
+            raise
         self._metrics.add("bytes_out", size)
         return self.stat(key)
 
-    def _stream_kwargs(self, token: str | None) -> dict[str, Any]:
-        """Extra keyword arguments for ``fs.open`` in write mode (metadata, where supported)."""
-        return {}
-
     def close(self) -> None:
-        """Forget the filesystem (the next call makes a new one)."""
-        self._fs = None
+        """Close this store's HTTP sessions (the next call opens new ones)."""
+        with self._fs_lock:
+            fs, self._fs = self._fs, None
+        if fs is not None:
+            try:
+                self._close_fs(fs)
+            except Exception:  # closing is best effort; nothing is lost
+                pass
+
+
+def read_full(readable: BinaryIO, size: int) -> bytes:
+    """Read until ``size`` bytes or the end of the stream (sources may return short reads)."""
+    parts, got = [], 0
+    while got < size:
+        data = readable.read(size - got)
+        if not data:
+            break
+        parts.append(data)
+        got += len(data)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _discard(f: Any) -> None:
+    """Abort an unfinished upload (S3 multipart abort, GCS resumable cancel) and drop the file."""
+    try:
+        f.discard()
+    except Exception:  # the upload may never have started; nothing to abort
+        pass
+    f.closed = True
 
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:

@@ -1,19 +1,23 @@
 """Pure rules for blob keys and prefixes (no I/O).
 
 A key is relative to the store's root, made of non-empty ``/``-separated parts, none of
-which is ``.`` or ``..``; it holds no backslash and no control character, and is at most
+which is ``.`` or ``..``; it holds no backslash, no control character (C0 or C1), no
+``?`` or ``#`` (which fsspec, Spark and pyarrow parse out of paths as version, query or
+fragment: s3fs reads ``a?versionId=1`` as key ``a``), is in Unicode NFC (so that one name
+has one spelling on every filesystem), and with the store's root prefix is at most
 1,024 bytes of UTF-8 (the S3 and Azure limit).  These rules keep every store inside its
-root and make keys portable between backends.
+root and make keys portable between backends and tools.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 
 from shardstore.blobstores.errors import InvalidKey, InvalidRange
 
 MAX_KEY_BYTES = 1024
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def key_problem(key: object) -> str | None:
@@ -26,6 +30,8 @@ def key_problem(key: object) -> str | None:
         return "the key holds a control character"
     if "\\" in key:
         return "the key holds a backslash (keys are '/'-separated)"
+    if "?" in key or "#" in key:
+        return "the key holds '?' or '#', which URL-style paths treat as query or fragment"
     if key.startswith("/"):
         return "the key is absolute (keys are relative to the store's root)"
     if len(key.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
@@ -39,6 +45,8 @@ def key_problem(key: object) -> str | None:
         key.encode("utf-8")
     except UnicodeEncodeError:
         return "the key is not valid UTF-8 (lone surrogate)"
+    if not key.isascii() and unicodedata.normalize("NFC", key) != key:
+        return "the key is not in Unicode NFC (normalise it with unicodedata.normalize('NFC', key))"
     return None
 
 
@@ -64,6 +72,15 @@ def validate_prefix(prefix: str, *, location: str = "") -> str:
 def join_root(root: str, key: str) -> str:
     """Join a root prefix (may be empty) and a relative key with one '/'."""
     return f"{root}/{key}" if root else key
+
+
+def check_full_length(root: str, key: str, *, location: str = "") -> None:
+    """Raise InvalidKey when root + key is longer than the services allow."""
+    full = join_root(root, key)
+    if len(full.encode("utf-8")) > MAX_KEY_BYTES:
+        raise InvalidKey(
+            f"with the root prefix the key is longer than {MAX_KEY_BYTES} bytes", location=location, key=key
+        )
 
 
 def relative_to_root(root: str, path: str) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from shardstore.blobstores.errors import ConfigError, UnknownOption
+from shardstore.blobstores.keys import key_problem
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -37,27 +38,39 @@ class StoreURL:
 
 
 def parse_url(url: str) -> StoreURL:
-    """Split ``scheme://bucket/prefix?opt=v`` (a bare path means ``file://``)."""
+    """Split ``scheme://bucket/prefix?opt=v`` (a bare path means ``file://``).
+
+    Errors quote the URL without its query, which may hold credentials.
+    """
     if not isinstance(url, str) or not url:
-        raise ConfigError(f"a store URL must be a non-empty string, not {url!r}")
+        raise ConfigError(f"a store URL must be a non-empty string, not {type(url).__name__}")
+    shown = url.split("?", 1)[0]
     if "://" not in url:
-        if url.startswith("/"):
-            url = "file://" + url
-        else:
+        if not url.startswith("/"):
             raise ConfigError(
-                f"{url!r} is not a store URL: expected scheme://bucket/prefix "
+                f"{shown!r} is not a store URL: expected scheme://bucket/prefix "
                 "(or an absolute path for the local filesystem)"
             )
+        url = "file://" + url
     parts = urlsplit(url)
+    if "@" in parts.netloc:
+        raise ConfigError(
+            "store URLs may not carry credentials (user:password@); pass them as options "
+            "or let the SDK's credential chain find them"
+        )
+    if parts.fragment:
+        raise ConfigError(f"store URLs take no #fragment: {shown!r}")
     scheme = parts.scheme.lower()
     query = dict(parse_qsl(parts.query, keep_blank_values=True))
     path = unquote(parts.path)
     if scheme == "file":
         if parts.netloc not in ("", "localhost"):
-            raise ConfigError(f"file URLs take an absolute path (file:///dir), got {url!r}")
-        root = "/" + path.strip("/")
-        return StoreURL(scheme, "", root, query)
-    return StoreURL(scheme, unquote(parts.netloc), path.strip("/"), query)
+            raise ConfigError(f"file URLs take an absolute path (file:///dir), got {shown!r}")
+        return StoreURL(scheme, "", "/" + path.strip("/"), query)
+    prefix = path.strip("/")
+    if prefix and (problem := key_problem(prefix)) is not None:
+        raise ConfigError(f"the root prefix {prefix!r} is not valid: {problem}")
+    return StoreURL(scheme, unquote(parts.netloc), prefix, query)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +98,7 @@ def coerce_options(
 
 
 def _convert(opt: Option, value: Any, location: str) -> Any:
-    if value is None or opt.type is object:
+    if value is None:
         return value
     shown = "<secret>" if opt.secret else repr(value)
     if opt.type is bool:

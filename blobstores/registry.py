@@ -11,12 +11,22 @@ The registry only reads metadata; a plugin's module is imported when its scheme 
 first opened, so a broken third-party plugin cannot break the others.  Two different
 distributions claiming one scheme is a configuration error (which one would win
 depends on directory listing order): opening that scheme raises ConfigError naming both.
+
+The scan of installed metadata (a few milliseconds) is cached per value of ``sys.path``:
+a distribution on a directory added to ``sys.path`` later is found without further ado,
+but one installed at runtime into a directory already on ``sys.path`` (``pip install``
+from within the process) is only seen after :func:`refresh`.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
+import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
+from types import MappingProxyType
 from typing import Any
 
 from shardstore.blobstores.base import BlobStore
@@ -40,15 +50,36 @@ def _dist_name(ep: EntryPoint) -> str:
     return ep.dist.metadata["Name"] if ep.dist is not None else "?"
 
 
-def _entry_points() -> dict[str, list[EntryPoint]]:
-    """Scheme -> the entry points claiming it, one per distinct (distribution, target)."""
+@functools.lru_cache(maxsize=8)
+def _scan(path: tuple[str, ...]) -> Mapping[str, tuple[EntryPoint, ...]]:
+    """Scheme -> the entry points claiming it, one per distinct (distribution, target).
+
+    ``path`` is ``tuple(sys.path)`` at the time of the call: it is only the cache key
+    (``entry_points`` reads ``sys.path`` itself), so a changed ``sys.path`` rescans.
+    """
     found: dict[str, list[EntryPoint]] = {}
     for ep in entry_points(group=GROUP):
         claims = found.setdefault(ep.name.lower(), [])
         # The same distribution seen twice on sys.path (e.g. a build dir) is not a conflict.
         if not any(_dist_name(c) == _dist_name(ep) and c.value == ep.value for c in claims):
             claims.append(ep)
-    return found
+    # Read-only: the result is shared by every caller until the cache is cleared.
+    return MappingProxyType({scheme: tuple(claims) for scheme, claims in found.items()})
+
+
+def _entry_points() -> Mapping[str, tuple[EntryPoint, ...]]:
+    """The (cached) scan of the entry-point group for the current ``sys.path``."""
+    return _scan(tuple(sys.path))
+
+
+def refresh() -> None:
+    """Forget the cached plugin scan (and the import system's directory caches).
+
+    Needed only after a distribution was installed, removed or changed at runtime in a
+    directory that was already on ``sys.path``; a new ``sys.path`` entry is seen anyway.
+    """
+    _scan.cache_clear()
+    importlib.invalidate_caches()
 
 
 def schemes() -> list[str]:
@@ -73,7 +104,10 @@ def plugin_class(scheme: str) -> type[BlobStore]:
     claims = _entry_points().get(scheme.lower())
     if not claims:
         installed = ", ".join(schemes()) or "(none: is shardstore installed, not just on sys.path?)"
-        raise ConfigError(f"no blob-store plugin for scheme {scheme!r}; installed schemes: {installed}")
+        raise ConfigError(
+            f"no blob-store plugin for scheme {scheme!r}; installed schemes: {installed} "
+            "(plugin installed just now? call shardstore.blobstores.registry.refresh())"
+        )
     if len(claims) > 1:
         who = ", ".join(f"{_dist_name(c)} ({c.value})" for c in claims)
         raise ConfigError(f"scheme {scheme!r} is claimed by several distributions: {who}; uninstall all but one")

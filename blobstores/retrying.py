@@ -16,7 +16,7 @@ from typing import Any, BinaryIO, TypeVar
 
 from shardstore.blobstores.base import BlobInfo, BlobStore, Metrics
 from shardstore.blobstores.conditional import default_writer_id, is_own_write, new_token
-from shardstore.blobstores.errors import BlobAlreadyExists, ConfigError, Throttled, TransientError
+from shardstore.blobstores.errors import BlobAlreadyExists, BlobNotFound, ConfigError, Throttled, TransientError
 
 T = TypeVar("T")
 
@@ -68,6 +68,7 @@ class RetryingStore(BlobStore):
         self.policy = policy or RetryPolicy()
         self.writer_id = writer_id or default_writer_id()
         self.scheme = inner.scheme
+        self.keeps_writer_tokens = inner.keeps_writer_tokens
         self._sleep = sleep
         self._rng = random.Random()
         self._metrics = Metrics()
@@ -83,28 +84,29 @@ class RetryingStore(BlobStore):
         """The inner store's location."""
         return self.inner.location
 
-    def _retry(self, fn: Callable[[], T], on_retry: Callable[[], None] | None = None) -> T:
-        start = time.monotonic()
+    def _backoff(self, err: TransientError, attempt: int, started: float) -> None:
+        """Count the failure, then sleep before the next attempt, or re-raise when spent."""
+        if isinstance(err, Throttled):
+            self._metrics.add("throttles")
+        pause = self.policy.next_delay(attempt, time.monotonic() - started, self._rng)
+        if pause is None:
+            err.add_note(
+                f"shardstore: gave up after {attempt} attempt(s) in {time.monotonic() - started:.2f}s "
+                f"(retry_attempts={self.policy.attempts}, retry_deadline={self.policy.deadline}s)"
+            )
+            raise err
+        self._metrics.add("retries")
+        self._sleep(pause)
+
+    def _retry(self, fn: Callable[[], T]) -> T:
+        started = time.monotonic()
         attempt = 1
         while True:
             try:
                 return fn()
             except TransientError as err:
-                if isinstance(err, Throttled):
-                    self._metrics.add("throttles")
-                pause = self.policy.next_delay(attempt, time.monotonic() - start, self._rng)
-                if pause is None:
-                    err.add_note(
-                        f"shardstore: gave up after {attempt} attempt(s) in "
-                        f"{time.monotonic() - start:.2f}s (retry_attempts={self.policy.attempts}, "
-                        f"retry_deadline={self.policy.deadline}s)"
-                    )
-                    raise
-                self._metrics.add("retries")
-                self._sleep(pause)
+                self._backoff(err, attempt, started)
                 attempt += 1
-                if on_retry is not None:
-                    on_retry()
 
     def put(self, key: str, data: bytes, *, if_absent: bool = False, token: str | None = None) -> BlobInfo:
         """Put with retries; an ambiguous conditional retry checks whether its own write landed."""
@@ -122,7 +124,7 @@ class RetryingStore(BlobStore):
             except BlobAlreadyExists:
                 # Even a first attempt can meet its own write: HTTP clients silently re-send
                 # an idempotent PUT whose reply was lost (aiohttp does), and the re-send gets 412.
-                own = self._own_write(key, token, data if ambiguous else None)
+                own = self._own_write(key, token, data, ambiguous)
                 if own is None:
                     raise
                 return own
@@ -147,21 +149,31 @@ class RetryingStore(BlobStore):
             try:
                 return self.inner.put_stream(key, readable, if_absent=if_absent, token=token)
             except BlobAlreadyExists:
-                own = self._own_write(key, token, None) if token else None
+                own = self._own_write(key, token, None, False) if token else None
                 if own is None:
                     raise
                 return own
 
         return self._retry(attempt)
 
-    def _own_write(self, key: str, token: str, data: bytes | None) -> BlobInfo | None:
+    def _own_write(self, key: str, token: str, data: bytes | None, ambiguous: bool) -> BlobInfo | None:
         """The blob at ``key`` if it is this call's own earlier write, else None.
 
-        ``data`` is given only after an ambiguous failure, where a backend without
-        metadata may compare bytes; otherwise only a matching stored token counts.
+        One plain stat inside the current attempt (no nested retry loop): a transient
+        failure here fails the attempt, and a blob gone since the 412 means the put itself
+        should be tried again.  Bytes are compared only after an ambiguous failure, on a
+        backend that keeps no writer token.
         """
-        existing = self._retry(lambda: self.inner.stat(key))
-        if is_own_write(existing, token, data, lambda: self._retry(lambda: self.inner.get(key))):
+        if not ambiguous and not self.keeps_writer_tokens:
+            return None  # the only possible answer without a token is "conflict"
+        try:
+            existing = self.inner.stat(key)
+        except BlobNotFound:
+            raise TransientError(
+                "the blob that refused the conditional put is gone again; retrying the put",
+                location=self.location, key=key,
+            ) from None
+        if is_own_write(existing, token, data if ambiguous else None, lambda: self.inner.get(key)):
             return existing
         return None
 
@@ -188,23 +200,16 @@ class RetryingStore(BlobStore):
     def list(self, prefix: str = "", *, start_after: str | None = None) -> Iterator[BlobInfo]:
         """List; a page that fails is retried by resuming after the last key yielded."""
         last = start_after
-        start = time.monotonic()
-        attempt = 1
+        started, attempt = time.monotonic(), 1
         while True:
             try:
                 for info in self.inner.list(prefix, start_after=last):
                     last = info.key
-                    attempt, start = 1, time.monotonic()
+                    started, attempt = time.monotonic(), 1  # progress: a fresh budget
                     yield info
                 return
             except TransientError as err:
-                if isinstance(err, Throttled):
-                    self._metrics.add("throttles")
-                pause = self.policy.next_delay(attempt, time.monotonic() - start, self._rng)
-                if pause is None:
-                    raise
-                self._metrics.add("retries")
-                self._sleep(pause)
+                self._backoff(err, attempt, started)
                 attempt += 1
 
     def delete(self, keys: Iterable[str]) -> None:

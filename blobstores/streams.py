@@ -63,3 +63,60 @@ class CountingReader(io.RawIOBase):
                 self._inner.close()
             finally:
                 super().close()
+
+
+class RangeReader(io.RawIOBase):
+    """A seekable reader of a blob of known size, fetching ranges on demand.
+
+    ``fetch(start, length)`` makes one ranged request; the store pins it to the version
+    the stream was opened on, so a blob replaced mid-read raises BlobChanged instead of
+    yielding a mix of old and new bytes.  Wrap in ``io.BufferedReader`` for small reads.
+    """
+
+    def __init__(self, fetch: Callable[[int, int], bytes], size: int, chunk: int) -> None:
+        super().__init__()
+        self._fetch = fetch
+        self._size = size
+        self._chunk = chunk
+        self._pos = 0
+
+    def readable(self) -> bool:
+        """Always readable."""
+        return True
+
+    def seekable(self) -> bool:
+        """Always seekable."""
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        """Fill ``buffer`` with one ranged fetch (at most the bytes left)."""
+        n = min(len(buffer), self._size - self._pos)
+        if n <= 0:
+            return 0
+        data = self._fetch(self._pos, n)
+        buffer[: len(data)] = data
+        self._pos += len(data)
+        return len(data)
+
+    def readall(self) -> bytes:
+        """The rest of the blob, fetched ``chunk`` bytes per request."""
+        parts = []
+        while self._pos < self._size:
+            data = self._fetch(self._pos, min(self._chunk, self._size - self._pos))
+            if not data:
+                break
+            parts.append(data)
+            self._pos += len(data)
+        return b"".join(parts)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        """Move the read position (no request is made)."""
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        if base + offset < 0:
+            raise ValueError("negative seek position")
+        self._pos = base + offset
+        return self._pos
+
+    def tell(self) -> int:
+        """The read position."""
+        return self._pos

@@ -16,8 +16,10 @@ import asyncio
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from fsspec.asyn import sync
+
 from shardstore.blobstores.base import BlobInfo
-from shardstore.blobstores.errors import BlobStoreError, ConfigError
+from shardstore.blobstores.errors import ConfigError
 from shardstore.blobstores.fsspec_store import FsspecStore
 from shardstore.blobstores.options import Option
 
@@ -67,8 +69,20 @@ class AzureStore(FsspecStore):
         o = self.options
         if not (o["connection_string"] or o["account_name"]):
             raise ConfigError("Azure needs connection_string or account_name", location=self.location)
-        kwargs = {k: v for k, v in o.items() if v is not None}
-        return _single_attempt_adlfs()(**kwargs)
+        kwargs = {k: v for k, v in o.items() if v is not None and k != "batch_delete"}
+        return _single_attempt_adlfs()(skip_instance_cache=True, **kwargs)
+
+    @property
+    def _hook(self) -> dict[str, Any]:
+        """Per-operation keyword: azure-core calls it for every HTTP request the operation sends."""
+        return {"raw_request_hook": self._on_azure_request}
+
+    def _on_azure_request(self, request: Any) -> None:
+        """azure-core hook: count the HTTP request."""
+        self._on_request(request.http_request.method, request.http_request.url)
+
+    def _close_fs(self, fs: Any) -> None:
+        sync(fs.loop, fs.service_client.close)
 
     @property
     def container(self) -> str:
@@ -90,22 +104,21 @@ class AzureStore(FsspecStore):
     def _blob(self, key: str) -> Any:
         return self.fs.service_client.get_blob_client(container=self.container, blob=self._full(key))
 
-    def _read(self, key: str, start: int | None, length: int | None) -> bytes:
-        """download_blob, counting every HTTP request it makes (an empty blob takes two)."""
-        sent = [0]
+    def _read(self, key: str, start: int | None, length: int | None, version: str | None = None) -> bytes:
+        """download_blob (ranged, and If-Match pinned to ``version`` when given)."""
+        self._check(key)
+        pin: dict[str, Any] = {}
+        if version:
+            from azure.core import MatchConditions
 
-        def count(_request: Any) -> None:
-            sent[0] += 1
+            pin = {"etag": f'"{version}"', "match_condition": MatchConditions.IfNotModified}
 
         async def download() -> bytes:
             async with self._blob(key) as bc:
-                stream = await bc.download_blob(offset=start, length=length, max_concurrency=4, raw_request_hook=count)
+                stream = await bc.download_blob(offset=start, length=length, max_concurrency=4, **pin, **self._hook)
                 return await stream.readall()
 
-        try:
-            data = self._call(key, self._run, download)
-        finally:
-            self._metrics.request("get", max(sent[0], 1))
+        data = self._call(key, self._run, download)
         self._metrics.add("bytes_in", len(data))
         return data
 
@@ -116,9 +129,10 @@ class AzureStore(FsspecStore):
 
         async def upload() -> dict[str, Any]:
             async with self._blob(key) as bc:
-                return await bc.upload_blob(source, overwrite=not if_absent, metadata=meta, max_concurrency=4)
+                return await bc.upload_blob(
+                    source, overwrite=not if_absent, metadata=meta, max_concurrency=4, **self._hook
+                )
 
-        self._metrics.request("put")
         return self._call(key, self._run, upload)
 
     def put(self, key: str, data: bytes, *, if_absent: bool = False, token: str | None = None) -> BlobInfo:
@@ -142,9 +156,8 @@ class AzureStore(FsspecStore):
 
         async def props() -> Any:
             async with self._blob(key) as bc:
-                return await bc.get_blob_properties()
+                return await bc.get_blob_properties(**self._hook)
 
-        self._metrics.request("head")
         p = self._call(key, self._run, props)
         return BlobInfo(key, int(p.size), str(p.etag).strip('"'), (p.metadata or {}).get(WRITER_METADATA))
 
@@ -158,14 +171,13 @@ class AzureStore(FsspecStore):
 
         async def page(token: str | None) -> tuple[list[Any], str | None]:
             pager = cc.list_blobs(name_starts_with=full_prefix or None, results_per_page=PAGE,
-                                  include=["metadata"]).by_page(continuation_token=token)
+                                  include=["metadata"], **self._hook).by_page(continuation_token=token)
             async for items in pager:
                 return [b async for b in items], pager.continuation_token
             return [], None
 
         token: str | None = None
         while True:
-            self._metrics.request("list")
             items, token = self._call(prefix or None, self._run, page, token)
             for b in items:
                 if skip_to is not None and b.name <= skip_to:
@@ -190,7 +202,7 @@ class AzureStore(FsspecStore):
         cc = self.fs.service_client.get_container_client(self.container)
 
         async def batch(chunk: list[str]) -> list[int]:
-            responses = await cc.delete_blobs(*chunk, raise_on_any_failure=False)
+            responses = await cc.delete_blobs(*chunk, raise_on_any_failure=False, **self._hook)
             return [r.status_code async for r in responses]
 
         async def one_by_one(chunk: list[str]) -> list[int]:
@@ -199,7 +211,7 @@ class AzureStore(FsspecStore):
             async def drop(name: str) -> int:
                 async with gate:
                     try:
-                        await cc.delete_blob(name)
+                        await cc.delete_blob(name, **self._hook)
                     except Exception as exc:  # a missing blob is already deleted
                         if getattr(exc, "status_code", None) != 404:
                             raise
@@ -210,10 +222,9 @@ class AzureStore(FsspecStore):
         use_batch = self._batch_delete()
         for start in range(0, len(names), DELETE_BATCH):
             chunk = names[start : start + DELETE_BATCH]
-            self._metrics.request("delete", 1 if use_batch else len(chunk))
             for status in self._call(chunk[0], self._run, batch if use_batch else one_by_one, chunk):
                 if status not in (200, 202, 404):
-                    raise BlobStoreError(f"batch delete failed with status {status}", location=self.location)
+                    raise self._typed(None, status, f"batch delete answered {status} for a blob", None)
 
 
 _ADLFS: type | None = None

@@ -20,6 +20,8 @@ import os
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from fsspec.asyn import sync
+
 from shardstore.blobstores.base import WRITER_METADATA, BlobInfo
 from shardstore.blobstores.errors import ConfigError
 from shardstore.blobstores.fsspec_store import FsspecStore
@@ -45,12 +47,22 @@ class GCSStore(FsspecStore):
         o = self.options
         if o["endpoint_url"]:
             os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
-        kwargs: dict[str, Any] = {"token": o["token"], "use_listings_cache": False}
+        kwargs: dict[str, Any] = {"token": o["token"], "use_listings_cache": False, "skip_instance_cache": True}
         if o["endpoint_url"]:
             kwargs["endpoint_url"] = o["endpoint_url"]
         if o["project"]:
             kwargs["project"] = o["project"]
-        return _single_attempt_gcsfs()(**kwargs)
+        fs = _single_attempt_gcsfs()(**kwargs)
+        fs.on_request = self._on_request
+        return fs
+
+    def _close_fs(self, fs: Any) -> None:
+        session = getattr(fs, "_session", None)
+        if session is not None:
+            sync(fs.loop, session.close)
+
+    def _pin_kwargs(self, version: str) -> dict[str, Any]:
+        return {"generation": version}
 
     def _classify(self, exc: BaseException, key: str | None) -> Any:
         code = getattr(exc, "code", None)
@@ -74,7 +86,6 @@ class GCSStore(FsspecStore):
         full = self._full(key)
         meta = {WRITER_METADATA: token} if token else None
         mode = "create" if if_absent else "overwrite"
-        self._metrics.request("put")
         if len(data) <= SIMPLE_UPLOAD_LIMIT:
             from gcsfs.core import simple_upload
 
@@ -91,7 +102,6 @@ class GCSStore(FsspecStore):
     def stat(self, key: str) -> BlobInfo:
         """GET of the object resource: size, generation and the writer token."""
         full = self._full(self._check(key))
-        self._metrics.request("head")
         res = self._api(key, "GET", "b/{}/o/{}", self.url.bucket, full)
         return _info(key, res)
 
@@ -104,7 +114,6 @@ class GCSStore(FsspecStore):
         if start_after is not None and start_after >= prefix:
             params["startOffset"] = skip = root + start_after
         while True:
-            self._metrics.request("list")
             page = self._api(prefix or None, "GET", "b/{}/o", self.url.bucket, **params)
             for item in page.get("items", ()):
                 name = item["name"]
@@ -122,8 +131,6 @@ class GCSStore(FsspecStore):
         if not paths:
             return
         fs = self.fs
-        calls = -(-len(paths) // DELETE_BATCH) if fs.on_google else len(paths)
-        self._metrics.request("delete", calls)
         results = self._call(paths[0], self._run, fs._delete_files, paths, DELETE_BATCH)
         for res in results or ():
             if isinstance(res, Exception) and not isinstance(res, FileNotFoundError) and "No such object" not in str(res):
@@ -148,5 +155,11 @@ def _single_attempt_gcsfs() -> type:
         single = getattr(wrapped, "__wrapped__", None)
         if single is None:  # pragma: no cover - a gcsfs that changed its decorator
             raise ConfigError("this gcsfs version hides its request function; pin gcsfs>=2024.12")
-        _GCSFS = type("SingleAttemptGCSFileSystem", (gcsfs.GCSFileSystem,), {"_request": single})
+        async def _request(fs: Any, method: str, path: str, *args: Any, **kwargs: Any) -> Any:
+            hook = getattr(fs, "on_request", None)
+            if hook is not None:  # the store's request counter
+                hook(method, fs._format_path(path, args))
+            return await single(fs, method, path, *args, **kwargs)
+
+        _GCSFS = type("SingleAttemptGCSFileSystem", (gcsfs.GCSFileSystem,), {"_request": _request})
     return _GCSFS

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from fsspec.asyn import sync
+
 from shardstore.blobstores.base import WRITER_METADATA, BlobInfo
 from shardstore.blobstores.errors import ConfigError
 from shardstore.blobstores.fsspec_store import FsspecStore
@@ -53,8 +55,6 @@ class S3Store(FsspecStore):
 
     scheme = "s3"
     OPTIONS = S3_OPTIONS
-    # s3fs otherwise HEADs the object first to decide on a concurrent ranged download.
-    _whole_get_kwargs = {"max_concurrency": 1}
 
     def _s3_config(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """(client_kwargs, config_kwargs) for s3fs."""
@@ -72,7 +72,8 @@ class S3Store(FsspecStore):
     def _make_fs(self) -> Any:
         o = self.options
         client, config = self._s3_config()
-        return _single_attempt_s3fs()(
+        fs = _single_attempt_s3fs()(
+            skip_instance_cache=True,
             key=o["key"],
             secret=o["secret"],
             token=o["token"],
@@ -84,6 +85,37 @@ class S3Store(FsspecStore):
             use_listings_cache=False,
             version_aware=False,
         )
+        sync(fs.loop, fs.set_session)
+        fs.s3.meta.events.register("before-send.s3", self._before_send)
+        return fs
+
+    def _before_send(self, request: Any, **_: Any) -> None:
+        """botocore hook: count the HTTP request (returning None lets it go out)."""
+        self._on_request(request.method, request.url)
+
+    def _close_fs(self, fs: Any) -> None:
+        sync(fs.loop, fs.s3.close)
+
+    def _read(self, key: str, start: int | None, length: int | None, version: str | None = None) -> bytes:
+        """One GetObject (ranged, and If-Match pinned to ``version`` when given)."""
+        self._path(key)
+        params: dict[str, Any] = {"Bucket": self.url.bucket, "Key": self._full(key)}
+        if start is not None:
+            params["Range"] = f"bytes={start}-{start + (length or 0) - 1}"
+        if version:
+            params["IfMatch"] = f'"{version}"'
+        fs = self.fs
+
+        async def get() -> bytes:
+            resp = await fs._call_s3("get_object", **params)
+            try:
+                return await resp["Body"].read()
+            finally:
+                resp["Body"].close()
+
+        data = self._call(key, self._run, get)
+        self._metrics.add("bytes_in", len(data))
+        return data
 
     def _classify(self, exc: BaseException, key: str | None) -> Any:
         response = getattr(exc, "response", None)
@@ -102,7 +134,6 @@ class S3Store(FsspecStore):
         """PutObject (multipart above 100 MiB), with If-None-Match: * when ``if_absent``."""
         path = self._path(key)
         extra: dict[str, Any] = {"Metadata": {WRITER_METADATA: token}} if token else {}
-        self._metrics.request("put")
         out = self._call(key, self.fs.pipe_file, path, data, mode="create" if if_absent else "overwrite", **extra)
         self._metrics.add("bytes_out", len(data))
         etag = out.get("ETag") if isinstance(out, dict) else None
@@ -116,7 +147,6 @@ class S3Store(FsspecStore):
     def stat(self, key: str) -> BlobInfo:
         """HeadObject: size, ETag and the writer token."""
         full = self._full(self._check(key))
-        self._metrics.request("head")
         head = self._api(key, "head_object", Key=full)
         meta = head.get("Metadata") or {}
         return BlobInfo(key, int(head["ContentLength"]), str(head.get("ETag", "")).strip('"'), meta.get(WRITER_METADATA))
@@ -129,7 +159,6 @@ class S3Store(FsspecStore):
         if start_after is not None and start_after >= prefix:
             params["StartAfter"] = root + start_after
         while True:
-            self._metrics.request("list")
             page = self._api(prefix or None, "list_objects_v2", **params)
             for item in page.get("Contents", ()):
                 yield BlobInfo(item["Key"][len(root):], int(item["Size"]), str(item.get("ETag", "")).strip('"'))
@@ -143,7 +172,6 @@ class S3Store(FsspecStore):
         full = [self._full(self._check(k)) for k in keys]
         for start in range(0, len(full), PAGE):
             batch = full[start : start + PAGE]
-            self._metrics.request("delete")
             out = self._api(
                 batch[0], "delete_objects", Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True}
             )

@@ -20,6 +20,7 @@ import pytest
 import shardstore
 import shardstore.blobstores as bs
 from shardstore.blobstores import ConfigError, open_backend, open_store, plugin_class, plugins, schemes
+from shardstore.blobstores import registry
 from shardstore.blobstores.options import Option, coerce_options
 from shardstore.plugins.local import LocalStore
 from shardstore.plugins.memory import MemoryStore
@@ -219,6 +220,61 @@ def test_two_distributions_claiming_a_scheme_is_a_clear_error(tmp_path, on_path,
     info = {p.scheme: p for p in plugins()}["memory"]
     assert len(info.conflicts) == 1
     assert plugin_class("file").__name__ == "LocalStore"  # other schemes are unaffected
+
+
+# --------------------------------------------------------------------------- (b2) scan cache
+
+
+def _cached_plugin_source(mod: str, scheme: str) -> dict[str, str]:
+    return {
+        mod: (
+            "from shardstore.plugins.memory import MemoryStore\n"
+            "class CachedStore(MemoryStore):\n"
+            f"    scheme = {scheme!r}\n"
+        )
+    }
+
+
+def test_scan_is_cached_for_an_unchanged_sys_path(monkeypatch):
+    schemes()  # the scan for the current sys.path is cached now
+    calls = []
+    real = registry.entry_points
+    monkeypatch.setattr(registry, "entry_points", lambda **kw: calls.append(kw) or real(**kw))
+    for _ in range(3):
+        assert plugin_class("memory") is MemoryStore
+        assert "file" in schemes()
+    assert calls == []
+
+
+def test_dist_on_a_new_sys_path_entry_is_seen_without_refresh(tmp_path, on_path, space):
+    assert "cachednew" not in schemes()  # scan cached for the sys.path before
+    site = make_dist(
+        tmp_path / "site", "cached-new", "0.1", {"cachednew": "cached_new_mod:CachedStore"},
+        _cached_plugin_source("cached_new_mod", "cachednew"),
+    )
+    on_path(site, "cached_new_mod")  # a new sys.path entry: a new cache key
+    assert "cachednew" in schemes()
+    assert open_store(f"cachednew://{space}").scheme == "cachednew"
+
+
+def test_dist_added_to_an_already_scanned_path_entry_needs_refresh(tmp_path, on_path, space):
+    site = tmp_path / "site"
+    site.mkdir()
+    on_path(site, "cached_late_mod")
+    assert "cachedlate" not in schemes()  # this sys.path, with site on it, is scanned and cached
+    make_dist(
+        site, "cached-late", "0.1", {"cachedlate": "cached_late_mod:CachedStore"},
+        _cached_plugin_source("cached_late_mod", "cachedlate"),
+    )
+    # Installed at runtime into a directory already on sys.path: the cached scan misses it,
+    # and the error says what to do.
+    assert "cachedlate" not in schemes()
+    with pytest.raises(ConfigError, match=r"registry\.refresh\(\)"):
+        open_store(f"cachedlate://{space}")
+    registry.refresh()
+    assert "cachedlate" in schemes()
+    assert {p.scheme: p for p in plugins()}["cachedlate"].package == "cached-late"
+    assert open_store(f"cachedlate://{space}").scheme == "cachedlate"
 
 
 # --------------------------------------------------------------------------- (c) unknown scheme
