@@ -10,23 +10,27 @@ from shardstore.blobstores.base import BlobInfo, BlobStore
 from shardstore.blobstores.errors import (
     AccessDenied,
     BlobAlreadyExists,
+    BlobChanged,
     BlobCorrupted,
     BlobNotFound,
     BlobStoreError,
     ConfigError,
     InvalidKey,
     InvalidRange,
+    RequestRejected,
     Throttled,
     TransientError,
+    UnknownOption,
 )
 from shardstore.blobstores.faulty import FaultRule, FaultyStore, SimulatedCrash
 from shardstore.blobstores.open import open_backend, open_store
-from shardstore.blobstores.registry import PluginInfo, plugin_class, plugins, schemes
+from shardstore.blobstores.registry import PluginInfo, plugin_class, plugins, refresh, schemes
 from shardstore.blobstores.retrying import RetryingStore, RetryPolicy
 
 __all__ = [
     "AccessDenied",
     "BlobAlreadyExists",
+    "BlobChanged",
     "BlobCorrupted",
     "BlobInfo",
     "BlobNotFound",
@@ -38,14 +42,17 @@ __all__ = [
     "InvalidKey",
     "InvalidRange",
     "PluginInfo",
+    "RequestRejected",
     "RetryPolicy",
     "RetryingStore",
     "SimulatedCrash",
     "Throttled",
     "TransientError",
+    "UnknownOption",
     "open_backend",
     "open_store",
     "plugin_class",
     "plugins",
+    "refresh",
     "schemes",
 ]

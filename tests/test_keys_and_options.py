@@ -24,6 +24,10 @@ BAD = {
     "a\x00": "control",
     "a\x7f": "control",
     "y" * 1025: "longer than",
+    "a?versionId=1": "'\\?' or '#'",
+    "a#frag": "'\\?' or '#'",
+    "a\x85b": "control",
+    "ke\u0301y": "NFC",
 }
 
 
@@ -93,10 +97,28 @@ def test_parse_url_keeps_query_out_of_location() -> None:
     assert "hunter2" not in u.location
 
 
-@pytest.mark.parametrize("bad", ["", "relative/path", "file://host/x"])
-def test_parse_url_rejects(bad: str) -> None:
-    with pytest.raises(ConfigError):
+@pytest.mark.parametrize(
+    ("bad", "why"),
+    [
+        ("", "non-empty"),
+        ("relative/path", "not a store URL"),
+        ("file://host/x", "absolute path"),
+        ("s3://AKIAX:hunter2@bkt/p", "may not carry credentials"),
+        ("s3://bkt/p#frag", "no #fragment"),
+        ("s3://bkt/a//b", "root prefix"),
+        ("s3://bkt/a/../b", "root prefix"),
+    ],
+)
+def test_parse_url_rejects(bad: str, why: str) -> None:
+    with pytest.raises(ConfigError, match=why) as info:
         parse_url(bad)
+    assert "hunter2" not in str(info.value)
+
+
+def test_url_errors_never_repeat_the_query() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_url("bucket/p?secret=hunter2")
+    assert "hunter2" not in str(info.value)
 
 
 def test_coerce_options() -> None:
