@@ -68,8 +68,7 @@ class GCSStore(FsspecStore):
         code = getattr(exc, "code", None)
         if type(exc).__name__ == "HttpError" and isinstance(code, int):
             message = str(getattr(exc, "message", "") or exc)[:300]
-            kind = "bucket_missing" if code == 404 and "bucket" in message.lower() else None
-            return self._typed(kind, code, f"{code}: {message}", key)
+            return self._typed(None, code, f"{code}: {message}", key)
         if isinstance(exc, OSError) and str(exc).startswith("Forbidden"):
             return self._typed("denied", 403, "403", key)
         if type(exc).__name__ == "ProxyError":  # gcsfs raises it for 502
