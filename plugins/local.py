@@ -12,10 +12,10 @@ through a symlink raises InvalidKey (checked just before each operation), and li
 skip such symlinks and never descend into symlinked directories.  A key cannot also be
 a prefix directory of other keys (``a`` and ``a/b``); such a put raises InvalidKey.
 Conditional create needs hard links: where ``link`` fails with EPERM, ENOTSUP or
-EOPNOTSUPP it raises ConfigError (rename-if-absent would not be atomic).  A full disk is
-a non-retryable BlobStoreError.  Temp files older than an hour (from crashed writers) are
-deleted on open.  There is no user metadata, so an ambiguous conditional retry is
-resolved by comparing bytes.
+EOPNOTSUPP it raises ConfigError (rename-if-absent would not be atomic).  A full disk
+is a non-retryable RequestRejected.  Temp files older than an hour (from crashed
+writers) are deleted on open.  There is no user metadata, so an ambiguous conditional
+retry is resolved by comparing bytes.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from shardstore.blobstores.errors import (
     BlobStoreError,
     ConfigError,
     InvalidKey,
+    RequestRejected,
     TransientError,
 )
 from shardstore.blobstores.keys import check_range
@@ -126,11 +127,11 @@ class LocalStore(BackendStore):
             return AccessDenied(f"permission denied ({text})", location=self.location, key=key)
         code = getattr(exc, "errno", None)
         if code in _NO_SPACE:  # retrying cannot help until someone frees space
-            return BlobStoreError(f"no space left on the device under {self.root} ({text})",
-                                  location=self.location, key=key)
+            return RequestRejected(f"no space left on the device under {self.root} ({text}); free space first",
+                                   location=self.location, key=key)
         if code in (errno.EAGAIN, errno.EINTR, errno.EBUSY):
             return TransientError(text, location=self.location, key=key)
-        return BlobStoreError(f"{type(exc).__name__}: {text}", location=self.location, key=key)
+        return RequestRejected(f"{type(exc).__name__}: {text}", location=self.location, key=key)
 
     def _fsync_dir(self, path: str) -> None:
         if self.options["fsync"]:
