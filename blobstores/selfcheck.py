@@ -36,8 +36,13 @@ def _expect(cond: bool, what: str) -> None:
         raise CheckFailed(what)
 
 
-def run_checks(store: BlobStore, *, scratch: str = "_shardstore_check") -> list[CheckResult]:
-    """Run every check against ``store``; never raises for a failed check."""
+def run_checks(
+    store: BlobStore,
+    *,
+    scratch: str = "_shardstore_check",
+    on_result: Callable[[CheckResult], None] | None = None,
+) -> list[CheckResult]:
+    """Run every check against ``store`` (``on_result`` sees each as it ends); never raises for a failed check."""
     base = f"{scratch}/{uuid.uuid4().hex}"
     payload = os.urandom(1024)
     keys = [f"{base}/a", f"{base}/b/c", f"{base}/d"]
@@ -114,9 +119,13 @@ def run_checks(store: BlobStore, *, scratch: str = "_shardstore_check") -> list[
             except Exception as exc:  # a check reports failures; it does not stop the run
                 detail, ok = f"{type(exc).__name__}: {exc}", False
             results.append(CheckResult(name, ok, (time.perf_counter() - t0) * 1000, detail))
+            if on_result is not None:
+                on_result(results[-1])
     finally:
         try:
             store.delete([i.key for i in store.list(base + "/")])
         except Exception as exc:
             results.append(CheckResult("clean-up", False, 0.0, f"{type(exc).__name__}: {exc}"))
+            if on_result is not None:
+                on_result(results[-1])
     return results

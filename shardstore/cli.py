@@ -39,16 +39,20 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
 
 def _cmd_store_check(args: argparse.Namespace) -> int:
     from shardstore.blobstores import open_store
-    from shardstore.blobstores.selfcheck import run_checks
+    from shardstore.blobstores.selfcheck import CheckResult, run_checks
 
     options = _parse_options(args.option)
     store = open_store(args.url, **options)
-    print(f"checking {store.location} (scratch prefix {args.prefix}/...)")
-    results = run_checks(store, scratch=args.prefix)
-    width = max(len(r.name) for r in results)
-    for r in results:
+    print(f"checking {store.location} (scratch prefix {args.prefix}/...)", flush=True)
+
+    def show(r: CheckResult) -> None:
         status = "PASS" if r.ok else "FAIL"
-        print(f"  {status}  {r.name.ljust(width)}  {r.millis:8.1f} ms  {r.detail}".rstrip())
+        print(f"  {status}  {r.name:<18}  {r.millis:8.1f} ms  {r.detail}".rstrip(), flush=True)
+
+    try:
+        results = run_checks(store, scratch=args.prefix, on_result=show)
+    finally:
+        store.close()
     passed = sum(r.ok for r in results)
     m = store.metrics()
     reqs = ", ".join(f"{k} {v}" for k, v in m["requests"].items())

@@ -151,3 +151,16 @@ def test_url_significant_and_unnormalised_keys_are_refused(store_factory: StoreF
     with pytest.raises(InvalidKey):
         store.put(key, b"x")
     assert sum(store.metrics()["requests"].values()) == 0
+
+
+@pytest.mark.parametrize("backend", CLOUD, indirect=True)
+def test_store_check_command_against_the_emulator(store_factory: StoreFactory, capsys: pytest.CaptureFixture[str]) -> None:
+    from shardstore.cli import main
+
+    url = store_factory.url(store_factory.new_prefix())
+    opts = [f"-o{k}={v}" for k, v in store_factory.options().items()]
+    assert main(["store", "check", url, *opts]) == 0
+    out = capsys.readouterr().out
+    assert out.count("PASS") == 7 and "FAIL" not in out
+    assert "7/7 checks passed" in out
+    assert [i.key for i in store_factory(prefix=url.rsplit("/", 1)[1]).list()] == []  # scratch removed
