@@ -15,6 +15,12 @@ from shardstore.blobstores.errors import BlobChanged
 MIB = 1024 * 1024
 
 
+def backends_except(backend: str, reason: str) -> list[object]:
+    """Every backend, with ``backend`` a strict xfail for ``reason`` (an emulator gap)."""
+    return [pytest.param(b, marks=pytest.mark.xfail(strict=True, reason=reason)) if b == backend else b
+            for b in BACKENDS]
+
+
 class Trickle(io.RawIOBase):
     """A source that returns at most ``step`` bytes per read (like a socket or pipe)."""
 
@@ -52,19 +58,11 @@ def test_a_stream_failing_part_way_publishes_nothing(store_factory: StoreFactory
 
 @pytest.mark.parametrize(
     "backend",
-    [
-        pytest.param(
-            b,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="Azurite counts a blob holding only uncommitted blocks as existing for If-None-Match "
-                "(verified here); Azure documents that Put Blob discards uncommitted blocks (not verifiable here)",
-            ),
-        )
-        if b == "azure"
-        else b
-        for b in BACKENDS
-    ],
+    backends_except(
+        "azure",
+        "Azurite counts a blob holding only uncommitted blocks as existing for If-None-Match (verified here); "
+        "Azure documents that Put Blob discards uncommitted blocks (not verifiable here)",
+    ),
     indirect=True,
 )
 def test_the_key_is_still_free_after_a_failed_stream(store_factory: StoreFactory) -> None:
@@ -78,19 +76,11 @@ def test_the_key_is_still_free_after_a_failed_stream(store_factory: StoreFactory
 
 @pytest.mark.parametrize(
     "backend",
-    [
-        pytest.param(
-            b,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="fake-gcs-server ignores ifGenerationMatch=0 on resumable uploads (verified on this "
-                "machine; real GCS enforces it); strict: this fails loudly once the emulator enforces it",
-            ),
-        )
-        if b == "gcs"
-        else b
-        for b in BACKENDS
-    ],
+    backends_except(
+        "gcs",
+        "fake-gcs-server ignores ifGenerationMatch=0 on resumable uploads (verified on this machine; real GCS "
+        "enforces it); strict: this fails loudly once the emulator enforces it",
+    ),
     indirect=True,
 )
 def test_conditional_stream_loses_to_an_existing_blob(store_factory: StoreFactory) -> None:
