@@ -1,0 +1,361 @@
+"""The local translog: generation files of checksummed Arrow frames plus a checkpoint file.
+
+Layout of a translog directory::
+
+    translog-<gen>.tlog   header, then frames (one stamped operation batch each)
+    translog-<gen>.ckp    the checkpoint a generation was sealed with (older generations)
+    translog.ckp          the checkpoint of the current generation, replaced atomically
+
+An append validates the whole batch (nothing is written if any row is bad), encodes it
+as one frame and writes it.  A *sync* flushes, fsyncs the generation file and then
+replaces ``translog.ckp``; only bytes the checkpoint covers count as durable.  Under
+``request`` durability an append returns after a sync covering it; concurrent appenders
+share one fsync (group commit: whoever syncs covers everything flushed before it).
+Under ``async`` durability a background thread syncs every ``sync_interval`` seconds.
+
+On open, frames up to the checkpoint must be intact (else TranslogCorruptedError names
+the file and offset); anything after it is a torn or unacknowledged tail and is cut off.
+A new generation starts when the current file passes ``generation_bytes`` and whenever
+the primary term changes.  See docs/design/translog.md.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import Literal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from shardstore.translog.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
+from shardstore.translog.errors import StaleTerm, TranslogError
+from shardstore.translog.frames import GenerationHeader, encode_frame, scan
+from shardstore.translog.operations import DEFAULT_MAX_SOURCE_BYTES, SCHEMA, validate
+from shardstore.translog.purge import GenerationInfo
+from shardstore.translog.tracker import LocalCheckpointTracker
+
+NO_OPS = -1
+UNASSIGNED = -2
+CHECKPOINT = "translog.ckp"
+
+
+def generation_file(generation: int) -> str:
+    """File name of a generation's operations."""
+    return f"translog-{generation}.tlog"
+
+
+def sealed_checkpoint_file(generation: int) -> str:
+    """File name of the checkpoint a generation was sealed with."""
+    return f"translog-{generation}.ckp"
+
+
+@dataclass
+class _Current:
+    """The open generation: its file, and the stats the next checkpoint will record."""
+
+    checkpoint: Checkpoint
+    file: object
+    pending: list[pa.Array]
+
+
+class LocalTranslog:
+    """A shard's local operation log (thread-safe)."""
+
+    def __init__(
+        self,
+        directory: str,
+        *,
+        primary_term: int,
+        translog_uuid: uuid.UUID | None = None,
+        durability: Literal["request", "async"] = "request",
+        sync_interval: float = 5.0,
+        generation_bytes: int = 64 * 1024 * 1024,
+        max_source_bytes: int = DEFAULT_MAX_SOURCE_BYTES,
+        fsync: bool = True,
+    ) -> None:
+        if durability not in ("request", "async"):
+            raise TranslogError(f"durability must be 'request' or 'async', not {durability!r}")
+        self.directory = directory
+        self.durability = durability
+        self.generation_bytes = generation_bytes
+        self.max_source_bytes = max_source_bytes
+        self._fsync = fsync
+        self._write_lock = threading.Lock()
+        self._sync_lock = threading.Lock()
+        self._synced: tuple[int, int] = (0, 0)  # (generation, offset) covered by translog.ckp
+        self._sealed: dict[int, Checkpoint] = {}
+        self.tracker = LocalCheckpointTracker()
+        os.makedirs(directory, exist_ok=True)
+        if os.path.exists(os.path.join(directory, CHECKPOINT)):
+            self._recover(translog_uuid, primary_term)
+        else:
+            self._create(translog_uuid or uuid.uuid4(), primary_term)
+        self._closed = threading.Event()
+        self._syncer: threading.Thread | None = None
+        if durability == "async":
+            self._syncer = threading.Thread(target=self._sync_loop, args=(sync_interval,), daemon=True,
+                                            name=f"translog-sync-{os.path.basename(directory)}")
+            self._syncer.start()
+
+    # -- opening ----------------------------------------------------------------------------
+
+    def _path(self, name: str) -> str:
+        return os.path.join(self.directory, name)
+
+    def _start_generation(self, generation: int, term: int, base: Checkpoint | None, tl_uuid: uuid.UUID) -> None:
+        header = GenerationHeader(translog_uuid=tl_uuid, primary_term=term, generation=generation).encode()
+        path = self._path(generation_file(generation))
+        f = open(path, "xb")
+        f.write(header)
+        f.flush()
+        if self._fsync:
+            os.fsync(f.fileno())
+        cp = Checkpoint(
+            generation=generation,
+            offset=len(header),
+            num_ops=0,
+            min_seq_no=NO_OPS,
+            max_seq_no=NO_OPS,
+            global_checkpoint=base.global_checkpoint if base else NO_OPS,
+            min_translog_generation=base.min_translog_generation if base else generation,
+            trimmed_above_seq_no=UNASSIGNED,
+            translog_uuid=tl_uuid,
+            primary_term=term,
+        )
+        self._cur = _Current(cp, f, [])
+        write_checkpoint(self.directory, cp, fsync=self._fsync)
+        self._synced = (generation, cp.offset)
+
+    def _create(self, tl_uuid: uuid.UUID, term: int) -> None:
+        self._start_generation(1, term, None, tl_uuid)
+
+    def _recover(self, expected: uuid.UUID | None, term: int) -> None:
+        cp = read_checkpoint(self.directory)
+        if expected is not None and cp.translog_uuid != expected:
+            raise TranslogError(
+                f"{self.directory}: translog UUID {cp.translog_uuid} is not the expected {expected}"
+            )
+        for gen in range(cp.min_translog_generation, cp.generation):
+            self._sealed[gen] = read_checkpoint(self.directory, sealed_checkpoint_file(gen))
+            scan(self._path(generation_file(gen)), self._sealed[gen].offset)  # intact up to its checkpoint
+        path = self._path(generation_file(cp.generation))
+        scan(path, cp.offset)  # raises on damage inside the checkpointed range
+        with open(path, "r+b") as f:  # cut the torn / unacknowledged tail
+            f.truncate(cp.offset)
+            if self._fsync:
+                os.fsync(f.fileno())
+        f = open(path, "ab")
+        self._cur = _Current(cp, f, [])
+        self._synced = (cp.generation, cp.offset)
+        if cp.max_seq_no >= 0:
+            self._mark_recovered()
+        if term < cp.primary_term:
+            raise StaleTerm(f"{self.directory}: opened with primary term {term} below the log's {cp.primary_term}")
+        if term > cp.primary_term:
+            self.roll_generation(term)
+
+    def _mark_recovered(self) -> None:
+        seqs = [b.column("seq_no") for b in self.read_operations(0)]
+        if seqs:
+            arr = pa.concat_arrays([s.combine_chunks() if isinstance(s, pa.ChunkedArray) else s for s in seqs])
+            self.tracker.advance_max_seq_no(pc.max(arr).as_py())
+            self.tracker.mark_processed(arr)
+            self.tracker.mark_persisted(arr)
+
+    # -- writing ----------------------------------------------------------------------------
+
+    @property
+    def primary_term(self) -> int:
+        """The term of the current generation."""
+        return self._cur.checkpoint.primary_term
+
+    @property
+    def generation(self) -> int:
+        """The current generation number."""
+        return self._cur.checkpoint.generation
+
+    @property
+    def translog_uuid(self) -> uuid.UUID:
+        """The UUID every generation header and checkpoint of this log carries."""
+        return self._cur.checkpoint.translog_uuid
+
+    @property
+    def persisted_checkpoint(self) -> int:
+        """Highest seq# s such that every op <= s is durable here."""
+        return self.tracker.persisted_checkpoint
+
+    def add(self, batch: pa.RecordBatch) -> tuple[int, int]:
+        """Append a stamped batch; returns its (generation, end offset) once durable per the policy."""
+        if batch.num_rows == 0:
+            return (self.generation, self._cur.checkpoint.offset)
+        top_term = pc.max(batch.column("primary_term")).as_py()
+        if top_term is not None and top_term > self.primary_term:
+            self.roll_generation(top_term)
+        batch = validate(batch, current_term=self.primary_term, max_source_bytes=self.max_source_bytes)
+        frame = encode_frame(batch)
+        seq = batch.column("seq_no")
+        lo, hi = pc.min_max(seq).values()
+        with self._write_lock:
+            self._check_open()
+            cur = self._cur
+            cur.file.write(frame)  # type: ignore[attr-defined]
+            cp = cur.checkpoint
+            cur.checkpoint = replace(
+                cp,
+                offset=cp.offset + len(frame),
+                num_ops=cp.num_ops + batch.num_rows,
+                min_seq_no=lo.as_py() if cp.min_seq_no == NO_OPS else min(cp.min_seq_no, lo.as_py()),
+                max_seq_no=max(cp.max_seq_no, hi.as_py()),
+            )
+            cur.pending.append(seq)
+            position = (cur.checkpoint.generation, cur.checkpoint.offset)
+            self.tracker.advance_max_seq_no(hi.as_py())
+        if self.durability == "request":
+            self.sync(position)
+        if position[1] >= self.generation_bytes and position[0] == self.generation:
+            self.roll_generation()
+        return position
+
+    def _check_open(self) -> None:
+        if getattr(self, "_closed", None) is not None and self._closed.is_set():
+            raise TranslogError(f"{self.directory}: the translog is closed")
+
+    def sync(self, upto: tuple[int, int] | None = None) -> None:
+        """Make everything appended so far (or up to ``upto``) durable; concurrent callers share one fsync."""
+        with self._sync_lock:
+            if upto is not None and self._synced >= upto:
+                return  # another appender's fsync already covered us
+            with self._write_lock:
+                cur = self._cur
+                cur.file.flush()  # type: ignore[attr-defined]
+                cp = cur.checkpoint
+                pending, cur.pending = cur.pending, []
+            if self._fsync:
+                os.fsync(cur.file.fileno())  # type: ignore[attr-defined]
+            write_checkpoint(self.directory, cp, fsync=self._fsync)
+            self._synced = (cp.generation, cp.offset)
+            for seq in pending:
+                self.tracker.mark_persisted(seq)
+
+    def _sync_loop(self, interval: float) -> None:
+        while not self._closed.wait(interval):
+            try:
+                self.sync()
+            except Exception:  # the next append under request durability reports the failure
+                continue
+
+    def set_global_checkpoint(self, seq_no: int) -> None:
+        """Record the global checkpoint (persisted with the next sync)."""
+        with self._write_lock:
+            cp = self._cur.checkpoint
+            if seq_no > cp.global_checkpoint:
+                self._cur.checkpoint = replace(cp, global_checkpoint=seq_no)
+
+    def roll_generation(self, new_term: int | None = None) -> None:
+        """Seal the current generation and start the next (with ``new_term`` if the term changed)."""
+        self.sync()
+        with self._sync_lock, self._write_lock:
+            cur = self._cur
+            cp = cur.checkpoint
+            term = cp.primary_term if new_term is None else new_term
+            if term < cp.primary_term:
+                raise StaleTerm(f"{self.directory}: term {term} is below the log's {cp.primary_term}")
+            cur.file.close()  # type: ignore[attr-defined]
+            write_checkpoint(self.directory, cp, fsync=self._fsync, name=sealed_checkpoint_file(cp.generation))
+            self._sealed[cp.generation] = cp
+            self._start_generation(cp.generation + 1, term, cp, cp.translog_uuid)
+
+    # -- reading, trimming, purging -----------------------------------------------------------
+
+    def generations(self) -> list[GenerationInfo]:
+        """What each retained generation holds (for the purge rules)."""
+        with self._write_lock:
+            cps = [*(self._sealed[g] for g in sorted(self._sealed)), self._cur.checkpoint]
+        return [GenerationInfo(c.generation, c.primary_term, c.min_seq_no, c.max_seq_no, c.num_ops) for c in cps]
+
+    def read_operations(self, from_seq_no: int, to_seq_no: int | None = None) -> Iterator[pa.RecordBatch]:
+        """Operations with from <= seq# <= to, one winner per seq# (the highest term), trims applied."""
+        with self._write_lock:
+            self._cur.file.flush()  # type: ignore[attr-defined]
+            cps = [*(self._sealed[g] for g in sorted(self._sealed)), self._cur.checkpoint]
+        top = to_seq_no if to_seq_no is not None else 2**63 - 1
+        tables = []
+        for cp in cps:
+            if cp.num_ops == 0 or cp.max_seq_no < from_seq_no or cp.min_seq_no > top:
+                continue
+            for frame in scan(self._path(generation_file(cp.generation)), cp.offset).frames:
+                if frame.max_seq_no < from_seq_no or frame.min_seq_no > top:
+                    continue
+                b = frame.batch()
+                seq = b.column("seq_no")
+                keep = pc.and_(pc.greater_equal(seq, from_seq_no), pc.less_equal(seq, top))
+                if cp.trimmed_above_seq_no != UNASSIGNED:
+                    keep = pc.and_(keep, pc.less_equal(seq, cp.trimmed_above_seq_no))
+                tables.append(pa.Table.from_batches([b.filter(keep)]))
+        if not tables:
+            return iter(())
+        merged = pa.concat_tables(tables).sort_by([("seq_no", "ascending"), ("primary_term", "descending")])
+        seq = merged.column("seq_no").combine_chunks()
+        if len(seq) > 1:
+            first = pc.not_equal(seq.slice(1), seq.slice(0, len(seq) - 1))
+            keep = pa.concat_arrays([pa.array([True]), first])
+            merged = merged.filter(keep)
+        return iter(merged.combine_chunks().to_batches())
+
+    def trim_operations_above(self, seq_no: int, term: int) -> None:
+        """Drop, from every generation of a term below ``term``, the operations above ``seq_no``."""
+        self.sync()
+        with self._sync_lock, self._write_lock:
+            for gen, cp in list(self._sealed.items()):
+                if cp.primary_term < term:
+                    trimmed = seq_no if cp.trimmed_above_seq_no == UNASSIGNED else min(seq_no, cp.trimmed_above_seq_no)
+                    new = replace(cp, trimmed_above_seq_no=trimmed)
+                    write_checkpoint(self.directory, new, fsync=self._fsync, name=sealed_checkpoint_file(gen))
+                    self._sealed[gen] = new
+            cur = self._cur.checkpoint
+            if cur.primary_term < term:
+                trimmed = seq_no if cur.trimmed_above_seq_no == UNASSIGNED else min(seq_no, cur.trimmed_above_seq_no)
+                self._cur.checkpoint = replace(cur, trimmed_above_seq_no=trimmed)
+                write_checkpoint(self.directory, self._cur.checkpoint, fsync=self._fsync)
+
+    def delete_generations(self, generations: set[int]) -> None:
+        """Delete sealed generations (a prefix, as the purge rules decide) and record the new minimum."""
+        with self._sync_lock, self._write_lock:
+            doomed = sorted(g for g in generations if g in self._sealed)
+            keep = [g for g in sorted(self._sealed) if g not in doomed]
+            if keep and doomed and doomed[-1] > keep[0]:
+                raise TranslogError(f"{self.directory}: generations {doomed} are not a prefix of {sorted(self._sealed)}")
+            new_min = keep[0] if keep else self._cur.checkpoint.generation
+            self._cur.checkpoint = replace(self._cur.checkpoint, min_translog_generation=new_min)
+            write_checkpoint(self.directory, self._cur.checkpoint, fsync=self._fsync)  # first: never reference a gone file
+            for g in doomed:
+                del self._sealed[g]
+                for name in (generation_file(g), sealed_checkpoint_file(g)):
+                    try:
+                        os.unlink(self._path(name))
+                    except FileNotFoundError:
+                        pass
+
+    def close(self) -> None:
+        """Sync and close (the async syncer stops)."""
+        if self._closed.is_set():
+            return
+        self.sync()
+        self._closed.set()
+        if self._syncer is not None:
+            self._syncer.join()
+        with self._write_lock:
+            self._cur.file.close()  # type: ignore[attr-defined]
+
+    def __enter__(self) -> LocalTranslog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+__all__ = ["LocalTranslog", "SCHEMA", "generation_file", "sealed_checkpoint_file"]
