@@ -171,3 +171,18 @@ def test_sigkill_loses_no_acknowledged_operation(tmp_path: Path) -> None:
         assert len(got) == len(set(got)), "an operation came back twice"
         missing = acked - set(got)
         assert not missing, f"round {round_}: {len(missing)} acknowledged ops lost, e.g. {sorted(missing)[:5]}"
+
+
+def test_purge_follows_the_commit_and_the_retention(tmp_path: Path) -> None:
+    with LocalTranslog(str(tmp_path), primary_term=1, generation_bytes=2048) as log:
+        for i in range(10):
+            log.add(ops(i * 10, 10))
+        gens = log.generations()
+        # Nothing is covered by a commit yet: nothing goes.
+        assert log.purge(last_commit_local_checkpoint=-1, retention_seq_no=99) == set()
+        # A commit up to 49, but replicas still need everything above 19: only gens <= 19 go.
+        gone = log.purge(last_commit_local_checkpoint=49, retention_seq_no=19)
+        assert gone and all(g.max_seq_no <= 19 for g in gens if g.generation in gone)
+        assert seqs(log)[0] <= 20  # every op above the retention point is still readable
+        assert set(range(20, 100)) <= set(seqs(log))
+        assert log.generation not in gone

@@ -1,1 +1,33 @@
-"""shardstore.translog: not built yet (see the issues)."""
+"""shardstore.translog: a term-stamped, sequence-numbered operation log (see docs/design/translog.md).
+
+Built so far: operation batches (``operations``), frame and checkpoint codecs
+(``frames``, ``checkpoint``), the local checkpoint tracker (``tracker``), the pure purge
+rules (``purge``) and the local translog (``local``).
+"""
+
+from shardstore.translog.errors import (
+    InvalidOperation,
+    StaleTerm,
+    TranslogCorruptedError,
+    TranslogError,
+    TranslogUnavailable,
+)
+from shardstore.translog.local import LocalTranslog
+from shardstore.translog.operations import SCHEMA, OpType, index_batch, stamp, unstamped_batch, validate
+from shardstore.translog.tracker import LocalCheckpointTracker
+
+__all__ = [
+    "SCHEMA",
+    "InvalidOperation",
+    "LocalCheckpointTracker",
+    "LocalTranslog",
+    "OpType",
+    "StaleTerm",
+    "TranslogCorruptedError",
+    "TranslogError",
+    "TranslogUnavailable",
+    "index_batch",
+    "stamp",
+    "unstamped_batch",
+    "validate",
+]

@@ -35,7 +35,7 @@ from shardstore.translog.checkpoint import Checkpoint, read_checkpoint, write_ch
 from shardstore.translog.errors import StaleTerm, TranslogError
 from shardstore.translog.frames import GenerationHeader, encode_frame, scan
 from shardstore.translog.operations import DEFAULT_MAX_SOURCE_BYTES, SCHEMA, validate
-from shardstore.translog.purge import GenerationInfo
+from shardstore.translog.purge import GenerationInfo, local_deletable
 from shardstore.translog.tracker import LocalCheckpointTracker
 
 NO_OPS = -1
@@ -339,6 +339,25 @@ class LocalTranslog:
                         os.unlink(self._path(name))
                     except FileNotFoundError:
                         pass
+
+    def purge(
+        self,
+        *,
+        last_commit_local_checkpoint: int,
+        retention_seq_no: int,
+        min_unuploaded_generation: int | None = None,
+    ) -> set[int]:
+        """Delete the sealed generations the pure local purge rule allows; returns them."""
+        doomed = local_deletable(
+            self.generations(),
+            current_generation=self.generation,
+            last_commit_local_checkpoint=last_commit_local_checkpoint,
+            retention_seq_no=retention_seq_no,
+            min_unuploaded_generation=min_unuploaded_generation,
+        )
+        if doomed:
+            self.delete_generations(doomed)
+        return doomed
 
     def close(self) -> None:
         """Sync and close (the async syncer stops)."""
