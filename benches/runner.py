@@ -21,6 +21,7 @@ from typing import Any, TextIO
 #: name -> module (imported lazily, in this order).  Add a bench here.
 BENCHES: dict[str, str] = {
     "blobstore": "benches.blobstore",
+    "translog": "benches.translog",
 }
 
 
