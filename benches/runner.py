@@ -13,7 +13,6 @@ import json
 import sys
 import time
 import traceback
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, TextIO

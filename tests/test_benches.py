@@ -80,3 +80,49 @@ def test_unknown_bench_and_backend_fail_cleanly(tmp_path: Path) -> None:
     proc = _run("blobstore", "--quick", "--backends", "floppy", "--json-only", tmp_path=tmp_path)
     assert proc.returncode == 1 and "unknown backend" in proc.stderr
     assert proc.stdout == ""
+
+
+def test_translog_quick_prints_json_figures_then_a_table(tmp_path: Path) -> None:
+    """``python -m benches translog --quick``: every cell and the group-commit figures, format only."""
+    out_file = tmp_path / "translog.jsonl"
+    proc = _run("translog", "--quick", "--out", str(out_file), tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    lines = proc.stdout.splitlines()
+    assert "" in lines, f"no blank line before the table:\n{proc.stdout[-2000:]}"
+    cut = lines.index("")
+    json_lines, table = lines[:cut], lines[cut + 1 :]
+    figures = []
+    for line in json_lines:
+        fig = json.loads(line)
+        for key, kind in REQUIRED.items():
+            assert key in fig, f"{key!r} missing from {line}"
+            assert isinstance(fig[key], kind), f"{key!r} has the wrong type in {line}"
+        assert not isinstance(fig["value"], bool)
+        assert fig["bench"] == "translog"
+        # fsync counts may be 0 (async appends); everything else is a positive measurement
+        assert fig["value"] > 0 or (fig["name"] == "fsyncs_per_1k_ops" and fig["value"] == 0), line
+        figures.append(fig)
+
+    cells = {(b, d) for b in (1, 100, 1000) for d in ("request", "async")}
+    for name in ("ops_per_s", "mb_per_s", "fsyncs_per_1k_ops"):
+        got = {(f["params"]["bulk"], f["params"]["durability"], f["params"]["impl"]) for f in figures if f["name"] == name}
+        assert got == {(b, d, i) for b, d in cells for i in ("translog", "raw")}, name
+    ratios = [f for f in figures if f["name"] == "ops_ratio"]
+    assert {(f["params"]["bulk"], f["params"]["durability"]) for f in ratios} == cells
+    assert all(f["unit"] == "ratio" and f["params"]["impl"] == "translog/raw" for f in ratios)
+    # Request durability: the same fsync pattern on both sides, at least one fsync per append.
+    for f in figures:
+        if f["name"] == "fsyncs_per_1k_ops" and f["params"]["durability"] == "request":
+            assert f["value"] >= 1000 / f["params"]["bulk"], f
+    # The issue's targets sit on bulk 1,000 async: ops/s and the ratio to raw.
+    targeted = {(f["name"], f["params"]["bulk"], f["params"]["durability"]) for f in figures if "target" in f}
+    assert targeted == {("ops_per_s", 1000, "async"), ("ops_ratio", 1000, "async")}
+    assert all(isinstance(f["met"], bool) for f in figures if "target" in f)
+    names = {f["name"] for f in figures}
+    assert {"group_commit_ops_per_s", "group_commit_fsyncs_per_append"} <= names
+
+    assert table[0].split()[:2] == ["bench", "name"]
+    assert len(table) == 2 + len(figures)
+    assert out_file.read_text().splitlines() == json_lines
+    assert "[translog]" in proc.stderr

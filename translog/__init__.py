@@ -2,7 +2,8 @@
 
 Built so far: operation batches (``operations``), frame and checkpoint codecs
 (``frames``, ``checkpoint``), the local checkpoint tracker (``tracker``), the pure purge
-rules (``purge``) and the local translog (``local``).
+rules (``purge``), replay resolution (``replay``), the local translog (``local``) and the
+remote translog (``remote``, ``remote_metadata``).
 """
 
 from shardstore.translog.errors import (
@@ -13,6 +14,8 @@ from shardstore.translog.errors import (
     TranslogUnavailable,
 )
 from shardstore.translog.local import LocalTranslog
+from shardstore.translog.remote import RemoteTranslog
+from shardstore.translog.remote_metadata import RemoteTranslogMetadata
 from shardstore.translog.operations import SCHEMA, OpType, index_batch, stamp, unstamped_batch, validate
 from shardstore.translog.tracker import LocalCheckpointTracker
 
@@ -22,6 +25,8 @@ __all__ = [
     "LocalCheckpointTracker",
     "LocalTranslog",
     "OpType",
+    "RemoteTranslog",
+    "RemoteTranslogMetadata",
     "StaleTerm",
     "TranslogCorruptedError",
     "TranslogError",

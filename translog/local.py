@@ -36,6 +36,7 @@ from shardstore.translog.errors import StaleTerm, TranslogError
 from shardstore.translog.frames import GenerationHeader, encode_frame, scan
 from shardstore.translog.operations import DEFAULT_MAX_SOURCE_BYTES, SCHEMA, validate
 from shardstore.translog.purge import GenerationInfo, local_deletable
+from shardstore.translog.replay import filter_batch, resolve
 from shardstore.translog.tracker import LocalCheckpointTracker
 
 NO_OPS = -1
@@ -264,10 +265,17 @@ class LocalTranslog:
             term = cp.primary_term if new_term is None else new_term
             if term < cp.primary_term:
                 raise StaleTerm(f"{self.directory}: term {term} is below the log's {cp.primary_term}")
+            # Appends may have landed since the sync above: make them durable before sealing.
+            cur.file.flush()  # type: ignore[attr-defined]
+            if self._fsync:
+                os.fsync(cur.file.fileno())  # type: ignore[attr-defined]
+            pending, cur.pending = cur.pending, []
             cur.file.close()  # type: ignore[attr-defined]
             write_checkpoint(self.directory, cp, fsync=self._fsync, name=sealed_checkpoint_file(cp.generation))
             self._sealed[cp.generation] = cp
             self._start_generation(cp.generation + 1, term, cp, cp.translog_uuid)
+        for seq in pending:
+            self.tracker.mark_persisted(seq)
 
     # -- reading, trimming, purging -----------------------------------------------------------
 
@@ -283,28 +291,15 @@ class LocalTranslog:
             self._cur.file.flush()  # type: ignore[attr-defined]
             cps = [*(self._sealed[g] for g in sorted(self._sealed)), self._cur.checkpoint]
         top = to_seq_no if to_seq_no is not None else 2**63 - 1
-        tables = []
+        batches = []
         for cp in cps:
             if cp.num_ops == 0 or cp.max_seq_no < from_seq_no or cp.min_seq_no > top:
                 continue
             for frame in scan(self._path(generation_file(cp.generation)), cp.offset).frames:
                 if frame.max_seq_no < from_seq_no or frame.min_seq_no > top:
                     continue
-                b = frame.batch()
-                seq = b.column("seq_no")
-                keep = pc.and_(pc.greater_equal(seq, from_seq_no), pc.less_equal(seq, top))
-                if cp.trimmed_above_seq_no != UNASSIGNED:
-                    keep = pc.and_(keep, pc.less_equal(seq, cp.trimmed_above_seq_no))
-                tables.append(pa.Table.from_batches([b.filter(keep)]))
-        if not tables:
-            return iter(())
-        merged = pa.concat_tables(tables).sort_by([("seq_no", "ascending"), ("primary_term", "descending")])
-        seq = merged.column("seq_no").combine_chunks()
-        if len(seq) > 1:
-            first = pc.not_equal(seq.slice(1), seq.slice(0, len(seq) - 1))
-            keep = pa.concat_arrays([pa.array([True]), first])
-            merged = merged.filter(keep)
-        return iter(merged.combine_chunks().to_batches())
+                batches.append(filter_batch(frame.batch(), from_seq_no, top, cp.trimmed_above_seq_no))
+        return resolve(batches)
 
     def trim_operations_above(self, seq_no: int, term: int) -> None:
         """Drop, from every generation of a term below ``term``, the operations above ``seq_no``."""

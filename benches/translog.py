@@ -1,0 +1,406 @@
+"""Local translog append throughput, next to a raw baseline that writes the same bytes.
+
+What is measured: ``LocalTranslog.add(stamped_batch)`` of 1 KiB JSON documents in bulks
+of 1, 100 and 1,000 operations, under ``request`` durability (every append returns
+after its fsync + checkpoint replace) and ``async`` durability (a background fsync
+every ``sync_interval``, default 5 s: the timed runs are shorter, so in practice no
+fsync per append).  Documents, unstamped batches, stamped batches (distinct seq#s) and,
+for the baseline, the encoded frames (``translog.frames.encode_frame`` of the very same
+stamped batches) are all built before the timed region: the clock covers the appends
+only (not opening or closing the log).
+
+The raw baseline writes those frames to a buffered file with the same fsync pattern:
+
+- request: ``write``, ``flush``, ``fsync`` of the file, then a checkpoint-like replace
+  of a 98-byte file (write a temp file, fsync it, ``os.replace``, fsync the directory),
+  per append, as ``write_checkpoint`` does;
+- async: ``write`` only.
+
+So the ratio translog / raw is what the translog costs on top of the disk work it
+cannot avoid (validation, encoding, checkpoint bookkeeping, seq# tracking).
+
+Figures per (bulk, durability): ``ops_per_s`` and ``mb_per_s`` (frame bytes written, in
+10^6 bytes/s) for ``impl=translog`` and ``impl=raw``, ``fsyncs_per_1k_ops`` for both
+(``os.fsync`` is wrapped in this process only, so every fsync the translog or the
+baseline issues is counted, rolls of a 64 MiB generation included), and ``ops_ratio``
+(translog / raw ops/s, the median of the per-round ratios in ``rounds``).  The
+``cpu`` parameter is process CPU seconds per wall second during the translog's timed
+appends (1.0 = one core busy).  Targets (issue 3): bulk 1,000 async >= 100k ops/s on one
+core and >= 0.5 of raw.
+
+Group commit: 4 threads append bulks of 100 under ``request`` durability for a fixed
+time; ``group_commit_ops_per_s`` and ``group_commit_fsyncs_per_append`` (3 fsyncs per
+sync: file, checkpoint temp file, directory; < 3 means appends shared a sync), and
+``group_commit_speedup`` over the single-thread bulk-100 request figure.
+
+Method: a warm-up run of the translog for the time budget fixes the number of appends
+of a cell (capped); then ``reps`` rounds (3) in which translog and raw each append that
+many batches into a fresh directory, the order alternating round to round (A B, B A,
+...), since one side's dirty pages can slow the other.  Medians over rounds.  The files
+go to ``SHARDSTORE_BENCH_DIR`` (default: the temp directory); fsync cost depends on it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from benches.runner import Context, Figure
+
+DOC_BYTES = 1024
+BULKS = (1, 100, 1000)
+DURABILITIES = ("request", "async")
+THREADS = 4
+GROUP_BULK = 100
+#: Targets of issue 3 for bulk 1,000 under async durability.
+TARGET_OPS = 100_000
+TARGET_RATIO = 0.5
+_CKP_SIZE = 98  # bytes of translog.ckp (format version 1)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Time budget and counts of one run."""
+
+    seconds: float  # warm-up run length, which fixes the appends per round
+    reps: int
+    max_ops: int  # cap of operations per run (memory of the pre-encoded frames)
+    group_seconds: float
+
+
+FULL = Plan(seconds=0.5, reps=3, max_ops=100_000, group_seconds=1.0)
+QUICK = Plan(seconds=0.1, reps=2, max_ops=20_000, group_seconds=0.25)
+
+
+def add_arguments(group: Any) -> None:
+    """Options of this bench (the runner adds them to its parser)."""
+    group.add_argument("--translog-reps", type=int, default=None, help="rounds per measurement (default 3, quick 2)")
+    group.add_argument("--translog-seconds", type=float, default=None,
+                       help="warm-up run length that fixes the appends per round (default 0.5, quick 0.1)")
+
+
+# -- counting fsyncs ---------------------------------------------------------------------------
+
+
+class _FsyncCounter:
+    """Wraps ``os.fsync`` in this process (the translog calls it through ``os``) and counts calls."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._lock = threading.Lock()
+        self._original: Callable[[int], None] | None = None
+
+    def install(self) -> None:
+        original = self._original = os.fsync
+
+        def fsync(fd: int) -> None:
+            with self._lock:
+                self.count += 1
+            original(fd)
+
+        os.fsync = fsync  # type: ignore[assignment]
+
+    def uninstall(self) -> None:
+        if self._original is not None:
+            os.fsync = self._original  # type: ignore[assignment]
+            self._original = None
+
+
+# -- building the inputs (outside every timed region) -----------------------------------------
+
+
+def _documents(n: int) -> list[bytes]:
+    """``n`` distinct JSON documents of exactly DOC_BYTES bytes each."""
+    docs = []
+    for i in range(n):
+        doc = {"id": i, "title": f"document {i}", "tags": ["bench", f"t{i % 7}"], "n": i * 31, "body": ""}
+        pad = DOC_BYTES - len(json.dumps(doc, separators=(",", ":")))
+        doc["body"] = ("lorem ipsum %d " % i * 200)[:pad]
+        raw = json.dumps(doc, separators=(",", ":")).encode()
+        assert len(raw) == DOC_BYTES, len(raw)
+        docs.append(raw)
+    return docs
+
+
+class _Inputs:
+    """Distinct unstamped batches of one bulk size, stamped on demand with fresh seq#s."""
+
+    def __init__(self, docs: list[bytes], bulk: int, distinct: int) -> None:
+        from shardstore.translog.operations import index_batch
+
+        self.bulk = bulk
+        self.unstamped = []
+        for k in range(distinct):
+            start = (k * bulk) % len(docs)
+            chunk = [docs[(start + j) % len(docs)] for j in range(bulk)]
+            ids = [f"doc-{k}-{j}" for j in range(bulk)]
+            self.unstamped.append(index_batch(ids, chunk))
+
+    def stamped(self, index: int, stride: int = 1, offset: int = 0) -> Any:
+        """The ``index``-th batch; seq#s interleave by ``stride`` batches (threads), shifted by ``offset``."""
+        from shardstore.translog.operations import stamp
+
+        slot = index * stride + offset
+        return stamp(self.unstamped[slot % len(self.unstamped)], slot * self.bulk, 1)
+
+
+# -- the two sides ----------------------------------------------------------------------------
+
+
+@dataclass
+class Sample:
+    """One timed run: ``ops`` operations in ``count`` appends, ``nbytes`` frame bytes."""
+
+    seconds: float
+    cpu: float
+    count: int
+    ops: int
+    nbytes: int
+    fsyncs: int
+
+    @property
+    def ops_per_s(self) -> float:
+        return self.ops / self.seconds
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.nbytes / 1e6 / self.seconds
+
+
+def _translog_run(directory: str, batches: list[Any], durability: str, counter: _FsyncCounter,
+                  nbytes: int) -> Sample:
+    from shardstore.translog.local import LocalTranslog
+
+    tl = LocalTranslog(directory, primary_term=1, durability=durability)  # type: ignore[arg-type]
+    try:
+        add = tl.add
+        f0 = counter.count
+        c0, t0 = time.process_time(), time.perf_counter()
+        for b in batches:
+            add(b)
+        t1, c1 = time.perf_counter(), time.process_time()
+        fsyncs = counter.count - f0
+    finally:
+        tl.close()  # syncs: the dirty pages do not spill into the next run
+    ops = sum(b.num_rows for b in batches)
+    return Sample(t1 - t0, c1 - c0, len(batches), ops, nbytes, fsyncs)
+
+
+def _raw_run(directory: str, frames: list[bytes], ops: int, durability: str, counter: _FsyncCounter) -> Sample:
+    """Write ``frames`` as the translog does, with the same fsync pattern, and nothing else."""
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, "raw.tlog")
+    ckp = os.path.join(directory, "raw.ckp")
+    tmp = ckp + ".tmp"
+    small = b"\0" * _CKP_SIZE
+    request = durability == "request"
+    f = open(path, "xb")
+    try:
+        f.write(b"\0" * 44)  # the generation header, written and fsynced before the clock as the translog does
+        f.flush()
+        os.fsync(f.fileno())
+        write, flush, fileno = f.write, f.flush, f.fileno()
+        fsync, replace = os.fsync, os.replace
+        f0 = counter.count
+        c0, t0 = time.process_time(), time.perf_counter()
+        for fr in frames:
+            write(fr)
+            if request:
+                flush()
+                fsync(fileno)
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                try:
+                    os.write(fd, small)
+                    fsync(fd)
+                finally:
+                    os.close(fd)
+                replace(tmp, ckp)
+                dfd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+                try:
+                    fsync(dfd)
+                finally:
+                    os.close(dfd)
+        t1, c1 = time.perf_counter(), time.process_time()
+        fsyncs = counter.count - f0
+        f.flush()
+        os.fsync(fileno)  # outside the clock, as the translog's close
+    finally:
+        f.close()
+    return Sample(t1 - t0, c1 - c0, len(frames), ops, sum(len(fr) for fr in frames), fsyncs)
+
+
+# -- cells ------------------------------------------------------------------------------------
+
+
+def _fresh(base: str, label: str) -> str:
+    return tempfile.mkdtemp(prefix=f"{label}-", dir=base)
+
+
+def _warmup_count(base: str, inputs: _Inputs, durability: str, plan: Plan, seconds: float) -> int:
+    """Append (stamping as it goes) for ``seconds``; the count of appends done, capped."""
+    from shardstore.translog.local import LocalTranslog
+
+    cap = max(1, plan.max_ops // inputs.bulk)
+    d = _fresh(base, "warm")
+    tl = LocalTranslog(d, primary_term=1, durability=durability)  # type: ignore[arg-type]
+    n = 0
+    try:
+        deadline = time.perf_counter() + seconds
+        while n < cap and (n < 3 or time.perf_counter() < deadline):
+            tl.add(inputs.stamped(n))
+            n += 1
+    finally:
+        tl.close()
+        shutil.rmtree(d, ignore_errors=True)
+    return n
+
+
+def _cell(base: str, inputs: _Inputs, durability: str, plan: Plan, seconds: float, reps: int,
+          counter: _FsyncCounter, ctx: Context) -> dict[str, list[Sample]]:
+    from shardstore.translog.frames import encode_frame
+
+    bulk = inputs.bulk
+    n = _warmup_count(base, inputs, durability, plan, seconds)
+    batches = [inputs.stamped(i) for i in range(n)]
+    frames = [encode_frame(b) for b in batches]
+    nbytes = sum(len(fr) for fr in frames)
+    ops = n * bulk
+    samples: dict[str, list[Sample]] = {"translog": [], "raw": []}
+    for rep in range(reps):
+        order = ["translog", "raw"] if rep % 2 == 0 else ["raw", "translog"]
+        ctx.progress(f"bulk={bulk} {durability}: {n} appends ({ops} ops) round {rep + 1}/{reps} ({' then '.join(order)})")
+        for side in order:
+            d = _fresh(base, side)
+            try:
+                if side == "translog":
+                    samples[side].append(_translog_run(d, batches, durability, counter, nbytes))
+                else:
+                    samples[side].append(_raw_run(d, frames, ops, durability, counter))
+            finally:
+                shutil.rmtree(d, ignore_errors=True)
+    return samples
+
+
+def _cell_figures(ctx: Context, bulk: int, durability: str, samples: dict[str, list[Sample]]) -> Iterator[Figure]:
+    common = {"bulk": bulk, "durability": durability, "doc": "1KiB"}
+    for impl in ("translog", "raw"):
+        ss = samples[impl]
+        ops_s = statistics.median(s.ops_per_s for s in ss)
+        cpu = statistics.median(s.cpu / s.seconds for s in ss)
+        extra: dict[str, Any] = {"impl": impl, "appends": ss[0].count, "cpu": round(cpu, 2)}
+        if impl == "translog" and bulk == 1000 and durability == "async":
+            yield ctx.figure("ops_per_s", ops_s, "ops/s", target=">= 100k ops/s on one core",
+                             met=ops_s >= TARGET_OPS, **common, **extra)
+        else:
+            yield ctx.figure("ops_per_s", ops_s, "ops/s", **common, **extra)
+        yield ctx.figure("mb_per_s", statistics.median(s.mb_per_s for s in ss), "MB/s", **common, impl=impl)
+        fsyncs = sum(s.fsyncs for s in ss)
+        ops = sum(s.ops for s in ss)
+        # value 0 is a legitimate count (async appends), so report it as is
+        yield ctx.figure("fsyncs_per_1k_ops", 1000 * fsyncs / ops, "fsync/1k ops", **common, impl=impl)
+    rounds = [t.ops_per_s / r.ops_per_s for t, r in zip(samples["translog"], samples["raw"])]
+    ratio = statistics.median(rounds)
+    target: dict[str, Any] = {}
+    if bulk == 1000 and durability == "async":
+        target = {"target": ">= 0.5 of raw", "met": ratio >= TARGET_RATIO}
+    yield ctx.figure("ops_ratio", ratio, "ratio", **target, **common, impl="translog/raw",
+                     rounds="/".join(f"{x:.2f}" for x in rounds))
+
+
+def _group_commit(base: str, inputs: _Inputs, plan: Plan, seconds: float, reps: int, counter: _FsyncCounter,
+                  ctx: Context) -> list[tuple[float, float, int]]:
+    """``reps`` runs of THREADS appenders for ``seconds``: (ops/s, fsyncs per append, appends) each."""
+    from shardstore.translog.local import LocalTranslog
+
+    per_thread = max(4, plan.max_ops // inputs.bulk)  # upper bound on appends per thread
+    batches = [[inputs.stamped(i, THREADS, t) for i in range(per_thread)] for t in range(THREADS)]
+    out = []
+    for rep in range(reps):
+        ctx.progress(f"group commit: {THREADS} threads x bulk={inputs.bulk} request, {seconds:.2f}s, round {rep + 1}/{reps}")
+        d = _fresh(base, "group")
+        tl = LocalTranslog(d, primary_term=1, durability="request")
+        counts = [0] * THREADS
+        errors: list[BaseException] = []
+        start = threading.Barrier(THREADS + 1)
+        stop = threading.Event()
+
+        def worker(t: int) -> None:
+            try:
+                start.wait()
+                add = tl.add
+                for b in batches[t]:
+                    if stop.is_set():
+                        break
+                    add(b)
+                    counts[t] += 1
+            except BaseException as exc:  # reported after the join
+                errors.append(exc)
+
+        threads = [threading.Thread(target=worker, args=(t,), name=f"bench-append-{t}") for t in range(THREADS)]
+        try:
+            for th in threads:
+                th.start()
+            f0 = counter.count
+            start.wait()
+            t0 = time.perf_counter()
+            time.sleep(seconds)
+            stop.set()
+            for th in threads:
+                th.join()
+            elapsed = time.perf_counter() - t0
+            fsyncs = counter.count - f0
+        finally:
+            stop.set()
+            tl.close()
+            shutil.rmtree(d, ignore_errors=True)
+        if errors:
+            raise errors[0]
+        appends = sum(counts)
+        out.append((appends * inputs.bulk / elapsed, fsyncs / appends, appends))
+    return out
+
+
+def run(ctx: Context) -> Iterator[Figure]:
+    """Every (bulk, durability) cell, then the group-commit run."""
+    plan = QUICK if ctx.quick else FULL
+    reps = getattr(ctx.args, "translog_reps", None) or plan.reps
+    seconds = getattr(ctx.args, "translog_seconds", None) or plan.seconds
+    base = tempfile.mkdtemp(prefix="shardstore-bench-translog-", dir=os.environ.get("SHARDSTORE_BENCH_DIR"))
+    counter = _FsyncCounter()
+    counter.install()
+    try:
+        t0 = time.monotonic()
+        docs = _documents(2000)
+        inputs = {bulk: _Inputs(docs, bulk, distinct=max(1, min(2000 // bulk, 200 if bulk == 1 else 8)))
+                  for bulk in BULKS}
+        ctx.progress(f"built {len(docs)} documents of {DOC_BYTES} bytes and the batches in {time.monotonic() - t0:.1f}s; "
+                     f"files in {base}")
+        single: dict[str, float] = {}
+        for bulk in BULKS:
+            for durability in DURABILITIES:
+                samples = _cell(base, inputs[bulk], durability, plan, seconds, reps, counter, ctx)
+                if bulk == GROUP_BULK and durability == "request":
+                    single["ops"] = statistics.median(s.ops_per_s for s in samples["translog"])
+                yield from _cell_figures(ctx, bulk, durability, samples)
+        runs = _group_commit(base, inputs[GROUP_BULK], plan, plan.group_seconds if seconds == plan.seconds
+                             else 2 * seconds, reps, counter, ctx)
+        params = {"threads": THREADS, "bulk": GROUP_BULK, "durability": "request", "doc": "1KiB", "impl": "translog"}
+        ops_s = statistics.median(r[0] for r in runs)
+        yield ctx.figure("group_commit_ops_per_s", ops_s, "ops/s", **params,
+                         appends=sum(r[2] for r in runs))
+        yield ctx.figure("group_commit_fsyncs_per_append", statistics.median(r[1] for r in runs), "fsync/append",
+                         **params)
+        if single.get("ops"):
+            yield ctx.figure("group_commit_speedup", ops_s / single["ops"], "ratio", **params,
+                             vs="1 thread bulk=100 request")
+    finally:
+        counter.uninstall()
+        shutil.rmtree(base, ignore_errors=True)

@@ -1,0 +1,377 @@
+"""The remote translog: uploads, request durability, replay without a disk, corruption, purge."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shardstore.blobstores import open_backend
+from shardstore.blobstores.faulty import FaultRule, FaultyStore
+from shardstore.errors import UnsupportedFormatVersion
+from shardstore.translog.errors import TranslogCorruptedError, TranslogError, TranslogUnavailable
+from shardstore.translog.local import LocalTranslog
+from shardstore.translog.operations import index_batch, stamp
+from shardstore.translog.remote import RemoteTranslog
+from shardstore.translog.remote_metadata import (
+    RemoteGeneration,
+    RemoteTranslogMetadata,
+    decode_metadata,
+    encode_metadata,
+    metadata_key,
+    parse_metadata_key,
+)
+
+REMOTE = pytest.mark.parametrize("backend", ["memory", "file", "s3"], indirect=True)
+PREFIX = "c-uuid/1/i-uuid/0/translog"
+
+
+def ops(first: int, n: int, term: int = 1, tag: str = "") -> pa.RecordBatch:
+    ids = [f"d{first + i}" for i in range(n)]
+    return stamp(index_batch(ids, [f'{{"v":"{tag}{first + i}"}}'.encode() for i in range(n)]), first, term)
+
+
+def rows(batches) -> list[tuple[int, int, str]]:
+    out = []
+    for b in batches:
+        out += zip(b.column("seq_no").to_pylist(), b.column("primary_term").to_pylist(), b.column("source").to_pylist())
+    return [(s, t, bytes(src).decode() if src is not None else "") for s, t, src in out]
+
+
+def seqs(batches) -> list[int]:
+    return [s for b in batches for s in b.column("seq_no").to_pylist()]
+
+
+def metadata_keys(store, prefix: str = PREFIX) -> list[str]:
+    return [b.key for b in store.list(f"{prefix}/metadata/")]
+
+
+def puts(store) -> int:
+    return store.metrics()["requests"]["put"]
+
+
+# --------------------------------------------------------------------------- metadata codec and keys
+
+
+def _md() -> RemoteTranslogMetadata:
+    e = RemoteGeneration(3, 2, "p/data/2/3__x.tlog", 123, 0xDEADBEEF, 0, 9, 10, -2)
+    return RemoteTranslogMetadata(2, 3, uuid.uuid4(), 0, 9, 5, 3, (e,))
+
+
+def test_metadata_round_trip_and_damage() -> None:
+    md = _md()
+    raw = encode_metadata(md)
+    assert raw[:4] == b"SSRM"
+    assert decode_metadata(raw, "k") == md
+    for i in range(len(raw)):
+        bad = bytearray(raw)
+        bad[i] ^= 0x10
+        with pytest.raises(TranslogCorruptedError) as exc:
+            decode_metadata(bytes(bad), "the/key")
+        assert "the/key" in str(exc.value)
+    with pytest.raises(TranslogCorruptedError, match="the/key"):
+        decode_metadata(raw[:-1], "the/key")
+
+
+def test_metadata_newer_version_is_refused() -> None:
+    import struct
+    import zlib
+
+    raw = bytearray(encode_metadata(_md()))
+    struct.pack_into("<H", raw, 4, 2)
+    body = bytes(raw[:-4])
+    raw = body + struct.pack("<I", zlib.crc32(body))
+    with pytest.raises(UnsupportedFormatVersion):
+        decode_metadata(raw, "k")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2**63 - 1), st.integers(0, 2**63 - 1)), min_size=1, max_size=20))
+def test_metadata_key_newest_sorts_first(pairs: list[tuple[int, int]]) -> None:
+    keys = sorted(metadata_key(t, g, "w") for t, g in pairs)
+    assert parse_metadata_key(keys[0])[:2] == max(pairs)
+    assert [parse_metadata_key(k)[:2] for k in keys] == sorted(pairs, reverse=True)
+
+
+# --------------------------------------------------------------------------- uploads and replay
+
+
+@REMOTE
+def test_upload_round_trip_and_empty_disk_reader(store_factory, tmp_path: Path) -> None:
+    store = store_factory()
+    local = LocalTranslog(str(tmp_path / "tl"), primary_term=1)
+    with RemoteTranslog(local, store, PREFIX, buffer_interval=0.01) as remote:
+        local.add(ops(0, 50))
+        store.reset_metrics()
+        md = remote.upload()
+        assert puts(store) == 2  # one data blob, one metadata blob
+        assert [e.generation for e in md.entries] == [1]
+        assert md.max_seq_no == 49
+        local.add(ops(50, 25))
+        store.reset_metrics()
+        md = remote.upload()
+        assert puts(store) == 2
+        assert [e.generation for e in md.entries] == [1, 2]
+        store.reset_metrics()
+        assert remote.upload() == md  # nothing new: no PUT
+        assert puts(store) == 0
+    local.close()
+    # a new node: empty disk, only the store
+    reader = store_factory(prefix=store_factory.last_prefix)
+    got = rows(RemoteTranslog.read_operations(reader, PREFIX, 0))
+    assert [s for s, _, _ in got] == list(range(75))
+    assert seqs(RemoteTranslog.read_operations(reader, PREFIX, 10, 19)) == list(range(10, 20))
+    assert list(RemoteTranslog.read_operations(reader, "other/prefix", 0)) == []
+
+
+@REMOTE
+def test_several_sealed_generations_upload_each(store_factory, tmp_path: Path) -> None:
+    store = store_factory()
+    local = LocalTranslog(str(tmp_path / "tl"), primary_term=1, generation_bytes=1)  # roll after every add
+    with RemoteTranslog(local, store, PREFIX, buffer_interval=0.01) as remote:
+        for i in range(4):
+            local.add(ops(i * 5, 5))
+        store.reset_metrics()
+        md = remote.upload()
+        assert [e.generation for e in md.entries] == [1, 2, 3, 4]
+        assert puts(store) == 4 + 1  # one per pending generation, one metadata
+    local.close()
+    assert seqs(RemoteTranslog.read_operations(store, PREFIX, 0)) == list(range(20))
+
+
+@REMOTE
+def test_add_acknowledges_only_after_metadata_landed(store_factory, tmp_path: Path) -> None:
+    store = store_factory()
+    local = LocalTranslog(str(tmp_path / "tl"), primary_term=1)
+    with RemoteTranslog(local, store, PREFIX, buffer_interval=0.05) as remote:
+        assert metadata_keys(store) == []
+        gen, _ = remote.add(ops(0, 10))
+        keys = metadata_keys(store)
+        assert keys, "add returned before any metadata blob existed"
+        md = decode_metadata(store.get(keys[0]), keys[0])
+        assert md.generation >= gen and md.max_seq_no == 9
+        # everything acknowledged is readable from the store alone
+        assert seqs(RemoteTranslog.read_operations(store, PREFIX, 0)) == list(range(10))
+    local.close()
+
+
+@REMOTE
+def test_concurrent_adders_share_uploads(store_factory, tmp_path: Path) -> None:
+    store = store_factory()
+    local = LocalTranslog(str(tmp_path / "tl"), primary_term=1)
+    n_threads, per_thread, bulk = 8, 5, 10
+    counter = iter(range(0, 10**9, bulk))
+    lock = threading.Lock()
+    acked: list[int] = []
+    errors: list[BaseException] = []
+
+    with RemoteTranslog(local, store, PREFIX, buffer_interval=0.1) as remote:
+        store.reset_metrics()
+        uploads_before = remote.uploads
+
+        def work() -> None:
+            try:
+                for _ in range(per_thread):
+                    with lock:
+                        first = next(counter)
+                        batch = ops(first, bulk)
+                    remote.add(batch)
+                    with lock:
+                        acked.extend(range(first, first + bulk))
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=work) for _ in range(n_threads)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors
+        uploads = remote.uploads - uploads_before
+        n_puts = puts(store)
+    local.close()
+    total_adds = n_threads * per_thread
+    assert uploads < total_adds / 2, f"{uploads} uploads for {total_adds} adds: not shared"
+    assert n_puts <= 2 * uploads, f"{n_puts} PUTs for {uploads} uploads"
+    assert sorted(seqs(RemoteTranslog.read_operations(store, PREFIX, 0))) == sorted(acked)
+    print(f"\n[{store_factory.backend}] {total_adds} adds -> {uploads} uploads, {n_puts} PUTs")
+
+
+@REMOTE
+def test_failing_store_raises_unavailable_and_acknowledges_nothing(store_factory, tmp_path: Path) -> None:
+    store_factory()  # pick a root
+    prefix = store_factory.last_prefix
+    inner = open_backend(store_factory.url(prefix), **store_factory.options())
+    faulty = FaultyStore(inner, [FaultRule(op=("put", "put_stream"), times=None)])
+    local = LocalTranslog(str(tmp_path / "tl"), primary_term=1)
+    with RemoteTranslog(local, faulty, PREFIX, buffer_interval=0.01, upload_timeout=1.0) as remote:
+        started = time.monotonic()
+        with pytest.raises(TranslogUnavailable, match="NOT acknowledged"):
+            remote.add(ops(0, 5))
+        assert time.monotonic() - started < 3.0
+        assert remote.uploaded_through < local.generation
+        assert metadata_keys(inner) == []
+    local.close()
+    assert list(RemoteTranslog.read_operations(inner, PREFIX, 0)) == []
+    inner.close()
+
+
+@REMOTE
+def test_corrupt_data_blob_names_the_key(store_factory, tmp_path: Path) -> None:
+    store = store_factory()
+    local = LocalTranslog(str(tmp_path / "tl"), primary_term=1)
+    with RemoteTranslog(local, store, PREFIX, buffer_interval=0.01) as remote:
+        local.add(ops(0, 20))
+        md = remote.upload()
+    local.close()
+    key = md.entries[0].blob_key
+    good = store.get(key)
+    # same size, one flipped bit
+    store.delete([key])
+    flipped = bytearray(good)
+    flipped[len(good) // 2] ^= 0x01
+    store.put(key, bytes(flipped))
+    with pytest.raises(TranslogCorruptedError) as exc:
+        list(RemoteTranslog.read_operations(store, PREFIX, 0))
+    assert key in str(exc.value)
+    # different bytes, different size
+    store.delete([key])
+    store.put(key, good[:-7])
+    with pytest.raises(TranslogCorruptedError, match=key):
+        list(RemoteTranslog.read_operations(store, PREFIX, 0))
+    # a corrupt metadata blob is named too
+    store.delete([key])
+    store.put(key, good)
+    mkey = metadata_keys(store)[0]
+    raw = bytearray(store.get(mkey))
+    raw[10] ^= 0x40
+    store.delete([mkey])
+    store.put(mkey, bytes(raw))
+    with pytest.raises(TranslogCorruptedError, match=mkey):
+        list(RemoteTranslog.read_operations(store, PREFIX, 0))
+
+
+@REMOTE
+def test_terms_and_trims_resolve_like_the_local_log(store_factory, tmp_path: Path) -> None:
+    store = store_factory()
+    local = LocalTranslog(str(tmp_path / "tl"), primary_term=1)
+    with RemoteTranslog(local, store, PREFIX, buffer_interval=0.01) as remote:
+        remote.add(ops(0, 10, term=1, tag="a"))
+        remote.trim_operations_above(4, 2)  # promotion: term-1 ops above 4 are dropped
+        remote.add(ops(5, 3, term=2, tag="b"))  # term 2 re-issues 5..7
+        remote.add(ops(3, 1, term=2, tag="c"))  # and overrides 3
+        expected = rows(local.read_operations(0))
+    local.close()
+    got = rows(RemoteTranslog.read_operations(store, PREFIX, 0))
+    assert got == expected
+    assert [s for s, _, _ in got] == list(range(8))
+    assert got[3] == (3, 2, '{"v":"c3"}')
+    assert got[5][1] == 2
+
+
+@REMOTE
+def test_restart_resumes_from_the_latest_metadata(store_factory, tmp_path: Path) -> None:
+    store = store_factory()
+    d = str(tmp_path / "tl")
+    local = LocalTranslog(d, primary_term=1)
+    with RemoteTranslog(local, store, PREFIX, buffer_interval=0.01) as remote:
+        remote.add(ops(0, 10))
+        first = remote.uploaded_generations
+    local.close()
+    local = LocalTranslog(d, primary_term=1)
+    with RemoteTranslog(local, store, PREFIX, buffer_interval=0.01) as remote:
+        assert remote.uploaded_generations == first
+        store.reset_metrics()
+        remote.add(ops(10, 10))
+        assert puts(store) == 2  # nothing re-uploaded
+        assert [e.generation for e in remote.uploaded_generations][: len(first)] == [e.generation for e in first]
+    local.close()
+    assert seqs(RemoteTranslog.read_operations(store, PREFIX, 0)) == list(range(20))
+
+
+# --------------------------------------------------------------------------- purge
+
+
+@REMOTE
+def test_purge_keeps_ops_above_the_remote_commit(store_factory, tmp_path: Path) -> None:
+    store = store_factory()
+    local = LocalTranslog(str(tmp_path / "tl"), primary_term=1)
+    with RemoteTranslog(local, store, PREFIX, buffer_interval=0.01, keep_metadata=3) as remote:
+        for i in range(6):
+            remote.add(ops(i * 10, 10))  # generations of 10 ops each
+        gens = remote.uploaded_generations
+        assert len(gens) == 6
+        doomed = remote.purge(remote_commit_local_checkpoint=34, remote_commit_primary_term=1)
+        assert doomed == {gens[0].generation, gens[1].generation, gens[2].generation}
+        for e in gens:
+            assert store.exists(e.blob_key) == (e.generation not in doomed)
+        assert len(metadata_keys(store)) <= 3
+        got = seqs(RemoteTranslog.read_operations(store, PREFIX, 0))
+        assert got == list(range(30, 60))  # everything above 34 (and the rest of its generation) kept
+        # a commit of a lower term covers nothing of term 2
+        remote.add(ops(60, 5, term=2))
+        assert remote.purge(remote_commit_local_checkpoint=100, remote_commit_primary_term=1) == {
+            e.generation for e in gens[3:]
+        }
+        assert seqs(RemoteTranslog.read_operations(store, PREFIX, 0)) == list(range(60, 65))
+    local.close()
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    sizes=st.lists(st.tuples(st.integers(1, 5), st.integers(0, 1)), min_size=1, max_size=6),
+    checkpoint=st.integers(-1, 40),
+    commit_term_bump=st.integers(0, 2),
+)
+def test_purge_never_drops_ops_above_the_commit(tmp_path_factory, sizes, checkpoint, commit_term_bump) -> None:
+    from shardstore.blobstores import open_store
+
+    tmp = tmp_path_factory.mktemp("p")
+    space = f"purge-{uuid.uuid4().hex[:8]}"
+    store = open_store(f"memory://{space}/r")
+    local = LocalTranslog(str(tmp / "tl"), primary_term=1)
+    term, seq = 1, 0
+    written: dict[int, int] = {}
+    with RemoteTranslog(local, store, PREFIX, buffer_interval=0.0) as remote:
+        for n, bump in sizes:
+            term += bump
+            remote.add(ops(seq, n, term=term))
+            for s in range(seq, seq + n):
+                written[s] = term
+            seq += n
+        commit_term = 1 + commit_term_bump
+        remote.purge(checkpoint, commit_term)
+        left = {s: t for b in RemoteTranslog.read_operations(store, PREFIX, 0)
+                for s, t in zip(b.column("seq_no").to_pylist(), b.column("primary_term").to_pylist())}
+    local.close()
+    store.close()
+    from shardstore.plugins.memory import MemoryStore
+
+    MemoryStore.drop(space)
+    for s, t in written.items():
+        if s > checkpoint or t > commit_term:
+            assert left.get(s) == t, f"op {s} (term {t}) purged by a commit at {checkpoint} term {commit_term}"
+
+
+@pytest.mark.parametrize("backend", ["memory"], indirect=True)
+def test_refuses_a_prefix_whose_newest_metadata_it_cannot_sort_ahead_of(store_factory, tmp_path: Path) -> None:
+    store = store_factory()
+    a = LocalTranslog(str(tmp_path / "a"), primary_term=1)
+    with RemoteTranslog(a, store, PREFIX, buffer_interval=0.01) as remote:
+        remote.add(ops(0, 3))
+    a.close()
+    b = LocalTranslog(str(tmp_path / "b"), primary_term=1)  # another translog, same term, generation 1
+    with pytest.raises(TranslogError, match="would not sort ahead"):
+        RemoteTranslog(b, store, PREFIX)
+    b.close()
+    c = LocalTranslog(str(tmp_path / "c"), primary_term=2)  # a newer term sorts first: allowed
+    with RemoteTranslog(c, store, PREFIX, buffer_interval=0.01) as remote:
+        remote.add(ops(0, 2, term=2))
+    c.close()
+    assert [t for b in RemoteTranslog.read_operations(store, PREFIX, 0) for t in b.column("primary_term").to_pylist()] == [2, 2]

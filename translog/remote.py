@@ -1,0 +1,397 @@
+"""The remote translog: sealed local generations uploaded to the shard's blob store.
+
+``RemoteTranslog(local, store, prefix)`` wraps a :class:`LocalTranslog`.  ``prefix`` is
+``<cluster_uuid>/<primary_term>/<index_uuid>/<shard>/translog`` (built by the caller).
+
+Upload (:meth:`RemoteTranslog.upload`): roll the local generation so only sealed,
+immutable bytes leave the node; PUT each sealed, not yet uploaded, non-empty generation
+file as one data blob (``data/<term>/<gen>__<uuid>.tlog``, ``if_absent``); then PUT ONE
+metadata blob (``if_absent``) naming every retained uploaded generation and the
+checkpoint (see :mod:`remote_metadata`).  Steady state: 2 PUTs per upload.
+
+Durability: :meth:`add` appends locally, then blocks until an upload has sealed and
+uploaded the generation holding its batch AND the metadata PUT naming it succeeded.
+One uploader thread waits ``buffer_interval`` after the first waiting append, so
+concurrent appenders share one upload.  If uploads keep failing, waiting appends raise
+TranslogUnavailable after ``upload_timeout`` seconds; they never return success for
+operations that did not land.
+
+Replay without a disk: :meth:`RemoteTranslog.read_operations` (static) lists
+``<prefix>/metadata/`` once (the first key is the newest), reads it and the data blobs
+it names, checks size and CRC32 of everything, and resolves operations exactly as
+``LocalTranslog.read_operations`` does (:func:`filter_batch` + :func:`resolve`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import replace
+
+import pyarrow as pa
+
+from shardstore.blobstores.base import BlobStore
+from shardstore.blobstores.errors import BlobAlreadyExists, BlobNotFound
+from shardstore.translog.checkpoint import read_checkpoint
+from shardstore.translog.errors import TranslogCorruptedError, TranslogError, TranslogUnavailable
+from shardstore.translog.frames import HEADER_SIZE, GenerationHeader, iter_frames
+from shardstore.translog.local import LocalTranslog, generation_file, sealed_checkpoint_file
+from shardstore.translog.purge import GenerationInfo, remote_deletable
+from shardstore.translog.replay import filter_batch, resolve
+from shardstore.translog.remote_metadata import (
+    METADATA_DIR,
+    RemoteGeneration,
+    RemoteTranslogMetadata,
+    data_key,
+    decode_metadata,
+    metadata_key,
+    parse_metadata_key,
+)
+
+NO_OPS = -1
+UNASSIGNED = -2
+_TOP = 2**63 - 1
+KEEP_METADATA = 10
+
+
+# --------------------------------------------------------------------------- shared read helpers
+# LocalTranslog.read_operations has the same logic inline; it should call these.
+
+
+def _join(prefix: str, key: str) -> str:
+    return f"{prefix.rstrip('/')}/{key}" if prefix else key
+
+
+def latest_metadata(store: BlobStore, prefix: str) -> tuple[str, RemoteTranslogMetadata] | None:
+    """(key, metadata) of the newest metadata blob under ``prefix``: one LIST, one GET; None if none."""
+    listing = iter(store.list(_join(prefix, METADATA_DIR)))
+    first = next(listing, None)
+    if first is None:
+        return None
+    return first.key, decode_metadata(store.get(first.key), first.key)
+
+
+def read_generation(store: BlobStore, entry: RemoteGeneration) -> bytes:
+    """A data blob's bytes after checking size, CRC32 and header (TranslogCorruptedError names the key)."""
+    key = entry.blob_key
+    try:
+        data = store.get(key)
+    except BlobNotFound:
+        raise TranslogCorruptedError(key, 0, "data blob named by the metadata is missing") from None
+    if len(data) != entry.size:
+        raise TranslogCorruptedError(key, min(len(data), entry.size), f"size {len(data)}, metadata says {entry.size}")
+    crc = zlib.crc32(data)
+    if crc != entry.crc32:
+        raise TranslogCorruptedError(key, 0, f"CRC32 mismatch (metadata {entry.crc32:#010x}, computed {crc:#010x})")
+    header = GenerationHeader.decode(data, key)
+    if header.generation != entry.generation or header.primary_term != entry.primary_term:
+        raise TranslogCorruptedError(
+            key, 0, f"header names generation {header.generation} term {header.primary_term}, "
+            f"metadata says generation {entry.generation} term {entry.primary_term}"
+        )
+    return data
+
+
+# --------------------------------------------------------------------------- the remote translog
+
+
+class RemoteTranslog:
+    """Uploads a LocalTranslog's sealed generations; acknowledges appends once they landed."""
+
+    def __init__(
+        self,
+        local: LocalTranslog,
+        store: BlobStore,
+        prefix: str,
+        *,
+        buffer_interval: float = 0.2,
+        upload_timeout: float = 30.0,
+        retry_pause: float = 0.05,
+        keep_metadata: int = KEEP_METADATA,
+    ) -> None:
+        self.local = local
+        self.store = store
+        self.prefix = prefix.rstrip("/")
+        self.buffer_interval = buffer_interval
+        self.upload_timeout = upload_timeout
+        self.retry_pause = retry_pause
+        self.keep_metadata = keep_metadata
+        self.writer = uuid.uuid4().hex
+        self._upload_lock = threading.Lock()  # one upload (or purge) at a time
+        self._cond = threading.Condition()
+        self._requested = 0  # highest local generation an appender waits for
+        self._closed = False
+        self._last_error: BaseException | None = None
+        self.uploads = 0  # completed metadata PUTs
+        self._entries: dict[int, RemoteGeneration] = {}
+        self._data_keys: dict[int, str] = {}  # key chosen per generation (stable across retries)
+        self._metadata: RemoteTranslogMetadata | None = None
+        first_local = min(g.generation for g in local.generations())
+        self._uploaded_through = first_local - 1  # every local generation <= this is covered remotely
+        self._recover()
+        self._thread = threading.Thread(target=self._loop, daemon=True, name=f"translog-upload-{self.prefix}")
+        self._thread.start()
+
+    # -- state ------------------------------------------------------------------------------
+
+    def _recover(self) -> None:
+        """Adopt the newest metadata of this translog (restart); refuse a prefix we cannot sort ahead of."""
+        found = latest_metadata(self.store, self.prefix)
+        if found is None:
+            return
+        key, md = found
+        if md.translog_uuid == self.local.translog_uuid:
+            self._metadata = md
+            self._entries = {e.generation: e for e in md.entries}
+            self._uploaded_through = max(self._uploaded_through, md.generation)
+            return
+        term, gen, _ = parse_metadata_key(key)
+        if (term, gen) >= (self.local.primary_term, self.local.generation - 1):  # our first key may use gen - 1
+            raise TranslogError(
+                f"{self.prefix}: holds metadata {key} of translog {md.translog_uuid} at term {term} generation {gen}; "
+                f"translog {self.local.translog_uuid} (term {self.local.primary_term}, generation "
+                f"{self.local.generation}) would not sort ahead of it"
+            )
+
+    @property
+    def uploaded_generations(self) -> list[RemoteGeneration]:
+        """The retained uploaded generations (what the last metadata lists)."""
+        with self._cond:
+            return [self._entries[g] for g in sorted(self._entries)]
+
+    @property
+    def uploaded_through(self) -> int:
+        """Every local generation <= this has landed remotely (with a metadata blob naming it)."""
+        return self._uploaded_through
+
+    @property
+    def min_unuploaded_generation(self) -> int:
+        """For LocalTranslog.purge(min_unuploaded_generation=...)."""
+        return self._uploaded_through + 1
+
+    @property
+    def metadata(self) -> RemoteTranslogMetadata | None:
+        """The last metadata this instance wrote or adopted."""
+        return self._metadata
+
+    # -- uploading --------------------------------------------------------------------------
+
+    def upload(self) -> RemoteTranslogMetadata:
+        """Seal and upload new generations, then write one metadata blob (no PUT if nothing is new)."""
+        return self._upload(force=False)
+
+    def _upload(self, *, force: bool, drop: frozenset[int] = frozenset()) -> RemoteTranslogMetadata:
+        with self._upload_lock:
+            gens = self.local.generations()
+            current = gens[-1]
+            if current.num_ops > 0 or force:
+                self.local.roll_generation()
+                gens = self.local.generations()
+            sealed_through = gens[-1].generation - 1
+            if sealed_through <= self._uploaded_through and not drop and self._metadata is not None:
+                return self._metadata
+            entries = dict(self._entries)
+            for g in drop:
+                entries.pop(g, None)
+            for info in gens[:-1]:
+                if info.generation <= self._uploaded_through:
+                    # refresh trims recorded locally after the upload
+                    if info.generation in entries:
+                        cp = read_checkpoint(self.local.directory, sealed_checkpoint_file(info.generation))
+                        if cp.trimmed_above_seq_no != entries[info.generation].trimmed_above_seq_no:
+                            entries[info.generation] = replace(
+                                entries[info.generation], trimmed_above_seq_no=cp.trimmed_above_seq_no)
+                    continue
+                if info.num_ops == 0:
+                    continue  # nothing to replay: no data blob, no entry
+                entries[info.generation] = self._put_generation(info.generation)
+            cp = read_checkpoint(self.local.directory)
+            live = [e for e in entries.values() if e.num_ops > 0]
+            md = RemoteTranslogMetadata(
+                primary_term=self.local.primary_term,
+                generation=sealed_through,
+                translog_uuid=self.local.translog_uuid,
+                min_seq_no=min((e.min_seq_no for e in live), default=NO_OPS),
+                max_seq_no=max((e.max_seq_no for e in live), default=NO_OPS),
+                global_checkpoint=cp.global_checkpoint,
+                min_translog_generation=min(entries, default=sealed_through + 1),
+                entries=tuple(entries[g] for g in sorted(entries)),
+            )
+            key = _join(self.prefix, metadata_key(md.primary_term, md.generation, self.writer))
+            try:
+                self.store.put(key, md.encode(), if_absent=True, token=self.writer)
+            except BlobAlreadyExists:
+                existing = decode_metadata(self.store.get(key), key)
+                if existing != md:
+                    raise TranslogError(f"{key}: a different metadata blob already exists") from None
+            with self._cond:
+                self._entries = entries
+                self._metadata = md
+                self._uploaded_through = sealed_through
+                self.uploads += 1
+                self._cond.notify_all()
+            return md
+
+    def _put_generation(self, generation: int) -> RemoteGeneration:
+        cp = read_checkpoint(self.local.directory, sealed_checkpoint_file(generation))
+        path = f"{self.local.directory}/{generation_file(generation)}"
+        with open(path, "rb") as f:
+            data = f.read(cp.offset)
+        if len(data) != cp.offset:
+            raise TranslogCorruptedError(path, len(data), f"short sealed generation: sealed checkpoint covers {cp.offset}")
+        header = GenerationHeader.decode(data, path)
+        for _ in iter_frames(data, HEADER_SIZE, cp.offset, path):  # CRC-check before the bytes leave the node
+            pass
+        key = self._data_keys.setdefault(
+            generation, _join(self.prefix, data_key(header.primary_term, generation, uuid.uuid4().hex)))
+        try:
+            self.store.put(key, data, if_absent=True, token=self.writer)
+        except BlobAlreadyExists:  # an earlier attempt of ours landed although it reported failure
+            if self.store.stat(key).size != len(data):
+                raise TranslogError(f"{key}: a different data blob already exists") from None
+        return RemoteGeneration(
+            generation=generation, primary_term=header.primary_term, blob_key=key, size=len(data),
+            crc32=zlib.crc32(data), min_seq_no=cp.min_seq_no, max_seq_no=cp.max_seq_no,
+            num_ops=cp.num_ops, trimmed_above_seq_no=cp.trimmed_above_seq_no,
+        )
+
+    def _loop(self) -> None:
+        pause = self.retry_pause
+        while True:
+            with self._cond:
+                while not self._closed and self._requested <= self._uploaded_through:
+                    self._cond.wait()
+                if self._closed:
+                    return
+            time.sleep(self.buffer_interval)  # collect the appends arriving meanwhile
+            try:
+                self._upload(force=False)
+                self._last_error = None
+                pause = self.retry_pause
+            except BaseException as exc:  # noqa: BLE001 - reported to the waiting appenders
+                with self._cond:
+                    self._last_error = exc
+                    self._cond.notify_all()
+                    self._cond.wait(pause)  # close() wakes us
+                pause = min(pause * 2, 1.0)
+
+    # -- appending --------------------------------------------------------------------------
+
+    def add(self, batch: pa.RecordBatch) -> tuple[int, int]:
+        """Append locally, then return only once an upload covering the batch has landed."""
+        position = self.local.add(batch)
+        if batch.num_rows == 0:
+            return position
+        self.wait_uploaded(position[0])
+        return position
+
+    def wait_uploaded(self, generation: int, timeout: float | None = None) -> None:
+        """Block until local ``generation`` is covered remotely; TranslogUnavailable after the timeout."""
+        deadline = time.monotonic() + (self.upload_timeout if timeout is None else timeout)
+        with self._cond:
+            if self._closed:
+                raise TranslogError(f"{self.prefix}: the remote translog is closed")
+            self._requested = max(self._requested, generation)
+            self._cond.notify_all()
+            while self._uploaded_through < generation:
+                left = deadline - time.monotonic()
+                if left <= 0 or self._closed:
+                    err = self._last_error
+                    raise TranslogUnavailable(
+                        f"{self.store.location}/{self.prefix}: generation {generation} not uploaded within "
+                        f"{self.upload_timeout}s; last error: {err!r}; the operations are NOT acknowledged"
+                    ) from err
+                self._cond.wait(left)
+
+    def trim_operations_above(self, seq_no: int, term: int) -> RemoteTranslogMetadata:
+        """Trim locally, then upload a metadata blob recording the trims."""
+        self.local.trim_operations_above(seq_no, term)
+        with self._upload_lock, self._cond:  # not racing an upload that copied the entries before the trim
+            for g, e in list(self._entries.items()):
+                if e.primary_term < term:
+                    t = seq_no if e.trimmed_above_seq_no == UNASSIGNED else min(seq_no, e.trimmed_above_seq_no)
+                    self._entries[g] = replace(e, trimmed_above_seq_no=t)
+        return self._upload(force=True)
+
+    # -- purging ----------------------------------------------------------------------------
+
+    def purge(self, remote_commit_local_checkpoint: int, remote_commit_primary_term: int) -> set[int]:
+        """Drop uploaded generations a durably uploaded remote segment commit covers; returns them.
+
+        Order: new metadata without them first, then their data blobs, then metadata
+        blobs older than the newest ``keep_metadata``.
+        """
+        entries = self.uploaded_generations
+        infos = [GenerationInfo(e.generation, e.primary_term, e.min_seq_no, e.max_seq_no, e.num_ops) for e in entries]
+        current = max([self._uploaded_through + 1, *(e.generation + 1 for e in entries)])
+        doomed = remote_deletable(
+            infos,
+            remote_commit_local_checkpoint=remote_commit_local_checkpoint,
+            remote_commit_primary_term=remote_commit_primary_term,
+            current_generation=current,
+        )
+        if doomed:
+            keys = [e.blob_key for e in entries if e.generation in doomed]
+            self._upload(force=True, drop=frozenset(doomed))
+            self.store.delete(keys)
+        self.delete_old_metadata()
+        return doomed
+
+    def delete_old_metadata(self) -> list[str]:
+        """Delete metadata blobs after the newest ``keep_metadata`` in the listing."""
+        keys = [b.key for b in self.store.list(_join(self.prefix, METADATA_DIR))]
+        old = keys[self.keep_metadata:]
+        if old:
+            self.store.delete(old)
+        return old
+
+    # -- reading ----------------------------------------------------------------------------
+
+    @staticmethod
+    def read_operations(
+        store: BlobStore, prefix: str, from_seq_no: int, to_seq_no: int | None = None
+    ) -> Iterator[pa.RecordBatch]:
+        """Operations from the newest metadata under ``prefix`` (no local files needed)."""
+        found = latest_metadata(store, prefix.rstrip("/"))
+        if found is None:
+            return iter(())
+        _key, md = found
+        return RemoteTranslog.read_entries(store, md.entries, from_seq_no, to_seq_no)
+
+    @staticmethod
+    def read_entries(
+        store: BlobStore, entries: Iterable[RemoteGeneration], from_seq_no: int, to_seq_no: int | None = None
+    ) -> Iterator[pa.RecordBatch]:
+        """Resolve the operations of the given uploaded generations."""
+        top = _TOP if to_seq_no is None else to_seq_no
+        out = []
+        for e in entries:
+            if e.num_ops == 0 or e.max_seq_no < from_seq_no or e.min_seq_no > top:
+                continue
+            data = read_generation(store, e)
+            for frame in iter_frames(data, HEADER_SIZE, None, e.blob_key, decode=True):
+                if frame.max_seq_no < from_seq_no or frame.min_seq_no > top:
+                    continue
+                out.append(filter_batch(frame.batch(), from_seq_no, top, e.trimmed_above_seq_no))
+        return resolve(out)
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop the uploader (waiting appenders get TranslogUnavailable); the local log stays open."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join()
+
+    def __enter__(self) -> RemoteTranslog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+__all__ = ["RemoteTranslog", "filter_batch", "latest_metadata", "read_generation", "resolve"]

@@ -1,0 +1,189 @@
+"""The remote translog's metadata blob: which uploaded generations exist, and the checkpoint.
+
+One metadata blob is written (``if_absent``) at the end of every upload.  Its key,
+relative to the translog prefix, is::
+
+    metadata/<inv_term>__<inv_gen>__<writer>
+
+with ``inv(x) = 2**63 - 1 - x`` zero-padded to 19 digits, so that a plain lexicographic
+listing yields the newest (primary term, generation) FIRST: the latest metadata is
+found with one LIST.  ``writer`` is the uploading instance's UUID (hex).
+
+Data blobs (one sealed generation file each, byte for byte) live at::
+
+    data/<term>/<generation>__<uuid>.tlog
+
+The unique suffix means a new primary never overwrites an older one's bytes.  The
+metadata records each data blob's key relative to the STORE ROOT (prefix included), so
+a newer term's metadata may still name blobs under an older term's prefix.
+
+Byte layout of a metadata blob (format version 1, little-endian):
+
+======  ====  ======  ==========================================================
+offset  size  type    field
+======  ====  ======  ==========================================================
+0       4     bytes   magic ``b"SSRM"``
+4       2     u16     format version (1)
+6       2     u16     flags (0)
+8       4     u32     body length ``n``
+12      n     bytes   body: UTF-8 JSON object (see :func:`encode_metadata`)
+12+n    4     u32     CRC32 (zlib) of bytes 0..12+n-1
+======  ====  ======  ==========================================================
+
+As with the generation header, the CRC is checked before the version: a flipped bit
+anywhere is :class:`TranslogCorruptedError` (naming the blob key); a record with a good
+CRC and a newer version raises :class:`~shardstore.errors.UnsupportedFormatVersion`.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import uuid
+import zlib
+from dataclasses import dataclass
+
+from shardstore.errors import UnsupportedFormatVersion
+from shardstore.translog.errors import TranslogCorruptedError
+
+MAGIC = b"SSRM"
+FORMAT_VERSION = 1
+_HEAD = struct.Struct("<4sHHI")
+_CRC = struct.Struct("<I")
+_MAX = 2**63 - 1
+_WIDTH = 19
+METADATA_DIR = "metadata/"
+DATA_DIR = "data/"
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteGeneration:
+    """One uploaded generation: where its bytes are and what they hold."""
+
+    generation: int
+    primary_term: int
+    blob_key: str  # relative to the store root
+    size: int
+    crc32: int  # zlib CRC32 of the whole blob (the generation file up to its sealed offset)
+    min_seq_no: int
+    max_seq_no: int
+    num_ops: int
+    trimmed_above_seq_no: int
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteTranslogMetadata:
+    """What one metadata blob says: the retained uploaded generations and the checkpoint."""
+
+    primary_term: int
+    generation: int  # newest generation this upload covered (sealed)
+    translog_uuid: uuid.UUID
+    min_seq_no: int
+    max_seq_no: int
+    global_checkpoint: int
+    min_translog_generation: int
+    entries: tuple[RemoteGeneration, ...] = ()
+
+    def encode(self) -> bytes:
+        """The framed bytes of this record."""
+        return encode_metadata(self)
+
+
+_ENTRY_FIELDS = (
+    "generation", "primary_term", "blob_key", "size", "crc32",
+    "min_seq_no", "max_seq_no", "num_ops", "trimmed_above_seq_no",
+)
+
+
+def encode_metadata(md: RemoteTranslogMetadata) -> bytes:
+    """Frame ``md`` (JSON body with entries as compact arrays in ``_ENTRY_FIELDS`` order)."""
+    body = {
+        "primary_term": md.primary_term,
+        "generation": md.generation,
+        "translog_uuid": str(md.translog_uuid),
+        "min_seq_no": md.min_seq_no,
+        "max_seq_no": md.max_seq_no,
+        "global_checkpoint": md.global_checkpoint,
+        "min_translog_generation": md.min_translog_generation,
+        "entries": [[getattr(e, f) for f in _ENTRY_FIELDS] for e in md.entries],
+    }
+    raw = json.dumps(body, separators=(",", ":")).encode()
+    head = _HEAD.pack(MAGIC, FORMAT_VERSION, 0, len(raw)) + raw
+    return head + _CRC.pack(zlib.crc32(head))
+
+
+def decode_metadata(data: bytes | bytearray | memoryview, key: str) -> RemoteTranslogMetadata:
+    """Parse a metadata blob read from ``key``; any flaw raises TranslogCorruptedError naming ``key``."""
+    mv = memoryview(data)
+    if len(mv) < 4 or bytes(mv[:4]) != MAGIC:
+        raise TranslogCorruptedError(key, 0, f"bad metadata magic {bytes(mv[:4])!r} (expected {MAGIC!r})")
+    if len(mv) < _HEAD.size + _CRC.size:
+        raise TranslogCorruptedError(key, 0, f"short metadata blob: {len(mv)} bytes")
+    _magic, version, flags, n = _HEAD.unpack_from(mv, 0)
+    end = _HEAD.size + n
+    if end + _CRC.size != len(mv):
+        raise TranslogCorruptedError(key, 8, f"metadata body length {n} does not match the blob size {len(mv)}")
+    (stored,) = _CRC.unpack_from(mv, end)
+    actual = zlib.crc32(mv[:end])
+    if stored != actual:
+        raise TranslogCorruptedError(key, end, f"metadata CRC32 mismatch (stored {stored:#010x}, computed {actual:#010x})")
+    if version > FORMAT_VERSION:
+        raise UnsupportedFormatVersion(f"remote translog metadata {key}", version, FORMAT_VERSION)
+    if version < 1 or flags != 0:
+        raise TranslogCorruptedError(key, 4, f"invalid metadata version {version} or flags {flags:#06x}")
+    try:
+        body = json.loads(bytes(mv[_HEAD.size:end]))
+        entries = tuple(RemoteGeneration(*e) for e in body["entries"])
+        if any(len(e) != len(_ENTRY_FIELDS) for e in body["entries"]):
+            raise ValueError("entry with the wrong number of fields")
+        return RemoteTranslogMetadata(
+            primary_term=int(body["primary_term"]),
+            generation=int(body["generation"]),
+            translog_uuid=uuid.UUID(body["translog_uuid"]),
+            min_seq_no=int(body["min_seq_no"]),
+            max_seq_no=int(body["max_seq_no"]),
+            global_checkpoint=int(body["global_checkpoint"]),
+            min_translog_generation=int(body["min_translog_generation"]),
+            entries=entries,
+        )
+    except (ValueError, KeyError, TypeError) as exc:
+        raise TranslogCorruptedError(key, _HEAD.size, f"undecodable metadata body: {exc}") from None
+
+
+def _inv(x: int, what: str) -> str:
+    if not isinstance(x, int) or not 0 <= x <= _MAX:
+        raise ValueError(f"{what} must be an int in 0..2**63-1, got {x!r}")
+    return str(_MAX - x).zfill(_WIDTH)
+
+
+def metadata_key(term: int, generation: int, writer_uuid: str) -> str:
+    """``metadata/<inv_term>__<inv_gen>__<writer>``: newest (term, generation) sorts first."""
+    if not writer_uuid or "/" in writer_uuid or "__" in writer_uuid:
+        raise ValueError(f"writer id must be non-empty without '/' or '__': {writer_uuid!r}")
+    return f"{METADATA_DIR}{_inv(term, 'term')}__{_inv(generation, 'generation')}__{writer_uuid}"
+
+
+def parse_metadata_key(key: str) -> tuple[int, int, str]:
+    """(term, generation, writer) of a metadata key (with or without a leading prefix)."""
+    name = key.rsplit("/", 1)[-1]
+    parts = name.split("__")
+    if len(parts) != 3 or len(parts[0]) != _WIDTH or len(parts[1]) != _WIDTH or not (parts[0] + parts[1]).isdigit():
+        raise ValueError(f"not a remote translog metadata key: {key!r}")
+    return _MAX - int(parts[0]), _MAX - int(parts[1]), parts[2]
+
+
+def data_key(term: int, generation: int, unique: str) -> str:
+    """``data/<term>/<generation>__<unique>.tlog`` (relative to the translog prefix)."""
+    return f"{DATA_DIR}{term}/{generation}__{unique}.tlog"
+
+
+__all__ = [
+    "FORMAT_VERSION",
+    "RemoteGeneration",
+    "RemoteTranslogMetadata",
+    "data_key",
+    "decode_metadata",
+    "encode_metadata",
+    "metadata_key",
+    "parse_metadata_key",
+]
