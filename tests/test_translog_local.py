@@ -186,3 +186,35 @@ def test_purge_follows_the_commit_and_the_retention(tmp_path: Path) -> None:
         assert seqs(log)[0] <= 20  # every op above the retention point is still readable
         assert set(range(20, 100)) <= set(seqs(log))
         assert log.generation not in gone
+
+
+@pytest.mark.slow
+def test_sigkill_during_uploads_loses_no_acknowledged_operation(tmp_path: Path) -> None:
+    """A RemoteTranslog writer is SIGKILLed mid-upload; a reader with only the store finds every ack."""
+    from shardstore.blobstores import open_store
+    from shardstore.translog.remote import RemoteTranslog
+
+    rng = random.Random(11)
+    store_url = f"file://{tmp_path / 'store'}"
+    prefix = "cluster/1/index/0/translog"
+    script = Path(__file__).with_name("translog_writer.py")
+    acked: set[int] = set()
+    for round_ in range(3):
+        proc = subprocess.Popen(
+            [sys.executable, str(script), str(tmp_path / "local"), "3", "20", store_url, prefix],
+            stdout=subprocess.PIPE, text=True,
+        )
+        first_line = proc.stdout.readline()  # type: ignore[union-attr]
+        time.sleep(rng.random() * 0.8)
+        proc.send_signal(signal.SIGKILL)
+        out, _ = proc.communicate()
+        for line in (first_line + out).splitlines():
+            if line.startswith("ACK"):
+                _, first, last = line.split()
+                acked.update(range(int(first), int(last) + 1))
+        assert acked, f"round {round_}: nothing acknowledged"
+        got = [s for b in RemoteTranslog.read_operations(open_store(store_url), prefix, 0)
+               for s in b.column("seq_no").to_pylist()]
+        assert len(got) == len(set(got)), "an operation came back twice"
+        missing = acked - set(got)
+        assert not missing, f"round {round_}: {len(missing)} acknowledged ops missing from the store"
