@@ -33,6 +33,23 @@ time; ``group_commit_ops_per_s`` and ``group_commit_fsyncs_per_append`` (3 fsync
 sync: file, checkpoint temp file, directory; < 3 means appends shared a sync), and
 ``group_commit_speedup`` over the single-thread bulk-100 request figure.
 
+Remote: ``RemoteTranslog(local, store, prefix, buffer_interval=0.2)`` over a local
+translog (``request`` durability), for the backends of ``--translog-remote-backends``
+(``file``: a local store in a temp directory, fsync on; ``s3``: moto through
+``shardstore.testing.emulators.start_emulator("s3")``).  ``add`` returns only once the
+upload covering the batch (data blob + metadata blob) has landed, so the append latency
+is about one buffer interval plus one upload.  Two runs per backend: THREADS (4)
+appenders of bulk 100 for REMOTE_SECONDS (4 s; 1.5 s quick), and one appender of bulk
+1,000 for the same time.  Figures: ``remote_ops_per_s``, ``remote_puts_per_s`` (the
+store's ``metrics()["requests"]["put"]`` delta over the run's wall time, from the
+start barrier until every appender returned), ``puts_per_1k_ops``, and
+``remote_append_p50_ms`` / ``remote_append_p99_ms`` (each ``add`` timed on its own; with
+~20 appends per thread the p99 is close to the maximum).  Target (issue 3):
+remote PUTs per shard per second <= 2 / buffer interval (10/s at 200 ms) under steady
+load.  Batches are stamped before the clock (more are stamped on the fly should an
+appender run out).  Under ``--quick`` the remote runs are left out unless
+``--translog-remote-backends`` is given (the s3 emulator alone takes seconds to start).
+
 Method: a warm-up run of the translog for the time budget fixes the number of appends
 of a cell (capped); then ``reps`` rounds (3) in which translog and raw each append that
 many batches into a fresh directory, the order alternating round to round (A B, B A,
@@ -46,6 +63,7 @@ import json
 import os
 import shutil
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -79,12 +97,25 @@ class Plan:
 FULL = Plan(seconds=0.5, reps=3, max_ops=100_000, group_seconds=1.0)
 QUICK = Plan(seconds=0.1, reps=2, max_ops=20_000, group_seconds=0.25)
 
+REMOTE_BACKENDS = ("file", "s3")
+BUFFER_INTERVAL = 0.2
+REMOTE_SECONDS = 4.0
+REMOTE_SECONDS_QUICK = 1.5
+REMOTE_BULK_SINGLE = 1000
+#: Issue 3: remote PUTs per shard per second <= 2 / buffer interval under steady load.
+REMOTE_PUTS_TARGET = 2 / BUFFER_INTERVAL
+
 
 def add_arguments(group: Any) -> None:
     """Options of this bench (the runner adds them to its parser)."""
     group.add_argument("--translog-reps", type=int, default=None, help="rounds per measurement (default 3, quick 2)")
     group.add_argument("--translog-seconds", type=float, default=None,
                        help="warm-up run length that fixes the appends per round (default 0.5, quick 0.1)")
+    group.add_argument("--translog-remote-backends", default=None,
+                       help=f"comma-separated subset of {','.join(REMOTE_BACKENDS)} for the remote translog runs "
+                            f"(default {','.join(REMOTE_BACKENDS)}; with --quick none unless given; '' or 'none' for none)")
+    group.add_argument("--translog-remote-seconds", type=float, default=None,
+                       help=f"length of each remote run (default {REMOTE_SECONDS:g}, quick {REMOTE_SECONDS_QUICK:g})")
 
 
 # -- counting fsyncs ---------------------------------------------------------------------------
@@ -368,9 +399,192 @@ def _group_commit(base: str, inputs: _Inputs, plan: Plan, seconds: float, reps: 
     return out
 
 
+# -- remote -------------------------------------------------------------------------------------
+
+
+def _remote_backends(ctx: Context) -> list[str]:
+    text = getattr(ctx.args, "translog_remote_backends", None)
+    if text is None:
+        return [] if ctx.quick else list(REMOTE_BACKENDS)
+    names = [n.strip() for n in text.split(",") if n.strip() and n.strip() != "none"]
+    bad = [n for n in names if n not in REMOTE_BACKENDS]
+    if bad:
+        raise ValueError(f"unknown remote backend(s) {bad}; known: {', '.join(REMOTE_BACKENDS)}")
+    return names
+
+
+class _RemoteBackend:
+    """A blob store to upload to and what to run when done (reverse order)."""
+
+    def __init__(self, kind: str, base: str, ctx: Context) -> None:
+        import uuid
+
+        from shardstore.blobstores.open import open_store
+
+        self.kind = kind
+        self.cleanup: list[Callable[[], Any]] = []
+        try:
+            if kind == "file":
+                d = _fresh(base, "store")
+                self.store = open_store(f"file://{d}/ss")
+                self.cleanup.append(lambda: shutil.rmtree(d, ignore_errors=True))
+            else:
+                from shardstore.testing.emulators import start_emulator
+
+                ctx.progress(f"remote {kind}: starting emulator")
+                t0 = time.monotonic()
+                emu = start_emulator(kind)
+                self.cleanup.append(emu.stop)
+                bucket = f"bench-{uuid.uuid4().hex[:8]}"
+                emu.make_bucket(bucket)
+                self.store = open_store(emu.store_url(bucket, "ss"), **emu.store_options())
+                ctx.progress(f"remote {kind}: emulator up at {emu.endpoint} in {time.monotonic() - t0:.1f}s")
+            self.cleanup.append(self.store.close)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        for fn in reversed(self.cleanup):
+            try:
+                fn()
+            except Exception as exc:  # cleanup must not hide the figures
+                print(f"[translog] cleanup of {self.kind} failed: {exc}", flush=True, file=sys.stderr)
+        self.cleanup = []
+
+
+@dataclass
+class RemoteRun:
+    """One remote run: ``appends`` of ``bulk`` ops by ``threads`` appenders in ``seconds``, ``puts`` PUTs."""
+
+    threads: int
+    bulk: int
+    seconds: float
+    appends: int
+    puts: int
+    uploads: int
+    latencies: list[float]  # seconds, one per add
+
+    @property
+    def ops(self) -> int:
+        return self.appends * self.bulk
+
+    def latency_ms(self, q: float) -> float:
+        xs = sorted(self.latencies)
+        return 1000 * xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def _remote_run(base: str, backend: _RemoteBackend, inputs: _Inputs, threads: int, seconds: float,
+                ctx: Context) -> RemoteRun:
+    """``threads`` appenders through ``RemoteTranslog.add`` for ``seconds``; PUTs from the store's metrics."""
+    import uuid
+
+    from shardstore.translog.local import LocalTranslog
+    from shardstore.translog.remote import RemoteTranslog
+
+    bulk = inputs.bulk
+    per_thread = int(2 * seconds / BUFFER_INTERVAL) + 20  # an append takes >= one buffer interval
+    batches = [[inputs.stamped(i, threads, t) for i in range(per_thread)] for t in range(threads)]
+    ctx.progress(f"remote {backend.kind}: {threads} thread(s) x bulk={bulk}, buffer {BUFFER_INTERVAL}s, {seconds:.1f}s")
+    d = _fresh(base, f"remote-{backend.kind}")
+    prefix = f"{uuid.uuid4()}/1/{uuid.uuid4()}/0/translog"
+    local = LocalTranslog(d, primary_term=1, durability="request")
+    remote = RemoteTranslog(local, backend.store, prefix, buffer_interval=BUFFER_INTERVAL)
+    lat: list[list[float]] = [[] for _ in range(threads)]
+    errors: list[BaseException] = []
+    start = threading.Barrier(threads + 1)
+    stop = threading.Event()
+
+    def worker(t: int) -> None:
+        try:
+            start.wait()
+            add, clock, mine, out = remote.add, time.perf_counter, batches[t], lat[t]
+            i = 0
+            while not stop.is_set():
+                b = mine[i] if i < len(mine) else inputs.stamped(i, threads, t)
+                a = clock()
+                add(b)
+                out.append(clock() - a)
+                i += 1
+        except BaseException as exc:  # reported after the join
+            errors.append(exc)
+            stop.set()
+
+    ths = [threading.Thread(target=worker, args=(t,), name=f"bench-remote-{t}") for t in range(threads)]
+    try:
+        for th in ths:
+            th.start()
+        p0 = backend.store.metrics()["requests"]["put"]
+        u0 = remote.uploads
+        start.wait()
+        t0 = time.perf_counter()
+        stop.wait(seconds)
+        stop.set()
+        for th in ths:
+            th.join()
+        elapsed = time.perf_counter() - t0
+        puts = backend.store.metrics()["requests"]["put"] - p0
+        uploads = remote.uploads - u0
+    finally:
+        stop.set()
+        remote.close()
+        local.close()
+        shutil.rmtree(d, ignore_errors=True)
+    if errors:
+        raise errors[0]
+    latencies = [x for xs in lat for x in xs]
+    return RemoteRun(threads, bulk, elapsed, len(latencies), puts, uploads, latencies)
+
+
+def _remote_figures(ctx: Context, kind: str, r: RemoteRun) -> Iterator[Figure]:
+    params = {"backend": kind, "threads": r.threads, "bulk": r.bulk, "doc": "1KiB",
+              "buffer_ms": round(BUFFER_INTERVAL * 1000)}
+    yield ctx.figure("remote_ops_per_s", r.ops / r.seconds, "ops/s", **params, appends=r.appends,
+                     seconds=round(r.seconds, 2))
+    puts_s = r.puts / r.seconds
+    yield ctx.figure("remote_puts_per_s", puts_s, "PUT/s",
+                     target=f"<= {REMOTE_PUTS_TARGET:g}/s (2 per {BUFFER_INTERVAL * 1000:.0f} ms buffer)",
+                     met=puts_s <= REMOTE_PUTS_TARGET, **params, puts=r.puts, uploads=r.uploads)
+    yield ctx.figure("puts_per_1k_ops", 1000 * r.puts / r.ops, "PUT/1k ops", **params)
+    yield ctx.figure("remote_append_p50_ms", r.latency_ms(0.50), "ms", **params)
+    yield ctx.figure("remote_append_p99_ms", r.latency_ms(0.99), "ms", **params, samples=len(r.latencies))
+
+
+def _remote(ctx: Context, base: str, kinds: list[str], inputs: dict[int, _Inputs]) -> Iterator[Figure]:
+    """Both remote runs on every backend; a backend that fails is reported, the others go on."""
+    seconds = getattr(ctx.args, "translog_remote_seconds", None) or (
+        REMOTE_SECONDS_QUICK if ctx.quick else REMOTE_SECONDS)
+    failed: list[str] = []
+    for kind in kinds:
+        t0 = time.monotonic()
+        try:
+            backend = _RemoteBackend(kind, base, ctx)
+        except Exception as exc:
+            ctx.progress(f"remote {kind}: SKIPPED, setup failed: {type(exc).__name__}: {exc}")
+            failed.append(kind)
+            continue
+        try:
+            for threads, bulk in ((THREADS, GROUP_BULK), (1, REMOTE_BULK_SINGLE)):
+                r = _remote_run(base, backend, inputs[bulk], threads, seconds, ctx)
+                ctx.progress(f"remote {kind}: {r.appends} appends ({r.ops} ops), {r.puts} PUTs, "
+                             f"{r.uploads} uploads in {r.seconds:.2f}s")
+                yield from _remote_figures(ctx, kind, r)
+        except Exception as exc:
+            import traceback
+
+            ctx.progress(f"remote {kind}: FAILED: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+            failed.append(kind)
+        finally:
+            backend.close()
+        ctx.progress(f"remote {kind}: done in {time.monotonic() - t0:.1f}s")
+    if failed:
+        raise RuntimeError(f"remote backends failed: {', '.join(failed)}")
+
+
 def run(ctx: Context) -> Iterator[Figure]:
-    """Every (bulk, durability) cell, then the group-commit run."""
+    """Every (bulk, durability) cell, then the group-commit run, then the remote runs."""
     plan = QUICK if ctx.quick else FULL
+    remote_kinds = _remote_backends(ctx)  # a bad name fails before anything is measured
     reps = getattr(ctx.args, "translog_reps", None) or plan.reps
     seconds = getattr(ctx.args, "translog_seconds", None) or plan.seconds
     base = tempfile.mkdtemp(prefix="shardstore-bench-translog-", dir=os.environ.get("SHARDSTORE_BENCH_DIR"))
@@ -401,6 +615,7 @@ def run(ctx: Context) -> Iterator[Figure]:
         if single.get("ops"):
             yield ctx.figure("group_commit_speedup", ops_s / single["ops"], "ratio", **params,
                              vs="1 thread bulk=100 request")
+        yield from _remote(ctx, base, remote_kinds, inputs)
     finally:
         counter.uninstall()
         shutil.rmtree(base, ignore_errors=True)
