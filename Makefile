@@ -24,8 +24,8 @@ demo: install
 	$(BIN)/shardstore store check file://$(DEMO_DIR)/store
 	$(BIN)/python -m benches blobstore --backends memory,file
 
-# Byte-compiling first avoids CPython 3.11's "AST constructor recursion depth mismatch",
-# seen once when a background SDK thread compiled a module while pytest rewrote a test.
+# Byte-compiling first keeps compile() off background threads during the run (see the
+# note on --tb=native in pyproject.toml).
 test: install-dev
 	$(BIN)/python -m compileall -q shardstore blobstores plugins engine translog segments benches
 	$(BIN)/python -m pytest -q
