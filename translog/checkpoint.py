@@ -48,7 +48,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from shardstore.errors import UnsupportedFormatVersion
+from shardstore.translog.records import check_framing, check_version
 from shardstore.translog.errors import TranslogCorruptedError
 
 FORMAT_VERSION = 1
@@ -118,22 +118,10 @@ class Checkpoint:
         """Parse a whole checkpoint file's bytes; ``path`` names the file in errors."""
         where = os.fspath(path)
         mv = memoryview(buf)
-        if len(mv) >= 4 and bytes(mv[:4]) != MAGIC:
-            raise TranslogCorruptedError(where, 0, f"bad checkpoint magic {bytes(mv[:4])!r} (expected {MAGIC!r})")
-        if len(mv) < _PREFIX.size + _CRC.size:
-            raise TranslogCorruptedError(where, 0, f"short checkpoint file: {len(mv)} bytes")
-        (stored,) = _CRC.unpack_from(mv, len(mv) - _CRC.size)
-        actual = zlib.crc32(mv[: len(mv) - _CRC.size])
-        if stored != actual:
-            raise TranslogCorruptedError(
-                where, len(mv) - _CRC.size,
-                f"checkpoint CRC32 mismatch (stored {stored:#010x}, computed {actual:#010x})",
-            )
+        check_framing(mv, magic=MAGIC, min_size=_PREFIX.size + _CRC.size, crc_at=len(mv) - _CRC.size,
+                      where=where, what="checkpoint")
         _magic, version = _PREFIX.unpack_from(mv, 0)
-        if version > FORMAT_VERSION:
-            raise UnsupportedFormatVersion(f"translog checkpoint {where}", version, FORMAT_VERSION)
-        if version < 1:
-            raise TranslogCorruptedError(where, 4, f"invalid format version {version}")
+        check_version(version, FORMAT_VERSION, where=where, what="translog checkpoint")
         if len(mv) != SIZE:
             raise TranslogCorruptedError(where, 0, f"checkpoint file of {len(mv)} bytes (version 1 has {SIZE})")
         f = _FIELDS.unpack_from(mv, 0)

@@ -72,7 +72,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
-from shardstore.errors import UnsupportedFormatVersion
+from shardstore.translog.records import check_framing, check_version
 from shardstore.translog.errors import TranslogCorruptedError
 
 FORMAT_VERSION = 1
@@ -122,21 +122,10 @@ class GenerationHeader:
         """Parse the header at the start of ``buf`` (the first bytes of the file at ``path``)."""
         where = os.fspath(path)
         mv = memoryview(buf)
-        if len(mv) >= 4 and bytes(mv[:4]) != GENERATION_MAGIC:
-            raise TranslogCorruptedError(where, 0, f"bad generation magic {bytes(mv[:4])!r} (expected {GENERATION_MAGIC!r})")
-        if len(mv) < HEADER_SIZE:
-            raise TranslogCorruptedError(where, 0, f"short generation header: {len(mv)} of {HEADER_SIZE} bytes")
-        (stored,) = _HEADER_CRC.unpack_from(mv, _HEADER.size)
-        actual = zlib.crc32(mv[: _HEADER.size])
-        if stored != actual:
-            raise TranslogCorruptedError(
-                where, 0, f"generation header CRC32 mismatch (stored {stored:#010x}, computed {actual:#010x})"
-            )
+        check_framing(mv, magic=GENERATION_MAGIC, min_size=HEADER_SIZE, crc_at=_HEADER.size,
+                      where=where, what="generation header", report_at=0)
         _magic, version, flags, raw_uuid, term, generation = _HEADER.unpack_from(mv, 0)
-        if version > FORMAT_VERSION:
-            raise UnsupportedFormatVersion(f"translog generation file {where}", version, FORMAT_VERSION)
-        if version < 1:
-            raise TranslogCorruptedError(where, 4, f"invalid format version {version}")
+        check_version(version, FORMAT_VERSION, where=where, what="translog generation file")
         if flags != 0:
             raise TranslogCorruptedError(where, 6, f"unknown header flags {flags:#06x}")
         return cls(uuid.UUID(bytes=raw_uuid), term, generation, flags)

@@ -43,7 +43,7 @@ import uuid
 import zlib
 from dataclasses import dataclass
 
-from shardstore.errors import UnsupportedFormatVersion
+from shardstore.translog.records import check_framing, check_version
 from shardstore.translog.errors import TranslogCorruptedError
 
 MAGIC = b"SSRM"
@@ -115,22 +115,16 @@ def encode_metadata(md: RemoteTranslogMetadata) -> bytes:
 def decode_metadata(data: bytes | bytearray | memoryview, key: str) -> RemoteTranslogMetadata:
     """Parse a metadata blob read from ``key``; any flaw raises TranslogCorruptedError naming ``key``."""
     mv = memoryview(data)
-    if len(mv) < 4 or bytes(mv[:4]) != MAGIC:
-        raise TranslogCorruptedError(key, 0, f"bad metadata magic {bytes(mv[:4])!r} (expected {MAGIC!r})")
-    if len(mv) < _HEAD.size + _CRC.size:
-        raise TranslogCorruptedError(key, 0, f"short metadata blob: {len(mv)} bytes")
+    if len(mv) >= _HEAD.size:
+        n = _HEAD.unpack_from(mv, 0)[3]
+        if _HEAD.size + n + _CRC.size != len(mv):
+            raise TranslogCorruptedError(key, 8, f"metadata body length {n} does not match the blob size {len(mv)}")
+    end = len(mv) - _CRC.size
+    check_framing(mv, magic=MAGIC, min_size=_HEAD.size + _CRC.size, crc_at=end, where=key, what="metadata")
     _magic, version, flags, n = _HEAD.unpack_from(mv, 0)
-    end = _HEAD.size + n
-    if end + _CRC.size != len(mv):
-        raise TranslogCorruptedError(key, 8, f"metadata body length {n} does not match the blob size {len(mv)}")
-    (stored,) = _CRC.unpack_from(mv, end)
-    actual = zlib.crc32(mv[:end])
-    if stored != actual:
-        raise TranslogCorruptedError(key, end, f"metadata CRC32 mismatch (stored {stored:#010x}, computed {actual:#010x})")
-    if version > FORMAT_VERSION:
-        raise UnsupportedFormatVersion(f"remote translog metadata {key}", version, FORMAT_VERSION)
-    if version < 1 or flags != 0:
-        raise TranslogCorruptedError(key, 4, f"invalid metadata version {version} or flags {flags:#06x}")
+    check_version(version, FORMAT_VERSION, where=key, what="remote translog metadata")
+    if flags != 0:
+        raise TranslogCorruptedError(key, 6, f"unknown metadata flags {flags:#06x}")
     try:
         body = json.loads(bytes(mv[_HEAD.size:end]))
         entries = tuple(RemoteGeneration(*e) for e in body["entries"])
