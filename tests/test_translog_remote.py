@@ -375,3 +375,27 @@ def test_refuses_a_prefix_whose_newest_metadata_it_cannot_sort_ahead_of(store_fa
         remote.add(ops(0, 2, term=2))
     c.close()
     assert [t for b in RemoteTranslog.read_operations(store, PREFIX, 0) for t in b.column("primary_term").to_pylist()] == [2, 2]
+
+
+@REMOTE
+def test_a_promoted_replica_uploads_the_older_terms_it_holds(store_factory, tmp_path: Path) -> None:
+    """After promotion, the new term's prefix alone holds everything a restore needs."""
+    store = store_factory()
+    old_prefix, new_prefix = "c-uuid/1/i-uuid/0/translog", "c-uuid/2/i-uuid/0/translog"
+    # The old primary uploaded 0..9 under term 1; the replica had received only 0..6.
+    primary = LocalTranslog(str(tmp_path / "primary"), primary_term=1)
+    with RemoteTranslog(primary, store, old_prefix, buffer_interval=0.01) as remote:
+        remote.add(ops(0, 10, term=1, tag="p"))
+    primary.close()
+    replica = LocalTranslog(str(tmp_path / "replica"), primary_term=1)
+    replica.add(ops(0, 7, term=1, tag="p"))
+    # Promotion: term 2, stale term-1 ops above the new primary's max are trimmed, then new writes.
+    replica.roll_generation(2)
+    replica.trim_operations_above(6, 2)
+    with RemoteTranslog(replica, store, new_prefix, buffer_interval=0.01) as remote:
+        remote.add(ops(7, 3, term=2, tag="n"))
+    replica.close()
+    got = rows(RemoteTranslog.read_operations(store, new_prefix, 0))
+    assert [s for s, _, _ in got] == list(range(10))
+    assert [t for _, t, _ in got] == [1] * 7 + [2] * 3  # term-1 ops from the new prefix, no stale 7..9
+    assert all(src.startswith('{"v":"n') for _, t, src in got if t == 2)
