@@ -174,14 +174,18 @@ def _seq_no_range(batch: pa.RecordBatch) -> tuple[int, int]:
     return int(lo), int(hi)
 
 
-def _pack_frame(payload: pa.Buffer | bytes, count: int, min_seq_no: int, max_seq_no: int) -> bytes:
-    """Frame bytes for an already serialised payload."""
+def frame_header(payload: pa.Buffer | bytes, count: int, min_seq_no: int, max_seq_no: int) -> bytes:
+    """The 30 header bytes (CRC32 over the header fields and the payload) of a frame."""
     size = len(payload) if not isinstance(payload, pa.Buffer) else payload.size
     if size > _U32_MAX or count > _U32_MAX:
         raise ValueError(f"frame too large: {size} payload bytes, {count} operations (limit {_U32_MAX})")
     fields = _FRAME_FIELDS.pack(FRAME_MAGIC, size, count, min_seq_no, max_seq_no)
-    crc = zlib.crc32(payload, zlib.crc32(fields))
-    return b"".join((fields, _FRAME_CRC.pack(crc), payload))
+    return fields + _FRAME_CRC.pack(zlib.crc32(payload, zlib.crc32(fields)))
+
+
+def _pack_frame(payload: pa.Buffer | bytes, count: int, min_seq_no: int, max_seq_no: int) -> bytes:
+    """Frame bytes for an already serialised payload."""
+    return b"".join((frame_header(payload, count, min_seq_no, max_seq_no), payload))
 
 
 def encode_payload(batch: pa.RecordBatch, *, compress: bool = False) -> pa.Buffer:

@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 
 from shardstore.translog.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from shardstore.translog.errors import StaleTerm, TranslogError
-from shardstore.translog.frames import GenerationHeader, encode_frame, scan
+from shardstore.translog.frames import GenerationHeader, encode_payload, frame_header, scan
 from shardstore.translog.operations import DEFAULT_MAX_SOURCE_BYTES, SCHEMA, validate
 from shardstore.translog.purge import GenerationInfo, local_deletable
 from shardstore.translog.replay import filter_batch, resolve
@@ -197,24 +197,26 @@ class LocalTranslog:
         if top_term is not None and top_term > self.primary_term:
             self.roll_generation(top_term)
         batch = validate(batch, current_term=self.primary_term, max_source_bytes=self.max_source_bytes)
-        frame = encode_frame(batch)
         seq = batch.column("seq_no")
-        lo, hi = pc.min_max(seq).values()
+        lo, hi = (v.as_py() for v in pc.min_max(seq).values())
+        payload = encode_payload(batch)
+        header = frame_header(payload, batch.num_rows, lo, hi)  # written apart: no copy of the payload
         with self._write_lock:
             self._check_open()
             cur = self._cur
-            cur.file.write(frame)  # type: ignore[attr-defined]
+            cur.file.write(header)  # type: ignore[attr-defined]
+            cur.file.write(payload)  # type: ignore[attr-defined]
             cp = cur.checkpoint
             cur.checkpoint = replace(
                 cp,
-                offset=cp.offset + len(frame),
+                offset=cp.offset + len(header) + payload.size,
                 num_ops=cp.num_ops + batch.num_rows,
-                min_seq_no=lo.as_py() if cp.min_seq_no == NO_OPS else min(cp.min_seq_no, lo.as_py()),
-                max_seq_no=max(cp.max_seq_no, hi.as_py()),
+                min_seq_no=lo if cp.min_seq_no == NO_OPS else min(cp.min_seq_no, lo),
+                max_seq_no=max(cp.max_seq_no, hi),
             )
             cur.pending.append(seq)
             position = (cur.checkpoint.generation, cur.checkpoint.offset)
-            self.tracker.advance_max_seq_no(hi.as_py())
+            self.tracker.advance_max_seq_no(hi)
         if self.durability == "request":
             self.sync(position)
         if position[1] >= self.generation_bytes and position[0] == self.generation:
