@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import select
 import signal
 import subprocess
 import sys
@@ -149,6 +150,17 @@ def test_delete_generations_keeps_a_suffix(tmp_path: Path) -> None:
         assert seqs(log)[0] == low
 
 
+def _first_ack(proc: subprocess.Popen[str], timeout: float = 60.0) -> str:
+    """The writer's first ACK line; fails (never hangs) if the writer dies or stays silent."""
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    line = proc.stdout.readline() if ready else ""  # type: ignore[union-attr]
+    if not line.startswith("ACK"):
+        proc.kill()
+        _, err = proc.communicate()
+        pytest.fail(f"the writer acknowledged nothing (exit {proc.returncode}): {err[-2000:] if err else ''}")
+    return line
+
+
 @pytest.mark.slow
 def test_sigkill_loses_no_acknowledged_operation(tmp_path: Path) -> None:
     """A writer subprocess (4 threads, group commit) is SIGKILLed at random points, 5 times."""
@@ -157,8 +169,8 @@ def test_sigkill_loses_no_acknowledged_operation(tmp_path: Path) -> None:
     script = Path(__file__).with_name("translog_writer.py")
     for round_ in range(5):
         proc = subprocess.Popen([sys.executable, str(script), str(tmp_path), "4", "50"],
-                                stdout=subprocess.PIPE, text=True)
-        first_line = proc.stdout.readline()  # type: ignore[union-attr]  # the writer is up and acking
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        first_line = _first_ack(proc)  # the writer is up and acking
         time.sleep(rng.random() * 0.8)  # then die at a random point of the append/sync cycle
         proc.send_signal(signal.SIGKILL)
         out, _ = proc.communicate()
@@ -202,9 +214,9 @@ def test_sigkill_during_uploads_loses_no_acknowledged_operation(tmp_path: Path) 
     for round_ in range(3):
         proc = subprocess.Popen(
             [sys.executable, str(script), str(tmp_path / "local"), "3", "20", store_url, prefix],
-            stdout=subprocess.PIPE, text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
-        first_line = proc.stdout.readline()  # type: ignore[union-attr]
+        first_line = _first_ack(proc)
         time.sleep(rng.random() * 0.8)
         proc.send_signal(signal.SIGKILL)
         out, _ = proc.communicate()
@@ -218,3 +230,16 @@ def test_sigkill_during_uploads_loses_no_acknowledged_operation(tmp_path: Path) 
         assert len(got) == len(set(got)), "an operation came back twice"
         missing = acked - set(got)
         assert not missing, f"round {round_}: {len(missing)} acknowledged ops missing from the store"
+
+
+def test_a_roll_interrupted_by_a_crash_is_cleaned_up(tmp_path: Path) -> None:
+    """A crash after the next generation's file was created, before translog.ckp named it."""
+    with LocalTranslog(str(tmp_path), primary_term=1) as log:
+        log.add(ops(0, 5))
+        current = log.generation
+    (tmp_path / generation_file(current + 1)).write_bytes(b"SSTL-partial-header")
+    with LocalTranslog(str(tmp_path), primary_term=1) as log:
+        assert log.generation == current
+        log.roll_generation()  # must not trip over the orphan
+        log.add(ops(5, 5))
+        assert seqs(log) == list(range(10))

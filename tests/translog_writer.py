@@ -8,8 +8,10 @@ store URL the log is a RemoteTranslog: an append is acknowledged once its upload
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
+import traceback
 
 from shardstore.blobstores import open_store
 from shardstore.translog.local import LocalTranslog
@@ -28,6 +30,14 @@ def main() -> None:
     out = threading.Lock()
 
     def work() -> None:
+        try:
+            append_forever()
+        except BaseException:  # a writer that cannot append must not look alive to the test
+            traceback.print_exc()
+            sys.stderr.flush()
+            os._exit(3)
+
+    def append_forever() -> None:
         while True:
             first = seqs.generate_seq_nos(size)
             ids = [f"doc-{first + i}" for i in range(size)]

@@ -143,6 +143,7 @@ class LocalTranslog:
         for gen in range(cp.min_translog_generation, cp.generation):
             self._sealed[gen] = read_checkpoint(self.directory, sealed_checkpoint_file(gen))
             scan(self._path(generation_file(gen)), self._sealed[gen].offset)  # intact up to its checkpoint
+        self._remove_orphans(cp.generation)
         path = self._path(generation_file(cp.generation))
         scan(path, cp.offset)  # raises on damage inside the checkpointed range
         with open(path, "r+b") as f:  # cut the torn / unacknowledged tail
@@ -158,6 +159,18 @@ class LocalTranslog:
             raise StaleTerm(f"{self.directory}: opened with primary term {term} below the log's {cp.primary_term}")
         if term > cp.primary_term:
             self.roll_generation(term)
+
+    def _remove_orphans(self, current: int) -> None:
+        """Delete generation files above the checkpointed one: a roll interrupted by a crash.
+
+        A new generation holds no acknowledged operation until translog.ckp names it, so
+        its file (and a sealed checkpoint written for it) can go.
+        """
+        for name in os.listdir(self.directory):
+            stem, _, ext = name.partition(".")
+            if ext in ("tlog", "ckp") and stem.startswith("translog-") and stem[9:].isdigit():
+                if int(stem[9:]) > current:
+                    os.unlink(self._path(name))
 
     def _mark_recovered(self) -> None:
         seqs = [b.column("seq_no") for b in self.read_operations(0)]
