@@ -31,7 +31,6 @@ import io
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 import uuid
@@ -39,7 +38,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from benches.runner import Context, Figure
+from benches.runner import Context, Figure, run_cleanups
 
 BACKENDS = ("memory", "file", "s3", "oci", "gcs", "azure")
 CLOUD = {"s3", "oci", "gcs", "azure"}
@@ -172,11 +171,7 @@ class Backend:
 
     def close(self) -> None:
         """Run the cleanups in reverse order; a failing one is reported, not raised."""
-        for fn in reversed(self.cleanup):
-            try:
-                fn()
-            except Exception as exc:  # cleanup must not hide the figures
-                print(f"[blobstore] cleanup of {self.name} failed: {exc}", flush=True, file=sys.stderr)
+        run_cleanups(self.cleanup, f"[blobstore] cleanup of {self.name}")
 
 
 def _setup(kind: str, ctx: Context) -> Backend:

@@ -15,6 +15,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from types import ModuleType
+from collections.abc import Callable
 from typing import Any, TextIO
 
 #: name -> module (imported lazily, in this order).  Add a bench here.
@@ -155,3 +156,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[runner] {len(figures)} figures in {time.monotonic() - t0:.1f}s"
           + (f"; failed: {', '.join(failed)}" if failed else ""), file=sys.stderr)
     return 1 if failed else 0
+
+
+def run_cleanups(cleanups: list[Callable[[], None]], what: str) -> None:
+    """Run cleanups in reverse order; a failing one is reported on stderr, never raised (figures stay)."""
+    for fn in reversed(cleanups):
+        try:
+            fn()
+        except Exception as exc:  # cleanup must not hide the figures
+            print(f"{what} failed: {exc}", flush=True, file=sys.stderr)

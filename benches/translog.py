@@ -63,7 +63,6 @@ import json
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -71,7 +70,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from benches.runner import Context, Figure
+from benches.runner import Context, Figure, run_cleanups
 
 DOC_BYTES = 1024
 BULKS = (1, 100, 1000)
@@ -346,6 +345,22 @@ def _cell_figures(ctx: Context, bulk: int, durability: str, samples: dict[str, l
                      rounds="/".join(f"{x:.2f}" for x in rounds))
 
 
+def _timed_threads(
+    worker: Callable[[int], None], n: int, start: threading.Barrier, stop: threading.Event, seconds: float, name: str
+) -> float:
+    """Start ``n`` workers, release them together at ``start``, stop them after ``seconds``; the wall time."""
+    threads = [threading.Thread(target=worker, args=(t,), name=f"{name}-{t}") for t in range(n)]
+    for th in threads:
+        th.start()
+    start.wait()
+    t0 = time.perf_counter()
+    stop.wait(seconds)  # a worker that fails sets ``stop`` early
+    stop.set()
+    for th in threads:
+        th.join()
+    return time.perf_counter() - t0
+
+
 def _group_commit(base: str, inputs: _Inputs, plan: Plan, seconds: float, reps: int, counter: _FsyncCounter,
                   ctx: Context) -> list[tuple[float, float, int]]:
     """``reps`` runs of THREADS appenders for ``seconds``: (ops/s, fsyncs per append, appends) each."""
@@ -375,18 +390,9 @@ def _group_commit(base: str, inputs: _Inputs, plan: Plan, seconds: float, reps: 
             except BaseException as exc:  # reported after the join
                 errors.append(exc)
 
-        threads = [threading.Thread(target=worker, args=(t,), name=f"bench-append-{t}") for t in range(THREADS)]
         try:
-            for th in threads:
-                th.start()
-            f0 = counter.count
-            start.wait()
-            t0 = time.perf_counter()
-            time.sleep(seconds)
-            stop.set()
-            for th in threads:
-                th.join()
-            elapsed = time.perf_counter() - t0
+            f0 = counter.count  # the workers wait at the barrier until _timed_threads releases them
+            elapsed = _timed_threads(worker, THREADS, start, stop, seconds, "bench-append")
             fsyncs = counter.count - f0
         finally:
             stop.set()
@@ -445,11 +451,8 @@ class _RemoteBackend:
             raise
 
     def close(self) -> None:
-        for fn in reversed(self.cleanup):
-            try:
-                fn()
-            except Exception as exc:  # cleanup must not hide the figures
-                print(f"[translog] cleanup of {self.kind} failed: {exc}", flush=True, file=sys.stderr)
+        """Run the cleanups in reverse order (failures reported, not raised)."""
+        run_cleanups(self.cleanup, f"[translog] cleanup of {self.kind}")
         self.cleanup = []
 
 
@@ -510,19 +513,10 @@ def _remote_run(base: str, backend: _RemoteBackend, inputs: _Inputs, threads: in
             errors.append(exc)
             stop.set()
 
-    ths = [threading.Thread(target=worker, args=(t,), name=f"bench-remote-{t}") for t in range(threads)]
     try:
-        for th in ths:
-            th.start()
         p0 = backend.store.metrics()["requests"]["put"]
         u0 = remote.uploads
-        start.wait()
-        t0 = time.perf_counter()
-        stop.wait(seconds)
-        stop.set()
-        for th in ths:
-            th.join()
-        elapsed = time.perf_counter() - t0
+        elapsed = _timed_threads(worker, threads, start, stop, seconds, "bench-remote")
         puts = backend.store.metrics()["requests"]["put"] - p0
         uploads = remote.uploads - u0
     finally:

@@ -90,12 +90,12 @@ class LocalTranslog:
         self._synced: tuple[int, int] = (0, 0)  # (generation, offset) covered by translog.ckp
         self._sealed: dict[int, Checkpoint] = {}
         self.tracker = LocalCheckpointTracker()
+        self._closed = threading.Event()
         os.makedirs(directory, exist_ok=True)
         if os.path.exists(os.path.join(directory, CHECKPOINT)):
             self._recover(translog_uuid, primary_term)
         else:
             self._create(translog_uuid or uuid.uuid4(), primary_term)
-        self._closed = threading.Event()
         self._syncer: threading.Thread | None = None
         if durability == "async":
             self._syncer = threading.Thread(target=self._sync_loop, args=(sync_interval,), daemon=True,
@@ -237,7 +237,7 @@ class LocalTranslog:
         return position
 
     def _check_open(self) -> None:
-        if getattr(self, "_closed", None) is not None and self._closed.is_set():
+        if self._closed.is_set():
             raise TranslogError(f"{self.directory}: the translog is closed")
 
     def sync(self, upto: tuple[int, int] | None = None) -> None:
