@@ -19,7 +19,13 @@ operations that did not land.
 Replay without a disk: :meth:`RemoteTranslog.read_operations` (static) lists
 ``<prefix>/metadata/`` once (the first key is the newest), reads it and the data blobs
 it names, checks size and CRC32 of everything, and resolves operations exactly as
-``LocalTranslog.read_operations`` does (:func:`filter_batch` + :func:`resolve`).
+``LocalTranslog.read_operations`` does (:func:`filter_batch` + :func:`resolve`).  Given
+several term prefixes (newest first) it merges their newest metadata, so a primary
+that never held the older-term ops still restores them; a data blob purged between
+the LIST and the GET makes it re-list and retry instead of failing.
+
+Older terms: :meth:`RemoteTranslog.purge_older_term` deletes an older term's prefix
+all at once, and only when a remote segment commit covers every generation there.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ import threading
 import time
 import uuid
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 
 import pyarrow as pa
@@ -42,6 +48,7 @@ from shardstore.translog.local import LocalTranslog, generation_file, sealed_che
 from shardstore.translog.purge import GenerationInfo, remote_deletable
 from shardstore.translog.replay import filter_batch, resolve
 from shardstore.translog.remote_metadata import (
+    DATA_DIR,
     METADATA_DIR,
     RemoteGeneration,
     RemoteTranslogMetadata,
@@ -55,6 +62,7 @@ NO_OPS = -1
 UNASSIGNED = -2
 _TOP = 2**63 - 1
 KEEP_METADATA = 10
+_READ_ATTEMPTS = 3
 
 
 # --------------------------------------------------------------------------- shared read helpers
@@ -74,13 +82,17 @@ def latest_metadata(store: BlobStore, prefix: str) -> tuple[str, RemoteTranslogM
     return first.key, decode_metadata(store.get(first.key), first.key)
 
 
+class _MissingBlob(TranslogCorruptedError):
+    """A data blob the metadata names is gone (purged meanwhile, or lost)."""
+
+
 def read_generation(store: BlobStore, entry: RemoteGeneration) -> bytes:
     """A data blob's bytes after checking size, CRC32 and header (TranslogCorruptedError names the key)."""
     key = entry.blob_key
     try:
         data = store.get(key)
     except BlobNotFound:
-        raise TranslogCorruptedError(key, 0, "data blob named by the metadata is missing") from None
+        raise _MissingBlob(key, 0, "data blob named by the metadata is missing") from None
     if len(data) != entry.size:
         raise TranslogCorruptedError(key, min(len(data), entry.size), f"size {len(data)}, metadata says {entry.size}")
     crc = zlib.crc32(data)
@@ -352,14 +364,37 @@ class RemoteTranslog:
 
     @staticmethod
     def read_operations(
-        store: BlobStore, prefix: str, from_seq_no: int, to_seq_no: int | None = None
+        store: BlobStore, prefix: str | Sequence[str], from_seq_no: int, to_seq_no: int | None = None
     ) -> Iterator[pa.RecordBatch]:
-        """Operations from the newest metadata under ``prefix`` (no local files needed)."""
-        found = latest_metadata(store, prefix.rstrip("/"))
-        if found is None:
-            return iter(())
-        _key, md = found
-        return RemoteTranslog.read_entries(store, md.entries, from_seq_no, to_seq_no)
+        """Operations from the newest metadata under ``prefix`` (or several term prefixes), no local files needed.
+
+        With several prefixes (the shard's current term first, then the older terms it
+        still needs) every prefix's newest metadata contributes its generations and one
+        resolution runs over all of them: the highest term wins per seq#, and each
+        generation's trimmed-above seq# drops what a later primary trimmed.
+
+        A data blob that vanishes between the LIST and its GET was purged by the live
+        primary meanwhile: the listing is read again and the read retried (up to
+        ``_READ_ATTEMPTS`` times) before a missing blob counts as corruption.
+        """
+        prefixes = [prefix] if isinstance(prefix, str) else list(prefix)
+        seen: list[str | None] | None = None
+        for attempt in range(_READ_ATTEMPTS):
+            found = [latest_metadata(store, p.rstrip("/")) for p in prefixes]
+            keys = [f[0] if f else None for f in found]
+            if seen is not None and keys == seen:
+                break  # nothing newer to retry with: the blob is really missing
+            seen = keys
+            entries: dict[str, RemoteGeneration] = {}
+            for f in found:
+                if f is not None:
+                    for e in f[1].entries:
+                        entries.setdefault(e.blob_key, e)
+            try:
+                return RemoteTranslog.read_entries(store, entries.values(), from_seq_no, to_seq_no)
+            except _MissingBlob as exc:
+                missing = exc
+        raise missing
 
     @staticmethod
     def read_entries(
@@ -377,6 +412,43 @@ class RemoteTranslog:
                     continue
                 out.append(filter_batch(frame.batch(), from_seq_no, top, e.trimmed_above_seq_no))
         return resolve(out)
+
+    def purge_older_term(self, prefix: str, remote_commit_local_checkpoint: int, remote_commit_primary_term: int) -> list[str]:
+        """Delete an older term's whole remote translog once a remote commit covers all of it; returns the keys.
+
+        All or nothing: while any generation under ``prefix`` still holds an operation
+        the remote commit does not cover (same rule as :meth:`purge`), nothing there is
+        deleted, so the older prefix stays readable by :meth:`read_operations`.  Blobs
+        this translog's own metadata names are never deleted.  Data blobs go before the
+        metadata naming them.
+        """
+        prefix = prefix.rstrip("/")
+        if prefix == self.prefix:
+            raise TranslogError(f"{prefix}: purge_older_term is for older term prefixes; use purge() for the own one")
+        found = latest_metadata(self.store, prefix)
+        if found is not None:
+            _key, md = found
+            if md.primary_term >= self.local.primary_term:
+                raise TranslogError(
+                    f"{prefix}: holds term {md.primary_term}, not older than this translog's term {self.local.primary_term}"
+                )
+            infos = [GenerationInfo(e.generation, e.primary_term, e.min_seq_no, e.max_seq_no, e.num_ops) for e in md.entries]
+            doomed = remote_deletable(
+                infos,
+                remote_commit_local_checkpoint=remote_commit_local_checkpoint,
+                remote_commit_primary_term=remote_commit_primary_term,
+                current_generation=max([md.generation + 1, *(e.generation + 1 for e in md.entries)]),
+            )
+            if len(doomed) < len(infos):
+                return []
+        own = {e.blob_key for e in self.uploaded_generations}
+        data = [b.key for b in self.store.list(_join(prefix, DATA_DIR)) if b.key not in own]
+        meta = [b.key for b in self.store.list(_join(prefix, METADATA_DIR))]
+        if data:
+            self.store.delete(data)
+        if meta:
+            self.store.delete(meta)
+        return data + meta
 
     # -- lifecycle --------------------------------------------------------------------------
 
