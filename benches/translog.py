@@ -9,7 +9,11 @@ for the baseline, the encoded frames (``translog.frames.encode_frame`` of the ve
 stamped batches) are all built before the timed region: the clock covers the appends
 only (not opening or closing the log).
 
-The raw baseline writes those frames to a buffered file with the same fsync pattern:
+The raw baseline writes those frames to a buffered file with the same fsync pattern.
+They are byte for byte the frames the translog appends (``tests/test_benches.py``
+checks it): since format version 2 a frame is the frame header plus one Arrow IPC
+record batch message, the schema being written once per generation file, after the
+header.  Both sides write header and schema frame, and fsync them, before the clock.
 
 - request: ``write``, ``flush``, ``fsync`` of the file, then a checkpoint-like replace
   of a 98-byte file (write a temp file, fsync it, ``os.replace``, fsync the directory),
@@ -80,7 +84,7 @@ GROUP_BULK = 100
 #: Targets of issue 3 for bulk 1,000 under async durability.
 TARGET_OPS = 100_000
 TARGET_RATIO = 0.5
-_CKP_SIZE = 98  # bytes of translog.ckp (format version 1)
+_CKP_SIZE = 98  # bytes of translog.ckp (format versions 1 and 2)
 
 
 @dataclass(frozen=True)
@@ -234,7 +238,7 @@ def _raw_run(directory: str, frames: list[bytes], ops: int, durability: str, cou
     request = durability == "request"
     f = open(path, "xb")
     try:
-        f.write(b"\0" * 44)  # the generation header, written and fsynced before the clock as the translog does
+        f.write(_preamble())  # header and schema frame, written and fsynced before the clock as the translog does
         f.flush()
         os.fsync(f.fileno())
         write, flush, fileno = f.write, f.flush, f.fileno()
@@ -265,6 +269,16 @@ def _raw_run(directory: str, frames: list[bytes], ops: int, durability: str, cou
     finally:
         f.close()
     return Sample(t1 - t0, c1 - c0, len(frames), ops, sum(len(fr) for fr in frames), fsyncs)
+
+
+def _preamble() -> bytes:
+    """The bytes a new generation file starts with: the 44-byte header and the schema frame."""
+    from shardstore.translog.frames import GenerationHeader, encode_schema_frame
+    from shardstore.translog.operations import SCHEMA
+
+    import uuid
+
+    return GenerationHeader(uuid.uuid4(), 1, 1).encode() + encode_schema_frame(SCHEMA)
 
 
 # -- cells ------------------------------------------------------------------------------------

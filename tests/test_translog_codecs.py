@@ -1,4 +1,9 @@
-"""Codecs of the local translog: generation header, frames, torn tails, checkpoint file."""
+"""Codecs of the local translog: generation header, frames, torn tails, checkpoint file.
+
+Format version 2 (CRC32C, schema frame + schema-less batch frames) is what is written;
+format version 1 files (zlib CRC32, one whole IPC stream per frame) are built here by
+hand from the documented layout and must still read.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,8 @@ import struct
 import threading
 import uuid
 import zlib
+
+import google_crc32c
 from pathlib import Path
 
 import pyarrow as pa
@@ -25,6 +32,13 @@ from shardstore.translog.frames import HEADER_SIZE, GenerationHeader, encode_fra
 
 TL_UUID = uuid.UUID("12345678-1234-5678-1234-567812345678")
 HEADER = GenerationHeader(TL_UUID, primary_term=3, generation=7)
+PREAMBLE = HEADER.encode() + fr.encode_schema_frame(ops.SCHEMA)  # what a new generation file starts with
+FIRST = len(PREAMBLE)  # where its first batch frame starts
+
+
+def crc32c(data: bytes) -> int:
+    """CRC32C, computed independently of the code under test."""
+    return google_crc32c.value(bytes(data))
 
 
 def make_batch(first_seq_no: int, n: int, source_size: int = 64, seed: int = 0, term: int = 3) -> pa.RecordBatch:
@@ -36,7 +50,7 @@ def make_batch(first_seq_no: int, n: int, source_size: int = 64, seed: int = 0, 
 
 def write_generation(path: Path, batches: list[pa.RecordBatch], *, compress: bool = False) -> list[int]:
     """Write a generation file; return the frame boundaries (header end, then each frame's end)."""
-    data = bytearray(HEADER.encode())
+    data = bytearray(PREAMBLE)
     bounds = [len(data)]
     for b in batches:
         data += encode_frame(b, compress=compress)
@@ -78,15 +92,15 @@ def test_generation_header_short(cut: int) -> None:
 
 
 def _reseal_header(body: bytes) -> bytes:
-    return body + struct.pack("<I", zlib.crc32(body))
+    return body + struct.pack("<I", crc32c(body))
 
 
 def test_generation_header_newer_version_is_unsupported() -> None:
     body = bytearray(HEADER.encode()[:40])
     struct.pack_into("<H", body, 4, fr.FORMAT_VERSION + 1)
     with pytest.raises(UnsupportedFormatVersion) as exc:
-        GenerationHeader.decode(_reseal_header(bytes(body)) + b"v2 fields", "gen-7.tlog")
-    assert exc.value.found == 2 and exc.value.supported == 1 and "gen-7.tlog" in str(exc.value)
+        GenerationHeader.decode(_reseal_header(bytes(body)) + b"v3 fields", "gen-7.tlog")
+    assert exc.value.found == 3 and exc.value.supported == 2 and "gen-7.tlog" in str(exc.value)
 
 
 def test_generation_header_version_zero_and_flags_refused() -> None:
@@ -103,8 +117,8 @@ def test_generation_header_version_zero_and_flags_refused() -> None:
 def test_header_is_documented_layout() -> None:
     raw = HEADER.encode()
     assert raw[:4] == b"SSTL"
-    assert struct.unpack_from("<HH16sqq", raw, 4) == (1, 0, TL_UUID.bytes, 3, 7)
-    assert struct.unpack_from("<I", raw, 40)[0] == zlib.crc32(raw[:40])
+    assert struct.unpack_from("<HH16sqq", raw, 4) == (2, 0, TL_UUID.bytes, 3, 7)
+    assert struct.unpack_from("<I", raw, 40)[0] == crc32c(raw[:40])
 
 
 # --------------------------------------------------------------------------- frames
@@ -131,10 +145,10 @@ def test_frames_round_trip(
             b = b.take(pa.array(perm))
         batches.append(b)
         seq += n
-    data = HEADER.encode() + b"".join(encode_frame(b, compress=compress) for b in batches)
-    got = list(iter_frames(data, HEADER_SIZE, None, "mem"))
+    data = PREAMBLE + b"".join(encode_frame(b, compress=compress) for b in batches)
+    got = list(iter_frames(data, HEADER_SIZE, None, "mem"))  # the schema frame is followed, not yielded
     assert [f.count for f in got] == sizes
-    assert got[0].offset == HEADER_SIZE and got[-1].end == len(data)
+    assert got[0].offset == FIRST and got[-1].end == len(data)
     for f, b in zip(got, batches):
         assert f.batch().equals(b)
         seqs = b.column("seq_no").to_pylist()
@@ -145,17 +159,42 @@ def test_frame_layout_and_seq_no_range() -> None:
     b = make_batch(10, 5).take(pa.array([3, 0, 4, 2, 1]))
     raw = encode_frame(b, compress=False)
     magic, size, count, lo, hi, crc = struct.unpack_from("<2sIIqqI", raw, 0)
-    assert (magic, size, count, lo, hi) == (b"FR", len(raw) - 30, 5, 10, 14)
-    assert crc == zlib.crc32(raw[30:], zlib.crc32(raw[:26]))
-    payload = pa.ipc.open_stream(raw[30:]).read_all()
-    assert payload.to_batches()[0].equals(b)
+    assert (magic, size, count, lo, hi) == (b"FB", len(raw) - 30, 5, 10, 14)
+    assert crc == crc32c(raw[:26] + raw[30:])
+    assert pa.ipc.read_message(raw[30:]).type == "record batch"  # no schema in the frame
+    assert pa.ipc.read_record_batch(pa.py_buffer(raw[30:]), ops.SCHEMA).equals(b)
+
+
+def test_schema_frame_layout() -> None:
+    raw = fr.encode_schema_frame(ops.SCHEMA)
+    magic, size, count, lo, hi, crc = struct.unpack_from("<2sIIqqI", raw, 0)
+    assert (magic, size, count, lo, hi) == (b"FS", len(raw) - 30, 0, -1, -1)
+    assert crc == crc32c(raw[:26] + raw[30:])
+    assert pa.ipc.read_schema(pa.py_buffer(raw[30:])).equals(ops.SCHEMA)
+    assert PREAMBLE[HEADER_SIZE:] == raw
+
+
+def test_batch_frames_are_smaller_than_version_1_frames() -> None:
+    b = make_batch(0, 1, 64)
+    assert len(encode_frame(b)) + 400 < len(_v1_frame(b))
 
 
 def test_frame_of_any_schema() -> None:
     b = pa.RecordBatch.from_pydict({"x": [1, 2, 3]})
-    (f,) = iter_frames(encode_frame(b, compress=True), 0, None, "mem")
+    data = fr.encode_schema_frame(b.schema) + encode_frame(b, compress=True)
+    (f,) = iter_frames(data, 0, None, "mem")
     assert (f.count, f.min_seq_no, f.max_seq_no) == (3, -1, -1)
     assert f.batch().equals(b)
+    with pytest.raises(ValueError, match="dictionary"):
+        fr.encode_schema_frame(pa.schema([pa.field("d", pa.dictionary(pa.int8(), pa.string()))]))
+
+
+def test_batch_frame_without_a_schema_frame() -> None:
+    raw = encode_frame(make_batch(0, 2))
+    with pytest.raises(TranslogCorruptedError, match="without a schema frame"):
+        list(iter_frames(raw, 0, None, "mem"))
+    (f,) = iter_frames(raw, 0, None, "mem", schema=ops.SCHEMA)
+    assert f.batch().equals(make_batch(0, 2))
 
 
 def test_compressed_frames_are_smaller_for_json() -> None:
@@ -171,16 +210,16 @@ def test_iter_frames_from_file_object(tmp_path: Path) -> None:
     with open(p, "rb") as f:
         got = list(iter_frames(f, HEADER_SIZE, bounds[-1], p))
     assert [g.batch() for g in got] == batches
-    with open(p, "rb") as f:  # only the second frame
+    with open(p, "rb") as f:  # only the second frame: the schema comes from the file's schema frame
         (second,) = iter_frames(f, bounds[1], None, p)
     assert second.batch().equals(batches[1])
 
 
 def test_iter_frames_refuses_a_frame_crossing_the_end(tmp_path: Path) -> None:
-    data = HEADER.encode() + encode_frame(make_batch(0, 3), compress=False)
+    data = PREAMBLE + encode_frame(make_batch(0, 3), compress=False)
     with pytest.raises(TranslogCorruptedError) as exc:
         list(iter_frames(data, HEADER_SIZE, len(data) - 1, "mem"))
-    assert exc.value.offset == HEADER_SIZE
+    assert exc.value.offset == FIRST
     with pytest.raises(TranslogCorruptedError, match="short file"):
         list(iter_frames(data, HEADER_SIZE, len(data) + 1, "mem"))
 
@@ -188,8 +227,8 @@ def test_iter_frames_refuses_a_frame_crossing_the_end(tmp_path: Path) -> None:
 def test_bit_flip_in_any_frame_bit_is_corruption_naming_the_offset() -> None:
     first = encode_frame(make_batch(0, 2, 8), compress=False)
     second = encode_frame(make_batch(2, 2, 8), compress=False)
-    data = HEADER.encode() + first + second
-    at = HEADER_SIZE + len(first)
+    data = PREAMBLE + first + second
+    at = FIRST + len(first)
     for bit in range(len(second) * 8):
         bad = flip(data, at * 8 + bit)
         with pytest.raises(TranslogCorruptedError) as exc:
@@ -248,7 +287,7 @@ def test_bad_uncheckpointed_frame_cuts_everything_after_it(tmp_path: Path) -> No
     p.write_bytes(flip(p.read_bytes(), (bounds[1] + 40) * 8))
     r = scan(p, bounds[1])
     assert r.valid_end == bounds[1] and len(r.frames) == 1
-    assert r.torn is not None and "CRC32" in r.torn
+    assert r.torn is not None and "CRC32C" in r.torn
     assert r.torn_bytes == bounds[3] - bounds[1]
 
 
@@ -286,10 +325,10 @@ def test_checkpoint_offset_inside_a_frame_is_corruption(tmp_path: Path) -> None:
 def test_checkpoint_at_header_end_means_nothing_durable(tmp_path: Path) -> None:
     p = tmp_path / "g.tlog"
     bounds = write_generation(p, [make_batch(0, 3)])
-    assert scan(p, HEADER_SIZE).valid_end == bounds[1]
+    assert scan(p, FIRST).valid_end == bounds[1]
     p.write_bytes(p.read_bytes()[: bounds[1] - 3])
-    r = scan(p, HEADER_SIZE)
-    assert r.valid_end == HEADER_SIZE and r.frames == () and r.header == HEADER
+    r = scan(p, FIRST)
+    assert r.valid_end == FIRST and r.frames == () and r.header == HEADER and r.schema == ops.SCHEMA
 
 
 def _frame_with_payload(payload: bytes, count: int = 1) -> bytes:
@@ -299,14 +338,20 @@ def _frame_with_payload(payload: bytes, count: int = 1) -> bytes:
 def test_undecodable_payload_with_good_crc(tmp_path: Path) -> None:
     p = tmp_path / "g.tlog"
     good = encode_frame(make_batch(0, 1), compress=False)
-    for payload in (b"not an arrow stream", good[30:-8] + b"\xff" * 8, fr.encode_payload(make_batch(0, 2)).to_pybytes()):
-        p.write_bytes(HEADER.encode() + good + _frame_with_payload(payload))
-        end = HEADER_SIZE + len(good) + 30 + len(payload)
+    for payload in (
+        b"not an arrow stream",
+        good[30:-8] + b"\xff" * 8,
+        fr.encode_payload(make_batch(0, 2)).to_pybytes(),  # 2 rows, the header says 1
+        ops.SCHEMA.serialize().to_pybytes(),  # a schema message in a batch frame
+        good[30:] + b"\0" * 8,  # trailing bytes after the message
+    ):
+        p.write_bytes(PREAMBLE + good + _frame_with_payload(payload))
+        end = FIRST + len(good) + 30 + len(payload)
         with pytest.raises(TranslogCorruptedError) as exc:
             scan(p, end)
-        assert exc.value.offset == HEADER_SIZE + len(good)
-        r = scan(p, HEADER_SIZE + len(good))  # past the checkpoint: a torn tail
-        assert r.valid_end == HEADER_SIZE + len(good) and len(r.frames) == 1
+        assert exc.value.offset == FIRST + len(good)
+        r = scan(p, FIRST + len(good))  # past the checkpoint: a torn tail
+        assert r.valid_end == FIRST + len(good) and len(r.frames) == 1
 
 
 def test_scan_checks_the_expected_header(tmp_path: Path) -> None:
@@ -373,8 +418,8 @@ def test_checkpoint_file_round_trip(tmp_path: Path, cp: Checkpoint) -> None:
 def test_checkpoint_layout() -> None:
     raw = CP.encode()
     assert raw[:4] == b"SSCK"
-    assert struct.unpack_from("<H8q16sq", raw, 4) == (1, 7, 4096, 12, 100, 111, 95, 5, -2, TL_UUID.bytes, 3)
-    assert struct.unpack_from("<I", raw, 94)[0] == zlib.crc32(raw[:94])
+    assert struct.unpack_from("<H8q16sq", raw, 4) == (2, 7, 4096, 12, 100, 111, 95, 5, -2, TL_UUID.bytes, 3)
+    assert struct.unpack_from("<I", raw, 94)[0] == crc32c(raw[:94])
 
 
 def test_every_bit_flip_in_a_checkpoint_is_corruption() -> None:
@@ -392,13 +437,13 @@ def test_short_and_long_checkpoint_is_corruption() -> None:
             Checkpoint.decode(raw[:cut], "translog.ckp")
     longer = raw[:-4] + b"\0\0"
     with pytest.raises(TranslogCorruptedError, match="98"):
-        Checkpoint.decode(longer + struct.pack("<I", zlib.crc32(longer)), "translog.ckp")
+        Checkpoint.decode(longer + struct.pack("<I", crc32c(longer)), "translog.ckp")
 
 
 def test_newer_checkpoint_version_is_unsupported(tmp_path: Path) -> None:
-    body = bytearray(CP.encode()[:-4]) + b"a v2 field"
-    struct.pack_into("<H", body, 4, 2)
-    (tmp_path / "translog.ckp").write_bytes(bytes(body) + struct.pack("<I", zlib.crc32(body)))
+    body = bytearray(CP.encode()[:-4]) + b"a v3 field"
+    struct.pack_into("<H", body, 4, 3)
+    (tmp_path / "translog.ckp").write_bytes(bytes(body) + struct.pack("<I", crc32c(body)))
     with pytest.raises(UnsupportedFormatVersion) as exc:
         read_checkpoint(tmp_path)
     assert isinstance(exc.value, CorruptError) and str(tmp_path / "translog.ckp") in str(exc.value)
@@ -408,7 +453,7 @@ def test_checkpoint_with_good_crc_but_impossible_fields_is_corruption() -> None:
     body = bytearray(CP.encode()[:-4])
     struct.pack_into("<q", body, 54, 8)  # min_translog_generation above generation
     with pytest.raises(TranslogCorruptedError, match="min_translog_generation"):
-        Checkpoint.decode(bytes(body) + struct.pack("<I", zlib.crc32(body)), "translog.ckp")
+        Checkpoint.decode(bytes(body) + struct.pack("<I", crc32c(body)), "translog.ckp")
 
 
 @pytest.mark.parametrize(
@@ -524,3 +569,115 @@ def test_scan_keeps_decoded_batches_or_decodes_later(tmp_path: Path) -> None:
     assert all(f.decoded is None for f in lazy.frames)
     assert [f.batch() for f in lazy.frames] == [f.batch() for f in decoded.frames] == batches
     assert [(f.min_seq_no, f.max_seq_no, f.count) for f in lazy.frames] == [(0, 2, 3), (3, 4, 2)]
+
+
+# --------------------------------------------------------------------------- format version 1
+
+
+def _v1_frame(batch: pa.RecordBatch) -> bytes:
+    """A format version 1 frame: magic FR, a whole IPC stream as payload, zlib CRC32."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as w:
+        w.write_batch(batch)
+    payload = sink.getvalue().to_pybytes()
+    seqs = batch.column("seq_no").to_pylist()
+    fields = struct.pack("<2sIIqq", b"FR", len(payload), batch.num_rows, min(seqs), max(seqs))
+    return fields + struct.pack("<I", zlib.crc32(payload, zlib.crc32(fields))) + payload
+
+
+def _v1_header(term: int = 3, generation: int = 7) -> bytes:
+    body = struct.pack("<4sHH16sqq", b"SSTL", 1, 0, TL_UUID.bytes, term, generation)
+    return body + struct.pack("<I", zlib.crc32(body))
+
+
+def _v1_checkpoint(cp: Checkpoint) -> bytes:
+    body = struct.pack(
+        "<4sHqqqqqqqq16sq", b"SSCK", 1, cp.generation, cp.offset, cp.num_ops, cp.min_seq_no, cp.max_seq_no,
+        cp.global_checkpoint, cp.min_translog_generation, cp.trimmed_above_seq_no, cp.translog_uuid.bytes,
+        cp.primary_term,
+    )
+    return body + struct.pack("<I", zlib.crc32(body))
+
+
+def test_version_1_generation_file_still_reads(tmp_path: Path) -> None:
+    batches = [make_batch(0, 3), make_batch(3, 2, seed=1)]
+    frames = [_v1_frame(b) for b in batches]
+    data = _v1_header() + b"".join(frames)
+    p = tmp_path / "translog-7.tlog"
+    p.write_bytes(data)
+    r = scan(p, len(data))
+    assert r.header == HEADER and r.header.version == 1 and r.schema is None
+    assert [f.batch() for f in r.frames] == batches
+    assert [f.batch() for f in iter_frames(data, HEADER_SIZE, None, "mem")] == batches
+    assert [f.batch() for f in scan(p, len(data), decode=False).frames] == batches
+
+
+def test_bit_flip_in_a_version_1_frame_is_corruption() -> None:
+    first, second = _v1_frame(make_batch(0, 2, 8)), _v1_frame(make_batch(2, 2, 8, seed=1))
+    data = _v1_header() + first + second
+    at = HEADER_SIZE + len(first)
+    for bit in range(0, len(second) * 8, 7):
+        with pytest.raises(TranslogCorruptedError) as exc:
+            for f in iter_frames(flip(data, at * 8 + bit), HEADER_SIZE, len(data), "gen-7.tlog"):
+                f.batch()
+        assert exc.value.offset == at, bit
+
+
+def test_frames_of_the_other_version_are_refused(tmp_path: Path) -> None:
+    p = tmp_path / "g.tlog"
+    b = make_batch(0, 2)
+    for data, start in ((_v1_header() + encode_frame(b), HEADER_SIZE), (PREAMBLE + _v1_frame(b), FIRST)):
+        p.write_bytes(data)
+        with pytest.raises(TranslogCorruptedError, match="version 1 frame|without a schema frame") as exc:
+            scan(p, len(data))
+        assert exc.value.offset == start
+    p.write_bytes(_v1_header() + fr.encode_schema_frame(ops.SCHEMA))
+    with pytest.raises(TranslogCorruptedError, match="version 2 frame in a version 1 file"):
+        scan(p, p.stat().st_size)
+
+
+def test_version_1_header_and_checkpoint_still_read() -> None:
+    assert GenerationHeader.decode(_v1_header(), "g") == HEADER
+    assert GenerationHeader(TL_UUID, 3, 7, version=1).encode() == _v1_header()
+    assert Checkpoint.decode(_v1_checkpoint(CP), "translog.ckp") == CP
+    for bit in (0, 33, 40, 700, 760):  # zlib CRC32 still guards version 1 records
+        with pytest.raises(TranslogCorruptedError):
+            Checkpoint.decode(flip(_v1_checkpoint(CP), bit), "translog.ckp")
+
+
+def test_every_bit_flip_in_the_schema_frame_is_corruption(tmp_path: Path) -> None:
+    p = tmp_path / "g.tlog"
+    bounds = write_generation(p, [make_batch(0, 2)])
+    clean = p.read_bytes()
+    for bit in range(HEADER_SIZE * 8, FIRST * 8, 3):
+        p.write_bytes(flip(clean, bit))
+        with pytest.raises(TranslogCorruptedError) as exc:
+            scan(p, bounds[-1])
+        assert exc.value.offset == HEADER_SIZE and exc.value.path == str(p), bit
+
+
+def test_remote_metadata_versions() -> None:
+    from shardstore.translog import remote_metadata as rm
+
+    md = rm.RemoteTranslogMetadata(3, 7, TL_UUID, 0, 9, 5, 6, (rm.RemoteGeneration(7, 3, "k/7", 100, 1, 0, 9, 10, -2),))
+    raw = md.encode()
+    assert struct.unpack_from("<H", raw, 4)[0] == 2 and struct.unpack_from("<I", raw, len(raw) - 4)[0] == crc32c(raw[:-4])
+    v1 = bytearray(raw[:-4])
+    struct.pack_into("<H", v1, 4, 1)
+    assert rm.decode_metadata(bytes(v1) + struct.pack("<I", zlib.crc32(v1)), "k") == md  # version 1 still reads
+    v3 = bytearray(raw[:-4])
+    struct.pack_into("<H", v3, 4, 3)
+    with pytest.raises(UnsupportedFormatVersion):
+        rm.decode_metadata(bytes(v3) + struct.pack("<I", crc32c(v3)), "k")
+    with pytest.raises(TranslogCorruptedError, match="CRC32C"):
+        rm.decode_metadata(raw[:-4] + struct.pack("<I", zlib.crc32(raw[:-4])), "k")
+
+
+def test_generation_checksum_follows_the_generation_format() -> None:
+    from shardstore.translog.remote_metadata import generation_checksum
+
+    v2 = PREAMBLE + encode_frame(make_batch(0, 2))
+    v1 = _v1_header() + _v1_frame(make_batch(0, 2))
+    assert generation_checksum(v2) == crc32c(v2)
+    assert generation_checksum(v1) == zlib.crc32(v1)
+    assert generation_checksum(memoryview(v2)) == crc32c(v2)

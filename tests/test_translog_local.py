@@ -243,3 +243,41 @@ def test_a_roll_interrupted_by_a_crash_is_cleaned_up(tmp_path: Path) -> None:
         log.roll_generation()  # must not trip over the orphan
         log.add(ops(5, 5))
         assert seqs(log) == list(range(10))
+
+
+def test_a_format_version_1_translog_opens_reads_and_rolls(tmp_path: Path) -> None:
+    """A log written in format version 1 (zlib CRC32, one IPC stream per frame) still opens.
+
+    Its operations read back, and new appends go to a new version 2 generation: the
+    version 1 file is sealed as it is, never appended to.
+    """
+    import struct
+    import uuid
+    import zlib
+
+    from shardstore.translog.checkpoint import read_checkpoint
+    from shardstore.translog.frames import FORMAT_VERSION, scan
+
+    tl_uuid = uuid.uuid4()
+    head = struct.pack("<4sHH16sqq", b"SSTL", 1, 0, tl_uuid.bytes, 1, 1)
+    data = head + struct.pack("<I", zlib.crc32(head))
+    for first in (0, 5):
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, ops(first, 5).schema) as w:
+            w.write_batch(ops(first, 5))
+        payload = sink.getvalue().to_pybytes()
+        fields = struct.pack("<2sIIqq", b"FR", len(payload), 5, first, first + 4)
+        data += fields + struct.pack("<I", zlib.crc32(payload, zlib.crc32(fields))) + payload
+    (tmp_path / generation_file(1)).write_bytes(data)
+    ckp = struct.pack("<4sHqqqqqqqq16sq", b"SSCK", 1, 1, len(data), 10, 0, 9, -1, 1, -2, tl_uuid.bytes, 1)
+    (tmp_path / "translog.ckp").write_bytes(ckp + struct.pack("<I", zlib.crc32(ckp)))
+
+    with LocalTranslog(str(tmp_path), primary_term=1) as log:
+        assert seqs(log) == list(range(10)) and log.persisted_checkpoint == 9
+        assert log.generation == 2  # rolled: the version 1 file stays as it was
+        log.add(ops(10, 5))
+    assert (tmp_path / generation_file(1)).read_bytes() == data
+    with LocalTranslog(str(tmp_path), primary_term=1) as log:
+        assert seqs(log) == list(range(15))
+    cp = read_checkpoint(tmp_path)
+    assert scan(tmp_path / generation_file(2), cp.offset).header.version == FORMAT_VERSION

@@ -81,12 +81,15 @@ def test_metadata_round_trip_and_damage() -> None:
 
 def test_metadata_newer_version_is_refused() -> None:
     import struct
-    import zlib
+
+    import google_crc32c
+
+    from shardstore.translog.remote_metadata import FORMAT_VERSION
 
     raw = bytearray(encode_metadata(_md()))
-    struct.pack_into("<H", raw, 4, 2)
+    struct.pack_into("<H", raw, 4, FORMAT_VERSION + 1)
     body = bytes(raw[:-4])
-    raw = body + struct.pack("<I", zlib.crc32(body))
+    raw = body + struct.pack("<I", google_crc32c.value(body))
     with pytest.raises(UnsupportedFormatVersion):
         decode_metadata(raw, "k")
 
@@ -486,3 +489,21 @@ def test_purge_older_term_is_all_or_nothing(store_factory, tmp_path: Path) -> No
         assert list(store.list(old_prefix + "/")) == []
         assert seqs(RemoteTranslog.read_operations(store, [new_prefix, old_prefix], 0)) == [10, 11, 12]
     new.close()
+
+
+@REMOTE
+def test_a_new_primarys_trim_voids_older_term_ops_in_older_prefixes(store_factory, tmp_path: Path) -> None:
+    """Ops only the old primary had (above the new primary's max) never come back through the old prefix."""
+    store = store_factory()
+    old_prefix, new_prefix = "c-uuid/1/i-uuid/0/translog", "c-uuid/2/i-uuid/0/translog"
+    old = LocalTranslog(str(tmp_path / "old"), primary_term=1)
+    with RemoteTranslog(old, store, old_prefix, buffer_interval=0.01) as remote:
+        remote.add(ops(0, 10, term=1, tag="o"))  # 0..9; the promoted replica had only 0..5
+    old.close()
+    new = LocalTranslog(str(tmp_path / "new"), primary_term=2)
+    with RemoteTranslog(new, store, new_prefix, buffer_interval=0.01) as remote:
+        remote.trim_operations_above(5, 2)
+        remote.add(ops(6, 2, term=2, tag="n"))  # re-issues 6, 7; 8 and 9 of term 1 are void
+    new.close()
+    got = rows(RemoteTranslog.read_operations(store, [new_prefix, old_prefix], 0))
+    assert [(s, t) for s, t, _ in got] == [(s, 1) for s in range(6)] + [(6, 2), (7, 2)]

@@ -3,15 +3,16 @@
 The checkpoint names the current generation and how many of its bytes are durable
 (``offset``, counted from the start of the generation file, its header included), and
 carries the seq# bookkeeping the translog needs on reopen.  It is one fixed-size
-record; all integers are little-endian; the checksum is CRC32 (zlib).
+record; all integers are little-endian; the checksum is CRC32C (Castagnoli).
 
-Checkpoint record (98 bytes, format version 1):
+Checkpoint record (98 bytes, format version 2; version 1 has the same layout with a
+CRC32 (zlib) and is still read):
 
 ======  ====  ====  ============================================================
 offset  size  type  field
 ======  ====  ====  ============================================================
 0       4     -     magic ``b"SSCK"``
-4       2     u16   format version (1)
+4       2     u16   format version (2; 1 is still read)
 6       8     i64   generation (the current one)
 14      8     i64   offset: bytes of the current generation file covered
 22      8     i64   num_ops: operations in the current generation
@@ -22,12 +23,13 @@ offset  size  type  field
 62      8     i64   trimmed_above_seq_no (-2: no trim)
 70      16    -     translog UUID (``uuid.UUID.bytes``)
 86      8     i64   primary term
-94      4     u32   CRC32 (zlib) of bytes 0..93
+94      4     u32   CRC32C of bytes 0..93 (version 1: CRC32 (zlib))
 ======  ====  ====  ============================================================
 
 In every format version the record is the whole file and its last 4 bytes are the
-CRC32 (zlib) of all the bytes before them.  A reader checks magic and CRC first, so
-any flipped bit, the version field's included, is reported as
+checksum of all the bytes before them: CRC32 (zlib) in version 1, CRC32C in every later
+version.  A reader picks the checksum by the version field and checks magic and CRC
+before believing the version, so any flipped bit, the version field's included, is reported as
 :class:`~shardstore.translog.errors.TranslogCorruptedError`; a record whose CRC holds
 and whose version is newer raises :class:`~shardstore.errors.UnsupportedFormatVersion`.
 
@@ -44,14 +46,13 @@ import os
 import struct
 import tempfile
 import uuid
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from shardstore.translog.records import check_framing, check_version
+from shardstore.translog.records import check_framing, check_version, checksum_for
 from shardstore.translog.errors import TranslogCorruptedError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MAGIC = b"SSCK"
 CHECKPOINT_FILE = "translog.ckp"
 NO_OPS_PERFORMED = -1
@@ -111,19 +112,18 @@ class Checkpoint:
             self.max_seq_no, self.global_checkpoint, self.min_translog_generation,
             self.trimmed_above_seq_no, self.translog_uuid.bytes, self.primary_term,
         )
-        return body + _CRC.pack(zlib.crc32(body))
+        return body + _CRC.pack(checksum_for(FORMAT_VERSION)(body, 0))
 
     @classmethod
     def decode(cls, buf: bytes | bytearray | memoryview, path: str | os.PathLike[str]) -> Checkpoint:
         """Parse a whole checkpoint file's bytes; ``path`` names the file in errors."""
         where = os.fspath(path)
         mv = memoryview(buf)
-        check_framing(mv, magic=MAGIC, min_size=_PREFIX.size + _CRC.size, crc_at=len(mv) - _CRC.size,
-                      where=where, what="checkpoint")
-        _magic, version = _PREFIX.unpack_from(mv, 0)
+        version = check_framing(mv, magic=MAGIC, min_size=_PREFIX.size + _CRC.size, crc_at=len(mv) - _CRC.size,
+                                where=where, what="checkpoint")
         check_version(version, FORMAT_VERSION, where=where, what="translog checkpoint")
         if len(mv) != SIZE:
-            raise TranslogCorruptedError(where, 0, f"checkpoint file of {len(mv)} bytes (version 1 has {SIZE})")
+            raise TranslogCorruptedError(where, 0, f"checkpoint file of {len(mv)} bytes (version {version} has {SIZE})")
         f = _FIELDS.unpack_from(mv, 0)
         try:
             return cls(f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], uuid.UUID(bytes=f[10]), f[11])

@@ -11,7 +11,8 @@ as one frame and writes it.  A *sync* flushes, fsyncs the generation file and th
 replaces ``translog.ckp``; only bytes the checkpoint covers count as durable.  Under
 ``request`` durability an append returns after a sync covering it; concurrent appenders
 share one fsync (group commit: whoever syncs covers everything flushed before it).
-Under ``async`` durability a background thread syncs every ``sync_interval`` seconds.
+Under ``async`` durability a background thread syncs every ``sync_interval`` seconds,
+and also rolls a full generation (so an append never waits for the roll's fsyncs).
 
 On open, frames up to the checkpoint must be intact (else TranslogCorruptedError names
 the file and offset); anything after it is a torn or unacknowledged tail and is cut off.
@@ -25,16 +26,24 @@ import os
 import threading
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
-from typing import Literal
+from dataclasses import replace
+from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from shardstore.translog.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from shardstore.translog.errors import StaleTerm, TranslogError
-from shardstore.translog.frames import GenerationHeader, encode_payload, frame_header, scan
-from shardstore.translog.operations import DEFAULT_MAX_SOURCE_BYTES, SCHEMA, validate
+from shardstore.translog.frames import (
+    FORMAT_VERSION,
+    GenerationHeader,
+    Part,
+    encode_schema_frame,
+    frame_header,
+    payload_parts,
+    scan,
+)
+from shardstore.translog.operations import DEFAULT_MAX_SOURCE_BYTES, SCHEMA, check, summarize
 from shardstore.translog.purge import GenerationInfo, local_deletable
 from shardstore.translog.replay import filter_batch, resolve
 from shardstore.translog.tracker import LocalCheckpointTracker
@@ -42,6 +51,9 @@ from shardstore.translog.tracker import LocalCheckpointTracker
 NO_OPS = -1
 UNASSIGNED = -2
 CHECKPOINT = "translog.ckp"
+_SCHEMA_FRAME = encode_schema_frame(SCHEMA)  # the second record of every generation file
+_CATCH_UP_SYNCS = 3
+_CATCH_UP_BYTES = 1024 * 1024
 
 
 def generation_file(generation: int) -> str:
@@ -54,13 +66,60 @@ def sealed_checkpoint_file(generation: int) -> str:
     return f"translog-{generation}.ckp"
 
 
-@dataclass
-class _Current:
-    """The open generation: its file, and the stats the next checkpoint will record."""
+def _write_frame(f: Any, header: bytes, parts: list[Part]) -> None:
+    """Append a frame: buffered when it is one small payload, else one ``writev`` of header and parts (no copy)."""
+    if len(parts) == 1:
+        f.write(header)
+        f.write(parts[0])
+        return
+    f.flush()  # what the buffer holds goes first
+    views = [memoryview(header), *(memoryview(p) for p in parts)]
+    fd = f.fileno()
+    while views:
+        n = os.writev(fd, views)
+        while views and n >= views[0].nbytes:  # drop what was written (a short write is rare, not impossible)
+            n -= views[0].nbytes
+            views.pop(0)
+        if views and n:
+            views[0] = views[0][n:]
 
-    checkpoint: Checkpoint
-    file: object
-    pending: list[pa.Array]
+
+class _Current:
+    """The open generation: its file, and the stats the next checkpoint will record.
+
+    Appends bump plain counters; the :class:`Checkpoint` (a validated frozen dataclass,
+    ~25 µs to rebuild) is built only when someone reads ``checkpoint``.
+    """
+
+    def __init__(self, checkpoint: Checkpoint, file: object, pending: list[pa.Array]) -> None:
+        self.file = file
+        self.pending = pending
+        self.checkpoint = checkpoint
+
+    @property
+    def checkpoint(self) -> Checkpoint:
+        """The checkpoint covering every append so far."""
+        if self._dirty:
+            self._cp = replace(self._cp, offset=self.offset, num_ops=self.num_ops,
+                               min_seq_no=self.min_seq_no, max_seq_no=self.max_seq_no)
+            self._dirty = False
+        return self._cp
+
+    @checkpoint.setter
+    def checkpoint(self, cp: Checkpoint) -> None:
+        self._cp = cp
+        self.generation = cp.generation
+        self.primary_term = cp.primary_term
+        self.offset, self.num_ops, self.min_seq_no, self.max_seq_no = cp.offset, cp.num_ops, cp.min_seq_no, cp.max_seq_no
+        self._dirty = False
+
+    def appended(self, nbytes: int, count: int, lo: int, hi: int) -> None:
+        """Account for one frame of ``count`` operations with seq#s lo..hi."""
+        self.offset += nbytes
+        self.num_ops += count
+        self.min_seq_no = lo if self.min_seq_no == NO_OPS else min(self.min_seq_no, lo)
+        self.max_seq_no = max(self.max_seq_no, hi)
+        self._dirty = True
 
 
 class LocalTranslog:
@@ -91,6 +150,7 @@ class LocalTranslog:
         self._sealed: dict[int, Checkpoint] = {}
         self.tracker = LocalCheckpointTracker()
         self._closed = threading.Event()
+        self._wake = threading.Event()  # async durability: the syncer's early wake-up (a full generation)
         os.makedirs(directory, exist_ok=True)
         if os.path.exists(os.path.join(directory, CHECKPOINT)):
             self._recover(translog_uuid, primary_term)
@@ -107,17 +167,24 @@ class LocalTranslog:
     def _path(self, name: str) -> str:
         return os.path.join(self.directory, name)
 
-    def _start_generation(self, generation: int, term: int, base: Checkpoint | None, tl_uuid: uuid.UUID) -> None:
+    def _new_generation_file(self, generation: int, term: int, tl_uuid: uuid.UUID) -> tuple[object, int]:
+        """Create a generation file holding its header and schema frame, fsynced; (open file, its size)."""
         header = GenerationHeader(translog_uuid=tl_uuid, primary_term=term, generation=generation).encode()
-        path = self._path(generation_file(generation))
-        f = open(path, "xb")
+        header += _SCHEMA_FRAME  # the schema, once per generation: batch frames carry none
+        f = open(self._path(generation_file(generation)), "xb")
         f.write(header)
         f.flush()
         if self._fsync:
             os.fsync(f.fileno())
-        cp = Checkpoint(
+        return f, len(header)
+
+    @staticmethod
+    def _fresh_checkpoint(generation: int, offset: int, term: int, base: Checkpoint | None,
+                          tl_uuid: uuid.UUID) -> Checkpoint:
+        """The checkpoint of a generation with nothing appended yet (global checkpoint and minimum from ``base``)."""
+        return Checkpoint(
             generation=generation,
-            offset=len(header),
+            offset=offset,
             num_ops=0,
             min_seq_no=NO_OPS,
             max_seq_no=NO_OPS,
@@ -127,6 +194,10 @@ class LocalTranslog:
             translog_uuid=tl_uuid,
             primary_term=term,
         )
+
+    def _start_generation(self, generation: int, term: int, base: Checkpoint | None, tl_uuid: uuid.UUID) -> None:
+        f, size = self._new_generation_file(generation, term, tl_uuid)
+        cp = self._fresh_checkpoint(generation, size, term, base, tl_uuid)
         self._cur = _Current(cp, f, [])
         write_checkpoint(self.directory, cp, fsync=self._fsync)
         self._synced = (generation, cp.offset)
@@ -145,7 +216,7 @@ class LocalTranslog:
             scan(self._path(generation_file(gen)), self._sealed[gen].offset)  # intact up to its checkpoint
         self._remove_orphans(cp.generation)
         path = self._path(generation_file(cp.generation))
-        scan(path, cp.offset)  # raises on damage inside the checkpointed range
+        found = scan(path, cp.offset)  # raises on damage inside the checkpointed range
         with open(path, "r+b") as f:  # cut the torn / unacknowledged tail
             f.truncate(cp.offset)
             if self._fsync:
@@ -159,6 +230,8 @@ class LocalTranslog:
             raise StaleTerm(f"{self.directory}: opened with primary term {term} below the log's {cp.primary_term}")
         if term > cp.primary_term:
             self.roll_generation(term)
+        elif found.header.version != FORMAT_VERSION or found.schema != SCHEMA:
+            self.roll_generation()  # an older format's file is sealed as it is; new frames go to a new file
 
     def _remove_orphans(self, current: int) -> None:
         """Delete generation files above the checkpointed one: a roll interrupted by a crash.
@@ -185,12 +258,12 @@ class LocalTranslog:
     @property
     def primary_term(self) -> int:
         """The term of the current generation."""
-        return self._cur.checkpoint.primary_term
+        return self._cur.primary_term
 
     @property
     def generation(self) -> int:
         """The current generation number."""
-        return self._cur.checkpoint.generation
+        return self._cur.generation
 
     @property
     def translog_uuid(self) -> uuid.UUID:
@@ -206,34 +279,30 @@ class LocalTranslog:
         """Append a stamped batch; returns its (generation, end offset) once durable per the policy."""
         if batch.num_rows == 0:
             return (self.generation, self._cur.checkpoint.offset)
-        top_term = pc.max(batch.column("primary_term")).as_py()
-        if top_term is not None and top_term > self.primary_term:
-            self.roll_generation(top_term)
-        batch = validate(batch, current_term=self.primary_term, max_source_bytes=self.max_source_bytes)
-        seq = batch.column("seq_no")
-        lo, hi = (v.as_py() for v in pc.min_max(seq).values())
-        payload = encode_payload(batch)
-        header = frame_header(payload, batch.num_rows, lo, hi)  # written apart: no copy of the payload
+        summary = summarize(batch)  # the column ranges, computed once for the roll, the checks and the frame
+        if summary.primary_term is not None and summary.primary_term[1] > self.primary_term:
+            self.roll_generation(summary.primary_term[1])
+        batch = check(summary, current_term=self.primary_term, max_source_bytes=self.max_source_bytes)
+        assert summary.seq_no is not None  # check() refused null seq#s
+        lo, hi = summary.seq_no
+        parts = payload_parts(batch)  # a large batch's own buffers, not a copy
+        header = frame_header(parts, batch.num_rows, lo, hi)
+        size = int.from_bytes(header[2:6], "little")
         with self._write_lock:
             self._check_open()
             cur = self._cur
-            cur.file.write(header)  # type: ignore[attr-defined]
-            cur.file.write(payload)  # type: ignore[attr-defined]
-            cp = cur.checkpoint
-            cur.checkpoint = replace(
-                cp,
-                offset=cp.offset + len(header) + payload.size,
-                num_ops=cp.num_ops + batch.num_rows,
-                min_seq_no=lo if cp.min_seq_no == NO_OPS else min(cp.min_seq_no, lo),
-                max_seq_no=max(cp.max_seq_no, hi),
-            )
-            cur.pending.append(seq)
-            position = (cur.checkpoint.generation, cur.checkpoint.offset)
+            _write_frame(cur.file, header, parts)
+            cur.appended(len(header) + size, batch.num_rows, lo, hi)
+            cur.pending.append(batch.column(0))  # seq_no
+            position = (cur.generation, cur.offset)
             self.tracker.advance_max_seq_no(hi)
         if self.durability == "request":
             self.sync(position)
         if position[1] >= self.generation_bytes and position[0] == self.generation:
-            self.roll_generation()
+            if self._syncer is not None:
+                self._wake.set()  # async: the syncer seals it; the append does not wait for the roll's fsyncs
+            else:
+                self.roll_generation()
         return position
 
     def _check_open(self) -> None:
@@ -258,10 +327,20 @@ class LocalTranslog:
                 self.tracker.mark_persisted(seq)
 
     def _sync_loop(self, interval: float) -> None:
-        while not self._closed.wait(interval):
+        """Async durability: sync every ``interval`` seconds, and roll a full generation as soon as asked."""
+        while True:
+            self._wake.wait(interval)
+            self._wake.clear()
+            if self._closed.is_set():
+                return
             try:
-                self.sync()
-            except Exception:  # the next append under request durability reports the failure
+                with self._write_lock:
+                    full = self._cur.offset >= self.generation_bytes
+                if full:
+                    self.roll_generation()  # syncs first
+                else:
+                    self.sync()
+            except Exception:  # async appends are not acknowledged durable; the next sync tries again
                 continue
 
     def set_global_checkpoint(self, seq_no: int) -> None:
@@ -274,22 +353,36 @@ class LocalTranslog:
     def roll_generation(self, new_term: int | None = None) -> None:
         """Seal the current generation and start the next (with ``new_term`` if the term changed)."""
         self.sync()
-        with self._sync_lock, self._write_lock:
-            cur = self._cur
-            cp = cur.checkpoint
+        for _ in range(_CATCH_UP_SYNCS):  # appends went on during that fsync: sync them too, so that the
+            with self._write_lock:        # sealing fsync below (which holds up every sync) has little left to do
+                behind = self._cur.offset - self._synced[1] if self._synced[0] == self._cur.generation else 0
+            if behind <= _CATCH_UP_BYTES:
+                break
+            self.sync()
+        with self._sync_lock:  # one roll at a time; no sync may write translog.ckp until it is done
+            with self._write_lock:
+                cp = self._cur.checkpoint
             term = cp.primary_term if new_term is None else new_term
             if term < cp.primary_term:
                 raise StaleTerm(f"{self.directory}: term {term} is below the log's {cp.primary_term}")
-            # Appends may have landed since the sync above: make them durable before sealing.
-            cur.file.flush()  # type: ignore[attr-defined]
+            generation = cp.generation + 1
+            f, size = self._new_generation_file(generation, term, cp.translog_uuid)  # fsynced, appends go on
+            with self._write_lock:  # the switch: only a flush under the write lock
+                old = self._cur
+                old.file.flush()  # type: ignore[attr-defined]
+                sealed = old.checkpoint
+                fresh = self._fresh_checkpoint(generation, size, term, sealed, sealed.translog_uuid)
+                self._cur = _Current(fresh, f, [])
+                self._sealed[sealed.generation] = sealed
+            # Appends now land in the new file; they count only once translog.ckp names it (below).  A
+            # crash before that leaves an orphan file, removed on open.
             if self._fsync:
-                os.fsync(cur.file.fileno())  # type: ignore[attr-defined]
-            pending, cur.pending = cur.pending, []
-            cur.file.close()  # type: ignore[attr-defined]
-            write_checkpoint(self.directory, cp, fsync=self._fsync, name=sealed_checkpoint_file(cp.generation))
-            self._sealed[cp.generation] = cp
-            self._start_generation(cp.generation + 1, term, cp, cp.translog_uuid)
-        for seq in pending:
+                os.fsync(old.file.fileno())  # type: ignore[attr-defined]
+            old.file.close()  # type: ignore[attr-defined]
+            write_checkpoint(self.directory, sealed, fsync=self._fsync, name=sealed_checkpoint_file(sealed.generation))
+            write_checkpoint(self.directory, fresh, fsync=self._fsync)
+            self._synced = (generation, fresh.offset)
+        for seq in old.pending:
             self.tracker.mark_persisted(seq)
 
     # -- reading, trimming, purging -----------------------------------------------------------
@@ -373,10 +466,11 @@ class LocalTranslog:
         """Sync and close (the async syncer stops)."""
         if self._closed.is_set():
             return
-        self.sync()
         self._closed.set()
+        self._wake.set()
         if self._syncer is not None:
-            self._syncer.join()
+            self._syncer.join()  # lets a roll in progress finish
+        self.sync()
         with self._write_lock:
             self._cur.file.close()  # type: ignore[attr-defined]
 

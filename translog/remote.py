@@ -18,7 +18,7 @@ operations that did not land.
 
 Replay without a disk: :meth:`RemoteTranslog.read_operations` (static) lists
 ``<prefix>/metadata/`` once (the first key is the newest), reads it and the data blobs
-it names, checks size and CRC32 of everything, and resolves operations exactly as
+it names, checks size and checksum of everything, and resolves operations exactly as
 ``LocalTranslog.read_operations`` does (:func:`filter_batch` + :func:`resolve`).  Given
 several term prefixes (newest first) it merges their newest metadata, so a primary
 that never held the older-term ops still restores them; a data blob purged between
@@ -33,7 +33,6 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 
@@ -54,6 +53,7 @@ from shardstore.translog.remote_metadata import (
     RemoteTranslogMetadata,
     data_key,
     decode_metadata,
+    generation_checksum,
     metadata_key,
     parse_metadata_key,
 )
@@ -95,9 +95,9 @@ def read_generation(store: BlobStore, entry: RemoteGeneration) -> bytes:
         raise _MissingBlob(key, 0, "data blob named by the metadata is missing") from None
     if len(data) != entry.size:
         raise TranslogCorruptedError(key, min(len(data), entry.size), f"size {len(data)}, metadata says {entry.size}")
-    crc = zlib.crc32(data)
+    crc = generation_checksum(data)
     if crc != entry.crc32:
-        raise TranslogCorruptedError(key, 0, f"CRC32 mismatch (metadata {entry.crc32:#010x}, computed {crc:#010x})")
+        raise TranslogCorruptedError(key, 0, f"checksum mismatch (metadata {entry.crc32:#010x}, computed {crc:#010x})")
     header = GenerationHeader.decode(data, key)
     if header.generation != entry.generation or header.primary_term != entry.primary_term:
         raise TranslogCorruptedError(
@@ -105,6 +105,15 @@ def read_generation(store: BlobStore, entry: RemoteGeneration) -> bytes:
             f"metadata says generation {entry.generation} term {entry.primary_term}"
         )
     return data
+
+
+def _apply_trims(entry: RemoteGeneration, trims: list[tuple[int, int]]) -> RemoteGeneration:
+    """``entry`` with every applicable (seq_no, term) trim of a merged prefix folded into its trimmed-above seq#."""
+    t = entry.trimmed_above_seq_no
+    for seq_no, term in trims:
+        if entry.primary_term < term:
+            t = seq_no if t == UNASSIGNED else min(t, seq_no)
+    return entry if t == entry.trimmed_above_seq_no else replace(entry, trimmed_above_seq_no=t)
 
 
 # --------------------------------------------------------------------------- the remote translog
@@ -141,6 +150,7 @@ class RemoteTranslog:
         self._entries: dict[int, RemoteGeneration] = {}
         self._data_keys: dict[int, str] = {}  # key chosen per generation (stable across retries)
         self._metadata: RemoteTranslogMetadata | None = None
+        self._trim: tuple[int, int] | None = None
         first_local = min(g.generation for g in local.generations())
         self._uploaded_through = first_local - 1  # every local generation <= this is covered remotely
         self._recover()
@@ -158,6 +168,7 @@ class RemoteTranslog:
         if md.translog_uuid == self.local.translog_uuid:
             self._metadata = md
             self._entries = {e.generation: e for e in md.entries}
+            self._trim = md.trim
             self._uploaded_through = max(self._uploaded_through, md.generation)
             return
         term, gen, _ = parse_metadata_key(key)
@@ -231,6 +242,7 @@ class RemoteTranslog:
                 global_checkpoint=cp.global_checkpoint,
                 min_translog_generation=min(entries, default=sealed_through + 1),
                 entries=tuple(entries[g] for g in sorted(entries)),
+                trim=self._trim,
             )
             key = _join(self.prefix, metadata_key(md.primary_term, md.generation, self.writer))
             try:
@@ -266,7 +278,7 @@ class RemoteTranslog:
                 raise TranslogError(f"{key}: a different data blob already exists") from None
         return RemoteGeneration(
             generation=generation, primary_term=header.primary_term, blob_key=key, size=len(data),
-            crc32=zlib.crc32(data), min_seq_no=cp.min_seq_no, max_seq_no=cp.max_seq_no,
+            crc32=generation_checksum(data), min_seq_no=cp.min_seq_no, max_seq_no=cp.max_seq_no,
             num_ops=cp.num_ops, trimmed_above_seq_no=cp.trimmed_above_seq_no,
         )
 
@@ -321,7 +333,8 @@ class RemoteTranslog:
     def trim_operations_above(self, seq_no: int, term: int) -> RemoteTranslogMetadata:
         """Trim locally, then upload a metadata blob recording the trims."""
         self.local.trim_operations_above(seq_no, term)
-        with self._upload_lock, self._cond:  # not racing an upload that copied the entries before the trim
+        with self._upload_lock, self._cond:
+            self._trim = (seq_no, term) if self._trim is None or term >= self._trim[1] else self._trim  # not racing an upload that copied the entries before the trim
             for g, e in list(self._entries.items()):
                 if e.primary_term < term:
                     t = seq_no if e.trimmed_above_seq_no == UNASSIGNED else min(seq_no, e.trimmed_above_seq_no)
@@ -386,10 +399,11 @@ class RemoteTranslog:
                 break  # nothing newer to retry with: the blob is really missing
             seen = keys
             entries: dict[str, RemoteGeneration] = {}
+            trims = [f[1].trim for f in found if f is not None and f[1].trim is not None]
             for f in found:
                 if f is not None:
                     for e in f[1].entries:
-                        entries.setdefault(e.blob_key, e)
+                        entries.setdefault(e.blob_key, _apply_trims(e, trims))
             try:
                 return RemoteTranslog.read_entries(store, entries.values(), from_seq_no, to_seq_no)
             except _MissingBlob as exc:

@@ -17,20 +17,22 @@ The unique suffix means a new primary never overwrites an older one's bytes.  Th
 metadata records each data blob's key relative to the STORE ROOT (prefix included), so
 a newer term's metadata may still name blobs under an older term's prefix.
 
-Byte layout of a metadata blob (format version 1, little-endian):
+Byte layout of a metadata blob (format version 2, little-endian; version 1 has the same
+layout with a CRC32 (zlib) and is still read):
 
 ======  ====  ======  ==========================================================
 offset  size  type    field
 ======  ====  ======  ==========================================================
 0       4     bytes   magic ``b"SSRM"``
-4       2     u16     format version (1)
+4       2     u16     format version (2; 1 is still read)
 6       2     u16     flags (0)
 8       4     u32     body length ``n``
 12      n     bytes   body: UTF-8 JSON object (see :func:`encode_metadata`)
-12+n    4     u32     CRC32 (zlib) of bytes 0..12+n-1
+12+n    4     u32     CRC32C of bytes 0..12+n-1 (version 1: CRC32 (zlib))
 ======  ====  ======  ==========================================================
 
-As with the generation header, the CRC is checked before the version: a flipped bit
+As with the generation header, the checksum is picked by the version field and checked
+before the version is believed: a flipped bit
 anywhere is :class:`TranslogCorruptedError` (naming the blob key); a record with a good
 CRC and a newer version raises :class:`~shardstore.errors.UnsupportedFormatVersion`.
 """
@@ -40,14 +42,13 @@ from __future__ import annotations
 import json
 import struct
 import uuid
-import zlib
 from dataclasses import dataclass
 
-from shardstore.translog.records import check_framing, check_version
+from shardstore.translog.records import check_framing, check_version, checksum_for
 from shardstore.translog.errors import TranslogCorruptedError
 
 MAGIC = b"SSRM"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 _HEAD = struct.Struct("<4sHHI")
 _CRC = struct.Struct("<I")
 _MAX = 2**63 - 1
@@ -64,7 +65,7 @@ class RemoteGeneration:
     primary_term: int
     blob_key: str  # relative to the store root
     size: int
-    crc32: int  # zlib CRC32 of the whole blob (the generation file up to its sealed offset)
+    crc32: int  # checksum of the whole blob (the generation file up to its sealed offset): see generation_checksum
     min_seq_no: int
     max_seq_no: int
     num_ops: int
@@ -83,6 +84,10 @@ class RemoteTranslogMetadata:
     global_checkpoint: int
     min_translog_generation: int
     entries: tuple[RemoteGeneration, ...] = ()
+    #: The last ``trim_operations_above(seq_no, term)`` of this translog, as (seq_no, term):
+    #: operations of terms below ``term`` above ``seq_no`` are void, in ANY prefix a reader
+    #: merges with this one (a new primary that never held the old term's blobs).
+    trim: tuple[int, int] | None = None
 
     def encode(self) -> bytes:
         """The framed bytes of this record."""
@@ -107,9 +112,11 @@ def encode_metadata(md: RemoteTranslogMetadata) -> bytes:
         "min_translog_generation": md.min_translog_generation,
         "entries": [[getattr(e, f) for f in _ENTRY_FIELDS] for e in md.entries],
     }
+    if md.trim is not None:
+        body["trim"] = list(md.trim)
     raw = json.dumps(body, separators=(",", ":")).encode()
     head = _HEAD.pack(MAGIC, FORMAT_VERSION, 0, len(raw)) + raw
-    return head + _CRC.pack(zlib.crc32(head))
+    return head + _CRC.pack(checksum_for(FORMAT_VERSION)(head, 0))
 
 
 def decode_metadata(data: bytes | bytearray | memoryview, key: str) -> RemoteTranslogMetadata:
@@ -120,8 +127,8 @@ def decode_metadata(data: bytes | bytearray | memoryview, key: str) -> RemoteTra
         if _HEAD.size + n + _CRC.size != len(mv):
             raise TranslogCorruptedError(key, 8, f"metadata body length {n} does not match the blob size {len(mv)}")
     end = len(mv) - _CRC.size
-    check_framing(mv, magic=MAGIC, min_size=_HEAD.size + _CRC.size, crc_at=end, where=key, what="metadata")
-    _magic, version, flags, n = _HEAD.unpack_from(mv, 0)
+    version = check_framing(mv, magic=MAGIC, min_size=_HEAD.size + _CRC.size, crc_at=end, where=key, what="metadata")
+    _magic, _version, flags, n = _HEAD.unpack_from(mv, 0)
     check_version(version, FORMAT_VERSION, where=key, what="remote translog metadata")
     if flags != 0:
         raise TranslogCorruptedError(key, 6, f"unknown metadata flags {flags:#06x}")
@@ -139,9 +146,16 @@ def decode_metadata(data: bytes | bytearray | memoryview, key: str) -> RemoteTra
             global_checkpoint=int(body["global_checkpoint"]),
             min_translog_generation=int(body["min_translog_generation"]),
             entries=entries,
+            trim=(int(body["trim"][0]), int(body["trim"][1])) if body.get("trim") is not None else None,
         )
     except (ValueError, KeyError, TypeError) as exc:
         raise TranslogCorruptedError(key, _HEAD.size, f"undecodable metadata body: {exc}") from None
+
+
+def generation_checksum(data: bytes | bytearray | memoryview) -> int:
+    """Checksum of a whole data blob: CRC32 (zlib) for a format version 1 generation file, else CRC32C."""
+    version = struct.unpack_from("<H", data, 4)[0] if len(data) >= 6 else 0
+    return checksum_for(version)(data, 0)
 
 
 def _inv(x: int, what: str) -> str:
@@ -178,6 +192,7 @@ __all__ = [
     "data_key",
     "decode_metadata",
     "encode_metadata",
+    "generation_checksum",
     "metadata_key",
     "parse_metadata_key",
 ]
