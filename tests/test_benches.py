@@ -126,3 +126,21 @@ def test_translog_quick_prints_json_figures_then_a_table(tmp_path: Path) -> None
     assert len(table) == 2 + len(figures)
     assert out_file.read_text().splitlines() == json_lines
     assert "[translog]" in proc.stderr
+
+
+def test_translog_raw_baseline_writes_the_bytes_the_translog_writes(tmp_path: Path) -> None:
+    """The raw side of the translog bench writes exactly the translog's file: preamble, then the frames."""
+    from benches.translog import _documents, _Inputs, _preamble
+    from shardstore.translog.frames import HEADER_SIZE, encode_frame
+    from shardstore.translog.local import LocalTranslog, generation_file
+
+    bulks = (1, 300, 7, 400)  # 300 and 400 KiB batches are written from Arrow's buffers (writev), the others buffered
+    inputs = {bulk: _Inputs(_documents(50), bulk, distinct=3) for bulk in bulks}
+    batches = [inputs[bulk].stamped(i) for i in range(3) for bulk in bulks]
+    with LocalTranslog(str(tmp_path), primary_term=1, durability="async", fsync=False) as log:
+        for b in batches:
+            log.add(b)
+    data = (tmp_path / generation_file(1)).read_bytes()
+    preamble = _preamble()
+    assert data[HEADER_SIZE : len(preamble)] == preamble[HEADER_SIZE:]  # the header differs by its UUID only
+    assert data[len(preamble) :] == b"".join(encode_frame(b) for b in batches)
