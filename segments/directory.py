@@ -1,0 +1,507 @@
+"""The local shard directory: an Arrow indexing buffer, segments, live docs, commit points, merges.
+
+Operations arrive as translog batches (:data:`shardstore.translog.operations.SCHEMA`).
+:meth:`ShardDirectory.apply` parses index sources against the mapping (a conflict
+rejects the whole batch before anything is buffered) and buffers them; deletes are
+buffered as (id, seq#).  :meth:`ShardDirectory.refresh` turns the buffer into one new
+segment, columnar throughout:
+
+1. per id, the operation with the highest seq# wins (buffer, deletes and tombstones);
+2. existing live copies of the winning ids are found with each segment's id index
+   (no row-by-row scan); a copy with a lower seq# is marked deleted in that segment's
+   live docs, a copy with a higher seq# makes the buffered operation stale (a replica
+   receiving operations out of order) and it is dropped;
+3. the surviving index operations are written as one segment sorted by ``_id``.
+
+:meth:`ShardDirectory.flush` refreshes, writes one new live-docs file per segment
+whose deletions changed (``<segment>_<gen>.liv``; segments are never rewritten),
+optionally merges (tiered policy), writes ``segments_N`` atomically, keeps the last
+``keep_commits`` commits plus locked ones, and deletes files no retained commit or
+open segment needs.  See docs/design/segments.md, "Local shard directory".
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import threading
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from shardstore.segments.commit import (
+    CommitPoint,
+    CommittedSegment,
+    commit_file_name,
+    list_commit_generations,
+    read_commit,
+    write_atomic,
+    write_commit,
+)
+from shardstore.segments.errors import InvalidDocument, SegmentCorrupted, SegmentError
+from shardstore.segments.gc import local_deletable, retained_commits
+from shardstore.segments.livedocs import LiveDocs, livedocs_file_name
+from shardstore.segments.mapping import Mapping, parse_sources
+from shardstore.segments.merge_policy import SegmentStats, TieredMergePolicy
+from shardstore.segments.records import crc32c
+from shardstore.segments.segment import BASE_SCHEMA, SegmentReader, segment_file_name, write_segment
+from shardstore.translog.operations import OpType
+
+log = logging.getLogger(__name__)
+NO_OPS = -1
+LOCK_FILE = "write.lock"
+_DELETES = pa.schema([pa.field("_id", pa.string()), pa.field("_seq_no", pa.int64())])
+
+
+@dataclass
+class _Segment:
+    """A searchable segment and the live docs in force (possibly not yet written)."""
+
+    reader: SegmentReader
+    live: LiveDocs
+    live_gen: int = 0  # generation of the newest live-docs FILE written
+    live_file: str | None = None
+    live_size: int = 0
+    live_checksum: int = 0
+    dirty: bool = False  # live docs changed since the file above
+
+    @property
+    def name(self) -> str:
+        return self.reader.info.name
+
+    def committed(self) -> CommittedSegment:
+        return CommittedSegment(self.reader.info, self.live_gen, self.live_file, self.live_size,
+                                self.live_checksum, self.live.deleted_count)
+
+    def stats(self) -> SegmentStats:
+        info = self.reader.info
+        return SegmentStats(info.name, info.size, info.doc_count, self.live.live_count)
+
+
+@dataclass(frozen=True)
+class RefreshResult:
+    """What a refresh did."""
+
+    segment: str | None  # the new segment's name, None if nothing was indexed
+    indexed: int = 0  # documents written to the new segment
+    deleted: int = 0  # older copies marked deleted
+    stale: int = 0  # buffered operations that did not apply: the same id has an op with a higher seq#
+
+
+@dataclass
+class _Buffer:
+    docs: list[pa.Table] = field(default_factory=list)
+    deletes: list[pa.Table] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.docs or self.deletes)
+
+
+class ShardDirectory:
+    """One shard's local segments and commits (single writer per directory)."""
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        mapping: Mapping | dict | None = None,
+        dynamic: bool = True,
+        keep_commits: int = 3,
+        merge_policy: TieredMergePolicy | None = None,
+        fsync: bool = True,
+    ) -> None:
+        self.path = path
+        self.dynamic = dynamic
+        self.keep_commits = keep_commits
+        self.merge_policy = merge_policy or TieredMergePolicy()
+        self._fsync = fsync
+        self._lock = threading.RLock()
+        os.makedirs(path, exist_ok=True)
+        self._lock_fd = os.open(os.path.join(path, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            raise SegmentError(f"{path}: the shard directory is open by another writer ({LOCK_FILE} is locked)") from None
+        self._segments: dict[str, _Segment] = {}
+        self._buffer = _Buffer()
+        self._tombstones = _DELETES.empty_table()
+        self._locked: dict[int, int] = {}  # commit generation -> lock count
+        self.last_commit: CommitPoint | None = None
+        self.max_seq_no = NO_OPS
+        gens = list_commit_generations(path)
+        if gens:
+            self.last_commit = read_commit(path, gens[-1])
+            self._load(self.last_commit)
+            self.max_seq_no = self.last_commit.max_seq_no
+        given = mapping if isinstance(mapping, Mapping) else Mapping.from_dict(mapping or {})
+        committed = Mapping.from_dict(self.last_commit.mapping) if self.last_commit else Mapping(())
+        self.mapping = committed.with_fields(dict(given.items())) if len(given) else committed
+        self._delete_unreferenced()
+
+    # -- opening ----------------------------------------------------------------------------
+
+    def _load(self, commit: CommitPoint) -> None:
+        for cs in commit.segments:
+            path = os.path.join(self.path, cs.info.file_name)
+            try:
+                size = os.path.getsize(path)
+            except FileNotFoundError:
+                raise SegmentCorrupted(path, f"segment file named by {commit.file_name} is missing") from None
+            if size != cs.info.size:
+                raise SegmentCorrupted(path, f"size {size}, {commit.file_name} says {cs.info.size}")
+            live = LiveDocs.all_live(cs.info.doc_count)
+            if cs.livedocs_file is not None:
+                lpath = os.path.join(self.path, cs.livedocs_file)
+                with open(lpath, "rb") as f:
+                    data = f.read()
+                if (len(data), crc32c(data)) != (cs.livedocs_size, cs.livedocs_checksum):
+                    raise SegmentCorrupted(lpath, f"size/CRC32C {len(data)}/{crc32c(data):#010x}, {commit.file_name} "
+                                                  f"says {cs.livedocs_size}/{cs.livedocs_checksum:#010x}")
+                live = LiveDocs.decode(data, lpath)
+            self._segments[cs.info.name] = _Segment(
+                SegmentReader(path, cs.info), live, cs.livedocs_generation, cs.livedocs_file,
+                cs.livedocs_size, cs.livedocs_checksum)
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def apply(self, ops: pa.RecordBatch | pa.Table) -> int:
+        """Buffer a batch of translog operations (index, delete, no-op); returns how many were buffered.
+
+        Index sources are parsed against the mapping first: MappingConflict or
+        InvalidDocument rejects the whole batch and nothing of it is buffered.
+        """
+        table = ops if isinstance(ops, pa.Table) else pa.Table.from_batches([ops])
+        if table.num_rows == 0:
+            return 0
+        op_type = table.column("op_type")
+        is_index = pc.equal(op_type, int(OpType.INDEX))
+        is_delete = pc.equal(op_type, int(OpType.DELETE))
+        idx = table.filter(is_index)
+        dels = table.filter(is_delete)
+        with self._lock:
+            docs = None
+            if idx.num_rows:
+                ids = idx.column("id").combine_chunks()
+                fields, mapping = parse_sources(ids, idx.column("source").combine_chunks(), self.mapping,
+                                                dynamic=self.dynamic)
+                docs = pa.table(
+                    [ids, idx.column("seq_no"), idx.column("primary_term"),
+                     pc.fill_null(idx.column("version"), 1), idx.column("source")]
+                    + list(fields.columns),
+                    schema=pa.schema(list(BASE_SCHEMA) + list(fields.schema)),
+                )
+                self.mapping = mapping
+                self._buffer.docs.append(docs)
+            if dels.num_rows:
+                if dels.column("id").null_count:
+                    raise InvalidDocument(None, None, "a delete operation has no id")
+                self._buffer.deletes.append(pa.table([dels.column("id"), dels.column("seq_no")], schema=_DELETES))
+            top = pc.max(table.column("seq_no")).as_py()
+            self.max_seq_no = max(self.max_seq_no, top)
+        return idx.num_rows + dels.num_rows
+
+    def refresh(self) -> RefreshResult:
+        """Make buffered operations searchable: one new segment, older copies marked deleted."""
+        with self._lock:
+            if not self._buffer:
+                return RefreshResult(None)
+            docs = (pa.concat_tables(self._buffer.docs, promote_options="default").combine_chunks()
+                    if self._buffer.docs else None)
+            deletes = (pa.concat_tables(self._buffer.deletes).combine_chunks() if self._buffer.deletes
+                       else _DELETES.empty_table())
+            n_docs = docs.num_rows if docs is not None else 0
+            # 1. per id, the newest operation wins (deletes and tombstones included)
+            ops = pa.table({
+                "_id": pa.concat_arrays([docs.column("_id").combine_chunks() if docs is not None else pa.array([], pa.string()),
+                                         deletes.column("_id").combine_chunks(),
+                                         self._tombstones.column("_id").combine_chunks()]),
+                "_seq_no": pa.concat_arrays([docs.column("_seq_no").combine_chunks() if docs is not None else pa.array([], pa.int64()),
+                                             deletes.column("_seq_no").combine_chunks(),
+                                             self._tombstones.column("_seq_no").combine_chunks()]),
+                "_row": pa.concat_arrays([pa.array(range(n_docs), pa.int64()),
+                                          pa.nulls(deletes.num_rows + self._tombstones.num_rows, pa.int64())]),
+                "_buffered": pa.concat_arrays([pa.array([True] * (n_docs + deletes.num_rows), pa.bool_()),
+                                               pa.array([False] * self._tombstones.num_rows, pa.bool_())]),
+            })
+            order = pc.sort_indices(ops, sort_keys=[("_id", "ascending"), ("_seq_no", "descending")])
+            ops = ops.take(order)
+            ids = ops.column("_id").combine_chunks()
+            first = _first_of_runs(ids)
+            winners = ops.filter(first)
+            w_ids = winners.column("_id").combine_chunks()
+            w_seq = winners.column("_seq_no").combine_chunks()
+            # 2. existing live copies
+            stale = pa.array([False] * winners.num_rows) if winners.num_rows else pa.array([], pa.bool_())
+            stale_np = stale.to_numpy(zero_copy_only=False).copy()
+            marks: dict[str, Any] = {}
+            for seg in self._segments.values():
+                qpos, rows = seg.reader.lookup(w_ids)
+                if len(qpos) == 0:
+                    continue
+                live = seg.live.mask().take(rows)
+                qpos, rows = qpos.filter(live), rows.filter(live)
+                if len(qpos) == 0:
+                    continue
+                seg_seq = seg.reader.take(rows, ["_seq_no"]).column("_seq_no").combine_chunks()
+                newer_here = pc.greater(seg_seq, w_seq.take(qpos))
+                older = pc.invert(newer_here)
+                if pc.any(newer_here).as_py():
+                    stale_np[qpos.filter(newer_here).to_numpy()] = True
+                doomed = rows.filter(older)
+                if len(doomed):
+                    marks[seg.name] = doomed
+            stale = pa.array(stale_np, pa.bool_())
+            deleted = 0
+            for name, rows in marks.items():
+                seg = self._segments[name]
+                before = seg.live.deleted_count
+                seg.live = seg.live.delete(rows)
+                seg.dirty = seg.dirty or seg.live.deleted_count != before
+                deleted += seg.live.deleted_count - before
+            # 3. the surviving index operations become one segment
+            keep_rows = winners.column("_row").combine_chunks().filter(
+                pc.and_(pc.is_valid(winners.column("_row")), pc.invert(stale)))
+            new_name = None
+            if len(keep_rows):
+                assert docs is not None
+                new_docs = docs.take(keep_rows)
+                new_name = f"seg_{uuid.uuid4().hex[:16]}"
+                info = write_segment(os.path.join(self.path, segment_file_name(new_name)), new_docs,
+                                     name=new_name, fsync=self._fsync)
+                reader = SegmentReader(os.path.join(self.path, info.file_name), info)
+                self._segments[new_name] = _Segment(reader, LiveDocs.all_live(info.doc_count))
+            # deletes that won are remembered as tombstones (a late, older index op stays dead)
+            is_del = pc.and_(pc.is_null(winners.column("_row")), pc.invert(stale))
+            self._tombstones = pa.table({"_id": w_ids.filter(is_del), "_seq_no": w_seq.filter(is_del)}, schema=_DELETES)
+            self._buffer = _Buffer()
+            applied = pc.and_(winners.column("_buffered"), pc.invert(stale))
+            n_applied = int(pc.sum(applied.cast(pa.int64())).as_py() or 0)
+            return RefreshResult(new_name, len(keep_rows), deleted, n_docs + deletes.num_rows - n_applied)
+
+    def prune_tombstones(self, up_to_seq_no: int) -> int:
+        """Forget delete tombstones at or below ``up_to_seq_no`` (no op at or below it can still arrive)."""
+        with self._lock:
+            before = self._tombstones.num_rows
+            self._tombstones = self._tombstones.filter(pc.greater(self._tombstones.column("_seq_no"), up_to_seq_no))
+            return before - self._tombstones.num_rows
+
+    # -- merging ----------------------------------------------------------------------------
+
+    def maybe_merge(self) -> list[str]:
+        """Run the merges the tiered policy asks for now; returns the new segments' names."""
+        with self._lock:
+            merges = self.merge_policy.find_merges([s.stats() for s in self._segments.values()])
+            return [self._merge(m) for m in merges]
+
+    def force_merge(self, max_segments: int = 1) -> list[str]:
+        """Merge until at most ``max_segments`` segments remain (deleted docs dropped)."""
+        out = []
+        with self._lock:
+            while True:
+                merges = self.merge_policy.find_forced_merges([s.stats() for s in self._segments.values()], max_segments)
+                if not merges:
+                    return out
+                out += [self._merge(m) for m in merges]
+
+    def _merge(self, names: Sequence[str]) -> str:
+        parts = []
+        for name in names:
+            seg = self._segments[name]
+            parts.append(pa.Table.from_batches(list(seg.reader.scan(live=seg.live)), schema=None)
+                         if seg.live.live_count else None)
+        tables = [t for t in parts if t is not None and t.num_rows]
+        new_name = f"seg_{uuid.uuid4().hex[:16]}"
+        if tables:
+            merged = pa.concat_tables(tables, promote_options="default")
+            info = write_segment(os.path.join(self.path, segment_file_name(new_name)), merged,
+                                 name=new_name, fsync=self._fsync)
+            self._segments[new_name] = _Segment(
+                SegmentReader(os.path.join(self.path, info.file_name), info), LiveDocs.all_live(info.doc_count))
+        for name in names:
+            del self._segments[name]  # files stay while a retained commit references them
+        log.info("merged %d segments into %s (%d docs)", len(names), new_name, sum(t.num_rows for t in tables))
+        return new_name
+
+    # -- committing -------------------------------------------------------------------------
+
+    def flush(
+        self,
+        *,
+        local_checkpoint: int,
+        primary_term: int,
+        translog_uuid: str = "",
+        translog_generation: int = 0,
+        history_uuid: str | None = None,
+        user_data: dict[str, str] | None = None,
+        merge: bool = True,
+    ) -> CommitPoint:
+        """Refresh, write changed live docs, maybe merge, then write ``segments_N`` and clean up."""
+        with self._lock:
+            self.refresh()
+            if merge:
+                self.maybe_merge()
+            for seg in self._segments.values():
+                if seg.dirty:
+                    gen = seg.live_gen + 1
+                    name = livedocs_file_name(seg.name, gen)
+                    data = seg.live.encode()
+                    write_atomic(self.path, name, data)
+                    seg.live_gen, seg.live_file, seg.live_size, seg.live_checksum = gen, name, len(data), crc32c(data)
+                    seg.dirty = False
+            prev = self.last_commit
+            commit = CommitPoint(
+                generation=(prev.generation + 1) if prev else 1,
+                primary_term=primary_term,
+                segments=tuple(s.committed() for s in self._segments.values()),
+                max_seq_no=self.max_seq_no,
+                local_checkpoint=local_checkpoint,
+                translog_uuid=translog_uuid,
+                translog_generation=translog_generation,
+                history_uuid=history_uuid or (prev.history_uuid if prev else uuid.uuid4().hex),
+                mapping=self.mapping.to_dict(),
+                user_data=dict(user_data or {}),
+            )
+            write_commit(self.path, commit)
+            self.last_commit = commit
+            self._delete_unreferenced()
+            return commit
+
+    def lock_commit(self, generation: int) -> None:
+        """Keep ``segments_<generation>`` and its files until :meth:`release_commit` (e.g. while uploading)."""
+        with self._lock:
+            if generation not in list_commit_generations(self.path):
+                raise SegmentError(f"{self.path}: no commit {generation} to lock")
+            self._locked[generation] = self._locked.get(generation, 0) + 1
+
+    def release_commit(self, generation: int) -> None:
+        """Undo one :meth:`lock_commit`."""
+        with self._lock:
+            n = self._locked.get(generation, 0) - 1
+            if n > 0:
+                self._locked[generation] = n
+            else:
+                self._locked.pop(generation, None)
+            self._delete_unreferenced()
+
+    def _delete_unreferenced(self) -> list[str]:
+        gens = list_commit_generations(self.path)
+        keep = retained_commits(gens, self.keep_commits, self._locked)
+        kept_files = []
+        for g in gens:
+            if g in keep:
+                try:
+                    c = self.last_commit if self.last_commit and self.last_commit.generation == g else read_commit(self.path, g)
+                except (SegmentCorrupted, OSError):
+                    continue
+                kept_files.append(frozenset(c.files()) | {commit_file_name(g)})
+        open_files = {LOCK_FILE}
+        for seg in self._segments.values():
+            open_files.add(seg.reader.info.file_name)
+            if seg.live_file:
+                open_files.add(seg.live_file)
+        on_disk = [n for n in os.listdir(self.path) if not n.startswith(".")]
+        doomed = local_deletable(on_disk, kept_files, open_files)
+        for name in sorted(doomed):
+            try:
+                os.unlink(os.path.join(self.path, name))
+            except FileNotFoundError:
+                pass
+        return sorted(doomed)
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def searchable_segments(self) -> list[tuple[SegmentReader, LiveDocs]]:
+        """The refreshed segments with their live docs (a point-in-time view)."""
+        with self._lock:
+            return [(s.reader, s.live) for s in self._segments.values()]
+
+    def count(self) -> int:
+        """Live documents visible to search (refreshed)."""
+        with self._lock:
+            return sum(s.live.live_count for s in self._segments.values())
+
+    def scan(self, columns: Sequence[str] | None = None, filter: pc.Expression | None = None  # noqa: A002
+             ) -> Iterator[pa.RecordBatch]:
+        """Live documents of the refreshed segments as batches with the mapping's full schema."""
+        schema = pa.schema(list(BASE_SCHEMA) + list(self.mapping.arrow_schema()))
+        if columns is not None:
+            schema = pa.schema([schema.field(c) for c in columns])
+        for reader, live in self.searchable_segments():
+            for batch in reader.scan(columns=_present(reader, schema.names), filter=filter, live=live):
+                yield _conform(batch, schema)
+
+    def get(self, doc_id: str, *, realtime: bool = True) -> dict[str, Any] | None:
+        """The newest live copy of ``doc_id`` (buffered operations too when ``realtime``), or None."""
+        with self._lock:
+            if realtime and self._buffer:
+                best_seq, best = -2, None
+                for t in self._buffer.docs:
+                    hit = t.filter(pc.equal(t.column("_id"), doc_id))
+                    if hit.num_rows:
+                        i = pc.index(hit.column("_seq_no"), pc.max(hit.column("_seq_no"))).as_py()
+                        row = hit.slice(i, 1).to_pylist()[0]
+                        if row["_seq_no"] > best_seq:
+                            best_seq, best = row["_seq_no"], row
+                for t in self._buffer.deletes:
+                    hit = t.filter(pc.equal(t.column("_id"), doc_id))
+                    if hit.num_rows and pc.max(hit.column("_seq_no")).as_py() > best_seq:
+                        best_seq, best = pc.max(hit.column("_seq_no")).as_py(), None
+                if best_seq > -2:
+                    return best
+            for seg in self._segments.values():
+                info = seg.reader.info
+                if info.min_id is None or not (info.min_id <= doc_id <= info.max_id):
+                    continue
+                _q, rows = seg.reader.lookup(pa.array([doc_id], pa.string()))
+                for r in rows.to_pylist():
+                    if seg.live.is_live(r):
+                        return seg.reader.take([r]).to_pylist()[0]
+            return None
+
+    def verify(self) -> None:
+        """Check every segment file's full CRC32C (SegmentCorrupted names the first bad one)."""
+        for reader, _live in self.searchable_segments():
+            reader.verify()
+
+    def close(self) -> None:
+        """Release the directory's write lock (buffered, unrefreshed operations are dropped)."""
+        if self._lock_fd >= 0:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    def __enter__(self) -> ShardDirectory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _first_of_runs(sorted_ids: pa.Array) -> pa.BooleanArray:
+    """True where a sorted array's value differs from the previous one (first of each run)."""
+    n = len(sorted_ids)
+    if n == 0:
+        return pa.array([], pa.bool_())
+    differs = pc.not_equal(sorted_ids.slice(1), sorted_ids.slice(0, n - 1))
+    return pa.concat_arrays([pa.array([True]), differs.cast(pa.bool_())])
+
+
+def _present(reader: SegmentReader, names: Sequence[str]) -> list[str]:
+    """The subset of ``names`` the segment file has (older segments lack newer fields)."""
+    have = set(reader._file().schema_arrow.names)  # noqa: SLF001 - until SegmentReader exposes its schema
+    return [n for n in names if n in have]
+
+
+def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """``batch`` with ``schema``'s columns, in order; absent fields become nulls."""
+    cols = []
+    for f in schema:
+        i = batch.schema.get_field_index(f.name)
+        cols.append(batch.column(i).cast(f.type) if i >= 0 else pa.nulls(batch.num_rows, f.type))
+    return pa.RecordBatch.from_arrays(cols, schema=schema)

@@ -1,0 +1,77 @@
+"""The framing every JSON-bodied segments record shares: magic, version, length, body, CRC32C.
+
+Byte layout (all integers little-endian):
+
+======  ====  ======  ==========================================================
+offset  size  type    field
+======  ====  ======  ==========================================================
+0       4     bytes   magic (per record kind, e.g. ``b"SSCP"`` for a commit point)
+4       2     u16     format version of the record kind
+6       2     u16     flags (0; any other value is refused)
+8       4     u32     body length ``n``
+12      n     bytes   body: UTF-8 JSON object
+12+n    4     u32     CRC32C (Castagnoli) of bytes 0..12+n-1
+======  ====  ======  ==========================================================
+
+The CRC is checked before the version is believed: a flipped bit anywhere (the version
+field included) is :class:`~shardstore.segments.errors.SegmentCorrupted`; an intact record
+of a newer version raises :class:`~shardstore.errors.UnsupportedFormatVersion`.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Any
+
+import google_crc32c
+
+from shardstore.errors import UnsupportedFormatVersion
+from shardstore.segments.errors import SegmentCorrupted
+
+_HEAD = struct.Struct("<4sHHI")
+_CRC = struct.Struct("<I")
+
+
+def crc32c(data: bytes | bytearray | memoryview, crc: int = 0) -> int:
+    """CRC32C of ``data``, continuing from ``crc``."""
+    if isinstance(data, memoryview):
+        data = data.tobytes()  # the C extension takes bytes-like objects but not memoryviews
+    return google_crc32c.extend(crc, data) if crc else google_crc32c.value(data)
+
+
+def encode_record(magic: bytes, version: int, body: dict[str, Any]) -> bytes:
+    """Frame a JSON ``body`` as a record of kind ``magic`` in format ``version``."""
+    raw = json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
+    head = _HEAD.pack(magic, version, 0, len(raw)) + raw
+    return head + _CRC.pack(crc32c(head))
+
+
+def decode_record(
+    data: bytes | bytearray | memoryview, *, magic: bytes, supported: int, where: str, what: str
+) -> tuple[int, dict[str, Any]]:
+    """(version, body) of a framed record read from ``where``; any flaw raises SegmentCorrupted naming it."""
+    mv = memoryview(data)
+    if len(mv) < _HEAD.size + _CRC.size:
+        raise SegmentCorrupted(where, f"{what} is {len(mv)} bytes, shorter than its framing")
+    found, version, flags, n = _HEAD.unpack_from(mv, 0)
+    if found != magic:
+        raise SegmentCorrupted(where, f"bad {what} magic {found!r} (expected {magic!r})")
+    if _HEAD.size + n + _CRC.size != len(mv):
+        raise SegmentCorrupted(where, f"{what} body length {n} does not match its size {len(mv)} (truncated?)")
+    end = len(mv) - _CRC.size
+    (stored,) = _CRC.unpack_from(mv, end)
+    actual = crc32c(mv[:end])
+    if stored != actual:
+        raise SegmentCorrupted(where, f"{what} CRC32C mismatch (stored {stored:#010x}, computed {actual:#010x})")
+    if version > supported:
+        raise UnsupportedFormatVersion(f"{what} {where}", version, supported)
+    if version < 1 or flags != 0:
+        raise SegmentCorrupted(where, f"invalid {what} version {version} / flags {flags:#06x}")
+    try:
+        body = json.loads(bytes(mv[_HEAD.size:end]))
+    except ValueError as exc:
+        raise SegmentCorrupted(where, f"undecodable {what} body: {exc}") from None
+    if not isinstance(body, dict):
+        raise SegmentCorrupted(where, f"{what} body is not a JSON object")
+    return version, body

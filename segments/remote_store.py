@@ -1,0 +1,437 @@
+"""The remote segment store: commits of one shard uploaded to its blob store, restored, collected.
+
+Layout (the index's :class:`~shardstore.segments.path_strategy.PathStrategy` decides the
+prefixes; plain layout shown)::
+
+    <cluster_uuid>/<term>/<index_uuid>/<shard>/segments/data/<file>__<uuid>
+    <cluster_uuid>/<term>/<index_uuid>/<shard>/segments/metadata/<inv_term>__<inv_gen>__<writer>
+    <term marker prefix>/<inv_term>            one per primary term that claimed the shard
+    <lock prefix>/<metadata name>__<lock id>    reader leases and snapshot locks
+
+Upload of a commit (:meth:`RemoteSegmentStore.upload`), docs/design/segments.md:
+
+1. the files the remote does not have yet are PUT in parallel, each under a new unique
+   key, each checked against its CRC32C before it leaves the node;
+2. then ONE metadata blob is PUT with ``if_absent``: the commit exists from that moment.
+
+Cost: (new files) + 1 PUTs and no LIST in steady state, whatever the shard's size.
+A failed upload is resumed by calling :meth:`upload` again on the same instance: keys
+chosen for a file are reused and a PUT that landed although it reported failure is
+recognised by its writer token, so no file is uploaded twice.
+
+Fencing: each primary writes its term marker (``if_absent``) before its first upload,
+and checks before each metadata PUT that no newer term has claimed the shard; a stale
+primary gets :class:`CommitConflict`.  Readers pick the newest term's commits, so a
+zombie's metadata under its own older term is never chosen.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from shardstore.blobstores.base import BlobStore
+from shardstore.blobstores.errors import BlobAlreadyExists, BlobNotFound
+from shardstore.progress import Progress
+from shardstore.segments.commit import CommitPoint, write_atomic, write_commit
+from shardstore.segments.errors import CommitConflict, CommitNotFound, SegmentCorrupted, SegmentError
+from shardstore.segments.gc import GcPlan, RemoteCommitRef, RemoteFileRef, plan_remote_gc
+from shardstore.segments.path_strategy import PathStrategy, PlainPathStrategy, parse_term_marker_key
+from shardstore.segments.records import crc32c
+from shardstore.segments.remote_metadata import (
+    DATA_DIR,
+    METADATA_DIR,
+    RemoteCommitMetadata,
+    RemoteFile,
+    data_key,
+    metadata_key,
+    parse_metadata_key,
+)
+
+log = logging.getLogger(__name__)
+_STREAM_OVER = 64 * 1024 * 1024  # files above this are streamed, not held in memory
+
+
+@dataclass(frozen=True)
+class RestoreResult:
+    """What a restore brought back, and which newer commits it had to skip and why."""
+
+    commit: CommitPoint
+    metadata_key: str
+    skipped: tuple[tuple[str, str], ...] = ()  # (metadata key, reason)
+    files: int = 0
+    bytes: int = 0
+
+
+@dataclass(frozen=True)
+class ShardAddress:
+    """Which shard: the cluster, index UUID and shard number, and where its paths go."""
+
+    cluster_uuid: str
+    index_uuid: str
+    shard: int
+    strategy: PathStrategy = field(default_factory=PlainPathStrategy)
+
+    def segments_prefix(self, term: int) -> str:
+        """The segments prefix of ``term``."""
+        return self.strategy.shard_prefix(self.cluster_uuid, term, self.index_uuid, self.shard, "segments")
+
+    def translog_prefix(self, term: int) -> str:
+        """The translog prefix of ``term``."""
+        return self.strategy.shard_prefix(self.cluster_uuid, term, self.index_uuid, self.shard, "translog")
+
+    def term_marker_prefix(self) -> str:
+        """Where primaries record the terms they claimed the shard with."""
+        return self.strategy.term_marker_prefix(self.cluster_uuid, self.index_uuid, self.shard)
+
+    def lock_prefix(self) -> str:
+        """Where reader leases and snapshot locks live (term-independent)."""
+        return self.term_marker_prefix().rstrip("/") + "-locks"
+
+
+def _join(prefix: str, key: str) -> str:
+    return f"{prefix.rstrip('/')}/{key}"
+
+
+# --------------------------------------------------------------------------- reading (no primary needed)
+
+
+def list_terms(store: BlobStore, address: ShardAddress) -> list[int]:
+    """Every primary term that claimed the shard, newest first (one LIST)."""
+    terms = {parse_term_marker_key(b.key) for b in store.list(address.term_marker_prefix() + "/")}
+    return sorted(terms, reverse=True)
+
+
+def latest_term(store: BlobStore, address: ShardAddress) -> int | None:
+    """The newest term that claimed the shard (the seed's ``primary_term_latest``), or None."""
+    first = next(iter(store.list(address.term_marker_prefix() + "/")), None)
+    return None if first is None else parse_term_marker_key(first.key)
+
+
+def list_commit_keys(store: BlobStore, address: ShardAddress, term: int) -> list[str]:
+    """Metadata keys of ``term``'s commits, newest first."""
+    return [b.key for b in store.list(_join(address.segments_prefix(term), METADATA_DIR))]
+
+
+def read_metadata(store: BlobStore, key: str) -> RemoteCommitMetadata:
+    """Read and verify one commit metadata blob."""
+    try:
+        data = store.get(key)
+    except BlobNotFound:
+        raise CommitNotFound(f"{store.location}/{key}: remote commit metadata not found") from None
+    md = RemoteCommitMetadata.decode(data, key)
+    term, gen, _writer = parse_metadata_key(key)
+    if (term, gen) != (md.primary_term, md.generation):
+        raise SegmentCorrupted(key, f"key names term {term} generation {gen}, the record term "
+                                    f"{md.primary_term} generation {md.generation}")
+    return md
+
+
+def iter_commits(store: BlobStore, address: ShardAddress) -> Iterator[str]:
+    """Every commit metadata key, newest term first, newest generation first within a term."""
+    for term in list_terms(store, address):
+        yield from list_commit_keys(store, address, term)
+
+
+def latest_commit(store: BlobStore, address: ShardAddress, generation: int | None = None) -> RemoteCommitMetadata:
+    """The newest readable commit (or the newest with ``generation``); CommitNotFound if none."""
+    reasons = []
+    for key in iter_commits(store, address):
+        if generation is not None and parse_metadata_key(key)[1] != generation:
+            continue
+        try:
+            return read_metadata(store, key)
+        except (SegmentCorrupted, CommitNotFound) as exc:
+            reasons.append(f"{key}: {exc}")
+    what = "no commit" if generation is None else f"no commit of generation {generation}"
+    raise CommitNotFound(f"{store.location}: {what} for shard {address.index_uuid}/{address.shard}"
+                         + (f" (unreadable: {'; '.join(reasons)})" if reasons else ""))
+
+
+def download_file(store: BlobStore, remote: RemoteFile, path: str) -> int:
+    """Download one blob to ``path`` (atomically), verifying size and CRC32C; returns its size."""
+    try:
+        if remote.size <= _STREAM_OVER:
+            data = store.get(remote.key)
+            crc, size = crc32c(data), len(data)
+            chunks: Iterable[bytes] = (data,)
+        else:
+            data, crc, size, chunks = b"", 0, 0, ()
+    except BlobNotFound:
+        raise SegmentCorrupted(remote.key, "blob named by the commit is missing") from None
+    directory, name = os.path.split(path)
+    if remote.size > _STREAM_OVER:
+        tmp = path + ".part"
+        with store.open_read(remote.key) as src, open(tmp, "wb") as dst:
+            while block := src.read(8 * 1024 * 1024):
+                crc = crc32c(block, crc)
+                size += len(block)
+                dst.write(block)
+            dst.flush()
+            os.fsync(dst.fileno())
+        if (size, crc) != (remote.size, remote.checksum):
+            os.unlink(tmp)
+            raise SegmentCorrupted(remote.key, f"size/CRC32C {size}/{crc:#010x}, the commit says "
+                                               f"{remote.size}/{remote.checksum:#010x}")
+        os.replace(tmp, path)
+        return size
+    if (size, crc) != (remote.size, remote.checksum):
+        raise SegmentCorrupted(remote.key, f"size/CRC32C {size}/{crc:#010x}, the commit says "
+                                           f"{remote.size}/{remote.checksum:#010x}")
+    write_atomic(directory, name, b"".join(chunks))
+    return size
+
+
+def restore(store: BlobStore, address: ShardAddress, target_dir: str) -> RestoreResult:
+    """Download the newest valid commit into ``target_dir``; fall back past broken ones and say why."""
+    os.makedirs(target_dir, exist_ok=True)
+    skipped: list[tuple[str, str]] = []
+    for key in iter_commits(store, address):
+        written: list[str] = []
+        try:
+            md = read_metadata(store, key)
+            total = sum(f.size for f in md.files.values())
+            with Progress(f"restore {address.index_uuid}/{address.shard} from {key}", total=len(md.files),
+                          unit="files") as progress:
+                for name, remote in sorted(md.files.items()):
+                    path = os.path.join(target_dir, name)
+                    download_file(store, remote, path)
+                    written.append(path)
+                    progress.advance(bytes_=remote.size)
+            write_commit(target_dir, md.commit)
+        except (SegmentCorrupted, CommitNotFound) as exc:
+            reason = str(exc)
+            log.warning("restore: skipping commit %s: %s", key, reason)
+            skipped.append((key, reason))
+            for path in written:
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
+            continue
+        return RestoreResult(md.commit, key, tuple(skipped), files=len(written), bytes=total)
+    detail = "; ".join(f"{k}: {r}" for k, r in skipped) or "the store holds no commit for it"
+    raise CommitNotFound(f"{store.location}: no restorable commit for shard {address.index_uuid}/{address.shard} "
+                         f"({detail})")
+
+
+# --------------------------------------------------------------------------- the primary's uploader
+
+
+class RemoteSegmentStore:
+    """A primary's view of its shard's remote segments: upload commits, collect garbage, lock."""
+
+    def __init__(
+        self,
+        store: BlobStore,
+        address: ShardAddress,
+        primary_term: int,
+        *,
+        upload_concurrency: int = 8,
+        writer: str | None = None,
+    ) -> None:
+        self.store = store
+        self.address = address
+        self.primary_term = primary_term
+        self.upload_concurrency = upload_concurrency
+        self.writer = writer or uuid.uuid4().hex
+        self.prefix = address.segments_prefix(primary_term)
+        self._claimed = False
+        self._uploaded: dict[tuple[str, int], RemoteFile] = {}  # (name, crc) -> blob, known to exist
+        self._keys: dict[tuple[str, int], str] = {}  # key chosen per file (stable across retries)
+        self._last: RemoteCommitMetadata | None = None
+        self._in_flight: set[str] = set()  # keys uploaded (or uploading) for a commit not yet written
+        self._ambiguous: set[str] = set()  # keys whose PUT failed without saying whether it landed
+
+    def __getstate__(self) -> dict:
+        return {"store": self.store, "address": self.address, "primary_term": self.primary_term,
+                "upload_concurrency": self.upload_concurrency, "writer": self.writer}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state.pop("store"), state.pop("address"), state.pop("primary_term"), **state)
+
+    # -- fencing ----------------------------------------------------------------------------
+
+    def claim_term(self) -> None:
+        """Record this primary's term for the shard (``if_absent``); CommitConflict if a newer term claimed it."""
+        key = self.address.strategy.term_marker_key(self.address.cluster_uuid, self.address.index_uuid,
+                                                    self.address.shard, self.primary_term)
+        try:
+            self.store.put(key, self.writer.encode(), if_absent=True, token=self.writer)
+        except BlobAlreadyExists:
+            pass  # this term was claimed before (by us, restarting, or our earlier attempt)
+        self.check_not_fenced()
+        self._claimed = True
+        self._adopt_latest_own_commit()
+
+    def check_not_fenced(self) -> None:
+        """CommitConflict if a primary of a newer term has claimed the shard (one LIST)."""
+        newest = latest_term(self.store, self.address)
+        if newest is not None and newest > self.primary_term:
+            raise CommitConflict(
+                f"{self.store.location}: shard {self.address.index_uuid}/{self.address.shard} was claimed by "
+                f"primary term {newest}; this primary (term {self.primary_term}) is stale and may not commit"
+            )
+
+    def _adopt_latest_own_commit(self) -> None:
+        for key in list_commit_keys(self.store, self.address, self.primary_term):
+            try:
+                md = read_metadata(self.store, key)
+            except (SegmentCorrupted, CommitNotFound):
+                continue
+            self._last = md
+            for name, f in md.files.items():
+                self._uploaded[(name, f.checksum)] = f
+            return
+
+    # -- upload -----------------------------------------------------------------------------
+
+    @property
+    def last_commit(self) -> RemoteCommitMetadata | None:
+        """The last commit this primary uploaded (or found of its own term on claiming)."""
+        return self._last
+
+    def missing_files(self, commit: CommitPoint) -> dict[str, tuple[int, int]]:
+        """The commit's files the remote does not hold yet: what an upload PUTs."""
+        return {n: sc for n, sc in commit.files().items() if (n, sc[1]) not in self._uploaded}
+
+    def upload(self, directory: str, commit: CommitPoint) -> RemoteCommitMetadata:
+        """Upload the commit's new files in parallel, then its metadata (``if_absent``, last)."""
+        if commit.primary_term > self.primary_term:
+            raise SegmentError(f"commit of term {commit.primary_term} handed to a term-{self.primary_term} uploader")
+        if not self._claimed:
+            self.claim_term()
+        missing = self.missing_files(commit)
+        total = sum(size for size, _ in missing.values())
+        with Progress(f"upload {self.prefix} commit {commit.generation}", total=len(missing), unit="files") as progress:
+            if missing:
+                workers = max(1, min(self.upload_concurrency, len(missing)))
+                with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="segment-upload") as pool:
+                    futures = [pool.submit(self._upload_file, directory, n, s, c) for n, (s, c) in missing.items()]
+                    for fut in futures:
+                        remote = fut.result()
+                        progress.advance(bytes_=remote.size)
+        files = {n: self._uploaded[(n, c)] for n, (_s, c) in commit.files().items()}
+        md = RemoteCommitMetadata(commit=commit, writer=self.writer, files=files)
+        key = _join(self.prefix, metadata_key(commit.primary_term if commit.primary_term else self.primary_term,
+                                              commit.generation, self.writer))
+        self.check_not_fenced()
+        body = md.encode()
+        try:
+            self.store.put(key, body, if_absent=True, token=self.writer)
+        except BlobAlreadyExists:
+            if self.store.get(key) != body:
+                raise CommitConflict(f"{self.store.location}/{key}: a different commit metadata already exists") from None
+        self._last = md
+        self._in_flight.clear()
+        log.debug("uploaded commit %s (%d new files, %d bytes)", key, len(missing), total)
+        return md
+
+    def _upload_file(self, directory: str, name: str, size: int, checksum: int) -> RemoteFile:
+        ident = (name, checksum)
+        key = self._keys.setdefault(ident, _join(self.prefix, data_key(name, uuid.uuid4().hex)))
+        self._in_flight.add(key)
+        path = os.path.join(directory, name)
+        if size <= _STREAM_OVER:
+            with open(path, "rb") as f:
+                data = f.read()
+            actual = crc32c(data)
+            if len(data) != size or actual != checksum:
+                raise SegmentCorrupted(path, f"local file has size/CRC32C {len(data)}/{actual:#010x}, "
+                                             f"the commit says {size}/{checksum:#010x}; not uploading it")
+            self._put(key, data, None)
+        else:
+            actual = 0
+            with open(path, "rb") as f:
+                while block := f.read(8 * 1024 * 1024):
+                    actual = crc32c(block, actual)
+            if actual != checksum:
+                raise SegmentCorrupted(path, f"local file CRC32C {actual:#010x}, the commit says {checksum:#010x}")
+            with open(path, "rb") as f:
+                self._put(key, None, f)
+        remote = RemoteFile(key, size, checksum)
+        self._uploaded[ident] = remote
+        return remote
+
+    def _put(self, key: str, data: bytes | None, stream) -> None:
+        if key in self._ambiguous:  # a failed attempt of ours may have landed: look before sending it again
+            try:
+                info = self.store.stat(key)
+            except BlobNotFound:
+                info = None
+            if info is not None and info.writer in (None, self.writer):
+                self._ambiguous.discard(key)
+                return
+        self._ambiguous.add(key)
+        try:
+            if data is not None:
+                self.store.put(key, data, if_absent=True, token=self.writer)
+            else:
+                self.store.put_stream(key, stream, if_absent=True, token=self.writer)
+        except BlobAlreadyExists:  # an attempt of ours landed although it reported failure
+            info = self.store.stat(key)
+            if info.writer not in (None, self.writer):
+                raise CommitConflict(f"{self.store.location}/{key}: written by another writer ({info.writer})") from None
+        self._ambiguous.discard(key)
+
+    # -- locks ------------------------------------------------------------------------------
+
+    def lock(self, metadata_key_: str, lock_id: str) -> str:
+        """Lock a commit against GC (a reader lease or a snapshot); returns the lock's key."""
+        if not lock_id or "/" in lock_id or "__" in lock_id:
+            raise SegmentError(f"lock id must be non-empty without '/' or '__': {lock_id!r}")
+        name = metadata_key_.rsplit("/", 1)[-1]
+        key = _join(self.address.lock_prefix(), f"{name}__{lock_id}")
+        try:
+            self.store.put(key, metadata_key_.encode(), if_absent=True, token=self.writer)
+        except BlobAlreadyExists:
+            pass
+        return key
+
+    def unlock(self, lock_key: str) -> None:
+        """Release a lock taken with :meth:`lock`."""
+        self.store.delete([lock_key])
+
+    def locked_commits(self) -> frozenset[str]:
+        """Metadata keys of every locked commit."""
+        out = set()
+        for b in self.store.list(self.address.lock_prefix().rstrip("/") + "/"):
+            out.add(self.store.get(b.key).decode())
+        return frozenset(out)
+
+    # -- garbage collection -----------------------------------------------------------------
+
+    def plan_gc(self, keep_last: int = 10) -> GcPlan:
+        """What :meth:`gc` would delete (reads every commit's metadata; files of an upload in progress are kept)."""
+        commits, files = [], []
+        terms = list_terms(self.store, self.address)  # markers first, then commits, then files
+        for term in terms:
+            prefix = self.address.segments_prefix(term)
+            for key in list_commit_keys(self.store, self.address, term):
+                t, g, _w = parse_metadata_key(key)
+                try:
+                    md = read_metadata(self.store, key)
+                    referenced = frozenset(f.key for f in md.files.values())
+                except (SegmentCorrupted, CommitNotFound):
+                    referenced = frozenset()  # unreadable: it protects nothing, but is itself deletable
+                commits.append(RemoteCommitRef(key=key, primary_term=t, generation=g, files=referenced))
+            files += [RemoteFileRef(key=b.key, primary_term=term) for b in self.store.list(_join(prefix, DATA_DIR))]
+        return plan_remote_gc(
+            commits, files, keep_last=keep_last, locked=self.locked_commits(),
+            caller_term=self.primary_term, in_flight=frozenset(self._in_flight),
+            marker_term=terms[0] if terms else None,
+        )
+
+    def gc(self, keep_last: int = 10) -> GcPlan:
+        """Delete files no retained or locked commit references, then the dropped commits' metadata."""
+        plan = self.plan_gc(keep_last)
+        if plan.files:
+            self.store.delete(sorted(plan.files))
+        if plan.commits:
+            self.store.delete(sorted(plan.commits))
+        self._uploaded = {k: v for k, v in self._uploaded.items() if v.key not in plan.files}
+        return plan

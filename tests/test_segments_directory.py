@@ -1,0 +1,219 @@
+"""The local shard directory and commit points: refresh, updates, deletes, out-of-order ops, flush, merge, reopen."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from pathlib import Path
+
+import google_crc32c
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from shardstore.errors import UnsupportedFormatVersion
+from shardstore.segments.commit import CommitPoint, list_commit_generations, read_commit
+from shardstore.segments.directory import ShardDirectory
+from shardstore.segments.errors import MappingConflict, SegmentCorrupted, SegmentError
+from shardstore.segments.merge_policy import TieredMergePolicy
+from shardstore.translog.operations import OpType, index_batch, stamp, unstamped_batch
+
+
+def docs(first_seq: int, ids: list[str], term: int = 1, **fields) -> pa.RecordBatch:
+    """Index ops for ``ids`` with sources {"n": seq, **fields}."""
+    srcs = [json.dumps({"n": first_seq + i, **fields}).encode() for i in range(len(ids))]
+    return stamp(index_batch(ids, srcs), first_seq, term)
+
+
+def deletes(first_seq: int, ids: list[str], term: int = 1) -> pa.RecordBatch:
+    return stamp(unstamped_batch([int(OpType.DELETE)] * len(ids), ids, [1] * len(ids), [None] * len(ids)), first_seq, term)
+
+
+def live_ids(sd: ShardDirectory) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for b in sd.scan(columns=["_id", "_seq_no"]):
+        for i, s in zip(b.column("_id").to_pylist(), b.column("_seq_no").to_pylist()):
+            assert i not in out, f"{i} is live twice"
+            out[i] = s
+    return out
+
+
+def test_updates_and_deletes_mark_older_copies_without_rewriting_segments(tmp_path: Path) -> None:
+    sd = ShardDirectory(str(tmp_path))
+    sd.apply(docs(0, [f"d{i}" for i in range(100)]))
+    first = sd.refresh()
+    assert first.indexed == 100 and sd.count() == 100
+    seg_file = tmp_path / f"{first.segment}.parquet"
+    before = seg_file.read_bytes()
+    sd.apply(docs(100, [f"d{i}" for i in range(10)]))
+    sd.apply(deletes(110, [f"d{i}" for i in range(10, 15)]))
+    r = sd.refresh()
+    assert (r.indexed, r.deleted, r.stale) == (10, 15, 0)
+    assert sd.count() == 95
+    assert seg_file.read_bytes() == before  # never rewritten
+    got = live_ids(sd)
+    assert got["d3"] == 103 and "d12" not in got and got["d50"] == 50
+    assert sd.get("d3")["n"] == 103 and sd.get("d12") is None
+
+
+def test_out_of_order_ops_keep_the_highest_seq_no(tmp_path: Path) -> None:
+    """A replica may receive seq# 7 after seq# 9 for the same id; the newer copy wins either way."""
+    sd = ShardDirectory(str(tmp_path))
+    sd.apply(docs(9, ["a"]))
+    sd.refresh()
+    sd.apply(docs(7, ["a"]))  # older, arrives late
+    r = sd.refresh()
+    assert r.stale == 1 and r.indexed == 0
+    assert sd.get("a")["_seq_no"] == 9
+    # a delete at 20, then a late index op at 15: stays deleted (tombstone)
+    sd.apply(deletes(20, ["a"]))
+    sd.refresh()
+    sd.apply(docs(15, ["a"]))
+    assert sd.refresh().stale == 1
+    assert sd.get("a") is None and sd.count() == 0
+    # within one buffer: the highest seq# wins whatever the order
+    sd.apply(docs(31, ["b"]))
+    sd.apply(docs(30, ["b"]))
+    sd.refresh()
+    assert sd.get("b")["_seq_no"] == 31 and sd.count() == 1
+
+
+def test_realtime_get_sees_the_buffer(tmp_path: Path) -> None:
+    sd = ShardDirectory(str(tmp_path))
+    sd.apply(docs(0, ["x"]))
+    assert sd.get("x")["n"] == 0
+    assert sd.get("x", realtime=False) is None
+    sd.apply(deletes(1, ["x"]))
+    assert sd.get("x") is None
+
+
+def test_mapping_conflict_rejects_the_whole_batch(tmp_path: Path) -> None:
+    sd = ShardDirectory(str(tmp_path), mapping={"n": "long"})
+    sd.apply(docs(0, ["a"]))
+    bad = stamp(index_batch(["b", "c"], [b'{"n": 1}', b'{"n": "not a number"}']), 1, 1)
+    with pytest.raises(MappingConflict) as err:
+        sd.apply(bad)
+    assert err.value.field == "n" and err.value.doc_id == "c"
+    sd.refresh()
+    assert set(live_ids(sd)) == {"a"}  # nothing of the bad batch
+    assert sd.mapping["n"].value == "long"
+
+
+def test_dynamic_fields_and_older_segments_scan_with_nulls(tmp_path: Path) -> None:
+    sd = ShardDirectory(str(tmp_path))
+    sd.apply(docs(0, ["a"]))
+    sd.refresh()
+    sd.apply(docs(1, ["b"], color="red", dims={"w": 2.5}))
+    sd.refresh()
+    assert set(sd.mapping) >= {"n", "color", "dims.w"}
+    rows = {r["_id"]: r for b in sd.scan(columns=["_id", "color", "dims.w"]) for r in b.to_pylist()}
+    assert rows == {"a": {"_id": "a", "color": None, "dims.w": None}, "b": {"_id": "b", "color": "red", "dims.w": 2.5}}
+    red = [r for b in sd.scan(columns=["_id"], filter=pc.field("color") == "red") for r in b.to_pylist()]
+    assert red == [{"_id": "b"}]
+
+
+def test_flush_writes_a_commit_point_and_reopen_sees_it(tmp_path: Path) -> None:
+    sd = ShardDirectory(str(tmp_path))
+    sd.apply(docs(0, [f"d{i}" for i in range(50)]))
+    sd.refresh()
+    sd.apply(deletes(50, ["d1", "d2"]))
+    c = sd.flush(local_checkpoint=50, primary_term=3, translog_uuid="tl-1", translog_generation=7,
+                 user_data={"k": "v"}, merge=False)
+    assert (c.generation, c.max_seq_no, c.local_checkpoint, c.primary_term) == (1, 50, 50, 3)
+    assert (c.translog_uuid, c.translog_generation, c.user_data) == ("tl-1", 7, {"k": "v"})
+    assert c.doc_count == 48
+    assert [s.livedocs_generation for s in c.segments] == [1]
+    assert read_commit(str(tmp_path), 1) == c
+    sd.apply(docs(51, ["late"]))  # buffered, never refreshed: lost on close like an unflushed Lucene buffer
+    sd.close()
+    with pytest.raises(SegmentError, match="another writer"):
+        two = ShardDirectory(str(tmp_path))
+        three = ShardDirectory(str(tmp_path))  # noqa: F841
+    two.close()
+    sd = ShardDirectory(str(tmp_path))
+    assert sd.count() == 48 and sd.get("d1") is None and sd.get("d3")["n"] == 3
+    assert sd.last_commit == c and sd.max_seq_no == 50
+    # plain Parquet: pyarrow reads the segment on its own
+    seg = c.segments[0].info
+    assert pq.read_table(tmp_path / seg.file_name).num_rows == 50
+    sd.close()
+
+
+def test_commit_history_keeps_last_k_plus_locked(tmp_path: Path) -> None:
+    sd = ShardDirectory(str(tmp_path), keep_commits=2)
+    sd.apply(docs(0, ["a"]))
+    sd.flush(local_checkpoint=0, primary_term=1, merge=False)
+    sd.lock_commit(1)
+    for i in range(1, 5):
+        sd.apply(docs(i, [f"x{i}"]))
+        sd.flush(local_checkpoint=i, primary_term=1, merge=False)
+    assert list_commit_generations(str(tmp_path)) == [1, 4, 5]
+    sd.release_commit(1)
+    assert list_commit_generations(str(tmp_path)) == [4, 5]
+    # every file a retained commit names is still there
+    for g in (4, 5):
+        for name in read_commit(str(tmp_path), g).files():
+            assert (tmp_path / name).exists()
+    sd.close()
+
+
+def test_merges_drop_deleted_docs_and_old_files_go_after_their_commits(tmp_path: Path) -> None:
+    policy = TieredMergePolicy(segments_per_tier=2, max_merge_at_once=2, floor_segment_bytes=1)
+    sd = ShardDirectory(str(tmp_path), keep_commits=1, merge_policy=policy)
+    seq = 0
+    for r in range(6):
+        sd.apply(docs(seq, [f"d{r}-{i}" for i in range(20)]))
+        seq += 20
+        sd.refresh()
+    sd.apply(deletes(seq, [f"d0-{i}" for i in range(20)]))
+    c1 = sd.flush(local_checkpoint=seq, primary_term=1, merge=False)
+    assert len(c1.segments) == 6
+    sd.force_merge(1)
+    c2 = sd.flush(local_checkpoint=seq, primary_term=1, merge=False)
+    assert len(c2.segments) == 1 and c2.segments[0].info.doc_count == 100 and c2.doc_count == 100
+    on_disk = {n for n in os.listdir(tmp_path)}
+    assert on_disk == set(c2.files()) | {c2.file_name, "write.lock"}
+    assert len(live_ids(sd)) == 100
+    sd.close()
+
+
+def test_commit_point_damage_and_versions(tmp_path: Path) -> None:
+    sd = ShardDirectory(str(tmp_path))
+    sd.apply(docs(0, ["a", "b"]))
+    c = sd.flush(local_checkpoint=1, primary_term=1)
+    sd.close()
+    raw = (tmp_path / "segments_1").read_bytes()
+    assert CommitPoint.decode(raw, "x") == c
+    for pos in range(0, len(raw), max(1, len(raw) // 40)):
+        flipped = bytearray(raw)
+        flipped[pos] ^= 0x10
+        with pytest.raises(SegmentCorrupted, match="segments_1"):
+            CommitPoint.decode(bytes(flipped), str(tmp_path / "segments_1"))
+    with pytest.raises(SegmentCorrupted):
+        CommitPoint.decode(raw[:-5], "cut")
+    newer = bytearray(raw)
+    struct.pack_into("<H", newer, 4, 99)
+    body = bytes(newer[:-4])
+    with pytest.raises(UnsupportedFormatVersion):
+        CommitPoint.decode(body + struct.pack("<I", google_crc32c.value(body)), "newer")
+    # a damaged commit file is named when the directory opens
+    (tmp_path / "segments_1").write_bytes(raw[:-1] + bytes([raw[-1] ^ 1]))
+    with pytest.raises(SegmentCorrupted, match="segments_1"):
+        ShardDirectory(str(tmp_path))
+
+
+def test_a_missing_or_resized_segment_file_is_named_on_open(tmp_path: Path) -> None:
+    sd = ShardDirectory(str(tmp_path))
+    sd.apply(docs(0, ["a", "b"]))
+    c = sd.flush(local_checkpoint=1, primary_term=1)
+    sd.close()
+    seg = tmp_path / c.segments[0].info.file_name
+    data = seg.read_bytes()
+    seg.write_bytes(data + b"x")
+    with pytest.raises(SegmentCorrupted, match=seg.name):
+        ShardDirectory(str(tmp_path))
+    seg.unlink()
+    with pytest.raises(SegmentCorrupted, match="missing"):
+        ShardDirectory(str(tmp_path))
