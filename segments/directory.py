@@ -25,6 +25,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import re
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
@@ -49,7 +50,7 @@ from shardstore.segments.livedocs import LiveDocs, livedocs_file_name
 from shardstore.segments.mapping import Mapping, parse_sources
 from shardstore.segments.merge_policy import SegmentStats, TieredMergePolicy
 from shardstore.segments.records import crc32c
-from shardstore.segments.segment import BASE_SCHEMA, SegmentReader, segment_file_name, write_segment
+from shardstore.segments.segment import BASE_SCHEMA, SegmentReader, scan_segments, segment_file_name, write_segment
 from shardstore.translog.operations import OpType
 
 log = logging.getLogger(__name__)
@@ -134,15 +135,19 @@ class ShardDirectory:
         self._locked: dict[int, int] = {}  # commit generation -> lock count
         self.last_commit: CommitPoint | None = None
         self.max_seq_no = NO_OPS
-        gens = list_commit_generations(path)
-        if gens:
-            self.last_commit = read_commit(path, gens[-1])
-            self._load(self.last_commit)
-            self.max_seq_no = self.last_commit.max_seq_no
-        given = mapping if isinstance(mapping, Mapping) else Mapping.from_dict(mapping or {})
-        committed = Mapping.from_dict(self.last_commit.mapping) if self.last_commit else Mapping(())
-        self.mapping = committed.with_fields(dict(given.items())) if len(given) else committed
-        self._delete_unreferenced()
+        try:
+            gens = list_commit_generations(path)
+            if gens:
+                self.last_commit = read_commit(path, gens[-1])
+                self._load(self.last_commit)
+                self.max_seq_no = self.last_commit.max_seq_no
+            given = mapping if isinstance(mapping, Mapping) else Mapping.from_dict(mapping or {})
+            committed = Mapping.from_dict(self.last_commit.mapping) if self.last_commit else Mapping(())
+            self.mapping = committed.with_fields(dict(given.items())) if len(given) else committed
+            self._delete_unreferenced()
+        except BaseException:
+            self.close()
+            raise
 
     # -- opening ----------------------------------------------------------------------------
 
@@ -428,13 +433,32 @@ class ShardDirectory:
 
     def scan(self, columns: Sequence[str] | None = None, filter: pc.Expression | None = None  # noqa: A002
              ) -> Iterator[pa.RecordBatch]:
-        """Live documents of the refreshed segments as batches with the mapping's full schema."""
+        """Live documents of the refreshed segments as batches with the mapping's full schema.
+
+        Segments holding every column the query needs are read together
+        (:func:`scan_segments`, parallel row-group reads, filter pushed down); an older
+        segment written before a field was mapped is read alone, its missing columns
+        filled with nulls before the filter is applied.
+        """
         schema = pa.schema(list(BASE_SCHEMA) + list(self.mapping.arrow_schema()))
         if columns is not None:
             schema = pa.schema([schema.field(c) for c in columns])
+        needed = set(schema.names) | ({n for n in self.mapping if _mentions(filter, n)} if filter is not None else set())
+        full, partial = [], []
         for reader, live in self.searchable_segments():
-            for batch in reader.scan(columns=_present(reader, schema.names), filter=filter, live=live):
+            (full if needed <= set(reader.schema.names) else partial).append((reader, live))
+        if full:
+            for batch in scan_segments(full, columns=schema.names, filter=filter):
                 yield _conform(batch, schema)
+        for reader, live in partial:
+            wide = pa.schema(list(BASE_SCHEMA) + list(self.mapping.arrow_schema()))
+            for batch in reader.scan(columns=_present(reader, wide.names), live=live):
+                table = pa.Table.from_batches([_conform(batch, wide)])
+                if filter is not None:
+                    table = table.filter(filter)
+                for b in table.select(schema.names).to_batches():
+                    if b.num_rows:
+                        yield b
 
     def get(self, doc_id: str, *, realtime: bool = True) -> dict[str, Any] | None:
         """The newest live copy of ``doc_id`` (buffered operations too when ``realtime``), or None."""
@@ -494,8 +518,13 @@ def _first_of_runs(sorted_ids: pa.Array) -> pa.BooleanArray:
 
 def _present(reader: SegmentReader, names: Sequence[str]) -> list[str]:
     """The subset of ``names`` the segment file has (older segments lack newer fields)."""
-    have = set(reader._file().schema_arrow.names)  # noqa: SLF001 - until SegmentReader exposes its schema
+    have = set(reader.schema.names)
     return [n for n in names if n in have]
+
+
+def _mentions(expr: pc.Expression, name: str) -> bool:
+    """Whether ``expr`` reads field ``name`` (Expression has no public field listing; its text names them)."""
+    return re.search(rf"(?<![\w.]){re.escape(name)}(?![\w.])", str(expr)) is not None
 
 
 def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:

@@ -119,14 +119,14 @@ def test_flush_writes_a_commit_point_and_reopen_sees_it(tmp_path: Path) -> None:
     sd.apply(docs(0, [f"d{i}" for i in range(50)]))
     sd.refresh()
     sd.apply(deletes(50, ["d1", "d2"]))
-    c = sd.flush(local_checkpoint=50, primary_term=3, translog_uuid="tl-1", translog_generation=7,
+    c = sd.flush(local_checkpoint=51, primary_term=3, translog_uuid="tl-1", translog_generation=7,
                  user_data={"k": "v"}, merge=False)
-    assert (c.generation, c.max_seq_no, c.local_checkpoint, c.primary_term) == (1, 50, 50, 3)
+    assert (c.generation, c.max_seq_no, c.local_checkpoint, c.primary_term) == (1, 51, 51, 3)
     assert (c.translog_uuid, c.translog_generation, c.user_data) == ("tl-1", 7, {"k": "v"})
     assert c.doc_count == 48
     assert [s.livedocs_generation for s in c.segments] == [1]
     assert read_commit(str(tmp_path), 1) == c
-    sd.apply(docs(51, ["late"]))  # buffered, never refreshed: lost on close like an unflushed Lucene buffer
+    sd.apply(docs(52, ["late"]))  # buffered, never refreshed: lost on close like an unflushed Lucene buffer
     sd.close()
     with pytest.raises(SegmentError, match="another writer"):
         two = ShardDirectory(str(tmp_path))
@@ -134,7 +134,7 @@ def test_flush_writes_a_commit_point_and_reopen_sees_it(tmp_path: Path) -> None:
     two.close()
     sd = ShardDirectory(str(tmp_path))
     assert sd.count() == 48 and sd.get("d1") is None and sd.get("d3")["n"] == 3
-    assert sd.last_commit == c and sd.max_seq_no == 50
+    assert sd.last_commit == c and sd.max_seq_no == 51
     # plain Parquet: pyarrow reads the segment on its own
     seg = c.segments[0].info
     assert pq.read_table(tmp_path / seg.file_name).num_rows == 50

@@ -1,0 +1,975 @@
+"""Segment files: immutable Parquet files (zstd) of documents.
+
+A segment holds the base columns ``_id`` (string), ``_seq_no``, ``_primary_term``,
+``_version`` (int64), ``_source`` (binary: the original JSON bytes) and one typed
+column per mapped field (dotted names, see :mod:`.mapping`).  It is plain Parquet:
+Spark, DuckDB and pyarrow read it and push filters into it with the column
+statistics written for every column but ``_source`` (and a Parquet bloom filter on
+``_id``).
+
+Design:
+
+* rows are **sorted by ``_id``** (stable: rows of one id keep their input order;
+  declared as the file's sorting column).  Row groups then cover disjoint ``_id``
+  ranges, so a cold ``get`` reads the ``_id`` chunk of the one row group whose
+  statistics can hold the id, then that row group's columns only.
+* row groups are sized by bytes: about :data:`TARGET_ROW_GROUP_BYTES` of Arrow data
+  (uncompressed), between :data:`MIN_ROW_GROUP_ROWS` and :data:`MAX_ROW_GROUP_ROWS`
+  rows; small enough that a ``get`` decompresses little, big enough for scans.
+* batch id lookups (an indexing batch asking which of its ids exist) use a
+  per-segment in-memory index built once per reader from the ``_id`` column: 64-bit
+  fingerprints of the ids, sorted, searched with ``numpy.searchsorted``; candidates
+  are confirmed by comparing the ids themselves.  Measured against ``pc.index_in``
+  (its hash table is rebuilt on every call) and ``searchsorted`` over the id bytes:
+  see :meth:`SegmentReader.lookup`.
+* the file is encoded into memory (or, above :data:`IN_MEMORY_WRITE_BYTES`, streamed
+  through a CRC-computing file), checksummed (CRC32C) without re-reading, written to
+  a temporary name, fsynced, renamed, and its directory fsynced.
+* :class:`SegmentInfo` (stats a reader prunes with without opening the file) is
+  JSON-able for the commit point; its size/checksum-free part is also stored in the
+  Parquet key-value metadata under ``shardstore.segment``.
+* scans with deletions read runs of row groups and drop deleted rows with the live
+  mask; :func:`scan_segments` runs the runs of many segments on a small thread pool.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import io
+import json
+import os
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import google_crc32c
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from shardstore.errors import UnsupportedFormatVersion
+
+from .errors import SegmentCorrupted
+from .livedocs import LiveDocs
+
+__all__ = [
+    "BASE_SCHEMA",
+    "ColumnStats",
+    "FORMAT_VERSION",
+    "SegmentInfo",
+    "SegmentReader",
+    "write_segment",
+    "segment_file_name",
+    "scan_segments",
+    "lookup_segments",
+    "fingerprints",
+]
+
+FORMAT_VERSION = 1
+METADATA_KEY = b"shardstore.segment"
+TARGET_ROW_GROUP_BYTES = 4 << 20
+MIN_ROW_GROUP_ROWS = 1024
+MAX_ROW_GROUP_ROWS = 128 * 1024
+ZSTD_LEVEL = 1
+#: Segments whose Arrow data is at most this big are encoded into memory, then
+#: checksummed and written in one go; bigger ones stream through a CRC-computing file.
+IN_MEMORY_WRITE_BYTES = 512 << 20
+#: A scan with deletions reads runs of row groups of about this many bytes (uncompressed).
+SCAN_READ_BYTES = 64 << 20
+_LIVE_COLUMN = "__shardstore_live__"
+
+BASE_SCHEMA = pa.schema(
+    [
+        pa.field("_id", pa.string(), nullable=False),
+        pa.field("_seq_no", pa.int64(), nullable=False),
+        pa.field("_primary_term", pa.int64(), nullable=False),
+        pa.field("_version", pa.int64(), nullable=False),
+        pa.field("_source", pa.binary()),
+    ]
+)
+_BASE_NAMES = tuple(BASE_SCHEMA.names)
+
+
+def segment_file_name(name: str) -> str:
+    return f"{name}.parquet"
+
+
+def _json_value(v: Any) -> Any:
+    """Statistic value -> JSON-able (timestamps as epoch milliseconds)."""
+    if isinstance(v, pa.Scalar):
+        if pa.types.is_timestamp(v.type):
+            return v.cast(pa.timestamp("ms", v.type.tz)).value if v.is_valid else None
+        v = v.as_py()
+    if isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))):
+        return None
+    if isinstance(v, bytes):
+        return None
+    return v
+
+
+@dataclass(frozen=True)
+class ColumnStats:
+    """Min/max of a mapped scalar column (timestamps as epoch ms); None when all null."""
+
+    name: str
+    type: str
+    min: Any
+    max: Any
+    null_count: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, "min": self.min, "max": self.max, "null_count": self.null_count}
+
+
+@dataclass(frozen=True)
+class SegmentInfo:
+    """What a reader needs to know of a segment without opening it."""
+
+    name: str
+    file_name: str
+    size: int
+    checksum: int  # CRC32C of the whole file
+    doc_count: int
+    min_seq_no: int
+    max_seq_no: int
+    max_primary_term: int
+    min_id: str | None
+    max_id: str | None
+    columns: tuple[ColumnStats, ...] = ()
+    row_groups: int = 0
+    format_version: int = FORMAT_VERSION
+
+    def column(self, name: str) -> ColumnStats | None:
+        for c in self.columns:
+            if c.name == name:
+                return c
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "file_name": self.file_name,
+            "size": self.size,
+            "checksum": self.checksum,
+            "doc_count": self.doc_count,
+            "min_seq_no": self.min_seq_no,
+            "max_seq_no": self.max_seq_no,
+            "max_primary_term": self.max_primary_term,
+            "min_id": self.min_id,
+            "max_id": self.max_id,
+            "columns": {c.name: c.to_dict() for c in self.columns},
+            "row_groups": self.row_groups,
+            "format_version": self.format_version,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], where: str = "segment info") -> SegmentInfo:
+        try:
+            version = int(d["format_version"])
+            if version > FORMAT_VERSION:
+                raise UnsupportedFormatVersion(where, version, FORMAT_VERSION)
+            return cls(
+                name=str(d["name"]),
+                file_name=str(d["file_name"]),
+                size=int(d["size"]),
+                checksum=int(d["checksum"]),
+                doc_count=int(d["doc_count"]),
+                min_seq_no=int(d["min_seq_no"]),
+                max_seq_no=int(d["max_seq_no"]),
+                max_primary_term=int(d["max_primary_term"]),
+                min_id=d["min_id"],
+                max_id=d["max_id"],
+                columns=tuple(
+                    ColumnStats(k, v["type"], v["min"], v["max"], int(v.get("null_count", 0)))
+                    for k, v in d.get("columns", {}).items()
+                ),
+                row_groups=int(d["row_groups"]),
+                format_version=version,
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SegmentCorrupted(where, f"bad segment info: {exc!r}") from None
+
+
+# ---------------------------------------------------------------------------------------
+# Writing.
+# ---------------------------------------------------------------------------------------
+
+class _CrcWriter(io.RawIOBase):
+    """A write-only file computing the CRC32C and size of what goes through it."""
+
+    def __init__(self, f: Any) -> None:
+        self._f = f
+        self.crc = 0
+        self.size = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b: Any) -> int:
+        try:
+            self.crc = google_crc32c.extend(self.crc, b)
+        except TypeError:  # the C extension takes only read-only buffers
+            b = bytes(b)
+            self.crc = google_crc32c.extend(self.crc, b)
+        nbytes = memoryview(b).nbytes
+        n = self._f.write(b)
+        self.size += nbytes
+        return nbytes if n is None else n
+
+    def flush(self) -> None:
+        self._f.flush()
+
+
+def _normalize(table: pa.Table) -> pa.Table:
+    missing = [n for n in _BASE_NAMES if n not in table.column_names]
+    if missing:
+        raise ValueError(f"segment table lacks the base columns {missing}")
+    cols, fields = [], []
+    for f in BASE_SCHEMA:
+        col = table.column(f.name)
+        if col.type != f.type:
+            col = col.cast(f.type)
+        if not f.nullable and col.null_count:
+            raise ValueError(f"column {f.name} has nulls")
+        cols.append(col)
+        fields.append(f)
+    for name in table.column_names:
+        if name not in _BASE_NAMES:
+            cols.append(table.column(name))
+            fields.append(table.schema.field(name))
+    return pa.Table.from_arrays(cols, schema=pa.schema(fields))
+
+
+def _row_group_rows(table: pa.Table) -> int:
+    if table.num_rows == 0:
+        return MIN_ROW_GROUP_ROWS
+    per_row = max(1, table.nbytes // table.num_rows)
+    return int(min(MAX_ROW_GROUP_ROWS, max(MIN_ROW_GROUP_ROWS, TARGET_ROW_GROUP_BYTES // per_row)))
+
+
+def _fsync_dir(path: str) -> None:
+    try:
+        fd = os.open(path or ".", os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _stats(table: pa.Table, order: pa.Array | None) -> tuple[tuple[ColumnStats, ...], dict[str, Any]]:
+    cols = []
+    for name in table.column_names:
+        if name in _BASE_NAMES:
+            continue
+        col = table.column(name)
+        t = col.type
+        if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+                or pa.types.is_timestamp(t) or pa.types.is_string(t) or pa.types.is_large_string(t)):
+            continue
+        mm = pc.min_max(col)
+        cols.append(ColumnStats(name, str(t), _json_value(mm["min"]), _json_value(mm["max"]), col.null_count))
+    n = table.num_rows
+    if n:
+        seq = pc.min_max(table.column("_seq_no"))
+        base = {
+            "min_seq_no": seq["min"].as_py(),
+            "max_seq_no": seq["max"].as_py(),
+            "max_primary_term": pc.max(table.column("_primary_term")).as_py(),
+            "min_id": table.column("_id")[0 if order is None else order[0].as_py()].as_py(),
+            "max_id": table.column("_id")[n - 1 if order is None else order[n - 1].as_py()].as_py(),
+        }
+    else:
+        base = {"min_seq_no": -1, "max_seq_no": -1, "max_primary_term": 0, "min_id": None, "max_id": None}
+    return tuple(cols), base
+
+
+def write_segment(
+    path: str,
+    table: pa.Table,
+    *,
+    name: str,
+    row_group_size: int | None = None,
+    compression_level: int = ZSTD_LEVEL,
+    sort: bool = True,
+    fsync: bool = True,
+) -> SegmentInfo:
+    """Write ``table`` (base columns + field columns) as the segment file ``path``.
+
+    Rows are sorted by ``_id`` (stable: rows of one id keep their input order, which
+    is ``_seq_no`` order when the caller appends in that order) unless ``sort=False``
+    (the caller then guarantees ``_id`` order).  Atomic: a reader sees the whole file or nothing.
+    Returns the :class:`SegmentInfo` with the file's size and CRC32C.
+    """
+    table = _normalize(table).combine_chunks()
+    n = table.num_rows
+    order = None
+    if sort and n > 1:
+        ids = table.column("_id")
+        if not pc.all(pc.less_equal(ids.slice(0, n - 1), ids.slice(1))).as_py():  # already sorted: no sort, no copy
+            order = pc.array_sort_indices(ids)  # stable: rows of one id keep their input order
+    rg = row_group_size or _row_group_rows(table)
+    columns, base = _stats(table, order)
+    n_groups = max(1, (n + rg - 1) // rg)  # an empty table still makes one (empty) row group
+    meta_info = {"name": name, "doc_count": n, "row_groups": n_groups,
+                 "format_version": FORMAT_VERSION, "row_group_size": rg, "sorted_by": "_id" if (sort or n < 2) else None,
+                 "columns": {c.name: c.to_dict() for c in columns}, **base}
+    schema = table.schema.with_metadata({**(table.schema.metadata or {}), METADATA_KEY: json.dumps(meta_info).encode()})
+    table = table.replace_schema_metadata(schema.metadata)
+
+    directory = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
+    no_dict = {"_id", "_source", "_seq_no", "_version"}
+    in_memory = table.nbytes <= IN_MEMORY_WRITE_BYTES
+    try:
+        with open(tmp, "wb") as raw:
+            sink: Any = pa.BufferOutputStream() if in_memory else _CrcWriter(raw)
+            with pq.ParquetWriter(
+                sink,
+                schema,
+                compression="zstd",
+                compression_level=compression_level,
+                use_dictionary=[c for c in schema.names if c not in no_dict],
+                write_statistics=[c for c in schema.names if c != "_source"],
+                sorting_columns=[pq.SortingColumn(0)] if (sort or n < 2) else None,
+                # a Parquet bloom filter on _id: Spark/DuckDB prune row groups on
+                # ``_id = x`` with it (measured free next to the encoding)
+                bloom_filter_options={"_id": {"ndv": max(1, min(n, rg)), "fpp": 0.01}},
+                store_schema=True,
+            ) as writer:
+                # (one take of the whole table: per-row-group takes on a helper thread
+                # measured slower on 2 cores)
+                writer.write_table(table if order is None else table.take(order), row_group_size=rg)
+            if in_memory:
+                buf = sink.getvalue()
+                size, crc = buf.size, google_crc32c.value(buf)
+                raw.write(buf)
+            else:
+                size, crc = sink.size, sink.crc
+            raw.flush()
+            if fsync:
+                os.fsync(raw.fileno())
+        os.replace(tmp, path)
+        if fsync:
+            _fsync_dir(directory)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return SegmentInfo(
+        name=name,
+        file_name=os.path.basename(path),
+        size=size,
+        checksum=crc,
+        doc_count=n,
+        columns=columns,
+        row_groups=n_groups,
+        **base,
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Reading.
+# ---------------------------------------------------------------------------------------
+
+_FP_KEYS = np.random.default_rng(0x5EB5).integers(1, 2**63, size=4096, dtype=np.uint64) | np.uint64(1)
+
+
+def _fixed_width(arr: pa.Array) -> np.ndarray:
+    """Strings -> 2-D uint8 matrix (rows zero-padded to the longest), columnar."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    arr = arr.cast(pa.binary())
+    n = len(arr)
+    if n == 0:
+        return np.zeros((0, 1), dtype=np.uint8)
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset : arr.offset + n + 1].astype(np.int64)
+    data = np.frombuffer(arr.buffers()[2], dtype=np.uint8)[offsets[0] : offsets[-1]] if offsets[-1] > offsets[0] else np.zeros(0, np.uint8)
+    lens = np.diff(offsets)
+    width = int(lens.max()) if n else 0
+    if width == 0:
+        return np.zeros((n, 1), dtype=np.uint8)
+    if int(lens.min()) == width:
+        return data.reshape(n, width)
+    m = np.zeros((n, width), dtype=np.uint8)
+    rows = np.repeat(np.arange(n), lens)
+    cols = np.arange(data.size) - np.repeat(offsets[:-1] - offsets[0], lens)
+    m[rows, cols] = data
+    return m
+
+
+def fingerprints(ids: pa.Array) -> np.ndarray:
+    """A 64-bit fingerprint per id: the id's bytes, zero-padded to whole 64-bit words,
+    summed as ``word_i * K_i`` (odd random keys) then mixed.  Zero padding adds
+    nothing, so the padded width does not change an id's fingerprint."""
+    m = _fixed_width(ids)
+    n, width = m.shape
+    words = (width + 7) // 8
+    if words > len(_FP_KEYS):
+        raise ValueError(f"ids longer than {8 * len(_FP_KEYS)} bytes")
+    if width % 8:
+        m = np.concatenate([m, np.zeros((n, words * 8 - width), dtype=np.uint8)], axis=1)
+    w = np.ascontiguousarray(m).view("<u8")  # (n, words)
+    h = np.zeros(n, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for i in range(words):
+            x = w[:, i] * _FP_KEYS[i]
+            x ^= x >> np.uint64(32)
+            h += x
+        h ^= h >> np.uint64(31)
+        h *= np.uint64(0x9E3779B97F4A7C15)
+        h ^= h >> np.uint64(29)
+    return h
+
+
+class _IdIndex:
+    """Sorted fingerprints of a segment's ids, and the rows they come from."""
+
+    __slots__ = ("ids", "fp", "rows")
+
+    def __init__(self, ids: pa.Array) -> None:
+        self.ids = ids
+        h = fingerprints(ids)
+        order = np.argsort(h, kind="stable")
+        self.fp = h[order]
+        self.rows = order.astype(np.int64)
+
+    def lookup(self, q: pa.Array, qpos: np.ndarray, qh: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        if qh is None:
+            qh = fingerprints(q)
+        nfp = len(self.fp)
+        lo = np.searchsorted(self.fp, qh, side="left")  # fastest when qh is sorted
+        lo_c = np.minimum(lo, nfp - 1)
+        hit = self.fp[lo_c] == qh
+        # a fingerprint present more than once: duplicate ids in the segment, or a collision
+        nxt = np.minimum(lo_c + 1, nfp - 1)
+        multi_mask = hit & (nxt != lo_c) & (self.fp[nxt] == qh)
+        single = np.flatnonzero(hit & ~multi_mask)
+        cand_q = single
+        cand_r = self.rows[lo[single]]
+        multi = np.flatnonzero(multi_mask)
+        if multi.size:
+            hi = np.searchsorted(self.fp, qh[multi], side="right")
+            reps = hi - lo[multi]
+            mq = np.repeat(multi, reps)
+            starts = np.repeat(lo[multi], reps)
+            within = np.arange(reps.sum()) - np.repeat(np.cumsum(reps) - reps, reps)
+            cand_q = np.concatenate([cand_q, mq])
+            cand_r = np.concatenate([cand_r, self.rows[starts + within]])
+        if cand_q.size == 0:
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        same = pc.equal(q.take(pa.array(cand_q)), self.ids.take(pa.array(cand_r)))
+        keep = np.asarray(same.to_numpy(zero_copy_only=False), dtype=bool)
+        out_q, cand_r = qpos[cand_q[keep]].astype(np.int64), cand_r[keep]
+        order = np.lexsort((cand_r, out_q))
+        return out_q[order], cand_r[order]
+
+
+def _bisect_all(arr: pa.Array, keys: list[str], base: int) -> tuple[np.ndarray, np.ndarray]:
+    """(key index, base + row) of every row of the sorted ``arr`` equal to a key."""
+    seq = _ArrowSeq(arr)
+    out_q: list[int] = []
+    out_r: list[int] = []
+    for i, key in enumerate(keys):
+        j = bisect.bisect_left(seq, key)
+        while j < len(arr) and arr[j].as_py() == key:
+            out_q.append(i)
+            out_r.append(base + j)
+            j += 1
+    return np.array(out_q, dtype=np.int64), np.array(out_r, dtype=np.int64)
+
+
+class _ArrowSeq(Sequence):
+    """A sorted Arrow string array as a sequence of Python strings (for ``bisect``)."""
+
+    def __init__(self, arr: pa.Array) -> None:
+        self.arr = arr
+
+    def __len__(self) -> int:
+        return len(self.arr)
+
+    def __getitem__(self, i: int) -> str:  # type: ignore[override]
+        return self.arr[i].as_py()
+
+
+class SegmentReader:
+    """Reads one segment file.  Holds only ``path`` and ``info`` when pickled; the
+    Parquet footer, row-group bounds and id index are loaded lazily and cached."""
+
+    #: Above this many candidate ids a lookup loads the segment's whole ``_id``
+    #: column and fingerprint index; below it reads the ``_id`` chunks of the row
+    #: groups whose bounds can hold them and binary-searches them.
+    SMALL_LOOKUP = 64
+
+    def __init__(self, path: str, info: SegmentInfo) -> None:
+        self.path = path
+        self.info = info
+        self._pf: pq.ParquetFile | None = None
+        self._rg_cache: dict[int, pa.Array] = {}
+        self._index: _IdIndex | None = None
+        self._bounds: tuple[list[str], list[str], np.ndarray] | None = None
+        self._ds: ds.FileSystemDataset | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"path": self.path, "info": self.info}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["path"], state["info"])  # type: ignore[misc]
+
+    def __repr__(self) -> str:
+        return f"SegmentReader({self.path!r}, {self.info.name!r}, docs={self.info.doc_count})"
+
+    # -- opening --------------------------------------------------------------------
+    @property
+    def _where(self) -> str:
+        return self.path
+
+    def _file(self) -> pq.ParquetFile:
+        if self._pf is None:
+            try:
+                pf = pq.ParquetFile(self.path)
+            except FileNotFoundError:
+                raise
+            except (pa.ArrowException, OSError) as exc:
+                raise SegmentCorrupted(self._where, f"not a readable Parquet file: {exc}") from None
+            md = pf.metadata
+            if md.num_rows != self.info.doc_count or md.num_row_groups != self.info.row_groups:
+                raise SegmentCorrupted(
+                    self._where,
+                    f"file holds {md.num_rows} rows in {md.num_row_groups} row groups, "
+                    f"the segment info says {self.info.doc_count} in {self.info.row_groups}",
+                )
+            self._pf = pf
+        return self._pf
+
+    def _group_starts(self) -> np.ndarray:
+        md = self._file().metadata
+        counts = np.array([md.row_group(i).num_rows for i in range(md.num_row_groups)], dtype=np.int64)
+        return np.concatenate([[0], np.cumsum(counts)])
+
+    def _row_group_bounds(self) -> tuple[list[str], list[str], np.ndarray]:
+        if self._bounds is None:
+            md = self._file().metadata
+            col = self._file().schema_arrow.get_field_index("_id")
+            mins, maxs = [], []
+            for i in range(md.num_row_groups):
+                st = md.row_group(i).column(col).statistics
+                if st is None or not st.has_min_max:
+                    mins.append(self.info.min_id or "")
+                    maxs.append(self.info.max_id or "\U0010ffff")
+                else:
+                    mn, mx = st.min, st.max
+                    mins.append(mn.decode() if isinstance(mn, bytes) else mn)
+                    maxs.append(mx.decode() if isinstance(mx, bytes) else mx)
+            self._bounds = (mins, maxs, self._group_starts())
+        return self._bounds
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The segment file's Arrow schema (base columns + the fields mapped when it was written)."""
+        return self._file().schema_arrow
+
+    # -- integrity ------------------------------------------------------------------
+    def verify(self) -> None:
+        """Check the file's size and full CRC32C against the segment info."""
+        try:
+            size = os.path.getsize(self.path)
+        except FileNotFoundError:
+            raise SegmentCorrupted(self._where, "segment file is missing") from None
+        if size != self.info.size:
+            raise SegmentCorrupted(self._where, f"file has {size} bytes, the segment info says {self.info.size}")
+        crc = 0
+        with open(self.path, "rb") as f:
+            while chunk := f.read(4 << 20):
+                crc = google_crc32c.extend(crc, chunk)
+        if crc != self.info.checksum:
+            raise SegmentCorrupted(self._where, f"checksum {crc:#010x} != {self.info.checksum:#010x} in the segment info")
+
+    def read_metadata_info(self) -> dict[str, Any]:
+        """The segment info stored in the Parquet key-value metadata (no size/checksum)."""
+        meta = self._file().schema_arrow.metadata or {}
+        raw = meta.get(METADATA_KEY)
+        if raw is None:
+            raise SegmentCorrupted(self._where, "no shardstore.segment metadata")
+        return json.loads(raw)
+
+    # -- ids ------------------------------------------------------------------------
+    def ids(self) -> pa.Array:
+        """All ``_id`` values in row order (sorted), cached."""
+        if self._index is None:
+            self._load_index()
+        assert self._index is not None
+        return self._index.ids
+
+    def _load_index(self) -> None:
+        try:
+            col = self._file().read(columns=["_id"]).column("_id").combine_chunks()
+        except pa.ArrowException as exc:
+            raise SegmentCorrupted(self._where, f"cannot read _id: {exc}") from None
+        self._index = _IdIndex(col)
+        self._rg_cache.clear()
+
+    def _group_ids(self, g: int) -> pa.Array:
+        arr = self._rg_cache.get(g)
+        if arr is None:
+            try:
+                arr = self._file().read_row_group(g, columns=["_id"]).column("_id").combine_chunks()
+            except pa.ArrowException as exc:
+                raise SegmentCorrupted(self._where, f"cannot read _id of row group {g}: {exc}") from None
+            if len(self._rg_cache) > 8:
+                self._rg_cache.pop(next(iter(self._rg_cache)))
+            self._rg_cache[g] = arr
+        return arr
+
+    def lookup(self, ids: pa.Array, *, id_fingerprints: np.ndarray | None = None) -> tuple[pa.Array, pa.Array]:
+        """Which of ``ids`` exist here: ``(query_positions, segment_rows)`` (int64,
+        ascending by query position then row; an id present twice gives two pairs).
+
+        Queries outside the segment's ``[min_id, max_id]`` are dropped first.  Few
+        remaining queries (<= :attr:`SMALL_LOOKUP`, index not loaded): the ``_id``
+        chunk of each row group whose min/max can hold them is read and binary
+        searched.  Otherwise the fingerprint index (built once per reader) is searched
+        with ``numpy.searchsorted``.
+
+        ``id_fingerprints`` (:func:`fingerprints` of ``ids``) saves recomputing them
+        when the same ids are looked up in many segments (:func:`lookup_segments`).
+
+        Measured (5M random ids in 50 segments of 100k, 50k lookups half present,
+        shared 2-core box), core search only: fingerprint ``searchsorted`` with sorted
+        queries 125 ms; ``searchsorted`` over fixed-width id bytes 500 ms;
+        ``pc.index_in(queries, value_set=segment ids)`` 1150 ms and
+        ``pc.index_in(segment ids, value_set=queries)`` 610 ms (hash tables rebuilt
+        per call, nothing to cache); one ``index_in`` over all 5M ids 956 ms.  One id
+        over 50 segments: 0.4 ms with a sorted index vs 1.6 s with ``index_in``.
+        End to end through :func:`lookup_segments` (warm): ~240 ms for the 50k ids,
+        ~3 ms for one id; building the indexes (reading 50 ``_id`` columns) ~4 s once.
+        Min/max pruning alone does nothing for random ids (every range covers all).
+        """
+        if isinstance(ids, pa.ChunkedArray):
+            ids = ids.combine_chunks()
+        if not pa.types.is_string(ids.type):
+            ids = ids.cast(pa.string())
+        empty = (pa.array([], pa.int64()), pa.array([], pa.int64()))
+        if self.info.doc_count == 0 or len(ids) == 0:
+            return empty
+        if len(ids) <= self.SMALL_LOOKUP:
+            # a few ids (a get): plain Python comparisons cost less than kernels
+            lo_id, hi_id = self.info.min_id, self.info.max_id
+            qs = ids.to_pylist()
+            qpos = np.array([i for i, x in enumerate(qs) if x is not None and lo_id <= x <= hi_id], dtype=np.int64)
+            if qpos.size == 0:
+                return empty
+            keys = [qs[i] for i in qpos]
+            if self._index is not None:
+                qp, rows = _bisect_all(self._index.ids, keys, 0)
+            else:
+                qp, rows = self._lookup_small(keys)
+            return pa.array(qpos[qp] if qp.size else qp, pa.int64()), pa.array(rows, pa.int64())
+        inside = pc.and_(
+            pc.greater_equal(ids, pa.scalar(self.info.min_id, pa.string())),
+            pc.less_equal(ids, pa.scalar(self.info.max_id, pa.string())),
+        )
+        inside = pc.fill_null(inside, False)
+        qpos = np.flatnonzero(np.asarray(inside.to_numpy(zero_copy_only=False), dtype=bool))
+        if qpos.size == 0:
+            return empty
+        q = ids.take(pa.array(qpos)) if qpos.size != len(ids) else ids
+        if self._index is not None and qpos.size <= self.SMALL_LOOKUP:
+            qp, rows = _bisect_all(self._index.ids, q.to_pylist(), 0)
+            qp = qpos[qp] if qp.size else qp
+        elif self._index is None and qpos.size <= self.SMALL_LOOKUP:
+            qp, rows = self._lookup_small(q.to_pylist())
+            qp = qpos[qp] if qp.size else qp
+        else:
+            if self._index is None:
+                self._load_index()
+            assert self._index is not None
+            qh = None if id_fingerprints is None else id_fingerprints[qpos]
+            qp, rows = self._index.lookup(q, qpos, qh)
+        return pa.array(qp, pa.int64()), pa.array(rows, pa.int64())
+
+    def _lookup_small(self, qs: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Binary search in the ``_id`` chunks of the row groups whose bounds can hold
+        each id (rows are sorted by ``_id``)."""
+        mins, maxs, starts = self._row_group_bounds()
+        out_q: list[int] = []
+        out_r: list[int] = []
+        for i, key in enumerate(qs):
+            g = bisect.bisect_left(maxs, key)
+            while g < len(mins) and mins[g] <= key:
+                arr = self._group_ids(g)
+                seq = _ArrowSeq(arr)
+                j = bisect.bisect_left(seq, key)
+                while j < len(arr) and arr[j].as_py() == key:
+                    out_q.append(i)
+                    out_r.append(int(starts[g]) + j)
+                    j += 1
+                if j < len(arr):
+                    break
+                g += 1
+        return np.array(out_q, dtype=np.int64), np.array(out_r, dtype=np.int64)
+
+    # -- reading rows ---------------------------------------------------------------
+    def take(self, rows: Any, columns: Sequence[str] | None = None) -> pa.Table:
+        """The given rows (in the given order), reading only the row groups that hold them."""
+        if isinstance(rows, (pa.Array, pa.ChunkedArray)):
+            r = np.asarray(rows.to_numpy(zero_copy_only=False), dtype=np.int64)
+        else:
+            r = np.asarray(rows, dtype=np.int64).reshape(-1)
+        pf = self._file()
+        cols = list(columns) if columns is not None else None
+        if r.size and (r.min() < 0 or r.max() >= self.info.doc_count):
+            raise IndexError(f"row numbers must be in [0, {self.info.doc_count})")
+        if r.size == 0:
+            schema = pf.schema_arrow
+            if cols is not None:
+                schema = pa.schema([schema.field(c) for c in cols])
+            return schema.empty_table()
+        starts = self._group_starts()
+        groups = np.searchsorted(starts, r, side="right") - 1
+        needed = np.unique(groups)
+        try:
+            t = pf.read_row_groups(needed.tolist(), columns=cols)
+        except pa.ArrowException as exc:
+            raise SegmentCorrupted(self._where, f"cannot read row groups {needed.tolist()}: {exc}") from None
+        sizes = starts[needed + 1] - starts[needed]
+        base_in_read = np.concatenate([[0], np.cumsum(sizes)])[:-1]
+        where = np.searchsorted(needed, groups)
+        local = r - starts[groups] + base_in_read[where]
+        return t.take(pa.array(local))
+
+    def get(self, doc_id: str, columns: Sequence[str] | None = None) -> pa.Table:
+        """The rows holding ``doc_id`` (0 or more) — deletions not applied."""
+        _, rows = self.lookup(pa.array([doc_id], pa.string()))
+        return self.take(rows, columns)
+
+    def _dataset(self) -> ds.FileSystemDataset:
+        if self._ds is None:
+            self._file()  # validates the footer against the info
+            self._ds = ds.dataset(self.path, format="parquet")
+        return self._ds
+
+    def _seq_nos(self) -> tuple[pa.Array, bool]:
+        """The ``_seq_no`` column (row order) and whether its values are unique."""
+        cached = self.__dict__.get("_seq_cache")
+        if cached is None:
+            try:
+                col = self._file().read(columns=["_seq_no"]).column("_seq_no").combine_chunks()
+            except pa.ArrowException as exc:
+                raise SegmentCorrupted(self._where, f"cannot read _seq_no: {exc}") from None
+            unique = pc.count_distinct(col).as_py() == len(col)
+            cached = (col, unique)
+            self.__dict__["_seq_cache"] = cached
+        return cached
+
+    def live_filter(self, live: LiveDocs | None) -> pc.Expression | None:
+        """An expression keeping only the live rows (``~_seq_no.isin(deleted)``), or
+        None when nothing is deleted or the segment's ``_seq_no`` values repeat."""
+        if live is None or live.deleted_count == 0:
+            return None
+        seq, unique = self._seq_nos()
+        if not unique:
+            return None
+        return ~pc.field("_seq_no").isin(seq.take(live.deleted_rows()))
+
+    def scan(
+        self,
+        columns: Sequence[str] | None = None,
+        filter: pc.Expression | None = None,  # noqa: A002 - the pyarrow name
+        live: LiveDocs | None = None,
+        *,
+        batch_size: int = 128 * 1024,
+        use_threads: bool = True,
+    ) -> Iterator[pa.RecordBatch]:
+        """Record batches of the live rows matching ``filter`` (row groups pruned by
+        their statistics).  Deleted rows are never returned.
+
+        Without deletions this is the plain Arrow dataset scan.  With deletions, runs of
+        the row groups left by the filter's statistics pruning (about
+        :data:`SCAN_READ_BYTES` each) are read with ``ParquetFile.read_row_groups``
+        (threaded over columns), then the live mask and the filter are applied to the
+        run as a whole: measured as fast as the raw dataset scan without a filter.
+        (``live_filter`` gives the same deletions as a ``_seq_no`` expression, for
+        engines such as Spark that only take filters; it costs an extra column.)
+        """
+        dset = self._dataset()
+        cols = list(columns) if columns is not None else list(dset.schema.names)
+        if live is not None and live.doc_count != self.info.doc_count:
+            raise ValueError(f"live docs of {live.doc_count} rows for a segment of {self.info.doc_count}")
+        if live is not None and live.live_count == 0:
+            return
+        if live is None or live.deleted_count == 0:
+            for batch in dset.to_batches(columns=cols, filter=filter, batch_size=batch_size, use_threads=use_threads):
+                if batch.num_rows:
+                    yield batch
+            return
+        yield from self._scan_positional(dset, cols, filter, live, batch_size, use_threads)
+
+    def _scan_positional(self, dset: ds.Dataset, cols: list[str], filter: pc.Expression | None,  # noqa: A002
+                         live: LiveDocs, batch_size: int, use_threads: bool) -> Iterator[pa.RecordBatch]:
+        yield from _pipeline(self._runs(cols, filter, live, dset), batch_size, readahead=2 if use_threads else 0)
+
+    def _runs(self, cols: list[str], filter: pc.Expression | None, live: LiveDocs | None,  # noqa: A002
+              dset: ds.Dataset | None = None) -> list[Callable[[], pa.Table]]:
+        """Tasks, each reading one run of row groups (about :data:`SCAN_READ_BYTES`)
+        left by the filter's statistics pruning, with the live mask and the filter
+        applied; in row order."""
+        dset = dset if dset is not None else self._dataset()
+        pf = self._file()
+        md = pf.metadata
+        starts = self._group_starts()
+        groups: list[int] = []
+        for frag in dset.get_fragments():
+            parts = frag.split_by_row_group(filter) if filter is not None else frag.split_by_row_group()
+            groups.extend(p.row_groups[0].id for p in parts)
+        groups.sort()
+        if live is not None and live.live_count == 0:
+            return []
+        mask = live.mask() if live is not None and live.deleted_count else None
+        extra: list[str] = []
+        if filter is not None:
+            extra = [n for n in dset.schema.names if n not in cols and _mentions(filter, n)]
+        read_cols = cols + extra
+        leaf = {md.schema.column(i).path: i for i in range(md.num_columns)}
+        idx = [leaf[c] for c in read_cols if c in leaf]
+        where = self._where
+
+        def group_bytes(g: int) -> int:
+            rg = md.row_group(g)
+            return sum(rg.column(i).total_uncompressed_size for i in idx) if idx else rg.total_byte_size
+
+        def task(run: list[int]) -> pa.Table:
+            try:
+                t = pf.read_row_groups(run, columns=read_cols, use_threads=True)
+            except pa.ArrowException as exc:
+                raise SegmentCorrupted(where, f"cannot read row groups {run}: {exc}") from None
+            m = None
+            if mask is not None:
+                m = pa.concat_arrays([mask.slice(int(starts[x]), int(starts[x + 1] - starts[x])) for x in run])
+                if not m.false_count:
+                    m = None
+            if filter is not None and m is not None:
+                # one filtering pass for both: the live mask as a column of the filter
+                t = t.append_column(_LIVE_COLUMN, m).filter(filter & pc.field(_LIVE_COLUMN))
+                return t.select(cols)
+            if m is not None:
+                t = t.filter(m)
+            elif filter is not None and t.num_rows:
+                t = t.filter(filter)
+            return t.select(cols) if extra else t
+
+        tasks: list[Callable[[], pa.Table]] = []
+        run: list[int] = []
+        run_bytes = 0
+        for pos, g in enumerate(groups):
+            run.append(g)
+            run_bytes += group_bytes(g)
+            if run_bytes >= SCAN_READ_BYTES or pos + 1 == len(groups):
+                tasks.append(functools.partial(task, run))
+                run, run_bytes = [], 0
+        return tasks
+
+
+def lookup_segments(readers: Sequence[SegmentReader], ids: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """Find ``ids`` in every segment: ``(query_positions, segment_indexes, rows)``
+    (int64; ``segment_indexes`` index ``readers``), ordered by segment then query
+    position.  The ids' fingerprints are computed once for all segments."""
+    if isinstance(ids, pa.ChunkedArray):
+        ids = ids.combine_chunks()
+    if not pa.types.is_string(ids.type):
+        ids = ids.cast(pa.string())
+    fp = perm = None
+    if len(ids) > SegmentReader.SMALL_LOOKUP:
+        # fingerprints once, and the queries in fingerprint order: every segment's
+        # searchsorted then walks its index front to back (measured 2x faster)
+        fp = fingerprints(ids)
+        perm = np.argsort(fp, kind="stable")
+        fp = fp[perm]
+        ids = ids.take(pa.array(perm))
+    qs, segs, rows = [], [], []
+    for k, reader in enumerate(readers):
+        qp, r = reader.lookup(ids, id_fingerprints=fp)
+        if len(qp):
+            qpn = qp.to_numpy()
+            rn = r.to_numpy()
+            if perm is not None:
+                qpn = perm[qpn]
+                o = np.lexsort((rn, qpn))
+                qpn, rn = qpn[o], rn[o]
+            qs.append(qpn)
+            rows.append(rn)
+            segs.append(np.full(len(qpn), k, dtype=np.int64))
+    if not qs:
+        empty = pa.array([], pa.int64())
+        return empty, empty, empty
+    return (pa.array(np.concatenate(qs), pa.int64()), pa.array(np.concatenate(segs), pa.int64()),
+            pa.array(np.concatenate(rows), pa.int64()))
+
+
+def _pipeline(tasks: Sequence[Callable[[], pa.Table]], batch_size: int, readahead: int) -> Iterator[pa.RecordBatch]:
+    """Run ``tasks`` (GIL-free Arrow work) on a small pool, ``readahead`` ahead of
+    the consumer, yielding their batches in task order."""
+    if readahead <= 0 or len(tasks) <= 1:
+        for task in tasks:
+            t = task()
+            if t.num_rows:
+                yield from t.to_batches(max_chunksize=batch_size)
+        return
+    with ThreadPoolExecutor(readahead) as pool:
+        pending: deque = deque()
+        it = iter(tasks)
+        for task in it:
+            pending.append(pool.submit(task))
+            if len(pending) > readahead:
+                break
+        try:
+            while pending:
+                t = pending.popleft().result()
+                nxt = next(it, None)
+                if nxt is not None:
+                    pending.append(pool.submit(nxt))
+                if t.num_rows:
+                    yield from t.to_batches(max_chunksize=batch_size)
+        finally:
+            for f in pending:
+                f.cancel()
+
+
+def scan_segments(
+    segments: Sequence[tuple[SegmentReader, LiveDocs | None]],
+    columns: Sequence[str] | None = None,
+    filter: pc.Expression | None = None,  # noqa: A002 - the pyarrow name
+    *,
+    batch_size: int = 128 * 1024,
+    readahead: int | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """Scan several segments (each with its live docs, or None) as one stream, in
+    segment order: the row-group runs of every segment go through one small thread
+    pool (``readahead`` runs ahead, default the CPU count), so files are read in
+    parallel as a ``pyarrow.dataset`` over them would.  All the segments must have
+    the requested columns."""
+    tasks: list[Callable[[], pa.Table]] = []
+    for reader, live in segments:
+        if live is not None and live.doc_count != reader.info.doc_count:
+            raise ValueError(f"live docs of {live.doc_count} rows for segment {reader.info.name} of {reader.info.doc_count}")
+        if reader.info.doc_count == 0:
+            continue
+        dset = reader._dataset()
+        cols = list(columns) if columns is not None else list(dset.schema.names)
+        tasks.extend(reader._runs(cols, filter, live, dset))
+    yield from _pipeline(tasks, batch_size, readahead if readahead is not None else (os.cpu_count() or 2))
+
+
+def _mentions(expr: pc.Expression, name: str) -> bool:
+    # Expression has no public field listing; its text names the fields it reads.
+    text = str(expr)
+    return name in text
