@@ -433,32 +433,8 @@ class ShardDirectory:
 
     def scan(self, columns: Sequence[str] | None = None, filter: pc.Expression | None = None  # noqa: A002
              ) -> Iterator[pa.RecordBatch]:
-        """Live documents of the refreshed segments as batches with the mapping's full schema.
-
-        Segments holding every column the query needs are read together
-        (:func:`scan_segments`, parallel row-group reads, filter pushed down); an older
-        segment written before a field was mapped is read alone, its missing columns
-        filled with nulls before the filter is applied.
-        """
-        schema = pa.schema(list(BASE_SCHEMA) + list(self.mapping.arrow_schema()))
-        if columns is not None:
-            schema = pa.schema([schema.field(c) for c in columns])
-        needed = set(schema.names) | ({n for n in self.mapping if _mentions(filter, n)} if filter is not None else set())
-        full, partial = [], []
-        for reader, live in self.searchable_segments():
-            (full if needed <= set(reader.schema.names) else partial).append((reader, live))
-        if full:
-            for batch in scan_segments(full, columns=schema.names, filter=filter):
-                yield _conform(batch, schema)
-        for reader, live in partial:
-            wide = pa.schema(list(BASE_SCHEMA) + list(self.mapping.arrow_schema()))
-            for batch in reader.scan(columns=_present(reader, wide.names), live=live):
-                table = pa.Table.from_batches([_conform(batch, wide)])
-                if filter is not None:
-                    table = table.filter(filter)
-                for b in table.select(schema.names).to_batches():
-                    if b.num_rows:
-                        yield b
+        """Live documents of the refreshed segments as batches with the mapping's full schema."""
+        yield from scan_readers(self.searchable_segments(), self.mapping, columns, filter)
 
     def get(self, doc_id: str, *, realtime: bool = True) -> dict[str, Any] | None:
         """The newest live copy of ``doc_id`` (buffered operations too when ``realtime``), or None."""
@@ -505,6 +481,38 @@ class ShardDirectory:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def scan_readers(
+    segments: Sequence[tuple[SegmentReader, LiveDocs]],
+    mapping: Mapping,
+    columns: Sequence[str] | None = None,
+    filter: pc.Expression | None = None,  # noqa: A002 - the pyarrow name
+) -> Iterator[pa.RecordBatch]:
+    """Live rows of ``segments`` as batches of the mapping's schema (or ``columns``), filter applied.
+
+    Segments holding every column the query needs are read together
+    (:func:`scan_segments`: parallel row-group reads, filter pushed down to row-group
+    statistics); an older segment written before a field was mapped is read alone, its
+    missing columns filled with nulls before the filter is applied.
+    """
+    wide = pa.schema(list(BASE_SCHEMA) + list(mapping.arrow_schema()))
+    schema = wide if columns is None else pa.schema([wide.field(c) for c in columns])
+    needed = set(schema.names) | ({n for n in wide.names if _mentions(filter, n)} if filter is not None else set())
+    full, partial = [], []
+    for reader, live in segments:
+        (full if needed <= set(reader.schema.names) else partial).append((reader, live))
+    if full:
+        for batch in scan_segments(full, columns=schema.names, filter=filter):
+            yield _conform(batch, schema)
+    for reader, live in partial:
+        for batch in reader.scan(columns=_present(reader, wide.names), live=live):
+            table = pa.Table.from_batches([_conform(batch, wide)])
+            if filter is not None:
+                table = table.filter(filter)
+            for b in table.select(schema.names).to_batches():
+                if b.num_rows:
+                    yield b
 
 
 def _first_of_runs(sorted_ids: pa.Array) -> pa.BooleanArray:

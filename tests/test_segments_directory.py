@@ -130,7 +130,7 @@ def test_flush_writes_a_commit_point_and_reopen_sees_it(tmp_path: Path) -> None:
     sd.close()
     with pytest.raises(SegmentError, match="another writer"):
         two = ShardDirectory(str(tmp_path))
-        three = ShardDirectory(str(tmp_path))  # noqa: F841
+        ShardDirectory(str(tmp_path))
     two.close()
     sd = ShardDirectory(str(tmp_path))
     assert sd.count() == 48 and sd.get("d1") is None and sd.get("d3")["n"] == 3
