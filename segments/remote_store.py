@@ -41,7 +41,7 @@ from shardstore.segments.commit import CommitPoint, write_atomic, write_commit
 from shardstore.segments.errors import CommitConflict, CommitNotFound, SegmentCorrupted, SegmentError
 from shardstore.segments.gc import GcPlan, RemoteCommitRef, RemoteFileRef, plan_remote_gc
 from shardstore.segments.path_strategy import PathStrategy, PlainPathStrategy, parse_term_marker_key
-from shardstore.segments.records import crc32c
+from shardstore.segments.records import crc32c, decode_record, encode_record
 from shardstore.segments.remote_metadata import (
     DATA_DIR,
     METADATA_DIR,
@@ -95,6 +95,50 @@ class ShardAddress:
 
 def _join(prefix: str, key: str) -> str:
     return f"{prefix.rstrip('/')}/{key}"
+
+
+# --------------------------------------------------------------------------- the index's path strategy record
+
+STRATEGY_MAGIC = b"SSPS"
+STRATEGY_VERSION = 1
+
+
+def strategy_record_key(cluster_uuid: str, index_uuid: str) -> str:
+    """Where an index's path strategy is recorded: a fixed, strategy-independent key."""
+    PlainPathStrategy().shard_prefix(cluster_uuid, 0, index_uuid, 0, "segments")  # validates both UUIDs
+    return f"{cluster_uuid}/indices/{index_uuid}/path_strategy"
+
+
+def record_path_strategy(store: BlobStore, cluster_uuid: str, index_uuid: str, strategy: PathStrategy) -> PathStrategy:
+    """Record the index's strategy once (``if_absent``); a different recorded one raises CommitConflict.
+
+    The layout of existing data must never change: the first writer's choice wins and
+    every later primary (or reader) must use it.
+    """
+    key = strategy_record_key(cluster_uuid, index_uuid)
+    body = encode_record(STRATEGY_MAGIC, STRATEGY_VERSION, strategy.to_dict())
+    try:
+        store.put(key, body, if_absent=True)
+        return strategy
+    except BlobAlreadyExists:
+        recorded = load_path_strategy(store, cluster_uuid, index_uuid)
+        if recorded != strategy:
+            raise CommitConflict(
+                f"{store.location}/{key}: index {index_uuid} is laid out with {recorded.to_dict()}, "
+                f"not {strategy.to_dict()}; the path strategy never changes under existing data"
+            ) from None
+        return recorded
+
+
+def load_path_strategy(store: BlobStore, cluster_uuid: str, index_uuid: str) -> PathStrategy:
+    """The index's recorded path strategy (CommitNotFound if none was recorded)."""
+    key = strategy_record_key(cluster_uuid, index_uuid)
+    try:
+        data = store.get(key)
+    except BlobNotFound:
+        raise CommitNotFound(f"{store.location}/{key}: no path strategy recorded for index {index_uuid}") from None
+    _v, body = decode_record(data, magic=STRATEGY_MAGIC, supported=STRATEGY_VERSION, where=key, what="path strategy")
+    return PathStrategy.from_dict(body)
 
 
 # --------------------------------------------------------------------------- reading (no primary needed)
@@ -257,7 +301,12 @@ class RemoteSegmentStore:
     # -- fencing ----------------------------------------------------------------------------
 
     def claim_term(self) -> None:
-        """Record this primary's term for the shard (``if_absent``); CommitConflict if a newer term claimed it."""
+        """Record this primary's term for the shard (``if_absent``); CommitConflict if a newer term claimed it.
+
+        The index's path strategy is recorded first (once per index; a different one
+        already recorded is a CommitConflict), so the layout never changes under data.
+        """
+        record_path_strategy(self.store, self.address.cluster_uuid, self.address.index_uuid, self.address.strategy)
         key = self.address.strategy.term_marker_key(self.address.cluster_uuid, self.address.index_uuid,
                                                     self.address.shard, self.primary_term)
         try:

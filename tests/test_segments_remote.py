@@ -291,3 +291,21 @@ def test_open_commit_reads_live_docs_and_time_travels(store_factory, tmp_path: P
             f.write(b"\0\0\0\0")
     again = pickle.loads(pickle.dumps(open_commit(store, ADDR, cache_dir=str(tmp_path / "cache"))))
     assert sum(b.num_rows for b in again.scan(columns=["_id"])) == 50
+
+
+@pytest.mark.parametrize("backend", ["memory", "s3"], indirect=True)
+def test_the_path_strategy_is_recorded_once_per_index(store_factory, tmp_path: Path) -> None:
+    from shardstore.segments.path_strategy import PlainPathStrategy
+    from shardstore.segments.remote_store import load_path_strategy
+
+    store = store_factory()
+    hashed = ShardAddress("cluster-p", "index-p", 0, HashedPrefixPathStrategy(bits=6))
+    shard = Shard(tmp_path / "local")
+    RemoteSegmentStore(store, hashed, 1).upload(shard.path, shard.commit())
+    assert load_path_strategy(store, "cluster-p", "index-p") == HashedPrefixPathStrategy(bits=6)
+    for other in (PlainPathStrategy(), HashedPrefixPathStrategy(bits=8)):
+        with pytest.raises(CommitConflict, match="never changes"):
+            RemoteSegmentStore(store, ShardAddress("cluster-p", "index-p", 1, other), 1).claim_term()
+    RemoteSegmentStore(store, ShardAddress("cluster-p", "index-p", 1, HashedPrefixPathStrategy(bits=6)), 1).claim_term()
+    with pytest.raises(CommitNotFound):
+        load_path_strategy(store, "cluster-p", "never-written")
