@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from collections.abc import Mapping as MappingABC
 from dataclasses import dataclass, field
 from typing import Any
 
+from shardstore.fileio import write_atomic
 from shardstore.segments.errors import SegmentCorrupted
 from shardstore.segments.records import decode_record, encode_record
 from shardstore.segments.segment import SegmentInfo
@@ -161,33 +161,6 @@ def parse_commit_file_name(name: str) -> int | None:
     """The generation of a ``segments_N`` name, or None for any other file."""
     m = _COMMIT_RE.match(name)
     return int(m.group(1)) if m else None
-
-
-def fsync_dir(directory: str) -> None:
-    """fsync a directory so renames and creations in it are durable."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_atomic(directory: str, name: str, data: bytes) -> None:
-    """Write ``directory/name`` atomically: temp file, fsync, rename, fsync of the directory."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, os.path.join(directory, name))
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    fsync_dir(directory)
 
 
 def write_commit(directory: str, commit: CommitPoint) -> str:

@@ -41,9 +41,9 @@ from shardstore.segments.commit import (
     commit_file_name,
     list_commit_generations,
     read_commit,
-    write_atomic,
     write_commit,
 )
+from shardstore.fileio import write_atomic
 from shardstore.segments.errors import InvalidDocument, SegmentCorrupted, SegmentError
 from shardstore.segments.gc import local_deletable, retained_commits
 from shardstore.segments.livedocs import LiveDocs, livedocs_file_name
@@ -356,7 +356,7 @@ class ShardDirectory:
                     gen = seg.live_gen + 1
                     name = livedocs_file_name(seg.name, gen)
                     data = seg.live.encode()
-                    write_atomic(self.path, name, data)
+                    write_atomic(self.path, name, data, fsync=self._fsync)
                     seg.live_gen, seg.live_file, seg.live_size, seg.live_checksum = gen, name, len(data), crc32c(data)
                     seg.dirty = False
             prev = self.last_commit

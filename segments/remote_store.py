@@ -30,14 +30,15 @@ from __future__ import annotations
 import logging
 import os
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from shardstore.blobstores.base import BlobStore
 from shardstore.blobstores.errors import BlobAlreadyExists, BlobNotFound
 from shardstore.progress import Progress
-from shardstore.segments.commit import CommitPoint, write_atomic, write_commit
+from shardstore.fileio import write_atomic
+from shardstore.segments.commit import CommitPoint, write_commit
 from shardstore.segments.errors import CommitConflict, CommitNotFound, SegmentCorrupted, SegmentError
 from shardstore.segments.gc import GcPlan, RemoteCommitRef, RemoteFileRef, plan_remote_gc
 from shardstore.segments.path_strategy import PathStrategy, PlainPathStrategy, parse_term_marker_key
@@ -197,36 +198,36 @@ def latest_commit(store: BlobStore, address: ShardAddress, generation: int | Non
 
 
 def download_file(store: BlobStore, remote: RemoteFile, path: str) -> int:
-    """Download one blob to ``path`` (atomically), verifying size and CRC32C; returns its size."""
+    """Download one blob to ``path`` atomically, verifying size and CRC32C first; returns its size.
+
+    Blobs up to 64 MiB are read whole; bigger ones stream to ``<path>.part`` in 8 MiB
+    blocks, checksummed on the way.  Nothing lands at ``path`` unless it verified.
+    """
+    directory, name = os.path.split(path)
+    tmp = path + ".part"
+    crc, size = 0, 0
     try:
         if remote.size <= _STREAM_OVER:
             data = store.get(remote.key)
             crc, size = crc32c(data), len(data)
-            chunks: Iterable[bytes] = (data,)
         else:
-            data, crc, size, chunks = b"", 0, 0, ()
+            with store.open_read(remote.key) as src, open(tmp, "wb") as dst:
+                while block := src.read(8 * 1024 * 1024):
+                    crc, size = crc32c(block, crc), size + len(block)
+                    dst.write(block)
+                dst.flush()
+                os.fsync(dst.fileno())
     except BlobNotFound:
         raise SegmentCorrupted(remote.key, "blob named by the commit is missing") from None
-    directory, name = os.path.split(path)
-    if remote.size > _STREAM_OVER:
-        tmp = path + ".part"
-        with store.open_read(remote.key) as src, open(tmp, "wb") as dst:
-            while block := src.read(8 * 1024 * 1024):
-                crc = crc32c(block, crc)
-                size += len(block)
-                dst.write(block)
-            dst.flush()
-            os.fsync(dst.fileno())
-        if (size, crc) != (remote.size, remote.checksum):
-            os.unlink(tmp)
-            raise SegmentCorrupted(remote.key, f"size/CRC32C {size}/{crc:#010x}, the commit says "
-                                               f"{remote.size}/{remote.checksum:#010x}")
-        os.replace(tmp, path)
-        return size
     if (size, crc) != (remote.size, remote.checksum):
+        if os.path.exists(tmp):
+            os.unlink(tmp)
         raise SegmentCorrupted(remote.key, f"size/CRC32C {size}/{crc:#010x}, the commit says "
                                            f"{remote.size}/{remote.checksum:#010x}")
-    write_atomic(directory, name, b"".join(chunks))
+    if remote.size <= _STREAM_OVER:
+        write_atomic(directory, name, data)
+    else:
+        os.replace(tmp, path)
     return size
 
 

@@ -54,6 +54,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from shardstore.errors import UnsupportedFormatVersion
+from shardstore.fileio import fsync_dir
 
 from .errors import SegmentCorrupted
 from .livedocs import LiveDocs
@@ -253,17 +254,6 @@ def _row_group_rows(table: pa.Table) -> int:
     return int(min(MAX_ROW_GROUP_ROWS, max(MIN_ROW_GROUP_ROWS, TARGET_ROW_GROUP_BYTES // per_row)))
 
 
-def _fsync_dir(path: str) -> None:
-    try:
-        fd = os.open(path or ".", os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _stats(table: pa.Table, order: pa.Array | None) -> tuple[tuple[ColumnStats, ...], dict[str, Any]]:
     cols = []
     for name in table.column_names:
@@ -358,7 +348,7 @@ def write_segment(
                 os.fsync(raw.fileno())
         os.replace(tmp, path)
         if fsync:
-            _fsync_dir(directory)
+            fsync_dir(directory)
     except BaseException:
         try:
             os.unlink(tmp)

@@ -144,3 +144,58 @@ def test_translog_raw_baseline_writes_the_bytes_the_translog_writes(tmp_path: Pa
     preamble = _preamble()
     assert data[HEADER_SIZE : len(preamble)] == preamble[HEADER_SIZE:]  # the header differs by its UUID only
     assert data[len(preamble) :] == b"".join(encode_frame(b) for b in batches)
+
+
+def test_segments_quick_prints_json_figures_then_a_table(tmp_path: Path) -> None:
+    """``python -m benches segments --quick``: write, upload (file store), get, scan and refresh figures, format only."""
+    out_file = tmp_path / "segments.jsonl"
+    proc = _run("segments", "--quick", "--out", str(out_file), tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    lines = proc.stdout.splitlines()
+    assert "" in lines, f"no blank line before the table:\n{proc.stdout[-2000:]}"
+    cut = lines.index("")
+    json_lines, table = lines[:cut], lines[cut + 1 :]
+    figures = []
+    for line in json_lines:
+        fig = json.loads(line)
+        for key, kind in REQUIRED.items():
+            assert key in fig, f"{key!r} missing from {line}"
+            assert isinstance(fig[key], kind), f"{key!r} has the wrong type in {line}"
+        assert not isinstance(fig["value"], bool)
+        assert fig["bench"] == "segments"
+        assert fig["value"] > 0, line
+        figures.append(fig)
+
+    def having(name: str) -> list[dict]:
+        return [f for f in figures if f["name"] == name]
+
+    # 1. write: both inputs, both fsync settings, both sides, and a ratio with its target each
+    cells = {(i, s) for i in ("random", "sorted") for s in (False, True)}
+    got = {(f["params"]["input"], f["params"]["fsync"], f["params"]["impl"]) for f in having("write_mb_per_s")}
+    assert got == {(i, s, impl) for i, s in cells for impl in ("write_segment", "raw")}
+    assert {(f["params"]["input"], f["params"]["fsync"]) for f in having("write_ratio")} == cells
+    # 2. incremental upload on the file store: one new segment costs a few PUTs, not one per segment
+    append = [f for f in having("commit_puts") if f["params"]["kind"] == "append_segment"]
+    assert [f["params"]["backend"] for f in append] == ["file"]
+    assert append[0]["params"]["segments"] == 101 and append[0]["params"]["new_files"] == 1
+    assert any(f["params"]["kind"] == "update_1pct" for f in having("commit_bytes_uploaded"))
+    # 3. scan: three cases, without and with deletions, both sides and the ratio
+    for name in ("scan_rows_per_s", "scan_mb_per_s"):
+        got = {(f["params"]["case"], f["params"]["deleted"], f["params"]["impl"]) for f in having(name)}
+        assert got == {(c, d, i) for c in ("narrow", "wide", "filter") for d in ("none", "1pct")
+                       for i in ("shardstore", "raw")}, name
+    # 4. get: cold, first and warm passes
+    assert {f["params"]["pass"] for f in having("get_p50_ms")} == {"cold", "first", "warm"}
+    # 5. refresh of a 1% update, cold and warm id indexes
+    assert {f["params"]["index"] for f in having("refresh_update_seconds")} == {"cold", "warm"}
+
+    targeted = {f["name"] for f in figures if "target" in f}
+    assert targeted == {"write_ratio", "commit_puts", "commit_bytes_uploaded", "scan_ratio"}
+    assert all(isinstance(f["met"], bool) for f in figures if "target" in f)
+
+    assert table[0].split()[:2] == ["bench", "name"]
+    assert len(table) == 2 + len(figures)
+    assert out_file.read_text().splitlines() == json_lines
+    assert "[segments]" in proc.stderr
+    assert not list(tmp_path.glob("shardstore-bench-segments-*")), "temp files left behind"

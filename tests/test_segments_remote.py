@@ -309,3 +309,27 @@ def test_the_path_strategy_is_recorded_once_per_index(store_factory, tmp_path: P
     RemoteSegmentStore(store, ShardAddress("cluster-p", "index-p", 1, HashedPrefixPathStrategy(bits=6)), 1).claim_term()
     with pytest.raises(CommitNotFound):
         load_path_strategy(store, "cluster-p", "never-written")
+
+
+@pytest.mark.parametrize("backend", ["file", "s3", "azure"], indirect=True)
+def test_big_files_stream_up_and_down_with_checksums(store_factory, tmp_path: Path, monkeypatch) -> None:
+    """Files above the streaming threshold go through put_stream / open_read (threshold lowered for the test)."""
+    from shardstore.segments import remote_store
+
+    monkeypatch.setattr(remote_store, "_STREAM_OVER", 1024)
+    store = store_factory()
+    shard = Shard(tmp_path / "local")
+    c = shard.commit(300)
+    assert max(size for size, _ in c.files().values()) > 1024
+    md = RemoteSegmentStore(store, ADDR, 1).upload(shard.path, c)
+    result = restore(store, ADDR, str(tmp_path / "r"))
+    assert result.commit == c
+    assert ShardDirectory(str(tmp_path / "r")).count() == 300
+    big = next(f for f in md.files.values() if f.size > 1024)
+    data = bytearray(store.get(big.key))
+    data[-100] ^= 1
+    store.delete([big.key])
+    store.put(big.key, bytes(data))
+    with pytest.raises(CommitNotFound, match="CRC32C"):
+        restore(store, ADDR, str(tmp_path / "r2"))
+    assert not [p for p in (tmp_path / "r2").iterdir() if p.name.endswith(".part")]

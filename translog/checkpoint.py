@@ -44,11 +44,11 @@ from __future__ import annotations
 
 import os
 import struct
-import tempfile
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from shardstore.fileio import write_atomic
 from shardstore.translog.records import check_framing, check_version, checksum_for
 from shardstore.translog.errors import TranslogCorruptedError
 
@@ -131,37 +131,13 @@ class Checkpoint:
             raise TranslogCorruptedError(where, 0, str(exc)) from None
 
 
-def _fsync_dir(dir_path: str) -> None:
-    """fsync a directory, making a rename in it durable."""
-    fd = os.open(dir_path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_checkpoint(
     dir_path: str | os.PathLike[str], cp: Checkpoint, *, fsync: bool = True, name: str = CHECKPOINT_FILE
 ) -> None:
     """Replace ``dir_path/name`` atomically: temp file, fsync, rename, fsync of the directory."""
     directory = os.fspath(dir_path)
     data = cp.encode()
-    fd, tmp = tempfile.mkstemp(prefix=name + ".", suffix=_TEMP_SUFFIX, dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            if fsync:
-                os.fsync(f.fileno())
-        os.replace(tmp, os.path.join(directory, name))
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    if fsync:
-        _fsync_dir(directory)
+    write_atomic(directory, name, data, fsync=fsync, temp_suffix=_TEMP_SUFFIX)
 
 
 def read_checkpoint(dir_path: str | os.PathLike[str], name: str = CHECKPOINT_FILE) -> Checkpoint:
