@@ -22,6 +22,7 @@ from typing import Any, TextIO
 BENCHES: dict[str, str] = {
     "blobstore": "benches.blobstore",
     "translog": "benches.translog",
+    "segments": "benches.segments",
 }
 
 
