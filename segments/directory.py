@@ -32,6 +32,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -50,7 +51,14 @@ from shardstore.segments.livedocs import LiveDocs, livedocs_file_name
 from shardstore.segments.mapping import Mapping, parse_sources
 from shardstore.segments.merge_policy import SegmentStats, TieredMergePolicy
 from shardstore.segments.records import crc32c
-from shardstore.segments.segment import BASE_SCHEMA, SegmentReader, scan_segments, segment_file_name, write_segment
+from shardstore.segments.segment import (
+    BASE_SCHEMA,
+    SegmentReader,
+    lookup_segments,
+    scan_segments,
+    segment_file_name,
+    write_segment,
+)
 from shardstore.translog.operations import OpType
 
 log = logging.getLogger(__name__)
@@ -245,22 +253,25 @@ class ShardDirectory:
             stale = pa.array([False] * winners.num_rows) if winners.num_rows else pa.array([], pa.bool_())
             stale_np = stale.to_numpy(zero_copy_only=False).copy()
             marks: dict[str, Any] = {}
-            for seg in self._segments.values():
-                qpos, rows = seg.reader.lookup(w_ids)
-                if len(qpos) == 0:
-                    continue
-                live = seg.live.mask().take(rows)
-                qpos, rows = qpos.filter(live), rows.filter(live)
-                if len(qpos) == 0:
-                    continue
-                seg_seq = seg.reader.take(rows, ["_seq_no"]).column("_seq_no").combine_chunks()
-                newer_here = pc.greater(seg_seq, w_seq.take(qpos))
-                older = pc.invert(newer_here)
-                if pc.any(newer_here).as_py():
-                    stale_np[qpos.filter(newer_here).to_numpy()] = True
-                doomed = rows.filter(older)
-                if len(doomed):
-                    marks[seg.name] = doomed
+            segs = list(self._segments.values())
+            all_q, all_s, all_r = lookup_segments([s.reader for s in segs], w_ids) if segs and len(w_ids) else ([], [], [])
+            if len(all_q):
+                seg_of = pc.cast(all_s, pa.int64()).to_numpy()
+                bounds = np.flatnonzero(np.diff(seg_of)) + 1  # results come ordered by segment
+                for lo, hi in zip(np.concatenate([[0], bounds]), np.concatenate([bounds, [len(seg_of)]])):
+                    seg = segs[int(seg_of[lo])]
+                    qpos, rows = all_q.slice(lo, hi - lo), all_r.slice(lo, hi - lo)
+                    live = seg.live.mask().take(rows)
+                    qpos, rows = qpos.filter(live), rows.filter(live)
+                    if len(qpos) == 0:
+                        continue
+                    seg_seq = seg.reader.seq_nos().take(rows)
+                    newer_here = pc.greater(seg_seq, w_seq.take(qpos))
+                    if pc.any(newer_here).as_py():
+                        stale_np[qpos.filter(newer_here).to_numpy()] = True
+                    doomed = rows.filter(pc.invert(newer_here))
+                    if len(doomed):
+                        marks[seg.name] = doomed
             stale = pa.array(stale_np, pa.bool_())
             deleted = 0
             for name, rows in marks.items():

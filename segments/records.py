@@ -7,13 +7,15 @@ offset  size  type    field
 ======  ====  ======  ==========================================================
 0       4     bytes   magic (per record kind, e.g. ``b"SSCP"`` for a commit point)
 4       2     u16     format version of the record kind
-6       2     u16     flags (0; any other value is refused)
-8       4     u32     body length ``n``
-12      n     bytes   body: UTF-8 JSON object
+6       2     u16     flags: bit 0 set = the body is zstd-compressed; other bits refused
+8       4     u32     body length ``n`` (as stored)
+12      n     bytes   body: UTF-8 JSON object (zstd frame of it when flag bit 0 is set)
 12+n    4     u32     CRC32C (Castagnoli) of bytes 0..12+n-1
 ======  ====  ======  ==========================================================
 
-The CRC is checked before the version is believed: a flipped bit anywhere (the version
+Bodies over :data:`COMPRESS_OVER` bytes are stored compressed (commit metadata of a
+shard with many segments shrinks several times).  The CRC covers the stored bytes and
+is checked before the version is believed: a flipped bit anywhere (the version
 field included) is :class:`~shardstore.segments.errors.SegmentCorrupted`; an intact record
 of a newer version raises :class:`~shardstore.errors.UnsupportedFormatVersion`.
 """
@@ -25,11 +27,16 @@ import struct
 from typing import Any
 
 import google_crc32c
+import zstandard
 
 from shardstore.errors import UnsupportedFormatVersion
 from shardstore.segments.errors import SegmentCorrupted
 
 _HEAD = struct.Struct("<4sHHI")
+ZSTD_BODY = 0x1
+COMPRESS_OVER = 4096
+#: Decompressed bodies larger than this are refused as corrupt (a record is metadata, not data).
+MAX_BODY = 256 * 1024 * 1024
 _CRC = struct.Struct("<I")
 
 
@@ -43,7 +50,10 @@ def crc32c(data: bytes | bytearray | memoryview, crc: int = 0) -> int:
 def encode_record(magic: bytes, version: int, body: dict[str, Any]) -> bytes:
     """Frame a JSON ``body`` as a record of kind ``magic`` in format ``version``."""
     raw = json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
-    head = _HEAD.pack(magic, version, 0, len(raw)) + raw
+    flags = 0
+    if len(raw) > COMPRESS_OVER:
+        raw, flags = zstandard.ZstdCompressor(level=3).compress(raw), ZSTD_BODY
+    head = _HEAD.pack(magic, version, flags, len(raw)) + raw
     return head + _CRC.pack(crc32c(head))
 
 
@@ -66,11 +76,14 @@ def decode_record(
         raise SegmentCorrupted(where, f"{what} CRC32C mismatch (stored {stored:#010x}, computed {actual:#010x})")
     if version > supported:
         raise UnsupportedFormatVersion(f"{what} {where}", version, supported)
-    if version < 1 or flags != 0:
+    if version < 1 or flags & ~ZSTD_BODY:
         raise SegmentCorrupted(where, f"invalid {what} version {version} / flags {flags:#06x}")
+    payload = bytes(mv[_HEAD.size:end])
     try:
-        body = json.loads(bytes(mv[_HEAD.size:end]))
-    except ValueError as exc:
+        if flags & ZSTD_BODY:
+            payload = zstandard.ZstdDecompressor().decompress(payload, max_output_size=MAX_BODY)
+        body = json.loads(payload)
+    except (ValueError, zstandard.ZstdError) as exc:
         raise SegmentCorrupted(where, f"undecodable {what} body: {exc}") from None
     if not isinstance(body, dict):
         raise SegmentCorrupted(where, f"{what} body is not a JSON object")

@@ -748,6 +748,10 @@ class SegmentReader:
             self._ds = ds.dataset(self.path, format="parquet")
         return self._ds
 
+    def seq_nos(self) -> pa.Array:
+        """The ``_seq_no`` column in row order (read once, then cached)."""
+        return self._seq_nos()[0]
+
     def _seq_nos(self) -> tuple[pa.Array, bool]:
         """The ``_seq_no`` column (row order) and whether its values are unique."""
         cached = self.__dict__.get("_seq_cache")

@@ -333,3 +333,19 @@ def test_big_files_stream_up_and_down_with_checksums(store_factory, tmp_path: Pa
     with pytest.raises(CommitNotFound, match="CRC32C"):
         restore(store, ADDR, str(tmp_path / "r2"))
     assert not [p for p in (tmp_path / "r2").iterdir() if p.name.endswith(".part")]
+
+
+def test_big_metadata_bodies_are_compressed_and_checked(tmp_path: Path) -> None:
+    from shardstore.segments.records import COMPRESS_OVER, decode_record, encode_record
+
+    body = {"files": {f"seg_{i:05d}.parquet": [f"cluster/1/index/0/segments/data/seg_{i:05d}__x", i, i * 7]
+                      for i in range(500)}}
+    raw = encode_record(b"TEST", 1, body)
+    assert len(raw) < len(str(body)) / 3 and len(str(body)) > COMPRESS_OVER
+    assert decode_record(raw, magic=b"TEST", supported=1, where="w", what="t") == (1, body)
+    flipped = bytearray(raw)
+    flipped[len(raw) // 2] ^= 4
+    with pytest.raises(SegmentCorrupted, match="CRC32C"):
+        decode_record(bytes(flipped), magic=b"TEST", supported=1, where="w", what="t")
+    small = encode_record(b"TEST", 1, {"a": 1})
+    assert b'{"a":1}' in small  # small bodies stay plain JSON
