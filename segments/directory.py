@@ -44,6 +44,7 @@ from shardstore.segments.commit import (
     read_commit,
     write_commit,
 )
+from shardstore.errors import InvalidError
 from shardstore.fileio import write_atomic
 from shardstore.segments.errors import InvalidDocument, SegmentCorrupted, SegmentError
 from shardstore.segments.gc import local_deletable, retained_commits
@@ -508,6 +509,10 @@ def scan_readers(
     missing columns filled with nulls before the filter is applied.
     """
     wide = pa.schema(list(BASE_SCHEMA) + list(mapping.arrow_schema()))
+    unknown = [c for c in (columns or ()) if c not in wide.names]
+    if unknown:
+        raise InvalidError(f"unknown column(s) {unknown}: neither a metadata column nor a mapped field "
+                           f"(mapped: {list(mapping)})")
     schema = wide if columns is None else pa.schema([wide.field(c) for c in columns])
     needed = set(schema.names) | ({n for n in wide.names if _mentions(filter, n)} if filter is not None else set())
     full, partial = [], []

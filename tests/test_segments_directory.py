@@ -217,3 +217,14 @@ def test_a_missing_or_resized_segment_file_is_named_on_open(tmp_path: Path) -> N
     seg.unlink()
     with pytest.raises(SegmentCorrupted, match="missing"):
         ShardDirectory(str(tmp_path))
+
+
+def test_scanning_an_unknown_column_names_it(tmp_path: Path) -> None:
+    from shardstore.errors import InvalidError
+
+    sd = ShardDirectory(str(tmp_path))
+    sd.apply(docs(0, ["a"]))
+    sd.refresh()
+    with pytest.raises(InvalidError, match="nope"):
+        list(sd.scan(columns=["_id", "nope"]))
+    sd.close()

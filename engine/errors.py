@@ -1,0 +1,140 @@
+"""Typed errors of the engine (indices, shards, nodes, transport), under the kinds of :mod:`shardstore.errors`.
+
+Each class sits under exactly one kind, so a caller may catch by subsystem
+(``EngineError``) or by what to do about it (``ConflictError``: re-read, ``UnavailableError``:
+retry later...).  Every message names what was wrong and says whether the operation was
+applied: "not applied", "NOT acknowledged", or, for a lost response, "may have been applied".
+"""
+
+from __future__ import annotations
+
+from shardstore.errors import ConflictError, InvalidError, NotFoundError, ShardstoreError, UnavailableError
+
+
+class EngineError(ShardstoreError):
+    """Base of every engine error."""
+
+
+class VersionConflict(EngineError, ConflictError):
+    """An ``if_seq_no`` / ``if_primary_term`` condition did not hold; the write was not applied.
+
+    ``actual_seq_no`` / ``actual_primary_term`` are None when the document does not exist.
+    """
+
+    def __init__(
+        self,
+        doc_id: str,
+        expected_seq_no: int,
+        expected_primary_term: int,
+        actual_seq_no: int | None,
+        actual_primary_term: int | None,
+        *,
+        index: str | None = None,
+        shard: int | None = None,
+    ) -> None:
+        where = "".join(f"[{p}]" for p in (index, shard) if p is not None)
+        where = f"{where} " if where else ""
+        if actual_seq_no is None:
+            current = "the document does not exist"
+        else:
+            current = f"the current document has seq_no [{actual_seq_no}] and primary term [{actual_primary_term}]"
+        super().__init__(
+            f"{where}document {doc_id!r}: version conflict, required seq_no [{expected_seq_no}] and "
+            f"primary term [{expected_primary_term}] but {current}; the write was not applied"
+        )
+        self.doc_id = doc_id
+        self.expected_seq_no = expected_seq_no
+        self.expected_primary_term = expected_primary_term
+        self.actual_seq_no = actual_seq_no
+        self.actual_primary_term = actual_primary_term
+        self.index = index
+        self.shard = shard
+
+
+class StalePrimary(EngineError, ConflictError):
+    """A copy acted as primary but its term was superseded (or it is no primary at all).
+
+    The message always says the operation was NOT acknowledged: a client must not count
+    such a write as durable (it may exist on the stale copy, never in the acked history).
+    """
+
+    def __init__(self, message: str, *, term: int | None = None, current_term: int | None = None) -> None:
+        if "acknowledged" not in message.lower():
+            message = f"{message}; the operation was NOT acknowledged"
+        super().__init__(message)
+        self.term = term
+        self.current_term = current_term
+
+
+class OperationTermTooOld(EngineError, ConflictError):
+    """A replica refused operations of a primary term below the one it knows; they were not applied."""
+
+    def __init__(self, message: str, *, op_term: int | None = None, known_term: int | None = None) -> None:
+        super().__init__(message)
+        self.op_term = op_term
+        self.known_term = known_term
+
+
+class IndexNotFound(EngineError, NotFoundError):
+    """The index named does not exist; nothing was applied."""
+
+    def __init__(self, index: str) -> None:
+        super().__init__(f"no such index [{index}]; nothing was applied")
+        self.index = index
+
+
+class IndexAlreadyExists(EngineError, ConflictError):
+    """An index of that name exists already; it was not created again (nor changed)."""
+
+    def __init__(self, index: str) -> None:
+        super().__init__(f"index [{index}] already exists; it was not created again")
+        self.index = index
+
+
+class NodeNotFound(EngineError, NotFoundError):
+    """The node named is not part of the cluster; nothing was applied."""
+
+    def __init__(self, node: str) -> None:
+        super().__init__(f"no such node [{node}]; nothing was applied")
+        self.node = node
+
+
+class ShardUnavailable(EngineError, UnavailableError):
+    """A shard has no active primary (or its node is down); the operation was not applied, retry later."""
+
+    def __init__(self, index: str, shard: int, reason: str) -> None:
+        super().__init__(f"[{index}][{shard}] unavailable: {reason}; the operation was not applied, retry later")
+        self.index = index
+        self.shard = shard
+        self.reason = reason
+
+
+class NodeDisconnected(EngineError, UnavailableError):
+    """The transport could not deliver a request, or its response, between two nodes.
+
+    ``delivered`` is False when the request never reached the target (nothing was
+    applied), True when the target handled it but the response was lost (it may have
+    been applied: the ambiguous case), None when unknown (timeout).
+    """
+
+    def __init__(self, sender: str, target: str, action: str, reason: str, *, delivered: bool | None = False) -> None:
+        if delivered is False:
+            outcome = "the request was not delivered, nothing was applied"
+        elif delivered:
+            outcome = "the request was delivered but its response was lost; it may have been applied"
+        else:
+            outcome = "no response in time; the request may have been applied"
+        super().__init__(f"[{action}] {sender} -> {target}: {reason}; {outcome}")
+        self.sender = sender
+        self.target = target
+        self.action = action
+        self.reason = reason
+        self.delivered = delivered
+
+
+class InvalidRequest(EngineError, InvalidError):
+    """A request is malformed (bad shard count, missing id...); nothing was applied."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"invalid request: {reason}; nothing was applied")
+        self.reason = reason

@@ -1,0 +1,267 @@
+"""One copy of a shard on one node: translog + shard directory + checkpoints, primary or replica.
+
+Write path of a primary (:meth:`ShardCopy.primary_apply`), seeds 004 and 003:
+
+1. the bulk's seq# range is handed out at once (``tracker.generate_seq_nos``);
+2. the batch is stamped and applied to the directory first: the mapping parse can
+   reject it (``MappingConflict``), and then nothing was written anywhere;
+3. it is appended to the translog; with a remote store and ``request`` durability the
+   append returns only once the remote translog upload covering it landed;
+4. the seq#s are marked processed; the caller replicates the stamped batch and
+   acknowledges only after every in-sync copy answered (``replica_apply``).
+
+A replica refuses a batch whose term is below the term it knows (``OperationTermTooOld``).
+
+:meth:`ShardCopy.flush` commits the directory (``segments_N`` with the local checkpoint
+and the translog position), uploads the new files and the remote commit, then purges
+local translog generations the commit covers and remote ones the *remote* commit
+covers (``translog.purge``'s pure rules).  Promotion (:meth:`promote`) rolls the
+translog to the new term, fills seq# gaps with no-ops, trims older-term ops above its
+max seq#, and claims the term in the blob store, which fences the old primary's next
+commit.  :meth:`recover_from_remote` rebuilds a copy from the blob store alone: newest
+valid remote commit of the newest term, then the remote translog above its checkpoint.
+See docs/design/engine.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from shardstore.blobstores.base import BlobStore
+from shardstore.engine.errors import OperationTermTooOld, StalePrimary
+from shardstore.segments.directory import ShardDirectory
+from shardstore.segments.errors import CommitConflict, CommitNotFound
+from shardstore.segments.path_strategy import PathStrategy, PlainPathStrategy
+from shardstore.segments.remote_store import RemoteSegmentStore, ShardAddress, list_terms, restore
+from shardstore.translog.local import LocalTranslog
+from shardstore.translog.operations import SCHEMA, OpType, stamp, unstamped_batch
+from shardstore.translog.remote import RemoteTranslog
+from shardstore.translog.tracker import NO_OPS_PERFORMED, LocalCheckpointTracker
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ShardSpec:
+    """What identifies a shard and how it is stored."""
+
+    cluster_uuid: str
+    index_uuid: str
+    shard: int
+    durability: str = "request"
+    mapping: dict = field(default_factory=dict)
+    strategy: PathStrategy = field(default_factory=PlainPathStrategy)
+    buffer_interval: float = 0.05
+    upload_timeout: float = 30.0
+
+    @property
+    def address(self) -> ShardAddress:
+        """Where the shard's blobs live."""
+        return ShardAddress(self.cluster_uuid, self.index_uuid, self.shard, self.strategy)
+
+
+class ShardCopy:
+    """One copy (primary or replica) of one shard on one node's disk."""
+
+    def __init__(self, spec: ShardSpec, data_dir: str, store: BlobStore | None, *, primary_term: int,
+                 primary: bool) -> None:
+        self.spec = spec
+        self.store = store
+        self.path = os.path.join(data_dir, spec.index_uuid, str(spec.shard))
+        self.primary = primary
+        self.primary_term = primary_term
+        self._lock = threading.RLock()
+        self.directory = ShardDirectory(os.path.join(self.path, "index"), mapping=spec.mapping)
+        commit = self.directory.last_commit
+        self.translog = LocalTranslog(os.path.join(self.path, "translog"), primary_term=primary_term,
+                                      durability="request" if spec.durability == "request" else "async")
+        start = commit.local_checkpoint if commit else NO_OPS_PERFORMED
+        self.tracker = LocalCheckpointTracker(max_seq_no=start, local_checkpoint=start)
+        self._replay_local_translog(start)
+        self.global_checkpoint = NO_OPS_PERFORMED
+        self.remote_translog: RemoteTranslog | None = None
+        self.remote_segments: RemoteSegmentStore | None = None
+        if primary:
+            self._start_remote()
+
+    # -- set-up -----------------------------------------------------------------------------
+
+    def _replay_local_translog(self, above: int) -> None:
+        """Re-apply operations the local translog holds above the last commit (restart)."""
+        for batch in self.translog.read_operations(above + 1):
+            self._apply_stamped(batch, log_it=False)
+
+    def _start_remote(self) -> None:
+        if self.store is None:
+            return
+        addr = self.spec.address
+        self.remote_segments = RemoteSegmentStore(self.store, addr, self.primary_term)
+        self.remote_segments.claim_term()  # fences every older-term primary's next commit
+        if self.spec.durability == "request":
+            self.remote_translog = RemoteTranslog(
+                self.translog, self.store, addr.translog_prefix(self.primary_term),
+                buffer_interval=self.spec.buffer_interval, upload_timeout=self.spec.upload_timeout)
+
+    # -- writes -----------------------------------------------------------------------------
+
+    @property
+    def local_checkpoint(self) -> int:
+        """Every op <= it was applied on this copy."""
+        return self.tracker.processed_checkpoint
+
+    @property
+    def max_seq_no(self) -> int:
+        """The highest seq# this copy generated or saw."""
+        return self.tracker.max_seq_no
+
+    def primary_apply(self, ops: pa.RecordBatch) -> pa.RecordBatch:
+        """Stamp an unstamped bulk with a contiguous seq# range, apply it and make it durable; returns it stamped."""
+        with self._lock:
+            if not self.primary:
+                raise StalePrimary(f"{self.path}: not a primary (term {self.primary_term}); nothing was applied")
+            first = self.tracker.generate_seq_nos(ops.num_rows)
+            stamped = stamp(ops, first, self.primary_term)
+        self._apply_stamped(stamped)
+        return stamped
+
+    def replica_apply(self, stamped: pa.RecordBatch, term: int, global_checkpoint: int) -> int:
+        """Apply a batch the primary stamped; returns this copy's local checkpoint."""
+        with self._lock:
+            if term < self.primary_term:
+                raise OperationTermTooOld(
+                    f"{self.path}: operations of term {term} refused, this copy knows term {self.primary_term}; "
+                    f"not applied")
+            if term > self.primary_term:
+                self.primary_term = term
+        self._apply_stamped(stamped)
+        self.update_global_checkpoint(global_checkpoint)
+        return self.local_checkpoint
+
+    def _apply_stamped(self, stamped: pa.RecordBatch, *, log_it: bool = True) -> None:
+        if stamped.num_rows == 0:
+            return
+        self.directory.apply(stamped)  # mapping conflicts refuse the batch before anything is logged
+        if log_it:
+            if self.remote_translog is not None:
+                self.remote_translog.add(stamped)  # returns once the upload covering it landed
+            else:
+                self.translog.add(stamped)
+        seqs = stamped.column("seq_no")
+        self.tracker.mark_processed(seqs)
+
+    def update_global_checkpoint(self, seq_no: int) -> None:
+        """Learn a newer global checkpoint (never lowers it)."""
+        if seq_no > self.global_checkpoint:
+            self.global_checkpoint = seq_no
+            self.translog.set_global_checkpoint(seq_no)
+
+    def fill_gaps(self) -> int:
+        """Mark every missing seq# up to max_seq_no with a no-op of the current term (promotion); returns how many."""
+        with self._lock:
+            top = self.max_seq_no
+            lc = self.local_checkpoint
+            if top <= lc:
+                return 0
+            missing = [s for lo, hi in _gaps(self.tracker.pending_processed_ranges(), lc, top) for s in range(lo, hi + 1)]
+            if not missing:
+                return 0
+            n = len(missing)
+            batch = unstamped_batch([int(OpType.NO_OP)] * n, [None] * n, [None] * n, [None] * n,
+                                    ["filling gaps after primary promotion"] * n)
+            stamped = pa.RecordBatch.from_arrays(
+                [pa.array(missing, pa.int64()), pa.array([self.primary_term] * n, pa.int64())] + list(batch.columns),
+                schema=SCHEMA)
+        self._apply_stamped(stamped)
+        return n
+
+    # -- promotion --------------------------------------------------------------------------
+
+    def promote(self, new_term: int) -> None:
+        """Become primary of ``new_term``: roll the translog, fill gaps, trim older-term ops above max, fence."""
+        with self._lock:
+            if new_term <= self.primary_term and self.primary:
+                raise StalePrimary(f"{self.path}: promotion to term {new_term} but already primary of {self.primary_term}")
+            self.primary_term = new_term
+            self.translog.roll_generation(new_term)
+            self.translog.trim_operations_above(self.max_seq_no, new_term)
+            self.primary = True
+            self._start_remote()
+        self.fill_gaps()
+
+    # -- flush ------------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Commit locally, upload the commit, then purge what the (remote) commit covers."""
+        with self._lock:
+            checkpoint = self.local_checkpoint
+            self.translog.roll_generation()
+            commit = self.directory.flush(
+                local_checkpoint=checkpoint, primary_term=self.primary_term,
+                translog_uuid=str(self.translog.translog_uuid), translog_generation=self.translog.generation,
+                user_data={"global_checkpoint": str(self.global_checkpoint)})
+            if self.remote_segments is not None:
+                self.directory.lock_commit(commit.generation)
+                try:
+                    self.remote_segments.upload(self.directory.path, commit)
+                except CommitConflict as exc:
+                    raise StalePrimary(f"{self.path}: {exc}; this primary was superseded") from exc
+                finally:
+                    self.directory.release_commit(commit.generation)
+                if self.remote_translog is not None:
+                    self.remote_translog.upload()
+                    self.remote_translog.purge(checkpoint, self.primary_term)
+            retention = min(checkpoint, self.global_checkpoint) if not self.primary else checkpoint
+            self.translog.purge(
+                last_commit_local_checkpoint=checkpoint, retention_seq_no=retention,
+                min_unuploaded_generation=(self.remote_translog.min_unuploaded_generation
+                                           if self.remote_translog is not None else None))
+
+    # -- recovery ---------------------------------------------------------------------------
+
+    @classmethod
+    def recover_from_remote(cls, spec: ShardSpec, data_dir: str, store: BlobStore, *, primary_term: int,
+                            primary: bool = True) -> ShardCopy:
+        """Rebuild a copy on an empty disk: newest valid remote commit, then the remote translog above it."""
+        path = os.path.join(data_dir, spec.index_uuid, str(spec.shard))
+        addr = spec.address
+        try:
+            result = restore(store, addr, os.path.join(path, "index"))
+            above = result.commit.local_checkpoint
+        except CommitNotFound:
+            above = NO_OPS_PERFORMED
+        prefixes = [addr.translog_prefix(t) for t in list_terms(store, addr)]
+        # terms only grow along seq#s: start the empty log at term 1, it rolls as replayed terms rise
+        copy = cls(spec, data_dir, store, primary_term=1, primary=False)
+        for batch in RemoteTranslog.read_operations(store, prefixes, above + 1):
+            copy.tracker.advance_max_seq_no(pc.max(batch.column("seq_no")).as_py())
+            copy._apply_stamped(batch)  # logged in this copy's own local translog
+        if primary:
+            copy.promote(primary_term)
+        return copy
+
+    def close(self) -> None:
+        """Stop uploads and release files (what is not durable is lost, like a node stop)."""
+        if self.remote_translog is not None:
+            self.remote_translog.close()
+        self.translog.close()
+        self.directory.close()
+
+
+def _gaps(pending: list[tuple[int, int]], checkpoint: int, top: int) -> list[tuple[int, int]]:
+    """The seq# ranges in (checkpoint, top] not covered by ``pending`` completed ranges."""
+    out, cur = [], checkpoint + 1
+    for lo, hi in sorted(pending):
+        if lo > cur:
+            out.append((cur, min(lo - 1, top)))
+        cur = max(cur, hi + 1)
+        if cur > top:
+            break
+    if cur <= top:
+        out.append((cur, top))
+    return out

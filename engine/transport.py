@@ -1,0 +1,453 @@
+"""In-process transport between the nodes of one cluster, with fault injection.
+
+Nodes run in one process; each registers a handler ``handler(action, request) ->
+response`` under its name.  :meth:`Transport.send` calls the target's handler in the
+caller's thread and returns its response; an exception the handler raises propagates to
+the caller unchanged.  Anything that stops a message raises :class:`NodeDisconnected`
+instead, whose ``delivered`` attribute tells the two cases apart:
+
+- ``delivered=False``: the request never reached the handler (unknown or unregistered
+  target, partition, dropped or timed-out request); nothing was applied;
+- ``delivered=True``: the handler ran but the response was lost (dropped response, a
+  partition or the target's death while it handled the request, response timeout): the
+  operation may have been applied.  Shard logic must treat it as unknown.
+
+A network transport can replace this class later: shard logic only uses ``register``,
+``unregister`` and ``send``.
+
+Fault injection (all thread-safe, all removable):
+
+- :meth:`partition` / :meth:`isolate` / :meth:`heal`: block both directions between
+  groups of nodes (a node never is partitioned from itself);
+- :meth:`drop`: lose requests or responses matching an action glob, a sender and a
+  target, skipping the first ``after`` matches and firing at most ``times`` times, each
+  with a ``probability`` drawn from a seeded per-rule random stream (deterministic for
+  a given sequence of sends);
+- :meth:`delay`: sleep before delivering a request or a response (bounded by ``timeout``);
+- :meth:`on`: run ``hook(sender, target, action, request)`` right before delivery, e.g.
+  to kill the target mid-operation; a hook that raises aborts the send with its error.
+
+Each call returns a :class:`Rule`; ``rule.remove()`` takes it out, ``rule.fired`` counts
+its firings.  :meth:`stats` counts messages per action.
+
+Order of one send: request drops, request delays, hooks, reachability check (registered,
+not partitioned), handler, response drops, response delays, reachability check again.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from shardstore.engine.errors import InvalidRequest, NodeDisconnected, NodeNotFound
+
+Handler = Callable[[str, Any], Any]
+Hook = Callable[[str, str, str, Any], None]
+
+_DIRECTIONS = ("request", "response")
+
+
+def _names(value: str | Iterable[str] | None) -> frozenset[str] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return frozenset((value,))
+    return frozenset(value)
+
+
+@dataclass
+class ActionStats:
+    """Message counters of one action (a snapshot when returned by :meth:`Transport.stats`)."""
+
+    sent: int = 0  # send() calls
+    delivered: int = 0  # handler invoked
+    responded: int = 0  # response (or handler error) handed back to the caller
+    errors: int = 0  # handler raised (counted whether or not the error reached the caller)
+    dropped_requests: int = 0
+    dropped_responses: int = 0
+    disconnected: int = 0  # NodeDisconnected raised to the caller, for any reason
+    timed_out: int = 0
+
+
+class Rule:
+    """One injected fault (drop, delay or hook); matches by action glob, sender and target."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        kind: str,
+        action_glob: str,
+        sender: str | Iterable[str] | None,
+        target: str | Iterable[str] | None,
+        times: int | None,
+        after: int,
+        direction: str,
+        probability: float,
+        rng: random.Random,
+        seconds: float = 0.0,
+        hook: Hook | None = None,
+    ) -> None:
+        if direction not in _DIRECTIONS:
+            raise InvalidRequest(f"direction must be one of {_DIRECTIONS}, not {direction!r}")
+        if times is not None and times < 0:
+            raise InvalidRequest(f"times must be >= 0 or None, not {times}")
+        if after < 0:
+            raise InvalidRequest(f"after must be >= 0, not {after}")
+        if not 0.0 <= probability <= 1.0:
+            raise InvalidRequest(f"probability must be within [0, 1], not {probability}")
+        if seconds < 0:
+            raise InvalidRequest(f"a delay must be >= 0 seconds, not {seconds}")
+        self._transport = transport
+        self.kind = kind
+        self.action_glob = action_glob
+        self.senders = _names(sender)
+        self.targets = _names(target)
+        self.times = times
+        self.after = after
+        self.direction = direction
+        self.probability = probability
+        self.seconds = seconds
+        self.hook = hook
+        self._rng = rng
+        self.matched = 0  # messages that matched the filters (including those skipped by after/probability)
+        self.fired = 0
+
+    def matches(self, sender: str, target: str, action: str) -> bool:
+        return (
+            (self.senders is None or sender in self.senders)
+            and (self.targets is None or target in self.targets)
+            and fnmatch.fnmatchcase(action, self.action_glob)
+        )
+
+    def _fire(self) -> bool:
+        """Count a match; True when the rule fires for it (the transport's lock is held)."""
+        self.matched += 1
+        if self.matched <= self.after:
+            return False
+        if self.times is not None and self.fired >= self.times:
+            return False
+        if self.probability < 1.0 and self._rng.random() >= self.probability:
+            return False
+        self.fired += 1
+        return True
+
+    @property
+    def exhausted(self) -> bool:
+        return self.times is not None and self.fired >= self.times
+
+    def remove(self) -> None:
+        """Take the rule out of its transport (idempotent)."""
+        self._transport._remove_rule(self)
+
+    def __repr__(self) -> str:
+        return (
+            f"Rule({self.kind} {self.direction} {self.action_glob!r} sender={sorted(self.senders or [])} "
+            f"target={sorted(self.targets or [])} fired={self.fired})"
+        )
+
+
+@dataclass
+class _Partition:
+    a: frozenset[str]
+    b: frozenset[str] | None  # None: everyone but a (isolate)
+
+    def blocks(self, x: str, y: str) -> bool:
+        if x == y:
+            return False
+        if self.b is None:
+            return (x in self.a) != (y in self.a)
+        return (x in self.a and y in self.b) or (x in self.b and y in self.a)
+
+
+@dataclass
+class _Registration:
+    handler: Handler
+    token: object = field(default_factory=object)
+
+
+class Transport:
+    """In-process transport: named nodes, synchronous delivery, injectable faults."""
+
+    def __init__(self, *, seed: int = 0, default_timeout: float | None = None) -> None:
+        self._lock = threading.RLock()
+        self._nodes: dict[str, _Registration] = {}
+        self._partitions: list[_Partition] = []
+        self._rules: list[Rule] = []
+        self._stats: dict[str, ActionStats] = {}
+        self._seed = seed
+        self._rule_counter = 0
+        self.default_timeout = default_timeout
+
+    # -- nodes --------------------------------------------------------------------------------
+
+    def register(self, node: str, handler: Handler) -> None:
+        """Make ``node`` reachable; ``handler(action, request)`` answers its requests."""
+        if not isinstance(node, str) or not node:
+            raise InvalidRequest(f"a node name must be a non-empty string, not {node!r}")
+        if not callable(handler):
+            raise InvalidRequest(f"the handler of node {node!r} is not callable")
+        with self._lock:
+            if node in self._nodes:
+                raise InvalidRequest(f"node {node!r} is registered already (unregister it first)")
+            self._nodes[node] = _Registration(handler)
+
+    def unregister(self, node: str) -> None:
+        """Make ``node`` unreachable (it died); requests it is handling lose their responses."""
+        with self._lock:
+            if self._nodes.pop(node, None) is None:
+                raise NodeNotFound(node)
+
+    def nodes(self) -> frozenset[str]:
+        """The names of the registered nodes."""
+        with self._lock:
+            return frozenset(self._nodes)
+
+    def is_registered(self, node: str) -> bool:
+        with self._lock:
+            return node in self._nodes
+
+    # -- partitions -----------------------------------------------------------------------------
+
+    def partition(self, group_a: Iterable[str], group_b: Iterable[str]) -> None:
+        """Block every message between a node of ``group_a`` and one of ``group_b`` (both ways)."""
+        a, b = frozenset(group_a), frozenset(group_b)
+        if a & b:
+            raise InvalidRequest(f"a partition's groups must be disjoint; both hold {sorted(a & b)}")
+        with self._lock:
+            self._partitions.append(_Partition(a, b))
+
+    def isolate(self, node: str) -> None:
+        """Block every message between ``node`` and any other node, registered now or later."""
+        with self._lock:
+            self._partitions.append(_Partition(frozenset((node,)), None))
+
+    def heal(self) -> None:
+        """Remove every partition (drops, delays and hooks stay)."""
+        with self._lock:
+            self._partitions.clear()
+
+    def connected(self, x: str, y: str) -> bool:
+        """True when no partition separates ``x`` and ``y`` (whether or not they are registered)."""
+        with self._lock:
+            return not any(p.blocks(x, y) for p in self._partitions)
+
+    # -- rules ------------------------------------------------------------------------------------
+
+    def _add_rule(self, kind: str, **kwargs: Any) -> Rule:
+        with self._lock:
+            self._rule_counter += 1
+            rng = random.Random(f"{self._seed}/{self._rule_counter}")
+            rule = Rule(self, kind, rng=rng, **kwargs)
+            self._rules.append(rule)
+            return rule
+
+    def _remove_rule(self, rule: Rule) -> None:
+        with self._lock:
+            if rule in self._rules:
+                self._rules.remove(rule)
+
+    def drop(
+        self,
+        action_glob: str = "*",
+        sender: str | Iterable[str] | None = None,
+        target: str | Iterable[str] | None = None,
+        times: int | None = None,
+        after: int = 0,
+        direction: str = "request",
+        probability: float = 1.0,
+    ) -> Rule:
+        """Lose matching requests (the handler does not run) or responses (it ran; the caller cannot know)."""
+        return self._add_rule(
+            "drop", action_glob=action_glob, sender=sender, target=target, times=times, after=after,
+            direction=direction, probability=probability)
+
+    def delay(
+        self,
+        seconds: float,
+        action_glob: str = "*",
+        sender: str | Iterable[str] | None = None,
+        target: str | Iterable[str] | None = None,
+        times: int | None = None,
+        after: int = 0,
+        direction: str = "request",
+        probability: float = 1.0,
+    ) -> Rule:
+        """Sleep ``seconds`` before delivering matching requests (or handing back their responses)."""
+        return self._add_rule(
+            "delay", action_glob=action_glob, sender=sender, target=target, times=times, after=after,
+            direction=direction, probability=probability, seconds=seconds)
+
+    def on(
+        self,
+        action_glob: str,
+        hook: Hook,
+        *,
+        sender: str | Iterable[str] | None = None,
+        target: str | Iterable[str] | None = None,
+        times: int | None = None,
+        after: int = 0,
+    ) -> Rule:
+        """Run ``hook(sender, target, action, request)`` right before a matching request is delivered."""
+        if not callable(hook):
+            raise InvalidRequest("a hook must be callable")
+        return self._add_rule(
+            "hook", action_glob=action_glob, sender=sender, target=target, times=times, after=after,
+            direction="request", probability=1.0, hook=hook)
+
+    def rules(self) -> list[Rule]:
+        with self._lock:
+            return list(self._rules)
+
+    def clear_faults(self) -> None:
+        """Remove every partition, drop, delay and hook."""
+        with self._lock:
+            self._partitions.clear()
+            self._rules.clear()
+
+    # -- counters --------------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, ActionStats]:
+        """A snapshot of the message counters, per action."""
+        with self._lock:
+            return {action: ActionStats(**vars(s)) for action, s in self._stats.items()}
+
+    def count(self, action_glob: str = "*", what: str = "sent") -> int:
+        """Sum of one counter (``sent``, ``delivered``, ``dropped_requests``...) over the actions matching a glob."""
+        if what not in ActionStats.__dataclass_fields__:
+            raise InvalidRequest(f"no counter {what!r}; counters are {sorted(ActionStats.__dataclass_fields__)}")
+        with self._lock:
+            return sum(getattr(s, what) for a, s in self._stats.items() if fnmatch.fnmatchcase(a, action_glob))
+
+    def reset_stats(self) -> None:
+        with self._lock:
+            self._stats.clear()
+
+    # -- sending ---------------------------------------------------------------------------------
+
+    def _fired(self, kind: str, direction: str, sender: str, target: str, action: str) -> list[Rule]:
+        """Matching rules of one kind/direction that fire for this message (lock held)."""
+        return [
+            r for r in list(self._rules)
+            if r.kind == kind and r.direction == direction and r.matches(sender, target, action) and r._fire()
+        ]
+
+    def _unreachable(self, sender: str, target: str, token: object | None) -> str | None:
+        """Why ``target`` cannot be reached from ``sender`` now (lock held); None when it can."""
+        reg = self._nodes.get(target)
+        if reg is None:
+            return f"node {target!r} is not registered"
+        if token is not None and reg.token is not token:
+            return f"node {target!r} restarted while handling the request"
+        if any(p.blocks(sender, target) for p in self._partitions):
+            return f"{sender!r} and {target!r} are partitioned"
+        return None
+
+    def send(self, sender: str, target: str, action: str, request: Any, timeout: float | None = None) -> Any:
+        """Deliver ``request`` to ``target``'s handler and return its response.
+
+        Raises :class:`NodeDisconnected` when the request or its response is lost (see
+        the module docstring for ``delivered``); an exception of the handler propagates
+        unchanged.  ``timeout`` (default: the transport's ``default_timeout``) bounds the
+        injected delays; a handler slower than it is noticed once it returns (its
+        response is then treated as lost).
+        """
+        if timeout is None:
+            timeout = self.default_timeout
+        start = time.monotonic()
+        deadline = None if timeout is None else start + timeout
+
+        with self._lock:
+            st = self._stats.setdefault(action, ActionStats())
+            st.sent += 1
+            dropped = bool(self._fired("drop", "request", sender, target, action))
+            if dropped:
+                st.dropped_requests += 1
+            delays = [r.seconds for r in self._fired("delay", "request", sender, target, action)] if not dropped else []
+        if dropped:
+            self._disconnected(action, NodeDisconnected(sender, target, action, "request dropped", delivered=False))
+
+        if delays and not self._sleep(sum(delays), deadline):
+            self._timed_out(action, NodeDisconnected(
+                sender, target, action, f"request timed out after {timeout}s", delivered=False))
+
+        with self._lock:
+            hooks = [r.hook for r in self._fired("hook", "request", sender, target, action)]
+        for hook in hooks:
+            assert hook is not None
+            hook(sender, target, action, request)
+
+        with self._lock:
+            why = self._unreachable(sender, target, None)
+            if why is None:
+                reg = self._nodes[target]
+                st.delivered += 1
+        if why is not None:
+            self._disconnected(action, NodeDisconnected(sender, target, action, why, delivered=False))
+
+        error: BaseException | None = None
+        response: Any = None
+        try:
+            response = reg.handler(action, request)
+        except BaseException as exc:  # noqa: BLE001 - handed back below (or lost with the response)
+            error = exc
+            with self._lock:
+                st.errors += 1
+
+        with self._lock:
+            dropped = bool(self._fired("drop", "response", sender, target, action))
+            if dropped:
+                st.dropped_responses += 1
+            delays = [r.seconds for r in self._fired("delay", "response", sender, target, action)] if not dropped else []
+        if dropped:
+            self._disconnected(action, NodeDisconnected(sender, target, action, "response dropped", delivered=True), error)
+
+        if delays and not self._sleep(sum(delays), deadline):
+            self._timed_out(action, NodeDisconnected(
+                sender, target, action, f"response timed out after {timeout}s", delivered=True), error)
+        if deadline is not None and time.monotonic() > deadline:
+            self._timed_out(action, NodeDisconnected(
+                sender, target, action, f"no response within {timeout}s", delivered=True), error)
+
+        with self._lock:
+            why = self._unreachable(sender, target, reg.token)
+            if why is None:
+                st.responded += 1
+        if why is not None:
+            self._disconnected(action, NodeDisconnected(
+                sender, target, action, f"{why} before it responded", delivered=True), error)
+
+        if error is not None:
+            raise error
+        return response
+
+    def _sleep(self, seconds: float, deadline: float | None) -> bool:
+        """Sleep ``seconds`` or until ``deadline``; False when the deadline cut it short."""
+        if deadline is None:
+            time.sleep(seconds)
+            return True
+        remaining = deadline - time.monotonic()
+        if seconds <= remaining:
+            time.sleep(seconds)
+            return True
+        time.sleep(max(remaining, 0.0))
+        return False
+
+    def _disconnected(self, action: str, exc: NodeDisconnected, cause: BaseException | None = None) -> None:
+        with self._lock:
+            self._stats.setdefault(action, ActionStats()).disconnected += 1
+        raise exc from cause
+
+    def _timed_out(self, action: str, exc: NodeDisconnected, cause: BaseException | None = None) -> None:
+        with self._lock:
+            self._stats.setdefault(action, ActionStats()).timed_out += 1
+        self._disconnected(action, exc, cause)
+
+    def __repr__(self) -> str:
+        with self._lock:
+            return (f"Transport(nodes={sorted(self._nodes)}, partitions={len(self._partitions)}, "
+                    f"rules={len(self._rules)})")
