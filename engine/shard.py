@@ -247,10 +247,14 @@ class ShardCopy:
 
     def close(self) -> None:
         """Stop uploads and release files (what is not durable is lost, like a node stop)."""
-        if self.remote_translog is not None:
-            self.remote_translog.close()
-        self.translog.close()
-        self.directory.close()
+        try:
+            if self.remote_translog is not None:
+                self.remote_translog.close()
+        finally:
+            try:
+                self.translog.close()
+            finally:
+                self.directory.close()
 
 
 def _gaps(pending: list[tuple[int, int]], checkpoint: int, top: int) -> list[tuple[int, int]]:

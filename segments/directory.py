@@ -482,7 +482,9 @@ class ShardDirectory:
             reader.verify()
 
     def close(self) -> None:
-        """Release the directory's write lock (buffered, unrefreshed operations are dropped)."""
+        """Release the directory's write lock and open segment files (buffered, unrefreshed operations are dropped)."""
+        for seg in self._segments.values():
+            seg.reader.close()
         if self._lock_fd >= 0:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
             os.close(self._lock_fd)

@@ -563,6 +563,12 @@ class SegmentReader:
             self._bounds = (mins, maxs, self._group_starts())
         return self._bounds
 
+    def close(self) -> None:
+        """Close the open Parquet file (it reopens lazily if used again)."""
+        if self._pf is not None:
+            self._pf.close()
+            self._pf = None
+
     @property
     def schema(self) -> pa.Schema:
         """The segment file's Arrow schema (base columns + the fields mapped when it was written)."""

@@ -1,0 +1,470 @@
+"""The cluster: in-process nodes behind a transport, a cluster manager, and the public API.
+
+``Cluster(store=url, data_dir=..., nodes=3)`` starts nodes ``node-0..`` that hold shard
+copies (:class:`~shardstore.engine.shard.ShardCopy`) and talk only through a
+:class:`~shardstore.engine.transport.Transport`.  The cluster manager (this class) keeps
+the index metadata (:mod:`~shardstore.engine.metadata`): per shard the primary term,
+where each copy lives, and the in-sync set.  It alone bumps a term.
+
+Write path (:meth:`Cluster.bulk`): documents are routed to shards with Elasticsearch's
+murmur3 routing; per shard the coordinator sends the unstamped batch to the primary's
+node (``shard.bulk``); the primary stamps, applies and makes it durable, then sends the
+stamped batch to every in-sync replica (``shard.replicate``).  A replica that cannot be
+reached is failed by the cluster manager (removed from the in-sync set) before the
+primary answers.  An item is acknowledged only when all that succeeded.  A lost
+answer (``NodeDisconnected``) leaves the items unacknowledged: the caller may retry
+them (indexing by id is idempotent).
+
+Failover (:meth:`kill_node`): for each shard whose primary died, the in-sync replica
+with the highest local checkpoint is promoted with term + 1 (``ShardCopy.promote``:
+roll, fill gaps, trim, claim the term in the store, which fences the old primary).
+Missing replicas are rebuilt on live nodes by peer recovery.  See docs/design/engine.md.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import threading
+import uuid
+from collections.abc import Iterable, Mapping as MappingABC
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from shardstore.blobstores import open_store
+from shardstore.blobstores.base import BlobStore
+from shardstore.blobstores.errors import BlobNotFound
+from shardstore.engine.errors import (
+    IndexAlreadyExists,
+    IndexNotFound,
+    InvalidRequest,
+    NodeDisconnected,
+    NodeNotFound,
+    ShardUnavailable,
+    VersionConflict,
+)
+from shardstore.engine.metadata import IndexMeta, ShardRouting, load_cluster, save_index
+from shardstore.engine.routing import shard_ids
+from shardstore.engine.shard import ShardCopy, ShardSpec
+from shardstore.engine.transport import Transport
+from shardstore.segments.mapping import sources_from_pylist, sources_from_table
+from shardstore.segments.path_strategy import PlainPathStrategy
+from shardstore.segments.remote_store import latest_term
+from shardstore.translog.operations import OpType, unstamped_batch
+
+log = logging.getLogger(__name__)
+MANAGER = "cluster-manager"
+
+
+@dataclass
+class BulkResult:
+    """Per item: seq_no, primary_term and version, or the error; plus the acknowledged ids."""
+
+    items: pa.Table  # _id, shard, seq_no, primary_term, version, error (null when acknowledged)
+    acknowledged: list[str] = field(default_factory=list)
+
+    @property
+    def errors(self) -> bool:
+        """True if any item was not acknowledged."""
+        return len(self.acknowledged) != self.items.num_rows
+
+
+class Node:
+    """One in-process node: its disk, its shard copies and its transport handler."""
+
+    def __init__(self, name: str, data_dir: str, store: BlobStore | None, transport: Transport) -> None:
+        self.name = name
+        self.data_dir = data_dir
+        self.store = store
+        self.transport = transport
+        self.copies: dict[tuple[str, int], ShardCopy] = {}
+        self.cluster: Cluster | None = None
+        os.makedirs(data_dir, exist_ok=True)
+
+    def handle(self, action: str, req: dict[str, Any]) -> Any:
+        """Transport entry point."""
+        key = (req["index_uuid"], req["shard"])
+        if action == "shard.bulk":
+            return self._primary_bulk(key, req)
+        copy = self.copies.get(key)
+        if copy is None:
+            raise ShardUnavailable(req["index_uuid"], req["shard"], f"no copy on {self.name}")
+        if action == "shard.replicate":
+            return copy.replica_apply(req["ops"], req["term"], req["global_checkpoint"])
+        raise InvalidRequest(f"unknown action {action!r}")
+
+    def _primary_bulk(self, key: tuple[str, int], req: dict[str, Any]) -> dict[str, Any]:
+        copy = self.copies.get(key)
+        if copy is None or not copy.primary:
+            raise ShardUnavailable(key[0], key[1], f"{self.name} holds no primary")
+        assert self.cluster is not None
+        stamped = copy.primary_apply(req["ops"])
+        checkpoints = [copy.local_checkpoint]
+        for replica in self.cluster._in_sync_replicas(key):
+            try:
+                lc = self.transport.send(self.name, replica, "shard.replicate",
+                                         {"index_uuid": key[0], "shard": key[1], "ops": stamped,
+                                          "term": copy.primary_term, "global_checkpoint": copy.global_checkpoint})
+                checkpoints.append(lc)
+            except (NodeDisconnected, ShardUnavailable) as exc:
+                # the cluster manager removes the copy from the in-sync set before we acknowledge
+                self.cluster._fail_replica(key, replica, copy.primary_term, str(exc))
+        copy.update_global_checkpoint(min(checkpoints))
+        return {"ops": stamped}
+
+    def close(self, wipe_disk: bool = False) -> None:
+        """Stop every copy (abruptly: unrefreshed, uncommitted state is lost; the translog stays on disk)."""
+        for copy in self.copies.values():
+            try:
+                copy.close()
+            except Exception:  # noqa: BLE001 - a dying node does not report
+                pass
+        self.copies.clear()
+        if wipe_disk:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+
+class Cluster:
+    """An in-process cluster of nodes over one blob store (see the module docstring)."""
+
+    def __init__(self, store: str | BlobStore | None = None, data_dir: str = "./shardstore-data", nodes: int = 3,
+                 *, cluster_uuid: str | None = None, transport: Transport | None = None, **store_options: Any) -> None:
+        if nodes < 1:
+            raise InvalidRequest(f"a cluster needs at least one node, got nodes={nodes}")
+        self.store = open_store(store, **store_options) if isinstance(store, str) else store
+        self.data_dir = data_dir
+        self.cluster_uuid = cluster_uuid or uuid.uuid4().hex
+        self.transport = transport or Transport()
+        self.indices: dict[str, IndexMeta] = {}
+        self._lock = threading.RLock()
+        self._shard_locks: dict[tuple[str, int], threading.Lock] = {}
+        self.nodes: dict[str, Node] = {}
+        for i in range(nodes):
+            self.start_node(f"node-{i}")
+
+    # -- nodes ------------------------------------------------------------------------------
+
+    def _node(self, name: str) -> Node:
+        node = self.nodes.get(name)
+        if node is None:
+            raise NodeNotFound(name)
+        return node
+
+    def live_nodes(self) -> list[str]:
+        """Names of the nodes that are up."""
+        return sorted(n for n in self.nodes if self.transport.is_registered(n))
+
+    def start_node(self, name: str) -> None:
+        """Start (or restart) a node; shards missing copies are then allocated to it."""
+        with self._lock:
+            if name in self.nodes and self.transport.is_registered(name):
+                return
+            node = Node(name, os.path.join(self.data_dir, name), self.store, self.transport)
+            node.cluster = self
+            self.nodes[name] = node
+            self.transport.register(name, node.handle)
+            self._allocate_missing()
+
+    def kill_node(self, name: str, wipe_disk: bool = False) -> None:
+        """Stop a node abruptly (like SIGKILL); its primaries fail over, its replicas are rebuilt elsewhere."""
+        with self._lock:
+            node = self._node(name)
+            if self.transport.is_registered(name):
+                self.transport.unregister(name)
+            node.close(wipe_disk=wipe_disk)
+            for meta in list(self.indices.values()):
+                for sr in meta.routing:
+                    if name not in sr.copies:
+                        continue
+                    others = [n for n in sr.in_sync if n != name and n in self.live_nodes()]
+                    if sr.primary == name:
+                        self._promote(meta, sr, others)
+                    else:
+                        self._set_routing(meta, sr.shard, copies=[c for c in sr.copies if c != name],
+                                          in_sync=[c for c in sr.in_sync if c != name])
+            self._allocate_missing()
+
+    def _promote(self, meta: IndexMeta, sr: ShardRouting, candidates: list[str]) -> None:
+        key = (meta.uuid, sr.shard)
+        if not candidates:
+            log.warning("shard %s/%d has no in-sync copy left; it is unavailable until restored", meta.name, sr.shard)
+            self._set_routing(meta, sr.shard, primary=None, copies=[], in_sync=[])
+            return
+        best = max(candidates, key=lambda n: self.nodes[n].copies[key].local_checkpoint)
+        term = sr.primary_term + 1
+        self.nodes[best].copies[key].promote(term)
+        # the other in-sync copies may hold ops above the new primary's history: rebuild them from it
+        rebuilt = [best]
+        for other in candidates:
+            if other != best:
+                self.nodes[other].copies.pop(key).close()
+        self._set_routing(meta, sr.shard, primary=best, primary_term=term, copies=rebuilt, in_sync=rebuilt)
+        log.info("promoted %s to primary of %s/%d with term %d", best, meta.name, sr.shard, term)
+
+    def _fail_replica(self, key: tuple[str, int], node: str, term: int, reason: str) -> None:
+        with self._lock:
+            meta = next(m for m in self.indices.values() if m.uuid == key[0])
+            sr = meta.routing[key[1]]
+            if term != sr.primary_term or node not in sr.in_sync:
+                return
+            log.warning("failing replica %s of %s/%d: %s", node, meta.name, key[1], reason)
+            copy = self.nodes[node].copies.pop(key, None) if node in self.nodes else None
+            if copy is not None:
+                copy.close()
+            self._set_routing(meta, key[1], copies=[c for c in sr.copies if c != node],
+                              in_sync=[c for c in sr.in_sync if c != node])
+
+    def _in_sync_replicas(self, key: tuple[str, int]) -> list[str]:
+        meta = next(m for m in self.indices.values() if m.uuid == key[0])
+        sr = meta.routing[key[1]]
+        return [n for n in sr.in_sync if n != sr.primary]
+
+    def _allocate_missing(self) -> None:
+        live = self.live_nodes()
+        for name in list(self.indices):
+            for shard in range(self.indices[name].shards):
+                while True:
+                    meta = self.indices[name]
+                    sr = meta.routing[shard]
+                    if sr.primary is None or len(sr.copies) - 1 >= min(meta.replicas, len(live) - 1):
+                        break
+                    free = [n for n in live if n not in sr.copies]
+                    if not free:
+                        break
+                    target = min(free, key=lambda n: (len(self.nodes[n].copies), n))
+                    self._recover_replica(meta, sr, target)
+
+    def _recover_replica(self, meta: IndexMeta, sr: ShardRouting, target: str) -> None:
+        """Peer recovery: copy the primary's last commit, then replay its translog above that commit."""
+        key = (meta.uuid, sr.shard)
+        with self._shard_lock(key):
+            primary = self.nodes[sr.primary].copies[key]
+            commit = primary.directory.last_commit
+            node = self.nodes[target]
+            dest = os.path.join(node.data_dir, meta.uuid, str(sr.shard))
+            shutil.rmtree(dest, ignore_errors=True)
+            if commit is not None:
+                primary.directory.lock_commit(commit.generation)
+                try:
+                    os.makedirs(os.path.join(dest, "index"))
+                    for name in list(commit.files()) + [commit.file_name]:
+                        shutil.copy2(os.path.join(primary.directory.path, name), os.path.join(dest, "index", name))
+                finally:
+                    primary.directory.release_commit(commit.generation)
+            replica = ShardCopy(self._spec(meta, sr.shard), node.data_dir, self.store, primary_term=1, primary=False)
+            for batch in primary.translog.read_operations(replica.local_checkpoint + 1):
+                replica.tracker.advance_max_seq_no(pc.max(batch.column("seq_no")).as_py())
+                replica._apply_stamped(batch)
+            replica.update_global_checkpoint(primary.global_checkpoint)
+            node.copies[key] = replica
+            self._set_routing(meta, sr.shard, copies=[*sr.copies, target], in_sync=[*sr.in_sync, target])
+
+    def _shard_lock(self, key: tuple[str, int]) -> threading.Lock:
+        with self._lock:
+            return self._shard_locks.setdefault(key, threading.Lock())
+
+    # -- metadata ---------------------------------------------------------------------------
+
+    def _spec(self, meta: IndexMeta, shard: int) -> ShardSpec:
+        return ShardSpec(self.cluster_uuid, meta.uuid, shard, durability=meta.durability, mapping=meta.mappings,
+                         strategy=meta.strategy)
+
+    def _set_routing(self, meta: IndexMeta, shard: int, **changes: Any) -> None:
+        new = meta.with_routing(shard, **changes)
+        self.indices[meta.name] = new
+        if self.store is not None:
+            save_index(self.store, self.cluster_uuid, new)
+
+    def _meta(self, index: str) -> IndexMeta:
+        meta = self.indices.get(index)
+        if meta is None:
+            raise IndexNotFound(index)
+        return meta
+
+    def create_index(self, name: str, shards: int = 1, replicas: int = 1, mappings: dict | None = None,
+                     durability: str = "request") -> IndexMeta:
+        """Create an index; its shards are allocated over the live nodes."""
+        if durability not in ("request", "async"):
+            raise InvalidRequest(f"durability must be 'request' or 'async', not {durability!r}")
+        if shards < 1 or replicas < 0:
+            raise InvalidRequest(f"shards must be >= 1 and replicas >= 0 (got {shards}, {replicas})")
+        with self._lock:
+            if name in self.indices:
+                raise IndexAlreadyExists(name)
+            live = self.live_nodes()
+            meta = IndexMeta(name=name, uuid=uuid.uuid4().hex, shards=shards, replicas=replicas,
+                             mappings=mappings or {}, durability=durability, strategy=PlainPathStrategy(),
+                             routing=tuple(ShardRouting(s, live[s % len(live)], 1, (live[s % len(live)],),
+                                                        (live[s % len(live)],)) for s in range(shards)))
+            self.indices[name] = meta
+            for sr in meta.routing:
+                node = self.nodes[sr.primary]
+                node.copies[(meta.uuid, sr.shard)] = ShardCopy(self._spec(meta, sr.shard), node.data_dir, self.store,
+                                                               primary_term=1, primary=True)
+            if self.store is not None:
+                save_index(self.store, self.cluster_uuid, meta)
+            self._allocate_missing()
+            return self.indices[name]
+
+    def primary_of(self, index: str, shard: int) -> str:
+        """The node holding the shard's primary."""
+        sr = self._meta(index).routing[shard]
+        if sr.primary is None:
+            raise ShardUnavailable(index, shard, "no primary")
+        return sr.primary
+
+    # -- documents --------------------------------------------------------------------------
+
+    def bulk(self, index: str, docs: pa.Table | Iterable[MappingABC[str, Any]]) -> BulkResult:
+        """Index documents (a table with ``_id`` or dicts with ``_id``); per-item results and the acked ids."""
+        ids, sources = sources_from_table(docs) if isinstance(docs, pa.Table) else sources_from_pylist(docs)
+        n = len(ids)
+        ops = unstamped_batch(pa.array([int(OpType.INDEX)] * n, pa.int8()), ids,
+                              pa.array([1] * n, pa.int64()), sources)
+        return self._write(index, ops)
+
+    def delete(self, index: str, doc_id: str, *, if_seq_no: int | None = None,
+               if_primary_term: int | None = None) -> BulkResult:
+        """Delete one document (optionally only if its current seq# and term match)."""
+        if if_seq_no is not None or if_primary_term is not None:
+            self._check_version(index, doc_id, if_seq_no, if_primary_term)
+        ops = unstamped_batch([int(OpType.DELETE)], [doc_id], [1], [None])
+        return self._write(index, ops)
+
+    def index_doc(self, index: str, doc: MappingABC[str, Any], *, if_seq_no: int | None = None,
+                  if_primary_term: int | None = None) -> BulkResult:
+        """Index one document with optimistic concurrency (VersionConflict when seq#/term moved on)."""
+        if if_seq_no is not None or if_primary_term is not None:
+            self._check_version(index, str(doc.get("_id")), if_seq_no, if_primary_term)
+        return self.bulk(index, [doc])
+
+    def _check_version(self, index: str, doc_id: str, seq_no: int | None, term: int | None) -> None:
+        cur = self.get(index, doc_id)
+        actual = (cur["_seq_no"], cur["_primary_term"]) if cur else (None, None)
+        if actual != (seq_no, term):
+            raise VersionConflict(doc_id, seq_no, term, actual[0], actual[1], index=index)
+
+    def _write(self, index: str, ops: pa.RecordBatch) -> BulkResult:
+        meta = self._meta(index)
+        shards = shard_ids(ops.column("id"), meta.shards)
+        parts = []
+        acked: list[str] = []
+        for s in range(meta.shards):
+            idx = pc.indices_nonzero(pc.equal(shards, s))
+            if len(idx) == 0:
+                continue
+            sub = ops.take(idx)
+            key = (meta.uuid, s)
+            error, stamped = None, None
+            try:
+                with self._shard_lock(key):
+                    primary = self.primary_of(index, s)
+                    stamped = self.transport.send(MANAGER, primary, "shard.bulk",
+                                                  {"index_uuid": meta.uuid, "shard": s, "ops": sub})["ops"]
+            except Exception as exc:  # noqa: BLE001 - reported per item, never acknowledged
+                error = f"{type(exc).__name__}: {exc}"
+            k = sub.num_rows
+            if stamped is not None:
+                parts.append(pa.table({"_id": sub.column("id"), "shard": pa.array([s] * k, pa.int32()),
+                                       "seq_no": stamped.column("seq_no"), "primary_term": stamped.column("primary_term"),
+                                       "version": pa.array([1] * k, pa.int64()), "error": pa.nulls(k, pa.string())}))
+                acked += sub.column("id").to_pylist()
+            else:
+                parts.append(pa.table({"_id": sub.column("id"), "shard": pa.array([s] * k, pa.int32()),
+                                       "seq_no": pa.nulls(k, pa.int64()), "primary_term": pa.nulls(k, pa.int64()),
+                                       "version": pa.nulls(k, pa.int64()), "error": pa.array([error] * k, pa.string())}))
+        items = pa.concat_tables(parts) if parts else pa.table({"_id": pa.array([], pa.string())})
+        return BulkResult(items, acked)
+
+    def _primary_copy(self, index: str, shard: int) -> ShardCopy:
+        meta = self._meta(index)
+        return self.nodes[self.primary_of(index, shard)].copies[(meta.uuid, shard)]
+
+    def get(self, index: str, doc_id: str) -> dict[str, Any] | None:
+        """The document (realtime: from the primary, refreshed or not), or None."""
+        meta = self._meta(index)
+        s = shard_ids(pa.array([doc_id], pa.string()), meta.shards)[0].as_py()
+        doc = self._primary_copy(index, s).directory.get(doc_id)
+        if doc is not None and doc.get("_source") is not None:
+            doc = {**doc, "_source": json.loads(doc["_source"])}
+        return doc
+
+    def refresh(self, index: str) -> None:
+        """Make every copy's buffered documents searchable."""
+        meta = self._meta(index)
+        for sr in meta.routing:
+            for n in sr.copies:
+                self.nodes[n].copies[(meta.uuid, sr.shard)].directory.refresh()
+
+    def flush(self, index: str) -> None:
+        """Commit every copy; primaries upload their commit and purge what it covers."""
+        meta = self._meta(index)
+        for sr in meta.routing:
+            key = (meta.uuid, sr.shard)
+            with self._shard_lock(key):
+                for n in sr.copies:
+                    self.nodes[n].copies[key].flush()
+
+    def count(self, index: str) -> int:
+        """Searchable (refreshed) live documents, over the primaries."""
+        meta = self._meta(index)
+        return sum(self._primary_copy(index, sr.shard).directory.count() for sr in meta.routing)
+
+    def scan(self, index: str, columns: list[str] | None = None) -> pa.Table:
+        """Every searchable live document of the index's primaries as one table."""
+        meta = self._meta(index)
+        tables = []
+        for sr in meta.routing:
+            copy = self._primary_copy(index, sr.shard)
+            tables.append(pa.Table.from_batches(list(copy.directory.scan(columns=columns)),
+                                                schema=None) if copy.directory.count() else None)
+        tables = [t for t in tables if t is not None]
+        return pa.concat_tables(tables, promote_options="default") if tables else pa.table({})
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop every node (state not committed or in the translog is lost)."""
+        for name in list(self.nodes):
+            if self.transport.is_registered(name):
+                self.transport.unregister(name)
+            self.nodes[name].close()
+
+    @classmethod
+    def restore(cls, store: str | BlobStore, data_dir: str, nodes: int = 3, *, cluster_uuid: str | None = None,
+                **store_options: Any) -> Cluster:
+        """A new cluster on empty disks from the blob store alone (every index, every shard)."""
+        blob = open_store(store, **store_options) if isinstance(store, str) else store
+        cluster_uuid, metas = load_cluster(blob, cluster_uuid)
+        cluster = cls(blob, data_dir, nodes, cluster_uuid=cluster_uuid)
+        live = cluster.live_nodes()
+        for meta in metas:
+            routing = []
+            cluster.indices[meta.name] = meta
+            for sr in meta.routing:
+                target = live[sr.shard % len(live)]
+                node = cluster.nodes[target]
+                term = max(sr.primary_term, latest_term(blob, meta_address(cluster_uuid, meta, sr.shard)) or 0) + 1
+                copy = ShardCopy.recover_from_remote(cluster._spec(meta, sr.shard), node.data_dir, blob,
+                                                     primary_term=term)
+                node.copies[(meta.uuid, sr.shard)] = copy
+                routing.append(ShardRouting(sr.shard, target, term, (target,), (target,)))
+            cluster.indices[meta.name] = meta.with_all_routing(tuple(routing))
+            save_index(blob, cluster_uuid, cluster.indices[meta.name])
+        cluster._allocate_missing()
+        return cluster
+
+
+def meta_address(cluster_uuid: str, meta: IndexMeta, shard: int):
+    """The ShardAddress of one shard of an index."""
+    from shardstore.segments.remote_store import ShardAddress
+
+    return ShardAddress(cluster_uuid, meta.uuid, shard, meta.strategy)
+
+
+__all__ = ["BulkResult", "Cluster", "Node", "BlobNotFound"]
