@@ -142,7 +142,7 @@ class Cluster:
         self.transport = transport or Transport()
         self.indices: dict[str, IndexMeta] = {}
         self._lock = threading.RLock()
-        self._shard_locks: dict[tuple[str, int], threading.Lock] = {}
+        self._shard_locks: dict[tuple[str, int], threading.RLock] = {}
         self.nodes: dict[str, Node] = {}
         for i in range(nodes):
             self.start_node(f"node-{i}")
@@ -177,8 +177,10 @@ class Cluster:
             if self.transport.is_registered(name):
                 self.transport.unregister(name)
             node.close(wipe_disk=wipe_disk)
-            for meta in list(self.indices.values()):
-                for sr in meta.routing:
+            for index in list(self.indices):
+                for shard in range(self.indices[index].shards):
+                    meta = self.indices[index]  # re-read: each change below replaces the object
+                    sr = meta.routing[shard]
                     if name not in sr.copies:
                         continue
                     others = [n for n in sr.in_sync if n != name and n in self.live_nodes()]
@@ -264,9 +266,9 @@ class Cluster:
             node.copies[key] = replica
             self._set_routing(meta, sr.shard, copies=[*sr.copies, target], in_sync=[*sr.in_sync, target])
 
-    def _shard_lock(self, key: tuple[str, int]) -> threading.Lock:
+    def _shard_lock(self, key: tuple[str, int]) -> threading.RLock:
         with self._lock:
-            return self._shard_locks.setdefault(key, threading.Lock())
+            return self._shard_locks.setdefault(key, threading.RLock())
 
     # -- metadata ---------------------------------------------------------------------------
 
