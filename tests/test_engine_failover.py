@@ -14,8 +14,14 @@ BULK = 250
 
 
 def drill(store_url: str, data_dir: Path, *, x: int, seed: int, shards: int = 2) -> None:
+    """The drill on ``store_url`` (no options)."""
+    drill_with_options(store_url, data_dir, {}, x=x, seed=seed, shards=shards)
+
+
+def drill_with_options(store_url: str, data_dir: Path, options: dict, *, x: int, seed: int, shards: int = 2) -> None:
+    """Index x docs, flush, x, flush, x killing a primary, flush, x, flush, x killing the new primary, flush, x, flush."""
     rng = random.Random(seed)
-    cluster = Cluster(store=store_url, data_dir=str(data_dir / "a"), nodes=3)
+    cluster = Cluster(store=store_url, data_dir=str(data_dir / "a"), nodes=3, **options)
     cluster.create_index("flights", shards=shards, replicas=1)
     acked: dict[str, dict] = {}
     next_id = 0
@@ -78,12 +84,28 @@ def drill(store_url: str, data_dir: Path, *, x: int, seed: int, shards: int = 2)
 
     check(cluster)
     cluster.close()
-    restored = Cluster.restore(store=store_url, data_dir=str(data_dir / "b"), nodes=3)
+    restored = Cluster.restore(store=store_url, data_dir=str(data_dir / "b"), nodes=3, **options)
     restored.refresh("flights")
     check(restored)
     restored.close()
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5, 6])
 def test_failover_drill_on_the_local_store(tmp_path: Path, seed: int) -> None:
+    """Each seed picks other kill points, other victims, and a kill either between bulks or mid-replication."""
     drill(f"file://{tmp_path / 'remote'}", tmp_path, x=1000, seed=seed)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [7, 8])
+def test_failover_drill_at_ten_thousand_docs_per_round(tmp_path: Path, seed: int) -> None:
+    """The issue's size: X = 10,000 per round, six rounds, two primaries killed, then a restore."""
+    drill(f"file://{tmp_path / 'remote'}", tmp_path, x=10_000, seed=seed)
+
+
+@pytest.mark.parametrize("backend", ["s3"], indirect=True)
+def test_failover_drill_on_s3(store_factory, tmp_path: Path) -> None:
+    store_factory()  # starts the emulator and picks a fresh prefix
+    factory = store_factory
+    url = factory.url(factory.new_prefix())
+    drill_with_options(url, tmp_path, factory.options(), x=500, seed=11)
