@@ -38,7 +38,6 @@ import pyarrow.compute as pc
 
 from shardstore.blobstores import open_store
 from shardstore.blobstores.base import BlobStore
-from shardstore.blobstores.errors import BlobNotFound
 from shardstore.engine.errors import (
     IndexAlreadyExists,
     IndexNotFound,
@@ -469,4 +468,4 @@ def meta_address(cluster_uuid: str, meta: IndexMeta, shard: int):
     return ShardAddress(cluster_uuid, meta.uuid, shard, meta.strategy)
 
 
-__all__ = ["BulkResult", "Cluster", "Node", "BlobNotFound"]
+__all__ = ["BulkResult", "Cluster", "Node"]

@@ -38,7 +38,7 @@ from shardstore.engine.errors import OperationTermTooOld, StalePrimary
 from shardstore.segments.directory import ShardDirectory
 from shardstore.segments.errors import CommitConflict, CommitNotFound
 from shardstore.segments.path_strategy import PathStrategy, PlainPathStrategy
-from shardstore.segments.remote_store import RemoteSegmentStore, ShardAddress, list_terms, restore
+from shardstore.segments.remote_store import RemoteSegmentStore, ShardAddress, latest_term, list_terms, restore
 from shardstore.translog.local import LocalTranslog
 from shardstore.translog.operations import SCHEMA, OpType, stamp, unstamped_batch
 from shardstore.translog.remote import RemoteTranslog
@@ -150,10 +150,27 @@ class ShardCopy:
         if log_it:
             if self.remote_translog is not None:
                 self.remote_translog.add(stamped)  # returns once the upload covering it landed
+                self._check_not_fenced()
             else:
                 self.translog.add(stamped)
         seqs = stamped.column("seq_no")
         self.tracker.mark_processed(seqs)
+
+    def _check_not_fenced(self) -> None:
+        """StalePrimary if a newer term claimed the shard: what we just logged is never acknowledged.
+
+        One LIST of the shard's term markers after the upload and before the
+        acknowledgement.  A newer primary claims its term before it reads the remote
+        translog, and records a trim above its max seq#, so an op that passes this check
+        was uploaded before the claim and is in the new primary's history, and an op that
+        fails it is dropped by every reader (docs/design/engine.md, "Fencing").
+        """
+        if self.primary and self.store is not None:
+            newest = latest_term(self.store, self.spec.address)
+            if newest is not None and newest > self.primary_term:
+                self.primary = False
+                raise StalePrimary(f"{self.path}: shard claimed by primary term {newest}; this primary (term "
+                                   f"{self.primary_term}) is stale", term=self.primary_term, current_term=newest)
 
     def update_global_checkpoint(self, seq_no: int) -> None:
         """Learn a newer global checkpoint (never lowers it)."""
@@ -189,9 +206,14 @@ class ShardCopy:
                 raise StalePrimary(f"{self.path}: promotion to term {new_term} but already primary of {self.primary_term}")
             self.primary_term = new_term
             self.translog.roll_generation(new_term)
-            self.translog.trim_operations_above(self.max_seq_no, new_term)
             self.primary = True
-            self._start_remote()
+            self._start_remote()  # claims the term: the old primary's next acknowledgement fails
+            if self.remote_translog is not None:
+                # recorded in the remote metadata too: readers merging older term prefixes drop
+                # whatever the fenced primary logged above this point
+                self.remote_translog.trim_operations_above(self.max_seq_no, new_term)
+            else:
+                self.translog.trim_operations_above(self.max_seq_no, new_term)
         self.fill_gaps()
 
     # -- flush ------------------------------------------------------------------------------

@@ -101,3 +101,25 @@ def test_promotion_fills_seq_no_gaps_with_no_ops(tmp_path: Path) -> None:
     assert terms[2] == 2 and terms[3] == 2 and terms[4] == 1
     primary.close()
     replica.close()
+
+
+@REMOTE
+def test_a_stale_primary_without_replicas_never_acknowledges_a_lost_write(store_factory, tmp_path: Path) -> None:
+    """0 replicas: the old primary did not hear of its demotion; its next write fails, and no reader keeps it."""
+    store = store_factory()
+    spec = ShardSpec("cluster-z", "index-z", 0, buffer_interval=0.01)
+    old = ShardCopy(spec, str(tmp_path / "old"), store, primary_term=1, primary=True)
+    old.primary_apply(bulk([f"a{i}" for i in range(20)], "acked"))
+    # the cluster manager lost contact and rebuilt the shard from the store on another node
+    new = ShardCopy.recover_from_remote(spec, str(tmp_path / "new"), store, primary_term=2)
+    with pytest.raises(StalePrimary, match="stale"):
+        old.primary_apply(bulk(["lost"], "never-acked"))
+    new.primary_apply(bulk(["b0"], "new"))
+    assert set(visible(new)) == {f"a{i}" for i in range(20)} | {"b0"}
+    new.flush()
+    new.close()
+    old.close()
+    again = ShardCopy.recover_from_remote(spec, str(tmp_path / "again"), store, primary_term=3)
+    got = visible(again)
+    assert "lost" not in got and got["b0"] == "new" and len(got) == 21
+    again.close()
