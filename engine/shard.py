@@ -45,6 +45,9 @@ from shardstore.translog.remote import RemoteTranslog
 from shardstore.translog.tracker import NO_OPS_PERFORMED, LocalCheckpointTracker
 
 log = logging.getLogger(__name__)
+#: Remote segment GC runs after this many uploaded commits (it reads every commit's metadata).
+GC_EVERY_FLUSHES = 5
+KEEP_REMOTE_COMMITS = 10
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,7 @@ class ShardCopy:
         self.tracker = LocalCheckpointTracker(max_seq_no=start, local_checkpoint=start)
         self._replay_local_translog(start)
         self.global_checkpoint = NO_OPS_PERFORMED
+        self._flushes_since_gc = 0
         self.remote_translog: RemoteTranslog | None = None
         self.remote_segments: RemoteSegmentStore | None = None
         if primary:
@@ -238,11 +242,28 @@ class ShardCopy:
                 if self.remote_translog is not None:
                     self.remote_translog.upload()
                     self.remote_translog.purge(checkpoint, self.primary_term)
+                    self._purge_older_terms(checkpoint)
+                self._flushes_since_gc += 1
+                if self._flushes_since_gc >= GC_EVERY_FLUSHES:
+                    self.remote_segments.gc(keep_last=KEEP_REMOTE_COMMITS)
+                    self._flushes_since_gc = 0
             retention = min(checkpoint, self.global_checkpoint) if not self.primary else checkpoint
             self.translog.purge(
                 last_commit_local_checkpoint=checkpoint, retention_seq_no=retention,
                 min_unuploaded_generation=(self.remote_translog.min_unuploaded_generation
                                            if self.remote_translog is not None else None))
+
+    def _purge_older_terms(self, checkpoint: int) -> None:
+        """Delete older terms' remote translogs once this term's remote commit covers them (all or nothing each).
+
+        Runs only after a remote commit of this term was uploaded, so an older term's log
+        outlives the segment upload that makes it unnecessary (seed 001).
+        """
+        assert self.remote_translog is not None and self.store is not None
+        for term in list_terms(self.store, self.spec.address):
+            if term < self.primary_term:
+                self.remote_translog.purge_older_term(self.spec.address.translog_prefix(term), checkpoint,
+                                                      self.primary_term)
 
     # -- recovery ---------------------------------------------------------------------------
 

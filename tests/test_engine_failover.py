@@ -83,6 +83,14 @@ def drill_with_options(store_url: str, data_dir: Path, options: dict, *, x: int,
             assert doc is not None and doc["_source"] == {k: v for k, v in acked[doc_id].items() if k != "_id"}
 
     check(cluster)
+    # after the last flush of the newest term, older terms' remote translogs are gone
+    from shardstore.segments.remote_store import ShardAddress, list_terms
+
+    meta = cluster.indices["flights"]
+    for sr in meta.routing:
+        addr = ShardAddress(cluster.cluster_uuid, meta.uuid, sr.shard, meta.strategy)
+        for term in list_terms(cluster.store, addr)[1:]:
+            assert list(cluster.store.list(addr.translog_prefix(term) + "/")) == [], f"term {term} translog kept"
     cluster.close()
     restored = Cluster.restore(store=store_url, data_dir=str(data_dir / "b"), nodes=3, **options)
     restored.refresh("flights")
