@@ -129,9 +129,10 @@ class ShardCopy:
         with self._lock:
             if not self.primary:
                 raise StalePrimary(f"{self.path}: not a primary (term {self.primary_term}); nothing was applied")
+            prepared = self.directory.prepare(ops)  # a rejected batch consumes no seq#
             first = self.tracker.generate_seq_nos(ops.num_rows)
             stamped = stamp(ops, first, self.primary_term)
-        self._apply_stamped(stamped)
+            self._apply_stamped(stamped, prepared=prepared)
         return stamped
 
     def replica_apply(self, stamped: pa.RecordBatch, term: int, global_checkpoint: int) -> int:
@@ -147,10 +148,10 @@ class ShardCopy:
         self.update_global_checkpoint(global_checkpoint)
         return self.local_checkpoint
 
-    def _apply_stamped(self, stamped: pa.RecordBatch, *, log_it: bool = True) -> None:
+    def _apply_stamped(self, stamped: pa.RecordBatch, *, log_it: bool = True, prepared=None) -> None:
         if stamped.num_rows == 0:
             return
-        self.directory.apply(stamped)  # mapping conflicts refuse the batch before anything is logged
+        self.directory.apply(stamped, prepared)  # mapping conflicts refuse the batch before anything is logged
         if log_it:
             if self.remote_translog is not None:
                 self.remote_translog.add(stamped)  # returns once the upload covering it landed

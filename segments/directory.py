@@ -103,6 +103,15 @@ class RefreshResult:
     stale: int = 0  # buffered operations that did not apply: the same id has an op with a higher seq#
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A batch checked against the mapping: its parsed field columns and the mapping they need."""
+
+    rows: int
+    fields: pa.Table | None
+    mapping: Mapping
+
+
 @dataclass
 class _Buffer:
     docs: list[pa.Table] = field(default_factory=list)
@@ -184,37 +193,55 @@ class ShardDirectory:
 
     # -- writing ----------------------------------------------------------------------------
 
-    def apply(self, ops: pa.RecordBatch | pa.Table) -> int:
-        """Buffer a batch of translog operations (index, delete, no-op); returns how many were buffered.
+    def prepare(self, ops: pa.RecordBatch | pa.Table) -> Prepared:
+        """Check and parse a batch (stamped or not) without buffering it: MappingConflict / InvalidDocument here.
 
-        Index sources are parsed against the mapping first: MappingConflict or
-        InvalidDocument rejects the whole batch and nothing of it is buffered.
+        A primary prepares before it hands out seq#s, so a rejected batch consumes none.
+        """
+        table = ops if isinstance(ops, pa.Table) else pa.Table.from_batches([ops])
+        op_type = table.column("op_type")
+        idx_mask = pc.equal(op_type, int(OpType.INDEX))
+        dels = table.filter(pc.equal(op_type, int(OpType.DELETE)))
+        if dels.num_rows and dels.column("id").null_count:
+            raise InvalidDocument(None, None, "a delete operation has no id")
+        with self._lock:
+            fields, mapping = None, self.mapping
+            idx = table.filter(idx_mask)
+            if idx.num_rows:
+                fields, mapping = parse_sources(idx.column("id").combine_chunks(),
+                                                idx.column("source").combine_chunks(), self.mapping,
+                                                dynamic=self.dynamic)
+        return Prepared(table.num_rows, fields, mapping)
+
+    def apply(self, ops: pa.RecordBatch | pa.Table, prepared: Prepared | None = None) -> int:
+        """Buffer a batch of stamped translog operations (index, delete, no-op); returns how many were buffered.
+
+        Index sources are parsed against the mapping first (or taken from ``prepared``):
+        MappingConflict or InvalidDocument rejects the whole batch and nothing of it is
+        buffered.
         """
         table = ops if isinstance(ops, pa.Table) else pa.Table.from_batches([ops])
         if table.num_rows == 0:
             return 0
+        if prepared is None:
+            prepared = self.prepare(table)
+        elif prepared.rows != table.num_rows:
+            raise SegmentError(f"prepared {prepared.rows} rows, asked to apply {table.num_rows}")
         op_type = table.column("op_type")
-        is_index = pc.equal(op_type, int(OpType.INDEX))
-        is_delete = pc.equal(op_type, int(OpType.DELETE))
-        idx = table.filter(is_index)
-        dels = table.filter(is_delete)
+        idx = table.filter(pc.equal(op_type, int(OpType.INDEX)))
+        dels = table.filter(pc.equal(op_type, int(OpType.DELETE)))
         with self._lock:
-            docs = None
             if idx.num_rows:
-                ids = idx.column("id").combine_chunks()
-                fields, mapping = parse_sources(ids, idx.column("source").combine_chunks(), self.mapping,
-                                                dynamic=self.dynamic)
+                assert prepared.fields is not None
                 docs = pa.table(
-                    [ids, idx.column("seq_no"), idx.column("primary_term"),
+                    [idx.column("id").combine_chunks(), idx.column("seq_no"), idx.column("primary_term"),
                      pc.fill_null(idx.column("version"), 1), idx.column("source")]
-                    + list(fields.columns),
-                    schema=pa.schema(list(BASE_SCHEMA) + list(fields.schema)),
+                    + list(prepared.fields.columns),
+                    schema=pa.schema(list(BASE_SCHEMA) + list(prepared.fields.schema)),
                 )
-                self.mapping = mapping
+                self.mapping = self.mapping.with_fields(dict(prepared.mapping.items()))
                 self._buffer.docs.append(docs)
             if dels.num_rows:
-                if dels.column("id").null_count:
-                    raise InvalidDocument(None, None, "a delete operation has no id")
                 self._buffer.deletes.append(pa.table([dels.column("id"), dels.column("seq_no")], schema=_DELETES))
             top = pc.max(table.column("seq_no")).as_py()
             self.max_seq_no = max(self.max_seq_no, top)

@@ -47,8 +47,11 @@ def test_index_get_delete_and_errors(cluster: Cluster) -> None:
     bad = cluster.bulk("flights", [{"_id": "200", "delay": "late"}])
     assert bad.errors and "MappingConflict" in bad.items.column("error")[0].as_py()
     assert cluster.get("flights", "200") is None
+    primary = cluster._primary_copy("flights", 0)
+    before = primary.max_seq_no
     with pytest.raises(MappingConflict, match="delay"):  # the shard applies nothing, with the typed error
-        cluster._primary_copy("flights", 0).primary_apply(_index_op("200", b'{"delay": "late"}'))
+        primary.primary_apply(_index_op("200", b'{"delay": "late"}'))
+    assert primary.max_seq_no == before and primary.local_checkpoint == before  # no seq# consumed, no gap
 
 
 def test_optimistic_concurrency(cluster: Cluster) -> None:
