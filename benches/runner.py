@@ -23,6 +23,7 @@ BENCHES: dict[str, str] = {
     "blobstore": "benches.blobstore",
     "translog": "benches.translog",
     "segments": "benches.segments",
+    "engine": "benches.engine",
 }
 
 

@@ -258,9 +258,7 @@ class Cluster:
                 finally:
                     primary.directory.release_commit(commit.generation)
             replica = ShardCopy(self._spec(meta, sr.shard), node.data_dir, self.store, primary_term=1, primary=False)
-            for batch in primary.translog.read_operations(replica.local_checkpoint + 1):
-                replica.tracker.advance_max_seq_no(pc.max(batch.column("seq_no")).as_py())
-                replica._apply_stamped(batch)
+            replica.replay(primary.translog.read_operations(replica.local_checkpoint + 1))
             replica.update_global_checkpoint(primary.global_checkpoint)
             node.copies[key] = replica
             self._set_routing(meta, sr.shard, copies=[*sr.copies, target], in_sync=[*sr.in_sync, target])
@@ -353,34 +351,39 @@ class Cluster:
     def _write(self, index: str, ops: pa.RecordBatch) -> BulkResult:
         meta = self._meta(index)
         shards = shard_ids(ops.column("id"), meta.shards)
-        parts = []
-        acked: list[str] = []
+        subs = []
         for s in range(meta.shards):
             idx = pc.indices_nonzero(pc.equal(shards, s))
-            if len(idx) == 0:
-                continue
-            sub = ops.take(idx)
-            key = (meta.uuid, s)
-            error, stamped = None, None
-            try:
-                with self._shard_lock(key):
-                    primary = self.primary_of(index, s)
-                    stamped = self.transport.send(MANAGER, primary, "shard.bulk",
-                                                  {"index_uuid": meta.uuid, "shard": s, "ops": sub})["ops"]
-            except Exception as exc:  # noqa: BLE001 - reported per item, never acknowledged
-                error = f"{type(exc).__name__}: {exc}"
-            k = sub.num_rows
-            if stamped is not None:
-                parts.append(pa.table({"_id": sub.column("id"), "shard": pa.array([s] * k, pa.int32()),
-                                       "seq_no": stamped.column("seq_no"), "primary_term": stamped.column("primary_term"),
-                                       "version": pa.array([1] * k, pa.int64()), "error": pa.nulls(k, pa.string())}))
-                acked += sub.column("id").to_pylist()
-            else:
-                parts.append(pa.table({"_id": sub.column("id"), "shard": pa.array([s] * k, pa.int32()),
-                                       "seq_no": pa.nulls(k, pa.int64()), "primary_term": pa.nulls(k, pa.int64()),
-                                       "version": pa.nulls(k, pa.int64()), "error": pa.array([error] * k, pa.string())}))
+            if len(idx):
+                subs.append((s, ops.take(idx)))
+        # Shards are written one after the other: in parallel, a failover triggered inside one
+        # shard's write (it takes the cluster lock, then shard locks) would deadlock against a
+        # sibling holding its shard lock and waiting for the cluster lock. Lock ordering first.
+        parts = [self._write_shard(index, meta.uuid, *sub) for sub in subs]
+        acked = [i for t in parts for i in t.filter(pc.is_null(t.column("error"))).column("_id").to_pylist()]
         items = pa.concat_tables(parts) if parts else pa.table({"_id": pa.array([], pa.string())})
         return BulkResult(items, acked)
+
+    def _write_shard(self, index: str, index_uuid: str, s: int, sub: pa.RecordBatch) -> pa.Table:
+        """Send one shard's part of a bulk to its primary; per-item results (error null = acknowledged)."""
+        error, stamped = None, None
+        try:
+            with self._shard_lock((index_uuid, s)):
+                primary = self.primary_of(index, s)
+                stamped = self.transport.send(MANAGER, primary, "shard.bulk",
+                                              {"index_uuid": index_uuid, "shard": s, "ops": sub})["ops"]
+        except Exception as exc:  # noqa: BLE001 - reported per item, never acknowledged
+            error = f"{type(exc).__name__}: {exc}"
+        k = sub.num_rows
+        ok = stamped is not None
+        return pa.table({
+            "_id": sub.column("id"),
+            "shard": pa.array([s] * k, pa.int32()),
+            "seq_no": stamped.column("seq_no") if ok else pa.nulls(k, pa.int64()),
+            "primary_term": stamped.column("primary_term") if ok else pa.nulls(k, pa.int64()),
+            "version": pa.array([1] * k, pa.int64()) if ok else pa.nulls(k, pa.int64()),
+            "error": pa.nulls(k, pa.string()) if ok else pa.array([error] * k, pa.string()),
+        })
 
     def _primary_copy(self, index: str, shard: int) -> ShardCopy:
         meta = self._meta(index)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -100,6 +101,21 @@ class ShardCopy:
         """Re-apply operations the local translog holds above the last commit (restart)."""
         for batch in self.translog.read_operations(above + 1):
             self._apply_stamped(batch, log_it=False)
+
+    def replay(self, batches: Iterable[pa.RecordBatch]) -> int:
+        """Apply and log resolved operations from another copy or the store (recovery); returns how many.
+
+        Resolved batches are in seq# order, so terms never decrease along them, but one
+        batch may span a term change; it is cut at each change so the local translog
+        (which refuses an op below its current term) rolls term by term.
+        """
+        n = 0
+        for batch in batches:
+            for part in split_by_term(batch):
+                self.tracker.advance_max_seq_no(pc.max(part.column("seq_no")).as_py())
+                self._apply_stamped(part)
+                n += part.num_rows
+        return n
 
     def _start_remote(self) -> None:
         if self.store is None:
@@ -282,9 +298,7 @@ class ShardCopy:
         prefixes = [addr.translog_prefix(t) for t in list_terms(store, addr)]
         # terms only grow along seq#s: start the empty log at term 1, it rolls as replayed terms rise
         copy = cls(spec, data_dir, store, primary_term=1, primary=False)
-        for batch in RemoteTranslog.read_operations(store, prefixes, above + 1):
-            copy.tracker.advance_max_seq_no(pc.max(batch.column("seq_no")).as_py())
-            copy._apply_stamped(batch)  # logged in this copy's own local translog
+        copy.replay(RemoteTranslog.read_operations(store, prefixes, above + 1))  # logged in its own translog
         if primary:
             copy.promote(primary_term)
         return copy
@@ -299,6 +313,16 @@ class ShardCopy:
                 self.translog.close()
             finally:
                 self.directory.close()
+
+
+def split_by_term(batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+    """``batch`` cut into runs of one primary term each (order kept)."""
+    terms = batch.column("primary_term")
+    if batch.num_rows == 0 or pc.min_max(terms)["min"] == pc.min_max(terms)["max"]:
+        return [batch]
+    change = pc.not_equal(terms.slice(1), terms.slice(0, len(terms) - 1))
+    cuts = [0] + [i + 1 for i in pc.indices_nonzero(change).to_pylist()] + [batch.num_rows]
+    return [batch.slice(a, b - a) for a, b in zip(cuts, cuts[1:])]
 
 
 def _gaps(pending: list[tuple[int, int]], checkpoint: int, top: int) -> list[tuple[int, int]]:

@@ -199,3 +199,55 @@ def test_segments_quick_prints_json_figures_then_a_table(tmp_path: Path) -> None
     assert out_file.read_text().splitlines() == json_lines
     assert "[segments]" in proc.stderr
     assert not list(tmp_path.glob("shardstore-bench-segments-*")), "temp files left behind"
+
+
+def test_engine_quick_prints_json_figures_then_a_table(tmp_path: Path) -> None:
+    """``python -m benches engine --quick``: ingest (file store), failover per size and restore figures, format only."""
+    out_file = tmp_path / "engine.jsonl"
+    proc = _run("engine", "--quick", "--out", str(out_file), tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    lines = proc.stdout.splitlines()
+    assert "" in lines, f"no blank line before the table:\n{proc.stdout[-2000:]}"
+    cut = lines.index("")
+    json_lines, table = lines[:cut], lines[cut + 1 :]
+    figures = []
+    for line in json_lines:
+        fig = json.loads(line)
+        for key, kind in REQUIRED.items():
+            assert key in fig, f"{key!r} missing from {line}"
+            assert isinstance(fig[key], kind), f"{key!r} has the wrong type in {line}"
+        assert not isinstance(fig["value"], bool)
+        assert fig["bench"] == "engine"
+        assert fig["value"] > 0, line
+        figures.append(fig)
+
+    def having(name: str) -> list[dict]:
+        return [f for f in figures if f["name"] == name]
+
+    # 1. ingest on the file store, 1 and 2 shards; request durability costs PUTs on every bulk
+    for name in ("ingest_ops_per_s", "bulk_p50_ms", "bulk_p99_ms", "puts_per_1k_ops"):
+        assert {(f["params"]["backend"], f["params"]["shards"]) for f in having(name)} == {("file", 1), ("file", 2)}
+    assert all(f["value"] >= 1 for f in having("puts_per_1k_ops"))
+    # 2. failover per shard size, its parts, and the flatness ratio with its target
+    sizes = {f["params"]["shard_docs"] for f in having("failover_seconds")}
+    assert sizes == {10_000, 50_000}
+    for name in ("failover_kill_seconds", "failover_promote_seconds", "failover_peer_recovery_seconds",
+                 "failover_first_write_seconds", "post_failover_flush_seconds", "post_failover_flush_mb"):
+        assert {f["params"]["shard_docs"] for f in having(name)} == sizes, name
+    # 3. restore of the biggest shard next to a raw download of the same bytes
+    for name in ("restore_seconds", "raw_download_seconds", "restore_ratio"):
+        assert len(having(name)) == 1, name
+    restore, raw = having("restore_seconds")[0], having("raw_download_seconds")[0]
+    assert restore["params"]["shard_docs"] == 50_000 + 2  # + one document written after each failover
+    assert 0.9 < restore["params"]["bytes"] / raw["params"]["bytes"] < 1.1
+
+    targeted = [f for f in figures if "target" in f]
+    assert [f["name"] for f in targeted] == ["failover_ratio"]
+    assert isinstance(targeted[0]["met"], bool)
+
+    assert table[0].split()[:2] == ["bench", "name"]
+    assert len(table) == 2 + len(figures)
+    assert out_file.read_text().splitlines() == json_lines
+    assert "[engine]" in proc.stderr
+    assert not list(tmp_path.glob("shardstore-bench-engine-*")), "temp files left behind"

@@ -85,3 +85,22 @@ def test_a_restarted_node_gets_a_replica_back_and_can_take_over(cluster: Cluster
     assert cluster.primary_of("docs", 0) in routing.in_sync and cluster.indices["docs"].routing[0].primary_term == 3
     cluster.refresh("docs")
     assert cluster.count("docs") == 600 and cluster.get("docs", "550")["_source"]["v"] == -550
+
+
+def test_failovers_without_flushes_then_restore(cluster: Cluster, tmp_path: Path) -> None:
+    """Replay across term changes: two failovers with no flush since, a third, then a restore from the store."""
+    cluster.create_index("docs", shards=1, replicas=1)
+    cluster.bulk("docs", [{"_id": str(i), "v": i} for i in range(100)])
+    cluster.flush("docs")
+    for k in range(3):
+        victim = cluster.primary_of("docs", 0)
+        cluster.kill_node(victim)
+        assert not cluster.bulk("docs", [{"_id": f"k{k}", "v": k}]).errors
+        cluster.start_node(victim)
+    cluster.refresh("docs")
+    assert cluster.count("docs") == 103
+    cluster.close()
+    restored = Cluster.restore(store=f"file://{tmp_path / 'remote'}", data_dir=str(tmp_path / "again"), nodes=2)
+    restored.refresh("docs")
+    assert restored.count("docs") == 103 and restored.get("docs", "k2")["_source"] == {"v": 2}
+    restored.close()
