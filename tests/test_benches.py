@@ -29,27 +29,41 @@ def _run(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_blobstore_quick_prints_json_figures_then_a_table(tmp_path: Path) -> None:
-    out_file = tmp_path / "figures.jsonl"
-    proc = _run("blobstore", "--quick", "--backends", "memory,file", "--out", str(out_file), tmp_path=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+def _quick(bench: str, tmp_path: Path, *extra: str, zero_ok: tuple[str, ...] = ()) -> tuple[list[dict], list[str], list[str], str]:
+    """Run ``python -m benches <bench> --quick``; check the format; return (figures, table, json lines, stderr).
 
+    Every line before the blank line is one JSON figure carrying bench, name, value,
+    unit and params, with a positive value (names in ``zero_ok`` may be 0); ``--out``
+    holds exactly those lines; progress goes to stderr; the table has a header, a rule
+    and one row per figure.
+    """
+    out_file = tmp_path / f"{bench}.jsonl"
+    proc = _run(bench, "--quick", *extra, "--out", str(out_file), tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
     assert "" in lines, f"no blank line before the table:\n{proc.stdout[-2000:]}"
     cut = lines.index("")
     json_lines, table = lines[:cut], lines[cut + 1 :]
     assert json_lines, "no figures printed"
-
     figures = []
     for line in json_lines:
-        fig = json.loads(line)  # every line before the table is a JSON object
+        fig = json.loads(line)
         for key, kind in REQUIRED.items():
             assert key in fig, f"{key!r} missing from {line}"
             assert isinstance(fig[key], kind), f"{key!r} has the wrong type in {line}"
         assert not isinstance(fig["value"], bool)
-        assert fig["value"] > 0, line
-        assert fig["bench"] == "blobstore"
+        assert fig["bench"] == bench
+        assert fig["value"] > 0 or (fig["name"] in zero_ok and fig["value"] == 0), line
         figures.append(fig)
+    assert table[0].split()[:2] == ["bench", "name"]
+    assert len(table) == 2 + len(figures)
+    assert out_file.read_text().splitlines() == json_lines
+    assert f"[{bench}]" in proc.stderr
+    return figures, table, json_lines, proc.stderr
+
+
+def test_blobstore_quick_prints_json_figures_then_a_table(tmp_path: Path) -> None:
+    figures, table, json_lines, _err = _quick("blobstore", tmp_path, "--backends", "memory,file")
 
     # Both backends, both sizes, both implementations, and the ratios with their targets.
     assert {f["params"]["backend"] for f in figures} == {"memory", "file"}
@@ -63,15 +77,8 @@ def test_blobstore_quick_prints_json_figures_then_a_table(tmp_path: Path) -> Non
     assert {"shardstore", "raw"} <= impls
     assert any(f["name"] == "requests_per_op" for f in figures)
 
-    # The table lists every figure (a header, a rule, one row each) and marks targets.
-    assert table[0].split()[:2] == ["bench", "name"]
-    assert len(table) == 2 + len(figures)
+    # The table marks targets.
     assert any("met" in row for row in table)
-
-    # --out holds exactly the JSON lines of stdout.
-    assert out_file.read_text().splitlines() == json_lines
-    # Progress goes to stderr.
-    assert "[blobstore]" in proc.stderr
 
 
 def test_unknown_bench_and_backend_fail_cleanly(tmp_path: Path) -> None:
@@ -84,25 +91,7 @@ def test_unknown_bench_and_backend_fail_cleanly(tmp_path: Path) -> None:
 
 def test_translog_quick_prints_json_figures_then_a_table(tmp_path: Path) -> None:
     """``python -m benches translog --quick``: every cell and the group-commit figures, format only."""
-    out_file = tmp_path / "translog.jsonl"
-    proc = _run("translog", "--quick", "--out", str(out_file), tmp_path=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-
-    lines = proc.stdout.splitlines()
-    assert "" in lines, f"no blank line before the table:\n{proc.stdout[-2000:]}"
-    cut = lines.index("")
-    json_lines, table = lines[:cut], lines[cut + 1 :]
-    figures = []
-    for line in json_lines:
-        fig = json.loads(line)
-        for key, kind in REQUIRED.items():
-            assert key in fig, f"{key!r} missing from {line}"
-            assert isinstance(fig[key], kind), f"{key!r} has the wrong type in {line}"
-        assert not isinstance(fig["value"], bool)
-        assert fig["bench"] == "translog"
-        # fsync counts may be 0 (async appends); everything else is a positive measurement
-        assert fig["value"] > 0 or (fig["name"] == "fsyncs_per_1k_ops" and fig["value"] == 0), line
-        figures.append(fig)
+    figures, table, json_lines, _err = _quick("translog", tmp_path, zero_ok=("fsyncs_per_1k_ops",))
 
     cells = {(b, d) for b in (1, 100, 1000) for d in ("request", "async")}
     for name in ("ops_per_s", "mb_per_s", "fsyncs_per_1k_ops"):
@@ -121,11 +110,6 @@ def test_translog_quick_prints_json_figures_then_a_table(tmp_path: Path) -> None
     assert all(isinstance(f["met"], bool) for f in figures if "target" in f)
     names = {f["name"] for f in figures}
     assert {"group_commit_ops_per_s", "group_commit_fsyncs_per_append"} <= names
-
-    assert table[0].split()[:2] == ["bench", "name"]
-    assert len(table) == 2 + len(figures)
-    assert out_file.read_text().splitlines() == json_lines
-    assert "[translog]" in proc.stderr
 
 
 def test_translog_raw_baseline_writes_the_bytes_the_translog_writes(tmp_path: Path) -> None:
@@ -148,24 +132,7 @@ def test_translog_raw_baseline_writes_the_bytes_the_translog_writes(tmp_path: Pa
 
 def test_segments_quick_prints_json_figures_then_a_table(tmp_path: Path) -> None:
     """``python -m benches segments --quick``: write, upload (file store), get, scan and refresh figures, format only."""
-    out_file = tmp_path / "segments.jsonl"
-    proc = _run("segments", "--quick", "--out", str(out_file), tmp_path=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-
-    lines = proc.stdout.splitlines()
-    assert "" in lines, f"no blank line before the table:\n{proc.stdout[-2000:]}"
-    cut = lines.index("")
-    json_lines, table = lines[:cut], lines[cut + 1 :]
-    figures = []
-    for line in json_lines:
-        fig = json.loads(line)
-        for key, kind in REQUIRED.items():
-            assert key in fig, f"{key!r} missing from {line}"
-            assert isinstance(fig[key], kind), f"{key!r} has the wrong type in {line}"
-        assert not isinstance(fig["value"], bool)
-        assert fig["bench"] == "segments"
-        assert fig["value"] > 0, line
-        figures.append(fig)
+    figures, table, json_lines, _err = _quick("segments", tmp_path)
 
     def having(name: str) -> list[dict]:
         return [f for f in figures if f["name"] == name]
@@ -194,33 +161,12 @@ def test_segments_quick_prints_json_figures_then_a_table(tmp_path: Path) -> None
     assert targeted == {"write_ratio", "commit_puts", "commit_bytes_uploaded", "scan_ratio"}
     assert all(isinstance(f["met"], bool) for f in figures if "target" in f)
 
-    assert table[0].split()[:2] == ["bench", "name"]
-    assert len(table) == 2 + len(figures)
-    assert out_file.read_text().splitlines() == json_lines
-    assert "[segments]" in proc.stderr
     assert not list(tmp_path.glob("shardstore-bench-segments-*")), "temp files left behind"
 
 
 def test_engine_quick_prints_json_figures_then_a_table(tmp_path: Path) -> None:
     """``python -m benches engine --quick``: ingest (file store), failover per size and restore figures, format only."""
-    out_file = tmp_path / "engine.jsonl"
-    proc = _run("engine", "--quick", "--out", str(out_file), tmp_path=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-
-    lines = proc.stdout.splitlines()
-    assert "" in lines, f"no blank line before the table:\n{proc.stdout[-2000:]}"
-    cut = lines.index("")
-    json_lines, table = lines[:cut], lines[cut + 1 :]
-    figures = []
-    for line in json_lines:
-        fig = json.loads(line)
-        for key, kind in REQUIRED.items():
-            assert key in fig, f"{key!r} missing from {line}"
-            assert isinstance(fig[key], kind), f"{key!r} has the wrong type in {line}"
-        assert not isinstance(fig["value"], bool)
-        assert fig["bench"] == "engine"
-        assert fig["value"] > 0, line
-        figures.append(fig)
+    figures, table, json_lines, _err = _quick("engine", tmp_path)
 
     def having(name: str) -> list[dict]:
         return [f for f in figures if f["name"] == name]
@@ -246,8 +192,4 @@ def test_engine_quick_prints_json_figures_then_a_table(tmp_path: Path) -> None:
     assert [f["name"] for f in targeted] == ["failover_ratio"]
     assert isinstance(targeted[0]["met"], bool)
 
-    assert table[0].split()[:2] == ["bench", "name"]
-    assert len(table) == 2 + len(figures)
-    assert out_file.read_text().splitlines() == json_lines
-    assert "[engine]" in proc.stderr
     assert not list(tmp_path.glob("shardstore-bench-engine-*")), "temp files left behind"
