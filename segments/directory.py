@@ -25,7 +25,6 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-import re
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
@@ -56,6 +55,7 @@ from shardstore.segments.segment import (
     BASE_SCHEMA,
     SegmentReader,
     lookup_segments,
+    mentions,
     scan_segments,
     segment_file_name,
     write_segment,
@@ -543,7 +543,7 @@ def scan_readers(
         raise InvalidError(f"unknown column(s) {unknown}: neither a metadata column nor a mapped field "
                            f"(mapped: {list(mapping)})")
     schema = wide if columns is None else pa.schema([wide.field(c) for c in columns])
-    needed = set(schema.names) | ({n for n in wide.names if _mentions(filter, n)} if filter is not None else set())
+    needed = set(schema.names) | ({n for n in wide.names if mentions(filter, n)} if filter is not None else set())
     full, partial = [], []
     for reader, live in segments:
         (full if needed <= set(reader.schema.names) else partial).append((reader, live))
@@ -573,11 +573,6 @@ def _present(reader: SegmentReader, names: Sequence[str]) -> list[str]:
     """The subset of ``names`` the segment file has (older segments lack newer fields)."""
     have = set(reader.schema.names)
     return [n for n in names if n in have]
-
-
-def _mentions(expr: pc.Expression, name: str) -> bool:
-    """Whether ``expr`` reads field ``name`` (Expression has no public field listing; its text names them)."""
-    return re.search(rf"(?<![\w.]){re.escape(name)}(?![\w.])", str(expr)) is not None
 
 
 def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:

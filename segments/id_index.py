@@ -1,0 +1,137 @@
+"""The per-segment id index: sorted 64-bit fingerprints of the ``_id`` column.
+
+Built once per reader from the ``_id`` column; a batch lookup computes the queries'
+fingerprints once, binary-searches them (``numpy.searchsorted``) and confirms each
+candidate by comparing the ids themselves, so a fingerprint collision never yields a
+wrong row.  Measured against ``pc.index_in`` (its hash table cannot be kept between
+calls) and ``searchsorted`` over fixed-width id bytes: 125 ms against 610–1,150 ms and
+500 ms for 50k lookups over 5M ids in 50 segments (docs/design/segments.md).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+_FP_KEYS = np.random.default_rng(0x5EB5).integers(1, 2**63, size=4096, dtype=np.uint64) | np.uint64(1)
+
+
+def _fixed_width(arr: pa.Array) -> np.ndarray:
+    """Strings -> 2-D uint8 matrix (rows zero-padded to the longest), columnar."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    arr = arr.cast(pa.binary())
+    n = len(arr)
+    if n == 0:
+        return np.zeros((0, 1), dtype=np.uint8)
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset : arr.offset + n + 1].astype(np.int64)
+    data = np.frombuffer(arr.buffers()[2], dtype=np.uint8)[offsets[0] : offsets[-1]] if offsets[-1] > offsets[0] else np.zeros(0, np.uint8)
+    lens = np.diff(offsets)
+    width = int(lens.max()) if n else 0
+    if width == 0:
+        return np.zeros((n, 1), dtype=np.uint8)
+    if int(lens.min()) == width:
+        return data.reshape(n, width)
+    m = np.zeros((n, width), dtype=np.uint8)
+    rows = np.repeat(np.arange(n), lens)
+    cols = np.arange(data.size) - np.repeat(offsets[:-1] - offsets[0], lens)
+    m[rows, cols] = data
+    return m
+
+
+def fingerprints(ids: pa.Array) -> np.ndarray:
+    """A 64-bit fingerprint per id: the id's bytes, zero-padded to whole 64-bit words,
+    summed as ``word_i * K_i`` (odd random keys) then mixed.  Zero padding adds
+    nothing, so the padded width does not change an id's fingerprint."""
+    m = _fixed_width(ids)
+    n, width = m.shape
+    words = (width + 7) // 8
+    if words > len(_FP_KEYS):
+        raise ValueError(f"ids longer than {8 * len(_FP_KEYS)} bytes")
+    if width % 8:
+        m = np.concatenate([m, np.zeros((n, words * 8 - width), dtype=np.uint8)], axis=1)
+    w = np.ascontiguousarray(m).view("<u8")  # (n, words)
+    h = np.zeros(n, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for i in range(words):
+            x = w[:, i] * _FP_KEYS[i]
+            x ^= x >> np.uint64(32)
+            h += x
+        h ^= h >> np.uint64(31)
+        h *= np.uint64(0x9E3779B97F4A7C15)
+        h ^= h >> np.uint64(29)
+    return h
+
+
+class _IdIndex:
+    """Sorted fingerprints of a segment's ids, and the rows they come from."""
+
+    __slots__ = ("ids", "fp", "rows")
+
+    def __init__(self, ids: pa.Array) -> None:
+        self.ids = ids
+        h = fingerprints(ids)
+        order = np.argsort(h, kind="stable")
+        self.fp = h[order]
+        self.rows = order.astype(np.int64)
+
+    def lookup(self, q: pa.Array, qpos: np.ndarray, qh: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        if qh is None:
+            qh = fingerprints(q)
+        nfp = len(self.fp)
+        lo = np.searchsorted(self.fp, qh, side="left")  # fastest when qh is sorted
+        lo_c = np.minimum(lo, nfp - 1)
+        hit = self.fp[lo_c] == qh
+        # a fingerprint present more than once: duplicate ids in the segment, or a collision
+        nxt = np.minimum(lo_c + 1, nfp - 1)
+        multi_mask = hit & (nxt != lo_c) & (self.fp[nxt] == qh)
+        single = np.flatnonzero(hit & ~multi_mask)
+        cand_q = single
+        cand_r = self.rows[lo[single]]
+        multi = np.flatnonzero(multi_mask)
+        if multi.size:
+            hi = np.searchsorted(self.fp, qh[multi], side="right")
+            reps = hi - lo[multi]
+            mq = np.repeat(multi, reps)
+            starts = np.repeat(lo[multi], reps)
+            within = np.arange(reps.sum()) - np.repeat(np.cumsum(reps) - reps, reps)
+            cand_q = np.concatenate([cand_q, mq])
+            cand_r = np.concatenate([cand_r, self.rows[starts + within]])
+        if cand_q.size == 0:
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        same = pc.equal(q.take(pa.array(cand_q)), self.ids.take(pa.array(cand_r)))
+        keep = np.asarray(same.to_numpy(zero_copy_only=False), dtype=bool)
+        out_q, cand_r = qpos[cand_q[keep]].astype(np.int64), cand_r[keep]
+        order = np.lexsort((cand_r, out_q))
+        return out_q[order], cand_r[order]
+
+
+def _bisect_all(arr: pa.Array, keys: list[str], base: int) -> tuple[np.ndarray, np.ndarray]:
+    """(key index, base + row) of every row of the sorted ``arr`` equal to a key."""
+    seq = _ArrowSeq(arr)
+    out_q: list[int] = []
+    out_r: list[int] = []
+    for i, key in enumerate(keys):
+        j = bisect.bisect_left(seq, key)
+        while j < len(arr) and arr[j].as_py() == key:
+            out_q.append(i)
+            out_r.append(base + j)
+            j += 1
+    return np.array(out_q, dtype=np.int64), np.array(out_r, dtype=np.int64)
+
+
+class _ArrowSeq(Sequence):
+    """A sorted Arrow string array as a sequence of Python strings (for ``bisect``)."""
+
+    def __init__(self, arr: pa.Array) -> None:
+        self.arr = arr
+
+    def __len__(self) -> int:
+        return len(self.arr)
+
+    def __getitem__(self, i: int) -> str:  # type: ignore[override]
+        return self.arr[i].as_py()
