@@ -1,0 +1,1 @@
+"""Remote cluster state: metadata as entity blobs with a manifest written last (issue 6)."""
