@@ -102,7 +102,7 @@ class Node:
         if copy is None or not copy.primary:
             raise ShardUnavailable(key[0], key[1], f"{self.name} holds no primary")
         assert self.cluster is not None
-        stamped = copy.primary_apply(req["ops"])
+        stamped = copy.primary_apply(req["ops"], expect=req.get("expect"))
         checkpoints = [copy.local_checkpoint]
         for replica in self.cluster._in_sync_replicas(key):
             try:
@@ -330,25 +330,17 @@ class Cluster:
     def delete(self, index: str, doc_id: str, *, if_seq_no: int | None = None,
                if_primary_term: int | None = None) -> BulkResult:
         """Delete one document (optionally only if its current seq# and term match)."""
-        if if_seq_no is not None or if_primary_term is not None:
-            self._check_version(index, doc_id, if_seq_no, if_primary_term)
         ops = unstamped_batch([int(OpType.DELETE)], [doc_id], [1], [None])
-        return self._write(index, ops)
+        return self._write(index, ops, _expect(doc_id, if_seq_no, if_primary_term))
 
     def index_doc(self, index: str, doc: MappingABC[str, Any], *, if_seq_no: int | None = None,
                   if_primary_term: int | None = None) -> BulkResult:
         """Index one document with optimistic concurrency (VersionConflict when seq#/term moved on)."""
-        if if_seq_no is not None or if_primary_term is not None:
-            self._check_version(index, str(doc.get("_id")), if_seq_no, if_primary_term)
-        return self.bulk(index, [doc])
+        ids, sources = sources_from_pylist([doc])
+        ops = unstamped_batch(pa.array([int(OpType.INDEX)], pa.int8()), ids, pa.array([1], pa.int64()), sources)
+        return self._write(index, ops, _expect(ids[0].as_py(), if_seq_no, if_primary_term))
 
-    def _check_version(self, index: str, doc_id: str, seq_no: int | None, term: int | None) -> None:
-        cur = self.get(index, doc_id)
-        actual = (cur["_seq_no"], cur["_primary_term"]) if cur else (None, None)
-        if actual != (seq_no, term):
-            raise VersionConflict(doc_id, seq_no, term, actual[0], actual[1], index=index)
-
-    def _write(self, index: str, ops: pa.RecordBatch) -> BulkResult:
+    def _write(self, index: str, ops: pa.RecordBatch, expect: tuple | None = None) -> BulkResult:
         meta = self._meta(index)
         shards = shard_ids(ops.column("id"), meta.shards)
         subs = []
@@ -359,19 +351,24 @@ class Cluster:
         # Shards are written one after the other: in parallel, a failover triggered inside one
         # shard's write (it takes the cluster lock, then shard locks) would deadlock against a
         # sibling holding its shard lock and waiting for the cluster lock. Lock ordering first.
-        parts = [self._write_shard(index, meta.uuid, *sub) for sub in subs]
+        parts = [self._write_shard(index, meta.uuid, *sub, expect=expect) for sub in subs]
         acked = [i for t in parts for i in t.filter(pc.is_null(t.column("error"))).column("_id").to_pylist()]
         items = pa.concat_tables(parts) if parts else pa.table({"_id": pa.array([], pa.string())})
         return BulkResult(items, acked)
 
-    def _write_shard(self, index: str, index_uuid: str, s: int, sub: pa.RecordBatch) -> pa.Table:
+    def _write_shard(self, index: str, index_uuid: str, s: int, sub: pa.RecordBatch,
+                     expect: tuple | None = None) -> pa.Table:
         """Send one shard's part of a bulk to its primary; per-item results (error null = acknowledged)."""
         error, stamped = None, None
         try:
             with self._shard_lock((index_uuid, s)):
                 primary = self.primary_of(index, s)
                 stamped = self.transport.send(MANAGER, primary, "shard.bulk",
-                                              {"index_uuid": index_uuid, "shard": s, "ops": sub})["ops"]
+                                              {"index_uuid": index_uuid, "shard": s, "ops": sub,
+                                               "expect": expect})["ops"]
+        except VersionConflict as exc:
+            raise VersionConflict(exc.doc_id, exc.expected_seq_no, exc.expected_primary_term, exc.actual_seq_no,
+                                  exc.actual_primary_term, index=index, shard=s) from None
         except Exception as exc:  # noqa: BLE001 - reported per item, never acknowledged
             error = f"{type(exc).__name__}: {exc}"
         k = sub.num_rows
@@ -381,7 +378,7 @@ class Cluster:
             "shard": pa.array([s] * k, pa.int32()),
             "seq_no": stamped.column("seq_no") if ok else pa.nulls(k, pa.int64()),
             "primary_term": stamped.column("primary_term") if ok else pa.nulls(k, pa.int64()),
-            "version": pa.array([1] * k, pa.int64()) if ok else pa.nulls(k, pa.int64()),
+            "version": stamped.column("version") if ok else pa.nulls(k, pa.int64()),
             "error": pa.nulls(k, pa.string()) if ok else pa.array([error] * k, pa.string()),
         })
 
@@ -462,6 +459,13 @@ class Cluster:
             save_index(blob, cluster_uuid, cluster.indices[meta.name])
         cluster._allocate_missing()
         return cluster
+
+
+def _expect(doc_id: str, if_seq_no: int | None, if_primary_term: int | None) -> tuple | None:
+    """The optimistic-concurrency condition the primary checks, or None when none was given."""
+    if if_seq_no is None and if_primary_term is None:
+        return None
+    return (doc_id, if_seq_no, if_primary_term)
 
 
 def meta_address(cluster_uuid: str, meta: IndexMeta, shard: int):

@@ -35,10 +35,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shardstore.blobstores.base import BlobStore
-from shardstore.engine.errors import OperationTermTooOld, StalePrimary
+from shardstore.engine.errors import OperationTermTooOld, StalePrimary, VersionConflict
 from shardstore.segments.directory import ShardDirectory
 from shardstore.segments.errors import CommitConflict, CommitNotFound
 from shardstore.segments.path_strategy import PathStrategy, PlainPathStrategy
+from shardstore.segments.versions import next_versions
 from shardstore.segments.remote_store import RemoteSegmentStore, ShardAddress, latest_term, list_terms, restore
 from shardstore.translog.local import LocalTranslog
 from shardstore.translog.operations import SCHEMA, OpType, stamp, unstamped_batch
@@ -46,6 +47,8 @@ from shardstore.translog.remote import RemoteTranslog
 from shardstore.translog.tracker import NO_OPS_PERFORMED, LocalCheckpointTracker
 
 log = logging.getLogger(__name__)
+#: Optimistic concurrency on one id: (id, if_seq_no, if_primary_term).
+Expectation = tuple[str, int | None, int | None]
 #: Remote segment GC runs after this many uploaded commits (it reads every commit's metadata).
 GC_EVERY_FLUSHES = 5
 KEEP_REMOTE_COMMITS = 10
@@ -140,16 +143,39 @@ class ShardCopy:
         """The highest seq# this copy generated or saw."""
         return self.tracker.max_seq_no
 
-    def primary_apply(self, ops: pa.RecordBatch) -> pa.RecordBatch:
-        """Stamp an unstamped bulk with a contiguous seq# range, apply it and make it durable; returns it stamped."""
+    def primary_apply(self, ops: pa.RecordBatch, *, expect: Expectation | None = None) -> pa.RecordBatch:
+        """Stamp an unstamped bulk with a contiguous seq# range and per-id versions, apply it and make it
+        durable; returns it stamped.
+
+        ``expect`` (optimistic concurrency: id, if_seq_no, if_primary_term) is checked
+        against the id's current copy under the write lock, so two writers racing on the
+        same seq# cannot both pass; a mismatch raises VersionConflict and applies nothing.
+        """
         with self._lock:
             if not self.primary:
                 raise StalePrimary(f"{self.path}: not a primary (term {self.primary_term}); nothing was applied")
             prepared = self.directory.prepare(ops)  # a rejected batch consumes no seq#
+            ops = self._with_versions(ops, expect)
             first = self.tracker.generate_seq_nos(ops.num_rows)
             stamped = stamp(ops, first, self.primary_term)
             self._apply_stamped(stamped, prepared=prepared)
         return stamped
+
+    def _with_versions(self, ops: pa.RecordBatch, expect: Expectation | None) -> pa.RecordBatch:
+        """``ops`` with each index/delete's version set to the id's current version + 1 (+1 per earlier op on it)."""
+        ids = ops.column("id")
+        current = self.directory.current_versions(ids.fill_null(""))
+        if expect is not None:
+            doc_id, if_seq_no, if_term = expect
+            pos = pc.index(ids, doc_id).as_py()
+            row = current.slice(pos, 1).to_pylist()[0] if pos >= 0 else {"_seq_no": None, "_primary_term": None}
+            if (row["_seq_no"], row["_primary_term"]) != (if_seq_no, if_term):
+                raise VersionConflict(doc_id, if_seq_no, if_term, row["_seq_no"], row["_primary_term"])
+        versions = next_versions(ids.fill_null(""), current.column("_version"))
+        op_type = ops.column("op_type")
+        if pc.any(pc.equal(op_type, int(OpType.NO_OP))).as_py():
+            versions = pc.if_else(pc.equal(op_type, int(OpType.NO_OP)), pa.nulls(len(versions), pa.int64()), versions)
+        return ops.set_column(ops.schema.get_field_index("version"), "version", versions)
 
     def replica_apply(self, stamped: pa.RecordBatch, term: int, global_checkpoint: int) -> int:
         """Apply a batch the primary stamped; returns this copy's local checkpoint."""

@@ -61,6 +61,7 @@ from shardstore.segments.segment import (
     write_segment,
 )
 from shardstore.translog.operations import OpType
+from shardstore.segments.versions import first_of_runs, latest_versions
 
 log = logging.getLogger(__name__)
 NO_OPS = -1
@@ -273,7 +274,7 @@ class ShardDirectory:
             order = pc.sort_indices(ops, sort_keys=[("_id", "ascending"), ("_seq_no", "descending")])
             ops = ops.take(order)
             ids = ops.column("_id").combine_chunks()
-            first = _first_of_runs(ids)
+            first = first_of_runs(ids)
             winners = ops.filter(first)
             w_ids = winners.column("_id").combine_chunks()
             w_seq = winners.column("_seq_no").combine_chunks()
@@ -503,6 +504,13 @@ class ShardDirectory:
                         return seg.reader.take([r]).to_pylist()[0]
             return None
 
+    def current_versions(self, ids: pa.Array) -> pa.Table:
+        """Per id (order kept): ``_seq_no``, ``_primary_term``, ``_version`` of its newest live copy, buffered
+        operations included (nulls when absent or deleted); see :mod:`~shardstore.segments.versions`."""
+        with self._lock:
+            segments = [(s.reader, s.live) for s in self._segments.values() if s.live.live_count]
+            return latest_versions(ids, list(self._buffer.docs), list(self._buffer.deletes), segments)
+
     def verify(self) -> None:
         """Check every segment file's full CRC32C (SegmentCorrupted names the first bad one)."""
         for reader, _live in self.searchable_segments():
@@ -558,15 +566,6 @@ def scan_readers(
             for b in table.select(schema.names).to_batches():
                 if b.num_rows:
                     yield b
-
-
-def _first_of_runs(sorted_ids: pa.Array) -> pa.BooleanArray:
-    """True where a sorted array's value differs from the previous one (first of each run)."""
-    n = len(sorted_ids)
-    if n == 0:
-        return pa.array([], pa.bool_())
-    differs = pc.not_equal(sorted_ids.slice(1), sorted_ids.slice(0, n - 1))
-    return pa.concat_arrays([pa.array([True]), differs.cast(pa.bool_())])
 
 
 def _present(reader: SegmentReader, names: Sequence[str]) -> list[str]:

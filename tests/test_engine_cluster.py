@@ -67,6 +67,51 @@ def test_optimistic_concurrency(cluster: Cluster) -> None:
         cluster.delete("docs", "a", if_seq_no=0, if_primary_term=7)
 
 
+def test_versions_count_per_id_on_primary_and_replica_and_survive_failover(cluster: Cluster) -> None:
+    cluster.create_index("docs", shards=1, replicas=1)
+    first = cluster.bulk("docs", [{"_id": "a", "v": 1}, {"_id": "b", "v": 1}, {"_id": "a", "v": 2}])
+    assert first.items.column("version").to_pylist() == [1, 1, 2]  # repeats within one bulk count on
+    cluster.refresh("docs")
+    again = cluster.bulk("docs", [{"_id": "a", "v": 3}, {"_id": "c", "v": 1}])
+    assert again.items.column("version").to_pylist() == [3, 1]  # from the refreshed segment and the buffer
+    assert cluster.delete("docs", "b").items.column("version").to_pylist() == [2]
+    assert cluster.get("docs", "a")["_version"] == 3
+    meta = cluster.indices["docs"]
+    replica = next(n for n in meta.routing[0].in_sync if n != cluster.primary_of("docs", 0))
+    assert cluster.nodes[replica].copies[(meta.uuid, 0)].directory.get("a")["_version"] == 3  # replicated as stamped
+    cluster.kill_node(cluster.primary_of("docs", 0))
+    after = cluster.index_doc("docs", {"_id": "a", "v": 4})
+    assert after.items.column("version").to_pylist() == [4]
+    assert after.items.column("primary_term").to_pylist() == [2]
+
+
+def test_racing_conditional_writes_let_exactly_one_through(cluster: Cluster) -> None:
+    """The if_seq_no check runs on the primary under its write lock: of N writers holding the same seq#, one wins."""
+    import threading
+
+    cluster.create_index("docs", shards=1, replicas=1)
+    cluster.bulk("docs", [{"_id": "k", "v": 0}])
+    cur = cluster.get("docs", "k")
+    wins, conflicts = [], []
+
+    def writer(n: int) -> None:
+        try:
+            cluster.index_doc("docs", {"_id": "k", "v": n}, if_seq_no=cur["_seq_no"],
+                              if_primary_term=cur["_primary_term"])
+            wins.append(n)
+        except VersionConflict:
+            conflicts.append(n)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(1, 7)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(wins) == 1 and len(conflicts) == 5
+    doc = cluster.get("docs", "k")
+    assert doc["_source"]["v"] == wins[0] and doc["_version"] == 2
+
+
 def test_a_restarted_node_gets_a_replica_back_and_can_take_over(cluster: Cluster) -> None:
     cluster.create_index("docs", shards=1, replicas=1)
     cluster.bulk("docs", [{"_id": str(i), "v": i} for i in range(500)])

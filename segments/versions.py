@@ -1,0 +1,115 @@
+"""Per-id version lookup: which seq#, term and version each id's newest live copy has.
+
+A primary needs it for every bulk (Elasticsearch's version map): an index or delete of
+an id gets ``version = current + 1`` (1 for an id it does not hold), and a write with
+``if_seq_no`` / ``if_primary_term`` is checked against the current seq# and term
+under the shard's write lock.
+
+The lookup is columnar: the distinct ids are matched against the buffered (unrefreshed)
+operations with ``index_in`` and against every segment with the fingerprint index
+(:func:`~shardstore.segments.segment.lookup_segments`); the candidates are sorted by
+(id, seq# descending) and the first of each run wins.  A delete winning means "absent".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from shardstore.segments.livedocs import LiveDocs
+from shardstore.segments.segment import SegmentReader, lookup_segments
+
+#: What :func:`latest_versions` returns per id (nulls: absent or deleted).
+VERSIONS_SCHEMA = pa.schema([pa.field("_seq_no", pa.int64()), pa.field("_primary_term", pa.int64()),
+                             pa.field("_version", pa.int64())])
+
+_CANDIDATE = pa.schema([pa.field("q", pa.int64()), pa.field("_seq_no", pa.int64()),
+                        pa.field("_primary_term", pa.int64()), pa.field("_version", pa.int64()),
+                        pa.field("deleted", pa.bool_())])
+
+
+def latest_versions(ids: pa.Array, buffered_docs: Sequence[pa.Table], buffered_deletes: Sequence[pa.Table],
+                    segments: Sequence[tuple[SegmentReader, LiveDocs]]) -> pa.Table:
+    """Per id of ``ids`` (duplicates allowed, order kept): seq#, term and version of its newest live copy."""
+    if isinstance(ids, pa.ChunkedArray):
+        ids = ids.combine_chunks()
+    uniq = pc.unique(ids)
+    cands = []
+    for t in buffered_docs:
+        cands.append(_from_buffer(t, uniq, deleted=False))
+    for t in buffered_deletes:
+        cands.append(_from_buffer(t, uniq, deleted=True))
+    if segments and len(uniq):
+        readers = [r for r, _ in segments]
+        qpos, segidx, rows = lookup_segments(readers, uniq)
+        if len(qpos):
+            seg_np, rows_np, q_np = segidx.to_numpy(), rows.to_numpy(), qpos.to_numpy()
+            for k in np.unique(seg_np):
+                sel = seg_np == k
+                reader, live = segments[int(k)]
+                r = rows_np[sel]
+                alive = np.asarray(live.mask().take(pa.array(r)).to_numpy(zero_copy_only=False), dtype=bool)
+                if not alive.any():
+                    continue
+                got = reader.take(r[alive], columns=["_seq_no", "_primary_term", "_version"])
+                cands.append(pa.table([pa.array(q_np[sel][alive], pa.int64()), got.column("_seq_no"),
+                                       got.column("_primary_term"), got.column("_version"),
+                                       pa.array(np.zeros(int(alive.sum()), dtype=bool))], schema=_CANDIDATE))
+    cands = [c for c in cands if c.num_rows]
+    out = {name: np.zeros(len(uniq), dtype=np.int64) for name in VERSIONS_SCHEMA.names}
+    found = np.zeros(len(uniq), dtype=bool)
+    if cands:
+        allc = pa.concat_tables(cands)
+        allc = allc.take(pc.sort_indices(allc, sort_keys=[("q", "ascending"), ("_seq_no", "descending")]))
+        q = allc.column("q").combine_chunks()
+        first = first_of_runs(q)
+        winners = allc.filter(pc.and_(first, pc.invert(allc.column("deleted"))))
+        wq = winners.column("q").to_numpy()
+        found[wq] = True
+        for name in VERSIONS_SCHEMA.names:
+            out[name][wq] = winners.column(name).fill_null(0).to_numpy()
+    back = pc.index_in(ids, value_set=uniq).to_numpy(zero_copy_only=False).astype(np.int64)
+    mask = ~found[back]
+    return pa.table([pa.array(out[name][back], pa.int64(), mask=mask) for name in VERSIONS_SCHEMA.names],
+                    schema=VERSIONS_SCHEMA)
+
+
+def next_versions(ids: pa.Array, current: pa.Array) -> pa.Array:
+    """Versions for a batch of index/delete ops: current (null = 0) + 1, +1 more per earlier op on the same id."""
+    if isinstance(ids, pa.ChunkedArray):
+        ids = ids.combine_chunks()
+    n = len(ids)
+    if n == 0:
+        return pa.array([], pa.int64())
+    codes = pc.index_in(ids, value_set=pc.unique(ids)).to_numpy(zero_copy_only=False).astype(np.int64)
+    order = np.argsort(codes, kind="stable")
+    sorted_codes = codes[order]
+    starts = np.r_[True, sorted_codes[1:] != sorted_codes[:-1]]
+    run_start = np.maximum.accumulate(np.where(starts, np.arange(n), 0))
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(n) - run_start
+    base = np.asarray(pc.fill_null(current, 0).to_numpy(zero_copy_only=False), dtype=np.int64)
+    return pa.array(base + rank + 1, pa.int64())
+
+
+def _from_buffer(t: pa.Table, uniq: pa.Array, *, deleted: bool) -> pa.Table:
+    q = pc.index_in(t.column("_id"), value_set=uniq)
+    hit = pc.is_valid(q)
+    t = t.filter(hit)
+    n = t.num_rows
+    nulls = pa.nulls(n, pa.int64())
+    return pa.table([q.filter(hit).cast(pa.int64()), t.column("_seq_no"),
+                     nulls if deleted else t.column("_primary_term"), nulls if deleted else t.column("_version"),
+                     pa.array(np.full(n, deleted))], schema=_CANDIDATE)
+
+
+def first_of_runs(sorted_values: pa.Array) -> pa.BooleanArray:
+    """True where a sorted array's value differs from the previous one (first of each run)."""
+    n = len(sorted_values)
+    if n == 0:
+        return pa.array([], pa.bool_())
+    differs = pc.not_equal(sorted_values.slice(1), sorted_values.slice(0, n - 1))
+    return pa.concat_arrays([pa.array([True]), differs.cast(pa.bool_())])
