@@ -28,7 +28,9 @@ import logging
 import os
 import shutil
 import threading
+import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterable, Mapping as MappingABC
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,16 +40,20 @@ import pyarrow.compute as pc
 
 from shardstore.blobstores import open_store
 from shardstore.blobstores.base import BlobStore
+from shardstore.engine.allocation import AllocationWorker, ClusterHealth, cluster_health, plan_replicas
 from shardstore.engine.errors import (
+    HealthTimeout,
     IndexAlreadyExists,
     IndexNotFound,
     InvalidRequest,
     NodeDisconnected,
     NodeNotFound,
     ShardUnavailable,
+    StalePrimary,
     VersionConflict,
 )
 from shardstore.engine.metadata import IndexMeta, ShardRouting, load_cluster, save_index
+from shardstore.engine.recovery import peer_recover
 from shardstore.engine.routing import shard_ids
 from shardstore.engine.shard import ShardCopy, ShardSpec
 from shardstore.engine.transport import Transport
@@ -142,9 +148,14 @@ class Cluster:
         self.indices: dict[str, IndexMeta] = {}
         self._lock = threading.RLock()
         self._shard_locks: dict[tuple[str, int], threading.RLock] = {}
+        self._initializing: set[tuple[str, int]] = set()  # (index, shard) with a peer recovery running
+        self._recovery_failures: dict[tuple[str, int], int] = {}
+        self._allocation = AllocationWorker(self._allocation_round, name="allocation")
+        self._writers = ThreadPoolExecutor(max_workers=8, thread_name_prefix="bulk-shard")
         self.nodes: dict[str, Node] = {}
         for i in range(nodes):
             self.start_node(f"node-{i}")
+        self.wait_for_allocation()
 
     # -- nodes ------------------------------------------------------------------------------
 
@@ -159,7 +170,7 @@ class Cluster:
         return sorted(n for n in self.nodes if self.transport.is_registered(n))
 
     def start_node(self, name: str) -> None:
-        """Start (or restart) a node; shards missing copies are then allocated to it."""
+        """Start (or restart) a node; replicas missing a copy are rebuilt on it in the background."""
         with self._lock:
             if name in self.nodes and self.transport.is_registered(name):
                 return
@@ -167,10 +178,11 @@ class Cluster:
             node.cluster = self
             self.nodes[name] = node
             self.transport.register(name, node.handle)
-            self._allocate_missing()
+            self._schedule_allocation()
 
     def kill_node(self, name: str, wipe_disk: bool = False) -> None:
-        """Stop a node abruptly (like SIGKILL); its primaries fail over, its replicas are rebuilt elsewhere."""
+        """Stop a node abruptly (like SIGKILL); its primaries fail over at once, its replicas are rebuilt
+        elsewhere in the background (:meth:`health`, :meth:`wait_for_health`)."""
         with self._lock:
             node = self._node(name)
             if self.transport.is_registered(name):
@@ -188,7 +200,7 @@ class Cluster:
                     else:
                         self._set_routing(meta, sr.shard, copies=[c for c in sr.copies if c != name],
                                           in_sync=[c for c in sr.in_sync if c != name])
-            self._allocate_missing()
+            self._schedule_allocation()
 
     def _promote(self, meta: IndexMeta, sr: ShardRouting, candidates: list[str]) -> None:
         key = (meta.uuid, sr.shard)
@@ -211,7 +223,12 @@ class Cluster:
         with self._lock:
             meta = next(m for m in self.indices.values() if m.uuid == key[0])
             sr = meta.routing[key[1]]
-            if term != sr.primary_term or node not in sr.in_sync:
+            if term < sr.primary_term:
+                # the cluster manager moved on: the asking primary is stale and must not acknowledge
+                raise StalePrimary(f"{meta.name}/{key[1]}: a primary of term {term} asked to fail {node}, but the "
+                                   f"shard's primary term is {sr.primary_term}", term=term,
+                                   current_term=sr.primary_term)
+            if node not in sr.in_sync:
                 return
             log.warning("failing replica %s of %s/%d: %s", node, meta.name, key[1], reason)
             copy = self.nodes[node].copies.pop(key, None) if node in self.nodes else None
@@ -225,43 +242,91 @@ class Cluster:
         sr = meta.routing[key[1]]
         return [n for n in sr.in_sync if n != sr.primary]
 
-    def _allocate_missing(self) -> None:
-        live = self.live_nodes()
-        for name in list(self.indices):
-            for shard in range(self.indices[name].shards):
-                while True:
-                    meta = self.indices[name]
-                    sr = meta.routing[shard]
-                    if sr.primary is None or len(sr.copies) - 1 >= min(meta.replicas, len(live) - 1):
-                        break
-                    free = [n for n in live if n not in sr.copies]
-                    if not free:
-                        break
-                    target = min(free, key=lambda n: (len(self.nodes[n].copies), n))
-                    self._recover_replica(meta, sr, target)
+    # -- allocation (background) -----------------------------------------------------------
 
-    def _recover_replica(self, meta: IndexMeta, sr: ShardRouting, target: str) -> None:
-        """Peer recovery: copy the primary's last commit, then replay its translog above that commit."""
-        key = (meta.uuid, sr.shard)
-        with self._shard_lock(key):
-            primary = self.nodes[sr.primary].copies[key]
-            commit = primary.directory.last_commit
-            node = self.nodes[target]
-            dest = os.path.join(node.data_dir, meta.uuid, str(sr.shard))
-            shutil.rmtree(dest, ignore_errors=True)
-            if commit is not None:
-                primary.directory.lock_commit(commit.generation)
-                try:
-                    os.makedirs(os.path.join(dest, "index"))
-                    for name in list(commit.files()) + [commit.file_name]:
-                        shutil.copy2(os.path.join(primary.directory.path, name), os.path.join(dest, "index", name))
-                finally:
-                    primary.directory.release_commit(commit.generation)
-            replica = ShardCopy(self._spec(meta, sr.shard), node.data_dir, self.store, primary_term=1, primary=False)
-            replica.replay(primary.translog.read_operations(replica.local_checkpoint + 1))
-            replica.update_global_checkpoint(primary.global_checkpoint)
-            node.copies[key] = replica
-            self._set_routing(meta, sr.shard, copies=[*sr.copies, target], in_sync=[*sr.in_sync, target])
+    def _schedule_allocation(self) -> None:
+        self._recovery_failures.clear()
+        self._allocation.schedule()
+
+    def _allocation_round(self) -> bool:
+        """Start the next replica recovery the plan asks for; False when there is none (worker thread)."""
+        with self._lock:
+            live = self.live_nodes()
+            load = {n: len(self.nodes[n].copies) for n in live}
+            skip = frozenset(self._initializing | {k for k, n in self._recovery_failures.items() if n >= 3})
+            plan = plan_replicas(self.indices, live, load, skip)
+            if not plan:
+                return False
+            a = plan[0]
+            meta = self.indices[a.index]
+            sr = meta.routing[a.shard]
+            key = (meta.uuid, a.shard)
+            primary = self.nodes[sr.primary].copies.get(key)
+            if primary is None:
+                self._recovery_failures[(a.index, a.shard)] = 3
+                return True
+            self._initializing.add((a.index, a.shard))
+            spec, target = self._spec(meta, a.shard), self.nodes[a.target]
+            expected = (sr.primary, sr.primary_term)
+
+        def finalize(replica: ShardCopy) -> bool:
+            with self._lock:
+                cur = self.indices.get(a.index)
+                if cur is None or cur.uuid != meta.uuid:
+                    return False
+                csr = cur.routing[a.shard]
+                if ((csr.primary, csr.primary_term) != expected or a.target in csr.copies
+                        or not self.transport.is_registered(a.target) or self.nodes.get(a.target) is not target):
+                    return False
+                target.copies[key] = replica
+                self._set_routing(cur, a.shard, copies=[*csr.copies, a.target], in_sync=[*csr.in_sync, a.target])
+                return True
+
+        t0 = time.monotonic()
+        try:
+            done = peer_recover(primary, spec, target.data_dir, self.store, shard_lock=self._shard_lock(key),
+                                finalize=finalize)
+            if done is None:
+                log.info("recovery of %s/%d on %s abandoned: routing changed", a.index, a.shard, a.target)
+            else:
+                log.info("replica of %s/%d recovered on %s in %.3fs", a.index, a.shard, a.target,
+                         time.monotonic() - t0)
+        except Exception as exc:  # noqa: BLE001 - retried (3 times) by the next round
+            with self._lock:
+                self._recovery_failures[(a.index, a.shard)] = self._recovery_failures.get((a.index, a.shard), 0) + 1
+            log.warning("recovery of %s/%d on %s failed: %s: %s", a.index, a.shard, a.target, type(exc).__name__, exc)
+        finally:
+            with self._lock:
+                self._initializing.discard((a.index, a.shard))
+        return True
+
+    def wait_for_allocation(self, timeout: float | None = 120.0) -> None:
+        """Block until no replica recovery is pending or running (HealthTimeout after ``timeout`` seconds)."""
+        if not self._allocation.wait_idle(timeout):
+            raise HealthTimeout(f"replica recoveries still running after {timeout}s: {self.health()}")
+
+    def health(self) -> ClusterHealth:
+        """Green (every wanted copy in sync), yellow (a replica missing or recovering) or red (no primary)."""
+        with self._lock:
+            return cluster_health(self.indices, self.live_nodes(), frozenset(self._initializing))
+
+    def wait_for_health(self, status: str = "green", timeout: float = 120.0) -> ClusterHealth:
+        """Block until health is at least ``status`` ("yellow" or "green"); HealthTimeout names what is missing."""
+        rank = {"red": 0, "yellow": 1, "green": 2}
+        if status not in ("yellow", "green"):
+            raise InvalidRequest(f"wait_for_health status must be 'yellow' or 'green', not {status!r}")
+        deadline = time.monotonic() + timeout
+        while True:
+            h = self.health()
+            if rank[h.status] >= rank[status]:
+                return h
+            if time.monotonic() >= deadline:
+                raise HealthTimeout(f"cluster health is {h.status}, not {status}, after {timeout}s: {h}")
+            if self._allocation.idle and h.status == "yellow" and status == "green" and not h.initializing_shards:
+                # nothing left to try: fewer live nodes than copies wanted
+                raise HealthTimeout(f"cluster health is yellow and no recovery can make it green (live nodes "
+                                    f"{self.live_nodes()}): {h}")
+            time.sleep(0.01)
 
     def _shard_lock(self, key: tuple[str, int]) -> threading.RLock:
         with self._lock:
@@ -307,8 +372,9 @@ class Cluster:
                                                                primary_term=1, primary=True)
             if self.store is not None:
                 save_index(self.store, self.cluster_uuid, meta)
-            self._allocate_missing()
-            return self.indices[name]
+            self._schedule_allocation()
+        self.wait_for_allocation()  # empty shards: the replicas are there when create_index returns
+        return self.indices[name]
 
     def primary_of(self, index: str, shard: int) -> str:
         """The node holding the shard's primary."""
@@ -348,10 +414,13 @@ class Cluster:
             idx = pc.indices_nonzero(pc.equal(shards, s))
             if len(idx):
                 subs.append((s, ops.take(idx)))
-        # Shards are written one after the other: in parallel, a failover triggered inside one
-        # shard's write (it takes the cluster lock, then shard locks) would deadlock against a
-        # sibling holding its shard lock and waiting for the cluster lock. Lock ordering first.
-        parts = [self._write_shard(index, meta.uuid, *sub, expect=expect) for sub in subs]
+        # Shards are written in parallel.  Lock order: a shard lock, then the cluster lock
+        # (briefly, to fail a replica); the cluster manager never takes a shard lock while it
+        # holds the cluster lock (failover promotes, recoveries run on the allocation worker).
+        if len(subs) == 1:
+            parts = [self._write_shard(index, meta.uuid, *subs[0], expect=expect)]
+        else:
+            parts = list(self._writers.map(lambda sub: self._write_shard(index, meta.uuid, *sub, expect=expect), subs))
         acked = [i for t in parts for i in t.filter(pc.is_null(t.column("error"))).column("_id").to_pylist()]
         items = pa.concat_tables(parts) if parts else pa.table({"_id": pa.array([], pa.string())})
         return BulkResult(items, acked)
@@ -431,6 +500,8 @@ class Cluster:
 
     def close(self) -> None:
         """Stop every node (state not committed or in the translog is lost)."""
+        self._allocation.close()
+        self._writers.shutdown(wait=True)
         for name in list(self.nodes):
             if self.transport.is_registered(name):
                 self.transport.unregister(name)
@@ -457,7 +528,8 @@ class Cluster:
                 routing.append(ShardRouting(sr.shard, target, term, (target,), (target,)))
             cluster.indices[meta.name] = meta.with_all_routing(tuple(routing))
             save_index(blob, cluster_uuid, cluster.indices[meta.name])
-        cluster._allocate_missing()
+        cluster._schedule_allocation()
+        cluster.wait_for_allocation()
         return cluster
 
 

@@ -65,8 +65,9 @@ def ingest(cluster: Cluster, table: pa.Table, bulk: int, kill: bool, log) -> int
     for start in range(0, table.num_rows, bulk):
         chunk = table.slice(start, bulk)
         if kill_at is not None and start >= kill_at:
+            health = cluster.wait_for_health("green")  # the last failover's replica rebuild is done
             victim = cluster.primary_of("flights", 0)
-            log(f"killing {victim} (primary of flights/0) while it replicates the next bulk")
+            log(f"health {health.status} ({health.active_shards} active copies); killing {victim} (primary of flights/0) while it replicates the next bulk")
             cluster.transport.on("shard.replicate", lambda *a, v=victim: cluster.kill_node(v), sender=victim, times=1)
             kill_at = None
         for attempt in range(10):

@@ -138,3 +138,7 @@ class InvalidRequest(EngineError, InvalidError):
     def __init__(self, reason: str) -> None:
         super().__init__(f"invalid request: {reason}; nothing was applied")
         self.reason = reason
+
+
+class HealthTimeout(EngineError, UnavailableError):
+    """The cluster did not reach the health asked for in time (replicas still recovering or no node to hold them)."""

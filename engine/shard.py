@@ -25,10 +25,11 @@ See docs/design/engine.md.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -37,7 +38,7 @@ import pyarrow.compute as pc
 from shardstore.blobstores.base import BlobStore
 from shardstore.engine.errors import OperationTermTooOld, StalePrimary, VersionConflict
 from shardstore.segments.directory import ShardDirectory
-from shardstore.segments.errors import CommitConflict, CommitNotFound
+from shardstore.segments.errors import CommitConflict, CommitNotFound, UploadCancelled
 from shardstore.segments.path_strategy import PathStrategy, PlainPathStrategy
 from shardstore.segments.versions import next_versions
 from shardstore.segments.remote_store import RemoteSegmentStore, ShardAddress, latest_term, list_terms, restore
@@ -93,6 +94,11 @@ class ShardCopy:
         self._replay_local_translog(start)
         self.global_checkpoint = NO_OPS_PERFORMED
         self._flushes_since_gc = 0
+        self._upload_lock = threading.Lock()  # one remote segment upload at a time (flush or background)
+        self._closing = threading.Event()
+        self._background: threading.Thread | None = None
+        self._holds: dict[int, int] = {}  # peer recoveries: token -> first seq# they still need from the translog
+        self._holds_lock = threading.Lock()
         self.remote_translog: RemoteTranslog | None = None
         self.remote_segments: RemoteSegmentStore | None = None
         if primary:
@@ -186,9 +192,9 @@ class ShardCopy:
                     f"not applied")
             if term > self.primary_term:
                 self.primary_term = term
-        self._apply_stamped(stamped)
-        self.update_global_checkpoint(global_checkpoint)
-        return self.local_checkpoint
+            self._apply_stamped(stamped)  # under the lock: a promotion never interleaves with an apply
+            self.update_global_checkpoint(global_checkpoint)
+            return self.local_checkpoint
 
     def _apply_stamped(self, stamped: pa.RecordBatch, *, log_it: bool = True, prepared=None) -> None:
         if stamped.num_rows == 0:
@@ -262,6 +268,72 @@ class ShardCopy:
             else:
                 self.translog.trim_operations_above(self.max_seq_no, new_term)
         self.fill_gaps()
+        self._start_background_upload()
+
+    def _start_background_upload(self) -> None:
+        """Upload the last local commit under this (new) term in a background thread (seed 001).
+
+        After a promotion the new term's prefix is empty; uploading the segments the copy
+        already holds right away makes the first flush cheap and gives restore a commit of
+        the new term early, without holding up writes or the failover.
+        """
+        if self.remote_segments is None or self.directory.last_commit is None:
+            return
+        self._background = threading.Thread(target=self._background_upload, name=f"reupload-{self.spec.shard}",
+                                            daemon=True)
+        self._background.start()
+
+    def _background_upload(self) -> None:
+        with self._upload_lock:
+            remote = self.remote_segments
+            commit = self.directory.last_commit
+            if self._closing.is_set() or remote is None or commit is None or remote.last_commit is not None:
+                return  # closing, or a flush already uploaded a commit of this term
+            self.directory.lock_commit(commit.generation)
+            try:
+                remote.upload(self.directory.path, commit, cancel=self._closing)
+                log.info("%s: segments re-uploaded under term %d (commit %d)", self.path, self.primary_term,
+                         commit.generation)
+            except UploadCancelled:
+                pass
+            except CommitConflict as exc:
+                log.warning("%s: background upload fenced: %s", self.path, exc)
+            except Exception:  # noqa: BLE001 - the next flush uploads what is missing
+                if not self._closing.is_set():
+                    log.exception("%s: background upload under term %d failed", self.path, self.primary_term)
+            finally:
+                self.directory.release_commit(commit.generation)
+
+    def wait_background_upload(self, timeout: float | None = None) -> bool:
+        """Wait for the post-promotion background upload; True when none is running."""
+        t = self._background
+        if t is not None:
+            t.join(timeout)
+            return not t.is_alive()
+        return True
+
+    @contextlib.contextmanager
+    def hold_translog(self, from_seq_no: int) -> Iterator[Callable[[int], None]]:
+        """Keep local translog operations >= ``from_seq_no`` while a peer recovery reads them.
+
+        Yields a function that raises the hold as the recovery progresses.
+        """
+        token = id(object())
+        with self._holds_lock:
+            self._holds[token] = from_seq_no
+
+        def advance(seq_no: int) -> None:
+            with self._holds_lock:
+                self._holds[token] = max(self._holds[token], seq_no)
+        try:
+            yield advance
+        finally:
+            with self._holds_lock:
+                self._holds.pop(token, None)
+
+    def _held_from(self) -> int | None:
+        with self._holds_lock:
+            return min(self._holds.values()) if self._holds else None
 
     # -- flush ------------------------------------------------------------------------------
 
@@ -277,7 +349,8 @@ class ShardCopy:
             if self.remote_segments is not None:
                 self.directory.lock_commit(commit.generation)
                 try:
-                    self.remote_segments.upload(self.directory.path, commit)
+                    with self._upload_lock:  # after a background re-upload: only what it did not send
+                        self.remote_segments.upload(self.directory.path, commit)
                 except CommitConflict as exc:
                     raise StalePrimary(f"{self.path}: {exc}; this primary was superseded") from exc
                 finally:
@@ -291,6 +364,9 @@ class ShardCopy:
                     self.remote_segments.gc(keep_last=KEEP_REMOTE_COMMITS)
                     self._flushes_since_gc = 0
             retention = min(checkpoint, self.global_checkpoint) if not self.primary else checkpoint
+            held = self._held_from()
+            if held is not None:  # a peer recovery still reads the translog from there
+                retention = min(retention, held - 1)
             self.translog.purge(
                 last_commit_local_checkpoint=checkpoint, retention_seq_no=retention,
                 min_unuploaded_generation=(self.remote_translog.min_unuploaded_generation
@@ -331,6 +407,8 @@ class ShardCopy:
 
     def close(self) -> None:
         """Stop uploads and release files (what is not durable is lost, like a node stop)."""
+        self._closing.set()
+        self.wait_background_upload(timeout=30)  # it stops before its next file
         try:
             if self.remote_translog is not None:
                 self.remote_translog.close()

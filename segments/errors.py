@@ -6,7 +6,7 @@ subsystem (``SegmentError``) or by what to do about it (``InvalidError``...).
 
 from __future__ import annotations
 
-from shardstore.errors import ConflictError, CorruptError, InvalidError, NotFoundError, ShardstoreError
+from shardstore.errors import ConflictError, CorruptError, InvalidError, NotFoundError, ShardstoreError, UnavailableError
 
 
 class SegmentError(ShardstoreError):
@@ -54,3 +54,7 @@ class CommitNotFound(SegmentError, NotFoundError):
 
 class CommitConflict(SegmentError, ConflictError):
     """Another writer committed first (the same commit name exists with other content, or a newer term owns the shard)."""
+
+
+class UploadCancelled(SegmentError, UnavailableError):
+    """An upload stopped because its copy is closing; nothing of it is referenced by a commit, a retry may finish it."""

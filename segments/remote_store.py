@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -39,7 +40,7 @@ from shardstore.blobstores.errors import BlobAlreadyExists, BlobNotFound
 from shardstore.progress import Progress
 from shardstore.fileio import write_atomic
 from shardstore.segments.commit import CommitPoint, write_commit
-from shardstore.segments.errors import CommitConflict, CommitNotFound, SegmentCorrupted, SegmentError
+from shardstore.segments.errors import CommitConflict, CommitNotFound, SegmentCorrupted, SegmentError, UploadCancelled
 from shardstore.segments.gc import GcPlan, RemoteCommitRef, RemoteFileRef, plan_remote_gc
 from shardstore.segments.path_strategy import PathStrategy, PlainPathStrategy, parse_term_marker_key
 from shardstore.segments.records import crc32c, decode_record, encode_record
@@ -349,8 +350,14 @@ class RemoteSegmentStore:
         """The commit's files the remote does not hold yet: what an upload PUTs."""
         return {n: sc for n, sc in commit.files().items() if (n, sc[1]) not in self._uploaded}
 
-    def upload(self, directory: str, commit: CommitPoint) -> RemoteCommitMetadata:
-        """Upload the commit's new files in parallel, then its metadata (``if_absent``, last)."""
+    def upload(self, directory: str, commit: CommitPoint, *, cancel: threading.Event | None = None
+               ) -> RemoteCommitMetadata:
+        """Upload the commit's new files in parallel, then its metadata (``if_absent``, last).
+
+        ``cancel`` set (the copy is closing) stops before the next file and before the
+        metadata with :class:`UploadCancelled`; files already sent stay known, so a later
+        upload of the same files skips them.
+        """
         if commit.primary_term > self.primary_term:
             raise SegmentError(f"commit of term {commit.primary_term} handed to a term-{self.primary_term} uploader")
         if not self._claimed:
@@ -361,10 +368,13 @@ class RemoteSegmentStore:
             if missing:
                 workers = max(1, min(self.upload_concurrency, len(missing)))
                 with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="segment-upload") as pool:
-                    futures = [pool.submit(self._upload_file, directory, n, s, c) for n, (s, c) in missing.items()]
+                    futures = [pool.submit(self._upload_file, directory, n, s, c, cancel)
+                               for n, (s, c) in missing.items()]
                     for fut in futures:
                         remote = fut.result()
                         progress.advance(bytes_=remote.size)
+        if cancel is not None and cancel.is_set():
+            raise UploadCancelled(f"{self.prefix}: upload of commit {commit.generation} cancelled before its metadata")
         files = {n: self._uploaded[(n, c)] for n, (_s, c) in commit.files().items()}
         md = RemoteCommitMetadata(commit=commit, writer=self.writer, files=files)
         key = _join(self.prefix, metadata_key(commit.primary_term if commit.primary_term else self.primary_term,
@@ -381,7 +391,10 @@ class RemoteSegmentStore:
         log.debug("uploaded commit %s (%d new files, %d bytes)", key, len(missing), total)
         return md
 
-    def _upload_file(self, directory: str, name: str, size: int, checksum: int) -> RemoteFile:
+    def _upload_file(self, directory: str, name: str, size: int, checksum: int,
+                     cancel: threading.Event | None = None) -> RemoteFile:
+        if cancel is not None and cancel.is_set():
+            raise UploadCancelled(f"{self.prefix}: upload cancelled before {name}")
         ident = (name, checksum)
         key = self._keys.setdefault(ident, _join(self.prefix, data_key(name, uuid.uuid4().hex)))
         self._in_flight.add(key)

@@ -178,7 +178,7 @@ def test_engine_quick_prints_json_figures_then_a_table(tmp_path: Path) -> None:
     # 2. failover per shard size, its parts, and the flatness ratio with its target
     sizes = {f["params"]["shard_docs"] for f in having("failover_seconds")}
     assert sizes == {10_000, 50_000}
-    for name in ("failover_kill_seconds", "failover_promote_seconds", "failover_peer_recovery_seconds",
+    for name in ("failover_kill_seconds", "failover_promote_seconds", "replica_rebuild_seconds", "reupload_seconds",
                  "failover_first_write_seconds", "post_failover_flush_seconds", "post_failover_flush_mb"):
         assert {f["params"]["shard_docs"] for f in having(name)} == sizes, name
     # 3. restore of the biggest shard next to a raw download of the same bytes

@@ -37,6 +37,9 @@ def drill_with_options(store_url: str, data_dir: Path, options: dict, *, x: int,
         while pending:
             chunk, pending = pending[:BULK], pending[BULK:]
             if kill_at is not None and sent >= kill_at:
+                # as an operator would: the previous failover's replica rebuild (background) is done,
+                # so the shard has an in-sync copy to promote
+                cluster.wait_for_health("green")
                 victim = cluster.primary_of("flights", rng.randrange(shards))
                 if rng.random() < 0.5:  # die while replicating the next bulk: its items are not acknowledged
                     cluster.transport.on("shard.replicate", lambda *a, v=victim: cluster.kill_node(v), sender=victim,

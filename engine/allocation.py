@@ -1,0 +1,151 @@
+"""Replica allocation: which copies to build where (pure), cluster health, and the background worker.
+
+The cluster manager never rebuilds a replica inline: :meth:`Cluster.kill_node` promotes
+(cheap, constant time) and schedules the rebuilds, so a failover does not grow with the
+shard's size (docs/design/engine.md, "Failover time").  The worker thread runs the
+cluster's allocation round until it has nothing left to do; peer recoveries of
+different shards then run one after the other on it while writes go on.
+
+:func:`plan_replicas` is the pure decision: for every shard that has a primary and
+fewer copies than ``min(replicas, live nodes - 1)``, the least-loaded live node that
+holds no copy (ties by name), at most one recovery per shard at a time.
+:func:`cluster_health` is Elasticsearch's traffic light: red when a shard has no
+primary, yellow when a wanted replica is missing or still recovering, else green.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from shardstore.engine.metadata import IndexMeta
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """Build a replica of ``index``'s ``shard`` on node ``target``."""
+
+    index: str
+    shard: int
+    target: str
+
+
+@dataclass(frozen=True)
+class ClusterHealth:
+    """Elasticsearch-style health: status and shard counts."""
+
+    status: str  # "green" | "yellow" | "red"
+    active_primaries: int
+    active_shards: int
+    initializing_shards: int
+    unassigned_shards: int
+    red_shards: tuple[str, ...] = ()  # "index/shard" without a primary
+
+
+def wanted_copies(meta: IndexMeta, live: int) -> int:
+    """How many copies (primary included) a shard of ``meta`` should have with ``live`` nodes up."""
+    return 1 + min(meta.replicas, max(0, live - 1))
+
+
+def plan_replicas(indices: Mapping[str, IndexMeta], live: Sequence[str], load: Mapping[str, int],
+                  busy: frozenset[tuple[str, int]] = frozenset()) -> list[Assignment]:
+    """The replica copies to build now (pure; one per shard not in ``busy``), least-loaded node first."""
+    load = dict(load)
+    out = []
+    for name in sorted(indices):
+        meta = indices[name]
+        for sr in meta.routing:
+            if sr.primary is None or (name, sr.shard) in busy:
+                continue
+            if len(sr.copies) >= wanted_copies(meta, len(live)):
+                continue
+            free = [n for n in live if n not in sr.copies]
+            if not free:
+                continue
+            target = min(free, key=lambda n: (load.get(n, 0), n))
+            load[target] = load.get(target, 0) + 1
+            out.append(Assignment(name, sr.shard, target))
+    return out
+
+
+def cluster_health(indices: Mapping[str, IndexMeta], live: Sequence[str],
+                   initializing: frozenset[tuple[str, int]] = frozenset()) -> ClusterHealth:
+    """Health of ``indices`` with ``live`` nodes up and ``initializing`` shards recovering a replica (pure)."""
+    primaries = shards = unassigned = 0
+    red = []
+    for name in sorted(indices):
+        meta = indices[name]
+        for sr in meta.routing:
+            wanted = 1 + meta.replicas
+            if sr.primary is None:
+                red.append(f"{name}/{sr.shard}")
+                unassigned += wanted
+                continue
+            primaries += 1
+            active = len([n for n in sr.in_sync if n in live])
+            shards += active
+            unassigned += max(0, wanted - active)
+    init = len(initializing)
+    unassigned = max(0, unassigned - init)
+    status = "red" if red else ("yellow" if unassigned or init else "green")
+    return ClusterHealth(status, primaries, shards, init, unassigned, tuple(red))
+
+
+class AllocationWorker:
+    """A daemon thread that calls ``round_()`` until it returns False, each time it is scheduled."""
+
+    def __init__(self, round_: Callable[[], bool], name: str = "allocation") -> None:
+        self._round = round_
+        self._cond = threading.Condition()
+        self._pending = False
+        self._busy = False
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def schedule(self) -> None:
+        """Ask for an allocation round (coalesced with one already pending)."""
+        with self._cond:
+            self._pending = True
+            self._cond.notify_all()
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Block until no round is pending or running; False on timeout."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._closed or not (self._pending or self._busy), timeout)
+
+    @property
+    def idle(self) -> bool:
+        """No round pending or running."""
+        with self._cond:
+            return not (self._pending or self._busy)
+
+    def close(self) -> None:
+        """Stop after the round in progress (its recovery finishes or fails on closed copies)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=60)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._pending or self._closed)
+                if self._closed:
+                    self._cond.notify_all()
+                    return
+                self._pending, self._busy = False, True
+            try:
+                while not self._closed and self._round():
+                    pass
+            except Exception:  # noqa: BLE001 - a failed round is logged; the next schedule retries
+                log.exception("allocation round failed")
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
