@@ -1,0 +1,443 @@
+"""In-process coordination: elections, two-phase publication through the remote store, commit, apply.
+
+Nodes talk through :class:`shardstore.engine.transport.Transport` (injectable drops and
+partitions).  Every request carries the sender's term; a node refuses a lower term than
+the one it knows with :class:`StaleTerm`.
+
+**Persisted per master-eligible node** (``<data_dir>/cluster-state.node``, replaced
+atomically): the current term, the last accepted state and its manifest key, and the
+(term, version) last committed.  Record magic ``CSLN``, format version 1, body
+``{"current_term", "accepted": ClusterState.to_dict()|null, "accepted_manifest": key|null,
+"committed": [term, version]|null}``.
+
+**Election** (:meth:`ClusterManagerNode.start_election`): the candidate picks a term above
+every term it knows and asks each master-eligible node to join it (``cs/start_join``).
+A node joins only a term above its current term (so it votes once per term), persists that
+term first, and answers with its last accepted (term, version, manifest key).  With
+joins from a majority of both the last committed and the last accepted voting
+configurations, the candidate adopts the highest accepted state among the joins
+(downloading it from the store when it is not its own), becomes master, and republishes
+it as the first version of its term.  Every committed state was accepted by a majority,
+which intersects the voters, so a committed state is never rolled back.
+
+**Publication** (:meth:`ClusterManagerNode.submit`, one master task at a time):
+
+1. the task computes the new state from the current one; the master uploads it to the
+   remote store (changed entities, then the published-only manifest);
+2. ``cs/publish`` (term, version, manifest key) to every node: a node refuses a lower term
+   or a version not above the one it accepted, downloads the state (only the changed
+   entities when its last state is the diff's base), and -- master-eligible nodes --
+   persists it as accepted before it acknowledges;
+3. with acknowledgements from a majority of master-eligible nodes the master writes the
+   committed manifest, then sends ``cs/commit``; each node applies the state.  Without a
+   majority nothing is committed: the master steps down and raises :class:`NoQuorum`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from shardstore.blobstores.base import BlobStore
+from shardstore.cluster_state.errors import NoQuorum, NotMaster, StaleTerm
+from shardstore.cluster_state.manifest import Manifest
+from shardstore.cluster_state.model import ClusterState, VotingConfig
+from shardstore.cluster_state.remote import RemoteClusterStateService
+from shardstore.engine.errors import NodeDisconnected
+from shardstore.engine.transport import Transport
+from shardstore.errors import InvalidError, ShardstoreError
+from shardstore.fileio import write_atomic
+from shardstore.segments.errors import SegmentCorrupted
+from shardstore.segments.records import decode_record, encode_record
+
+START_JOIN, PUBLISH, COMMIT = "cs/start_join", "cs/publish", "cs/commit"
+NODE_FILE = "cluster-state.node"
+_MAGIC, _VERSION = b"CSLN", 1
+
+Task = Callable[[ClusterState], ClusterState]
+
+
+@dataclass(frozen=True)
+class StartJoin:
+    """A candidate asks for votes in ``term``."""
+
+    term: int
+    candidate: str
+
+
+@dataclass(frozen=True)
+class Join:
+    """A vote: the voter's term and its last accepted state."""
+
+    voter: str
+    term: int
+    accepted_term: int
+    accepted_version: int
+    cluster_uuid: str | None
+    manifest_key: str | None
+
+
+@dataclass(frozen=True)
+class Publish:
+    """Phase one: only (term, version) and where the manifest is; the state is in the store."""
+
+    term: int
+    version: int
+    manifest_key: str
+    master: str
+
+
+@dataclass(frozen=True)
+class PublishAck:
+    """A node accepted (and, if master-eligible, persisted) a published state."""
+
+    node: str
+    term: int
+    version: int
+    bytes_downloaded: int
+    incremental: bool
+
+
+@dataclass(frozen=True)
+class Commit:
+    """Phase two: apply the accepted state (term, version)."""
+
+    term: int
+    version: int
+    master: str
+
+
+class PersistedNodeState:
+    """The durable part of a master-eligible node (see the module docstring)."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        os.makedirs(directory, exist_ok=True)
+        self.current_term = 0
+        self.accepted: ClusterState | None = None
+        self.accepted_manifest: str | None = None
+        self.committed: tuple[int, int] | None = None
+        path = os.path.join(directory, NODE_FILE)
+        if os.path.exists(path):
+            with open(path, "rb") as f:
+                data = f.read()
+            try:
+                _v, body = decode_record(data, magic=_MAGIC, supported=_VERSION, where=path, what="node state")
+            except SegmentCorrupted as exc:
+                raise InvalidError(f"{exc}; the node's cluster-state file is damaged: wipe {directory} and let the "
+                                   f"node rejoin (it downloads the state again)") from None
+            self.current_term = int(body["current_term"])
+            self.accepted = None if body["accepted"] is None else ClusterState.from_dict(body["accepted"])
+            self.accepted_manifest = body["accepted_manifest"]
+            self.committed = None if body["committed"] is None else tuple(body["committed"])  # type: ignore[assignment]
+
+    def save(self) -> None:
+        """Write the whole record atomically (temp file, fsync, rename, fsync of the directory)."""
+        body = {
+            "current_term": self.current_term,
+            "accepted": None if self.accepted is None else self.accepted.to_dict(),
+            "accepted_manifest": self.accepted_manifest,
+            "committed": None if self.committed is None else list(self.committed),
+        }
+        write_atomic(self.directory, NODE_FILE, encode_record(_MAGIC, _VERSION, body))
+
+
+class ClusterManagerNode:
+    """One node of the coordination layer (master-eligible or not)."""
+
+    def __init__(self, name: str, transport: Transport, store: BlobStore, data_dir: str, *,
+                 master_eligible: bool = True, peers: Iterable[str] = (),
+                 initial_config: Iterable[str] = (), initial_state: ClusterState | None = None,
+                 initial_manifest: Manifest | None = None) -> None:
+        self.name = name
+        self.transport = transport
+        self.remote = RemoteClusterStateService(store)
+        self.master_eligible = master_eligible
+        self.peers = tuple(p for p in peers if p != name)
+        self.initial_config = VotingConfig(tuple(initial_config))
+        self.disk = PersistedNodeState(data_dir)
+        self._lock = threading.RLock()
+        self._task_lock = threading.Lock()
+        self.is_master = False
+        self.master: str | None = None
+        self.last_publication: list[PublishAck] = []
+        self._pending: tuple[ClusterState, Manifest] | None = None
+        if initial_state is not None and self.disk.accepted is None:
+            self.disk.accepted = initial_state
+            self.disk.accepted_manifest = initial_manifest.key if initial_manifest else None
+            self.disk.committed = (initial_state.term, initial_state.version) if initial_manifest else None
+            self.disk.current_term = max(self.disk.current_term, initial_state.term)
+            self.disk.save()
+        self.accepted_manifest: Manifest | None = None
+        self.applied: ClusterState | None = None
+        if self.disk.accepted is not None and self.disk.committed == (self.disk.accepted.term,
+                                                                       self.disk.accepted.version):
+            self.applied = self.disk.accepted
+        transport.register(name, self.handle)
+
+    # -- views --------------------------------------------------------------------------------
+
+    @property
+    def current_term(self) -> int:
+        """The highest term this node knows (persisted)."""
+        return self.disk.current_term
+
+    @property
+    def accepted(self) -> ClusterState | None:
+        """The last state this node accepted (persisted on master-eligible nodes)."""
+        return self.disk.accepted
+
+    def _configs(self, state: ClusterState | None) -> tuple[VotingConfig, VotingConfig]:
+        if state is None or not state.coordination.last_committed_config.node_ids:
+            return self.initial_config, self.initial_config
+        return state.coordination.last_committed_config, state.coordination.last_accepted_config
+
+    def _quorum(self, votes: set[str], *states: ClusterState | None) -> bool:
+        return all(c.has_quorum(votes) for s in states for c in self._configs(s))
+
+    def _voters(self, *states: ClusterState | None) -> set[str]:
+        return {n for s in states for c in self._configs(s) for n in c.node_ids}
+
+    # -- message handling ---------------------------------------------------------------------
+
+    def handle(self, action: str, request: Any) -> Any:
+        """Transport entry point."""
+        if action == START_JOIN:
+            return self._on_start_join(request)
+        if action == PUBLISH:
+            return self._on_publish(request)
+        if action == COMMIT:
+            return self._on_commit(request)
+        raise InvalidError(f"node {self.name}: unknown cluster-state action {action!r}")
+
+    def _become_follower(self, term: int) -> None:
+        if term > self.disk.current_term:
+            self.disk.current_term = term
+            if self.master_eligible:
+                self.disk.save()
+        self.is_master = False
+
+    def _on_start_join(self, req: StartJoin) -> Join:
+        with self._lock:
+            if not self.master_eligible:
+                raise InvalidError(f"node {self.name} is not master-eligible and does not vote")
+            if req.term <= self.disk.current_term:
+                raise StaleTerm(f"node {self.name}: start-join from {req.candidate}", req.term, self.disk.current_term)
+            self._become_follower(req.term)  # persisted before the vote leaves: one vote per term
+            self.master = None
+            acc = self.disk.accepted
+            return Join(self.name, req.term, acc.term if acc else -1, acc.version if acc else -1,
+                        acc.cluster_uuid if acc else None, self.disk.accepted_manifest)
+
+    def _on_publish(self, req: Publish) -> PublishAck:
+        with self._lock:
+            if req.term < self.disk.current_term:
+                raise StaleTerm(f"node {self.name}: publication of version {req.version} by {req.master}",
+                                req.term, self.disk.current_term)
+            if req.master != self.name:
+                self._become_follower(req.term)
+            acc = self.disk.accepted
+            if acc is not None and (req.term, req.version) <= (acc.term, acc.version) and req.master != self.name:
+                raise StaleTerm(f"node {self.name}: publication of term {req.term} version {req.version} is not "
+                                f"newer than the accepted version {acc.version}", req.term, acc.term)
+            pending = self._pending
+            if req.master == self.name and pending is not None and pending[1].key == req.manifest_key:
+                state, manifest, nbytes, incremental = pending[0], pending[1], 0, True  # the master's own state
+            else:
+                manifest = self.remote.read_manifest(req.manifest_key)
+                base = acc if acc is not None and acc.state_uuid == manifest.diff.base else self.applied
+                res = self.remote.read_incremental(manifest, base)
+                state, nbytes, incremental = res.state, res.bytes_downloaded, res.incremental
+            self.disk.accepted = state
+            self.disk.accepted_manifest = req.manifest_key
+            self.accepted_manifest = manifest
+            if self.master_eligible:
+                self.disk.save()  # persisted before the acknowledgement
+            self.master = req.master
+            return PublishAck(self.name, req.term, req.version, nbytes, incremental)
+
+    def _on_commit(self, req: Commit) -> bool:
+        with self._lock:
+            if req.term < self.disk.current_term:
+                raise StaleTerm(f"node {self.name}: commit of version {req.version}", req.term, self.disk.current_term)
+            acc = self.disk.accepted
+            if acc is None or (acc.term, acc.version) != (req.term, req.version):
+                return False  # not the state this node accepted: it catches up on the next publication
+            self.applied = replace(acc, cluster_uuid_committed=True)
+            self.disk.accepted = self.applied
+            self.disk.committed = (req.term, req.version)
+            if self.master_eligible:
+                self.disk.save()
+            return True
+
+    def _send(self, target: str, action: str, request: Any) -> Any:
+        if target == self.name:
+            return self.handle(action, request)
+        return self.transport.send(self.name, target, action, request)
+
+    # -- election -----------------------------------------------------------------------------
+
+    def start_election(self) -> ClusterState:
+        """Ask for votes in a new term; on a majority adopt the highest accepted state and publish it."""
+        if not self.master_eligible:
+            raise InvalidError(f"node {self.name} is not master-eligible")
+        with self._task_lock:
+            term = self.disk.current_term + 1
+            joins: list[Join] = []
+            stale = 0
+            for node in sorted(self._voters(self.disk.accepted) | {self.name}):
+                try:
+                    joins.append(self._send(node, START_JOIN, StartJoin(term, self.name)))
+                except StaleTerm as exc:
+                    stale = max(stale, exc.current)
+                except (NodeDisconnected, ShardstoreError):
+                    continue
+            votes = {j.voter for j in joins}
+            if not self._quorum(votes, self.disk.accepted):
+                if stale:
+                    self._become_follower(stale)
+                raise NoQuorum(f"election of {self.name} in term {term}", votes, self._voters(self.disk.accepted))
+            best = max(joins, key=lambda j: (j.accepted_term, j.accepted_version), default=None)
+            adopted = self._adopt(best)  # the highest accepted state of a majority holds every committed one
+            if adopted is not None and not self._quorum(votes, adopted):
+                raise NoQuorum(f"election of {self.name} in term {term}", votes, self._voters(adopted))
+            self.is_master = True
+            self.master = self.name
+            if adopted is None:
+                adopted = ClusterState.initial(self.initial_config.node_ids)
+            return self._publish(adopted.successor(term))
+
+    def _adopt(self, best: Join | None) -> ClusterState | None:
+        acc = self.disk.accepted
+        if best is None or best.manifest_key is None:
+            return acc
+        if acc is not None and (acc.term, acc.version) >= (best.accepted_term, best.accepted_version):
+            return acc
+        manifest = self.remote.read_manifest(best.manifest_key)
+        state = self.remote.read_state(manifest)
+        with self._lock:
+            self.disk.accepted, self.disk.accepted_manifest = state, best.manifest_key
+            self.accepted_manifest = manifest
+            self.disk.save()
+        return state
+
+    # -- publication --------------------------------------------------------------------------
+
+    def submit(self, task: Task) -> ClusterState:
+        """Run a master task against the current state and publish its result (one task at a time)."""
+        with self._task_lock:
+            if not self.is_master:
+                raise NotMaster(self.name, self.master)
+            current = self.disk.accepted
+            assert current is not None
+            new = task(current)
+            if new is current:
+                return current
+            return self._publish(new.successor(self.disk.current_term))
+
+    def _previous_manifest(self) -> Manifest | None:
+        acc = self.disk.accepted
+        if acc is None or self.disk.accepted_manifest is None:
+            return None
+        if self.accepted_manifest is None or self.accepted_manifest.key != self.disk.accepted_manifest:
+            self.accepted_manifest = self.remote.read_manifest(self.disk.accepted_manifest)
+        return self.accepted_manifest
+
+    def _publish(self, new: ClusterState) -> ClusterState:
+        prev, prev_m = self.disk.accepted, self._previous_manifest()
+        try:
+            if prev is None or prev_m is None or prev_m.state_uuid != prev.state_uuid:
+                manifest = self.remote.write_full(new)
+            else:
+                manifest = self.remote.write_incremental(prev, prev_m, new)
+        except ShardstoreError:
+            self.is_master = False
+            raise
+        self._pending = (new, manifest)
+        request = Publish(new.term, new.version, manifest.key, self.name)
+        acks: list[PublishAck] = []
+        higher = 0
+        for node in (self.name, *self.peers):
+            try:
+                acks.append(self._send(node, PUBLISH, request))
+            except StaleTerm as exc:
+                higher = max(higher, exc.current)
+            except (NodeDisconnected, ShardstoreError):
+                continue
+        self.last_publication = acks
+        votes = {a.node for a in acks}
+        if higher > new.term or not self._quorum(votes, new):
+            self._become_follower(max(higher, self.disk.current_term))
+            raise NoQuorum(f"publication of term {new.term} version {new.version} by {self.name}",
+                           votes & self._voters(new), self._voters(new))
+        try:
+            committed = self.remote.mark_committed(manifest)
+        except ShardstoreError:
+            self.is_master = False
+            raise
+        self.accepted_manifest = manifest
+        for node in (self.name, *self.peers):
+            try:
+                self._send(node, COMMIT, Commit(new.term, new.version, self.name))
+            except (NodeDisconnected, ShardstoreError):
+                continue
+        self.accepted_manifest = committed
+        with self._lock:
+            self.disk.accepted_manifest = committed.key
+            if self.master_eligible:
+                self.disk.save()
+        assert self.applied is not None
+        return self.applied
+
+
+class LocalCluster:
+    """A set of in-process coordination nodes on one transport and one store (tests, engine, benches)."""
+
+    def __init__(self, store: BlobStore, data_dir: str, master_nodes: Iterable[str] = ("n1", "n2", "n3"),
+                 data_nodes: Iterable[str] = (), *, transport: Transport | None = None,
+                 initial_state: ClusterState | None = None, initial_manifest: Manifest | None = None) -> None:
+        self.store = store
+        self.data_dir = data_dir
+        self.transport = transport or Transport()
+        self.master_names = tuple(master_nodes)
+        self.data_names = tuple(data_nodes)
+        self.nodes: dict[str, ClusterManagerNode] = {}
+        self._initial = (initial_state, initial_manifest)
+        for name in (*self.master_names, *self.data_names):
+            self.start(name)
+
+    def start(self, name: str) -> ClusterManagerNode:
+        """Start (or restart, from its data directory) node ``name``."""
+        if name in self.nodes and self.transport.is_registered(name):
+            raise InvalidError(f"node {name!r} is running; stop it first")
+        state, manifest = self._initial
+        node = ClusterManagerNode(
+            name, self.transport, self.store, os.path.join(self.data_dir, name),
+            master_eligible=name in self.master_names, peers=(*self.master_names, *self.data_names),
+            initial_config=self.master_names, initial_state=state, initial_manifest=manifest)
+        self.nodes[name] = node
+        return node
+
+    def stop(self, name: str) -> None:
+        """Kill node ``name`` (its disk stays)."""
+        self.transport.unregister(name)
+        self.nodes[name].is_master = False
+
+    def elect(self, name: str) -> ClusterState:
+        """Make ``name`` run an election; returns the first state it published."""
+        return self.nodes[name].start_election()
+
+    def master(self) -> ClusterManagerNode | None:
+        """The running node that believes it is master with the highest term, if any."""
+        live = [n for n in self.nodes.values() if n.is_master and self.transport.is_registered(n.name)]
+        return max(live, key=lambda n: n.current_term, default=None)
+
+    def submit(self, task: Task) -> ClusterState:
+        """Run a task on the current master."""
+        m = self.master()
+        if m is None:
+            raise NotMaster("(any)", None)
+        return m.submit(task)
