@@ -236,6 +236,7 @@ class Cluster:
                 copy.close()
             self._set_routing(meta, key[1], copies=[c for c in sr.copies if c != node],
                               in_sync=[c for c in sr.in_sync if c != node])
+            self._schedule_allocation()  # a new replica is built in the background
 
     def _in_sync_replicas(self, key: tuple[str, int]) -> list[str]:
         meta = next(m for m in self.indices.values() if m.uuid == key[0])

@@ -122,6 +122,7 @@ def test_a_restarted_node_gets_a_replica_back_and_can_take_over(cluster: Cluster
     assert second != first
     cluster.bulk("docs", [{"_id": str(i), "v": -i} for i in range(500, 600)])
     cluster.start_node(first)  # comes back with a wiped view: rebuilt as a replica by peer recovery
+    cluster.wait_for_health("green")  # replicas are rebuilt in the background
     routing = cluster.indices["docs"].routing[0]
     assert len(routing.in_sync) == 2
     for name in [n for n in cluster.live_nodes() if n not in routing.in_sync]:
@@ -138,6 +139,7 @@ def test_failovers_without_flushes_then_restore(cluster: Cluster, tmp_path: Path
     cluster.bulk("docs", [{"_id": str(i), "v": i} for i in range(100)])
     cluster.flush("docs")
     for k in range(3):
+        cluster.wait_for_health("green")  # the last failover's replica rebuild (background) is done
         victim = cluster.primary_of("docs", 0)
         cluster.kill_node(victim)
         assert not cluster.bulk("docs", [{"_id": f"k{k}", "v": k}]).errors
