@@ -1,4 +1,4 @@
-"""The ``shardstore`` command: version, installed plugins, and a store self-test."""
+"""The ``shardstore`` command: version, installed plugins, a store self-test, and the cluster-state report."""
 
 from __future__ import annotations
 
@@ -60,6 +60,19 @@ def _cmd_store_check(args: argparse.Namespace) -> int:
     return 0 if passed == len(results) else 1
 
 
+def _cmd_cluster_state_show(args: argparse.Namespace) -> int:
+    from shardstore.blobstores import open_store
+    from shardstore.cluster_state.report import format_inspection, inspect_store
+
+    store = open_store(args.url, **_parse_options(args.option))
+    try:
+        report = inspect_store(store, keep=args.keep, verify=not args.no_verify)
+    finally:
+        store.close()
+    print(format_inspection(report), flush=True)
+    return 0 if report.ok else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``shardstore`` command."""
     parser = argparse.ArgumentParser(prog="shardstore", description=__doc__)
@@ -79,6 +92,18 @@ def build_parser() -> argparse.ArgumentParser:
                        help="store option (repeatable), e.g. -o endpoint_url=http://127.0.0.1:9000")
     check.add_argument("--prefix", default="_shardstore_check", help="scratch prefix (removed afterwards)")
     check.set_defaults(func=_cmd_store_check)
+
+    cs = sub.add_parser("cluster-state", help="remote cluster-state tools")
+    cs_sub = cs.add_subparsers(dest="cluster_state_command")
+    show = cs_sub.add_parser(
+        "show", help="the UUID chain, the latest committed manifest, and problems (orphans, missing or corrupt blobs)"
+    )
+    show.add_argument("url", help="store URL of the cluster, e.g. s3://bucket/prefix or file:///tmp/store")
+    show.add_argument("-o", "--option", action="append", default=[], metavar="NAME=VALUE",
+                      help="store option (repeatable), e.g. -o endpoint_url=http://127.0.0.1:9000")
+    show.add_argument("--keep", type=int, default=10, help="manifests a purge keeps per UUID (default 10)")
+    show.add_argument("--no-verify", action="store_true", help="do not read back the latest state's entities")
+    show.set_defaults(func=_cmd_cluster_state_show)
     return parser
 
 

@@ -1,0 +1,159 @@
+"""Coordination: elections, two-phase publication through the store, and seed 003's failure cases."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from shardstore.blobstores import open_store
+from shardstore.blobstores.faulty import FaultyStore, SimulatedCrash
+from shardstore.cluster_state.coordination import START_JOIN, LocalCluster, StartJoin
+from shardstore.cluster_state.errors import NoQuorum, NotMaster, StaleTerm
+from shardstore.cluster_state.model import ClusterState
+from shardstore.cluster_state.remote import RemoteClusterStateService
+
+MASTERS = ("n1", "n2", "n3")
+
+
+@pytest.fixture
+def store(request: pytest.FixtureRequest):
+    s = open_store(f"memory://coord-{request.node.name[:40]}/root")
+    yield s
+    from shardstore.plugins.memory import MemoryStore
+
+    MemoryStore.drop(f"coord-{request.node.name[:40]}")
+
+
+def create(name: str):
+    return lambda s: s.create_index(name, shards=2)
+
+
+def committed(store, cluster_uuid: str) -> ClusterState:
+    svc = RemoteClusterStateService(store)
+    return svc.read_state(svc.latest_manifest(cluster_uuid))
+
+
+def test_election_publication_and_incremental_follower_downloads(store, tmp_path: Path) -> None:
+    c = LocalCluster(store, str(tmp_path), MASTERS, data_nodes=("d1",))
+    first = c.elect("n1")
+    assert (first.term, first.version) == (1, 1) and first.cluster_uuid_committed
+    assert c.master() is c.nodes["n1"]
+    for i in range(3):
+        c.submit(create(f"i{i}"))
+    state = c.nodes["n1"].applied
+    assert sorted(state.indices) == ["i0", "i1", "i2"] and state.version == 4
+    for node in c.nodes.values():
+        assert node.applied == state
+    # followers downloaded only the changed entities (the manifest, one chunk, one index)
+    acks = {a.node: a for a in c.nodes["n1"].last_publication}
+    assert set(acks) == {"n1", "n2", "n3", "d1"}
+    assert all(acks[n].incremental and 0 < acks[n].bytes_downloaded < 4096 for n in ("n2", "n3", "d1"))
+    assert committed(store, state.cluster_uuid) == state
+    with pytest.raises(NotMaster):
+        c.nodes["n2"].submit(create("x"))
+
+
+def test_master_tasks_run_one_at_a_time(store, tmp_path: Path) -> None:
+    c = LocalCluster(store, str(tmp_path), MASTERS)
+    c.elect("n1")
+    threads = [threading.Thread(target=c.submit, args=(create(f"t{i}"),)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    state = c.nodes["n1"].applied
+    assert sorted(state.indices) == [f"t{i}" for i in range(6)] and state.version == 7
+    names = RemoteClusterStateService(store).list_manifests(state.cluster_uuid)
+    assert sorted({n.version for n in names if n.committed}) == list(range(1, 8))
+
+
+def test_a_master_that_lost_its_majority_cannot_commit(store, tmp_path: Path) -> None:
+    c = LocalCluster(store, str(tmp_path), MASTERS)
+    base = c.elect("n1")
+    c.transport.partition(["n1"], ["n2", "n3"])
+    with pytest.raises(NoQuorum, match="not a majority"):
+        c.submit(create("lost"))
+    n1 = c.nodes["n1"]
+    assert not n1.is_master and "lost" in n1.accepted.indices  # accepted locally, never committed
+    assert committed(store, base.cluster_uuid) == base
+    assert c.nodes["n2"].accepted == base and c.nodes["n3"].accepted == base
+    # the majority side elects a master; the change is gone for good
+    s = c.elect("n2")
+    assert s.term == 2 and "lost" not in s.indices and s.version == base.version + 1
+    c.transport.heal()
+    after = c.submit(create("kept"))
+    assert c.nodes["n1"].applied == after and "lost" not in after.indices  # n1 caught up, full download
+
+
+def test_a_commit_reached_by_a_minority_is_never_rolled_back(store, tmp_path: Path) -> None:
+    c = LocalCluster(store, str(tmp_path), MASTERS)
+    c.elect("n1")
+    c.transport.drop("cs/commit", sender="n1")  # the commit reaches n1 alone
+    b = c.submit(create("b"))
+    assert "b" in b.indices and c.nodes["n2"].applied is not None and "b" not in c.nodes["n2"].applied.indices
+    assert committed(store, b.cluster_uuid) == b  # the committed manifest is in the store
+    c.stop("n1")
+    c.transport.clear_faults()
+    s = c.elect("n2")
+    assert "b" in s.indices and s.version == b.version + 1 and s.term == 2
+    assert c.nodes["n3"].applied == s
+    assert committed(store, s.cluster_uuid) == s
+
+
+def test_a_new_master_continues_from_the_highest_accepted_state(tmp_path: Path) -> None:
+    inner = open_store("memory://coord-highest/root")
+    store = FaultyStore(inner)
+    c = LocalCluster(store, str(tmp_path), MASTERS)
+    c.elect("n1")
+    c.submit(create("a"))
+    c.transport.drop("cs/publish", target="n3", times=1)
+    store.inject(op="put", key="*__C__*", action="crash_before")
+    with pytest.raises(SimulatedCrash):
+        c.submit(create("c"))  # accepted by n1 and n2, the commit never written
+    assert "c" in c.nodes["n2"].accepted.indices and "c" not in c.nodes["n3"].accepted.indices
+    accepted = c.nodes["n2"].accepted
+    c.stop("n1")
+    s = c.elect("n3")  # n3 is behind: it adopts n2's accepted state from the store
+    assert "c" in s.indices and s.version == accepted.version + 1 and s.term == 2
+    assert c.nodes["n2"].applied == s == c.nodes["n3"].applied
+    assert committed(inner, s.cluster_uuid) == s
+    from shardstore.plugins.memory import MemoryStore
+
+    MemoryStore.drop("coord-highest")
+
+
+def test_messages_of_an_older_term_are_refused(store, tmp_path: Path) -> None:
+    c = LocalCluster(store, str(tmp_path), MASTERS)
+    c.elect("n1")
+    c.transport.isolate("n1")
+    s2 = c.elect("n2")
+    c.transport.heal()
+    n1 = c.nodes["n1"]
+    assert n1.is_master and n1.current_term == 1  # it has not heard of term 2 yet
+    with pytest.raises(NoQuorum):
+        n1.submit(create("stale"))
+    assert not n1.is_master and n1.current_term == 2
+    assert committed(store, s2.cluster_uuid) == s2
+    with pytest.raises(StaleTerm, match="older than the current term 2"):
+        c.nodes["n3"].handle(START_JOIN, StartJoin(2, "n1"))  # one vote per term
+
+
+def test_terms_and_accepted_state_survive_a_restart(store, tmp_path: Path) -> None:
+    c = LocalCluster(store, str(tmp_path), MASTERS)
+    c.elect("n1")
+    s = c.submit(create("x"))
+    c.stop("n3")
+    s2 = c.submit(create("y"))  # n1 + n2 are a majority
+    c.stop("n2")
+    back = c.start("n2")
+    assert back.current_term == 1 and back.accepted == s2 and back.applied == s2
+    back3 = c.start("n3")
+    assert back3.accepted == s
+    s3 = c.submit(create("z"))
+    assert c.nodes["n3"].applied == s3  # caught up from an older base: full download
+    with pytest.raises(NoQuorum):
+        c.stop("n2")
+        c.stop("n3")
+        c.submit(create("w"))

@@ -1,0 +1,143 @@
+"""Restore after losing every cluster-manager node, the seed's UUID race through a real store, and the CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from shardstore.blobstores import open_store
+from shardstore.cli import main as cli_main
+from shardstore.cluster_state import entities as E
+from shardstore.cluster_state.coordination import LocalCluster
+from shardstore.cluster_state.errors import MultipleClusterUUIDs, NoClusterState
+from shardstore.cluster_state.remote import UUID_MARKERS, RemoteClusterStateService
+from shardstore.cluster_state.restore import find_latest, restore_cluster_state
+
+REMOTE = pytest.mark.parametrize("backend", ["memory", "file", "s3"], indirect=True)
+LOCAL = pytest.mark.parametrize("backend", ["file"], indirect=True)
+
+
+def build_cluster(store, data_dir: Path) -> tuple[LocalCluster, object]:
+    c = LocalCluster(store, str(data_dir), ("n1", "n2", "n3"))
+    c.elect("n1")
+    for i in range(5):
+        c.submit(lambda s, i=i: s.create_index(f"idx{i}", shards=3, replicas=1, mappings={"properties": {}}))
+    c.submit(lambda s: s.update_index("idx2", lambda im: im.with_primary_term(1, 7).with_in_sync(1, {"a", "b"})))
+    c.submit(lambda s: s.with_settings(persistent={"cluster.name": "prod"}, transient={"t": 1})
+             .with_routing("idx0", {"0": ["n1", "n2"]}))
+    return c, c.nodes["n1"].applied
+
+
+@REMOTE
+def test_restore_after_losing_every_cluster_manager_node(store_factory, tmp_path: Path) -> None:
+    store = store_factory()
+    c, before = build_cluster(store, tmp_path / "old")
+    for n in list(c.nodes):
+        c.stop(n)  # every disk is lost: the new nodes start empty
+    res = restore_cluster_state(store, ["m1", "m2", "m3"])
+    new = res.state
+    assert res.previous_cluster_uuid == before.cluster_uuid and res.chain == [before.cluster_uuid]
+    assert new.cluster_uuid != before.cluster_uuid and res.manifest.previous_cluster_uuid == before.cluster_uuid
+    assert new.indices == before.indices and new.indices["idx2"].primary_terms == (1, 7, 1)
+    assert new.persistent_settings == before.persistent_settings
+    assert new.routing == {} and new.transient_settings == {} and new.nodes == {}
+    assert new.term == before.term + 1 and new.coordination.last_committed_config.node_ids == ("m1", "m2", "m3")
+    assert res.manifest.committed and not res.fell_back
+    assert new.metadata_fingerprint() == before.metadata_fingerprint()
+
+    # the new cluster-manager nodes start from it and keep publishing under the new UUID
+    c2 = LocalCluster(store, str(tmp_path / "new"), ("m1", "m2", "m3"), initial_state=new,
+                      initial_manifest=res.manifest)
+    s = c2.elect("m2")
+    assert s.cluster_uuid == new.cluster_uuid and s.indices == before.indices and s.term > new.term
+    s = c2.submit(lambda st: st.create_index("after"))
+    assert find_latest(RemoteClusterStateService(store)) == (new.cluster_uuid, [new.cluster_uuid, before.cluster_uuid])
+    # purge: the old UUID is wiped once the new one has a committed state
+    report = RemoteClusterStateService(store).purge()
+    assert report.wiped_uuids == [before.cluster_uuid]
+    assert not list(store.list(E.prefix(before.cluster_uuid))) and not store.exists(UUID_MARKERS + before.cluster_uuid)
+    svc = RemoteClusterStateService(store)
+    assert svc.restore_latest(new.cluster_uuid).state == s
+    assert find_latest(svc)[0] == new.cluster_uuid
+
+
+def test_restore_refuses_an_empty_store_and_ignores_never_committed_uuids(tmp_path: Path) -> None:
+    store = open_store(f"file://{tmp_path / 'store'}")
+    with pytest.raises(NoClusterState, match="bootstrap a new cluster"):
+        restore_cluster_state(store, ["m1"])
+    c, before = build_cluster(store, tmp_path / "old")
+    # a bootstrap that published but never committed (crashed): ignored by the algorithm
+    svc = RemoteClusterStateService(store)
+    ghost = before.with_settings(persistent={"ghost": True})
+    from dataclasses import replace
+
+    svc.write_full(replace(ghost, cluster_uuid="ghost-uuid"), previous_cluster_uuid=before.cluster_uuid)
+    res = restore_cluster_state(store, ["m1"])
+    assert res.previous_cluster_uuid == before.cluster_uuid and "ghost" not in res.state.persistent_settings
+
+
+def test_successive_restores_chain_their_uuids_and_purge_keeps_only_the_head(tmp_path: Path) -> None:
+    store = open_store(f"file://{tmp_path / 'store'}")
+    c, before = build_cluster(store, tmp_path / "old")
+    r2 = restore_cluster_state(store, ["a"], cluster_uuid="uuid2")
+    r3 = restore_cluster_state(store, ["b"], cluster_uuid="uuid3")
+    assert r2.previous_cluster_uuid == before.cluster_uuid and r3.previous_cluster_uuid == "uuid2"
+    svc = RemoteClusterStateService(store)
+    assert find_latest(svc) == ("uuid3", ["uuid3", "uuid2", before.cluster_uuid])
+    assert r3.state.indices == before.indices
+    report = svc.purge()
+    assert report.cluster_uuid == "uuid3" and report.wiped_uuids == sorted(["uuid2", before.cluster_uuid])
+    assert svc.cluster_uuids() == ["uuid3"]
+    assert svc.restore_latest("uuid3").state.indices == before.indices
+
+
+def test_seed_race_trims_the_unchanged_restore_and_refuses_two_changed_ones(tmp_path: Path) -> None:
+    store = open_store(f"file://{tmp_path / 'store'}")
+    c, before = build_cluster(store, tmp_path / "old")
+    svc = RemoteClusterStateService(store)
+    old = svc.restore_latest(before.cluster_uuid).state
+    from shardstore.cluster_state.restore import restored_state
+
+    def restore_as(uuid: str, change: bool):
+        s = restored_state(old, ["x"], cluster_uuid=uuid)
+        m = svc.mark_committed(svc.write_full(s, previous_cluster_uuid=before.cluster_uuid))
+        if change:
+            s2 = s.create_index(f"only-in-{uuid}").successor(s.term)
+            svc.mark_committed(svc.write_incremental(s, m, s2))
+
+    restore_as("uuid2", change=False)
+    restore_as("uuid3", change=True)
+    assert find_latest(svc)[0] == "uuid3"
+    assert restore_cluster_state(store, ["m"]).previous_cluster_uuid == "uuid3"
+    store2 = open_store(f"file://{tmp_path / 'store2'}")
+    c, before = build_cluster(store2, tmp_path / "old2")
+    svc = RemoteClusterStateService(store2)
+    old = svc.restore_latest(before.cluster_uuid).state
+    restore_as("uuid2", change=True)
+    restore_as("uuid3", change=True)
+    with pytest.raises(MultipleClusterUUIDs) as e:
+        restore_cluster_state(store2, ["m"])
+    assert e.value.heads == ("uuid2", "uuid3")
+
+
+@LOCAL
+def test_cli_show_prints_the_chain_the_manifest_and_problems(store_factory, tmp_path: Path, capsys) -> None:
+    store = store_factory()
+    c, before = build_cluster(store, tmp_path / "old")
+    url = store_factory.url(store_factory.last_prefix)
+    assert cli_main(["cluster-state", "show", url]) == 0
+    out = capsys.readouterr().out
+    assert f"UUID chain: {before.cluster_uuid}" in out and "problems: none" in out
+    assert f"term {before.term}  version {before.version}" in out and "verified=yes" in out
+    assert "indices 5 in 1 chunk(s)" in out and "settings" in out
+    # an orphan (crashed upload) is reported but not fatal; a missing referenced blob is
+    orphan = E.entity_key(before.cluster_uuid, "index", "zz", 1, 2)
+    store.put(orphan, b"x")
+    assert cli_main(["cluster-state", "show", url]) == 0
+    assert f"orphan   {orphan}" in capsys.readouterr().out
+    victim = next(b.key for b in store.list(E.prefix(before.cluster_uuid, "settings")))
+    store.delete([victim])
+    assert cli_main(["cluster-state", "show", url]) == 1
+    out = capsys.readouterr().out
+    assert "missing" in out and victim in out
