@@ -24,6 +24,7 @@ BENCHES: dict[str, str] = {
     "translog": "benches.translog",
     "segments": "benches.segments",
     "engine": "benches.engine",
+    "cluster_state": "benches.cluster_state",
 }
 
 

@@ -193,3 +193,22 @@ def test_engine_quick_prints_json_figures_then_a_table(tmp_path: Path) -> None:
     assert isinstance(targeted[0]["met"], bool)
 
     assert not list(tmp_path.glob("shardstore-bench-engine-*")), "temp files left behind"
+
+
+def test_cluster_state_quick_prints_json_figures_then_a_table(tmp_path: Path) -> None:
+    """``python -m benches cluster_state --quick``: one-index publication, follower and restore figures at 1,000 indices."""
+    figures, table, json_lines, _err = _quick("cluster_state", tmp_path)
+
+    def having(name: str) -> list[dict]:
+        return [f for f in figures if f["name"] == name]
+
+    for name in ("full_write_seconds", "one_index_puts", "one_index_bytes", "flat_manifest_bytes",
+                 "follower_bytes", "follower_gets", "restore_seconds", "restore_mb"):
+        assert [(f["params"]["backend"], f["params"]["indices"]) for f in having(name)] == [("memory", 1000)], name
+    # one changed index: its entity, one chunk and the manifest, far below a flat manifest of every index
+    assert having("one_index_puts")[0]["value"] == 3
+    assert having("follower_gets")[0]["value"] == 3
+    assert having("one_index_bytes")[0]["value"] < having("flat_manifest_bytes")[0]["value"]
+    targeted = [f for f in figures if "target" in f]
+    assert [f["name"] for f in targeted] == ["one_index_bytes"] and targeted[0]["met"] is True
+    assert not list(tmp_path.glob("shardstore-bench-cluster-state-*")), "temp files left behind"
