@@ -108,10 +108,10 @@ def test_failover_drill_on_the_local_store(tmp_path: Path, seed: int) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", [7, 8])
-def test_failover_drill_at_ten_thousand_docs_per_round(tmp_path: Path, seed: int) -> None:
+@pytest.mark.parametrize("seed,shards", [(7, 2), (8, 2), (9, 3), (10, 1)])
+def test_failover_drill_at_ten_thousand_docs_per_round(tmp_path: Path, seed: int, shards: int) -> None:
     """The issue's size: X = 10,000 per round, six rounds, two primaries killed, then a restore."""
-    drill(f"file://{tmp_path / 'remote'}", tmp_path, x=10_000, seed=seed)
+    drill(f"file://{tmp_path / 'remote'}", tmp_path, x=10_000, seed=seed, shards=shards)
 
 
 @pytest.mark.parametrize("backend", ["s3"], indirect=True)
