@@ -31,6 +31,13 @@ which intersects the voters, so a committed state is never rolled back.
 3. with acknowledgements from a majority of master-eligible nodes the master writes the
    committed manifest, then sends ``cs/commit``; each node applies the state.  Without a
    majority nothing is committed: the master steps down and raises :class:`NoQuorum`.
+4. every ``purge_every`` commits the master starts a background purge keeping the newest
+   ``purge_keep`` states (and wiping older cluster UUIDs behind the committed head).
+
+**Bootstrap with empty disks**: when no voter has an accepted state, the elected master
+looks for a cluster state in the store first (seed 000, :mod:`.restore`): if one exists
+the new cluster gets a fresh UUID chained to the latest valid one and keeps its metadata;
+otherwise it starts empty.
 """
 
 from __future__ import annotations
@@ -151,8 +158,12 @@ class ClusterManagerNode:
     def __init__(self, name: str, transport: Transport, store: BlobStore, data_dir: str, *,
                  master_eligible: bool = True, peers: Iterable[str] = (),
                  initial_config: Iterable[str] = (), initial_state: ClusterState | None = None,
-                 initial_manifest: Manifest | None = None) -> None:
+                 initial_manifest: Manifest | None = None, purge_every: int = 10, purge_keep: int = 10) -> None:
         self.name = name
+        self.purge_every = purge_every
+        self.purge_keep = purge_keep
+        self.purge_task: Any = None
+        self._commits_since_purge = 0
         self.transport = transport
         self.remote = RemoteClusterStateService(store)
         self.master_eligible = master_eligible
@@ -304,11 +315,30 @@ class ClusterManagerNode:
             adopted = self._adopt(best)  # the highest accepted state of a majority holds every committed one
             if adopted is not None and not self._quorum(votes, adopted):
                 raise NoQuorum(f"election of {self.name} in term {term}", votes, self._voters(adopted))
+            previous_uuid = None
+            if adopted is None:
+                adopted, previous_uuid = self._bootstrap_state()
             self.is_master = True
             self.master = self.name
-            if adopted is None:
-                adopted = ClusterState.initial(self.initial_config.node_ids)
-            return self._publish(adopted.successor(term))
+            return self._publish(adopted.successor(term), previous_cluster_uuid=previous_uuid)
+
+    def _bootstrap_state(self) -> tuple[ClusterState, str | None]:
+        """The first state of a cluster whose voters have empty disks: restored from the store if it holds one.
+
+        Seed 000: the latest valid cluster UUID is found in the store; the new cluster gets a
+        fresh UUID chained to it and keeps its metadata.  MultipleClusterUUIDs is raised
+        (the bootstrap refuses) when the store holds several valid heads.
+        """
+        from shardstore.cluster_state.errors import NoClusterState
+        from shardstore.cluster_state.restore import find_latest, restored_state
+
+        try:
+            head, _chain = find_latest(self.remote)
+        except NoClusterState:
+            return ClusterState.initial(self.initial_config.node_ids), None
+        old = self.remote.restore_latest(head).state
+        st = restored_state(old, self.initial_config.node_ids)
+        return replace(st, term=0, coordination=replace(st.coordination, term=0)), head
 
     def _adopt(self, best: Join | None) -> ClusterState | None:
         acc = self.disk.accepted
@@ -346,11 +376,13 @@ class ClusterManagerNode:
             self.accepted_manifest = self.remote.read_manifest(self.disk.accepted_manifest)
         return self.accepted_manifest
 
-    def _publish(self, new: ClusterState) -> ClusterState:
+    def _publish(self, new: ClusterState, previous_cluster_uuid: str | None = None) -> ClusterState:
         prev, prev_m = self.disk.accepted, self._previous_manifest()
         try:
             if prev is None or prev_m is None or prev_m.state_uuid != prev.state_uuid:
-                manifest = self.remote.write_full(new)
+                if previous_cluster_uuid is None and prev_m is not None:
+                    previous_cluster_uuid = prev_m.previous_cluster_uuid
+                manifest = self.remote.write_full(new, previous_cluster_uuid=previous_cluster_uuid)
             else:
                 manifest = self.remote.write_incremental(prev, prev_m, new)
         except ShardstoreError:
@@ -389,8 +421,19 @@ class ClusterManagerNode:
             self.disk.accepted_manifest = committed.key
             if self.master_eligible:
                 self.disk.save()
+        self._maybe_purge(new.cluster_uuid)
         assert self.applied is not None
         return self.applied
+
+    def _maybe_purge(self, cluster_uuid: str) -> None:
+        """Every ``purge_every`` commits, start a background purge (one at a time) keeping ``purge_keep`` states."""
+        self._commits_since_purge += 1
+        if self.purge_every <= 0 or self._commits_since_purge < self.purge_every:
+            return
+        if self.purge_task is not None and not self.purge_task.done():
+            return
+        self._commits_since_purge = 0
+        self.purge_task = self.remote.purge_async(None, self.purge_keep)
 
 
 class LocalCluster:
@@ -398,8 +441,10 @@ class LocalCluster:
 
     def __init__(self, store: BlobStore, data_dir: str, master_nodes: Iterable[str] = ("n1", "n2", "n3"),
                  data_nodes: Iterable[str] = (), *, transport: Transport | None = None,
-                 initial_state: ClusterState | None = None, initial_manifest: Manifest | None = None) -> None:
+                 initial_state: ClusterState | None = None, initial_manifest: Manifest | None = None,
+                 purge_every: int = 10, purge_keep: int = 10) -> None:
         self.store = store
+        self.purge = (purge_every, purge_keep)
         self.data_dir = data_dir
         self.transport = transport or Transport()
         self.master_names = tuple(master_nodes)
@@ -417,7 +462,8 @@ class LocalCluster:
         node = ClusterManagerNode(
             name, self.transport, self.store, os.path.join(self.data_dir, name),
             master_eligible=name in self.master_names, peers=(*self.master_names, *self.data_names),
-            initial_config=self.master_names, initial_state=state, initial_manifest=manifest)
+            initial_config=self.master_names, initial_state=state, initial_manifest=manifest,
+            purge_every=self.purge[0], purge_keep=self.purge[1])
         self.nodes[name] = node
         return node
 

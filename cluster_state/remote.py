@@ -401,11 +401,12 @@ class RemoteClusterStateService:
             if cid in manifest.chunks:
                 entries.update(self._load_chunk(manifest.chunks[cid], mkey, counter))
         wanted: list[E.EntityRef] = []
-        for name in d.indices:
-            wanted.append(entries[name].index)
-        for name in d.routing:
-            if entries[name].routing is not None:
-                wanted.append(entries[name].routing)  # type: ignore[arg-type]
+        try:
+            wanted += [entries[name].index for name in d.indices]
+            wanted += [entries[name].routing for name in d.routing if entries[name].routing is not None]  # type: ignore[misc]
+        except KeyError:  # a changed index outside the changed chunks: not a diff this reader can apply
+            state, nbytes, gets = self._read_full(manifest)
+            return ReadResult(state, manifest, counter[0] + nbytes, counter[1] + gets, False)
 
         def fetch(ref: E.EntityRef) -> tuple[E.EntityRef, Any]:
             data = self._get(ref.key, mkey)

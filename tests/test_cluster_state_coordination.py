@@ -157,3 +157,25 @@ def test_terms_and_accepted_state_survive_a_restart(store, tmp_path: Path) -> No
         c.stop("n2")
         c.stop("n3")
         c.submit(create("w"))
+
+
+def test_the_master_purges_old_states_in_the_background(store, tmp_path: Path) -> None:
+    c = LocalCluster(store, str(tmp_path), MASTERS, purge_every=3, purge_keep=2)
+    c.elect("n1")
+    c.submit(create("p0"))
+    assert c.nodes["n1"].purge_task is None
+    c.submit(create("p1"))  # the third commit starts a purge
+    first = c.nodes["n1"].purge_task
+    assert first is not None and first.wait(30).kept_manifests
+    for i in range(2, 5):
+        c.submit(create(f"p{i}"))
+    task = c.nodes["n1"].purge_task
+    assert task is not first
+    report = task.wait(30)
+    assert report.deleted and len(report.kept_manifests) == 4  # two states, committed and published each
+    state = c.nodes["n1"].applied
+    svc = RemoteClusterStateService(store)
+    names = svc.list_manifests(state.cluster_uuid)
+    assert {n.version for n in names} <= {state.version, state.version - 1, state.version - 2}
+    assert svc.read_state(svc.latest_manifest(state.cluster_uuid)) == state
+    assert c.submit(create("after")).version == state.version + 1

@@ -141,3 +141,20 @@ def test_cli_show_prints_the_chain_the_manifest_and_problems(store_factory, tmp_
     assert cli_main(["cluster-state", "show", url]) == 1
     out = capsys.readouterr().out
     assert "missing" in out and victim in out
+
+
+def test_new_nodes_with_empty_disks_bootstrap_from_the_store_on_election(tmp_path: Path) -> None:
+    store = open_store(f"file://{tmp_path / 'store'}")
+    c, before = build_cluster(store, tmp_path / "old")
+    for n in list(c.nodes):
+        c.stop(n)
+    fresh = LocalCluster(store, str(tmp_path / "new"), ("m1", "m2", "m3"))
+    s = fresh.elect("m3")
+    assert s.cluster_uuid != before.cluster_uuid and s.indices == before.indices
+    assert s.indices["idx2"].primary_terms == (1, 7, 1) and s.persistent_settings == {"cluster.name": "prod"}
+    svc = RemoteClusterStateService(store)
+    assert svc.latest_manifest(s.cluster_uuid).previous_cluster_uuid == before.cluster_uuid
+    assert find_latest(svc) == (s.cluster_uuid, [s.cluster_uuid, before.cluster_uuid])
+    # a brand-new store bootstraps an empty cluster
+    empty = LocalCluster(open_store(f"file://{tmp_path / 'empty'}"), str(tmp_path / "e"), ("e1",))
+    assert empty.elect("e1").indices == {}
