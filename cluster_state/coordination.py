@@ -49,7 +49,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from shardstore.blobstores.base import BlobStore
-from shardstore.cluster_state.errors import NoQuorum, NotMaster, StaleTerm
+from shardstore.cluster_state.errors import MissingEntity, NoQuorum, NotMaster, StaleTerm
 from shardstore.cluster_state.manifest import Manifest
 from shardstore.cluster_state.model import ClusterState, VotingConfig
 from shardstore.cluster_state.remote import RemoteClusterStateService
@@ -158,7 +158,8 @@ class ClusterManagerNode:
     def __init__(self, name: str, transport: Transport, store: BlobStore, data_dir: str, *,
                  master_eligible: bool = True, peers: Iterable[str] = (),
                  initial_config: Iterable[str] = (), initial_state: ClusterState | None = None,
-                 initial_manifest: Manifest | None = None, purge_every: int = 10, purge_keep: int = 10) -> None:
+                 initial_manifest: Manifest | None = None, purge_every: int = 10, purge_keep: int = 10,
+                 register: bool = True) -> None:
         self.name = name
         self.purge_every = purge_every
         self.purge_keep = purge_keep
@@ -187,7 +188,8 @@ class ClusterManagerNode:
         if self.disk.accepted is not None and self.disk.committed == (self.disk.accepted.term,
                                                                        self.disk.accepted.version):
             self.applied = self.disk.accepted
-        transport.register(name, self.handle)
+        if register:  # else the owner routes the ``cs/*`` actions of its own handler to :meth:`handle`
+            transport.register(name, self.handle)
 
     # -- views --------------------------------------------------------------------------------
 
@@ -346,7 +348,11 @@ class ClusterManagerNode:
             return acc
         if acc is not None and (acc.term, acc.version) >= (best.accepted_term, best.accepted_version):
             return acc
-        manifest = self.remote.read_manifest(best.manifest_key)
+        try:
+            manifest = self.remote.read_manifest(best.manifest_key)
+        except MissingEntity:  # its published-only twin may have been purged; the committed one stays
+            assert best.cluster_uuid is not None
+            manifest = self.remote.manifest_for(best.cluster_uuid, best.accepted_term, best.accepted_version)
         state = self.remote.read_state(manifest)
         with self._lock:
             self.disk.accepted, self.disk.accepted_manifest = state, best.manifest_key

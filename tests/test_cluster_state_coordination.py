@@ -179,3 +179,36 @@ def test_the_master_purges_old_states_in_the_background(store, tmp_path: Path) -
     assert {n.version for n in names} <= {state.version, state.version - 1, state.version - 2}
     assert svc.read_state(svc.latest_manifest(state.cluster_uuid)) == state
     assert c.submit(create("after")).version == state.version + 1
+
+
+def test_engine_style_adoption_with_its_own_handlers_and_the_task_helpers(store, tmp_path: Path) -> None:
+    """The engine keeps its own transport handlers and routes ``cs/*`` actions to the nodes."""
+    from shardstore.cluster_state import tasks
+    from shardstore.cluster_state.coordination import ClusterManagerNode
+    from shardstore.engine.transport import Transport
+
+    transport = Transport()
+    names = ("e1", "e2", "e3")
+    nodes = {}
+    for n in names:
+        node = ClusterManagerNode(n, transport, store, str(tmp_path / n), peers=names, initial_config=names,
+                                  register=False)
+        nodes[n] = node
+
+        def engine_handler(action, request, node=node):
+            if action.startswith("cs/"):
+                return node.handle(action, request)
+            return "engine:" + action
+
+        transport.register(n, engine_handler)
+    nodes["e2"].start_election()
+    s = nodes["e2"].submit(tasks.chain(tasks.create_index("logs", shards=2, replicas=1),
+                                       tasks.set_routing("logs", {"0": ["e1", "e2"], "1": ["e3", "e1"]})))
+    s = nodes["e2"].submit(tasks.set_primary_term("logs", 1, 3))
+    s = nodes["e2"].submit(tasks.set_in_sync("logs", 1, ["alloc-b", "alloc-a"]))
+    im = s.indices["logs"]
+    assert im.primary_terms == (1, 3) and im.in_sync[1] == ("alloc-a", "alloc-b") and im.index_version == 3
+    assert all(nodes[n].applied == s for n in names)
+    assert transport.send("e1", "e3", "ping", None) == "engine:ping"
+    s = nodes["e2"].submit(tasks.delete_index("logs"))
+    assert s.indices == {} and s.routing == {}
