@@ -212,3 +212,31 @@ def test_engine_style_adoption_with_its_own_handlers_and_the_task_helpers(store,
     assert transport.send("e1", "e3", "ping", None) == "engine:ping"
     s = nodes["e2"].submit(tasks.delete_index("logs"))
     assert s.indices == {} and s.routing == {}
+
+
+@pytest.mark.parametrize("pattern,action", [
+    ("*/cluster-state/index/*", "crash_before"),
+    ("*/cluster-state/chunk/*", "crash_after"),
+    ("*__P__*", "crash_before"),
+])
+def test_a_master_crashing_mid_upload_publishes_nothing(tmp_path: Path, pattern: str, action: str) -> None:
+    space = f"coord-crash-{abs(hash((pattern, action)))}"
+    inner = open_store(f"memory://{space}/root")
+    store = FaultyStore(inner)
+    c = LocalCluster(store, str(tmp_path), MASTERS)
+    c.elect("n1")
+    base = c.submit(create("a"))
+    store.inject(op="put", key=pattern, action=action)
+    with pytest.raises(SimulatedCrash):
+        c.submit(create("half"))
+    assert not c.nodes["n1"].is_master
+    # nobody was asked to accept it, and the store shows no manifest of it
+    assert all(n.accepted == base for n in c.nodes.values())
+    svc = RemoteClusterStateService(inner)
+    assert [n.version for n in svc.list_manifests(base.cluster_uuid)][0] == base.version
+    assert svc.restore_latest(base.cluster_uuid).state == base
+    s = c.elect("n2")
+    assert "half" not in s.indices and "a" in s.indices
+    from shardstore.plugins.memory import MemoryStore
+
+    MemoryStore.drop(space)
