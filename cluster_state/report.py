@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from shardstore.blobstores.base import BlobStore
 from shardstore.cluster_state import entities as E
-from shardstore.cluster_state.errors import ClusterStateError, ClusterUUIDCycle, MultipleClusterUUIDs
+from shardstore.cluster_state.errors import ClusterStateError, ClusterUUIDCycle, MissingEntity, MultipleClusterUUIDs
 from shardstore.cluster_state.manifest import Manifest, parse_manifest_key
 from shardstore.cluster_state.purge import DEFAULT_KEEP, plan_purge, referenced_keys, select_manifests
 from shardstore.cluster_state.remote import RemoteClusterStateService
@@ -73,12 +73,16 @@ def inspect_store(store: BlobStore, *, keep: int = DEFAULT_KEEP, verify: bool = 
                     svc.read_state(out.latest)
                     out.verified = True
                 except (ClusterStateError, CorruptError) as exc:
-                    out.problems.append(Problem("corrupt", out.latest.key, str(exc)))
+                    out.problems.append(Problem(_kind(exc), out.latest.key, str(exc)))
         for u in sorted(out.uuids):
             _check_uuid(svc, u, keep, out)
     finally:
         svc.close()
     return out
+
+
+def _kind(exc: Exception) -> str:
+    return "missing" if isinstance(exc, MissingEntity) else "corrupt"
 
 
 def _check_uuid(svc: RemoteClusterStateService, cluster_uuid: str, keep: int, out: Inspection) -> None:
@@ -92,7 +96,7 @@ def _check_uuid(svc: RemoteClusterStateService, cluster_uuid: str, keep: int, ou
             referenced |= referenced_keys(svc, [n])
             readable.append(n)
         except (ClusterStateError, CorruptError) as exc:
-            out.problems.append(Problem("missing" if "missing" in str(exc) else "corrupt", n.key, str(exc)))
+            out.problems.append(Problem(_kind(exc), n.key, str(exc)))
     for key in sorted(referenced - blobs):
         out.problems.append(Problem("missing", key, f"referenced by a kept manifest of {cluster_uuid}"))
     for key in plan_purge(sorted(blobs), readable, referenced):

@@ -221,3 +221,37 @@ def test_purge_keeps_the_newest_states_and_everything_they_reference(store_facto
     assert svc.purge(keep=5).deleted == []
     assert all(E.key_term_version(k) is not None or "manifest" in k for k in report.deleted)
     assert len([b for b in store.list(manifest_prefix("cu"))]) == 10
+
+
+@MEMORY
+def test_recreated_index_shrinking_cluster_and_routing_changes_read_back(store_factory) -> None:
+    store = store_factory()
+    svc = RemoteClusterStateService(store)
+    s = make_state(600)
+    m = svc.mark_committed(svc.write_full(s))
+    assert m.chunk_count == 4
+    # delete and re-create one name with a new UUID (it may move to another chunk), move a routing table
+    old_uuid = s.indices["idx-00001"].uuid
+    s2 = s.without_index("idx-00001").create_index("idx-00001", shards=5)
+    s2 = s2.with_routing("idx-00000", None).with_routing("idx-00002", {"0": ["n9"]}).successor(1)
+    m2 = svc.mark_committed(svc.write_incremental(s, m, s2))
+    follower = RemoteClusterStateService(store)
+    res = follower.read_incremental(m2, s)
+    assert res.incremental and res.state == s2 and res.state.indices["idx-00001"].uuid != old_uuid
+    assert follower.read_state(m2) == s2
+    # shrinking below a quarter of the chunk capacity halves the chunk count and re-chunks everything
+    s3 = s2.successor(1)
+    for name in sorted(s2.indices)[:560]:
+        s3 = s3.without_index(name)
+    m3 = svc.mark_committed(svc.write_incremental(s2, m2, s3))
+    assert m3.chunk_count == 1 and m3.index_count == 40 and sum(c.count for c in m3.chunks.values()) == 40
+    assert RemoteClusterStateService(store).read_state(m3) == s3
+    res = RemoteClusterStateService(store).read_incremental(m3, s2)
+    assert res.incremental and res.state == s3
+    # the previous manifest must be the one of the previous state
+    from shardstore.errors import InvalidError
+
+    with pytest.raises(InvalidError, match="pass the manifest"):
+        svc.write_incremental(s, m3, s3.successor(1))
+    with pytest.raises(InvalidError, match="not newer"):
+        svc.write_incremental(s3, m3, s3)

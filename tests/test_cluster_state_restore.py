@@ -136,6 +136,18 @@ def test_cli_show_prints_the_chain_the_manifest_and_problems(store_factory, tmp_
     store.put(orphan, b"x")
     assert cli_main(["cluster-state", "show", url]) == 0
     assert f"orphan   {orphan}" in capsys.readouterr().out
+    # a flipped bit in an index entity of the latest state: a checksum failure
+    from shardstore.cluster_state.purge import referenced_keys
+
+    svc = RemoteClusterStateService(store)
+    latest = [n for n in svc.list_manifests(before.cluster_uuid) if n.committed][:1]
+    idx = sorted(k for k in referenced_keys(svc, latest) if "/cluster-state/index/" in k)[0]
+    good = store.get(idx)
+    store.put(idx, good[:-1] + bytes([good[-1] ^ 0x10]))
+    assert cli_main(["cluster-state", "show", url]) == 1
+    out = capsys.readouterr().out
+    assert "corrupt" in out and "verified=no" in out and idx in out
+    store.put(idx, good)
     victim = next(b.key for b in store.list(E.prefix(before.cluster_uuid, "settings")))
     store.delete([victim])
     assert cli_main(["cluster-state", "show", url]) == 1
