@@ -41,7 +41,14 @@ from shardstore.segments.directory import ShardDirectory
 from shardstore.segments.errors import CommitConflict, CommitNotFound, UploadCancelled
 from shardstore.segments.path_strategy import PathStrategy, PlainPathStrategy
 from shardstore.segments.versions import next_versions
-from shardstore.segments.remote_store import RemoteSegmentStore, ShardAddress, latest_term, list_terms, restore
+from shardstore.segments.remote_store import (
+    RemoteSegmentStore,
+    ShardAddress,
+    latest_term,
+    list_commit_keys,
+    list_terms,
+    restore,
+)
 from shardstore.translog.local import LocalTranslog
 from shardstore.translog.operations import SCHEMA, OpType, stamp, unstamped_batch
 from shardstore.translog.remote import RemoteTranslog
@@ -53,6 +60,8 @@ Expectation = tuple[str, int | None, int | None]
 #: Remote segment GC runs after this many uploaded commits (it reads every commit's metadata).
 GC_EVERY_FLUSHES = 5
 KEEP_REMOTE_COMMITS = 10
+#: After a failover, older terms' remote commits are collected once the new term has this many.
+OWN_COMMITS_BEFORE_DROPPING_OLDER = 2
 
 
 @dataclass(frozen=True)
@@ -94,6 +103,7 @@ class ShardCopy:
         self._replay_local_translog(start)
         self.global_checkpoint = NO_OPS_PERFORMED
         self._flushes_since_gc = 0
+        self._older_terms_pending = False
         self._upload_lock = threading.Lock()  # one remote segment upload at a time (flush or background)
         self._closing = threading.Event()
         self._background: threading.Thread | None = None
@@ -131,6 +141,7 @@ class ShardCopy:
             return
         addr = self.spec.address
         self.remote_segments = RemoteSegmentStore(self.store, addr, self.primary_term)
+        self._older_terms_pending = True  # checked (and collected) at the first flush
         self.remote_segments.claim_term()  # fences every older-term primary's next commit
         if self.spec.durability == "request":
             self.remote_translog = RemoteTranslog(
@@ -360,9 +371,8 @@ class ShardCopy:
                     self.remote_translog.purge(checkpoint, self.primary_term)
                     self._purge_older_terms(checkpoint)
                 self._flushes_since_gc += 1
-                if self._flushes_since_gc >= GC_EVERY_FLUSHES:
-                    self.remote_segments.gc(keep_last=KEEP_REMOTE_COMMITS)
-                    self._flushes_since_gc = 0
+                if self._older_terms_pending or self._flushes_since_gc >= GC_EVERY_FLUSHES:
+                    self._collect_remote_garbage()
             retention = min(checkpoint, self.global_checkpoint) if not self.primary else checkpoint
             held = self._held_from()
             if held is not None:  # a peer recovery still reads the translog from there
@@ -371,6 +381,19 @@ class ShardCopy:
                 last_commit_local_checkpoint=checkpoint, retention_seq_no=retention,
                 min_unuploaded_generation=(self.remote_translog.min_unuploaded_generation
                                            if self.remote_translog is not None else None))
+
+    def _collect_remote_garbage(self) -> None:
+        """Remote segment GC; older terms' commits go once this term has OWN_COMMITS_BEFORE_DROPPING_OLDER of its own.
+
+        Runs every flush while an older term still holds commits (after a failover), then
+        every GC_EVERY_FLUSHES flushes (docs/design/engine.md, "Remote garbage").
+        """
+        assert self.remote_segments is not None and self.store is not None
+        self.remote_segments.gc(keep_last=KEEP_REMOTE_COMMITS, drop_older_terms_after=OWN_COMMITS_BEFORE_DROPPING_OLDER)
+        self._flushes_since_gc = 0
+        addr = self.spec.address
+        self._older_terms_pending = any(list_commit_keys(self.store, addr, t)
+                                        for t in list_terms(self.store, addr) if t < self.primary_term)
 
     def _purge_older_terms(self, checkpoint: int) -> None:
         """Delete older terms' remote translogs once this term's remote commit covers them (all or nothing each).

@@ -35,6 +35,13 @@ primary of an older term -- a *zombie* -- may keep uploading under its own term)
    retained commit and not in flight -- are deletable, whether of the caller's own term
    or of an older one (a zombie's orphans, files only deleted commits named).
 
+7. **Older terms, early** (``drop_older_terms_after=k``).  Once the caller's own term
+   has ``k`` (>= 1) listed commits, older terms' commits are no longer among the
+   retained newest (locked ones still are): after a failover, the old term's copy of the
+   shard goes as soon as the new term has ``k`` commits to fall back on, instead of
+   after ``keep_last`` newer commits.  Rules 2 and 2b still hold: only the newest term
+   does it, and only once it has a commit of its own.
+
 Consequences the tests check on simulated histories: every file of the newest commit of
 the newest term stays; a GC by an older-term primary deletes nothing; a GC's plan never
 holds a file some retained or locked commit names.
@@ -172,8 +179,9 @@ def plan_remote_gc(
     locked: Iterable[str] = frozenset(),
     in_flight: Iterable[str] = frozenset(),
     marker_term: int | None = None,
+    drop_older_terms_after: int | None = None,
 ) -> GcPlan:
-    """The remote files and commits the primary of ``caller_term`` may delete (rules 1-6)."""
+    """The remote files and commits the primary of ``caller_term`` may delete (rules 1-7)."""
     if not isinstance(caller_term, int) or isinstance(caller_term, bool) or caller_term < 0:
         raise InvalidError(f"caller_term must be an int >= 0, got {caller_term!r}")
     if marker_term is not None and (
@@ -198,7 +206,11 @@ def plan_remote_gc(
     if not any(c.primary_term == caller_term for c in ordered):  # rule 2b
         return GcPlan(blocked=f"no commit of term {caller_term} yet")
 
-    retained = ordered[-n:] + [c for c in ordered[:-n] if c.key in locks]
+    newest_n = ordered[-n:]
+    own = [c for c in ordered if c.primary_term == caller_term]
+    if drop_older_terms_after is not None and len(own) >= max(1, drop_older_terms_after):  # rule 7
+        newest_n = [c for c in newest_n if c.primary_term == caller_term]
+    retained = newest_n + [c for c in ordered if c.key in locks and c not in newest_n]
     retained_keys = frozenset(c.key for c in retained)
     referenced = frozenset().union(*(c.files for c in retained))
     dead_commits = frozenset(c.key for c in ordered if c.key not in retained_keys)

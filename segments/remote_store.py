@@ -468,30 +468,32 @@ class RemoteSegmentStore:
 
     # -- garbage collection -----------------------------------------------------------------
 
-    def plan_gc(self, keep_last: int = 10) -> GcPlan:
+    def plan_gc(self, keep_last: int = 10, drop_older_terms_after: int | None = None) -> GcPlan:
         """What :meth:`gc` would delete (reads every commit's metadata; files of an upload in progress are kept)."""
         commits, files = [], []
         terms = list_terms(self.store, self.address)  # markers first, then commits, then files
         for term in terms:
             prefix = self.address.segments_prefix(term)
             for key in list_commit_keys(self.store, self.address, term):
-                t, g, _w = parse_metadata_key(key)
+                _t, g, _w = parse_metadata_key(key)  # _t: the commit point's term; a re-upload keeps an older one
                 try:
                     md = read_metadata(self.store, key)
                     referenced = frozenset(f.key for f in md.files.values())
                 except (SegmentCorrupted, CommitNotFound):
                     referenced = frozenset()  # unreadable: it protects nothing, but is itself deletable
-                commits.append(RemoteCommitRef(key=key, primary_term=t, generation=g, files=referenced))
+                # ordered and fenced by the term of the primary that wrote it (its prefix's term)
+                commits.append(RemoteCommitRef(key=key, primary_term=term, generation=g, files=referenced))
             files += [RemoteFileRef(key=b.key, primary_term=term) for b in self.store.list(_join(prefix, DATA_DIR))]
         return plan_remote_gc(
             commits, files, keep_last=keep_last, locked=self.locked_commits(),
             caller_term=self.primary_term, in_flight=frozenset(self._in_flight),
-            marker_term=terms[0] if terms else None,
+            marker_term=terms[0] if terms else None, drop_older_terms_after=drop_older_terms_after,
         )
 
-    def gc(self, keep_last: int = 10) -> GcPlan:
-        """Delete files no retained or locked commit references, then the dropped commits' metadata."""
-        plan = self.plan_gc(keep_last)
+    def gc(self, keep_last: int = 10, drop_older_terms_after: int | None = None) -> GcPlan:
+        """Delete files no retained or locked commit references, then the dropped commits' metadata
+        (older terms' commits too once this term has ``drop_older_terms_after`` commits)."""
+        plan = self.plan_gc(keep_last, drop_older_terms_after)
         if plan.files:
             self.store.delete(sorted(plan.files))
         if plan.commits:

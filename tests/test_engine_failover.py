@@ -94,6 +94,8 @@ def drill_with_options(store_url: str, data_dir: Path, options: dict, *, x: int,
         addr = ShardAddress(cluster.cluster_uuid, meta.uuid, sr.shard, meta.strategy)
         for term in list_terms(cluster.store, addr)[1:]:
             assert list(cluster.store.list(addr.translog_prefix(term) + "/")) == [], f"term {term} translog kept"
+            # and their segment copies: collected once the newest term has two commits of its own
+            assert list(cluster.store.list(addr.segments_prefix(term) + "/")) == [], f"term {term} segments kept"
     cluster.close()
     restored = Cluster.restore(store=store_url, data_dir=str(data_dir / "b"), nodes=3, **options)
     restored.refresh("flights")

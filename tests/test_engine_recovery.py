@@ -164,6 +164,9 @@ def test_after_failover_the_new_primary_has_a_commit_of_its_term_before_any_flus
     first_flush = cluster.store.metrics()["bytes_out"] - before
     shard_bytes = sum(size for size, _crc in new.directory.last_commit.files().values())
     assert first_flush < shard_bytes / 10, (first_flush, shard_bytes)  # not the whole shard again
+    # the old term's copy of the shard is collected as soon as term 2 has two commits (re-upload + flush)
+    assert list(cluster.store.list(new.spec.address.segments_prefix(1) + "/")) == []
+    assert list_commit_keys(cluster.store, new.spec.address, 2)
     assert cluster.wait_for_health("green").status == "green"
 
 

@@ -308,6 +308,21 @@ def test_gc_basic_rules() -> None:
     assert retained_remote_commits([commit("a", 1, 100), commit("b", 2, 1)], keep_last=1) == {"b"}
 
 
+def test_older_terms_go_once_the_new_term_has_enough_commits() -> None:
+    """Rule 7: after a failover the old term's copy goes at the new term's k-th commit, not after keep_last."""
+    commits = [commit(f"t1g{g}", 1, g, f"t1/f{g}") for g in range(1, 4)] + [commit("t2g4", 2, 4, "t2/a")]
+    files = frefs(t1=["t1/f1", "t1/f2", "t1/f3"], t2=["t2/a", "t2/b"])
+    # keep_last=10 alone keeps every term-1 commit
+    assert plan_remote_gc(commits, files, caller_term=2, keep_last=10).commits == set()
+    # one own commit is not enough when two are asked for
+    assert plan_remote_gc(commits, files, caller_term=2, keep_last=10, drop_older_terms_after=2).commits == set()
+    plan = plan_remote_gc(commits, files, caller_term=2, keep_last=10, drop_older_terms_after=1, locked={"t1g2"})
+    assert plan.commits == {"t1g1", "t1g3"} and plan.files == {"t1/f1", "t1/f3", "t2/b"}  # the locked one stays
+    both = commits + [commit("t2g5", 2, 5, "t2/a", "t2/b")]
+    assert plan_remote_gc(both, files, caller_term=2, keep_last=10, drop_older_terms_after=2).commits == {
+        "t1g1", "t1g2", "t1g3"}
+
+
 def test_gc_validation() -> None:
     for bad in (
         lambda: RemoteCommitRef("", 1, 1, frozenset()),
@@ -438,8 +453,8 @@ class RemoteGcMachine(RuleBasedStateMachine):
     def unlock(self, data: st.DataObject) -> None:
         self.locks.discard(data.draw(st.sampled_from(sorted(self.locks))))
 
-    @rule(data=st.data(), keep_last=st.integers(0, 3))
-    def gc(self, data: st.DataObject, keep_last: int) -> None:
+    @rule(data=st.data(), keep_last=st.integers(0, 3), drop_after=st.one_of(st.none(), st.integers(1, 2)))
+    def gc(self, data: st.DataObject, keep_last: int, drop_after: int | None) -> None:
         node = self._node(data)
         commits = list(self.commits.values())
         plan = plan_remote_gc(
@@ -450,12 +465,16 @@ class RemoteGcMachine(RuleBasedStateMachine):
             locked=frozenset(self.locks),
             in_flight=frozenset(node.pending),
             marker_term=max(self.markers),
+            drop_older_terms_after=drop_after,
         )
         newest_term = max([*self.markers, *self.files.values(), *(c.primary_term for c in commits)])
         if node.term < newest_term:
             assert plan.is_empty and plan.newer_term == newest_term  # a stale primary never GCs
         ordered = sorted(commits, key=_order)
-        retained = ordered[-max(keep_last, 1):] + [c for c in ordered if c.key in self.locks]
+        newest_n = ordered[-max(keep_last, 1):]
+        if drop_after is not None and sum(c.primary_term == node.term for c in ordered) >= drop_after:
+            newest_n = [c for c in newest_n if c.primary_term == node.term]  # rule 7: older terms go early
+        retained = newest_n + [c for c in ordered if c.key in self.locks]
         for c in retained:
             assert not plan.files & c.files, "a file of a retained or locked commit was planned for deletion"
             assert c.key not in plan.commits
