@@ -18,8 +18,9 @@ routing         ``CSRT``  index      ``{"index": name, "table": routing table}``
 
 Each blob is a record of :mod:`shardstore.segments.records` (magic, u16 version, u16
 flags, u32 length, JSON body zstd-compressed over 4 KiB, CRC32C), so a flipped bit is
-caught by the record's own CRC; the reference to a blob carries a second checksum, the
-CRC32C of the whole blob, which also catches a blob swapped for another intact one.
+caught by the record's own CRC; the reference to a blob carries the CRC32C of the blob
+without its trailer (:func:`blob_checksum`), checked first, which also catches a blob swapped
+for another intact one.
 
 Keys are content-unique: ``<cluster_uuid>/cluster-state/<kind>/<part>__<term>__<version>__<rand>``
 (``part`` is the kind for cluster entities, the index UUID for index and routing entities,
@@ -112,7 +113,7 @@ def encode_entity(kind: str, value: Any) -> bytes:
 def decode_entity(kind: str, data: bytes, key: str, checksum: int | None = None) -> Any:
     """The value of an entity blob; ClusterStateCorrupt on a bad checksum or record, UnsupportedFormatVersion if newer."""
     if checksum is not None:
-        actual = crc32c(data)
+        actual = blob_checksum(data)
         if actual != checksum:
             raise ClusterStateCorrupt(key, f"CRC32C {actual:#010x} does not match the referenced {checksum:#010x}")
     try:
@@ -125,9 +126,13 @@ def decode_entity(kind: str, data: bytes, key: str, checksum: int | None = None)
     return body["v"]
 
 
-def checksum(data: bytes) -> int:
-    """The CRC32C of a whole blob, as stored in its reference."""
-    return crc32c(data)
+def blob_checksum(data: bytes) -> int:
+    """The checksum stored in a reference: CRC32C of the blob without its 4-byte CRC trailer.
+
+    Not of the whole blob: a CRC over data followed by its own CRC is the same constant
+    for every intact record, which would not tell two intact blobs apart.
+    """
+    return crc32c(memoryview(data)[:-4]) if len(data) >= 4 else crc32c(data)
 
 
 # -- splitting a state ---------------------------------------------------------------------------

@@ -196,7 +196,7 @@ class RemoteClusterStateService:
         data = E.encode_entity(kind, value)
         key = E.entity_key(cu, kind, part, term, version)
         uploads.append(_Upload(key, data))
-        return E.EntityRef(kind, name, key, E.FORMAT_VERSION[kind], E.checksum(data), len(data))
+        return E.EntityRef(kind, name, key, E.FORMAT_VERSION[kind], E.blob_checksum(data), len(data))
 
     def _write(self, prev: ClusterState | None, prev_m: Manifest | None, new: ClusterState,
                previous_cluster_uuid: str | None) -> Manifest:
@@ -266,7 +266,7 @@ class RemoteClusterStateService:
             data = E.encode_entity("chunk", chunk_value(n, cid, entries))
             key = E.entity_key(cu, "chunk", f"chunk-{n}-{cid}", term, version)
             uploads.append(_Upload(key, data))
-            chunks[cid] = ChunkRef(cid, key, E.checksum(data), len(data), len(entries))
+            chunks[cid] = ChunkRef(cid, key, E.blob_checksum(data), len(data), len(entries))
             new_chunk_entries[key] = entries
         if sum(c.count for c in chunks.values()) != len(new.indices):
             raise AssertionError(f"chunks list {sum(c.count for c in chunks.values())} indices, "

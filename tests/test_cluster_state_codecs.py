@@ -75,7 +75,7 @@ def test_cluster_entities_round_trip(kind: str) -> None:
     data = E.encode_entity(kind, E.cluster_entity_value(s, kind))
     assert data[:4] == E.MAGIC[kind]
     fields: dict = {}
-    E.apply_cluster_entity(fields, kind, E.decode_entity(kind, data, "k", E.checksum(data)))
+    E.apply_cluster_entity(fields, kind, E.decode_entity(kind, data, "k", E.blob_checksum(data)))
     rebuilt = ClusterState(cluster_uuid="cu1", **fields)
     assert E.cluster_entity_value(rebuilt, kind) == E.cluster_entity_value(s, kind)
 
@@ -98,7 +98,7 @@ def test_newer_entity_version_is_refused_and_flipped_bits_caught() -> None:
     with pytest.raises(ClusterStateCorrupt, match="CRC32C"):
         E.decode_entity("settings", bytes(bad), "k")
     with pytest.raises(ClusterStateCorrupt, match="does not match the referenced"):
-        E.decode_entity("settings", good, "k", checksum=E.checksum(good) ^ 1)
+        E.decode_entity("settings", good, "k", checksum=E.blob_checksum(good) ^ 1)
     with pytest.raises(ClusterStateCorrupt, match="magic"):
         E.decode_entity("templates", good, "k")
 
@@ -175,3 +175,11 @@ def test_chunk_count_grows_by_doubling_with_hysteresis() -> None:
     # the chunk of an index depends only on its UUID and n (CRC32C, pinned)
     assert chunk_of("abc", 64) == google_crc32c.value(b"abc") % 64
     assert struct.calcsize("<I") == 4
+
+
+def test_reference_checksum_tells_two_intact_blobs_apart() -> None:
+    a, b = E.encode_entity("settings", {"a": 1}), E.encode_entity("settings", {"a": 2})
+    assert E.blob_checksum(a) != E.blob_checksum(b)
+    assert E.decode_entity("settings", a, "k", E.blob_checksum(a)) == {"a": 1}
+    with pytest.raises(ClusterStateCorrupt, match="does not match the referenced"):
+        E.decode_entity("settings", b, "k", E.blob_checksum(a))  # an intact blob swapped in
