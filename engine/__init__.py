@@ -1,4 +1,4 @@
-"""shardstore.engine: shards with primaries and replicas over the blob store (issue 5; partly built).
+"""shardstore.engine: shards with primaries and replicas over the blob store (issue 5).
 
 ``Cluster`` (nodes, allocation, replication, failover, recovery, restore), ``ShardCopy``
 (one copy of a shard), ``Transport`` (in-process, with fault injection), ``routing``
@@ -6,9 +6,11 @@
 shardstore.engine.demo``).
 """
 
+from shardstore.engine.allocation import ClusterHealth
 from shardstore.engine.cluster import BulkResult, Cluster
 from shardstore.engine.errors import (
     EngineError,
+    HealthTimeout,
     IndexAlreadyExists,
     IndexNotFound,
     NodeDisconnected,
@@ -23,7 +25,9 @@ from shardstore.engine.transport import Transport
 __all__ = [
     "BulkResult",
     "Cluster",
+    "ClusterHealth",
     "EngineError",
+    "HealthTimeout",
     "IndexAlreadyExists",
     "IndexNotFound",
     "NodeDisconnected",
