@@ -50,7 +50,7 @@ from typing import Any
 
 from shardstore.blobstores.base import BlobStore
 from shardstore.cluster_state.errors import MissingEntity, NoQuorum, NotMaster, StaleTerm
-from shardstore.cluster_state.manifest import Manifest
+from shardstore.cluster_state.manifest import Manifest, encode_manifest
 from shardstore.cluster_state.model import ClusterState, VotingConfig
 from shardstore.cluster_state.remote import RemoteClusterStateService
 from shardstore.engine.errors import NodeDisconnected
@@ -263,7 +263,8 @@ class ClusterManagerNode:
                 manifest = self.remote.read_manifest(req.manifest_key)
                 base = acc if acc is not None and acc.state_uuid == manifest.diff.base else self.applied
                 res = self.remote.read_incremental(manifest, base)
-                state, nbytes, incremental = res.state, res.bytes_downloaded, res.incremental
+                state, incremental = res.state, res.incremental
+                nbytes = res.bytes_downloaded + len(encode_manifest(manifest))  # the manifest's GET included
             self.disk.accepted = state
             self.disk.accepted_manifest = req.manifest_key
             self.accepted_manifest = manifest
