@@ -210,13 +210,27 @@ class Cluster:
             return
         best = max(candidates, key=lambda n: self.nodes[n].copies[key].local_checkpoint)
         term = sr.primary_term + 1
-        self.nodes[best].copies[key].promote(term)
-        # the other in-sync copies may hold ops above the new primary's history: rebuild them from it
-        rebuilt = [best]
+        primary = self.nodes[best].copies[key]
+        primary.promote(term)
+        # Primary-replica resync (seed 004): the other in-sync copies get the new primary's
+        # operations above their local checkpoint.  Replication is in order per shard, so an
+        # in-sync copy holds a prefix of the history the most advanced one holds: nothing to
+        # trim, and at most the bulk in flight at the failure to send.  A copy that holds
+        # more than the new primary (not expected) is rebuilt by peer recovery instead.
+        kept = [best]
         for other in candidates:
-            if other != best:
+            if other == best:
+                continue
+            copy = self.nodes[other].copies[key]
+            try:
+                sent = copy.resync_from(primary, term)
+                kept.append(other)
+                log.info("resynced %s/%d on %s: %d operations", meta.name, sr.shard, other, sent)
+            except Exception as exc:  # noqa: BLE001 - rebuilt by peer recovery instead
+                log.warning("resync of %s/%d on %s failed (%s: %s); rebuilding it", meta.name, sr.shard, other,
+                            type(exc).__name__, exc)
                 self.nodes[other].copies.pop(key).close()
-        self._set_routing(meta, sr.shard, primary=best, primary_term=term, copies=rebuilt, in_sync=rebuilt)
+        self._set_routing(meta, sr.shard, primary=best, primary_term=term, copies=kept, in_sync=kept)
         log.info("promoted %s to primary of %s/%d with term %d", best, meta.name, sr.shard, term)
 
     def _fail_replica(self, key: tuple[str, int], node: str, term: int, reason: str) -> None:

@@ -142,3 +142,7 @@ class InvalidRequest(EngineError, InvalidError):
 
 class HealthTimeout(EngineError, UnavailableError):
     """The cluster did not reach the health asked for in time (replicas still recovering or no node to hold them)."""
+
+
+class ResyncRefused(EngineError, ConflictError):
+    """A replica holds operations above the new primary's history; it is rebuilt by peer recovery instead."""

@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shardstore.blobstores.base import BlobStore
-from shardstore.engine.errors import OperationTermTooOld, StalePrimary, VersionConflict
+from shardstore.engine.errors import OperationTermTooOld, ResyncRefused, StalePrimary, VersionConflict
 from shardstore.segments.directory import ShardDirectory
 from shardstore.segments.errors import CommitConflict, CommitNotFound, UploadCancelled
 from shardstore.segments.path_strategy import PathStrategy, PlainPathStrategy
@@ -345,6 +345,22 @@ class ShardCopy:
     def _held_from(self) -> int | None:
         with self._holds_lock:
             return min(self._holds.values()) if self._holds else None
+
+    def resync_from(self, primary: ShardCopy, term: int) -> int:
+        """Primary-replica resync after a promotion: apply the new primary's ops above our local checkpoint.
+
+        Refuses (ResyncRefused) when this copy holds operations above the new primary's
+        history, which a rollback would have to undo; the caller rebuilds it instead.
+        Returns how many operations were applied.
+        """
+        with self._lock:
+            if self.max_seq_no > primary.max_seq_no:
+                raise ResyncRefused(f"{self.path}: holds seq# up to {self.max_seq_no}, above the new primary's "
+                                    f"{primary.max_seq_no}; it must be rebuilt")
+            sent = self.replay(primary.translog.read_operations(self.local_checkpoint + 1))
+            self.primary_term = max(self.primary_term, term)
+            self.update_global_checkpoint(primary.global_checkpoint)
+            return sent
 
     # -- flush ------------------------------------------------------------------------------
 

@@ -224,3 +224,32 @@ def test_a_stale_primary_cannot_fail_a_replica_and_so_never_acknowledges(cluster
     cluster._fail_replica((meta.uuid, 0), replica, sr.primary_term, "lost the replica")
     assert replica not in cluster.indices["docs"].routing[0].in_sync
     assert cluster.wait_for_health("green").status == "green"  # rebuilt in the background
+
+
+def test_with_two_replicas_the_lagging_one_is_resynced_in_place_not_rebuilt(cluster: Cluster) -> None:
+    """The primary dies after replicating a bulk to one replica and before the other: resync sends that bulk."""
+    cluster.create_index("docs", shards=1, replicas=2)
+    first = cluster.bulk("docs", [{"_id": f"a{i}", "v": i} for i in range(200)])
+    assert not first.errors
+    meta = cluster.indices["docs"]
+    primary = cluster.primary_of("docs", 0)
+    ahead, behind = [n for n in meta.routing[0].in_sync if n != primary]
+    cluster.transport.on("shard.replicate", lambda *a: cluster.kill_node(primary), sender=primary, target=behind,
+                         times=1)
+    lost = cluster.bulk("docs", [{"_id": f"b{i}", "v": i} for i in range(50)])
+    assert lost.errors and not lost.acknowledged  # the answer died with the primary
+    assert cluster.primary_of("docs", 0) == ahead  # the replica that had the bulk
+    lagging = cluster.nodes[behind].copies[(meta.uuid, 0)]
+    routing = cluster.indices["docs"].routing[0]
+    assert set(routing.in_sync) == {ahead, behind}  # kept in sync at once: no rebuild, no yellow
+    h = cluster.health()  # yellow as in Elasticsearch: the third copy has no third node to live on
+    assert (h.status, h.active_shards, h.initializing_shards, h.unassigned_shards) == ("yellow", 2, 0, 1)
+    assert lagging.local_checkpoint == cluster._primary_copy("docs", 0).local_checkpoint == 249
+    assert lagging.primary_term == 2
+    # the retry of the unacknowledged bulk updates the same ids (versions 2) on both copies
+    retry = cluster.bulk("docs", [{"_id": f"b{i}", "v": -i} for i in range(50)])
+    assert not retry.errors and set(retry.items.column("version").to_pylist()) == {2}
+    assert cluster.nodes[behind].copies[(meta.uuid, 0)] is lagging  # the same copy, resynced in place
+    assert _state(lagging) == _state(cluster._primary_copy("docs", 0))
+    cluster.refresh("docs")
+    assert cluster.count("docs") == 250
