@@ -328,6 +328,7 @@ def _failover(ctx: Context, base: str, docs: _Docs, sizes: list[int], reps: int,
         for rep in range(reps):
             victim = cluster.primary_of(INDEX, 0)
             one = docs.table(1)
+            os.sync()  # the build's dirty pages are written back before the kill, not during the failover
             with _failover_split() as promote:
                 t0 = time.perf_counter()
                 cluster.kill_node(victim)

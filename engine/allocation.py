@@ -1,8 +1,10 @@
 """Replica allocation: which copies to build where (pure), cluster health, and the background worker.
 
 The cluster manager never rebuilds a replica inline: :meth:`Cluster.kill_node` promotes
-(cheap, constant time) and schedules the rebuilds, so a failover does not grow with the
-shard's size (docs/design/engine.md, "Failover time").  The worker thread runs the
+(cheap, constant time) and schedules the rebuilds ``recovery_delay`` seconds later (as
+Elasticsearch delays allocation after a node leaves), so a failover neither grows with
+the shard's size nor competes with the new primary's first writes for disk and CPU
+(docs/design/engine.md, "Failover time").  The worker thread runs the
 cluster's allocation round until it has nothing left to do; peer recoveries of
 different shards then run one after the other on it while writes go on.
 
@@ -104,30 +106,51 @@ class AllocationWorker:
         self._pending = False
         self._busy = False
         self._closed = False
+        self._timers: set[threading.Timer] = set()  # delayed schedules not yet due
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    def schedule(self) -> None:
-        """Ask for an allocation round (coalesced with one already pending)."""
+    def schedule(self, delay: float = 0.0) -> None:
+        """Ask for an allocation round (coalesced with one already pending), now or after ``delay`` seconds."""
         with self._cond:
+            if self._closed:
+                return
+            if delay > 0:
+                timer = threading.Timer(delay, self._due, args=(None,))
+                timer.args = (timer,)
+                timer.daemon = True
+                self._timers.add(timer)
+                timer.start()
+                return
             self._pending = True
+            self._cond.notify_all()
+
+    def _due(self, timer: threading.Timer) -> None:
+        with self._cond:
+            self._timers.discard(timer)
+            if not self._closed:
+                self._pending = True
             self._cond.notify_all()
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Block until no round is pending or running; False on timeout."""
         with self._cond:
-            return self._cond.wait_for(lambda: self._closed or not (self._pending or self._busy), timeout)
+            return self._cond.wait_for(lambda: self._closed or not (self._pending or self._busy or self._timers),
+                                       timeout)
 
     @property
     def idle(self) -> bool:
-        """No round pending or running."""
+        """No round pending, delayed or running."""
         with self._cond:
-            return not (self._pending or self._busy)
+            return not (self._pending or self._busy or self._timers)
 
     def close(self) -> None:
         """Stop after the round in progress (its recovery finishes or fails on closed copies)."""
         with self._cond:
             self._closed = True
+            for timer in self._timers:
+                timer.cancel()
+            self._timers.clear()
             self._cond.notify_all()
         if self._thread is not threading.current_thread():
             self._thread.join(timeout=60)

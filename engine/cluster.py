@@ -138,9 +138,14 @@ class Cluster:
     """An in-process cluster of nodes over one blob store (see the module docstring)."""
 
     def __init__(self, store: str | BlobStore | None = None, data_dir: str = "./shardstore-data", nodes: int = 3,
-                 *, cluster_uuid: str | None = None, transport: Transport | None = None, **store_options: Any) -> None:
+                 *, cluster_uuid: str | None = None, transport: Transport | None = None,
+                 recovery_delay: float = 1.0, **store_options: Any) -> None:
         if nodes < 1:
             raise InvalidRequest(f"a cluster needs at least one node, got nodes={nodes}")
+        if recovery_delay < 0:
+            raise InvalidRequest(f"recovery_delay must be >= 0 seconds, got {recovery_delay}")
+        #: after a failover, replica rebuilds and the new primary's re-upload start this many seconds later
+        self.recovery_delay = recovery_delay
         self.store = open_store(store, **store_options) if isinstance(store, str) else store
         self.data_dir = data_dir
         self.cluster_uuid = cluster_uuid or uuid.uuid4().hex
@@ -200,7 +205,7 @@ class Cluster:
                     else:
                         self._set_routing(meta, sr.shard, copies=[c for c in sr.copies if c != name],
                                           in_sync=[c for c in sr.in_sync if c != name])
-            self._schedule_allocation()
+            self._schedule_allocation(self.recovery_delay)  # the new primary's first writes go first
 
     def _promote(self, meta: IndexMeta, sr: ShardRouting, candidates: list[str]) -> None:
         key = (meta.uuid, sr.shard)
@@ -259,9 +264,9 @@ class Cluster:
 
     # -- allocation (background) -----------------------------------------------------------
 
-    def _schedule_allocation(self) -> None:
+    def _schedule_allocation(self, delay: float = 0.0) -> None:
         self._recovery_failures.clear()
-        self._allocation.schedule()
+        self._allocation.schedule(delay)
 
     def _allocation_round(self) -> bool:
         """Start the next replica recovery the plan asks for; False when there is none (worker thread)."""
@@ -351,7 +356,7 @@ class Cluster:
 
     def _spec(self, meta: IndexMeta, shard: int) -> ShardSpec:
         return ShardSpec(self.cluster_uuid, meta.uuid, shard, durability=meta.durability, mapping=meta.mappings,
-                         strategy=meta.strategy)
+                         strategy=meta.strategy, reupload_delay=self.recovery_delay)
 
     def _set_routing(self, meta: IndexMeta, shard: int, **changes: Any) -> None:
         new = meta.with_routing(shard, **changes)
@@ -524,11 +529,11 @@ class Cluster:
 
     @classmethod
     def restore(cls, store: str | BlobStore, data_dir: str, nodes: int = 3, *, cluster_uuid: str | None = None,
-                **store_options: Any) -> Cluster:
+                recovery_delay: float = 1.0, **store_options: Any) -> Cluster:
         """A new cluster on empty disks from the blob store alone (every index, every shard)."""
         blob = open_store(store, **store_options) if isinstance(store, str) else store
         cluster_uuid, metas = load_cluster(blob, cluster_uuid)
-        cluster = cls(blob, data_dir, nodes, cluster_uuid=cluster_uuid)
+        cluster = cls(blob, data_dir, nodes, cluster_uuid=cluster_uuid, recovery_delay=recovery_delay)
         live = cluster.live_nodes()
         for meta in metas:
             routing = []

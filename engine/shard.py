@@ -76,6 +76,8 @@ class ShardSpec:
     strategy: PathStrategy = field(default_factory=PlainPathStrategy)
     buffer_interval: float = 0.05
     upload_timeout: float = 30.0
+    #: after a promotion, the re-upload of the shard under the new term starts this much later
+    reupload_delay: float = 0.0
 
     @property
     def address(self) -> ShardAddress:
@@ -295,6 +297,8 @@ class ShardCopy:
         self._background.start()
 
     def _background_upload(self) -> None:
+        if self._closing.wait(self.spec.reupload_delay):
+            return
         with self._upload_lock:
             remote = self.remote_segments
             commit = self.directory.last_commit

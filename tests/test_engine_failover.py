@@ -21,7 +21,8 @@ def drill(store_url: str, data_dir: Path, *, x: int, seed: int, shards: int = 2)
 def drill_with_options(store_url: str, data_dir: Path, options: dict, *, x: int, seed: int, shards: int = 2) -> None:
     """Index x docs, flush, x, flush, x killing a primary, flush, x, flush, x killing the new primary, flush, x, flush."""
     rng = random.Random(seed)
-    cluster = Cluster(store=store_url, data_dir=str(data_dir / "a"), nodes=3, **options)
+    # a short delay before background rebuilds (default 1 s) keeps the drills quick
+    cluster = Cluster(store=store_url, data_dir=str(data_dir / "a"), nodes=3, recovery_delay=0.2, **options)
     cluster.create_index("flights", shards=shards, replicas=1)
     acked: dict[str, dict] = {}
     next_id = 0
