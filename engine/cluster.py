@@ -52,7 +52,7 @@ from shardstore.engine.errors import (
     StalePrimary,
     VersionConflict,
 )
-from shardstore.engine.metadata import IndexMeta, ShardRouting, load_cluster, save_index
+from shardstore.engine.metadata import IndexMeta, ShardRouting, from_index_metadata, sync_index
 from shardstore.engine.recovery import peer_recover
 from shardstore.engine.routing import shard_ids
 from shardstore.engine.shard import ShardCopy, ShardSpec
@@ -137,19 +137,32 @@ class Node:
 class Cluster:
     """An in-process cluster of nodes over one blob store (see the module docstring)."""
 
-    def __init__(self, store: str | BlobStore | None = None, data_dir: str = "./shardstore-data", nodes: int = 3,
-                 *, cluster_uuid: str | None = None, transport: Transport | None = None,
+    def __init__(self, store: str | BlobStore, data_dir: str = "./shardstore-data", nodes: int = 3,
+                 *, cluster_managers: int = 3, transport: Transport | None = None,
                  recovery_delay: float = 1.0, **store_options: Any) -> None:
         if nodes < 1:
             raise InvalidRequest(f"a cluster needs at least one node, got nodes={nodes}")
+        if cluster_managers < 1:
+            raise InvalidRequest(f"a cluster needs at least one cluster manager, got cluster_managers={cluster_managers}")
         if recovery_delay < 0:
             raise InvalidRequest(f"recovery_delay must be >= 0 seconds, got {recovery_delay}")
+        if store is None:
+            raise InvalidRequest("a cluster needs a blob store (store='file:///path', 's3://bucket/prefix', ...)")
         #: after a failover, replica rebuilds and the new primary's re-upload start this many seconds later
         self.recovery_delay = recovery_delay
         self.store = open_store(store, **store_options) if isinstance(store, str) else store
         self.data_dir = data_dir
-        self.cluster_uuid = cluster_uuid or uuid.uuid4().hex
         self.transport = transport or Transport()
+        # Dedicated cluster-manager nodes keep the cluster state (issue 6): elected, two-phase
+        # publication through the blob store.  On empty disks over a store that holds a cluster
+        # state, the first election restores it (a new cluster UUID chained to the old one).
+        from shardstore.cluster_state.coordination import LocalCluster
+
+        self.managers = LocalCluster(self.store, os.path.join(data_dir, "cluster-managers"),
+                                     master_nodes=[f"cm-{i}" for i in range(cluster_managers)],
+                                     transport=self.transport)
+        state = self.managers.elect("cm-0")
+        self.cluster_uuid = state.cluster_uuid
         self.indices: dict[str, IndexMeta] = {}
         self._lock = threading.RLock()
         self._shard_locks: dict[tuple[str, int], threading.RLock] = {}
@@ -160,6 +173,8 @@ class Cluster:
         self.nodes: dict[str, Node] = {}
         for i in range(nodes):
             self.start_node(f"node-{i}")
+        #: indices found in the cluster state at start (a restore): their shards come from the store
+        self.restored_indices = self._restore_shards(state)
         self.wait_for_allocation()
 
     # -- nodes ------------------------------------------------------------------------------
@@ -175,7 +190,14 @@ class Cluster:
         return sorted(n for n in self.nodes if self.transport.is_registered(n))
 
     def start_node(self, name: str) -> None:
-        """Start (or restart) a node; replicas missing a copy are rebuilt on it in the background."""
+        """Start (or restart) a node; replicas missing a copy are rebuilt on it in the background.
+
+        ``cm-N`` names a cluster-manager node: it restarts from its disk and rejoins.
+        """
+        if name in self.managers.nodes:
+            if not self.transport.is_registered(name):
+                self.managers.start(name)
+            return
         with self._lock:
             if name in self.nodes and self.transport.is_registered(name):
                 return
@@ -187,7 +209,15 @@ class Cluster:
 
     def kill_node(self, name: str, wipe_disk: bool = False) -> None:
         """Stop a node abruptly (like SIGKILL); its primaries fail over at once, its replicas are rebuilt
-        elsewhere in the background (:meth:`health`, :meth:`wait_for_health`)."""
+        elsewhere in the background (:meth:`health`, :meth:`wait_for_health`).
+
+        ``cm-N`` names a cluster-manager node: if it was the elected one, another is elected
+        at the next metadata change.
+        """
+        if name in self.managers.nodes:
+            if self.transport.is_registered(name):
+                self.managers.stop(name)
+            return
         with self._lock:
             node = self._node(name)
             if self.transport.is_registered(name):
@@ -355,14 +385,45 @@ class Cluster:
     # -- metadata ---------------------------------------------------------------------------
 
     def _spec(self, meta: IndexMeta, shard: int) -> ShardSpec:
-        return ShardSpec(self.cluster_uuid, meta.uuid, shard, durability=meta.durability, mapping=meta.mappings,
+        return ShardSpec(meta.data_cluster_uuid or self.cluster_uuid, meta.uuid, shard, durability=meta.durability,
+                         mapping=meta.mappings,
                          strategy=meta.strategy, reupload_delay=self.recovery_delay)
 
     def _set_routing(self, meta: IndexMeta, shard: int, **changes: Any) -> None:
         new = meta.with_routing(shard, **changes)
         self.indices[meta.name] = new
-        if self.store is not None:
-            save_index(self.store, self.cluster_uuid, new)
+        self._publish(new)
+
+    def _publish(self, meta: IndexMeta) -> None:
+        """Publish the index's metadata through the elected cluster manager (electing one if needed).
+
+        A publication that cannot reach a quorum is logged, not raised: shard safety rests on
+        the term markers in the blob store, and the next change republishes the whole index.
+        """
+        from shardstore.cluster_state.errors import NoQuorum, NotMaster
+
+        for attempt in range(2):
+            master = self.managers.master()
+            try:
+                if master is None:
+                    live = [n for n in self.managers.master_names if self.transport.is_registered(n)]
+                    if not live:
+                        raise NotMaster("(any)", None)
+                    self.managers.elect(live[0])
+                self.managers.submit(sync_index(meta))
+                return
+            except (NoQuorum, NotMaster) as exc:
+                if attempt:
+                    log.error("index %s: cluster state not published (%s); republished at the next change",
+                              meta.name, exc)
+            except Exception as exc:  # noqa: BLE001 - a store or transport failure: retried by the next change
+                if attempt:
+                    log.error("index %s: cluster state not published (%s: %s)", meta.name, type(exc).__name__, exc)
+
+    def cluster_state(self):
+        """The cluster state the elected cluster manager last applied (None while there is no master)."""
+        master = self.managers.master()
+        return master.applied if master is not None else None
 
     def _meta(self, index: str) -> IndexMeta:
         meta = self.indices.get(index)
@@ -384,14 +445,14 @@ class Cluster:
             meta = IndexMeta(name=name, uuid=uuid.uuid4().hex, shards=shards, replicas=replicas,
                              mappings=mappings or {}, durability=durability, strategy=PlainPathStrategy(),
                              routing=tuple(ShardRouting(s, live[s % len(live)], 1, (live[s % len(live)],),
-                                                        (live[s % len(live)],)) for s in range(shards)))
+                                                        (live[s % len(live)],)) for s in range(shards)),
+                             data_cluster_uuid=self.cluster_uuid)
             self.indices[name] = meta
             for sr in meta.routing:
                 node = self.nodes[sr.primary]
                 node.copies[(meta.uuid, sr.shard)] = ShardCopy(self._spec(meta, sr.shard), node.data_dir, self.store,
                                                                primary_term=1, primary=True)
-            if self.store is not None:
-                save_index(self.store, self.cluster_uuid, meta)
+            self._publish(meta)
             self._schedule_allocation()
         self.wait_for_allocation()  # empty shards: the replicas are there when create_index returns
         return self.indices[name]
@@ -522,34 +583,56 @@ class Cluster:
         """Stop every node (state not committed or in the translog is lost)."""
         self._allocation.close()
         self._writers.shutdown(wait=True)
+        for name in self.managers.master_names:
+            if self.transport.is_registered(name):
+                self.managers.stop(name)
         for name in list(self.nodes):
             if self.transport.is_registered(name):
                 self.transport.unregister(name)
             self.nodes[name].close()
 
-    @classmethod
-    def restore(cls, store: str | BlobStore, data_dir: str, nodes: int = 3, *, cluster_uuid: str | None = None,
-                recovery_delay: float = 1.0, **store_options: Any) -> Cluster:
-        """A new cluster on empty disks from the blob store alone (every index, every shard)."""
-        blob = open_store(store, **store_options) if isinstance(store, str) else store
-        cluster_uuid, metas = load_cluster(blob, cluster_uuid)
-        cluster = cls(blob, data_dir, nodes, cluster_uuid=cluster_uuid, recovery_delay=recovery_delay)
-        live = cluster.live_nodes()
-        for meta in metas:
+    def _restore_shards(self, state) -> list[str]:
+        """Allocate every index of ``state`` from the blob store (a restore); returns their names."""
+        restored = []
+        live = self.live_nodes()
+        for name in sorted(state.indices):
+            meta = from_index_metadata(state.indices[name], self.cluster_uuid)
+            if name in self.indices:
+                continue
             routing = []
-            cluster.indices[meta.name] = meta
             for sr in meta.routing:
                 target = live[sr.shard % len(live)]
-                node = cluster.nodes[target]
-                term = max(sr.primary_term, latest_term(blob, meta_address(cluster_uuid, meta, sr.shard)) or 0) + 1
-                copy = ShardCopy.recover_from_remote(cluster._spec(meta, sr.shard), node.data_dir, blob,
-                                                     primary_term=term)
+                node = self.nodes[target]
+                spec = self._spec(meta, sr.shard)
+                term = max(sr.primary_term, latest_term(self.store, spec.address) or 0) + 1
+                copy = ShardCopy.recover_from_remote(spec, node.data_dir, self.store, primary_term=term)
                 node.copies[(meta.uuid, sr.shard)] = copy
                 routing.append(ShardRouting(sr.shard, target, term, (target,), (target,)))
-            cluster.indices[meta.name] = meta.with_all_routing(tuple(routing))
-            save_index(blob, cluster_uuid, cluster.indices[meta.name])
-        cluster._schedule_allocation()
-        cluster.wait_for_allocation()
+            self.indices[name] = meta.with_all_routing(tuple(routing))
+            self._publish(self.indices[name])
+            restored.append(name)
+        if restored:
+            log.info("restored %d indices from %s: %s", len(restored), self.store.location, restored)
+            self._schedule_allocation()
+        return restored
+
+    @classmethod
+    def restore(cls, store: str | BlobStore, data_dir: str, nodes: int = 3, *, recovery_delay: float = 1.0,
+                **store_options: Any) -> Cluster:
+        """A new cluster on empty disks from the blob store alone (every index, every shard).
+
+        The cluster managers bootstrap from the latest valid cluster state in the store
+        (a new cluster UUID chained to it, seed 000); every index is then recovered from
+        the remote segment store and translog.  NoClusterState if the store holds none.
+        """
+        from shardstore.cluster_state.errors import NoClusterState
+
+        cluster = cls(store, data_dir, nodes, recovery_delay=recovery_delay, **store_options)
+        state = cluster.cluster_state()
+        if state is None or state.coordination.term == 0 or not (cluster.restored_indices or state.indices):
+            location = cluster.store.location
+            cluster.close()
+            raise NoClusterState(location, "nothing to restore: the store holds no cluster state with indices")
         return cluster
 
 
@@ -558,13 +641,6 @@ def _expect(doc_id: str, if_seq_no: int | None, if_primary_term: int | None) -> 
     if if_seq_no is None and if_primary_term is None:
         return None
     return (doc_id, if_seq_no, if_primary_term)
-
-
-def meta_address(cluster_uuid: str, meta: IndexMeta, shard: int):
-    """The ShardAddress of one shard of an index."""
-    from shardstore.segments.remote_store import ShardAddress
-
-    return ShardAddress(cluster_uuid, meta.uuid, shard, meta.strategy)
 
 
 __all__ = ["BulkResult", "Cluster", "Node"]

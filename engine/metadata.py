@@ -1,15 +1,20 @@
-"""Index metadata the cluster manager keeps, and its (interim) record in the blob store.
+"""Index metadata the cluster manager keeps, and how it maps onto the remote cluster state (issue 6).
 
 Per index: name, UUID, shard and replica counts, mappings, durability, the path
-strategy, and per shard the routing: primary node, primary term, the nodes holding a
-copy and the in-sync set.  Frozen; changes make a new object.
+strategy, the cluster UUID under which its shards' blobs live, and per shard the
+routing: primary node, primary term, the nodes holding a copy and the in-sync set.
+Frozen; changes make a new object.
 
-Persistence (interim, until the remote cluster state of issue 6 replaces it): each
-change rewrites ``<cluster_uuid>/cluster_meta/indices/<index_uuid>`` (framed JSON record,
-magic ``SSIM``, format version 1, CRC32C), and ``clusters/<cluster_uuid>`` marks the
-cluster's existence so :meth:`Cluster.restore` can find it from the store alone.  The
-primary terms in these records only *help*: restore takes the newest term marker of each
-shard (written with put-if-absent by every primary) and starts above it.
+Persistence goes through :mod:`shardstore.cluster_state`: every change becomes a master
+task (:func:`sync_index`) that the elected cluster manager publishes (entities, then the
+manifest, two-phase commit).  In the cluster state an index keeps its durable parts as
+:class:`~shardstore.cluster_state.model.IndexMetadata` (settings ``index.translog.durability``
+and ``index.remote_store.cluster_uuid``, per-shard primary terms, in-sync node names,
+path strategy) and its routing (primary node and copies per shard) in the ephemeral
+routing table, which a restore drops: the restored cluster allocates anew.
+
+The primary terms in the cluster state only *help*: every primary claims its term with a
+put-if-absent term marker in the blob store, and a restore starts above the newest marker.
 """
 
 from __future__ import annotations
@@ -17,14 +22,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from shardstore.blobstores.base import BlobStore
-from shardstore.blobstores.errors import BlobAlreadyExists
-from shardstore.engine.errors import InvalidRequest
+from shardstore.cluster_state.model import ClusterState, IndexMetadata
 from shardstore.segments.path_strategy import PathStrategy
-from shardstore.segments.records import decode_record, encode_record
 
-MAGIC = b"SSIM"
-FORMAT_VERSION = 1
+DURABILITY = "index.translog.durability"
+DATA_CLUSTER_UUID = "index.remote_store.cluster_uuid"
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,7 @@ class IndexMeta:
     durability: str
     strategy: PathStrategy
     routing: tuple[ShardRouting, ...]
+    data_cluster_uuid: str = ""  # the cluster UUID in its shards' blob keys (kept across restores)
 
     def with_routing(self, shard: int, **changes: Any) -> IndexMeta:
         """A copy with one shard's routing changed (lists become tuples)."""
@@ -62,44 +65,53 @@ class IndexMeta:
         """A copy with new routing for every shard."""
         return replace(self, routing=routing)
 
-    def to_body(self) -> dict[str, Any]:
-        """JSON-able form."""
-        return {"name": self.name, "uuid": self.uuid, "shards": self.shards, "replicas": self.replicas,
-                "mappings": self.mappings, "durability": self.durability, "strategy": self.strategy.to_dict(),
-                "routing": [[r.shard, r.primary, r.primary_term, list(r.copies), list(r.in_sync)] for r in self.routing]}
 
-    @classmethod
-    def from_body(cls, body: dict[str, Any]) -> IndexMeta:
-        """Inverse of :meth:`to_body`."""
-        return cls(name=body["name"], uuid=body["uuid"], shards=int(body["shards"]), replicas=int(body["replicas"]),
-                   mappings=dict(body["mappings"]), durability=body["durability"],
-                   strategy=PathStrategy.from_dict(body["strategy"]),
-                   routing=tuple(ShardRouting(int(s), p, int(t), tuple(c), tuple(i)) for s, p, t, c, i in body["routing"]))
+def to_index_metadata(meta: IndexMeta) -> IndexMetadata:
+    """The durable part of ``meta`` as a cluster-state entity."""
+    return IndexMetadata(
+        name=meta.name, uuid=meta.uuid, mappings=dict(meta.mappings), shards=meta.shards, replicas=meta.replicas,
+        settings={DURABILITY: meta.durability, DATA_CLUSTER_UUID: meta.data_cluster_uuid},
+        primary_terms=tuple(r.primary_term for r in meta.routing),
+        in_sync=tuple(tuple(r.in_sync) for r in meta.routing), path_strategy=meta.strategy.to_dict())
 
 
-def _index_key(cluster_uuid: str, index_uuid: str) -> str:
-    return f"{cluster_uuid}/cluster_meta/indices/{index_uuid}"
+def routing_table(meta: IndexMeta) -> dict[str, Any]:
+    """The ephemeral routing of ``meta`` (primary node and copies per shard) as JSON."""
+    return {"shards": [[r.shard, r.primary, list(r.copies)] for r in meta.routing]}
 
 
-def save_index(store: BlobStore, cluster_uuid: str, meta: IndexMeta) -> None:
-    """Record the index's metadata (and the cluster's existence) in the store."""
-    try:
-        store.put(f"clusters/{cluster_uuid}", b"", if_absent=True)
-    except BlobAlreadyExists:
-        pass
-    store.put(_index_key(cluster_uuid, meta.uuid), encode_record(MAGIC, FORMAT_VERSION, meta.to_body()))
+def from_index_metadata(im: IndexMetadata, cluster_uuid: str) -> IndexMeta:
+    """An index restored from the cluster state, with no copy allocated yet."""
+    return IndexMeta(
+        name=im.name, uuid=im.uuid, shards=im.shards, replicas=im.replicas, mappings=dict(im.mappings),
+        durability=im.settings.get(DURABILITY, "request"), strategy=im.strategy(),
+        routing=tuple(ShardRouting(s, None, int(t), (), ()) for s, t in enumerate(im.primary_terms)),
+        data_cluster_uuid=im.settings.get(DATA_CLUSTER_UUID) or cluster_uuid)
 
 
-def load_cluster(store: BlobStore, cluster_uuid: str | None = None) -> tuple[str, list[IndexMeta]]:
-    """(cluster UUID, its indices) from the store; the only cluster there unless one is named."""
-    if cluster_uuid is None:
-        found = [b.key.split("/", 1)[1] for b in store.list("clusters/")]
-        if len(found) != 1:
-            raise InvalidRequest(f"{store.location}: {len(found)} clusters found ({found}); pass cluster_uuid=")
-        cluster_uuid = found[0]
-    metas = []
-    for b in store.list(f"{cluster_uuid}/cluster_meta/indices/"):
-        _v, body = decode_record(store.get(b.key), magic=MAGIC, supported=FORMAT_VERSION, where=b.key,
-                                 what="index metadata")
-        metas.append(IndexMeta.from_body(body))
-    return cluster_uuid, metas
+def sync_index(meta: IndexMeta):
+    """A master task making the cluster state hold ``meta`` (created, or its terms, in-sync sets and routing).
+
+    Idempotent: it writes the cluster manager's whole view of the index, so a
+    publication that failed (no quorum) is made good by the next one.
+    """
+    target = to_index_metadata(meta)
+    table = routing_table(meta)
+
+    def task(state: ClusterState) -> ClusterState:
+        cur = state.indices.get(meta.name)
+        if cur is None or cur.uuid != meta.uuid:
+            state = state.with_index(target)
+        else:
+            im = cur
+            for s, term in enumerate(target.primary_terms):
+                if term > im.primary_terms[s]:
+                    im = im.with_primary_term(s, term)
+                if target.in_sync[s] != im.in_sync[s]:
+                    im = im.with_in_sync(s, target.in_sync[s])
+            if im is not cur:
+                state = state.with_index(im)
+        if state.routing.get(meta.name) != table:
+            state = state.with_routing(meta.name, table)
+        return state
+    return task

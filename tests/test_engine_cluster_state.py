@@ -1,0 +1,105 @@
+"""The engine's metadata lives in the remote cluster state (issue 6): published on every change, restored
+after losing every node, and kept through the loss of the elected cluster manager."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from shardstore.blobstores import open_store
+from shardstore.cluster_state.errors import NoClusterState
+from shardstore.cluster_state.remote import RemoteClusterStateService
+from shardstore.engine import Cluster
+from shardstore.engine.metadata import DATA_CLUSTER_UUID, DURABILITY
+
+
+def _committed(store_url: str, cluster_uuid: str):
+    svc = RemoteClusterStateService(open_store(store_url))
+    manifest = svc.latest_manifest(cluster_uuid, committed_only=True)
+    assert manifest is not None, f"no committed manifest for {cluster_uuid}"
+    return manifest, svc.read_state(manifest)
+
+
+def test_every_metadata_change_is_published_and_committed(tmp_path: Path) -> None:
+    url = f"file://{tmp_path / 'remote'}"
+    cluster = Cluster(store=url, data_dir=str(tmp_path / "a"), nodes=3, recovery_delay=0.05)
+    cluster.create_index("flights", shards=2, replicas=1, mappings={"delay": "long"}, durability="request")
+    cluster.bulk("flights", [{"_id": str(i), "delay": i} for i in range(100)])
+    _m, state = _committed(url, cluster.cluster_uuid)
+    im = state.indices["flights"]
+    meta = cluster.indices["flights"]
+    assert (im.uuid, im.shards, im.replicas, im.mappings) == (meta.uuid, 2, 1, {"delay": "long"})
+    assert im.settings == {DURABILITY: "request", DATA_CLUSTER_UUID: cluster.cluster_uuid}
+    assert im.primary_terms == (1, 1) and all(len(s) == 2 for s in im.in_sync)
+    assert state.routing["flights"]["shards"][0][1] == cluster.primary_of("flights", 0)
+    # a failover: the promotion's term and the new in-sync sets reach the committed state
+    victim = cluster.primary_of("flights", 0)
+    cluster.kill_node(victim)
+    cluster.wait_for_health("green")
+    _m, state = _committed(url, cluster.cluster_uuid)
+    im = state.indices["flights"]
+    assert im.primary_terms[0] == 2 == cluster.indices["flights"].routing[0].primary_term
+    assert victim not in im.in_sync[0] and len(im.in_sync[0]) == 2
+    assert cluster.cluster_state().version == state.version  # the master applied what it committed
+    cluster.close()
+
+
+def test_losing_the_elected_cluster_manager_elects_another_and_goes_on(tmp_path: Path) -> None:
+    url = f"file://{tmp_path / 'remote'}"
+    cluster = Cluster(store=url, data_dir=str(tmp_path / "a"), nodes=3, recovery_delay=0.05)
+    cluster.create_index("docs", shards=1, replicas=1)
+    first = cluster.managers.master().name
+    term_before = cluster.cluster_state().term
+    cluster.kill_node(first)
+    victim = cluster.primary_of("docs", 0)
+    cluster.kill_node(victim)  # a promotion to publish with the elected manager gone
+    cluster.wait_for_health("green")
+    master = cluster.managers.master()
+    assert master is not None and master.name != first and master.current_term > term_before
+    _m, state = _committed(url, cluster.cluster_uuid)
+    assert state.indices["docs"].primary_terms == (2,)
+    # with two of three managers gone there is no quorum: the change is not committed, the engine goes on
+    cluster.kill_node(master.name)
+    cluster.start_node(victim)
+    cluster.kill_node(cluster.primary_of("docs", 0))
+    assert not cluster.bulk("docs", [{"_id": "x"}]).errors  # shard safety does not rest on the cluster state
+    _m, state = _committed(url, cluster.cluster_uuid)
+    assert state.indices["docs"].primary_terms == (2,)  # nothing committed without a quorum
+    cluster.start_node(first)  # a quorum again: the next change publishes the whole index
+    cluster.wait_for_health("green")
+    cluster.start_node(cluster.managers.master_names[1] if first != "cm-1" else "cm-2")
+    cluster.flush("docs")
+    cluster.kill_node(cluster.primary_of("docs", 0))
+    cluster.wait_for_health("yellow")
+    _m, state = _committed(url, cluster.cluster_uuid)
+    assert state.indices["docs"].primary_terms == (cluster.indices["docs"].routing[0].primary_term,) == (4,)
+    cluster.close()
+
+
+def test_restore_chains_a_new_cluster_uuid_and_keeps_the_data_where_it_is(tmp_path: Path) -> None:
+    url = f"file://{tmp_path / 'remote'}"
+    with pytest.raises(NoClusterState):
+        Cluster.restore(store=url, data_dir=str(tmp_path / "empty"), nodes=1)
+    cluster = Cluster(store=url, data_dir=str(tmp_path / "a"), nodes=3, recovery_delay=0.05)
+    cluster.create_index("docs", shards=2, replicas=1)
+    cluster.bulk("docs", [{"_id": str(i), "n": i} for i in range(300)])
+    old_uuid = cluster.cluster_uuid
+    cluster.close()
+    restored = Cluster.restore(store=url, data_dir=str(tmp_path / "b"), nodes=2, recovery_delay=0.05)
+    assert restored.cluster_uuid != old_uuid and restored.restored_indices == ["docs"]
+    manifest, state = _committed(url, restored.cluster_uuid)
+    assert manifest.previous_cluster_uuid == old_uuid
+    assert state.indices["docs"].settings[DATA_CLUSTER_UUID] == old_uuid  # the shards' blobs stay put
+    restored.refresh("docs")
+    assert restored.count("docs") == 300
+    restored.bulk("docs", [{"_id": "new", "n": -1}])
+    restored.flush("docs")
+    restored.close()
+    # and once more: a restore of the restored cluster finds the newest head of the chain
+    again = Cluster.restore(store=url, data_dir=str(tmp_path / "c"), nodes=1, recovery_delay=0.05)
+    manifest, _state = _committed(url, again.cluster_uuid)
+    assert manifest.previous_cluster_uuid == restored.cluster_uuid
+    again.refresh("docs")
+    assert again.count("docs") == 301 and again.get("docs", "new")["_source"] == {"n": -1}
+    again.close()
