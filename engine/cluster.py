@@ -1,10 +1,12 @@
 """The cluster: in-process nodes behind a transport, a cluster manager, and the public API.
 
 ``Cluster(store=url, data_dir=..., nodes=3)`` starts nodes ``node-0..`` that hold shard
-copies (:class:`~shardstore.engine.shard.ShardCopy`) and talk only through a
+copies (:class:`~shardstore.engine.shard.ShardCopy`) and cluster-manager nodes ``cm-0..``
+that keep the cluster state (:mod:`shardstore.cluster_state`), all talking only through a
 :class:`~shardstore.engine.transport.Transport`.  The cluster manager (this class) keeps
 the index metadata (:mod:`~shardstore.engine.metadata`): per shard the primary term,
-where each copy lives, and the in-sync set.  It alone bumps a term.
+where each copy lives, and the in-sync set; it alone bumps a term, and publishes every
+change through the elected cluster-manager node.
 
 Write path (:meth:`Cluster.bulk`): documents are routed to shards with Elasticsearch's
 murmur3 routing; per shard the coordinator sends the unstamped batch to the primary's
