@@ -215,7 +215,7 @@ def test_wheel_contains_every_source_module(wheel, built_from):
 _CHECK_INSTALLED = """
 import importlib.metadata as md, importlib.util, json, sys, sysconfig
 import shardstore, shardstore.blobstores, shardstore.engine, shardstore.translog
-import shardstore.segments, shardstore.plugins, shardstore.plugins.local
+import shardstore.segments, shardstore.plugins, shardstore.plugins.local, shardstore.cluster_state
 from shardstore.blobstores import BlobAlreadyExists, open_store, plugins
 
 root = sys.argv[1]
@@ -362,7 +362,7 @@ def test_console_script_lists_plugins_with_packages(venv_with_plugin, tmp_path):
 _CHECK_EDITABLE = """
 import importlib.util, json, sys
 import shardstore, shardstore.blobstores, shardstore.plugins.local
-import shardstore.engine, shardstore.translog, shardstore.segments, shardstore.plugins
+import shardstore.engine, shardstore.translog, shardstore.segments, shardstore.plugins, shardstore.cluster_state
 from shardstore.blobstores import open_store, schemes
 
 store = open_store("file://" + sys.argv[1] + "/store?fsync=false")
