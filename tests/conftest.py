@@ -20,6 +20,8 @@ Fixtures:
 
 from __future__ import annotations
 
+import os
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -162,3 +164,28 @@ def store_factory(backend: str, request: pytest.FixtureRequest, tmp_path: Path) 
         yield factory
     finally:
         factory.close()
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local Spark session for the whole run (local[2], UI off, bound to 127.0.0.1), shardstore registered."""
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    from shardstore.spark import SPARK_CONF, register
+
+    builder = (SparkSession.builder.master("local[2]").appName("shardstore-tests")
+               .config("spark.ui.enabled", "false")
+               .config("spark.driver.host", "127.0.0.1")
+               .config("spark.driver.bindAddress", "127.0.0.1")
+               .config("spark.sql.shuffle.partitions", "4"))
+    for key, value in SPARK_CONF.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    register(session)
+    try:
+        yield session
+    finally:
+        session.stop()

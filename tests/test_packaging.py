@@ -40,10 +40,14 @@ PLUGIN_PKG = Path(__file__).resolve().parent / "plugin_pkg"
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 VERSION = PYPROJECT["project"]["version"]
 PACKAGE_DIR: dict[str, str] = PYPROJECT["tool"]["setuptools"]["package-dir"]
-TOP_LEVEL_FOLDERS = sorted(d for d in PACKAGE_DIR.values() if d != "shardstore")
+#: The only top-level modules besides shardstore, on purpose: Spark 4.x registers the
+#: ``DefaultSource`` of every installed ``pyspark_*`` module by itself (issue 7).
+SPARK_AUTOLOAD = {"pyspark_shardstore", "pyspark_shardstore_changes"}
+SUBPACKAGES = {k: v for k, v in PACKAGE_DIR.items() if k not in SPARK_AUTOLOAD}
+TOP_LEVEL_FOLDERS = sorted(d for d in SUBPACKAGES.values() if d != "shardstore")
 SCHEMES = set(PYPROJECT["project"]["entry-points"]["shardstore.blobstores"])
 BUILTIN_SCHEMES = {"memory", "file", "s3", "oci", "gs", "az"}
-MODULES = ["shardstore", *sorted(PACKAGE_DIR)]  # shardstore, shardstore.blobstores, ...
+MODULES = ["shardstore", *sorted(SUBPACKAGES)]  # shardstore, shardstore.blobstores, ...
 
 _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build", "dist")
 
@@ -183,10 +187,13 @@ def venv_with_plugin(venv) -> dict[str, Path]:
 def test_wheel_holds_only_the_shardstore_package(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     dist_info = f"shardstore-{VERSION}.dist-info/"
-    stray = [n for n in names if not (n.startswith("shardstore/") or n.startswith(dist_info))]
+    allowed = ("shardstore/", dist_info, *(f"{m}/" for m in SPARK_AUTOLOAD))
+    stray = [n for n in names if not n.startswith(allowed)]
     assert stray == [], f"files outside shardstore/ in the wheel: {stray}"
     zf = zipfile.ZipFile(wheel)
-    assert zf.read(dist_info + "top_level.txt").decode().split() == ["shardstore"]
+    assert sorted(zf.read(dist_info + "top_level.txt").decode().split()) == sorted({"shardstore", *SPARK_AUTOLOAD})
+    for m in SPARK_AUTOLOAD:  # each only re-exports a DefaultSource from shardstore.spark
+        assert "from shardstore.spark." in zf.read(f"{m}/__init__.py").decode()
     eps = zf.read(dist_info + "entry_points.txt").decode()
     assert "shardstore = shardstore.cli:main" in eps
     for scheme in SCHEMES:
@@ -215,7 +222,7 @@ def test_wheel_contains_every_source_module(wheel, built_from):
 _CHECK_INSTALLED = """
 import importlib.metadata as md, importlib.util, json, sys, sysconfig
 import shardstore, shardstore.blobstores, shardstore.engine, shardstore.translog
-import shardstore.segments, shardstore.plugins, shardstore.plugins.local, shardstore.cluster_state
+import shardstore.segments, shardstore.plugins, shardstore.plugins.local, shardstore.cluster_state, shardstore.spark
 from shardstore.blobstores import BlobAlreadyExists, open_store, plugins
 
 root = sys.argv[1]
@@ -285,7 +292,7 @@ def test_no_stray_top_level_packages_in_site_packages(venv):
     # RECORD: only the package, its .dist-info and the console script (outside site-packages).
     record = (site / f"shardstore-{VERSION}.dist-info" / "RECORD").read_text()
     tops = {line.split(",")[0].split("/")[0] for line in record.splitlines() if line}
-    assert tops - {".."} == {"shardstore", f"shardstore-{VERSION}.dist-info"}, tops
+    assert tops - {".."} == {"shardstore", f"shardstore-{VERSION}.dist-info", *SPARK_AUTOLOAD}, tops
 
 
 # --------------------------------------------------------------------------- third-party plugin
@@ -363,6 +370,7 @@ _CHECK_EDITABLE = """
 import importlib.util, json, sys
 import shardstore, shardstore.blobstores, shardstore.plugins.local
 import shardstore.engine, shardstore.translog, shardstore.segments, shardstore.plugins, shardstore.cluster_state
+import shardstore.spark
 from shardstore.blobstores import open_store, schemes
 
 store = open_store("file://" + sys.argv[1] + "/store?fsync=false")

@@ -1,0 +1,41 @@
+"""The ``shardstore`` PySpark data source: one class, reading (:mod:`.reader`) and writing (:mod:`.writer`).
+
+Options (``.option(k, v)``, all strings): ``store`` (URL, required), ``index`` (required),
+and the store's own options (endpoint, credentials...) passed through to
+:func:`shardstore.blobstores.open_store`; reading and writing add their own (see the
+modules).  Spark pickles this object to its executors: it holds only the options.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql.datasource import DataSource
+from pyspark.sql.types import StructType
+
+
+class ShardstoreDataSource(DataSource):
+    """``format("shardstore")``: an index's documents as a DataFrame, and DataFrames indexed into it."""
+
+    @classmethod
+    def name(cls) -> str:
+        """The format name."""
+        return "shardstore"
+
+    def schema(self) -> StructType:
+        """The index's columns (mapped fields, typed, plus _id, _seq_no, _primary_term, _version)."""
+        from shardstore.spark.reader import infer_schema
+
+        return infer_schema(dict(self.options))
+
+    def reader(self, schema: StructType) -> Any:
+        """A reader over the newest remote commit of every shard (or the one the options ask for)."""
+        from shardstore.spark.reader import make_reader
+
+        return make_reader(dict(self.options), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> Any:
+        """A writer indexing the DataFrame's rows into the index's shards."""
+        from shardstore.spark.writer import make_writer
+
+        return make_writer(dict(self.options), schema, overwrite)
