@@ -1,0 +1,255 @@
+"""``format("shardstore-changes")``: an index's operations in seq# order per shard, batch and streaming (issue 7).
+
+Columns: ``op_type`` (``"index"`` / ``"delete"``), ``_id``, ``_seq_no``, ``_primary_term``,
+``_version``, ``_source`` (the JSON document, index ops only) and ``shard``.
+
+Where operations come from, per shard (seed 004's Changes API over our remote store):
+
+- the **remote translog** of every term that claimed the shard, read with
+  :meth:`RemoteTranslog.read_operations`, which resolves stale-term operations: per
+  seq# the highest primary term wins, and what a newer primary trimmed above its max
+  seq# on promotion is dropped (a fenced primary's unacknowledged tail);
+- the **newest remote commit's segments** for seq#s the translog no longer retains (it
+  is purged up to each flush's checkpoint): there the feed returns the commit's *live
+  documents* as index operations.  Below the translog's retained range, overwritten
+  copies and deletes are therefore gone (a document's latest state remains), as in
+  Elasticsearch once soft-deletes retention has passed.  Documents written by the Spark
+  sink live only in segments, and come from there.
+
+A seq# present in both keeps the operation of the highest term (the translog's when
+equal).  No-ops (gap fillers after a promotion) are not returned.
+
+Batch options: ``fromSeqNo`` (default 0) and ``toSeqNo`` (default: everything), per shard,
+inclusive.  Streaming (``spark.readStream``): offsets are per-shard global checkpoints,
+JSON ``{"<shard>": seq_no}`` (every operation at or below it is durable in the store);
+a micro-batch reads ``(start, end]`` per shard, so a query restarted from its
+checkpointLocation resumes where it left off.  ``trigger(availableNow=True)`` is supported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+
+from shardstore.blobstores.base import BlobStore
+from shardstore.errors import InvalidError
+from shardstore.segments.errors import CommitNotFound
+from shardstore.segments.reader import ShardCommitReader
+from shardstore.segments.remote_store import ShardAddress, latest_commit, list_terms
+from shardstore.spark.catalog import open_from_options, resolve_index
+from shardstore.translog.operations import OpType
+from shardstore.translog.remote import RemoteTranslog
+
+SCHEMA = pa.schema([
+    pa.field("op_type", pa.string()), pa.field("_id", pa.string()), pa.field("_seq_no", pa.int64()),
+    pa.field("_primary_term", pa.int64()), pa.field("_version", pa.int64()), pa.field("_source", pa.string()),
+    pa.field("shard", pa.int32()),
+])
+SPARK_SCHEMA = StructType([
+    StructField("op_type", StringType()), StructField("_id", StringType()), StructField("_seq_no", LongType()),
+    StructField("_primary_term", LongType()), StructField("_version", LongType()), StructField("_source", StringType()),
+    StructField("shard", IntegerType()),
+])
+_OP_NAMES = pa.array(["index", "delete", "noop"])
+_TOP = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class ShardRange(InputPartition):
+    """One shard's seq# range ``[from_seq_no, to_seq_no]`` to read."""
+
+    shard: int
+    address: ShardAddress
+    from_seq_no: int
+    to_seq_no: int | None
+
+
+def _int_option(options: dict[str, str], *names: str, default: int | None) -> int | None:
+    for name in names:
+        if name in options:
+            try:
+                return int(options[name])
+            except ValueError:
+                raise InvalidError(f"option {name}={options[name]!r} must be an integer seq#") from None
+    return default
+
+
+def shard_operations(store: BlobStore, address: ShardAddress, shard: int, from_seq_no: int,
+                     to_seq_no: int | None = None) -> pa.Table:
+    """The shard's operations with seq# in ``[from_seq_no, to_seq_no]`` (translog, then segments), seq# order."""
+    top = _TOP if to_seq_no is None else to_seq_no
+    prefixes = [address.translog_prefix(t) for t in list_terms(store, address)]
+    ops = [b for b in RemoteTranslog.read_operations(store, prefixes, from_seq_no, to_seq_no) if b.num_rows]
+    parts = []
+    if ops:
+        t = pa.Table.from_batches(ops)
+        t = t.filter(pc.not_equal(t.column("op_type"), int(OpType.NO_OP)))
+        parts.append(pa.table({
+            "op_type": pc.take(_OP_NAMES, t.column("op_type").cast(pa.int32())), "_id": t.column("id"),
+            "_seq_no": t.column("seq_no"), "_primary_term": t.column("primary_term"), "_version": t.column("version"),
+            "_source": t.column("source").cast(pa.string()), "_rank": pa.array(np.ones(t.num_rows, dtype=np.int8)),
+        }))
+    try:
+        md = latest_commit(store, address)
+    except CommitNotFound:
+        md = None
+    if md is not None:
+        segs = [s for s in md.commit.segments if s.live_count and s.info.max_seq_no >= from_seq_no
+                and s.info.min_seq_no <= top]
+        if segs:
+            reader = ShardCommitReader(store, md)
+            flt = (pc.field("_seq_no") >= from_seq_no) & (pc.field("_seq_no") <= top)
+            cols = ["_id", "_seq_no", "_primary_term", "_version", "_source"]
+            from shardstore.segments.directory import scan_readers
+
+            got = [b for b in scan_readers(reader.segments(segs), reader.mapping, cols, flt) if b.num_rows]
+            if got:
+                d = pa.Table.from_batches(got)
+                parts.append(pa.table({
+                    "op_type": pa.array(np.full(d.num_rows, "index", dtype=object), pa.string()),
+                    "_id": d.column("_id"), "_seq_no": d.column("_seq_no"), "_primary_term": d.column("_primary_term"),
+                    "_version": d.column("_version"), "_source": d.column("_source").cast(pa.string()),
+                    "_rank": pa.array(np.zeros(d.num_rows, dtype=np.int8)),
+                }))
+    if not parts:
+        return SCHEMA.empty_table()
+    allops = pa.concat_tables(parts)
+    # per seq#: the highest term wins, the translog's copy on a tie
+    allops = allops.take(pc.sort_indices(allops, sort_keys=[("_seq_no", "ascending"), ("_primary_term", "descending"),
+                                                            ("_rank", "descending")]))
+    seq = allops.column("_seq_no").combine_chunks()
+    n = len(seq)
+    first = pa.concat_arrays([pa.array([True]), pc.not_equal(seq.slice(1), seq.slice(0, n - 1))]) if n else seq
+    allops = allops.filter(first).drop_columns(["_rank"])
+    return allops.append_column("shard", pa.array(np.full(allops.num_rows, shard, dtype=np.int32))).cast(SCHEMA)
+
+
+def shard_checkpoint(store: BlobStore, address: ShardAddress) -> int:
+    """The shard's durable global checkpoint in the store: every seq# at or below it is committed or logged."""
+    try:
+        md = latest_commit(store, address)
+        cp = md.commit.local_checkpoint
+    except CommitNotFound:
+        cp = -1
+    prefixes = [address.translog_prefix(t) for t in list_terms(store, address)]
+    seqs = [b.column("seq_no") for b in RemoteTranslog.read_operations(store, prefixes, cp + 1) if b.num_rows]
+    if not seqs:
+        return cp
+    s = np.unique(pa.concat_arrays(seqs).to_numpy())
+    # the contiguous run right above the commit's checkpoint
+    run = np.flatnonzero(s != np.arange(cp + 1, cp + 1 + len(s)))
+    return int(cp + (len(s) if len(run) == 0 else run[0]))
+
+
+def _to_batches(table: pa.Table) -> Iterator[pa.RecordBatch]:
+    yield from (b for b in table.to_batches(max_chunksize=64 * 1024) if b.num_rows)
+
+
+class ShardstoreChangesReader(DataSourceReader):
+    """Batch reader: one partition per shard, ``fromSeqNo``..``toSeqNo``."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.options = options
+        self.from_seq_no = _int_option(options, "fromSeqNo", "fromseqno", default=0)
+        self.to_seq_no = _int_option(options, "toSeqNo", "toseqno", default=None)
+
+    def partitions(self) -> list[ShardRange]:
+        """One range per shard of the index."""
+        store = open_from_options(self.options)
+        loc = resolve_index(store, _index(self.options))
+        return [ShardRange(s, loc.address(s), self.from_seq_no, self.to_seq_no) for s in range(loc.shards)]
+
+    def read(self, partition: ShardRange) -> Iterator[pa.RecordBatch]:
+        """The shard's operations in the range as Arrow batches."""
+        store = open_from_options(self.options)
+        yield from _to_batches(shard_operations(store, partition.address, partition.shard, partition.from_seq_no,
+                                                partition.to_seq_no))
+
+
+class ShardstoreChangesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Streaming reader: offsets are per-shard global checkpoints ``{"<shard>": seq_no}``."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.options = options
+        self._target: dict[str, int] | None = None
+        self._loc = None
+
+    def _location(self) -> Any:
+        if self._loc is None:
+            self._loc = resolve_index(open_from_options(self.options), _index(self.options))
+        return self._loc
+
+    def _latest(self) -> dict[str, int]:
+        store = open_from_options(self.options)
+        loc = self._location()
+        return {str(s): shard_checkpoint(store, loc.address(s)) for s in range(loc.shards)}
+
+    def initialOffset(self) -> dict:
+        """Before every operation (or just below ``fromSeqNo`` when given)."""
+        first = _int_option(self.options, "fromSeqNo", "fromseqno", default=0)
+        return {str(s): first - 1 for s in range(self._location().shards)}
+
+    def latestOffset(self, start: dict, limit: Any) -> dict:
+        """Each shard's current global checkpoint (capped at the availableNow target)."""
+        latest = self._latest()
+        if self._target is not None:
+            latest = {k: min(v, self._target.get(k, v)) for k, v in latest.items()}
+        return {k: max(v, int(start.get(k, -1))) for k, v in latest.items()}
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Fix the target offset: what is durable now."""
+        self._target = self._latest()
+
+    def partitions(self, start: dict, end: dict) -> list[ShardRange]:
+        """One range ``(start, end]`` per shard that moved."""
+        loc = self._location()
+        return [ShardRange(int(k), loc.address(int(k)), int(start.get(k, -1)) + 1, int(v))
+                for k, v in sorted(end.items(), key=lambda kv: int(kv[0])) if int(v) > int(start.get(k, -1))]
+
+    def read(self, partition: ShardRange) -> Iterator[pa.RecordBatch]:
+        """The shard's operations in the range."""
+        store = open_from_options(self.options)
+        yield from _to_batches(shard_operations(store, partition.address, partition.shard, partition.from_seq_no,
+                                                partition.to_seq_no))
+
+    def commit(self, end: dict) -> None:
+        """Nothing to release: the store keeps no per-consumer state."""
+
+
+def _index(options: dict[str, str]) -> str:
+    index = options.get("index")
+    if not index:
+        raise InvalidError("format('shardstore-changes') needs .option('index', '<name>')")
+    return index
+
+
+class ShardstoreChangesDataSource(DataSource):
+    """``format("shardstore-changes")``: operations of an index per shard, batch and streaming."""
+
+    @classmethod
+    def name(cls) -> str:
+        """The format name."""
+        return "shardstore-changes"
+
+    def schema(self) -> StructType:
+        """op_type, _id, _seq_no, _primary_term, _version, _source, shard."""
+        return SPARK_SCHEMA
+
+    def reader(self, schema: StructType) -> ShardstoreChangesReader:
+        """Batch reader over ``fromSeqNo``..``toSeqNo``."""
+        return ShardstoreChangesReader(dict(self.options))
+
+    def streamReader(self, schema: StructType) -> ShardstoreChangesStreamReader:
+        """Streaming reader following the shards' global checkpoints."""
+        return ShardstoreChangesStreamReader(dict(self.options))
+
+
+__all__ = ["ShardstoreChangesDataSource", "shard_checkpoint", "shard_operations"]

@@ -1,0 +1,473 @@
+"""The ``shardstore`` sink: ``df.write.format("shardstore")...mode("append").save()`` (issue 7).
+
+Protocol (docs/design/spark.md, "Writing and the changes feed"):
+
+1. **Claim** (driver, :func:`make_writer`): for every shard of the index the job claims
+   primary term ``T' = max(newest term marker, cluster-state term) + 1`` by writing the
+   term marker with ``if_absent``.  A marker already there means another writer (a Spark
+   job or an engine primary) took that term: :class:`ConcurrentShardWriter`.  The marker
+   fences the engine's live primary of the older term: its next acknowledgement or flush
+   fails with ``StalePrimary`` (nothing it acknowledged is lost, see 2).
+2. **Base** (driver, after the claim): the newest remote commit and the remote translog
+   above its checkpoint.  An operation the engine acknowledged was uploaded before our
+   claim (it checks the markers after uploading, before acknowledging), so it is in what
+   we read.  If the translog holds such operations, they are folded into a commit ``C0``
+   of term ``T'`` first (restore + apply + flush + upload), so every later step works on
+   a commit that holds the whole history up to seq# ``B``.
+3. **Tasks** (:meth:`ShardstoreArrowWriter.write`): rows are routed by murmur3 of ``_id``
+   modulo the shard count; per shard the task keeps the last row of each id, builds the
+   JSON ``_source`` and parses it against the mapping (a row that does not fit fails the
+   task), looks the ids up in the base commit (their current versions, and the rows of
+   their old copies to delete), reserves a contiguous seq# range in the job's seq# ledger
+   (``<segments prefix of T'>/spark/seq/<n>``, each entry ``if_absent``: the range after
+   the previous entry), writes ONE segment and uploads it under a fresh unique key.
+   Nothing is visible yet: only files named by a commit are ever read.
+4. **Commit** (driver, :meth:`ShardstoreArrowWriter.commit`): per touched shard, check
+   the newest term marker is still ``T'`` and no other writer committed under ``T'``
+   (else :class:`ConcurrentShardWriter`), merge the task segments into the base commit
+   (old copies of re-indexed ids, and lower-seq# copies of an id two tasks both wrote,
+   marked deleted in new live-docs files), and PUT ONE commit metadata ``if_absent``.
+   ``max_seq_no = local_checkpoint`` = the end of the ledger, so the engine continues
+   the shard's seq#s after ``Cluster.restore``.  Unreferenced uploads (failed or
+   duplicate task attempts) and the ledger are then deleted.
+5. **Abort** (:meth:`ShardstoreArrowWriter.abort`): every upload of the job under
+   ``T'`` that no commit names is deleted, and the ledger; the markers stay (the engine
+   primary remains fenced until a restore or promotion claims a higher term).
+
+Seq#s reserved by a task attempt that failed are never used: a gap below the commit's
+local checkpoint that no operation fills (Elasticsearch fills such gaps with no-ops).
+Commits are atomic per shard, not across shards.  ``overwrite`` is not supported.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+import uuid
+from collections import defaultdict
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
+
+from shardstore.blobstores.base import BlobStore
+from shardstore.blobstores.errors import BlobAlreadyExists
+from shardstore.engine.routing import shard_ids
+from shardstore.errors import ConflictError, InvalidError
+from shardstore.segments.commit import CommitPoint, CommittedSegment
+from shardstore.segments.errors import CommitNotFound
+from shardstore.segments.livedocs import LiveDocs, livedocs_file_name
+from shardstore.segments.mapping import Mapping, parse_sources, sources_from_table
+from shardstore.segments.records import crc32c
+from shardstore.segments.reader import ShardCommitReader
+from shardstore.segments.remote_metadata import RemoteCommitMetadata, RemoteFile, data_key, metadata_key
+from shardstore.segments.remote_store import (
+    RemoteSegmentStore,
+    ShardAddress,
+    latest_commit,
+    latest_term,
+    list_commit_keys,
+    list_terms,
+    read_metadata,
+    record_path_strategy,
+)
+from shardstore.segments.segment import SegmentInfo, lookup_segments, segment_file_name, write_segment
+from shardstore.segments.versions import first_of_runs
+from shardstore.spark.catalog import open_from_options, resolve_index
+from shardstore.translog.remote import RemoteTranslog
+
+log = logging.getLogger(__name__)
+#: Columns of a DataFrame the sink ignores (what the reader adds to every row).
+IGNORED_COLUMNS = ("_seq_no", "_primary_term", "_version", "_source")
+LEDGER = "spark/seq/"
+
+
+class ConcurrentShardWriter(ConflictError):
+    """Another writer (an engine primary or another job) claimed or committed to a shard this job writes."""
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    """What the driver claimed for one shard: the job's term and the base every task builds on."""
+
+    shard: int
+    address: ShardAddress
+    term: int
+    base_seq_no: int  # highest seq# of the shard's history before the job (-1: none)
+    base: RemoteCommitMetadata | None  # the commit the job's commit replaces
+    mapping: dict
+
+    @property
+    def prefix(self) -> str:
+        """The segments prefix of the job's term."""
+        return self.address.segments_prefix(self.term).rstrip("/")
+
+
+@dataclass
+class ShardPart:
+    """One task's segment for one shard."""
+
+    shard: int
+    info: dict
+    remote: RemoteFile
+    ids: pa.Array  # the segment's ids in row order (sorted, unique)
+    seq_nos: pa.Array
+    deletes: dict[str, list[int]]  # base segment name -> rows of old copies
+    mapping: dict
+
+
+@dataclass
+class ShardstoreCommitMessage(WriterCommitMessage):
+    """What a task attempt wrote: one part per shard it touched."""
+
+    parts: list[ShardPart] = field(default_factory=list)
+
+
+def make_writer(options: dict[str, str], schema: Any, overwrite: bool) -> ShardstoreArrowWriter:
+    """Claim every shard of the index for this job and return the Arrow writer (see the module docstring)."""
+    if overwrite:
+        raise InvalidError("the shardstore sink only appends: use .mode('append') (overwrite is not supported; "
+                           "delete the index through the engine first)")
+    index = options.get("index")
+    if not index:
+        raise InvalidError("the shardstore sink needs .option('index', '<name>')")
+    if "_id" not in schema.fieldNames():
+        raise InvalidError(f"the DataFrame needs an _id column (string) to route and index rows; it has "
+                           f"{schema.fieldNames()}")
+    store = open_from_options(options)
+    loc = resolve_index(store, index)
+    job = f"spark{uuid.uuid4().hex[:20]}"
+    with ThreadPoolExecutor(max_workers=min(8, loc.shards)) as pool:
+        plans = list(pool.map(lambda s: claim_shard(store, loc.address(s), loc.primary_terms[s], job, loc.mappings),
+                              range(loc.shards)))
+    return ShardstoreArrowWriter(options, job, plans)
+
+
+def claim_shard(store: BlobStore, address: ShardAddress, state_term: int, job: str, mapping: dict) -> ShardPlan:
+    """Claim term newest + 1 of one shard (``if_absent``), then read its base (folding a translog tail into C0)."""
+    terms = list_terms(store, address)
+    term = max([state_term] + terms[:1]) + 1
+    record_path_strategy(store, address.cluster_uuid, address.index_uuid, address.strategy)
+    key = address.strategy.term_marker_key(address.cluster_uuid, address.index_uuid, address.shard, term)
+    try:
+        store.put(key, job.encode(), if_absent=True, token=job)
+    except BlobAlreadyExists:
+        raise ConcurrentShardWriter(f"{store.location}: shard {address.index_uuid}/{address.shard}: term {term} was "
+                                    f"claimed by another writer while this job claimed it; retry the job once "
+                                    f"that writer is done") from None
+    try:
+        base: RemoteCommitMetadata | None = latest_commit(store, address)
+    except CommitNotFound:
+        base = None
+    above = base.commit.local_checkpoint if base else -1
+    prefixes = [address.translog_prefix(t) for t in list_terms(store, address)]
+    tail = [b for b in RemoteTranslog.read_operations(store, prefixes, above + 1) if b.num_rows]
+    base_seq = base.commit.max_seq_no if base else -1
+    if tail:
+        base = fold_tail(store, address, term, job, base, tail, mapping)
+        base_seq = max(base_seq, base.commit.max_seq_no)
+    merged = Mapping.from_dict(mapping)
+    if base is not None:
+        merged = Mapping.from_dict(base.commit.mapping).with_fields(dict(merged.items()))
+    return ShardPlan(address.shard, address, term, base_seq, base, merged.to_dict())
+
+
+def fold_tail(store: BlobStore, address: ShardAddress, term: int, job: str, base: RemoteCommitMetadata | None,
+              tail: list[pa.RecordBatch], mapping: dict) -> RemoteCommitMetadata:
+    """Commit ``base`` + the translog operations above it as commit C0 of ``term`` (the engine is fenced by now)."""
+    from shardstore.segments.directory import ShardDirectory
+    from shardstore.segments.remote_store import restore
+
+    tmp = tempfile.mkdtemp(prefix="shardstore-c0-")
+    try:
+        if base is not None:
+            restore(store, address, tmp)
+        ops = pa.Table.from_batches(tail)
+        top = max(pc.max(ops.column("seq_no")).as_py(), base.commit.max_seq_no if base else -1)
+        with ShardDirectory(tmp, mapping=mapping, fsync=False) as directory:
+            directory.apply(ops)
+            commit = directory.flush(
+                local_checkpoint=top, primary_term=term, merge=False,
+                translog_uuid=base.commit.translog_uuid if base else "",
+                translog_generation=base.commit.translog_generation if base else 0,
+                user_data={"writer": "spark", "job": job, "global_checkpoint": str(top)})
+            remote = RemoteSegmentStore(store, address, term, writer=job)
+            return remote.upload(tmp, commit)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def reserve_seq_nos(store: BlobStore, plan: ShardPlan, count: int, token: str) -> int:
+    """Reserve ``count`` consecutive seq#s in the job's ledger (``if_absent`` entries); returns the first."""
+    prefix = f"{plan.prefix}/{LEDGER}"
+    while True:
+        keys = sorted(b.key for b in store.list(prefix))
+        if keys:
+            last = json.loads(store.get(keys[-1]))
+            k, start = int(keys[-1].rsplit("/", 1)[-1]) + 1, last["start"] + last["count"]
+        else:
+            k, start = 0, plan.base_seq_no + 1
+        body = json.dumps({"start": start, "count": count, "attempt": token}).encode()
+        try:
+            store.put(f"{prefix}{k:010d}", body, if_absent=True, token=token)
+            return start
+        except BlobAlreadyExists:
+            continue  # another task took entry k: read it and take the next
+
+
+def ledger_end(store: BlobStore, plan: ShardPlan) -> int:
+    """The highest seq# the job's ledger handed out (the base's when none)."""
+    keys = sorted(b.key for b in store.list(f"{plan.prefix}/{LEDGER}"))
+    if not keys:
+        return plan.base_seq_no
+    last = json.loads(store.get(keys[-1]))
+    return int(last["start"] + last["count"] - 1)
+
+
+class ShardstoreArrowWriter(DataSourceArrowWriter):
+    """Writes Arrow batches as per-shard segments (tasks) and commits them once per shard (driver)."""
+
+    def __init__(self, options: dict[str, str], job: str, plans: list[ShardPlan]) -> None:
+        self.options = dict(options)
+        self.job = job
+        self.plans = plans
+
+    # -- tasks ------------------------------------------------------------------------------
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> ShardstoreCommitMessage:
+        """Route the task's rows, write and upload one segment per touched shard; nothing is visible yet."""
+        batches = [b for b in iterator if b.num_rows]
+        if not batches:
+            return ShardstoreCommitMessage([])
+        table = pa.Table.from_batches(batches)
+        table = table.drop_columns([c for c in IGNORED_COLUMNS if c in table.column_names])
+        ids = table.column("_id").combine_chunks()
+        if ids.null_count:
+            raise InvalidError(f"{ids.null_count} row(s) have a null _id; every row needs an id")
+        if not pa.types.is_string(ids.type):
+            ids = ids.cast(pa.string())
+            table = table.set_column(table.schema.get_field_index("_id"), "_id", ids)
+        shards = shard_ids(ids, len(self.plans))
+        store = open_from_options(self.options)
+        attempt = f"{self.job}-{uuid.uuid4().hex[:12]}"
+        uploaded: list[str] = []
+        tmp = tempfile.mkdtemp(prefix="shardstore-sink-")
+        try:
+            parts = []
+            for s in pc.unique(shards).to_pylist():
+                rows = pc.indices_nonzero(pc.equal(shards, s))
+                parts.append(self._write_shard(store, self.plans[s], table.take(rows), tmp, attempt, uploaded))
+            return ShardstoreCommitMessage(parts)
+        except BaseException:
+            if uploaded:  # nothing names them: they would never be read, but do not leave them behind
+                store.delete(uploaded)
+            raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def _write_shard(self, store: BlobStore, plan: ShardPlan, rows: pa.Table, tmp: str, attempt: str,
+                     uploaded: list[str]) -> ShardPart:
+        rows = _last_per_id(rows)
+        ids, sources = sources_from_table(rows)
+        fields, mapping = parse_sources(ids, sources, Mapping.from_dict(plan.mapping), dynamic=True)
+        versions, deletes = _versions_and_old_copies(store, plan, ids)
+        n = len(ids)
+        start = reserve_seq_nos(store, plan, n, attempt)
+        doc = pa.table([ids, pa.array(np.arange(start, start + n, dtype=np.int64)),
+                        pa.array(np.full(n, plan.term, dtype=np.int64)), versions, sources] + list(fields.columns),
+                       names=["_id", "_seq_no", "_primary_term", "_version", "_source"] + fields.column_names)
+        doc = doc.take(pc.sort_indices(doc.column("_id")))
+        name = f"seg_{uuid.uuid4().hex[:16]}"
+        path = os.path.join(tmp, segment_file_name(name))
+        info = write_segment(path, doc, name=name, fsync=False)
+        key = f"{plan.prefix}/{data_key(info.file_name, uuid.uuid4().hex)}"
+        uploaded.append(key)
+        with open(path, "rb") as f:
+            store.put_stream(key, f, if_absent=True, token=attempt)
+        os.unlink(path)
+        return ShardPart(plan.shard, info.to_dict(), RemoteFile(key, info.size, info.checksum),
+                         doc.column("_id").combine_chunks(), doc.column("_seq_no").combine_chunks(), deletes,
+                         mapping.to_dict())
+
+    # -- driver -----------------------------------------------------------------------------
+
+    def commit(self, messages: list[ShardstoreCommitMessage | None]) -> None:
+        """Write ONE commit per touched shard (``if_absent``), after checking no other writer claimed it."""
+        store = open_from_options(self.options)
+        by_shard: dict[int, list[ShardPart]] = defaultdict(list)
+        for m in messages:
+            for p in (m.parts if m is not None else []):
+                by_shard[p.shard].append(p)
+        for s in sorted(by_shard):  # every check before any commit: a conflict leaves no shard half-written
+            self._check_owner(store, self.plans[s])
+        for s in sorted(by_shard):
+            self._commit_shard(store, self.plans[s], by_shard[s])
+        self._cleanup(store)
+
+    def abort(self, messages: list[ShardstoreCommitMessage | None]) -> None:
+        """Delete what the job uploaded that no commit names (task segments, live docs, the seq# ledger)."""
+        self._cleanup(open_from_options(self.options))
+
+    def _check_owner(self, store: BlobStore, plan: ShardPlan) -> None:
+        newest = latest_term(store, plan.address)
+        if newest != plan.term:
+            raise ConcurrentShardWriter(
+                f"{store.location}: shard {plan.address.index_uuid}/{plan.shard} was claimed by term {newest} after "
+                f"this job claimed term {plan.term} (an engine restore/promotion or another job); nothing of this "
+                f"job was committed, rerun it")
+        for key in list_commit_keys(store, plan.address, plan.term):
+            if not key.endswith(f"__{self.job}"):
+                raise ConcurrentShardWriter(f"{store.location}/{key}: another writer committed under this job's "
+                                            f"term {plan.term} of shard {plan.shard}; nothing of this job was committed")
+
+    def _commit_shard(self, store: BlobStore, plan: ShardPlan, parts: list[ShardPart]) -> RemoteCommitMetadata:
+        base = plan.base
+        files: dict[str, RemoteFile] = dict(base.files) if base else {}
+        mapping = Mapping.from_dict(plan.mapping)
+        for p in parts:
+            mapping = mapping.with_fields(dict(Mapping.from_dict(p.mapping).items()))
+        # old copies in the base commit, as the tasks found them
+        doomed: dict[str, list[Any]] = defaultdict(list)
+        for p in parts:
+            for seg, rows in p.deletes.items():
+                doomed[seg].append(rows)
+        # an id two tasks both wrote: the copy with the highest seq# wins
+        dup = _cross_task_duplicates(parts)
+        segments: list[CommittedSegment] = []
+        for cs in (base.commit.segments if base else ()):
+            rows = [r for rs in doomed.get(cs.info.name, []) for r in rs]
+            segments.append(self._with_deletes(store, plan, base, cs, rows, files) if rows else cs)
+        for k, p in enumerate(parts):
+            info = SegmentInfo.from_dict(p.info, "spark task")
+            files[info.file_name] = p.remote
+            cs = CommittedSegment(info)
+            rows = dup.get(k)
+            segments.append(self._with_deletes(store, plan, None, cs, rows, files) if rows is not None else cs)
+        top = ledger_end(store, plan)
+        commit = CommitPoint(
+            generation=(base.commit.generation + 1) if base else 1, primary_term=plan.term, segments=tuple(segments),
+            max_seq_no=top, local_checkpoint=top,
+            translog_uuid=base.commit.translog_uuid if base else "",
+            translog_generation=base.commit.translog_generation if base else 0,
+            history_uuid=base.commit.history_uuid if base else uuid.uuid4().hex, mapping=mapping.to_dict(),
+            user_data={"writer": "spark", "job": self.job, "global_checkpoint": str(top)})
+        md = RemoteCommitMetadata(commit=commit, writer=self.job, files={n: files[n] for n in commit.files()})
+        key = f"{plan.prefix}/{metadata_key(plan.term, commit.generation, self.job)}"
+        self._check_owner(store, plan)
+        try:
+            store.put(key, md.encode(), if_absent=True, token=self.job)
+        except BlobAlreadyExists:
+            raise ConcurrentShardWriter(f"{store.location}/{key}: the commit already exists; another attempt of "
+                                        f"this job's commit raced it") from None
+        log.info("spark job %s committed shard %d: generation %d, %d segments, seq# up to %d", self.job, plan.shard,
+                 commit.generation, len(segments), top)
+        return md
+
+    def _with_deletes(self, store: BlobStore, plan: ShardPlan, base: RemoteCommitMetadata | None,
+                      cs: CommittedSegment, rows: list[int], files: dict[str, RemoteFile]) -> CommittedSegment:
+        """``cs`` with ``rows`` also deleted: a new live-docs file uploaded under the job's term."""
+        live = LiveDocs.all_live(cs.info.doc_count)
+        if cs.livedocs_file is not None and base is not None:
+            remote = base.files[cs.livedocs_file]
+            live = LiveDocs.decode(store.get(remote.key), remote.key)
+        live = live.delete(pa.array(sorted(set(rows)), pa.int64()))
+        gen = cs.livedocs_generation + 1
+        name = livedocs_file_name(cs.info.name, gen)
+        data = live.encode()
+        key = f"{plan.prefix}/{data_key(name, uuid.uuid4().hex)}"
+        store.put(key, data, if_absent=True, token=self.job)
+        remote = RemoteFile(key, len(data), crc32c(data))
+        files[name] = remote
+        return CommittedSegment(cs.info, gen, name, remote.size, remote.checksum, live.deleted_count)
+
+    def _cleanup(self, store: BlobStore) -> None:
+        """Delete the job's ledgers and every data blob under its terms that no commit of those terms names."""
+        for plan in self.plans:
+            keep: set[str] = set()
+            for key in list_commit_keys(store, plan.address, plan.term):
+                try:
+                    keep |= {f.key for f in read_metadata(store, key).files.values()}
+                except Exception:  # noqa: BLE001 - an unreadable commit: keep everything rather than guess
+                    log.warning("spark job %s: cannot read %s; leaving shard %d's uploads", self.job, key, plan.shard)
+                    keep = {"*"}
+                    break
+            doomed = [b.key for b in store.list(f"{plan.prefix}/{LEDGER}")]
+            if "*" not in keep:
+                doomed += [b.key for b in store.list(f"{plan.prefix}/data/") if b.key not in keep]
+            if doomed:
+                store.delete(doomed)
+
+
+def _last_per_id(rows: pa.Table) -> pa.Table:
+    """The last row of each id, input order kept (Spark's last write of an id in a task wins)."""
+    n = rows.num_rows
+    ids = rows.column("_id").combine_chunks()
+    if n < 2 or len(pc.unique(ids)) == n:
+        return rows
+    pos = pa.array(np.arange(n, dtype=np.int64))
+    order = pc.sort_indices(pa.table({"_id": ids, "pos": pos}), sort_keys=[("_id", "ascending"), ("pos", "descending")])
+    keep = pc.take(pos, order).filter(first_of_runs(ids.take(order)))
+    return rows.take(pc.sort_indices(keep))  # indices of kept rows, ascending = input order
+
+
+def _versions_and_old_copies(store: BlobStore, plan: ShardPlan, ids: pa.Array) -> tuple[pa.Array, dict[str, list[int]]]:
+    """Per id its next version (live copy's + 1, else 1) and, per base segment, the rows of its old copies."""
+    base = plan.base
+    n = len(ids)
+    if base is None or not base.commit.segments:
+        return pa.array(np.ones(n, dtype=np.int64)), {}
+    lo, hi = pc.min_max(ids).values()
+    cands = [s for s in base.commit.segments if s.live_count and s.info.min_id is not None
+             and s.info.min_id <= hi.as_py() and s.info.max_id >= lo.as_py()]
+    if not cands:
+        return pa.array(np.ones(n, dtype=np.int64)), {}
+    reader = ShardCommitReader(store, base, os.path.join(tempfile.gettempdir(), "shardstore-cache"))
+    segs = reader.segments(cands)
+    qpos, segidx, rows = lookup_segments([r for r, _ in segs], ids)
+    versions = np.ones(n, dtype=np.int64)
+    deletes: dict[str, list[int]] = {}
+    if len(qpos):
+        q_np, s_np, r_np = qpos.to_numpy(), segidx.to_numpy(), rows.to_numpy()
+        for k in np.unique(s_np):
+            sel = s_np == k
+            seg_reader, live = segs[int(k)]
+            alive = np.asarray(live.mask().take(pa.array(r_np[sel])).to_numpy(zero_copy_only=False), dtype=bool)
+            if not alive.any():
+                continue
+            r, q = r_np[sel][alive], q_np[sel][alive]
+            got = seg_reader.take(r, columns=["_version"]).column("_version").to_numpy()
+            versions[q] = np.maximum(versions[q], got + 1)
+            deletes[seg_reader.info.name] = r.tolist()
+    return pa.array(versions), deletes
+
+
+def _cross_task_duplicates(parts: list[ShardPart]) -> dict[int, list[int]]:
+    """Part index -> rows of its segment superseded by a higher-seq# copy of the same id in another part."""
+    if len(parts) < 2:
+        return {}
+    t = pa.table({
+        "_id": pa.concat_arrays([p.ids for p in parts]),
+        "_seq_no": pa.concat_arrays([p.seq_nos for p in parts]),
+        "part": pa.concat_arrays([pa.array(np.full(len(p.ids), k, dtype=np.int64)) for k, p in enumerate(parts)]),
+        "row": pa.concat_arrays([pa.array(np.arange(len(p.ids), dtype=np.int64)) for p in parts]),
+    })
+    counts = t.group_by("_id").aggregate([("_id", "count")])
+    dup_ids = counts.filter(pc.greater(counts.column("_id_count"), 1)).column("_id")
+    if len(dup_ids) == 0:
+        return {}
+    t = t.filter(pc.is_in(t.column("_id"), value_set=dup_ids.combine_chunks()))
+    t = t.take(pc.sort_indices(t, sort_keys=[("_id", "ascending"), ("_seq_no", "descending")]))
+    losers = t.filter(pc.invert(first_of_runs(t.column("_id").combine_chunks())))
+    part_np, row_np = losers.column("part").to_numpy(), losers.column("row").to_numpy()
+    return {int(k): row_np[part_np == k].tolist() for k in np.unique(part_np)}
+
+
+__all__ = ["ConcurrentShardWriter", "ShardstoreArrowWriter", "ShardstoreCommitMessage", "make_writer"]
