@@ -422,7 +422,7 @@ def _recovery(ctx: Context, base: str, kept: dict[str, Any], rounds: int,
         data = tempfile.mkdtemp(prefix="restored-", dir=base)
         try:
             t0 = time.perf_counter()
-            restored = Cluster.restore(store, data, nodes=1, cluster_uuid=cluster_uuid)
+            restored = Cluster.restore(store, data, nodes=1)
             dt = time.perf_counter() - t0
             try:
                 m = store.metrics()

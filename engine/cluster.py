@@ -137,7 +137,12 @@ class Node:
 
 
 class Cluster:
-    """An in-process cluster of nodes over one blob store (see the module docstring)."""
+    """An in-process cluster of nodes over one blob store (see the module docstring).
+
+    On empty data directories over a store that already holds a cluster state, the
+    cluster-manager election restores it (a new cluster UUID chained to the old one) and
+    every index is recovered from the store, as :meth:`restore` does.
+    """
 
     def __init__(self, store: str | BlobStore, data_dir: str = "./shardstore-data", nodes: int = 3,
                  *, cluster_managers: int = 3, transport: Transport | None = None,
@@ -150,6 +155,9 @@ class Cluster:
             raise InvalidRequest(f"recovery_delay must be >= 0 seconds, got {recovery_delay}")
         if store is None:
             raise InvalidRequest("a cluster needs a blob store (store='file:///path', 's3://bucket/prefix', ...)")
+        if store_options and not isinstance(store, str):
+            raise InvalidRequest(f"store options {sorted(store_options)} apply to a store URL, not to an opened "
+                                 f"{type(store).__name__}")
         #: after a failover, replica rebuilds and the new primary's re-upload start this many seconds later
         self.recovery_delay = recovery_delay
         self.store = open_store(store, **store_options) if isinstance(store, str) else store
