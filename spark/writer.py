@@ -88,6 +88,9 @@ log = logging.getLogger(__name__)
 #: Columns of a DataFrame the sink ignores (what the reader adds to every row).
 IGNORED_COLUMNS = ("_seq_no", "_primary_term", "_version", "_source")
 LEDGER = "spark/seq/"
+#: Written by the driver's commit (after the metadata) and abort (before the cleanup): a task
+#: attempt still running then deletes what it uploaded instead of leaving it behind.
+CLOSED = "spark/closed"
 
 
 class ConcurrentShardWriter(ConflictError):
@@ -265,6 +268,10 @@ class ShardstoreArrowWriter(DataSourceArrowWriter):
             for s in pc.unique(shards).to_pylist():
                 rows = pc.indices_nonzero(pc.equal(shards, s))
                 parts.append(self._write_shard(store, self.plans[s], table.take(rows), tmp, attempt, uploaded))
+            closed = [p.shard for p in parts if store.exists(f"{self.plans[p.shard].prefix}/{CLOSED}")]
+            if closed:
+                raise ConcurrentShardWriter(f"spark job {self.job} was already committed or aborted (shards {closed}); "
+                                            f"this late task attempt's uploads are deleted")
             return ShardstoreCommitMessage(parts)
         except BaseException:
             if uploaded:  # nothing names them: they would never be read, but do not leave them behind
@@ -280,7 +287,7 @@ class ShardstoreArrowWriter(DataSourceArrowWriter):
         fields, mapping = parse_sources(ids, sources, Mapping.from_dict(plan.mapping), dynamic=True)
         versions, deletes = _versions_and_old_copies(store, plan, ids)
         n = len(ids)
-        start = reserve_seq_nos(store, plan, n, attempt)
+        start = reserve_seq_nos(store, plan, n, attempt)  # (the ledger is deleted whole by commit/abort)
         doc = pa.table([ids, pa.array(np.arange(start, start + n, dtype=np.int64)),
                         pa.array(np.full(n, plan.term, dtype=np.int64)), versions, sources] + list(fields.columns),
                        names=["_id", "_seq_no", "_primary_term", "_version", "_source"] + fields.column_names)
@@ -310,11 +317,22 @@ class ShardstoreArrowWriter(DataSourceArrowWriter):
             self._check_owner(store, self.plans[s])
         for s in sorted(by_shard):
             self._commit_shard(store, self.plans[s], by_shard[s])
+        self._close(store)
         self._cleanup(store)
 
     def abort(self, messages: list[ShardstoreCommitMessage | None]) -> None:
         """Delete what the job uploaded that no commit names (task segments, live docs, the seq# ledger)."""
-        self._cleanup(open_from_options(self.options))
+        store = open_from_options(self.options)
+        self._close(store)  # first: a task attempt still uploading sees it and deletes its own files
+        self._cleanup(store)
+
+    def _close(self, store: BlobStore) -> None:
+        """Mark the job closed under every shard's term (tasks check it after uploading)."""
+        for plan in self.plans:
+            try:
+                store.put(f"{plan.prefix}/{CLOSED}", self.job.encode(), if_absent=True, token=self.job)
+            except BlobAlreadyExists:
+                pass
 
     def _check_owner(self, store: BlobStore, plan: ShardPlan) -> None:
         newest = latest_term(store, plan.address)

@@ -1,0 +1,153 @@
+"""The ``shardstore`` sink: round trip, re-index, abort, concurrent writers (real file store, real engine, real Spark)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from shardstore.blobstores import open_store
+from shardstore.engine.cluster import Cluster
+from shardstore.segments.reader import open_commit
+from shardstore.segments.remote_store import latest_commit, latest_term, list_commit_keys, read_metadata
+from shardstore.spark.catalog import resolve_index
+from shardstore.spark.writer import ConcurrentShardWriter, make_writer
+
+INDEX = "docs"
+
+
+def _engine(tmp_path: Path, name: str = "a", shards: int = 2) -> tuple[str, Cluster, dict[str, tuple]]:
+    """A live cluster with an index: 40 docs flushed, then 5 acknowledged but only in the translog."""
+    url = f"file://{tmp_path / 'remote'}"
+    cluster = Cluster(store=url, data_dir=str(tmp_path / name), nodes=2, recovery_delay=0.05)
+    cluster.create_index(INDEX, shards=shards, replicas=0, mappings={"n": "long", "name": "keyword"})
+    acked: dict[str, tuple] = {}
+    for docs in ([{"_id": f"e{i}", "n": i, "name": f"engine{i}"} for i in range(40)],
+                 [{"_id": f"t{i}", "n": 1000 + i, "name": f"tail{i}"} for i in range(5)]):
+        res = cluster.bulk(INDEX, docs)
+        assert len(res.acknowledged) == len(docs)
+        for r in res.items.to_pylist():
+            acked[r["_id"]] = (r["shard"], r["seq_no"], r["primary_term"])
+        if docs[0]["_id"] == "e0":
+            cluster.flush(INDEX)
+    return url, cluster, acked
+
+
+def _live_docs(url: str) -> pa.Table:
+    """Every live document of the index's newest commits, through the segments reading API (the oracle)."""
+    store = open_store(url)
+    loc = resolve_index(store, INDEX)
+    tables = []
+    for s in range(loc.shards):
+        reader = open_commit(store, loc.address(s))
+        t = pa.Table.from_batches(list(reader.scan(columns=["_id", "_seq_no", "_primary_term", "_version", "n", "name"])),
+                                  schema=reader.schema(["_id", "_seq_no", "_primary_term", "_version", "n", "name"]))
+        tables.append(t.append_column("shard", pa.array([s] * t.num_rows, pa.int32())))
+    return pa.concat_tables(tables).sort_by("_id")
+
+
+def _write(spark, url: str, rows: list[tuple], partitions: int = 2) -> None:
+    df = spark.createDataFrame(spark.sparkContext.parallelize(rows, partitions), "_id string, n long, name string")
+    df.write.format("shardstore").option("store", url).option("index", INDEX).mode("append").save()
+
+
+def test_round_trip_reindex_and_engine_continues_after_restore(spark, tmp_path: Path) -> None:
+    url, cluster, acked = _engine(tmp_path)
+    cluster.close()
+    rows = [(f"s{i}", i * 10, f"spark{i}") for i in range(200)] + [(f"e{i}", -i, "updated") for i in range(10)]
+    _write(spark, url, rows)
+
+    docs = _live_docs(url)
+    ids = docs.column("_id").to_pylist()
+    assert len(ids) == len(set(ids)) == 40 + 5 + 200  # re-indexed ids updated in place, no duplicates
+    by_id = {r["_id"]: r for r in docs.to_pylist()}
+    for doc_id, n, name in rows:
+        assert (by_id[doc_id]["n"], by_id[doc_id]["name"]) == (n, name)
+    assert by_id["e3"]["_version"] == 2 and by_id["s3"]["_version"] == 1
+    assert by_id["t2"]["n"] == 1002  # acknowledged, only in the translog: kept
+    # seq#s continue each shard's history (above everything the engine acknowledged)
+    for s in (0, 1):
+        engine_max = max(seq for (shard, seq, _t) in acked.values() if shard == s)
+        spark_seq = [r["_seq_no"] for r in by_id.values() if r["shard"] == s and r["name"].startswith(("spark", "updated"))]
+        assert min(spark_seq) == engine_max + 1
+        assert sorted(spark_seq) == list(range(engine_max + 1, engine_max + 1 + len(spark_seq)))
+
+    restored = Cluster.restore(store=url, data_dir=str(tmp_path / "b"), nodes=1, recovery_delay=0.05)
+    try:
+        restored.refresh(INDEX)
+        assert restored.count(INDEX) == 245
+        assert restored.get(INDEX, "s7")["_source"] == {"n": 70, "name": "spark7"}
+        assert restored.get(INDEX, "e1")["_source"] == {"n": -1, "name": "updated"}
+        res = restored.bulk(INDEX, [{"_id": "s7", "n": 1, "name": "after"}, {"_id": "new", "n": 2, "name": "x"}])
+        assert len(res.acknowledged) == 2
+        for r in res.items.to_pylist():  # the engine's seq#s go on above the Spark commit's
+            top = max(v["_seq_no"] for v in by_id.values() if v["shard"] == r["shard"])
+            assert r["seq_no"] > top
+        assert restored.get(INDEX, "s7")["_version"] == 2
+    finally:
+        restored.close()
+
+
+def test_failing_job_aborts_and_leaves_nothing(spark, tmp_path: Path) -> None:
+    url, cluster, acked = _engine(tmp_path)
+    cluster.close()
+    store = open_store(url)
+    loc = resolve_index(store, INDEX)
+    before = [latest_commit(store, loc.address(s)) for s in range(loc.shards)]
+    # partition 0 writes and uploads its segments; partition 1 has a row without an id and fails
+    rows = [(f"ok{i}", i, "fine") for i in range(50)] + [(f"b{i}", i, "fine") for i in range(49)] + [(None, 1, "bad")]
+    with pytest.raises(Exception, match="null _id"):
+        _write(spark, url, rows)
+    for s in range(loc.shards):
+        addr = loc.address(s)
+        term = latest_term(store, addr)  # the failed job's claim
+        assert term > before[s].commit.primary_term
+        prefix = addr.segments_prefix(term).rstrip("/") + "/"
+        # what stays under the job's term: C0 (the translog tail folded into a commit, same documents) and
+        # the closed marker; the tasks' uploads and the seq# ledger are gone
+        named = {f.key for k in list_commit_keys(store, addr, term) for f in read_metadata(store, k).files.values()}
+        data = {b.key for b in store.list(prefix + "data/")}
+        assert data == {k for k in named if k.startswith(prefix)}
+        assert [b.key[len(prefix):] for b in store.list(prefix + "spark/")] == ["spark/closed"]
+        assert latest_commit(store, addr).commit.max_seq_no == before[s].commit.max_seq_no + sum(
+            1 for v in acked.values() if v[0] == s and v[1] > before[s].commit.max_seq_no)
+    assert _live_docs(url).num_rows == 45
+    # a job writing rows the mapping refuses fails the same way
+    df = spark.createDataFrame([("m1", "not a number")], "_id string, n string")
+    with pytest.raises(Exception, match="(?i)mapping|long"):
+        df.write.format("shardstore").option("store", url).option("index", INDEX).mode("append").save()
+    assert _live_docs(url).num_rows == 45
+    with pytest.raises(Exception, match="append"):
+        df.write.format("shardstore").option("store", url).option("index", INDEX).mode("overwrite").save()
+
+
+def test_concurrent_writers_are_detected(spark, tmp_path: Path) -> None:
+    # 1. a live engine: the Spark job fences its primaries; the engine fails cleanly, nothing acknowledged is lost
+    url, cluster, acked = _engine(tmp_path)
+    try:
+        _write(spark, url, [(f"s{i}", i, "spark") for i in range(20)])
+        res = cluster.bulk(INDEX, [{"_id": "late", "n": 1, "name": "engine"}])
+        assert res.acknowledged == [] and "StalePrimary" in res.items.column("error")[0].as_py()
+    finally:
+        cluster.close()
+    docs = _live_docs(url)
+    assert set(acked) | {f"s{i}" for i in range(20)} == set(docs.column("_id").to_pylist())
+
+    # 2. two jobs: the first claimed, the second claims above it and commits; the first's commit is refused
+    store = open_store(url)
+    schema = spark.createDataFrame([], "_id string, n long, name string").schema
+    first = make_writer({"store": url, "index": INDEX}, schema, False)
+    _write(spark, url, [("second", 2, "job2")])
+    batch = pa.record_batch({"_id": ["first", "second"], "n": [1, 1], "name": ["job1", "job1"]})
+    msg = first.write(iter([batch]))
+    with pytest.raises(ConcurrentShardWriter, match="claimed by term"):
+        first.commit([msg])
+    first.abort([msg])
+    for plan in first.plans:  # the refused job left nothing behind under its term
+        assert [b.key[len(plan.prefix) + 1:] for b in store.list(plan.prefix + "/")] == ["spark/closed"]
+        assert list_commit_keys(store, plan.address, plan.term) == []
+    docs = _live_docs(url)
+    assert "first" not in docs.column("_id").to_pylist()
+    assert docs.filter(pc.equal(docs.column("_id"), "second")).column("name").to_pylist() == ["job2"]
