@@ -1,0 +1,116 @@
+"""The fast path: commits and live docs resolved in Python, the segment files read by Spark's own Parquet reader.
+
+Segments are plain Parquet files, so :func:`read_index` plans the read exactly as
+``format("shardstore")`` does (:func:`shardstore.spark.reader.plan_read`: the same
+commits, ``asOfCommit`` / ``asOfSeqNo`` / ``includeTranslog`` options), fetches every
+segment and live-docs file into the verified local cache (size and CRC32C checked, once
+per driver process), and hands the file list to ``spark.read.parquet``:
+
+- files without deletions are read as they are (``count()`` then comes from the Parquet
+  footers, and Spark prunes columns and row groups itself);
+- files with deleted rows (live docs, or documents superseded by the translog tail) are
+  read with ``_metadata.file_name`` and ``_metadata.row_index`` and left-anti-joined
+  with a broadcast table of the deleted (file, row) pairs;
+- with ``includeTranslog`` the tail's documents are added as a small local DataFrame.
+
+The cache lives on the driver's disk: executors must reach the same paths.  That holds
+for ``local[*]`` (and for a ``file://`` cache dir on a shared file system); on a cluster
+with remote executors use ``format("shardstore")``, whose executors fetch what they read.
+
+A Python data source cannot hand Spark a plan of its own (``read()`` must yield the
+rows), so ``format("shardstore")`` cannot switch to this path internally: call
+:func:`read_index` for large scans.  docs/design/spark.md has the measurements.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pyarrow as pa
+
+from shardstore.segments.livedocs import LiveDocs
+from shardstore.segments.segment import SegmentReader
+from shardstore.spark.reader import (
+    ReadPlan,
+    _flag,
+    conform,
+    default_cache_dir,
+    fetch,
+    full_arrow_schema,
+    lower_options,
+    parse_sources_table,
+    plan_read,
+    to_struct_type,
+)
+
+_FILE, _ROW = "__shardstore_file", "__shardstore_row"
+
+
+def _resolve_files(store: Any, plan: ReadPlan, cache_dir: str) -> list[tuple[str, pa.Array | None]]:
+    """(local path, deleted row numbers or None) of every segment file the plan reads."""
+    jobs = []
+    for s in plan.shards:
+        ids = s.translog.column("id").combine_chunks() if s.translog is not None and s.translog.num_rows else None
+        for seg in s.metadata.commit.segments:
+            if seg.live_count == 0:
+                continue
+            data = s.metadata.files[seg.info.file_name]
+            liv = s.metadata.files[seg.livedocs_file] if seg.livedocs_file else None
+            jobs.append((seg.info, data, liv, ids))
+
+    def one(job: tuple) -> tuple[str, pa.Array | None]:
+        info, data, liv, ids = job
+        path = fetch(store, data, cache_dir)
+        deleted = None
+        if liv is not None:
+            with open(fetch(store, liv, cache_dir), "rb") as f:
+                live = LiveDocs.decode(f.read(), liv.key)
+            if live.deleted_count:
+                deleted = live.deleted_rows()
+        if ids is not None and info.min_id is not None:
+            _q, rows = SegmentReader(path, info).lookup(ids)
+            if len(rows):
+                deleted = rows if deleted is None else pa.concat_arrays([deleted, rows.cast(pa.int64())])
+        return path, deleted
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        return list(pool.map(one, jobs))
+
+
+def read_index(spark: Any, store: str, index: str, **options: Any) -> Any:
+    """The index's live documents as a DataFrame read by Spark's native Parquet reader (same columns as the source)."""
+    from pyspark.sql import functions as F
+
+    opts = {**lower_options(options), "store": store, "index": index}
+    blob_store, plan = plan_read(opts)
+    schema = full_arrow_schema(plan.mapping, _flag(opts, "includesource"))
+    sschema = to_struct_type(schema)
+    files = _resolve_files(blob_store, plan, opts.get("cachedir") or default_cache_dir())
+    clean = ["file://" + p for p, d in files if d is None]
+    dirty = [(p, d) for p, d in files if d is not None]
+    frames = []
+    if clean:
+        frames.append(spark.read.schema(sschema).parquet(*clean))
+    if dirty:
+        names = pa.concat_arrays([pa.array([p.rsplit("/", 1)[-1]] * len(d), pa.string()) for p, d in dirty])
+        rows = pa.concat_arrays([d.cast(pa.int64()) for _p, d in dirty])
+        deleted = spark.createDataFrame(pa.table({_FILE: names, _ROW: rows}))
+        raw = spark.read.schema(sschema).parquet(*("file://" + p for p, _d in dirty))
+        tagged = raw.select("*", F.col("_metadata.file_name").alias(_FILE), F.col("_metadata.row_index").alias(_ROW))
+        frames.append(tagged.join(F.broadcast(deleted), [_FILE, _ROW], "left_anti").drop(_FILE, _ROW))
+    tails = [s for s in plan.shards if s.translog is not None and s.translog.num_rows]
+    if tails:
+        table = pa.concat_tables([conform(parse_sources_table(s.translog, s.metadata.commit.mapping), schema)
+                                  for s in tails])
+        if table.num_rows:
+            frames.append(spark.createDataFrame(table, schema=sschema))
+    if not frames:
+        return spark.createDataFrame([], sschema)
+    out = frames[0]
+    for f in frames[1:]:
+        out = out.unionByName(f)
+    return out.select(*schema.names)
+
+
+__all__ = ["read_index"]

@@ -1,0 +1,548 @@
+"""Reading an index through ``spark.read.format("shardstore")``: commits, partitions, filters, Arrow batches.
+
+The driver (:func:`plan_read`) picks one remote commit per shard (the newest, or the one
+``asOfCommit`` / ``asOfSeqNo`` asks for) and, with ``includeTranslog``, the newest
+remote-translog operation per id above that commit's checkpoint.  :class:`ShardstoreReader`
+turns the plan into partitions holding only small descriptions (one per segment, or per
+range of ``rowGroupsPerPartition`` row groups): blob keys, sizes, CRC32Cs and the
+segment's stats.  ``read()`` runs on the executors: it fetches the segment and its
+live-docs file into the verified local cache (as :func:`shardstore.segments.reader.open_commit`
+does), reads the row groups the pushed filters leave, applies live docs, the
+translog's supersessions and the filters with pyarrow, and yields Arrow record batches.
+
+Options (case-insensitive): ``store``, ``index`` (required); ``asOfCommit`` (``"7"``: generation
+7 of every shard, or ``"0:7,1:4"``: per shard, unnamed shards newest); ``asOfSeqNo``
+(``"N"`` or ``"0:N,1:M"``: per shard the newest commit holding no operation above N, i.e.
+``max_seq_no <= N``); ``includeTranslog`` (``true``: also every acknowledged operation
+above the commit's local checkpoint, up to ``asOfSeqNo`` when given); ``includeSource``;
+``rowGroupsPerPartition`` (default 8); ``cacheDir``.  See docs/design/spark.md.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+
+from shardstore.blobstores.base import BlobStore
+from shardstore.errors import InvalidError
+from shardstore.segments.errors import CommitNotFound
+from shardstore.segments.livedocs import LiveDocs
+from shardstore.segments.mapping import Mapping, parse_sources
+from shardstore.segments.records import crc32c
+from shardstore.segments.remote_metadata import RemoteCommitMetadata, RemoteFile, parse_metadata_key
+from shardstore.segments.remote_store import download_file, iter_commits, latest_commit, list_terms, read_metadata
+from shardstore.segments.segment import BASE_SCHEMA, SegmentInfo, mentions
+from shardstore.spark.catalog import IndexLocation, open_from_options, resolve_index
+
+DEFAULT_ROW_GROUPS_PER_PARTITION = 8
+META_COLUMNS = ("_id", "_seq_no", "_primary_term", "_version")
+_OP_INDEX, _OP_NO_OP = 0, 2
+
+
+# --------------------------------------------------------------------------- options
+
+
+def lower_options(options: dict[str, Any]) -> dict[str, str]:
+    """Options with lower-cased keys (Spark passes them case-insensitively)."""
+    return {str(k).lower(): str(v) for k, v in options.items() if v is not None}
+
+
+def _flag(options: dict[str, str], name: str) -> bool:
+    value = options.get(name, "false").strip().lower()
+    if value not in ("true", "false", "1", "0", "yes", "no"):
+        raise InvalidError(f"option {name}={value!r}: expected true or false")
+    return value in ("true", "1", "yes")
+
+
+def per_shard(value: str | None, shards: int, name: str) -> dict[int, int]:
+    """``"7"`` -> 7 for every shard; ``"0:7,1:4"`` -> those shards only."""
+    if value is None or not str(value).strip():
+        return {}
+    text = str(value).strip()
+    try:
+        if ":" not in text:
+            return {s: int(text) for s in range(shards)}
+        out = {}
+        for item in text.split(","):
+            shard, _, num = item.strip().partition(":")
+            out[int(shard)] = int(num)
+    except ValueError:
+        raise InvalidError(f"option {name}={value!r}: expected an integer or 'shard:value,shard:value'") from None
+    bad = sorted(s for s in out if not 0 <= s < shards)
+    if bad:
+        raise InvalidError(f"option {name}={value!r}: the index has shards 0..{shards - 1}, not {bad}")
+    return out
+
+
+# --------------------------------------------------------------------------- the plan (driver side)
+
+
+@dataclass(frozen=True)
+class ShardRead:
+    """What one shard contributes: its chosen commit and the translog's newest operation per id above it."""
+
+    shard: int
+    metadata: RemoteCommitMetadata
+    translog: pa.Table | None = None  # id, op_type, seq_no, primary_term, version, source (newest per id)
+
+
+@dataclass(frozen=True)
+class ReadPlan:
+    """The commits (and translog tails) a read returns, with the merged mapping."""
+
+    location: IndexLocation
+    shards: tuple[ShardRead, ...]
+    mapping: Mapping
+
+
+def _choose_commit(store: BlobStore, loc: IndexLocation, shard: int, generation: int | None,
+                   seq_no: int | None) -> RemoteCommitMetadata:
+    address = loc.address(shard)
+    if seq_no is None:
+        try:
+            return latest_commit(store, address, generation)
+        except CommitNotFound as exc:
+            hint = " (asOfCommit names a generation the store does not hold)" if generation is not None else \
+                " (nothing of the shard was flushed to the store yet: flush the index)"
+            raise CommitNotFound(f"index {loc.name!r} shard {shard}: {exc}{hint}") from None
+    seen = []
+    for key in iter_commits(store, address):
+        if generation is not None and parse_metadata_key(key)[1] != generation:
+            continue
+        md = read_metadata(store, key)
+        if md.commit.max_seq_no <= seq_no:
+            return md
+        seen.append(md.commit.max_seq_no)
+    raise CommitNotFound(f"index {loc.name!r} shard {shard}: no remote commit holds only operations up to "
+                         f"seq# {seq_no} (the store's commits reach seq# {sorted(seen)[:10]}); "
+                         f"older commits were collected or never existed: pick a larger asOfSeqNo")
+
+
+def newest_per_id(ops: pa.Table) -> pa.Table:
+    """The newest operation (highest seq#) of every id; no-ops dropped."""
+    ops = ops.filter(pc.not_equal(ops["op_type"], _OP_NO_OP))
+    if ops.num_rows == 0:
+        return ops
+    ops = ops.sort_by([("id", "ascending"), ("seq_no", "descending")]).combine_chunks()
+    ids = ops.column("id").chunk(0) if ops.column("id").num_chunks else pa.array([], pa.string())
+    first = pa.concat_arrays([pa.array([True]), pc.not_equal(ids.slice(1), ids.slice(0, len(ids) - 1))])
+    return ops.filter(first)
+
+
+def _translog_tail(store: BlobStore, loc: IndexLocation, shard: int, md: RemoteCommitMetadata,
+                   to_seq_no: int | None) -> pa.Table:
+    from shardstore.translog.remote import RemoteTranslog
+
+    address = loc.address(shard)
+    prefixes = [address.translog_prefix(t) for t in list_terms(store, address)]
+    batches = list(RemoteTranslog.read_operations(store, prefixes, md.commit.local_checkpoint + 1, to_seq_no))
+    if not batches:
+        from shardstore.translog.operations import SCHEMA
+
+        return SCHEMA.empty_table()
+    return newest_per_id(pa.Table.from_batches(batches))
+
+
+def plan_read(options: dict[str, Any]) -> tuple[BlobStore, ReadPlan]:
+    """Resolve the store, the index and one commit per shard (plus translog tails) from the options."""
+    opts = lower_options(options)
+    index = opts.get("index")
+    if not index:
+        raise InvalidError("the shardstore data source needs .option('index', '<name>')")
+    store = open_from_options(opts)
+    loc = resolve_index(store, index)
+    gens = per_shard(opts.get("asofcommit"), loc.shards, "asOfCommit")
+    seqs = per_shard(opts.get("asofseqno"), loc.shards, "asOfSeqNo")
+    with_translog = _flag(opts, "includetranslog")
+    if with_translog and gens:
+        raise InvalidError("includeTranslog cannot be combined with asOfCommit (the translog above an old commit "
+                           "may be purged); use asOfSeqNo with includeTranslog for an exact point in time")
+
+    def one(shard: int) -> ShardRead:
+        md = _choose_commit(store, loc, shard, gens.get(shard), seqs.get(shard))
+        tail = _translog_tail(store, loc, shard, md, seqs.get(shard)) if with_translog else None
+        return ShardRead(shard, md, tail)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(8, loc.shards))) as pool:
+        shards = tuple(pool.map(one, range(loc.shards)))
+    mapping = Mapping()
+    for s in shards:
+        m = Mapping.from_dict(s.metadata.commit.mapping)
+        mapping = mapping.with_fields({n: t for n, t in m.items() if n not in mapping})
+    return store, ReadPlan(loc, shards, mapping)
+
+
+# --------------------------------------------------------------------------- schemas
+
+
+def _spark_arrow_type(t: pa.DataType) -> pa.DataType:
+    return pa.timestamp("us", tz="UTC") if pa.types.is_timestamp(t) else t
+
+
+def full_arrow_schema(mapping: Mapping, include_source: bool) -> pa.Schema:
+    """The columns a read returns, as Spark receives them (timestamps in microseconds)."""
+    fields = [f for f in BASE_SCHEMA if f.name in META_COLUMNS or (include_source and f.name == "_source")]
+    fields += list(mapping.arrow_schema())
+    return pa.schema([pa.field(f.name, _spark_arrow_type(f.type), nullable=True) for f in fields])
+
+
+def to_struct_type(schema: pa.Schema) -> StructType:
+    """The Spark schema of an Arrow schema (string, long, int, double, boolean, timestamp, binary)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(schema)
+
+
+def infer_schema(options: dict[str, Any]) -> StructType:
+    """Mapped fields (typed) plus _id, _seq_no, _primary_term, _version; _source with includeSource."""
+    _store, plan = plan_read(options)
+    return to_struct_type(full_arrow_schema(plan.mapping, _flag(lower_options(options), "includesource")))
+
+
+# --------------------------------------------------------------------------- filter pushdown
+#
+# Spark filters become picklable tuples ``(op, column, value)`` (``("not", column, inner)``
+# for negations), then one pyarrow expression.  Only filters pyarrow evaluates exactly as
+# Spark does are kept: on string, integer, boolean and metadata columns.  Double columns
+# (Spark orders NaN above every number and NaN = NaN; pyarrow does not) and timestamps
+# (time-zone handling of Python literals) go back to Spark.
+
+_CMP = {"EqualTo": "eq", "EqualNullSafe": "eq", "GreaterThan": "gt", "GreaterThanOrEqual": "ge",
+        "LessThan": "lt", "LessThanOrEqual": "le"}
+_STR = {"StringStartsWith": "startswith", "StringEndsWith": "endswith", "StringContains": "contains"}
+
+
+def _value_ok(t: pa.DataType, v: Any) -> bool:
+    if pa.types.is_string(t):
+        return isinstance(v, str)
+    if pa.types.is_integer(t):
+        return isinstance(v, int) and not isinstance(v, bool)
+    if pa.types.is_boolean(t):
+        return isinstance(v, bool)
+    return False
+
+
+def _compile(f: Any, types: dict[str, pa.DataType]) -> tuple | None:
+    kind = type(f).__name__
+    if kind == "Not":
+        inner = _compile(f.child, types)
+        return None if inner is None else ("not", inner[1], inner)
+    attr = getattr(f, "attribute", ())
+    if len(attr) != 1 or attr[0] not in types:
+        return None
+    col, t = attr[0], types[attr[0]]
+    if kind in ("IsNull", "IsNotNull"):
+        return ("null" if kind == "IsNull" else "notnull", col, None)
+    value = getattr(f, "value", None)
+    if kind == "EqualNullSafe" and value is None:
+        return ("null", col, None)
+    if kind in _CMP and _value_ok(t, value):
+        return (_CMP[kind], col, value)
+    if kind == "In" and value and all(_value_ok(t, v) for v in value):
+        return ("in", col, tuple(value))
+    if kind in _STR and pa.types.is_string(t) and isinstance(value, str):
+        return (_STR[kind], col, value)
+    return None
+
+
+def compile_filters(filters: list, types: dict[str, pa.DataType]) -> tuple[list[tuple], list]:
+    """(pushed filters as tuples, the Spark filters Spark must still evaluate)."""
+    pushed, rest = [], []
+    for f in filters:
+        c = _compile(f, types)
+        if c is None:
+            rest.append(f)
+        else:
+            pushed.append(c)
+    return pushed, rest
+
+
+def _expr(f: tuple) -> pc.Expression:
+    op, col, v = f
+    fld = pc.field(col)
+    if op == "not":  # Spark: NOT(null) is null, so a null column never passes a negation
+        inner = v
+        if inner[0] == "null":
+            return fld.is_valid()
+        if inner[0] == "notnull":
+            return fld.is_null()
+        return pc.invert(_expr(inner)) & fld.is_valid()
+    if op == "null":
+        return fld.is_null()
+    if op == "notnull":
+        return fld.is_valid()
+    if op == "in":
+        return fld.isin(list(v))
+    if op in ("startswith", "endswith"):
+        return getattr(pc, "starts_with" if op == "startswith" else "ends_with")(fld, pattern=v)
+    if op == "contains":
+        return pc.match_substring(fld, pattern=v)
+    return {"eq": fld == v, "gt": fld > v, "ge": fld >= v, "lt": fld < v, "le": fld <= v}[op]
+
+
+def to_expression(filters: list[tuple]) -> pc.Expression | None:
+    """The AND of the pushed filters as one pyarrow expression (None without filters)."""
+    out = None
+    for f in filters:
+        e = _expr(f)
+        out = e if out is None else out & e
+    return out
+
+
+def _bounds(info: SegmentInfo, col: str) -> tuple[Any, Any, int] | None:
+    """(min, max, null count) of a column in a segment; None when unknown."""
+    if col == "_id":
+        return info.min_id, info.max_id, 0
+    if col == "_seq_no":
+        return info.min_seq_no, info.max_seq_no, 0
+    st = info.column(col)
+    if st is None:
+        return None
+    return st.min, st.max, st.null_count
+
+
+def segment_may_match(info: SegmentInfo, filters: list[tuple]) -> bool:
+    """False when a segment's stats prove no row passes the pushed filters (whole-segment pruning)."""
+    for op, col, v in filters:
+        b = _bounds(info, col)
+        if b is None or op not in ("eq", "gt", "ge", "lt", "le", "in", "notnull"):
+            continue
+        lo, hi, nulls = b
+        if op == "notnull":
+            if nulls >= info.doc_count and lo is None:
+                return False
+            continue
+        if lo is None or hi is None or isinstance(lo, bool) or type(lo) is not type(v if op != "in" else v[0]):
+            if lo is None and hi is None and nulls >= info.doc_count:
+                return False  # every value null: no comparison holds
+            continue
+        if op == "eq" and not lo <= v <= hi:
+            return False
+        if op == "in" and not any(lo <= x <= hi for x in v):
+            return False
+        if (op == "gt" and hi <= v) or (op == "ge" and hi < v) or (op == "lt" and lo >= v) or (op == "le" and lo > v):
+            return False
+    return True
+
+
+# --------------------------------------------------------------------------- partitions
+
+
+class SegmentPartition(InputPartition):
+    """One segment (or a range of its row groups) of one shard's commit: keys, sizes, checksums, stats."""
+
+    def __init__(self, shard: int, data: RemoteFile, info: SegmentInfo, livedocs: RemoteFile | None,
+                 row_groups: tuple[int, int], superseded: pa.Array | None) -> None:
+        self.shard, self.data, self.info, self.livedocs = shard, data, info, livedocs
+        self.row_groups, self.superseded = row_groups, superseded
+
+
+class TranslogPartition(InputPartition):
+    """One shard's acknowledged-but-unflushed documents (newest index operation per id)."""
+
+    def __init__(self, shard: int, ops: pa.Table, mapping: dict) -> None:
+        self.shard, self.ops, self.mapping = shard, ops, mapping
+
+
+class EmptyPartition(InputPartition):
+    """Stands for an index with nothing to read (Spark wants at least one partition)."""
+
+    def __init__(self) -> None:
+        self.value = None
+
+
+def _in_range(ids: pa.Array, info: SegmentInfo) -> pa.Array | None:
+    if info.min_id is None or len(ids) == 0:
+        return None
+    keep = pc.and_(pc.greater_equal(ids, info.min_id), pc.less_equal(ids, info.max_id))
+    out = ids.filter(keep)
+    return out if len(out) else None
+
+
+def segment_partitions(plan: ReadPlan, filters: list[tuple], per_partition: int) -> list[InputPartition]:
+    """Partitions of the plan's segments (pruned by their stats) and translog tails."""
+    parts: list[InputPartition] = []
+    for s in plan.shards:
+        ids = None
+        if s.translog is not None and s.translog.num_rows:
+            ids = s.translog.column("id").combine_chunks()
+        for seg in s.metadata.commit.segments:
+            if seg.live_count == 0 or not segment_may_match(seg.info, filters):
+                continue
+            data = s.metadata.files[seg.info.file_name]
+            liv = s.metadata.files[seg.livedocs_file] if seg.livedocs_file else None
+            sup = _in_range(ids, seg.info) if ids is not None else None
+            groups = max(1, seg.info.row_groups)
+            for start in range(0, groups, per_partition):
+                parts.append(SegmentPartition(s.shard, data, seg.info, liv, (start, min(groups, start + per_partition)), sup))
+        if s.translog is not None:
+            live = s.translog.filter(pc.equal(s.translog["op_type"], _OP_INDEX))
+            if live.num_rows:
+                parts.append(TranslogPartition(s.shard, live, s.metadata.commit.mapping))
+    return parts or [EmptyPartition()]
+
+
+# --------------------------------------------------------------------------- executor side
+
+_VERIFIED: dict[str, tuple[int, int]] = {}  # local path -> (size, crc) verified by this process
+
+
+def default_cache_dir() -> str:
+    """Where segment files are cached (the same place :func:`open_commit` uses)."""
+    return os.path.join(tempfile.gettempdir(), "shardstore-cache")
+
+
+def fetch(store: BlobStore, remote: RemoteFile, cache_dir: str) -> str:
+    """The verified local copy of ``remote`` in ``cache_dir`` (downloaded when missing or stale)."""
+    path = os.path.join(cache_dir, remote.key.replace("/", "_"))
+    want = (remote.size, remote.checksum)
+    try:
+        size = os.path.getsize(path)
+    except FileNotFoundError:
+        size = -1
+    if size == remote.size and _VERIFIED.get(path) == want:
+        return path
+    if size == remote.size:
+        with open(path, "rb") as f:
+            ok = crc32c(f.read()) == remote.checksum
+    else:
+        ok = False
+    if not ok:
+        os.makedirs(cache_dir, exist_ok=True)
+        download_file(store, remote, path)
+    _VERIFIED[path] = want
+    return path
+
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` with exactly ``schema``'s columns (absent ones null, types cast)."""
+    cols = []
+    for f in schema:
+        i = table.schema.get_field_index(f.name)
+        cols.append(table.column(i).cast(f.type) if i >= 0 else pa.nulls(table.num_rows, f.type))
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+def read_segment(store: BlobStore, part: SegmentPartition, schema: pa.Schema, expr: pc.Expression | None,
+                 work: pa.Schema, cache_dir: str, batch_size: int = 128 * 1024) -> Iterator[pa.RecordBatch]:
+    """Live rows of one segment partition, filtered, as batches of ``schema``."""
+    path = fetch(store, part.data, cache_dir)
+    live = None
+    if part.livedocs is not None:
+        with open(fetch(store, part.livedocs, cache_dir), "rb") as f:
+            live = LiveDocs.decode(f.read(), part.livedocs.key)
+    pf = pq.ParquetFile(path)
+    md = pf.metadata
+    lo, hi = part.row_groups
+    groups = list(range(lo, min(hi, md.num_row_groups)))
+    if expr is not None and groups:
+        frag = next(iter(ds.dataset(path, format="parquet").get_fragments()))
+        kept = {p.row_groups[0].id for p in frag.subset(row_group_ids=groups).split_by_row_group(expr)}
+        groups = [g for g in groups if g in kept]
+    if not groups:
+        return
+    present = set(pf.schema_arrow.names)
+    want = [n for n in schema.names if n in present]
+    extra = [n for n in present if n not in want and expr is not None and mentions(expr, n)]
+    if part.superseded is not None and "_id" not in want:
+        extra.append("_id")
+    starts = [0]
+    for g in range(md.num_row_groups):
+        starts.append(starts[-1] + md.row_group(g).num_rows)
+    mask = live.mask() if live is not None and live.deleted_count else None
+    for g in groups:
+        t = pf.read_row_group(g, columns=want + extra, use_threads=True)
+        keep = mask.slice(starts[g], starts[g + 1] - starts[g]) if mask is not None else None
+        if part.superseded is not None:
+            fresh = pc.invert(pc.is_in(t.column("_id"), value_set=part.superseded))
+            keep = fresh if keep is None else pc.and_(keep, fresh)
+        if keep is not None:
+            t = t.filter(keep)
+        if expr is not None and t.num_rows:
+            t = conform(t, work).filter(expr)
+        if t.num_rows:
+            yield from conform(t, schema).to_batches(max_chunksize=batch_size)
+
+
+def parse_sources_table(ops: pa.Table, mapping: dict) -> pa.Table:
+    """Translog index operations as documents: metadata columns, ``_source`` and typed mapped fields."""
+    ops = ops.filter(pc.equal(ops["op_type"], _OP_INDEX))
+    ids = ops.column("id").combine_chunks()
+    fields, _mapping = parse_sources(ids, ops.column("source").combine_chunks(), Mapping.from_dict(mapping),
+                                     dynamic=False)
+    cols = {"_id": ids, "_seq_no": ops.column("seq_no"), "_primary_term": ops.column("primary_term"),
+            "_version": ops.column("version"), "_source": ops.column("source")}
+    cols.update({n: fields.column(n) for n in fields.column_names})
+    return pa.table(cols)
+
+
+def read_translog(part: TranslogPartition, schema: pa.Schema, expr: pc.Expression | None,
+                  work: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """The typed documents of one shard's unflushed index operations, filtered, as batches of ``schema``."""
+    table = parse_sources_table(part.ops, part.mapping)
+    if expr is not None:
+        table = conform(table, work).filter(expr)
+    if table.num_rows:
+        yield from conform(table, schema).to_batches()
+
+
+class ShardstoreReader(DataSourceReader):
+    """Reads one plan: partitions per segment (row-group ranges), Arrow batches, pushed filters."""
+
+    def __init__(self, options: dict[str, Any], schema: StructType) -> None:
+        self.options = lower_options(options)
+        self.store, self.plan = plan_read(self.options)
+        known = full_arrow_schema(self.plan.mapping, True)
+        unknown = [n for n in schema.fieldNames() if n not in known.names]
+        if unknown:
+            raise InvalidError(f"index {self.plan.location.name!r} has no column(s) {unknown}; "
+                               f"its columns are {known.names}")
+        self.schema = pa.schema([known.field(n) for n in schema.fieldNames()])
+        self.types = {f.name: f.type for f in known}
+        self.filters: list[tuple] = []
+        self.cache_dir = self.options.get("cachedir") or default_cache_dir()
+        try:
+            self.per_partition = int(self.options.get("rowgroupsperpartition", DEFAULT_ROW_GROUPS_PER_PARTITION))
+        except ValueError:
+            raise InvalidError("option rowGroupsPerPartition must be a positive integer") from None
+        if self.per_partition < 1:
+            raise InvalidError("option rowGroupsPerPartition must be a positive integer")
+
+    def pushFilters(self, filters: list) -> Iterator:  # noqa: N802 - Spark's name
+        """Keep the filters pyarrow evaluates exactly as Spark does; return the rest."""
+        accepted, rest = compile_filters(filters, self.types)
+        self.filters.extend(accepted)
+        yield from rest
+
+    def partitions(self) -> list[InputPartition]:
+        """One partition per segment (or row-group range) of every shard's commit, plus translog tails."""
+        return segment_partitions(self.plan, self.filters, self.per_partition)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """The partition's live, filtered rows as Arrow record batches."""
+        expr = to_expression(self.filters)
+        extra = sorted({f[1] for f in self.filters} - set(self.schema.names))
+        work = pa.schema(list(self.schema) + [pa.field(n, self.types[n]) for n in extra])
+        if isinstance(partition, SegmentPartition):
+            yield from read_segment(self.store, partition, self.schema, expr, work, self.cache_dir)
+        elif isinstance(partition, TranslogPartition):
+            yield from read_translog(partition, self.schema, expr, work)
+
+
+def make_reader(options: dict[str, Any], schema: StructType) -> ShardstoreReader:
+    """The DataSourceReader for ``format("shardstore")``."""
+    return ShardstoreReader(options, schema)
+
+
+__all__ = ["ReadPlan", "ShardRead", "ShardstoreReader", "infer_schema", "make_reader", "plan_read"]
