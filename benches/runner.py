@@ -25,6 +25,7 @@ BENCHES: dict[str, str] = {
     "segments": "benches.segments",
     "engine": "benches.engine",
     "cluster_state": "benches.cluster_state",
+    "spark": "benches.spark",
 }
 
 

@@ -47,7 +47,7 @@ from shardstore.spark.reader import (
 _FILE, _ROW = "__shardstore_file", "__shardstore_row"
 
 
-def _resolve_files(store: Any, plan: ReadPlan, cache_dir: str) -> list[tuple[str, pa.Array | None]]:
+def resolve_files(store: Any, plan: ReadPlan, cache_dir: str) -> list[tuple[str, pa.Array | None]]:
     """(local path, deleted row numbers or None) of every segment file the plan reads."""
     jobs = []
     for s in plan.shards:
@@ -86,7 +86,7 @@ def read_index(spark: Any, store: str, index: str, **options: Any) -> Any:
     blob_store, plan = plan_read(opts)
     schema = full_arrow_schema(plan.mapping, _flag(opts, "includesource"))
     sschema = to_struct_type(schema)
-    files = _resolve_files(blob_store, plan, opts.get("cachedir") or default_cache_dir())
+    files = resolve_files(blob_store, plan, opts.get("cachedir") or default_cache_dir())
     clean = ["file://" + p for p, d in files if d is None]
     dirty = [(p, d) for p, d in files if d is not None]
     frames = []
@@ -113,4 +113,4 @@ def read_index(spark: Any, store: str, index: str, **options: Any) -> Any:
     return out.select(*schema.names)
 
 
-__all__ = ["read_index"]
+__all__ = ["read_index", "resolve_files"]

