@@ -15,7 +15,7 @@ Options (case-insensitive): ``store``, ``index`` (required); ``asOfCommit`` (``"
 (``"N"`` or ``"0:N,1:M"``: per shard the newest commit holding no operation above N, i.e.
 ``max_seq_no <= N``); ``includeTranslog`` (``true``: also every acknowledged operation
 above the commit's local checkpoint, up to ``asOfSeqNo`` when given); ``includeSource``;
-``rowGroupsPerPartition`` (default 8); ``cacheDir``.  See docs/design/spark.md.
+``rowGroupsPerPartition`` (default: ranges of about 1M rows); ``cacheDir``.  See docs/design/spark.md.
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ from shardstore.segments.remote_store import download_file, iter_commits, latest
 from shardstore.segments.segment import BASE_SCHEMA, SegmentInfo, mentions
 from shardstore.spark.catalog import IndexLocation, open_from_options, resolve_index
 
-DEFAULT_ROW_GROUPS_PER_PARTITION = 8
+#: Without ``rowGroupsPerPartition``, a large segment is split into ranges of row groups of about this many rows.
+ROWS_PER_PARTITION = 1_000_000
 META_COLUMNS = ("_id", "_seq_no", "_primary_term", "_version")
 _OP_INDEX, _OP_NO_OP = 0, 2
 
@@ -384,8 +385,9 @@ def segment_partitions(plan: ReadPlan, filters: list[tuple], per_partition: int)
             liv = s.metadata.files[seg.livedocs_file] if seg.livedocs_file else None
             sup = _in_range(ids, seg.info) if ids is not None else None
             groups = max(1, seg.info.row_groups)
-            for start in range(0, groups, per_partition):
-                parts.append(SegmentPartition(s.shard, data, seg.info, liv, (start, min(groups, start + per_partition)), sup))
+            step = per_partition or max(1, round(ROWS_PER_PARTITION * groups / max(1, seg.info.doc_count)))
+            for start in range(0, groups, step):
+                parts.append(SegmentPartition(s.shard, data, seg.info, liv, (start, min(groups, start + step)), sup))
         if s.translog is not None:
             live = s.translog.filter(pc.equal(s.translog["op_type"], _OP_INDEX))
             if live.num_rows:
@@ -460,19 +462,20 @@ def read_segment(store: BlobStore, part: SegmentPartition, schema: pa.Schema, ex
     starts = [0]
     for g in range(md.num_row_groups):
         starts.append(starts[-1] + md.row_group(g).num_rows)
-    mask = live.mask() if live is not None and live.deleted_count else None
-    for g in groups:
-        t = pf.read_row_group(g, columns=want + extra, use_threads=True)
-        keep = mask.slice(starts[g], starts[g + 1] - starts[g]) if mask is not None else None
-        if part.superseded is not None:
-            fresh = pc.invert(pc.is_in(t.column("_id"), value_set=part.superseded))
-            keep = fresh if keep is None else pc.and_(keep, fresh)
-        if keep is not None:
-            t = t.filter(keep)
-        if expr is not None and t.num_rows:
-            t = conform(t, work).filter(expr)
-        if t.num_rows:
-            yield from conform(t, schema).to_batches(max_chunksize=batch_size)
+    t = pf.read_row_groups(groups, columns=want + extra, use_threads=True)
+    keep = None
+    if live is not None and live.deleted_count:
+        mask = live.mask()
+        keep = pa.concat_arrays([mask.slice(starts[g], starts[g + 1] - starts[g]) for g in groups])
+    if part.superseded is not None:
+        fresh = pc.invert(pc.is_in(t.column("_id"), value_set=part.superseded))
+        keep = fresh if keep is None else pc.and_(keep, fresh)
+    if keep is not None:
+        t = t.filter(keep)
+    if expr is not None and t.num_rows:
+        t = conform(t, work).filter(expr)
+    if t.num_rows:
+        yield from conform(t, schema).to_batches(max_chunksize=batch_size)
 
 
 def parse_sources_table(ops: pa.Table, mapping: dict) -> pa.Table:
@@ -512,12 +515,10 @@ class ShardstoreReader(DataSourceReader):
         self.types = {f.name: f.type for f in known}
         self.filters: list[tuple] = []
         self.cache_dir = self.options.get("cachedir") or default_cache_dir()
-        try:
-            self.per_partition = int(self.options.get("rowgroupsperpartition", DEFAULT_ROW_GROUPS_PER_PARTITION))
-        except ValueError:
-            raise InvalidError("option rowGroupsPerPartition must be a positive integer") from None
-        if self.per_partition < 1:
-            raise InvalidError("option rowGroupsPerPartition must be a positive integer")
+        text = self.options.get("rowgroupsperpartition", "0")  # 0: about ROWS_PER_PARTITION rows each
+        if not text.isdigit():
+            raise InvalidError(f"option rowGroupsPerPartition={text!r}: expected a positive integer")
+        self.per_partition = int(text)
 
     def pushFilters(self, filters: list) -> Iterator:  # noqa: N802 - Spark's name
         """Keep the filters pyarrow evaluates exactly as Spark does; return the rest."""
