@@ -3,7 +3,7 @@
 Protocol (docs/design/spark.md, "Writing and the changes feed"):
 
 1. **Claim** (driver, :func:`make_writer`): for every shard of the index the job claims
-   primary term ``T' = max(newest term marker, cluster-state term) + 1`` by writing the
+   primary term ``T' = max(newest term marker, cluster-state term) + 2`` by writing the
    term marker with ``if_absent``.  A marker already there means another writer (a Spark
    job or an engine primary) took that term: :class:`ConcurrentShardWriter`.  The marker
    fences the engine's live primary of the older term: its next acknowledgement or flush
@@ -88,6 +88,9 @@ log = logging.getLogger(__name__)
 #: Columns of a DataFrame the sink ignores (what the reader adds to every row).
 IGNORED_COLUMNS = ("_seq_no", "_primary_term", "_version", "_source")
 LEDGER = "spark/seq/"
+#: Terms left free below the job's: a live engine promoting a replica during the job takes
+#: cluster-state term + 1, which must stay below the job's term so that the job fences it.
+TERM_GAP = 1
 #: Written by the driver's commit (after the metadata) and abort (before the cleanup): a task
 #: attempt still running then deletes what it uploaded instead of leaving it behind.
 CLOSED = "spark/closed"
@@ -157,7 +160,7 @@ def make_writer(options: dict[str, str], schema: Any, overwrite: bool) -> Shards
 def claim_shard(store: BlobStore, address: ShardAddress, state_term: int, job: str, mapping: dict) -> ShardPlan:
     """Claim term newest + 1 of one shard (``if_absent``), then read its base (folding a translog tail into C0)."""
     terms = list_terms(store, address)
-    term = max([state_term] + terms[:1]) + 1
+    term = max([state_term] + terms[:1]) + 1 + TERM_GAP
     record_path_strategy(store, address.cluster_uuid, address.index_uuid, address.strategy)
     key = address.strategy.term_marker_key(address.cluster_uuid, address.index_uuid, address.shard, term)
     try:
@@ -268,10 +271,8 @@ class ShardstoreArrowWriter(DataSourceArrowWriter):
             for s in pc.unique(shards).to_pylist():
                 rows = pc.indices_nonzero(pc.equal(shards, s))
                 parts.append(self._write_shard(store, self.plans[s], table.take(rows), tmp, attempt, uploaded))
-            closed = [p.shard for p in parts if store.exists(f"{self.plans[p.shard].prefix}/{CLOSED}")]
-            if closed:
-                raise ConcurrentShardWriter(f"spark job {self.job} was already committed or aborted (shards {closed}); "
-                                            f"this late task attempt's uploads are deleted")
+            for p in parts:  # after the uploads: an abort that listed before them marked the job closed first
+                self._check_open(store, self.plans[p.shard])
             return ShardstoreCommitMessage(parts)
         except BaseException:
             if uploaded:  # nothing names them: they would never be read, but do not leave them behind
@@ -280,18 +281,24 @@ class ShardstoreArrowWriter(DataSourceArrowWriter):
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
+    def _check_open(self, store: BlobStore, plan: ShardPlan) -> None:
+        """ConcurrentShardWriter if the job was already committed or aborted (a late or speculative attempt)."""
+        if store.exists(f"{plan.prefix}/{CLOSED}"):
+            raise ConcurrentShardWriter(f"spark job {self.job} was already committed or aborted (shard {plan.shard}); "
+                                        f"this late task attempt's uploads are deleted")
+
     def _write_shard(self, store: BlobStore, plan: ShardPlan, rows: pa.Table, tmp: str, attempt: str,
                      uploaded: list[str]) -> ShardPart:
-        rows = _last_per_id(rows)
+        rows = _last_per_id(rows)  # sorted by _id, one row per id
         ids, sources = sources_from_table(rows)
-        fields, mapping = parse_sources(ids, sources, Mapping.from_dict(plan.mapping), dynamic=True)
+        fields, mapping = typed_fields(rows, ids, sources, Mapping.from_dict(plan.mapping))
         versions, deletes = _versions_and_old_copies(store, plan, ids)
         n = len(ids)
+        self._check_open(store, plan)  # an aborted job's late task uploads nothing
         start = reserve_seq_nos(store, plan, n, attempt)  # (the ledger is deleted whole by commit/abort)
         doc = pa.table([ids, pa.array(np.arange(start, start + n, dtype=np.int64)),
                         pa.array(np.full(n, plan.term, dtype=np.int64)), versions, sources] + list(fields.columns),
                        names=["_id", "_seq_no", "_primary_term", "_version", "_source"] + fields.column_names)
-        doc = doc.take(pc.sort_indices(doc.column("_id")))
         name = f"seg_{uuid.uuid4().hex[:16]}"
         path = os.path.join(tmp, segment_file_name(name))
         info = write_segment(path, doc, name=name, fsync=False)
@@ -345,6 +352,11 @@ class ShardstoreArrowWriter(DataSourceArrowWriter):
             if not key.endswith(f"__{self.job}"):
                 raise ConcurrentShardWriter(f"{store.location}/{key}: another writer committed under this job's "
                                             f"term {plan.term} of shard {plan.shard}; nothing of this job was committed")
+        foreign = next(iter(store.list(plan.address.translog_prefix(plan.term).rstrip("/") + "/")), None)
+        if foreign is not None:
+            raise ConcurrentShardWriter(f"{store.location}/{foreign.key}: an engine primary logged operations under "
+                                        f"this job's term {plan.term} of shard {plan.shard}; nothing of this job was "
+                                        f"committed")
 
     def _commit_shard(self, store: BlobStore, plan: ShardPlan, parts: list[ShardPart]) -> RemoteCommitMetadata:
         base = plan.base
@@ -425,15 +437,56 @@ class ShardstoreArrowWriter(DataSourceArrowWriter):
 
 
 def _last_per_id(rows: pa.Table) -> pa.Table:
-    """The last row of each id, input order kept (Spark's last write of an id in a task wins)."""
+    """The last row of each id, sorted by ``_id`` (one sort: Spark's last write of an id in a task wins)."""
     n = rows.num_rows
     ids = rows.column("_id").combine_chunks()
-    if n < 2 or len(pc.unique(ids)) == n:
+    if n < 2:
         return rows
     pos = pa.array(np.arange(n, dtype=np.int64))
     order = pc.sort_indices(pa.table({"_id": ids, "pos": pos}), sort_keys=[("_id", "ascending"), ("pos", "descending")])
-    keep = pc.take(pos, order).filter(first_of_runs(ids.take(order)))
-    return rows.take(pc.sort_indices(keep))  # indices of kept rows, ascending = input order
+    first = first_of_runs(ids.take(order))
+    if pc.all(first).as_py():
+        return rows.take(order)
+    return rows.take(order.filter(first))
+
+
+SAMPLE_ROWS = 1024
+
+
+def typed_fields(rows: pa.Table, ids: pa.Array, sources: pa.Array, mapping: Mapping) -> tuple[pa.Table, Mapping]:
+    """The field columns the engine would parse from ``sources``, and the mapping they need.
+
+    The JSON of a sample is parsed (:func:`parse_sources`: dynamic mapping, conflicts);
+    then every column of the frame is cast to its mapped type and checked equal to the
+    sample's parse, which saves parsing the JSON of every row back.  Anything else
+    (struct or dotted columns, a field first seen after the sample, a lossy cast) parses
+    all the sources, exactly as the engine does.
+    """
+    n = len(ids)
+    k = min(n, SAMPLE_ROWS)
+    sample, mapped = parse_sources(ids.slice(0, k), sources.slice(0, k), mapping, dynamic=True)
+    columns = [c for c in rows.column_names if c != "_id"]
+    names = {name for name, _t in mapped.items()}
+    fast = k == n or all(c in names and not pa.types.is_struct(rows.schema.field(c).type) for c in columns)
+    out = []
+    for f in mapped.arrow_schema():
+        if not fast:
+            break
+        if f.name not in rows.column_names:
+            out.append(pa.nulls(n, f.type))
+            continue
+        try:
+            col = rows.column(f.name).combine_chunks().cast(f.type)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            fast = False
+            break
+        fast = col.slice(0, k).equals(sample.column(f.name).combine_chunks())
+        out.append(col)
+    if k == n:
+        return sample, mapped
+    if not fast:
+        return parse_sources(ids, sources, mapping, dynamic=True)
+    return pa.table(out, schema=mapped.arrow_schema()), mapped
 
 
 def _versions_and_old_copies(store: BlobStore, plan: ShardPlan, ids: pa.Array) -> tuple[pa.Array, dict[str, list[int]]]:

@@ -128,4 +128,4 @@ def test_spark_written_documents_appear_in_the_feed(spark, tmp_path: Path) -> No
     spark_ops = [g for g in got if g[4].startswith("s")]
     assert [g[1] for g in spark_ops] == list(range(5, 12)) and {g[3] for g in spark_ops} == {"index"}
     assert {g[4]: g[6] for g in spark_ops} == {f"s{i}": {"n": i} for i in range(7)}
-    assert pa.array([g[2] for g in spark_ops]).unique().to_pylist() == [2]  # the job's claimed term
+    assert pa.array([g[2] for g in spark_ops]).unique().to_pylist() == [3]  # the job's claimed term (1 + a free term)

@@ -10,6 +10,7 @@ import pytest
 
 from shardstore.blobstores import open_store
 from shardstore.engine.cluster import Cluster
+from shardstore.errors import ConflictError
 from shardstore.segments.reader import open_commit
 from shardstore.segments.remote_store import latest_commit, latest_term, list_commit_keys, read_metadata
 from shardstore.spark.catalog import resolve_index
@@ -109,7 +110,7 @@ def test_failing_job_aborts_and_leaves_nothing(spark, tmp_path: Path) -> None:
         # the closed marker; the tasks' uploads and the seq# ledger are gone
         named = {f.key for k in list_commit_keys(store, addr, term) for f in read_metadata(store, k).files.values()}
         data = {b.key for b in store.list(prefix + "data/")}
-        assert data == {k for k in named if k.startswith(prefix)}
+        assert data == {k for k in named if k.startswith(prefix)}, (sorted(data), sorted(named))
         assert [b.key[len(prefix):] for b in store.list(prefix + "spark/")] == ["spark/closed"]
         assert latest_commit(store, addr).commit.max_seq_no == before[s].commit.max_seq_no + sum(
             1 for v in acked.values() if v[0] == s and v[1] > before[s].commit.max_seq_no)
@@ -151,3 +152,22 @@ def test_concurrent_writers_are_detected(spark, tmp_path: Path) -> None:
     docs = _live_docs(url)
     assert "first" not in docs.column("_id").to_pylist()
     assert docs.filter(pc.equal(docs.column("_id"), "second")).column("name").to_pylist() == ["job2"]
+
+
+def test_engine_failover_during_a_job_is_fenced_by_the_job(spark, tmp_path: Path) -> None:
+    url = f"file://{tmp_path / 'remote'}"
+    cluster = Cluster(store=url, data_dir=str(tmp_path / "a"), nodes=2, recovery_delay=0.05)
+    try:
+        cluster.create_index(INDEX, shards=1, replicas=1, mappings={"n": "long", "name": "keyword"})
+        assert not cluster.bulk(INDEX, [{"_id": f"e{i}", "n": i, "name": "engine"} for i in range(10)]).errors
+        schema = spark.createDataFrame([], "_id string, n long, name string").schema
+        job = make_writer({"store": url, "index": INDEX}, schema, False)
+        assert job.plans[0].term == 3  # term 2 stays free for a failover of the live engine
+        # the replica's promotion to term 2 finds the shard claimed by term 3 and refuses: the engine fails cleanly
+        with pytest.raises(ConflictError, match="claimed by primary term 3"):
+            cluster.kill_node(cluster.primary_of(INDEX, 0))
+        msg = job.write(iter([pa.record_batch({"_id": ["s1"], "n": [1], "name": ["spark"]})]))
+        job.commit([msg])
+    finally:
+        cluster.close()
+    assert _live_docs(url).column("_id").to_pylist() == sorted([f"e{i}" for i in range(10)] + ["s1"])
