@@ -511,8 +511,12 @@ class ShardstoreReader(DataSourceReader):
         if unknown:
             raise InvalidError(f"index {self.plan.location.name!r} has no column(s) {unknown}; "
                                f"its columns are {known.names}")
-        self.schema = pa.schema([known.field(n) for n in schema.fieldNames()])
-        self.types = {f.name: f.type for f in known}
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        # a user schema may pick other types for a column (cast while reading; Spark checks the batches' schema)
+        self.schema = to_arrow_schema(schema, timezone="UTC")
+        out = {f.name: f.type for f in self.schema}
+        self.types = {f.name: f.type for f in known if out.get(f.name, f.type) == f.type}  # pushable columns
         self.filters: list[tuple] = []
         self.cache_dir = self.options.get("cachedir") or default_cache_dir()
         text = self.options.get("rowgroupsperpartition", "0")  # 0: about ROWS_PER_PARTITION rows each

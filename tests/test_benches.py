@@ -212,3 +212,17 @@ def test_cluster_state_quick_prints_json_figures_then_a_table(tmp_path: Path) ->
     targeted = [f for f in figures if "target" in f]
     assert [f["name"] for f in targeted] == ["one_index_bytes"] and targeted[0]["met"] is True
     assert not list(tmp_path.glob("shardstore-bench-cluster-state-*")), "temp files left behind"
+
+
+def test_spark_quick_prints_json_figures_then_a_table(tmp_path: Path) -> None:
+    """``python -m benches spark --quick``: count and group-by through the Python source and the fast path next to native Parquet."""
+    figures, _table, _json_lines, _err = _quick("spark", tmp_path)
+    names = [f["name"] for f in figures]
+    for query in ("count", "groupby"):
+        for path in ("native", "python", "fast"):
+            assert names.count(f"{query}_{path}_seconds") == 1, (query, path)
+        for path in ("python", "fast"):
+            fig = next(f for f in figures if f["name"] == f"{query}_{path}_vs_native")
+            assert fig["target"] in (">= 0.6", ">= 0.9") and isinstance(fig["met"], bool)
+            assert fig["params"]["rows"] == 100_000
+    assert not list(tmp_path.glob("shardstore-bench-spark-*")), "temp files left behind"

@@ -231,6 +231,8 @@ def test_user_schema_reads_only_those_columns(spark, idx):
     df = spark.read.format("shardstore").options(**idx["opts"]).schema("_id string, x long").load()
     assert df.columns == ["_id", "x"]
     assert df.filter("x >= 150 and x < 160").count() == 10
+    cast = spark.read.format("shardstore").options(**idx["opts"]).schema("_id string, x double").load()
+    assert cast.filter("_id = 'd00150'").collect()[0]["x"] == 150.0  # a user schema may pick the type
     with pytest.raises(Exception, match="no column"):
         spark.read.format("shardstore").options(**idx["opts"]).schema("nope string").load().count()
 
