@@ -39,6 +39,7 @@ QUICK_REPS = 1
 
 
 def _dir_bytes(path: str) -> int:
+    """Bytes of every file under ``path``."""
     return sum(os.path.getsize(os.path.join(d, f)) for d, _s, fs in os.walk(path) for f in fs)
 
 

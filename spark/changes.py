@@ -73,6 +73,7 @@ class ShardRange(InputPartition):
 
 
 def _int_option(options: dict[str, str], *names: str, default: int | None) -> int | None:
+    """The first of ``names`` given, as an int (InvalidError if it is not one), else ``default``."""
     for name in names:
         if name in options:
             try:
@@ -150,6 +151,7 @@ def shard_checkpoint(store: BlobStore, address: ShardAddress) -> int:
 
 
 def _to_batches(table: pa.Table) -> Iterator[pa.RecordBatch]:
+    """The table's non-empty batches of at most 64K rows."""
     yield from (b for b in table.to_batches(max_chunksize=64 * 1024) if b.num_rows)
 
 
@@ -157,6 +159,7 @@ class ShardstoreChangesReader(DataSourceReader):
     """Batch reader: one partition per shard, ``fromSeqNo``..``toSeqNo``."""
 
     def __init__(self, options: dict[str, str]) -> None:
+        """Parse ``fromSeqNo``/``toSeqNo``."""
         self.options = options
         self.from_seq_no = _int_option(options, "fromSeqNo", "fromseqno", default=0)
         self.to_seq_no = _int_option(options, "toSeqNo", "toseqno", default=None)
@@ -178,16 +181,19 @@ class ShardstoreChangesStreamReader(DataSourceStreamReader, SupportsTriggerAvail
     """Streaming reader: offsets are per-shard global checkpoints ``{"<shard>": seq_no}``."""
 
     def __init__(self, options: dict[str, str]) -> None:
+        """No store access until Spark asks for offsets."""
         self.options = options
         self._target: dict[str, int] | None = None
         self._loc = None
 
     def _location(self) -> Any:
+        """The index's location (resolved once)."""
         if self._loc is None:
             self._loc = resolve_index(open_from_options(self.options), _index(self.options))
         return self._loc
 
     def _latest(self) -> dict[str, int]:
+        """Every shard's durable global checkpoint now."""
         store = open_from_options(self.options)
         loc = self._location()
         return {str(s): shard_checkpoint(store, loc.address(s)) for s in range(loc.shards)}
@@ -225,6 +231,7 @@ class ShardstoreChangesStreamReader(DataSourceStreamReader, SupportsTriggerAvail
 
 
 def _index(options: dict[str, str]) -> str:
+    """The ``index`` option (InvalidError when missing)."""
     index = options.get("index")
     if not index:
         raise InvalidError("format('shardstore-changes') needs .option('index', '<name>')")

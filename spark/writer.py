@@ -1,42 +1,29 @@
 """The ``shardstore`` sink: ``df.write.format("shardstore")...mode("append").save()`` (issue 7).
 
-Protocol (docs/design/spark.md, "Writing and the changes feed"):
+Protocol (docs/design/spark.md, "Writing and the changes feed"), per shard:
 
-1. **Claim** (driver, :func:`make_writer`): for every shard of the index the job claims
-   primary term ``T' = max(newest term marker, cluster-state term) + 2`` by writing the
-   term marker with ``if_absent``.  A marker already there means another writer (a Spark
-   job or an engine primary) took that term: :class:`ConcurrentShardWriter`.  The marker
-   fences the engine's live primary of the older term: its next acknowledgement or flush
-   fails with ``StalePrimary`` (nothing it acknowledged is lost, see 2).
+1. **Claim** (driver, :func:`make_writer`): term ``T' = max(newest marker, cluster-state
+   term) + 2`` (one term left free for a live engine's failover), term marker written
+   ``if_absent`` (taken: :class:`ConcurrentShardWriter`).  It fences the engine's live
+   primaries: their next acknowledgement, flush or promotion fails.
 2. **Base** (driver, after the claim): the newest remote commit and the remote translog
-   above its checkpoint.  An operation the engine acknowledged was uploaded before our
-   claim (it checks the markers after uploading, before acknowledging), so it is in what
-   we read.  If the translog holds such operations, they are folded into a commit ``C0``
-   of term ``T'`` first (restore + apply + flush + upload), so every later step works on
-   a commit that holds the whole history up to seq# ``B``.
-3. **Tasks** (:meth:`ShardstoreArrowWriter.write`): rows are routed by murmur3 of ``_id``
-   modulo the shard count; per shard the task keeps the last row of each id, builds the
-   JSON ``_source`` and parses it against the mapping (a row that does not fit fails the
-   task), looks the ids up in the base commit (their current versions, and the rows of
-   their old copies to delete), reserves a contiguous seq# range in the job's seq# ledger
-   (``<segments prefix of T'>/spark/seq/<n>``, each entry ``if_absent``: the range after
-   the previous entry), writes ONE segment and uploads it under a fresh unique key.
-   Nothing is visible yet: only files named by a commit are ever read.
-4. **Commit** (driver, :meth:`ShardstoreArrowWriter.commit`): per touched shard, check
-   the newest term marker is still ``T'`` and no other writer committed under ``T'``
-   (else :class:`ConcurrentShardWriter`), merge the task segments into the base commit
-   (old copies of re-indexed ids, and lower-seq# copies of an id two tasks both wrote,
-   marked deleted in new live-docs files), and PUT ONE commit metadata ``if_absent``.
-   ``max_seq_no = local_checkpoint`` = the end of the ledger, so the engine continues
-   the shard's seq#s after ``Cluster.restore``.  Unreferenced uploads (failed or
-   duplicate task attempts) and the ledger are then deleted.
-5. **Abort** (:meth:`ShardstoreArrowWriter.abort`): every upload of the job under
-   ``T'`` that no commit names is deleted, and the ledger; the markers stay (the engine
-   primary remains fenced until a restore or promotion claims a higher term).
+   above it (everything the engine acknowledged was uploaded before our claim); a
+   translog tail is folded into a commit ``C0`` of ``T'`` first.
+3. **Tasks** (:meth:`ShardstoreArrowWriter.write`): rows routed by murmur3 of ``_id``;
+   per shard: last row per id, JSON ``_source``, fields typed against the mapping, ids
+   looked up in the base (versions, old copies), a seq# range reserved in the job's
+   ledger (``<segments prefix of T'>/spark/seq/<n>``, ``if_absent`` entries), ONE
+   segment uploaded under a fresh key.  Nothing is visible: only committed files are read.
+4. **Commit** (driver): newest marker still ``T'`` and nobody else under ``T'`` (else
+   :class:`ConcurrentShardWriter`); ONE commit metadata per touched shard, ``if_absent``:
+   base segments with old copies deleted + task segments (an id two tasks wrote keeps its
+   highest seq#), ``max_seq_no = local_checkpoint =`` the ledger's end.  Then the job is
+   marked closed and unreferenced uploads and the ledger are deleted.
+5. **Abort**: the job is marked closed (a late task attempt deletes its own uploads),
+   then every upload under ``T'`` no commit names, and the ledger, are deleted.
 
-Seq#s reserved by a task attempt that failed are never used: a gap below the commit's
-local checkpoint that no operation fills (Elasticsearch fills such gaps with no-ops).
-Commits are atomic per shard, not across shards.  ``overwrite`` is not supported.
+Seq#s of a failed task attempt are a gap no operation fills.  Commits are atomic per
+shard, not across shards.  ``overwrite`` is not supported.
 """
 
 from __future__ import annotations
@@ -65,7 +52,7 @@ from shardstore.errors import ConflictError, InvalidError
 from shardstore.segments.commit import CommitPoint, CommittedSegment
 from shardstore.segments.errors import CommitNotFound
 from shardstore.segments.livedocs import LiveDocs, livedocs_file_name
-from shardstore.segments.mapping import Mapping, parse_sources, sources_from_table
+from shardstore.segments.mapping import Mapping, sources_from_table
 from shardstore.segments.records import crc32c
 from shardstore.segments.reader import ShardCommitReader
 from shardstore.segments.remote_metadata import RemoteCommitMetadata, RemoteFile, data_key, metadata_key
@@ -80,8 +67,8 @@ from shardstore.segments.remote_store import (
     record_path_strategy,
 )
 from shardstore.segments.segment import SegmentInfo, lookup_segments, segment_file_name, write_segment
-from shardstore.segments.versions import first_of_runs
 from shardstore.spark.catalog import open_from_options, resolve_index
+from shardstore.spark.sink_rows import cross_task_duplicates, last_per_id, typed_fields
 from shardstore.translog.remote import RemoteTranslog
 
 log = logging.getLogger(__name__)
@@ -242,6 +229,7 @@ class ShardstoreArrowWriter(DataSourceArrowWriter):
     """Writes Arrow batches as per-shard segments (tasks) and commits them once per shard (driver)."""
 
     def __init__(self, options: dict[str, str], job: str, plans: list[ShardPlan]) -> None:
+        """Hold the options (the store is reopened in each task), the job id and the shards' plans."""
         self.options = dict(options)
         self.job = job
         self.plans = plans
@@ -289,7 +277,8 @@ class ShardstoreArrowWriter(DataSourceArrowWriter):
 
     def _write_shard(self, store: BlobStore, plan: ShardPlan, rows: pa.Table, tmp: str, attempt: str,
                      uploaded: list[str]) -> ShardPart:
-        rows = _last_per_id(rows)  # sorted by _id, one row per id
+        """One shard's rows of this task as one uploaded segment (the part the commit names)."""
+        rows = last_per_id(rows)  # sorted by _id, one row per id
         ids, sources = sources_from_table(rows)
         fields, mapping = typed_fields(rows, ids, sources, Mapping.from_dict(plan.mapping))
         versions, deletes = _versions_and_old_copies(store, plan, ids)
@@ -342,6 +331,7 @@ class ShardstoreArrowWriter(DataSourceArrowWriter):
                 pass
 
     def _check_owner(self, store: BlobStore, plan: ShardPlan) -> None:
+        """ConcurrentShardWriter unless the job still owns the shard (newest term, nobody else under it)."""
         newest = latest_term(store, plan.address)
         if newest != plan.term:
             raise ConcurrentShardWriter(
@@ -359,6 +349,7 @@ class ShardstoreArrowWriter(DataSourceArrowWriter):
                                         f"committed")
 
     def _commit_shard(self, store: BlobStore, plan: ShardPlan, parts: list[ShardPart]) -> RemoteCommitMetadata:
+        """Merge the task segments into the base commit and PUT the one new commit metadata (``if_absent``)."""
         base = plan.base
         files: dict[str, RemoteFile] = dict(base.files) if base else {}
         mapping = Mapping.from_dict(plan.mapping)
@@ -370,7 +361,7 @@ class ShardstoreArrowWriter(DataSourceArrowWriter):
             for seg, rows in p.deletes.items():
                 doomed[seg].append(rows)
         # an id two tasks both wrote: the copy with the highest seq# wins
-        dup = _cross_task_duplicates(parts)
+        dup = cross_task_duplicates(parts)
         segments: list[CommittedSegment] = []
         for cs in (base.commit.segments if base else ()):
             rows = [r for rs in doomed.get(cs.info.name, []) for r in rs]
@@ -436,59 +427,6 @@ class ShardstoreArrowWriter(DataSourceArrowWriter):
                 store.delete(doomed)
 
 
-def _last_per_id(rows: pa.Table) -> pa.Table:
-    """The last row of each id, sorted by ``_id`` (one sort: Spark's last write of an id in a task wins)."""
-    n = rows.num_rows
-    ids = rows.column("_id").combine_chunks()
-    if n < 2:
-        return rows
-    pos = pa.array(np.arange(n, dtype=np.int64))
-    order = pc.sort_indices(pa.table({"_id": ids, "pos": pos}), sort_keys=[("_id", "ascending"), ("pos", "descending")])
-    first = first_of_runs(ids.take(order))
-    if pc.all(first).as_py():
-        return rows.take(order)
-    return rows.take(order.filter(first))
-
-
-SAMPLE_ROWS = 1024
-
-
-def typed_fields(rows: pa.Table, ids: pa.Array, sources: pa.Array, mapping: Mapping) -> tuple[pa.Table, Mapping]:
-    """The field columns the engine would parse from ``sources``, and the mapping they need.
-
-    The JSON of a sample is parsed (:func:`parse_sources`: dynamic mapping, conflicts);
-    then every column of the frame is cast to its mapped type and checked equal to the
-    sample's parse, which saves parsing the JSON of every row back.  Anything else
-    (struct or dotted columns, a field first seen after the sample, a lossy cast) parses
-    all the sources, exactly as the engine does.
-    """
-    n = len(ids)
-    k = min(n, SAMPLE_ROWS)
-    sample, mapped = parse_sources(ids.slice(0, k), sources.slice(0, k), mapping, dynamic=True)
-    columns = [c for c in rows.column_names if c != "_id"]
-    names = {name for name, _t in mapped.items()}
-    fast = k == n or all(c in names and not pa.types.is_struct(rows.schema.field(c).type) for c in columns)
-    out = []
-    for f in mapped.arrow_schema():
-        if not fast:
-            break
-        if f.name not in rows.column_names:
-            out.append(pa.nulls(n, f.type))
-            continue
-        try:
-            col = rows.column(f.name).combine_chunks().cast(f.type)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            fast = False
-            break
-        fast = col.slice(0, k).equals(sample.column(f.name).combine_chunks())
-        out.append(col)
-    if k == n:
-        return sample, mapped
-    if not fast:
-        return parse_sources(ids, sources, mapping, dynamic=True)
-    return pa.table(out, schema=mapped.arrow_schema()), mapped
-
-
 def _versions_and_old_copies(store: BlobStore, plan: ShardPlan, ids: pa.Array) -> tuple[pa.Array, dict[str, list[int]]]:
     """Per id its next version (live copy's + 1, else 1) and, per base segment, the rows of its old copies."""
     base = plan.base
@@ -518,27 +456,6 @@ def _versions_and_old_copies(store: BlobStore, plan: ShardPlan, ids: pa.Array) -
             versions[q] = np.maximum(versions[q], got + 1)
             deletes[seg_reader.info.name] = r.tolist()
     return pa.array(versions), deletes
-
-
-def _cross_task_duplicates(parts: list[ShardPart]) -> dict[int, list[int]]:
-    """Part index -> rows of its segment superseded by a higher-seq# copy of the same id in another part."""
-    if len(parts) < 2:
-        return {}
-    t = pa.table({
-        "_id": pa.concat_arrays([p.ids for p in parts]),
-        "_seq_no": pa.concat_arrays([p.seq_nos for p in parts]),
-        "part": pa.concat_arrays([pa.array(np.full(len(p.ids), k, dtype=np.int64)) for k, p in enumerate(parts)]),
-        "row": pa.concat_arrays([pa.array(np.arange(len(p.ids), dtype=np.int64)) for p in parts]),
-    })
-    counts = t.group_by("_id").aggregate([("_id", "count")])
-    dup_ids = counts.filter(pc.greater(counts.column("_id_count"), 1)).column("_id")
-    if len(dup_ids) == 0:
-        return {}
-    t = t.filter(pc.is_in(t.column("_id"), value_set=dup_ids.combine_chunks()))
-    t = t.take(pc.sort_indices(t, sort_keys=[("_id", "ascending"), ("_seq_no", "descending")]))
-    losers = t.filter(pc.invert(first_of_runs(t.column("_id").combine_chunks())))
-    part_np, row_np = losers.column("part").to_numpy(), losers.column("row").to_numpy()
-    return {int(k): row_np[part_np == k].tolist() for k in np.unique(part_np)}
 
 
 __all__ = ["ConcurrentShardWriter", "ShardstoreArrowWriter", "ShardstoreCommitMessage", "make_writer"]
