@@ -49,6 +49,23 @@ def _live_docs(url: str) -> pa.Table:
     return pa.concat_tables(tables).sort_by("_id")
 
 
+def _duckdb_live_docs(url: str) -> list[tuple]:
+    """The same documents through DuckDB over the committed Parquet files, deleted rows removed (second oracle)."""
+    import duckdb
+
+    store = open_store(url)
+    loc = resolve_index(store, INDEX)
+    con = duckdb.connect()
+    out: list[tuple] = []
+    for s in range(loc.shards):
+        for reader, live in open_commit(store, loc.address(s)).segments():
+            con.register("deleted", pa.table({"row": live.deleted_rows()}))
+            out += con.execute(
+                "SELECT _id, _seq_no, n, name FROM read_parquet(?, file_row_number = true) "
+                "WHERE file_row_number NOT IN (SELECT row FROM deleted)", [reader.path]).fetchall()
+    return sorted(out)
+
+
 def _write(spark, url: str, rows: list[tuple], partitions: int = 2) -> None:
     df = spark.createDataFrame(spark.sparkContext.parallelize(rows, partitions), "_id string, n long, name string")
     df.write.format("shardstore").option("store", url).option("index", INDEX).mode("append").save()
@@ -66,6 +83,7 @@ def test_round_trip_reindex_and_engine_continues_after_restore(spark, tmp_path: 
     ids = docs.column("_id").to_pylist()
     assert len(ids) == len(set(ids)) == 40 + 5 + 200 + 2  # re-indexed ids updated in place, no duplicates
     by_id = {r["_id"]: r for r in docs.to_pylist()}
+    assert _duckdb_live_docs(url) == sorted((r["_id"], r["_seq_no"], r["n"], r["name"]) for r in by_id.values())
     assert by_id["dd"]["name"] == "spark-b" and by_id["dup"]["name"] in ("spark-first", "spark-second")
     for doc_id, n, name in rows:
         assert (by_id[doc_id]["n"], by_id[doc_id]["name"]) == (n, name)
