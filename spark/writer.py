@@ -354,7 +354,12 @@ class ShardstoreArrowWriter(DataSourceArrowWriter):
         files: dict[str, RemoteFile] = dict(base.files) if base else {}
         mapping = Mapping.from_dict(plan.mapping)
         for p in parts:
-            mapping = mapping.with_fields(dict(Mapping.from_dict(p.mapping).items()))
+            theirs = dict(Mapping.from_dict(p.mapping).items())
+            clash = {f: (t, theirs[f]) for f, t in mapping.items() if f in theirs and theirs[f] != t}
+            if clash:
+                raise InvalidError(f"shard {plan.shard}: tasks mapped new fields differently {clash}; map the "
+                                   f"fields in the index (create_index(mappings=...)) or cast the columns")
+            mapping = mapping.with_fields(theirs)
         # old copies in the base commit, as the tasks found them
         doomed: dict[str, list[Any]] = defaultdict(list)
         for p in parts:

@@ -193,3 +193,23 @@ def test_engine_failover_during_a_job_is_fenced_by_the_job(spark, tmp_path: Path
     finally:
         cluster.close()
     assert _live_docs(url).column("_id").to_pylist() == sorted([f"e{i}" for i in range(10)] + ["s1"])
+
+
+def test_a_retried_task_never_duplicates(spark, tmp_path: Path) -> None:
+    url, cluster, _acked = _engine(tmp_path)
+    cluster.close()
+    store = open_store(url)
+    schema = spark.createDataFrame([], "_id string, n long, name string").schema
+    job = make_writer({"store": url, "index": INDEX}, schema, False)
+    batch = pa.record_batch({"_id": [f"r{i}" for i in range(30)], "n": list(range(30)), "name": ["retry"] * 30})
+    first_attempt = job.write(iter([batch]))  # Spark lost this attempt's answer and ran the task again
+    second_attempt = job.write(iter([batch]))
+    job.commit([second_attempt])
+    docs = _live_docs(url)
+    assert docs.num_rows == 45 + 30 and len(set(docs.column("_id").to_pylist())) == 75
+    for plan in job.plans:  # only what the commit names stays under the job's term
+        named = {f.key for k in list_commit_keys(store, plan.address, plan.term)
+                 for f in read_metadata(store, k).files.values()}
+        assert {b.key for b in store.list(plan.prefix + "/data/")} <= named
+    lost = {p.remote.key for p in first_attempt.parts}
+    assert lost and not any(store.exists(k) for k in lost)
