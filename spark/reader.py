@@ -36,7 +36,7 @@ from pyspark.sql.types import StructType
 
 from shardstore.blobstores.base import BlobStore
 from shardstore.errors import InvalidError
-from shardstore.segments.errors import CommitNotFound
+from shardstore.segments.errors import CommitNotFound, SegmentCorrupted
 from shardstore.segments.livedocs import LiveDocs
 from shardstore.segments.mapping import Mapping, parse_sources
 from shardstore.segments.records import crc32c
@@ -121,7 +121,10 @@ def _choose_commit(store: BlobStore, loc: IndexLocation, shard: int, generation:
     for key in iter_commits(store, address):
         if generation is not None and parse_metadata_key(key)[1] != generation:
             continue
-        md = read_metadata(store, key)
+        try:
+            md = read_metadata(store, key)
+        except (SegmentCorrupted, CommitNotFound):
+            continue  # unreadable: skipped, as latest_commit does
         if md.commit.max_seq_no <= seq_no:
             return md
         seen.append(md.commit.max_seq_no)
@@ -145,14 +148,21 @@ def _translog_tail(store: BlobStore, loc: IndexLocation, shard: int, md: RemoteC
                    to_seq_no: int | None) -> pa.Table:
     from shardstore.translog.remote import RemoteTranslog
 
+    from shardstore.translog.operations import SCHEMA
+
     address = loc.address(shard)
     prefixes = [address.translog_prefix(t) for t in list_terms(store, address)]
-    batches = list(RemoteTranslog.read_operations(store, prefixes, md.commit.local_checkpoint + 1, to_seq_no))
-    if not batches:
-        from shardstore.translog.operations import SCHEMA
-
-        return SCHEMA.empty_table()
-    return newest_per_id(pa.Table.from_batches(batches))
+    cp = md.commit.local_checkpoint
+    ops = pa.Table.from_batches(list(RemoteTranslog.read_operations(store, prefixes, cp + 1, to_seq_no)), SCHEMA)
+    if to_seq_no is not None:  # an older commit: a newer one may have let the primary purge the ops above it
+        need = min(to_seq_no, latest_commit(store, address).commit.local_checkpoint)
+        seqs = ops.column("seq_no")
+        have = pc.sum(pc.and_(pc.greater(seqs, cp), pc.less_equal(seqs, need))).as_py() or 0 if ops.num_rows else 0
+        if need > cp and have != need - cp:
+            raise CommitNotFound(f"index {loc.name!r} shard {shard}: the remote translog no longer holds seq# "
+                                 f"{cp + 1}..{need} above commit {md.commit.generation} (purged after a newer "
+                                 f"commit); read asOfSeqNo without includeTranslog, or a seq# of a newer commit")
+    return newest_per_id(ops)
 
 
 def plan_read(options: dict[str, Any]) -> tuple[BlobStore, ReadPlan]:

@@ -192,6 +192,23 @@ def test_include_translog_sees_unflushed_acknowledged_writes(spark, idx):
         plan_read({**idx["opts"], "includeTranslog": "true", "asOfCommit": "1"})
 
 
+def test_include_translog_as_of_seq_no(idx):
+    _store, old = plan_read({**idx["opts"], "asOfCommit": "1"})
+    at = {s.shard: s.metadata.commit.max_seq_no for s in old.shards}
+    _store, plan = plan_read({**idx["opts"], "includeTranslog": "true",
+                              "asOfSeqNo": ",".join(f"{s}:{n}" for s, n in at.items())})
+    assert all(s.translog.num_rows == 0 for s in plan.shards)  # exactly commit 1: nothing above it is needed
+    # commit 2 let the primaries purge the translog above commit 1: a state between them cannot be rebuilt
+    with pytest.raises(NotFoundError, match="no longer holds"):
+        plan_read({**idx["opts"], "includeTranslog": "true", "asOfSeqNo": ",".join(f"{s}:{n + 5}" for s, n in at.items())})
+    # the newest commit's state plus the tail up to a seq# (the first shard's newest acknowledged op)
+    _store, newest = plan_read({**idx["opts"], "includeTranslog": "true"})
+    s0 = newest.shards[0]
+    top = s0.metadata.commit.max_seq_no + max(1, s0.translog.num_rows)
+    _store, upto = plan_read({**idx["opts"], "includeTranslog": "true", "asOfSeqNo": f"0:{top}"})
+    assert upto.shards[0].metadata.commit.generation == s0.metadata.commit.generation
+
+
 def test_filters_pushed_down_and_correct(spark, idx):
     base = _oracle_pyarrow(idx["url"])
     df = _load(spark, idx).filter("x >= 2900 and s = 'v3' and _id like 'd02%'")
