@@ -16,6 +16,10 @@ Options (case-insensitive): ``store``, ``index`` (required); ``asOfCommit`` (``"
 ``max_seq_no <= N``); ``includeTranslog`` (``true``: also every acknowledged operation
 above the commit's local checkpoint, up to ``asOfSeqNo`` when given); ``includeSource``;
 ``rowGroupsPerPartition`` (default: ranges of about 1M rows); ``cacheDir``.  See docs/design/spark.md.
+
+Spark 4.3 caches a Python source's planned read, pushed filters included, on the
+DataFrame: an unfiltered action after a filtered one on the *same* DataFrame reuses the
+filtered read.  Load anew per query (docs/design/spark.md, "Filter pushdown").
 """
 
 from __future__ import annotations
