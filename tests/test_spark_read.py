@@ -280,3 +280,37 @@ def test_clear_errors(spark, idx, tmp_path):
         spark.read.format("shardstore").option("store", idx["url"]).option("index", "missing").load()
     with pytest.raises(Exception, match="option\\('store'"):
         spark.read.format("shardstore").option("index", "t").load()
+
+
+def test_large_segment_read_in_row_group_ranges_with_deletes(spark, tmp_path):
+    from shardstore.engine import Cluster
+
+    url = f"file://{tmp_path}/store"
+    cluster = Cluster(store=url, data_dir=str(tmp_path / "data"), nodes=1, recovery_delay=0.05)
+    try:
+        cluster.create_index("big", shards=1, replicas=0)
+        n = 40_000
+        cluster.bulk("big", pa.table({"_id": pc.cast(pa.array(range(n), pa.int64()), pa.string()),
+                                      "x": pa.array(range(n), pa.int64()),
+                                      "pad": pa.array(["p" * 300] * n)}))
+        cluster.flush("big")
+        for i in range(0, n, 997):  # deletes spread over every row group
+            cluster.delete("big", str(i))
+        cluster.flush("big")
+    finally:
+        cluster.close()
+    opts = {"store": url, "index": "big", "rowGroupsPerPartition": "1"}
+    _store, plan = plan_read(opts)
+    (seg,) = [s for s in plan.shards[0].metadata.commit.segments if s.live_count]
+    assert seg.info.row_groups > 3 and seg.deleted_count == len(range(0, n, 997))
+    reader = make_reader(opts, infer_schema(opts))
+    assert len(reader.partitions()) == seg.info.row_groups
+    df = spark.read.format("shardstore").options(**opts).load()
+    got = df.select("_id", "x").toArrow().sort_by("x")
+    want = pa.Table.from_batches(list(open_commit(open_from_options(opts), plan.location.address(0)).scan(["_id", "x"])))
+    assert got.num_rows == n - len(range(0, n, 997))
+    assert got.column("x").to_pylist() == want.sort_by("x").column("x").to_pylist()
+    # a filter prunes row groups inside the ranges, deletes still applied
+    assert df.filter("x >= 30000").count() == len([i for i in range(30000, n) if i % 997])
+    fast = read_index(spark, url, "big").select("_id", "x").toArrow().sort_by("x")
+    assert fast.equals(got)
