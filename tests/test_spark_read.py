@@ -54,7 +54,8 @@ def idx(tmp_path_factory):
                            {"_id": "new-1", "x": 222222, "s": "tl", "f": 2.0, "b": True}])
         cluster.delete("t", "d00002")
         cluster.delete("t", "d00200")
-        yield {"url": url, "opts": {"store": url, "index": "t"}}
+        cache = str(root / "cache")  # segment cache of the readers and the oracles (not the shared default)
+        yield {"url": url, "cache": cache, "opts": {"store": url, "index": "t", "cacheDir": cache}}
     finally:
         cluster.close()
 
@@ -68,24 +69,24 @@ def _spark_arrow(df) -> pa.Table:
     return _sorted(df.toArrow())
 
 
-def _oracle_pyarrow(url: str, generations: dict[int, int] | None = None) -> pa.Table:
-    store = open_from_options({"store": url})
+def _oracle_pyarrow(idx: dict, generations: dict[int, int] | None = None) -> pa.Table:
+    store = open_from_options({"store": idx["url"]})
     loc = resolve_index(store, "t")
     parts = []
     for s in range(loc.shards):
-        reader = open_commit(store, loc.address(s), (generations or {}).get(s))
+        reader = open_commit(store, loc.address(s), (generations or {}).get(s), cache_dir=idx["cache"])
         parts.append(pa.Table.from_batches(list(reader.scan(COLUMNS)), schema=reader.schema(COLUMNS)))
     return _sorted(pa.concat_tables(parts))
 
 
-def _oracle_duckdb(url: str, generations: dict[int, int] | None = None) -> pa.Table:
+def _oracle_duckdb(idx: dict, generations: dict[int, int] | None = None) -> pa.Table:
     import duckdb
 
-    store = open_from_options({"store": url})
+    store = open_from_options({"store": idx["url"]})
     loc = resolve_index(store, "t")
     files, deleted_files, deleted_rows = [], [], []
     for s in range(loc.shards):
-        for reader, live in open_commit(store, loc.address(s), (generations or {}).get(s)).segments():
+        for reader, live in open_commit(store, loc.address(s), (generations or {}).get(s), idx["cache"]).segments():
             files.append(reader.path)
             rows = live.deleted_rows().to_pylist()
             deleted_files += [reader.path] * len(rows)
@@ -136,13 +137,13 @@ def test_schema_typed_and_source_on_request(spark, idx):
 
 
 def test_newest_commit_equals_both_oracles(spark, idx):
-    expected = _oracle_pyarrow(idx["url"])
-    _equal(expected, _oracle_duckdb(idx["url"]))
+    expected = _oracle_pyarrow(idx)
+    _equal(expected, _oracle_duckdb(idx))
     assert expected.num_rows == N + 200 - 50  # 50 deleted; updates replace, never add
     _equal(_spark_arrow(_load(spark, idx)), expected)
-    _equal(_spark_arrow(read_index(spark, idx["url"], "t")), expected)
+    _equal(_spark_arrow(read_index(spark, idx["url"], "t", cacheDir=idx["cache"])), expected)
     assert _load(spark, idx).count() == expected.num_rows
-    assert read_index(spark, idx["url"], "t").count() == expected.num_rows
+    assert read_index(spark, idx["url"], "t", cacheDir=idx["cache"]).count() == expected.num_rows
 
 
 def test_updates_and_deletes_exact(spark, idx):
@@ -155,12 +156,12 @@ def test_updates_and_deletes_exact(spark, idx):
 
 
 def test_time_travel_as_of_commit(spark, idx):
-    old = _oracle_pyarrow(idx["url"], {0: 1, 1: 1})
+    old = _oracle_pyarrow(idx, {0: 1, 1: 1})
     assert old.num_rows == N
-    _equal(old, _oracle_duckdb(idx["url"], {0: 1, 1: 1}))
+    _equal(old, _oracle_duckdb(idx, {0: 1, 1: 1}))
     _equal(_spark_arrow(_load(spark, idx, asOfCommit="1")), old)
-    _equal(_spark_arrow(read_index(spark, idx["url"], "t", asOfCommit="1")), old)
-    mixed = _oracle_pyarrow(idx["url"], {0: 1})  # shard 0 old, shard 1 newest
+    _equal(_spark_arrow(read_index(spark, idx["url"], "t", cacheDir=idx["cache"], asOfCommit="1")), old)
+    mixed = _oracle_pyarrow(idx, {0: 1})  # shard 0 old, shard 1 newest
     _equal(_spark_arrow(_load(spark, idx, asOfCommit="0:1")), mixed)
 
 
@@ -168,14 +169,14 @@ def test_time_travel_as_of_seq_no(spark, idx):
     store, plan = plan_read({**idx["opts"], "asOfCommit": "1"})
     per_shard = {s.shard: s.metadata.commit.max_seq_no for s in plan.shards}
     spec = ",".join(f"{s}:{n}" for s, n in per_shard.items())
-    _equal(_spark_arrow(_load(spark, idx, asOfSeqNo=spec)), _oracle_pyarrow(idx["url"], {0: 1, 1: 1}))
-    _equal(_spark_arrow(_load(spark, idx, asOfSeqNo="1000000")), _oracle_pyarrow(idx["url"]))
+    _equal(_spark_arrow(_load(spark, idx, asOfSeqNo=spec)), _oracle_pyarrow(idx, {0: 1, 1: 1}))
+    _equal(_spark_arrow(_load(spark, idx, asOfSeqNo="1000000")), _oracle_pyarrow(idx))
     with pytest.raises(NotFoundError, match="asOfSeqNo"):
         plan_read({**idx["opts"], "asOfSeqNo": "-1"})
 
 
 def test_include_translog_sees_unflushed_acknowledged_writes(spark, idx):
-    base = _oracle_pyarrow(idx["url"])
+    base = _oracle_pyarrow(idx)
     df = _load(spark, idx, includeTranslog="true")
     got = _spark_arrow(df)
     assert got.num_rows == base.num_rows + 1 - 2  # new-1 added; d00002 and d00200 deleted
@@ -186,7 +187,7 @@ def test_include_translog_sees_unflushed_acknowledged_writes(spark, idx):
     assert len(ids) == got.num_rows  # newest version per id only
     untouched = pc.invert(pc.is_in(base["_id"], pa.array(["d00001", "d00002", "d00200"])))
     _equal(got.filter(pc.invert(pc.is_in(got["_id"], pa.array(["d00001", "new-1"])))), base.filter(untouched))
-    _equal(_spark_arrow(read_index(spark, idx["url"], "t", includeTranslog="true")), got)
+    _equal(_spark_arrow(read_index(spark, idx["url"], "t", cacheDir=idx["cache"], includeTranslog="true")), got)
     assert df.filter("s = 'tl'").count() == 2  # filters apply to translog documents too
     with pytest.raises(InvalidError, match="asOfCommit"):
         plan_read({**idx["opts"], "includeTranslog": "true", "asOfCommit": "1"})
@@ -210,7 +211,7 @@ def test_include_translog_as_of_seq_no(idx):
 
 
 def test_filters_pushed_down_and_correct(spark, idx):
-    base = _oracle_pyarrow(idx["url"])
+    base = _oracle_pyarrow(idx)
     df = _load(spark, idx).filter("x >= 2900 and s = 'v3' and _id like 'd02%'")
     plan = df._jdf.queryExecution().executedPlan().toString()
     assert not _filter_node(plan), plan  # every filter handled by the source
@@ -299,7 +300,7 @@ def test_large_segment_read_in_row_group_ranges_with_deletes(spark, tmp_path):
         cluster.flush("big")
     finally:
         cluster.close()
-    opts = {"store": url, "index": "big", "rowGroupsPerPartition": "1"}
+    opts = {"store": url, "index": "big", "rowGroupsPerPartition": "1", "cacheDir": str(tmp_path / "cache")}
     _store, plan = plan_read(opts)
     (seg,) = [s for s in plan.shards[0].metadata.commit.segments if s.live_count]
     assert seg.info.row_groups > 3 and seg.deleted_count == len(range(0, n, 997))
@@ -307,10 +308,10 @@ def test_large_segment_read_in_row_group_ranges_with_deletes(spark, tmp_path):
     assert len(reader.partitions()) == seg.info.row_groups
     df = spark.read.format("shardstore").options(**opts).load()
     got = df.select("_id", "x").toArrow().sort_by("x")
-    want = pa.Table.from_batches(list(open_commit(open_from_options(opts), plan.location.address(0)).scan(["_id", "x"])))
+    want = pa.Table.from_batches(list(open_commit(open_from_options(opts), plan.location.address(0), cache_dir=opts["cacheDir"]).scan(["_id", "x"])))
     assert got.num_rows == n - len(range(0, n, 997))
     assert got.column("x").to_pylist() == want.sort_by("x").column("x").to_pylist()
     # a filter prunes row groups inside the ranges, deletes still applied
     assert df.filter("x >= 30000").count() == len([i for i in range(30000, n) if i % 997])
-    fast = read_index(spark, url, "big").select("_id", "x").toArrow().sort_by("x")
+    fast = read_index(spark, url, "big", cacheDir=opts["cacheDir"]).select("_id", "x").toArrow().sort_by("x")
     assert fast.equals(got)
