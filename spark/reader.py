@@ -251,6 +251,8 @@ def _value_ok(t: pa.DataType, v: Any) -> bool:
 def _compile(f: Any, types: dict[str, pa.DataType]) -> tuple | None:
     kind = type(f).__name__
     if kind == "Not":
+        if type(f.child).__name__ == "EqualNullSafe" and f.child.value is not None:
+            return None  # NOT (a <=> 1) keeps null rows; the pushed form would drop them
         inner = _compile(f.child, types)
         return None if inner is None else ("not", inner[1], inner)
     attr = getattr(f, "attribute", ())

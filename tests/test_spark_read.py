@@ -224,6 +224,14 @@ def test_filters_pushed_down_and_correct(spark, idx):
     # negation and nulls follow Spark's three-valued logic
     neg = _load(spark, idx).filter("NOT (s = 'upd') AND x IN (5, 150, 151, 99999)")
     _equal(_spark_arrow(neg), base.filter(pc.invert(pc.field("s") == "upd") & pc.field("x").isin([5, 150, 151, 99999])))
+    nullsafe = _load(spark, idx).filter("NOT (x <=> 5) AND x < 8")
+    _equal(_spark_arrow(nullsafe), base.filter((pc.field("x") != 5) & (pc.field("x") < 8)))
+    # NOT (a <=> v) keeps the rows where a is null: Spark evaluates it, the source does not
+    from pyspark.sql.datasource import EqualNullSafe, Not
+
+    reader = make_reader(idx["opts"], infer_schema(idx["opts"]))
+    kept = Not(EqualNullSafe(("x",), 5))
+    assert list(reader.pushFilters([kept, Not(EqualNullSafe(("x",), None))])) == [kept]
 
 
 def test_pushed_filters_prune_segments_and_rows(spark, idx):
