@@ -77,8 +77,10 @@ def _session() -> Any:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
+    from benches.spark_ceiling import put_repo_on_worker_path
     from shardstore.spark import SPARK_CONF, register
 
+    put_repo_on_worker_path()  # the ceiling source's module, for the Python workers
     builder = (SparkSession.builder.master("local[2]").appName("bench-spark")
                .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
                .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.memory", "4g")
@@ -89,6 +91,9 @@ def _session() -> Any:
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
+    from benches import spark_ceiling
+
+    spark_ceiling.register(spark)
     return spark
 
 
@@ -123,7 +128,7 @@ def run(ctx: Context) -> Iterator[Figure]:
     """count() and a group-by through the Python source and the fast path, next to spark.read.parquet."""
     from shardstore.spark import read_index
     from shardstore.spark.fast_path import resolve_files
-    from shardstore.spark.reader import plan_read
+    from shardstore.spark.reader import full_arrow_schema, plan_read, segment_partitions, to_struct_type
 
     rows = getattr(ctx.args, "spark_rows", None) or (QUICK_ROWS if ctx.quick else ROWS)
     reps = QUICK_REPS if ctx.quick else REPS
@@ -148,15 +153,23 @@ def run(ctx: Context) -> Iterator[Figure]:
             "python_narrow": lambda: spark.read.format("shardstore").option("store", url).option("index", "flights")
             .option("cacheDir", cache).schema(NARROW).load(),
         }
+        # Spark's Python data-source API alone: same schema and partition count, no I/O, no decode
+        full = to_struct_type(full_arrow_schema(plan.mapping, False))
+        nparts = len(segment_partitions(plan, [], 0))
+        ceiling = (lambda: spark.read.format("shardstore-bench-ceiling").option("file", files[0][len("file://"):])
+                   .option("rows", str(rows)).option("partitions", str(nparts)).schema(full).load())
         common = {"rows": rows, "data": data, "shards": SHARDS, "segments": segs, "reps": reps, "cores": 2}
         for qname, query in _queries().items():
-            answers, times = {}, {p: [] for p in paths}
+            answers, times = {}, {p: [] for p in [*paths, "python_ceiling"]}
             for rep in range(reps + 1):  # the first round warms up
-                for pname, make in paths.items():
+                for pname, make in [*paths.items(), ("python_ceiling", ceiling)]:
                     t = time.perf_counter()
                     answers[pname] = query(make())
                     if rep:
                         times[pname].append(time.perf_counter() - t)
+            if qname == "count" and answers["python_ceiling"] != rows:
+                raise AssertionError(f"the ceiling source returned {answers['python_ceiling']} rows, not {rows}")
+            del answers["python_ceiling"]  # its rows are one row group repeated: only its count is checked
             if len({repr(a) for a in answers.values()}) != 1:
                 raise AssertionError(f"{qname}: the paths disagree: {answers}")
             med = {p: statistics.median(ts) for p, ts in times.items()}
@@ -169,6 +182,10 @@ def run(ctx: Context) -> Iterator[Figure]:
                                  met=ratio >= target, **common)
             yield ctx.figure(f"{qname}_python_narrow_vs_native", med["native"] / med["python_narrow"], "x",
                              schema=NARROW, **common)
+            # the best any Python source can do here; python_vs_ceiling is the share of it we reach
+            yield ctx.figure(f"{qname}_python_ceiling_vs_native", med["native"] / med["python_ceiling"], "x",
+                             **common)
+            yield ctx.figure(f"{qname}_python_vs_ceiling", med["python_ceiling"] / med["python"], "x", **common)
         try:
             from benches.spark_sink import figures as sink_figures
         except ImportError:  # the sink bench lives in benches/spark_sink.py (the writer's half of issue 7)

@@ -225,4 +225,8 @@ def test_spark_quick_prints_json_figures_then_a_table(tmp_path: Path) -> None:
             fig = next(f for f in figures if f["name"] == f"{query}_{path}_vs_native")
             assert fig["target"] in (">= 0.6", ">= 0.9") and isinstance(fig["met"], bool)
             assert fig["params"]["rows"] == 100_000
+        ceiling = next(f for f in figures if f["name"] == f"{query}_python_ceiling_vs_native")
+        assert ceiling["value"] > 0 and names.count(f"{query}_python_vs_ceiling") == 1
+    for name in ("null_python_sink_vs_parquet", "sink_vs_null_python_sink"):
+        assert next(f for f in figures if f["name"] == name)["value"] > 0
     assert not list(tmp_path.glob("shardstore-bench-spark-*")), "temp files left behind"
