@@ -692,6 +692,8 @@ def _value_json(col: pa.ChunkedArray) -> pa.ChunkedArray:
     if pa.types.is_dictionary(t):
         col = col.cast(t.value_type)
         t = col.type
+    if pa.types.is_null(t):  # a column with no value at all: absent from every source
+        return pa.chunked_array([pa.nulls(len(col), pa.string())])
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         return _escape(col.cast(pa.string()))
     if pa.types.is_boolean(t) or pa.types.is_integer(t):
@@ -713,7 +715,17 @@ def _value_json(col: pa.ChunkedArray) -> pa.ChunkedArray:
 
 
 def _object_json(items: list[tuple[str, pa.ChunkedArray | None, dict | None]], n: int) -> pa.ChunkedArray:
-    parts = []
+    """JSON objects of the members, one per row, built with a single join of all members.
+
+    A member whose value is null in a row is left out of that row.  Separators: members
+    before the first member present in every row (the anchor) carry a trailing comma,
+    members after it a leading one, so no row needs trimming.  A member present in every
+    row joins as two pieces (its ``"key":`` literal and its values) without a copy of its
+    own; only optional members are joined with their separator first, so that a null
+    value drops both.  Without an anchor every member carries a leading comma and the
+    first one is trimmed (one more pass).
+    """
+    values: list[tuple[str, pa.ChunkedArray]] = []
     for key, col, sub in items:
         if sub is not None:
             value = _object_json(list(sub.values()), n)
@@ -724,12 +736,24 @@ def _object_json(items: list[tuple[str, pa.ChunkedArray | None, dict | None]], n
                 value = pc.if_else(pc.is_valid(col), value, pa.scalar(None, pa.string()))
             else:
                 value = _value_json(col)
-        # each member carries its leading comma; a null member (absent value) stays null
-        parts.append(pc.binary_join_element_wise("," + json.dumps(key, ensure_ascii=False) + ":", value, ""))
-    if not parts:
+        values.append((json.dumps(key, ensure_ascii=False) + ":", value))
+    if not values:
         return pa.repeat(pa.scalar("{}"), n)
-    # (null_handling="skip" drops rows where every part is null in pyarrow 26: avoid it)
-    body = pc.binary_join_element_wise("", *parts, "", null_handling="replace", null_replacement="")
+    anchor = next((i for i, (_k, v) in enumerate(values) if v.null_count == 0), None)
+    pieces: list[Any] = []
+    for i, (key, value) in enumerate(values):
+        if i == anchor:
+            pieces += [key, value]
+        elif anchor is not None and i < anchor:
+            pieces.append(pc.binary_join_element_wise(key, value, ",", ""))
+        elif value.null_count == 0:
+            pieces += ["," + key, value]
+        else:
+            pieces.append(pc.binary_join_element_wise("," + key, value, ""))
+    if anchor is not None:
+        # (null_handling="skip" drops rows where every part is null in pyarrow 26: avoid it)
+        return pc.binary_join_element_wise("{", *pieces, "}", "", null_handling="replace", null_replacement="")
+    body = pc.binary_join_element_wise(*pieces, "", null_handling="replace", null_replacement="")
     return pc.binary_join_element_wise("{", pc.utf8_slice_codeunits(body, 1), "}", "")
 
 

@@ -13,17 +13,20 @@ from shardstore.segments.versions import first_of_runs
 
 
 def last_per_id(rows: pa.Table) -> pa.Table:
-    """The last row of each id, sorted by ``_id`` (one sort: Spark's last write of an id in a task wins)."""
+    """The last row of each id, sorted by ``_id`` (one stable sort: Spark's last write of an id in a task wins)."""
     n = rows.num_rows
-    ids = rows.column("_id").combine_chunks()
     if n < 2:
         return rows
-    pos = pa.array(np.arange(n, dtype=np.int64))
-    order = pc.sort_indices(pa.table({"_id": ids, "pos": pos}), sort_keys=[("_id", "ascending"), ("pos", "descending")])
-    first = first_of_runs(ids.take(order))
-    if pc.all(first).as_py():
+    ids = rows.column("_id").combine_chunks()
+    if pc.all(pc.less(ids.slice(0, n - 1), ids.slice(1))).as_py():  # already sorted, no id twice
+        return rows
+    order = pc.array_sort_indices(ids)  # stable: the rows of one id keep their input order
+    ids = ids.take(order)
+    # the last row of each run of equal ids
+    last = pa.concat_arrays([pc.not_equal(ids.slice(0, n - 1), ids.slice(1)), pa.array([True])])
+    if pc.all(last).as_py():
         return rows.take(order)
-    return rows.take(order.filter(first))
+    return rows.take(order.filter(last))
 
 
 SAMPLE_ROWS = 1024

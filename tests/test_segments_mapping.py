@@ -287,3 +287,31 @@ def test_fast_path_matches_reference(docs):
     # and parsing again with the learned mapping gives the same columns
     again, m2 = parse_sources(ids, src, got[1])
     assert m2 == got[1] and again.equals(got[0])
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_sources_from_table_any_null_pattern(seed):
+    """Every mix of always-present and optional members (first, middle, last, none) gives each row's exact object."""
+    import random
+
+    rng = random.Random(seed)
+    n = 40
+    cols: dict[str, pa.Array] = {"_id": pa.array([str(i) for i in range(n)])}
+    for c in range(rng.randint(1, 6)):
+        p_null = rng.choice([0.0, 0.0, 0.3, 1.0])
+        kind = rng.choice(["long", "str", "nested"])
+        vals = [None if rng.random() < p_null else rng.randint(-5, 5) for _ in range(n)]
+        name = f"c{c}" if kind != "nested" else f"o{c % 2}.k{c}"
+        cols[name] = pa.array([None if v is None else f"s{v}" for v in vals]) if kind == "str" else pa.array(vals, pa.int64())
+    t = pa.table(cols)
+    _ids, src = sources_from_table(t)
+    for i, text in enumerate(src.to_pylist()):
+        want: dict = {}
+        for name in t.column_names[1:]:
+            v = t.column(name)[i].as_py()
+            head, _, leaf = name.rpartition(".")
+            node = want.setdefault(head, {}) if head else want
+            if v is not None:
+                node[leaf] = v
+        assert json.loads(text) == want, (seed, i, text)
+        assert list(json.loads(text)) == list(want)  # the columns' order
