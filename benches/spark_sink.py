@@ -8,7 +8,8 @@ Method: the table gets an ``_id`` (its row number) if it has none; the DataFrame
 built from it, repartitioned over the session's cores and cached (materialized with
 ``count()``) before any clock starts, so both writes read the same in-memory rows.  A
 local file store holds a cluster state with one index per rep (``SINK_SHARDS`` shards, no
-documents, made by a :class:`Cluster` closed before the runs).  Per rep, timed:
+documents, made by a :class:`Cluster` closed before the runs).  One warm-up round, then
+per rep, timed:
 ``df.write.parquet(fresh dir)`` (zstd, Spark's default Parquet writer) and
 ``df.write.format("shardstore")...mode("append").save()`` into a fresh index (routing,
 JSON ``_source`` built and parsed against the mapping, one segment per task and shard,
@@ -59,7 +60,7 @@ def figures(ctx: Context, spark: Any, table: pa.Table) -> Iterator[Figure]:
     try:
         cluster = Cluster(store=url, data_dir=f"{root}/nodes", nodes=1, recovery_delay=0.05)
         try:
-            for r in range(reps):
+            for r in range(reps + 1):  # sink0 takes the warm-up round
                 cluster.create_index(f"sink{r}", shards=SINK_SHARDS, replicas=0)
         finally:
             cluster.close()
@@ -71,7 +72,7 @@ def figures(ctx: Context, spark: Any, table: pa.Table) -> Iterator[Figure]:
 
         spark_ceiling.register(spark)
         sink_s, parquet_s, null_s, sink_bytes, parquet_bytes = [], [], [], 0, 0
-        for r in range(reps):
+        for r in range(reps + 1):  # round 0 warms up (Python workers, JIT) and is not counted
             out = f"{root}/parquet{r}"
             t = time.perf_counter()
             df.write.mode("overwrite").parquet(out)
@@ -86,8 +87,10 @@ def figures(ctx: Context, spark: Any, table: pa.Table) -> Iterator[Figure]:
             t = time.perf_counter()
             df.write.format("shardstore-bench-null-sink").mode("append").save()
             null_s.append(time.perf_counter() - t)
-            ctx.progress(f"rep {r}: parquet {parquet_s[-1]:.2f}s, shardstore sink {sink_s[-1]:.2f}s, "
-                         f"null Python sink {null_s[-1]:.2f}s")
+            ctx.progress(f"{'warm-up' if r == 0 else f'rep {r}'}: parquet {parquet_s[-1]:.2f}s, "
+                         f"shardstore sink {sink_s[-1]:.2f}s, null Python sink {null_s[-1]:.2f}s")
+            if r == 0:
+                del parquet_s[:], sink_s[:], null_s[:]
         df.unpersist()
         common = {"rows": rows, "shards": SINK_SHARDS, "partitions": cores, "reps": reps,
                   "columns": len(table.column_names)}
