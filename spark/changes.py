@@ -43,10 +43,10 @@ from shardstore.blobstores.base import BlobStore
 from shardstore.errors import InvalidError
 from shardstore.segments.errors import CommitNotFound
 from shardstore.segments.reader import ShardCommitReader
-from shardstore.segments.remote_store import ShardAddress, latest_commit, list_terms
+from shardstore.segments.remote_store import ShardAddress, iter_commits, latest_commit, list_terms
 from shardstore.spark.catalog import open_from_options, resolve_index
 from shardstore.translog.operations import OpType
-from shardstore.translog.remote import RemoteTranslog
+from shardstore.translog.remote import RemoteTranslog, latest_metadata_key
 
 SCHEMA = pa.schema([
     pa.field("op_type", pa.string()), pa.field("_id", pa.string()), pa.field("_seq_no", pa.int64()),
@@ -150,6 +150,18 @@ def shard_checkpoint(store: BlobStore, address: ShardAddress) -> int:
     return int(cp + (len(s) if len(run) == 0 else run[0]))
 
 
+def shard_state_key(store: BlobStore, address: ShardAddress) -> tuple:
+    """What :func:`shard_checkpoint` reads, named by LISTs alone: the newest commit key and each term's newest translog metadata key.
+
+    Commit and translog metadata blobs are written once under unique keys, so an
+    unchanged state key means an unchanged checkpoint: an idle stream polls with LISTs
+    only instead of reading the retained translog.
+    """
+    newest_commit = next(iter(iter_commits(store, address)), None)
+    terms = list_terms(store, address)
+    return newest_commit, tuple((t, latest_metadata_key(store, address.translog_prefix(t))) for t in terms)
+
+
 def _to_batches(table: pa.Table) -> Iterator[pa.RecordBatch]:
     """The table's non-empty batches of at most 64K rows."""
     yield from (b for b in table.to_batches(max_chunksize=64 * 1024) if b.num_rows)
@@ -185,6 +197,8 @@ class ShardstoreChangesStreamReader(DataSourceStreamReader, SupportsTriggerAvail
         self.options = options
         self._target: dict[str, int] | None = None
         self._loc = None
+        self._store: BlobStore | None = None
+        self._known: dict[int, tuple[tuple, int]] = {}  # shard -> (state key, its checkpoint)
 
     def _location(self) -> Any:
         """The index's location (resolved once)."""
@@ -193,10 +207,19 @@ class ShardstoreChangesStreamReader(DataSourceStreamReader, SupportsTriggerAvail
         return self._loc
 
     def _latest(self) -> dict[str, int]:
-        """Every shard's durable global checkpoint now."""
-        store = open_from_options(self.options)
+        """Every shard's durable global checkpoint now (recomputed only for shards whose state key moved)."""
+        if self._store is None:
+            self._store = open_from_options(self.options)
         loc = self._location()
-        return {str(s): shard_checkpoint(store, loc.address(s)) for s in range(loc.shards)}
+        out = {}
+        for s in range(loc.shards):
+            key = shard_state_key(self._store, loc.address(s))
+            known = self._known.get(s)
+            if known is None or known[0] != key:
+                known = (key, shard_checkpoint(self._store, loc.address(s)))
+                self._known[s] = known
+            out[str(s)] = known[1]
+        return out
 
     def initialOffset(self) -> dict:
         """Before every operation (or just below ``fromSeqNo`` when given)."""

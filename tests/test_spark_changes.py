@@ -129,3 +129,34 @@ def test_spark_written_documents_appear_in_the_feed(spark, tmp_path: Path) -> No
     assert [g[1] for g in spark_ops] == list(range(5, 12)) and {g[3] for g in spark_ops} == {"index"}
     assert {g[4]: g[6] for g in spark_ops} == {f"s{i}": {"n": i} for i in range(7)}
     assert pa.array([g[2] for g in spark_ops]).unique().to_pylist() == [3]  # the job's claimed term (1 + a free term)
+
+
+def test_an_idle_stream_polls_with_lists_only(tmp_path: Path) -> None:
+    """latestOffset re-reads a shard's translog only when its newest commit or translog metadata key moved."""
+    from shardstore.blobstores import open_store
+    from shardstore.spark.catalog import resolve_index
+    from shardstore.spark.changes import ShardstoreChangesStreamReader, shard_checkpoint
+
+    url = f"file://{tmp_path / 'remote'}"
+    cluster = Cluster(store=url, data_dir=str(tmp_path / "a"), nodes=1, recovery_delay=0.05)
+    try:
+        cluster.create_index(INDEX, shards=2, replicas=0)
+        _index(cluster, [{"_id": f"a{i}", "n": i} for i in range(20)])
+        reader = ShardstoreChangesStreamReader({"store": url, "index": INDEX})
+        first = reader._latest()
+        assert sum(first.values()) == 20 - 2  # seq#s 0.. per shard: checkpoints sum to docs - shards
+        reader._store.reset_metrics()
+        assert reader._latest() == first
+        requests = reader._store.metrics()["requests"]
+        assert requests["get"] == 0 and requests["list"] > 0, requests
+
+        _index(cluster, [{"_id": f"b{i}", "n": i} for i in range(6)])
+        moved = reader._latest()
+        store = open_store(url)
+        loc = resolve_index(store, INDEX)
+        assert moved == {str(s): shard_checkpoint(store, loc.address(s)) for s in range(2)}
+        assert sum(moved.values()) == 26 - 2
+        cluster.flush(INDEX)  # a new commit (and a purged translog): the checkpoint stays put
+        assert reader._latest() == moved
+    finally:
+        cluster.close()

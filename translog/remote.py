@@ -73,6 +73,15 @@ def _join(prefix: str, key: str) -> str:
     return f"{prefix.rstrip('/')}/{key}" if prefix else key
 
 
+def latest_metadata_key(store: BlobStore, prefix: str) -> str | None:
+    """The key of the newest metadata blob under ``prefix`` (one LIST, no GET); None if none.
+
+    Metadata blobs are never overwritten, so an unchanged key means an unchanged translog.
+    """
+    first = next(iter(store.list(_join(prefix, METADATA_DIR))), None)
+    return None if first is None else first.key
+
+
 def latest_metadata(store: BlobStore, prefix: str) -> tuple[str, RemoteTranslogMetadata] | None:
     """(key, metadata) of the newest metadata blob under ``prefix``: one LIST, one GET; None if none."""
     listing = iter(store.list(_join(prefix, METADATA_DIR)))
@@ -480,4 +489,4 @@ class RemoteTranslog:
         self.close()
 
 
-__all__ = ["RemoteTranslog", "filter_batch", "latest_metadata", "read_generation", "resolve"]
+__all__ = ["RemoteTranslog", "filter_batch", "latest_metadata", "latest_metadata_key", "read_generation", "resolve"]
