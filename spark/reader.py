@@ -351,20 +351,29 @@ def read_segment(store: BlobStore, part: SegmentPartition, schema: pa.Schema, ex
     starts = [0]
     for g in range(md.num_row_groups):
         starts.append(starts[-1] + md.row_group(g).num_rows)
-    t = pf.read_row_groups(groups, columns=want + extra, use_threads=True)
-    keep = None
-    if live is not None and live.deleted_count:
-        mask = live.mask()
-        keep = pa.concat_arrays([mask.slice(starts[g], starts[g + 1] - starts[g]) for g in groups])
-    if part.superseded is not None:
-        fresh = pc.invert(pc.is_in(t.column("_id"), value_set=part.superseded))
-        keep = fresh if keep is None else pc.and_(keep, fresh)
-    if keep is not None:
-        t = t.filter(keep)
-    if expr is not None and t.num_rows:
-        t = conform(t, work).filter(expr)
-    if t.num_rows:
-        yield from conform(t, schema).to_batches(max_chunksize=batch_size)
+    mask = live.mask() if live is not None and live.deleted_count else None
+    # read, filter and yield ~batch_size rows at a time: a task holds one chunk, not its
+    # whole ~1M-row range (same speed, measured: count 1.96-2.06 s vs 1.95-2.00 s at 5M rows)
+    chunk: list[int] = []
+    for i, g in enumerate(groups):
+        chunk.append(g)
+        rows = sum(starts[c + 1] - starts[c] for c in chunk)
+        if rows < batch_size and i + 1 < len(groups):
+            continue
+        t = pf.read_row_groups(chunk, columns=want + extra, use_threads=True)
+        keep = None
+        if mask is not None:
+            keep = pa.concat_arrays([mask.slice(starts[c], starts[c + 1] - starts[c]) for c in chunk])
+        if part.superseded is not None:
+            fresh = pc.invert(pc.is_in(t.column("_id"), value_set=part.superseded))
+            keep = fresh if keep is None else pc.and_(keep, fresh)
+        if keep is not None:
+            t = t.filter(keep)
+        if expr is not None and t.num_rows:
+            t = conform(t, work).filter(expr)
+        if t.num_rows:
+            yield from conform(t, schema).to_batches(max_chunksize=batch_size)
+        chunk = []
 
 
 def parse_sources_table(ops: pa.Table, mapping: dict) -> pa.Table:
