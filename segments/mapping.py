@@ -87,6 +87,7 @@ class FieldType(str, enum.Enum):
 
     @property
     def arrow_type(self) -> pa.DataType:
+        """The Arrow type a column of this field type has in a segment."""
         return _ARROW_TYPES[self]
 
     def __str__(self) -> str:  # pragma: no cover - cosmetic
@@ -185,9 +186,11 @@ class Mapping:
         return self._dict[name]
 
     def get(self, name: str, default: FieldType | None = None) -> FieldType | None:
+        """The type of field ``name`` (``default`` when unmapped)."""
         return self._dict.get(name, default)
 
     def items(self) -> tuple[tuple[str, FieldType], ...]:
+        """``(name, type)`` pairs, in mapping order."""
         return self.fields
 
     @property
@@ -208,6 +211,7 @@ class Mapping:
         return d
 
     def with_fields(self, new: dict[str, FieldType]) -> Mapping:
+        """This mapping with ``new`` fields added (or retyped)."""
         if not new:
             return self
         return Mapping(tuple({**self._dict, **new}.items()))
