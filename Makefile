@@ -33,7 +33,7 @@ demo: install demo-data
 # Byte-compiling first keeps compile() off background threads during the run (see the
 # note on --tb=native in pyproject.toml).
 test: install-dev
-	$(BIN)/python -m compileall -q shardstore blobstores plugins engine translog segments cluster_state spark pyspark_shardstore pyspark_shardstore_changes benches
+	$(BIN)/python -m compileall -q shardstore blobstores plugins engine translog segments cluster_state spark pyspark_shardstore pyspark_shardstore_changes pyspark_shardstore_arrow benches
 	$(BIN)/python -m pytest -q
 
 bench: install-dev

@@ -29,6 +29,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from shardstore.errors import InvalidError
 from shardstore.segments.livedocs import LiveDocs
 from shardstore.segments.segment import SegmentReader
 from shardstore.spark.reader import (
@@ -78,13 +79,40 @@ def resolve_files(store: Any, plan: ReadPlan, cache_dir: str) -> list[tuple[str,
         return list(pool.map(one, jobs))
 
 
-def read_index(spark: Any, store: str, index: str, **options: Any) -> Any:
-    """The index's live documents as a DataFrame read by Spark's native Parquet reader (same columns as the source)."""
+def _user_columns(schema: pa.Schema, user: Any, index: str) -> list[Any]:
+    """The columns of a user schema (StructType or DDL string): known names only, cast to the types it gives."""
     from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
 
+    wanted = StructType.fromDDL(user) if isinstance(user, str) else user
+    unknown = [f.name for f in wanted.fields if f.name not in schema.names]
+    if unknown:
+        raise InvalidError(f"index {index!r} has no column(s) {unknown}; its columns are {schema.names}")
+    return [F.col(_quote(f.name)).cast(f.dataType).alias(f.name) for f in wanted.fields]
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def read_index(spark: Any, store: str, index: str, schema: Any = None, **options: Any) -> Any:
+    """The index's live documents as a DataFrame read by Spark's native Parquet reader (same columns as the source).
+
+    ``schema`` (a StructType or DDL string) picks columns and their types, as ``.schema(...)``
+    does for ``format("shardstore")``; the other options are the source's (asOfCommit...).
+    """
     opts = {**lower_options(options), "store": store, "index": index}
     blob_store, plan = plan_read(opts)
-    schema = full_arrow_schema(plan.mapping, _flag(opts, "includesource"))
+    full = full_arrow_schema(plan.mapping, True)
+    if schema is not None:
+        return _read(spark, blob_store, plan, opts, full).select(*_user_columns(full, schema, index))
+    return _read(spark, blob_store, plan, opts, full_arrow_schema(plan.mapping, _flag(opts, "includesource")))
+
+
+def _read(spark: Any, blob_store: Any, plan: ReadPlan, opts: dict[str, str], schema: pa.Schema) -> Any:
+    """The plan's live documents with the columns of ``schema``."""
+    from pyspark.sql import functions as F
+
     sschema = to_struct_type(schema)
     files = resolve_files(blob_store, plan, opts.get("cachedir") or default_cache_dir())
     clean = ["file://" + p for p, d in files if d is None]
@@ -110,7 +138,7 @@ def read_index(spark: Any, store: str, index: str, **options: Any) -> Any:
     out = frames[0]
     for f in frames[1:]:
         out = out.unionByName(f)
-    return out.select(*schema.names)
+    return out.select(*(_quote(n) for n in schema.names))
 
 
 __all__ = ["read_index", "resolve_files"]

@@ -4,6 +4,10 @@ Options (``.option(k, v)``, all strings): ``store`` (URL, required), ``index`` (
 and the store's own options (endpoint, credentials...) passed through to
 :func:`shardstore.blobstores.open_store`; reading and writing add their own (see the
 modules).  Spark pickles this object to its executors: it holds only the options.
+
+The same source is also registered as ``format("shardstore-arrow")``: with the JVM bridge jar
+loaded, ``format("shardstore")`` names the bridge (:mod:`shardstore.spark.bridge`), which falls
+back to this one under that name.
 """
 
 from __future__ import annotations
@@ -39,3 +43,12 @@ class ShardstoreDataSource(DataSource):
         from shardstore.spark.writer import make_writer
 
         return make_writer(dict(self.options), schema, overwrite)
+
+
+class ShardstoreArrowDataSource(ShardstoreDataSource):
+    """``format("shardstore-arrow")``: the same source under the name the JVM bridge falls back to."""
+
+    @classmethod
+    def name(cls) -> str:
+        """The format name."""
+        return "shardstore-arrow"

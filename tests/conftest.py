@@ -168,23 +168,22 @@ def store_factory(backend: str, request: pytest.FixtureRequest, tmp_path: Path) 
 
 @pytest.fixture(scope="session")
 def spark():
-    """One local Spark session for the whole run (local[2], UI off, bound to 127.0.0.1), shardstore registered."""
+    """One local Spark session for the whole run (local[2], UI off, bound to 127.0.0.1), shardstore and its bridge registered."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    from shardstore.spark import SPARK_CONF, register
+    from shardstore.spark import configure, register
 
     builder = (SparkSession.builder.master("local[2]").appName("shardstore-tests")
                .config("spark.ui.enabled", "false")
                .config("spark.driver.host", "127.0.0.1")
                .config("spark.driver.bindAddress", "127.0.0.1")
                .config("spark.sql.shuffle.partitions", "4"))
-    for key, value in SPARK_CONF.items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    register(session)
+    # as a user would: filter pushdown on and the JVM bridge jar loaded (format("shardstore") reads natively)
+    session = configure(builder).getOrCreate()
+    assert register(session), "the shardstore bridge jar did not load"
     try:
         yield session
     finally:

@@ -215,13 +215,13 @@ def test_cluster_state_quick_prints_json_figures_then_a_table(tmp_path: Path) ->
 
 
 def test_spark_quick_prints_json_figures_then_a_table(tmp_path: Path) -> None:
-    """``python -m benches spark --quick``: count and group-by through the Python source and the fast path next to native Parquet."""
+    """``python -m benches spark --quick``: count and group-by through the bridge, the Python source and the fast path next to native Parquet."""
     figures, _table, _json_lines, _err = _quick("spark", tmp_path)
     names = [f["name"] for f in figures]
     for query in ("count", "groupby"):
-        for path in ("native", "python", "fast"):
+        for path in ("native", "shardstore", "python", "bridge_python", "fast"):
             assert names.count(f"{query}_{path}_seconds") == 1, (query, path)
-        for path in ("python", "fast"):
+        for path in ("shardstore", "python", "bridge_python", "fast"):
             fig = next(f for f in figures if f["name"] == f"{query}_{path}_vs_native")
             assert fig["target"] in (">= 0.6", ">= 0.9") and isinstance(fig["met"], bool)
             assert fig["params"]["rows"] == 100_000

@@ -42,7 +42,7 @@ VERSION = PYPROJECT["project"]["version"]
 PACKAGE_DIR: dict[str, str] = PYPROJECT["tool"]["setuptools"]["package-dir"]
 #: The only top-level modules besides shardstore, on purpose: Spark 4.x registers the
 #: ``DefaultSource`` of every installed ``pyspark_*`` module by itself (issue 7).
-SPARK_AUTOLOAD = {"pyspark_shardstore", "pyspark_shardstore_changes"}
+SPARK_AUTOLOAD = {"pyspark_shardstore", "pyspark_shardstore_changes", "pyspark_shardstore_arrow"}
 SUBPACKAGES = {k: v for k, v in PACKAGE_DIR.items() if k not in SPARK_AUTOLOAD}
 TOP_LEVEL_FOLDERS = sorted(d for d in SUBPACKAGES.values() if d != "shardstore")
 SCHEMES = set(PYPROJECT["project"]["entry-points"]["shardstore.blobstores"])

@@ -106,8 +106,18 @@ def _oracle_pyarrow_schema() -> pa.Schema:
                       ("x", pa.int64())])
 
 
-def _load(spark, idx, **options):
-    reader = spark.read.format("shardstore").options(**idx["opts"])
+#: format("shardstore") is the JVM bridge in the shared session (its jar is loaded: native Parquet reads);
+#: format("shardstore-arrow") is the Python data source it falls back to.  Both must equal the oracles.
+FORMATS = ["shardstore", "shardstore-arrow"]
+
+
+@pytest.fixture(params=FORMATS)
+def fmt(request) -> str:
+    return request.param
+
+
+def _load(spark, idx, fmt="shardstore", **options):
+    reader = spark.read.format(fmt).options(**idx["opts"])
     for k, v in options.items():
         reader = reader.option(k, v)
     return reader.load()
@@ -124,60 +134,60 @@ def _equal(a: pa.Table, b: pa.Table) -> None:
     assert a.equals(b), "tables differ"
 
 
-def test_schema_typed_and_source_on_request(spark, idx):
+def test_schema_typed_and_source_on_request(spark, idx, fmt):
     schema = infer_schema(idx["opts"])
     assert schema.fieldNames() == COLUMNS
     assert {f.name: f.dataType.simpleString() for f in schema.fields} == {
         "_id": "string", "_seq_no": "bigint", "_primary_term": "bigint", "_version": "bigint",
         "b": "boolean", "f": "double", "s": "string", "x": "bigint"}
-    with_source = _load(spark, idx, includeSource="true")
+    with_source = _load(spark, idx, fmt, includeSource="true")
     assert "_source" in with_source.columns
     row = with_source.filter("_id = 'd00500'").select("_source").collect()[0][0]
     assert b'"x":500' in bytes(row)
 
 
-def test_newest_commit_equals_both_oracles(spark, idx):
+def test_newest_commit_equals_both_oracles(spark, idx, fmt):
     expected = _oracle_pyarrow(idx)
     _equal(expected, _oracle_duckdb(idx))
     assert expected.num_rows == N + 200 - 50  # 50 deleted; updates replace, never add
-    _equal(_spark_arrow(_load(spark, idx)), expected)
+    _equal(_spark_arrow(_load(spark, idx, fmt)), expected)
     _equal(_spark_arrow(read_index(spark, idx["url"], "t", cacheDir=idx["cache"])), expected)
-    assert _load(spark, idx).count() == expected.num_rows
+    assert _load(spark, idx, fmt).count() == expected.num_rows
     assert read_index(spark, idx["url"], "t", cacheDir=idx["cache"]).count() == expected.num_rows
 
 
-def test_updates_and_deletes_exact(spark, idx):
-    df = _load(spark, idx)
+def test_updates_and_deletes_exact(spark, idx, fmt):
+    df = _load(spark, idx, fmt)
     got = {r["_id"]: r for r in df.filter("_id in ('d00000', 'd00099', 'd00100', 'd00149', 'd00150')").collect()}
     assert sorted(got) == ["d00000", "d00099", "d00150"]
     assert (got["d00099"]["x"], got["d00099"]["s"], got["d00099"]["_version"]) == (-99, "upd", 2)
     assert (got["d00150"]["x"], got["d00150"]["_version"]) == (150, 1)
-    assert _load(spark, idx).filter("s = 'upd'").count() == 100
+    assert _load(spark, idx, fmt).filter("s = 'upd'").count() == 100
 
 
-def test_time_travel_as_of_commit(spark, idx):
+def test_time_travel_as_of_commit(spark, idx, fmt):
     old = _oracle_pyarrow(idx, {0: 1, 1: 1})
     assert old.num_rows == N
     _equal(old, _oracle_duckdb(idx, {0: 1, 1: 1}))
-    _equal(_spark_arrow(_load(spark, idx, asOfCommit="1")), old)
+    _equal(_spark_arrow(_load(spark, idx, fmt, asOfCommit="1")), old)
     _equal(_spark_arrow(read_index(spark, idx["url"], "t", cacheDir=idx["cache"], asOfCommit="1")), old)
     mixed = _oracle_pyarrow(idx, {0: 1})  # shard 0 old, shard 1 newest
-    _equal(_spark_arrow(_load(spark, idx, asOfCommit="0:1")), mixed)
+    _equal(_spark_arrow(_load(spark, idx, fmt, asOfCommit="0:1")), mixed)
 
 
-def test_time_travel_as_of_seq_no(spark, idx):
+def test_time_travel_as_of_seq_no(spark, idx, fmt):
     store, plan = plan_read({**idx["opts"], "asOfCommit": "1"})
     per_shard = {s.shard: s.metadata.commit.max_seq_no for s in plan.shards}
     spec = ",".join(f"{s}:{n}" for s, n in per_shard.items())
-    _equal(_spark_arrow(_load(spark, idx, asOfSeqNo=spec)), _oracle_pyarrow(idx, {0: 1, 1: 1}))
-    _equal(_spark_arrow(_load(spark, idx, asOfSeqNo="1000000")), _oracle_pyarrow(idx))
+    _equal(_spark_arrow(_load(spark, idx, fmt, asOfSeqNo=spec)), _oracle_pyarrow(idx, {0: 1, 1: 1}))
+    _equal(_spark_arrow(_load(spark, idx, fmt, asOfSeqNo="1000000")), _oracle_pyarrow(idx))
     with pytest.raises(NotFoundError, match="asOfSeqNo"):
         plan_read({**idx["opts"], "asOfSeqNo": "-1"})
 
 
-def test_include_translog_sees_unflushed_acknowledged_writes(spark, idx):
+def test_include_translog_sees_unflushed_acknowledged_writes(spark, idx, fmt):
     base = _oracle_pyarrow(idx)
-    df = _load(spark, idx, includeTranslog="true")
+    df = _load(spark, idx, fmt, includeTranslog="true")
     got = _spark_arrow(df)
     assert got.num_rows == base.num_rows + 1 - 2  # new-1 added; d00002 and d00200 deleted
     ids = set(got.column("_id").to_pylist())
@@ -211,20 +221,21 @@ def test_include_translog_as_of_seq_no(idx):
 
 
 def test_filters_pushed_down_and_correct(spark, idx):
+    """The Python source takes the filters pyarrow evaluates like Spark (the bridge: tests/test_spark_bridge.py)."""
     base = _oracle_pyarrow(idx)
-    df = _load(spark, idx).filter("x >= 2900 and s = 'v3' and _id like 'd02%'")
+    df = _load(spark, idx, "shardstore-arrow").filter("x >= 2900 and s = 'v3' and _id like 'd02%'")
     plan = df._jdf.queryExecution().executedPlan().toString()
     assert not _filter_node(plan), plan  # every filter handled by the source
     want = base.filter((pc.field("x") >= 2900) & (pc.field("s") == "v3") & pc.starts_with(pc.field("_id"), "d02"))
     _equal(_spark_arrow(df), want)
     # doubles go back to Spark (NaN ordering), still correct
-    dbl = _load(spark, idx).filter("f > 700.0")
+    dbl = _load(spark, idx, "shardstore-arrow").filter("f > 700.0")
     assert _filter_node(dbl._jdf.queryExecution().executedPlan().toString())
     assert dbl.count() == base.filter(pc.field("f") > 700.0).num_rows
     # negation and nulls follow Spark's three-valued logic
-    neg = _load(spark, idx).filter("NOT (s = 'upd') AND x IN (5, 150, 151, 99999)")
+    neg = _load(spark, idx, "shardstore-arrow").filter("NOT (s = 'upd') AND x IN (5, 150, 151, 99999)")
     _equal(_spark_arrow(neg), base.filter(pc.invert(pc.field("s") == "upd") & pc.field("x").isin([5, 150, 151, 99999])))
-    nullsafe = _load(spark, idx).filter("NOT (x <=> 5) AND x < 8")
+    nullsafe = _load(spark, idx, "shardstore-arrow").filter("NOT (x <=> 5) AND x < 8")
     _equal(_spark_arrow(nullsafe), base.filter((pc.field("x") != 5) & (pc.field("x") < 8)))
     # NOT (a <=> v) keeps the rows where a is null: Spark evaluates it, the source does not
     from pyspark.sql.datasource import EqualNullSafe, Not
@@ -253,14 +264,14 @@ def test_pushed_filters_prune_segments_and_rows(spark, idx):
     assert sum(b.num_rows for p in point.partitions() for b in point.read(p)) == 1
 
 
-def test_user_schema_reads_only_those_columns(spark, idx):
-    df = spark.read.format("shardstore").options(**idx["opts"]).schema("_id string, x long").load()
+def test_user_schema_reads_only_those_columns(spark, idx, fmt):
+    df = spark.read.format(fmt).options(**idx["opts"]).schema("_id string, x long").load()
     assert df.columns == ["_id", "x"]
     assert df.filter("x >= 150 and x < 160").count() == 10
-    cast = spark.read.format("shardstore").options(**idx["opts"]).schema("_id string, x double").load()
+    cast = spark.read.format(fmt).options(**idx["opts"]).schema("_id string, x double").load()
     assert cast.filter("_id = 'd00150'").collect()[0]["x"] == 150.0  # a user schema may pick the type
     with pytest.raises(Exception, match="no column"):
-        spark.read.format("shardstore").options(**idx["opts"]).schema("nope string").load().count()
+        spark.read.format(fmt).options(**idx["opts"]).schema("nope string").load().count()
 
 
 def test_auto_registration_module():
@@ -272,7 +283,7 @@ def test_auto_registration_module():
     assert ShardstoreDataSource.name() == "shardstore"
 
 
-def test_clear_errors(spark, idx, tmp_path):
+def test_clear_errors(spark, idx, fmt):
     from shardstore.spark.catalog import IndexNotInStore
 
     with pytest.raises(IndexNotInStore, match="no index 'missing'"):
@@ -286,9 +297,9 @@ def test_clear_errors(spark, idx, tmp_path):
     with pytest.raises(NotFoundError, match="generation 99"):
         plan_read({**idx["opts"], "asOfCommit": "99"})
     with pytest.raises(Exception, match="no index 'missing'"):
-        spark.read.format("shardstore").option("store", idx["url"]).option("index", "missing").load()
+        spark.read.format(fmt).option("store", idx["url"]).option("index", "missing").load()
     with pytest.raises(Exception, match="option\\('store'"):
-        spark.read.format("shardstore").option("index", "t").load()
+        spark.read.format(fmt).option("index", "t").load()
 
 
 def test_large_segment_read_in_row_group_ranges_with_deletes(spark, tmp_path):
@@ -314,7 +325,7 @@ def test_large_segment_read_in_row_group_ranges_with_deletes(spark, tmp_path):
     assert seg.info.row_groups > 3 and seg.deleted_count == len(range(0, n, 997))
     reader = make_reader(opts, infer_schema(opts))
     assert len(reader.partitions()) == seg.info.row_groups
-    df = spark.read.format("shardstore").options(**opts).load()
+    df = spark.read.format("shardstore-arrow").options(**opts).load()  # the Python source's row-group ranges
     got = df.select("_id", "x").toArrow().sort_by("x")
     want = pa.Table.from_batches(list(open_commit(open_from_options(opts), plan.location.address(0), cache_dir=opts["cacheDir"]).scan(["_id", "x"])))
     assert got.num_rows == n - len(range(0, n, 997))

@@ -1,0 +1,136 @@
+"""The Python half of the JVM bridge: ``format("shardstore")`` reads at the speed of Spark's Parquet reader.
+
+With the bridge jar on ``spark.jars`` (:func:`shardstore.spark.configure`), Spark resolves
+``format("shardstore")`` to the JVM class ``io.shardstore.spark.DefaultSource``.  For each read it
+calls back into the PySpark driver (Py4J) to the :class:`Planner` installed here by
+:func:`install` (``shardstore.spark.register`` does it), which resolves commits, live docs and the
+translog tail exactly as ``format("shardstore-arrow")`` does and returns the fast path's DataFrame
+(:func:`shardstore.spark.read_index`).  The JVM side then hands Spark's scan the columns and filters
+a query needs, so Parquet column and row-group pruning apply.
+
+When the fast path cannot serve a read the planner declines and the JVM side reads through the
+Arrow data source (``format("shardstore-arrow")``), as it does when no planner is installed:
+
+- ``fastPath=false``;
+- ``fastPath=auto`` (the default) on a cluster that is not ``local[...]``: the fast path's files are
+  in the driver's verified cache, which remote executors do not see (unless ``cacheDir`` names a
+  shared file system: then set ``fastPath=true``).
+
+Writes through the bridge always go to the Arrow data source's sink.  docs/design/spark.md, "The
+JVM bridge", has the protocol and the measurements.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from shardstore.errors import InvalidError
+
+log = logging.getLogger(__name__)
+
+#: The bridge's JVM package; its classes exist only when the jar is on the driver's classpath.
+JVM_PACKAGE = "io.shardstore.spark"
+_FAST_PATH_VALUES = ("auto", "true", "false")
+_lock = threading.Lock()
+
+
+def use_fast_path(master: str, options: dict[str, str]) -> bool:
+    """Whether a read takes the fast path: ``fastPath`` true/false, or auto (true on ``local[...]`` masters)."""
+    value = next((str(v).strip().lower() for k, v in options.items() if str(k).lower() == "fastpath"), "auto")
+    if value not in _FAST_PATH_VALUES:
+        raise InvalidError(f"option fastPath={value!r}: expected one of {', '.join(_FAST_PATH_VALUES)}")
+    if value == "auto":
+        return master.startswith("local")
+    return value == "true"
+
+
+class Planner:
+    """Implements the JVM interface ``io.shardstore.spark.Planner`` through Py4J callbacks."""
+
+    class Java:
+        implements = [f"{JVM_PACKAGE}.Planner"]
+
+    def __init__(self, spark: Any) -> None:
+        self.spark = spark
+
+    def read(self, jsession: Any, options: Any, user_schema_json: str | None) -> Any:
+        """The fast path's Java DataFrame for these options, or None for the Arrow source."""
+        try:
+            opts = {str(k): str(v) for k, v in dict(options).items()}
+            spark = self._session(jsession)
+            if not use_fast_path(spark.sparkContext.master, opts):
+                return None
+            from shardstore.spark.fast_path import read_index
+
+            schema = None
+            if user_schema_json:
+                import json
+
+                from pyspark.sql.types import StructType
+
+                schema = StructType.fromJson(json.loads(user_schema_json))
+            lower = {k.lower(): v for k, v in opts.items()}
+            store, index = lower.pop("store", None), lower.pop("index", None)
+            if store is None or index is None:
+                missing = "store" if store is None else "index"
+                raise InvalidError(f"format('shardstore') needs .option('{missing}', ...)")
+            lower.pop("path", None)
+            lower.pop("fastpath", None)
+            return read_index(spark, store, index, schema=schema, **lower)._jdf
+        except Exception as exc:
+            # Py4J hands Java only the traceback text; the log keeps the typed error too
+            log.debug("shardstore bridge read failed: %r", exc)
+            raise
+
+    def _session(self, jsession: Any) -> Any:
+        """The Python SparkSession of the JVM session the read runs in."""
+        if jsession is None or jsession.equals(self.spark._jsparkSession):
+            return self.spark
+        from pyspark.sql import SparkSession
+
+        return SparkSession(self.spark.sparkContext, jsession)
+
+
+def bridge_on_classpath(spark: Any) -> bool:
+    """Whether the driver's JVM has the bridge's classes (its jar is on ``spark.jars``)."""
+    return _bridge_class(spark) is not None
+
+
+def _bridge_class(spark: Any) -> Any:
+    """The JVM class ``io.shardstore.spark.Bridge`` through Py4J, or None (no jar, or no local JVM)."""
+    from py4j.java_gateway import JavaClass
+
+    try:
+        jvm = spark.sparkContext._gateway.jvm  # Spark Connect sessions have no local JVM
+    except Exception:
+        return None
+    if jvm is None:
+        return None
+    found = jvm
+    for part in (*JVM_PACKAGE.split("."), "Bridge"):
+        found = getattr(found, part)
+    return found if isinstance(found, JavaClass) else None
+
+
+def install(spark: Any) -> bool:
+    """Install the :class:`Planner` for ``spark`` if the bridge jar is loaded; whether it is now installed."""
+    if not bridge_on_classpath(spark):
+        return False
+    from pyspark.java_gateway import ensure_callback_server_started
+
+    with _lock:
+        ensure_callback_server_started(spark.sparkContext._gateway)
+        _bridge_class(spark).install(Planner(spark))
+    return True
+
+
+def uninstall(spark: Any) -> None:
+    """Remove the installed planner: reads through the bridge go to the Arrow source until the next install."""
+    bridge = _bridge_class(spark)
+    if bridge is not None:
+        bridge.install(None)
+
+
+__all__ = ["JVM_PACKAGE", "Planner", "bridge_on_classpath", "install", "uninstall", "use_fast_path"]

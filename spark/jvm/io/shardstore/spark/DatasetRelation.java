@@ -1,0 +1,106 @@
+package io.shardstore.spark;
+
+import java.util.function.Function;
+
+import org.apache.spark.rdd.RDD;
+import org.apache.spark.sql.Column;
+import org.apache.spark.sql.Dataset;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.SQLContext;
+import org.apache.spark.sql.functions;
+import org.apache.spark.sql.sources.BaseRelation;
+import org.apache.spark.sql.sources.Filter;
+import org.apache.spark.sql.sources.PrunedFilteredScan;
+import org.apache.spark.sql.types.StructType;
+
+/**
+ * A relation whose rows come from another DataFrame, built per scan for the columns it needs.
+ *
+ * <p>{@code native}: the fast path's plan (Spark's Parquet scans of the segment files, the
+ * anti-join of deleted rows, the translog tail). {@code arrow}: the Python data source, loaded
+ * with a schema of just the needed columns, which is how that source reads fewer columns.
+ * Spark's filters go into that DataFrame too (Parquet row-group pruning, or the Python source's
+ * pushFilters); Spark evaluates every filter again above the scan, so the relation reports them
+ * all unhandled. Rows cross as Spark's internal rows ({@code needConversion() == false}).
+ */
+public final class DatasetRelation extends BaseRelation implements PrunedFilteredScan {
+  private final SQLContext context;
+  private final StructType schema;
+  private final String kind;
+  private final Function<String[], Dataset<Row>> source;
+  private final Dataset<Row> whole;
+  private volatile String lastScan = "";
+
+  /** kind: native or arrow; source: a DataFrame holding at least the given columns; whole: all columns, for stats. */
+  DatasetRelation(SQLContext context, StructType schema, String kind, Function<String[], Dataset<Row>> source,
+      Dataset<Row> whole) {
+    this.context = context;
+    this.schema = schema;
+    this.kind = kind;
+    this.source = source;
+    this.whole = whole;
+  }
+
+  @Override
+  public SQLContext sqlContext() {
+    return context;
+  }
+
+  @Override
+  public StructType schema() {
+    return schema;
+  }
+
+  @Override
+  public boolean needConversion() {
+    return false;
+  }
+
+  /** The native plan's own estimate (so joins may broadcast a small index), else Spark's default. */
+  @Override
+  public long sizeInBytes() {
+    if (whole != null) {
+      try {
+        return whole.queryExecution().optimizedPlan().stats().sizeInBytes().longValue();
+      } catch (RuntimeException e) {
+        // fall through: Spark's default size
+      }
+    }
+    return super.sizeInBytes();
+  }
+
+  @Override
+  @SuppressWarnings({"unchecked", "rawtypes"})
+  public RDD<Row> buildScan(String[] requiredColumns, Filter[] filters) {
+    Dataset<Row> d = source.apply(requiredColumns);
+    for (Filter f : filters) {
+      Column c = Filters.toColumn(f);
+      if (c != null) d = d.where(c);
+    }
+    Column[] cols = new Column[requiredColumns.length];
+    for (int i = 0; i < cols.length; i++) cols[i] = column(requiredColumns[i]);
+    Dataset<Row> scan = d.select(cols);
+    lastScan = scan.queryExecution().executedPlan().toString();
+    // internal rows, as needConversion() == false promises
+    return (RDD) scan.queryExecution().toRdd();
+  }
+
+  /** native or arrow: which reader serves this relation. */
+  public String kind() {
+    return kind;
+  }
+
+  /** The physical plan of the last scan built (what Spark's own explain() cannot show). */
+  public String lastScanPlan() {
+    return lastScan;
+  }
+
+  @Override
+  public String toString() {
+    return "shardstore[" + kind + "]";
+  }
+
+  static Column column(String name) {
+    return functions.col("`" + name.replace("`", "``") + "`");
+  }
+}

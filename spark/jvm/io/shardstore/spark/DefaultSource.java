@@ -1,0 +1,108 @@
+package io.shardstore.spark;
+
+import java.util.HashMap;
+import java.util.Map;
+
+import org.apache.spark.sql.DataFrameReader;
+import org.apache.spark.sql.Dataset;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.SQLContext;
+import org.apache.spark.sql.SaveMode;
+import org.apache.spark.sql.sources.BaseRelation;
+import org.apache.spark.sql.sources.CreatableRelationProvider;
+import org.apache.spark.sql.sources.DataSourceRegister;
+import org.apache.spark.sql.sources.RelationProvider;
+import org.apache.spark.sql.sources.SchemaRelationProvider;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
+
+/**
+ * {@code format("shardstore")} on the JVM: the index read through Spark's native Parquet reader.
+ *
+ * <p>With this jar on the classpath ({@code spark.jars}), Spark resolves the name to this class
+ * before the Python data source of the same name. A read asks the PySpark driver's {@link Planner}
+ * (installed by {@code shardstore.spark.register(spark)}) for the fast path's DataFrame; with no
+ * planner, or when it declines, the Python data source ({@code format("shardstore-arrow")}) reads,
+ * given a schema of only the columns each query needs. Writes always go to the Python sink.
+ * See docs/design/spark.md, "The JVM bridge".
+ */
+public final class DefaultSource
+    implements RelationProvider, SchemaRelationProvider, CreatableRelationProvider, DataSourceRegister {
+
+  @Override
+  public String shortName() {
+    return "shardstore";
+  }
+
+  @Override
+  public BaseRelation createRelation(SQLContext ctx, scala.collection.immutable.Map<String, String> parameters) {
+    return relation(ctx, parameters, null);
+  }
+
+  @Override
+  public BaseRelation createRelation(
+      SQLContext ctx, scala.collection.immutable.Map<String, String> parameters, StructType schema) {
+    return relation(ctx, parameters, schema);
+  }
+
+  @Override
+  public BaseRelation createRelation(
+      SQLContext ctx, SaveMode mode, scala.collection.immutable.Map<String, String> parameters, Dataset<Row> data) {
+    data.write().format(Bridge.arrowFormat()).mode(mode).options(parameters).save();
+    return new WrittenRelation(ctx, data.schema());
+  }
+
+  private static BaseRelation relation(
+      SQLContext ctx, scala.collection.immutable.Map<String, String> parameters, StructType userSchema) {
+    Map<String, String> options = new HashMap<>(scala.jdk.javaapi.CollectionConverters.asJava(parameters));
+    Planner planner = Bridge.planner();
+    if (planner != null) {
+      Dataset<Row> fast = planner.read(ctx.sparkSession(), options, userSchema == null ? null : userSchema.json());
+      if (fast != null) {
+        return new DatasetRelation(ctx, fast.schema(), "native", cols -> fast, fast);
+      }
+    }
+    StructType schema = userSchema != null ? userSchema : arrow(ctx, options).load().schema();
+    // a fresh reader per scan: DataFrameReader.schema() mutates the reader it is called on
+    return new DatasetRelation(ctx, schema, "arrow", cols -> arrow(ctx, options).schema(narrow(schema, cols)).load(),
+        null);
+  }
+
+  private static DataFrameReader arrow(SQLContext ctx, Map<String, String> options) {
+    return ctx.sparkSession().read().format(Bridge.arrowFormat()).options(options);
+  }
+
+  /** The fields of {@code schema} named by {@code cols}; for no columns (count), its narrowest one. */
+  static StructType narrow(StructType schema, String[] cols) {
+    if (cols.length == 0) {
+      String[] names = schema.fieldNames();
+      String pick = names.length == 0 ? null : names[0];
+      for (String n : names) if (n.equals("_seq_no")) pick = n;
+      return pick == null ? schema : new StructType(new StructField[] {schema.apply(pick)});
+    }
+    StructField[] fields = new StructField[cols.length];
+    for (int i = 0; i < cols.length; i++) fields[i] = schema.apply(cols[i]);
+    return new StructType(fields);
+  }
+
+  /** What a save returns: the written columns (Spark reads nothing from it). */
+  private static final class WrittenRelation extends BaseRelation {
+    private final SQLContext context;
+    private final StructType schema;
+
+    WrittenRelation(SQLContext context, StructType schema) {
+      this.context = context;
+      this.schema = schema;
+    }
+
+    @Override
+    public SQLContext sqlContext() {
+      return context;
+    }
+
+    @Override
+    public StructType schema() {
+      return schema;
+    }
+  }
+}

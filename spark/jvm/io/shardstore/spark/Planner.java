@@ -1,0 +1,20 @@
+package io.shardstore.spark;
+
+import java.util.Map;
+
+import org.apache.spark.sql.Dataset;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.SparkSession;
+
+/**
+ * The Python side of the bridge: shardstore.spark.bridge implements it through Py4J.
+ *
+ * <p>{@code read} resolves the index's commits and live docs in the PySpark driver and returns
+ * the fast path's DataFrame (Spark's native Parquet reader over the verified segment files), or
+ * {@code null} when the Arrow data source should read instead (remote executors that cannot see
+ * the driver's cache, or {@code fastPath=false}).
+ */
+public interface Planner {
+  /** The index's live documents for these options (userSchemaJson: a StructType as JSON, or null). */
+  Dataset<Row> read(SparkSession session, Map<String, String> options, String userSchemaJson);
+}
