@@ -24,13 +24,22 @@ from typing import Any
 SPARK_CONF = {"spark.sql.python.filterPushdown.enabled": "true"}
 
 
-def configure(builder: Any, jars: Iterable[str] = ()) -> Any:
-    """``SparkSession.builder`` with shardstore's settings and the JVM bridge jar (plus ``jars``) on ``spark.jars``."""
+#: The bridge's optimizer extension: a native read's plan becomes the fast path's own plan.
+EXTENSIONS = "io.shardstore.spark.Extensions"
+
+
+def configure(builder: Any, jars: Iterable[str] = (), extensions: Iterable[str] = ()) -> Any:
+    """``SparkSession.builder`` with shardstore's settings, the bridge jar on ``spark.jars`` and its optimizer extension.
+
+    ``jars`` and ``extensions`` are the caller's own, kept beside shardstore's (both settings
+    are comma-separated lists that this call sets as a whole).
+    """
     from shardstore.spark.jar import jar_path
 
     for key, value in SPARK_CONF.items():
         builder = builder.config(key, value)
-    return builder.config("spark.jars", ",".join([jar_path(), *jars]))
+    builder = builder.config("spark.jars", ",".join([jar_path(), *jars]))
+    return builder.config("spark.sql.extensions", ",".join([EXTENSIONS, *extensions]))
 
 
 def register(spark: Any) -> bool:
@@ -54,4 +63,4 @@ def read_index(spark: Any, store: str, index: str, schema: Any = None, **options
     return _read_index(spark, store, index, schema=schema, **options)
 
 
-__all__ = ["SPARK_CONF", "configure", "read_index", "register"]
+__all__ = ["EXTENSIONS", "SPARK_CONF", "configure", "read_index", "register"]

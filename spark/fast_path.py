@@ -18,8 +18,8 @@ for ``local[*]`` (and for a ``file://`` cache dir on a shared file system); on a
 with remote executors use ``format("shardstore")``, whose executors fetch what they read.
 
 A Python data source cannot hand Spark a plan of its own (``read()`` must yield the
-rows), so ``format("shardstore")`` cannot switch to this path internally: call
-:func:`read_index` for large scans.  docs/design/spark.md has the measurements.
+rows); the JVM bridge (:mod:`shardstore.spark.bridge`) is how ``format("shardstore")``
+serves its reads from this path.  docs/design/spark.md has the measurements.
 """
 
 from __future__ import annotations

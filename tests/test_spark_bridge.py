@@ -95,7 +95,7 @@ def _load(spark, idx, fmt="shardstore", **options):
 
 def _relation(df):
     """The bridge's relation under a DataFrame (io.shardstore.spark.DatasetRelation), through Py4J."""
-    leaves = df._jdf.queryExecution().optimizedPlan().collectLeaves()
+    leaves = df._jdf.queryExecution().analyzed().collectLeaves()  # the optimizer may inline it away
     relation = leaves.head().relation()
     assert relation.getClass().getName() == "io.shardstore.spark.DatasetRelation"
     return relation
@@ -126,19 +126,46 @@ def test_format_shardstore_reads_native_parquet(spark, idx):
     got = _table(df)
     assert got.equals(expected.cast(got.schema))
     assert df.count() == expected.num_rows
-    plan = _relation(df).lastScanPlan()
-    assert "FileScan parquet" in plan and "PythonDataSource" not in plan, plan
+    plan = df._jdf.queryExecution().executedPlan().toString()
+    assert "FileScan parquet" in plan and "PythonDataSource" not in plan and "shardstore[" not in plan, plan
     assert _table(_load(spark, idx, "shardstore-arrow")).equals(got)
 
 
-def test_columns_and_filters_reach_the_parquet_scan(spark, idx):
+def _executed(df) -> str:
+    return df._jdf.queryExecution().executedPlan().toString()
+
+
+def test_native_reads_become_the_fast_paths_own_plan(spark, idx):
+    """The optimizer extension inlines the fast path's plan: Spark prunes columns and row groups itself."""
     df = _load(spark, idx).filter("x >= 1900 and s = 'v3'").select("_id", "x")
-    rows = sorted(r["x"] for r in df.collect())
-    assert rows == [i for i in range(1900, N) if i % 5 == 3]
-    plan = _relation(df).lastScanPlan()
+    assert sorted(r["x"] for r in df.collect()) == [i for i in range(1900, N) if i % 5 == 3]
+    plan = _executed(df)
+    assert "shardstore[" not in plan and "FileScan parquet" in plan, plan  # no row hand-over left
     assert "GreaterThanOrEqual(x,1900)" in plan and "EqualTo(s,v3)" in plan, plan  # row-group pruning
+    scans = [line for line in plan.splitlines() if "FileScan parquet" in line]
+    assert all("_version" not in line and "f:" not in line for line in scans), scans  # column pruning
+    counted = _load(spark, idx)
+    assert counted.count() == N - 30 and "shardstore[" not in _executed(counted.groupBy().count())
+
+
+def test_a_self_join_keeps_the_row_hand_over_and_its_pruning(spark, idx):
+    """One loaded DataFrame twice in a plan is not inlined (same attribute ids); the relation then scans."""
+    df = _load(spark, idx)
+    both = df.filter("x >= 1900 and s = 'v3'").select("_id", "x").union(df.filter("x < 3").select("_id", "x"))
+    want = sorted([i for i in range(1900, N) if i % 5 == 3] + _small_xs(spark, idx))
+    assert sorted(r["x"] for r in both.collect()) == want
+    assert "shardstore[native]" in _executed(both)
+    plan = _relation(df).lastScanPlan()
+    assert "FileScan parquet" in plan, plan
+    assert "GreaterThanOrEqual(x,1900)" in plan or "LessThan(x,3)" in plan, plan  # the last of its two scans
     read_schema = plan[plan.index("ReadSchema: "):].split("\n")[0]
     assert "_version" not in read_schema and "f:" not in read_schema, read_schema  # column pruning
+    joined = df.alias("a").join(df.alias("b"), "_id")
+    assert joined.count() == N - 30
+
+
+def _small_xs(spark, idx) -> list[int]:
+    return sorted(r["x"] for r in _load(spark, idx, "shardstore-arrow").filter("x < 3").select("x").collect())
 
 
 def test_filters_keep_sparks_semantics(spark, idx):

@@ -85,6 +85,16 @@ public final class DatasetRelation extends BaseRelation implements PrunedFiltere
     return (RDD) scan.queryExecution().toRdd();
   }
 
+  /** Whether the optimizer may replace this relation by its DataFrame's own plan (native reads). */
+  boolean inlinable() {
+    return whole != null && "native".equals(kind);
+  }
+
+  /** The optimized plan of the native DataFrame (for {@link InlineFastPath}). */
+  org.apache.spark.sql.catalyst.plans.logical.LogicalPlan optimizedPlan() {
+    return whole.queryExecution().optimizedPlan();
+  }
+
   /** native or arrow: which reader serves this relation. */
   public String kind() {
     return kind;
