@@ -215,6 +215,12 @@ def test_wheel_contains_every_source_module(wheel, built_from):
             if target not in names:
                 missing.append(f"{folder}/{rel} -> {target}")
     assert missing == [], "source files left out of the wheel:\n" + "\n".join(missing)
+    # the Spark bridge's Java sources and service file (package data, compiled on first use)
+    jvm = sorted(p.relative_to(built_from / "spark").as_posix() for p in (built_from / "spark" / "jvm").rglob("*")
+                 if p.is_file())
+    assert any(j.endswith("DefaultSource.java") for j in jvm) and any("META-INF/services/" in j for j in jvm)
+    left_out = [j for j in jvm if f"shardstore/spark/{j}" not in names]
+    assert left_out == [], f"bridge sources left out of the wheel: {left_out}"
 
 
 # --------------------------------------------------------------------------- installed wheel
