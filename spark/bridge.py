@@ -86,11 +86,13 @@ class Planner:
 
     def _session(self, jsession: Any) -> Any:
         """The Python SparkSession of the JVM session the read runs in."""
-        if jsession is None or jsession.equals(self.spark._jsparkSession):
-            return self.spark
+        from pyspark import SparkContext
         from pyspark.sql import SparkSession
 
-        return SparkSession(self.spark.sparkContext, jsession)
+        for known in (self.spark, SparkSession.getActiveSession()):
+            if known is not None and (jsession is None or jsession.equals(known._jsparkSession)):
+                return known
+        return SparkSession(SparkContext.getOrCreate(), jsession)  # another session of the live context
 
 
 def bridge_on_classpath(spark: Any) -> bool:

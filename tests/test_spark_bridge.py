@@ -234,3 +234,11 @@ def test_bad_options_are_named_through_the_bridge(spark, idx):
         spark.read.format("shardstore").option("store", idx["url"]).option("index", "missing").load()
     with pytest.raises(Exception, match="no column"):
         spark.read.format("shardstore").options(**idx["opts"]).schema("nope string").load()
+
+
+def test_another_session_of_the_context_reads_through_the_bridge(spark, idx):
+    """The planner is JVM-wide: a read from spark.newSession() is planned in that session."""
+    other = spark.newSession()
+    df = other.read.format("shardstore").options(**idx["opts"]).load()
+    assert _relation(df).kind() == "native"
+    assert df.count() == N - 30

@@ -8,7 +8,6 @@ import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.SQLContext;
 import org.apache.spark.sql.functions;
-import org.apache.spark.sql.sources.BaseRelation;
 import org.apache.spark.sql.sources.Filter;
 import org.apache.spark.sql.sources.PrunedFilteredScan;
 import org.apache.spark.sql.types.StructType;
@@ -23,9 +22,7 @@ import org.apache.spark.sql.types.StructType;
  * pushFilters); Spark evaluates every filter again above the scan, so the relation reports them
  * all unhandled. Rows cross as Spark's internal rows ({@code needConversion() == false}).
  */
-public final class DatasetRelation extends BaseRelation implements PrunedFilteredScan {
-  private final SQLContext context;
-  private final StructType schema;
+public final class DatasetRelation extends SchemaRelation implements PrunedFilteredScan {
   private final String kind;
   private final Function<String[], Dataset<Row>> source;
   private final Dataset<Row> whole;
@@ -34,21 +31,10 @@ public final class DatasetRelation extends BaseRelation implements PrunedFiltere
   /** kind: native or arrow; source: a DataFrame holding at least the given columns; whole: all columns, for stats. */
   DatasetRelation(SQLContext context, StructType schema, String kind, Function<String[], Dataset<Row>> source,
       Dataset<Row> whole) {
-    this.context = context;
-    this.schema = schema;
+    super(context, schema);
     this.kind = kind;
     this.source = source;
     this.whole = whole;
-  }
-
-  @Override
-  public SQLContext sqlContext() {
-    return context;
-  }
-
-  @Override
-  public StructType schema() {
-    return schema;
   }
 
   @Override

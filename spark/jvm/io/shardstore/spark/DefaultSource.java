@@ -49,7 +49,7 @@ public final class DefaultSource
   public BaseRelation createRelation(
       SQLContext ctx, SaveMode mode, scala.collection.immutable.Map<String, String> parameters, Dataset<Row> data) {
     data.write().format(Bridge.arrowFormat()).mode(mode).options(parameters).save();
-    return new WrittenRelation(ctx, data.schema());
+    return new SchemaRelation(ctx, data.schema());  // what a save returns: Spark reads nothing from it
   }
 
   private static BaseRelation relation(
@@ -83,26 +83,5 @@ public final class DefaultSource
     StructField[] fields = new StructField[cols.length];
     for (int i = 0; i < cols.length; i++) fields[i] = schema.apply(cols[i]);
     return new StructType(fields);
-  }
-
-  /** What a save returns: the written columns (Spark reads nothing from it). */
-  private static final class WrittenRelation extends BaseRelation {
-    private final SQLContext context;
-    private final StructType schema;
-
-    WrittenRelation(SQLContext context, StructType schema) {
-      this.context = context;
-      this.schema = schema;
-    }
-
-    @Override
-    public SQLContext sqlContext() {
-      return context;
-    }
-
-    @Override
-    public StructType schema() {
-      return schema;
-    }
   }
 }
