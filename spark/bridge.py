@@ -55,10 +55,12 @@ class Planner:
     def __init__(self, spark: Any) -> None:
         self.spark = spark
 
-    def read(self, jsession: Any, options: Any, user_schema_json: str | None) -> Any:
-        """The fast path's Java DataFrame for these options, or None for the Arrow source."""
+    def read(self, jsession: Any, options_json: str, user_schema_json: str | None) -> Any:
+        """The fast path's Java DataFrame for these options (a JSON object), or None for the Arrow source."""
+        import json
+
         try:
-            opts = {str(k): str(v) for k, v in dict(options).items()}
+            opts = {str(k): str(v) for k, v in json.loads(options_json).items()}
             spark = self._session(jsession)
             if not use_fast_path(spark.sparkContext.master, opts):
                 return None
@@ -66,8 +68,6 @@ class Planner:
 
             schema = None
             if user_schema_json:
-                import json
-
                 from pyspark.sql.types import StructType
 
                 schema = StructType.fromJson(json.loads(user_schema_json))

@@ -28,6 +28,8 @@ import org.apache.spark.sql.types.StructType;
  */
 public final class DefaultSource
     implements RelationProvider, SchemaRelationProvider, CreatableRelationProvider, DataSourceRegister {
+  private static final com.fasterxml.jackson.databind.ObjectMapper JSON =
+      new com.fasterxml.jackson.databind.ObjectMapper();
 
   @Override
   public String shortName() {
@@ -57,7 +59,7 @@ public final class DefaultSource
     Map<String, String> options = new HashMap<>(scala.jdk.javaapi.CollectionConverters.asJava(parameters));
     Planner planner = Bridge.planner();
     if (planner != null) {
-      Dataset<Row> fast = planner.read(ctx.sparkSession(), options, userSchema == null ? null : userSchema.json());
+      Dataset<Row> fast = planner.read(ctx.sparkSession(), json(options), userSchema == null ? null : userSchema.json());
       if (fast != null) {
         return new DatasetRelation(ctx, fast.schema(), "native", cols -> fast, fast);
       }
@@ -66,6 +68,14 @@ public final class DefaultSource
     // a fresh reader per scan: DataFrameReader.schema() mutates the reader it is called on
     return new DatasetRelation(ctx, schema, "arrow", cols -> arrow(ctx, options).schema(narrow(schema, cols)).load(),
         null);
+  }
+
+  private static String json(Map<String, String> options) {
+    try {
+      return JSON.writeValueAsString(options);
+    } catch (com.fasterxml.jackson.core.JsonProcessingException e) {
+      throw new IllegalArgumentException("shardstore: options that cannot be written as JSON: " + e.getMessage(), e);
+    }
   }
 
   private static DataFrameReader arrow(SQLContext ctx, Map<String, String> options) {

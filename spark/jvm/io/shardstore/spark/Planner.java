@@ -1,7 +1,5 @@
 package io.shardstore.spark;
 
-import java.util.Map;
-
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.SparkSession;
@@ -15,6 +13,9 @@ import org.apache.spark.sql.SparkSession;
  * the driver's cache, or {@code fastPath=false}).
  */
 public interface Planner {
-  /** The index's live documents for these options (userSchemaJson: a StructType as JSON, or null). */
-  Dataset<Row> read(SparkSession session, Map<String, String> options, String userSchemaJson);
+  /**
+   * The index's live documents for these options (a JSON object of strings: one Py4J value, not a
+   * Map Python would walk entry by entry over the socket) and user schema (StructType JSON, or null).
+   */
+  Dataset<Row> read(SparkSession session, String optionsJson, String userSchemaJson);
 }
