@@ -242,3 +242,17 @@ def test_another_session_of_the_context_reads_through_the_bridge(spark, idx):
     df = other.read.format("shardstore").options(**idx["opts"]).load()
     assert _relation(df).kind() == "native"
     assert df.count() == N - 30
+
+
+def test_sql_using_shardstore(spark, idx):
+    """``CREATE TEMPORARY VIEW ... USING shardstore``: SQL reaches the same native read."""
+    opts = ", ".join(f"{k} '{v}'" for k, v in idx["opts"].items())
+    spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW bridge_v USING shardstore OPTIONS ({opts})")
+    try:
+        assert spark.sql("SELECT count(*) FROM bridge_v").collect()[0][0] == N - 30
+        got = spark.sql("SELECT s, count(*) AS n FROM bridge_v WHERE x >= 0 GROUP BY s").collect()
+        want = _load(spark, idx, "shardstore-arrow").filter("x >= 0").groupBy("s").count().collect()
+        assert sorted(map(tuple, got)) == sorted(map(tuple, want))
+        assert "FileScan parquet" in spark.sql("SELECT x FROM bridge_v")._jdf.queryExecution().executedPlan().toString()
+    finally:
+        spark.catalog.dropTempView("bridge_v")
