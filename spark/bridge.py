@@ -22,6 +22,7 @@ JVM bridge", has the protocol and the measurements.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from typing import Any
@@ -57,8 +58,6 @@ class Planner:
 
     def read(self, jsession: Any, options_json: str, user_schema_json: str | None) -> Any:
         """The fast path's Java DataFrame for these options (a JSON object), or None for the Arrow source."""
-        import json
-
         try:
             opts = {str(k): str(v) for k, v in json.loads(options_json).items()}
             spark = self._session(jsession)
