@@ -252,6 +252,25 @@ def test_sources_from_table_round_trip():
     assert table.column("s").to_pylist()[0] == t.column("s")[0].as_py()
 
 
+@pytest.mark.parametrize("chunked", [False, True])
+def test_sources_from_table_long_keyword_columns_escape_through_their_dictionary(chunked):
+    """A long column of few distinct strings (the dictionary route) gives the same JSON as the direct one."""
+    from shardstore.segments import mapping as mp
+
+    words = ['a "q"', "back \\ slash", "nl \n tab \t ctl \x01", "ü", "", "plain", None]
+    n = mp._DICT_MIN_ROWS * 2
+    col = pa.array([words[i % len(words)] for i in range(n)])
+    if chunked:
+        col = pa.chunked_array([col.slice(0, 1000), col.slice(1000)])
+    t = pa.table({"_id": [str(i) for i in range(n)], "s": col})
+    _ids, src = sources_from_table(t)
+    docs = [json.loads(x) for x in src.to_pylist()]
+    assert docs == [{} if words[i % len(words)] is None else {"s": words[i % len(words)]} for i in range(n)]
+    direct = mp._escape(t.column("s").slice(0, mp._DICT_MIN_ROWS - 1))  # below the threshold: no dictionary
+    via_dict = mp._escape(t.column("s"))
+    assert via_dict.slice(0, mp._DICT_MIN_ROWS - 1).to_pylist() == direct.to_pylist()
+
+
 def test_sources_from_table_needs_id():
     with pytest.raises(InvalidDocument):
         sources_from_table(pa.table({"a": [1]}))
