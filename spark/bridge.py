@@ -59,25 +59,19 @@ class Planner:
     def read(self, jsession: Any, options_json: str, user_schema_json: str | None) -> Any:
         """The fast path's Java DataFrame for these options (a JSON object), or None for the Arrow source."""
         try:
-            opts = {str(k): str(v) for k, v in json.loads(options_json).items()}
+            opts = json.loads(options_json)
             spark = self._session(jsession)
             if not use_fast_path(spark.sparkContext.master, opts):
                 return None
-            from shardstore.spark.fast_path import read_index
+            from shardstore.spark.fast_path import read_options
 
             schema = None
             if user_schema_json:
                 from pyspark.sql.types import StructType
 
                 schema = StructType.fromJson(json.loads(user_schema_json))
-            lower = {k.lower(): v for k, v in opts.items()}
-            store, index = lower.pop("store", None), lower.pop("index", None)
-            if store is None or index is None:
-                missing = "store" if store is None else "index"
-                raise InvalidError(f"format('shardstore') needs .option('{missing}', ...)")
-            lower.pop("path", None)
-            lower.pop("fastpath", None)
-            return read_index(spark, store, index, schema=schema, **lower)._jdf
+            # store, index (or a load(path) store) and every other option: checked as the source checks them
+            return read_options(spark, opts, schema)._jdf
         except Exception as exc:
             # Py4J hands Java only the traceback text; the log keeps the typed error too
             log.debug("shardstore bridge read failed: %r", exc)
@@ -117,13 +111,14 @@ def _bridge_class(spark: Any) -> Any:
 
 def install(spark: Any) -> bool:
     """Install the :class:`Planner` for ``spark`` if the bridge jar is loaded; whether it is now installed."""
-    if not bridge_on_classpath(spark):
+    bridge = _bridge_class(spark)
+    if bridge is None:
         return False
     from pyspark.java_gateway import ensure_callback_server_started
 
     with _lock:
         ensure_callback_server_started(spark.sparkContext._gateway)
-        _bridge_class(spark).install(Planner(spark))
+        bridge.install(Planner(spark))
     return True
 
 

@@ -29,12 +29,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from shardstore.errors import InvalidError
 from shardstore.segments.livedocs import LiveDocs
 from shardstore.segments.segment import SegmentReader
 from shardstore.spark.reader import (
     ReadPlan,
     _flag,
+    check_columns,
     conform,
     default_cache_dir,
     fetch,
@@ -85,9 +85,7 @@ def _user_columns(schema: pa.Schema, user: Any, index: str) -> list[Any]:
     from pyspark.sql.types import StructType
 
     wanted = StructType.fromDDL(user) if isinstance(user, str) else user
-    unknown = [f.name for f in wanted.fields if f.name not in schema.names]
-    if unknown:
-        raise InvalidError(f"index {index!r} has no column(s) {unknown}; its columns are {schema.names}")
+    check_columns(wanted.fieldNames(), schema, index)
     return [F.col(_quote(f.name)).cast(f.dataType).alias(f.name) for f in wanted.fields]
 
 
@@ -101,11 +99,17 @@ def read_index(spark: Any, store: str, index: str, schema: Any = None, **options
     ``schema`` (a StructType or DDL string) picks columns and their types, as ``.schema(...)``
     does for ``format("shardstore")``; the other options are the source's (asOfCommit...).
     """
-    opts = {**lower_options(options), "store": store, "index": index}
+    return read_options(spark, {**options, "store": store, "index": index}, schema)
+
+
+def read_options(spark: Any, options: dict[str, Any], schema: Any = None) -> Any:
+    """:func:`read_index` with every option, ``store`` and ``index`` included, in one dict (as the source gets them)."""
+    opts = lower_options(options)
     blob_store, plan = plan_read(opts)
     full = full_arrow_schema(plan.mapping, True)
     if schema is not None:
-        return _read(spark, blob_store, plan, opts, full).select(*_user_columns(full, schema, index))
+        columns = _user_columns(full, schema, plan.location.name)
+        return _read(spark, blob_store, plan, opts, full).select(*columns)
     return _read(spark, blob_store, plan, opts, full_arrow_schema(plan.mapping, _flag(opts, "includesource")))
 
 
@@ -142,4 +146,4 @@ def _read(spark: Any, blob_store: Any, plan: ReadPlan, opts: dict[str, str], sch
     return out if out.columns == schema.names else out.select(*(_quote(n) for n in schema.names))
 
 
-__all__ = ["read_index", "resolve_files"]
+__all__ = ["read_index", "read_options", "resolve_files"]

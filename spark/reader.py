@@ -220,6 +220,13 @@ def to_struct_type(schema: pa.Schema) -> StructType:
     return from_arrow_schema(schema)
 
 
+def check_columns(names: list[str], known: pa.Schema, index: str) -> None:
+    """InvalidError naming the columns of a user schema that the index does not have."""
+    unknown = [n for n in names if n not in known.names]
+    if unknown:
+        raise InvalidError(f"index {index!r} has no column(s) {unknown}; its columns are {known.names}")
+
+
 def infer_schema(options: dict[str, Any]) -> StructType:
     """Mapped fields (typed) plus _id, _seq_no, _primary_term, _version; _source with includeSource."""
     _store, plan = plan_read(options)
@@ -405,10 +412,7 @@ class ShardstoreReader(DataSourceReader):
         self.options = lower_options(options)
         self.store, self.plan = plan_read(self.options)
         known = full_arrow_schema(self.plan.mapping, True)
-        unknown = [n for n in schema.fieldNames() if n not in known.names]
-        if unknown:
-            raise InvalidError(f"index {self.plan.location.name!r} has no column(s) {unknown}; "
-                               f"its columns are {known.names}")
+        check_columns(schema.fieldNames(), known, self.plan.location.name)
         from pyspark.sql.pandas.types import to_arrow_schema
 
         # a user schema may pick other types for a column (cast while reading; Spark checks the batches' schema)
@@ -448,4 +452,4 @@ def make_reader(options: dict[str, Any], schema: StructType) -> ShardstoreReader
     return ShardstoreReader(options, schema)
 
 
-__all__ = ["ReadPlan", "ShardRead", "ShardstoreReader", "infer_schema", "make_reader", "plan_read"]
+__all__ = ["ReadPlan", "ShardRead", "ShardstoreReader", "check_columns", "infer_schema", "make_reader", "plan_read"]

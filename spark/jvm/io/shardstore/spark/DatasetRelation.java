@@ -23,16 +23,17 @@ import org.apache.spark.sql.types.StructType;
  * all unhandled. Rows cross as Spark's internal rows ({@code needConversion() == false}).
  */
 public final class DatasetRelation extends SchemaRelation implements PrunedFilteredScan {
-  private final String kind;
   private final Function<String[], Dataset<Row>> source;
   private final Dataset<Row> whole;
   private volatile String lastScan = "";
 
-  /** kind: native or arrow; source: a DataFrame holding at least the given columns; whole: all columns, for stats. */
-  DatasetRelation(SQLContext context, StructType schema, String kind, Function<String[], Dataset<Row>> source,
+  /**
+   * source: a DataFrame holding at least the given columns; whole: the native read's DataFrame
+   * (all columns: its plan is inlined and gives the stats), or null for the Python source.
+   */
+  DatasetRelation(SQLContext context, StructType schema, Function<String[], Dataset<Row>> source,
       Dataset<Row> whole) {
     super(context, schema);
-    this.kind = kind;
     this.source = source;
     this.whole = whole;
   }
@@ -73,7 +74,7 @@ public final class DatasetRelation extends SchemaRelation implements PrunedFilte
 
   /** Whether the optimizer may replace this relation by its DataFrame's own plan (native reads). */
   boolean inlinable() {
-    return whole != null && "native".equals(kind);
+    return whole != null;
   }
 
   /** The optimized plan of the native DataFrame (for {@link InlineFastPath}). */
@@ -83,7 +84,7 @@ public final class DatasetRelation extends SchemaRelation implements PrunedFilte
 
   /** native or arrow: which reader serves this relation. */
   public String kind() {
-    return kind;
+    return whole != null ? "native" : "arrow";
   }
 
   /** The physical plan of the last scan built (what Spark's own explain() cannot show). */
@@ -93,7 +94,7 @@ public final class DatasetRelation extends SchemaRelation implements PrunedFilte
 
   @Override
   public String toString() {
-    return "shardstore[" + kind + "]";
+    return "shardstore[" + kind() + "]";
   }
 
   static Column column(String name) {

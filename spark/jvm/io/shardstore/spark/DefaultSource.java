@@ -61,13 +61,12 @@ public final class DefaultSource
     if (planner != null) {
       Dataset<Row> fast = planner.read(ctx.sparkSession(), json(options), userSchema == null ? null : userSchema.json());
       if (fast != null) {
-        return new DatasetRelation(ctx, fast.schema(), "native", cols -> fast, fast);
+        return new DatasetRelation(ctx, fast.schema(), cols -> fast, fast);
       }
     }
     StructType schema = userSchema != null ? userSchema : arrow(ctx, options).load().schema();
     // a fresh reader per scan: DataFrameReader.schema() mutates the reader it is called on
-    return new DatasetRelation(ctx, schema, "arrow", cols -> arrow(ctx, options).schema(narrow(schema, cols)).load(),
-        null);
+    return new DatasetRelation(ctx, schema, cols -> arrow(ctx, options).schema(narrow(schema, cols)).load(), null);
   }
 
   private static String json(Map<String, String> options) {
