@@ -17,6 +17,8 @@ Nothing here imports pyspark until it is used, so ``import shardstore.spark`` is
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterable
 from typing import Any
 
@@ -32,27 +34,43 @@ def configure(builder: Any, jars: Iterable[str] = (), extensions: Iterable[str] 
     """``SparkSession.builder`` with shardstore's settings, the bridge jar on ``spark.jars`` and its optimizer extension.
 
     ``jars`` and ``extensions`` are the caller's own, kept beside shardstore's (both settings
-    are comma-separated lists that this call sets as a whole).
+    are comma-separated lists that this call sets as a whole).  On a local master (or none set)
+    with no ``PYSPARK_PYTHON`` chosen, Python workers run this interpreter, as they must to
+    import shardstore: PySpark's own default, ``python3`` on ``PATH``, is another interpreter
+    whenever the venv is not activated.
     """
     from shardstore.spark.jar import jar_path
 
+    if _master(builder).startswith("local") and not os.environ.get("PYSPARK_PYTHON"):
+        os.environ["PYSPARK_PYTHON"] = sys.executable
     for key, value in SPARK_CONF.items():
         builder = builder.config(key, value)
     builder = builder.config("spark.jars", ",".join([jar_path(), *jars]))
     return builder.config("spark.sql.extensions", ",".join([EXTENSIONS, *extensions]))
 
 
+def _master(builder: Any) -> str:
+    """The master a ``SparkSession.builder`` was given (PySpark's default, ``local[*]``, when none)."""
+    options = getattr(builder, "_options", None) or {}
+    return str(options.get("spark.master") or os.environ.get("MASTER") or "local[*]")
+
+
 def register(spark: Any) -> bool:
-    """Register the data sources on ``spark``, enable filter pushdown, install the bridge; whether the bridge is live."""
+    """Register what is missing of the data sources, enable filter pushdown, install the bridge; whether the bridge is live.
+
+    Idempotent, in every install mode: a name Spark already resolves (a ``pyspark_*`` module it
+    discovered, the bridge jar's JVM source, an earlier ``register``) is left as it is
+    (:mod:`shardstore.spark.registration`).
+    """
     from shardstore.spark.bridge import install
     from shardstore.spark.changes import ShardstoreChangesDataSource
+    from shardstore.spark.registration import register_source
     from shardstore.spark.source import ShardstoreArrowDataSource, ShardstoreDataSource
 
     for key, value in SPARK_CONF.items():
         spark.conf.set(key, value)
-    spark.dataSource.register(ShardstoreDataSource)
-    spark.dataSource.register(ShardstoreArrowDataSource)
-    spark.dataSource.register(ShardstoreChangesDataSource)
+    for source in (ShardstoreDataSource, ShardstoreArrowDataSource, ShardstoreChangesDataSource):
+        register_source(spark, source)
     return install(spark)
 
 

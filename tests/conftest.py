@@ -188,3 +188,19 @@ def spark():
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """shardstore's wheel, built once per run from a copy of the repository (tests/installed.py)."""
+    from installed import build_wheel
+
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
+
+
+@pytest.fixture(scope="session")
+def venv(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> dict[str, Path]:
+    """A fresh venv with the wheel installed as a user's ``pip install`` would (tests/installed.py)."""
+    from installed import make_venv
+
+    return make_venv(tmp_path_factory.mktemp("venv"), wheel)

@@ -7,39 +7,25 @@ it from outside the repository, install the third-party demo plugin of tests/plu
 next to it, and check that the editable install of the development venv also works from
 elsewhere.
 
-The fresh venv gets the already-installed third-party dependencies (pyarrow, fsspec,
-s3fs, ...) without downloading them: a ``.pth`` file points at a directory of symlinks to
-the current venv's site-packages entries, leaving out shardstore's own editable install
-(its ``.dist-info``, its ``__editable__`` finder and every ``.pth`` file).  A path listed
-in a ``.pth`` file is only appended to sys.path, its own ``.pth`` files are not run, so
-nothing of the source tree can leak in: ``shardstore`` must come from the wheel.
+The wheel and the venv are the session fixtures ``wheel`` and ``venv`` (tests/installed.py).
 """
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import shutil
-import subprocess
 import sys
-import sysconfig
-import textwrap
 import tomllib
 import zipfile
-from importlib.metadata import version as dist_version
-from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
+from installed import IGNORE, PACKAGE_DIR, PYPROJECT, REPO, inside, run, run_json, setuptools_builds_wheels_offline
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[1]
 PLUGIN_PKG = Path(__file__).resolve().parent / "plugin_pkg"
-PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 VERSION = PYPROJECT["project"]["version"]
-PACKAGE_DIR: dict[str, str] = PYPROJECT["tool"]["setuptools"]["package-dir"]
 #: The only top-level modules besides shardstore, on purpose: Spark 4.x registers the
 #: ``DefaultSource`` of every installed ``pyspark_*`` module by itself (issue 7).
 SPARK_AUTOLOAD = {"pyspark_shardstore", "pyspark_shardstore_changes", "pyspark_shardstore_arrow"}
@@ -49,91 +35,8 @@ SCHEMES = set(PYPROJECT["project"]["entry-points"]["shardstore.blobstores"])
 BUILTIN_SCHEMES = {"memory", "file", "s3", "oci", "gs", "az"}
 MODULES = ["shardstore", *sorted(SUBPACKAGES)]  # shardstore, shardstore.blobstores, ...
 
-_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build", "dist")
-
-
-def copy_build_inputs(dest: Path) -> None:
-    """Copy what a wheel build reads: pyproject.toml, its readme/license files, the code.
-
-    An allowlist, so unrelated trees at the root (.venv, node_modules, ...) are not copied.
-    """
-    dest.mkdir(parents=True)
-    files = {"pyproject.toml", "setup.py", "setup.cfg", "MANIFEST.in"}
-    readme = PYPROJECT["project"].get("readme")
-    if isinstance(readme, str):
-        files.add(readme)
-    elif isinstance(readme, dict) and "file" in readme:
-        files.add(readme["file"])
-    files.update(p.name for p in REPO.glob("LICEN[CS]E*"))
-    for name in files:
-        if (REPO / name).is_file():
-            shutil.copy2(REPO / name, dest / name)
-    for folder in sorted(set(PACKAGE_DIR.values())):
-        shutil.copytree(REPO / folder, dest / folder, ignore=_IGNORE)
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    """The environment without anything that could point Python at the source tree.
-
-    PIP_* settings (index, certificates, find-links) are kept: the isolated builds use them.
-    """
-    env = {
-        k: v for k, v in os.environ.items()
-        if not k.startswith("PYTHON") and k not in ("VIRTUAL_ENV", "__PYVENV_LAUNCHER__")
-    }
-    env.update(PYTHONNOUSERSITE="1", PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1")
-    env.update(extra)
-    return env
-
-
-def run(cmd: list[str | Path], *, cwd: Path, timeout: float = 120, **env: str) -> str:
-    proc = subprocess.run(
-        [str(c) for c in cmd], cwd=cwd, env=clean_env(**env), capture_output=True, text=True, timeout=timeout
-    )
-    if proc.returncode != 0:
-        pytest.fail(
-            f"command failed ({proc.returncode}): {' '.join(map(str, cmd))}\n"
-            f"--- stdout\n{proc.stdout[-6000:]}\n--- stderr\n{proc.stderr[-6000:]}"
-        )
-    return proc.stdout
-
-
-def run_json(python: Path, script: str, *args: str, cwd: Path) -> dict:
-    """Run ``script`` isolated (-I: no cwd, no PYTHON* variables) and parse its last line."""
-    out = run([python, "-I", "-c", textwrap.dedent(script), *args], cwd=cwd)
-    return json.loads(out.strip().splitlines()[-1])
-
-
-def inside(path: str | Path, root: str | Path) -> bool:
-    return Path(path).resolve().is_relative_to(Path(root).resolve())
-
-
-def _setuptools_builds_wheels_offline() -> bool:
-    """True if the dev venv's setuptools can build a wheel with no extra download."""
-    try:
-        major, minor = (int(x) for x in dist_version("setuptools").split(".")[:2])
-    except Exception:
-        return False
-    return (major, minor) >= (70, 1) or find_spec("wheel") is not None
-
 
 # --------------------------------------------------------------------------- fixtures
-
-
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    """shardstore's wheel, built with ``python -m build`` from a copy of the repository.
-
-    A copy, so the build's ``build/`` and ``*.egg-info`` directories never land in the
-    working tree (where other test runs may be building at the same time).
-    """
-    base = tmp_path_factory.mktemp("wheel")
-    src = base / "src"
-    copy_build_inputs(src)
-    out = base / "dist"
-    run([sys.executable, "-m", "build", "--wheel", "--outdir", out, src], cwd=base, timeout=300)
-    (whl,) = out.glob("shardstore-*.whl")
-    return whl
 
 
 @pytest.fixture(scope="module")
@@ -143,38 +46,12 @@ def built_from(wheel) -> Path:
 
 
 @pytest.fixture(scope="module")
-def venv(tmp_path_factory, wheel) -> dict[str, Path]:
-    """A fresh venv with the wheel installed (pip --no-index) and the deps borrowed."""
-    base = tmp_path_factory.mktemp("venv")
-    root = base / "venv"
-    run([sys.executable, "-m", "venv", "--without-pip", root], cwd=base)
-    py = root / "bin" / "python"
-    site = Path(run([py, "-I", "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], cwd=base).strip())
-    assert inside(site, root)
-
-    # Borrow the dev venv's installed packages (pip included) through symlinks, minus
-    # shardstore itself and every .pth file (the __editable__ finder hook among them).
-    dev_site = Path(sysconfig.get_path("purelib"))
-    deps = base / "borrowed-site-packages"
-    deps.mkdir()
-    for entry in dev_site.iterdir():
-        name = entry.name
-        if name.lower().startswith(("shardstore", "__editable__")) or name.endswith(".pth"):
-            continue
-        (deps / name).symlink_to(entry)
-    (site / "_borrowed_deps.pth").write_text(f"{deps}\n")
-
-    run([py, "-m", "pip", "install", "--no-deps", "--no-index", wheel], cwd=base)
-    return {"root": root, "python": py, "bin": root / "bin", "site": site, "base": base}
-
-
-@pytest.fixture(scope="module")
 def venv_with_plugin(venv) -> dict[str, Path]:
     """The venv above plus the demo plugin of tests/plugin_pkg, installed by pip."""
     src = venv["base"] / "plugin_pkg"
-    shutil.copytree(PLUGIN_PKG, src, ignore=_IGNORE)
+    shutil.copytree(PLUGIN_PKG, src, ignore=IGNORE)
     cmd: list[str | Path] = [venv["python"], "-m", "pip", "install", "--no-deps"]
-    if _setuptools_builds_wheels_offline():
+    if setuptools_builds_wheels_offline():
         cmd += ["--no-build-isolation", "--no-index"]
     # else: pip fetches setuptools for an isolated build (the only download here).
     run([*cmd, src], cwd=venv["base"], timeout=300)
