@@ -46,6 +46,7 @@ from shardstore.engine.allocation import AllocationWorker, ClusterHealth, cluste
 from shardstore.engine.errors import (
     HealthTimeout,
     IndexAlreadyExists,
+    IndexNotCreated,
     IndexNotFound,
     InvalidRequest,
     NodeDisconnected,
@@ -409,10 +410,19 @@ class Cluster:
 
         A publication that cannot reach a quorum is logged, not raised: shard safety rests on
         the term markers in the blob store, and the next change republishes the whole index.
+        (Creating an index is the exception: :meth:`create_index` raises, see :meth:`_try_publish`.)
         """
-        from shardstore.cluster_state.errors import NoQuorum, NotMaster
+        exc = self._try_publish(meta)
+        if exc is not None:
+            log.error("index %s: cluster state not published (%s: %s); republished at the next change",
+                      meta.name, type(exc).__name__, exc)
 
-        for attempt in range(2):
+    def _try_publish(self, meta: IndexMeta) -> Exception | None:
+        """Publish the index's metadata (two attempts, electing a manager if needed); the last failure, or None."""
+        from shardstore.cluster_state.errors import NotMaster
+
+        failure: Exception | None = None
+        for _attempt in range(2):
             master = self.managers.master()
             try:
                 if master is None:
@@ -421,14 +431,10 @@ class Cluster:
                         raise NotMaster("(any)", None)
                     self.managers.elect(live[0])
                 self.managers.submit(sync_index(meta))
-                return
-            except (NoQuorum, NotMaster) as exc:
-                if attempt:
-                    log.error("index %s: cluster state not published (%s); republished at the next change",
-                              meta.name, exc)
-            except Exception as exc:  # noqa: BLE001 - a store or transport failure: retried by the next change
-                if attempt:
-                    log.error("index %s: cluster state not published (%s: %s)", meta.name, type(exc).__name__, exc)
+                return None
+            except Exception as exc:  # noqa: BLE001 - no quorum, no master, a store or transport failure
+                failure = exc
+        return failure
 
     def cluster_state(self):
         """The cluster state the elected cluster manager last applied (None while there is no master)."""
@@ -452,17 +458,24 @@ class Cluster:
             if name in self.indices:
                 raise IndexAlreadyExists(name)
             live = self.live_nodes()
+            if not live:
+                raise IndexNotCreated(name, "no live data node to hold its shards")
             meta = IndexMeta(name=name, uuid=uuid.uuid4().hex, shards=shards, replicas=replicas,
                              mappings=mappings or {}, durability=durability, strategy=PlainPathStrategy(),
                              routing=tuple(ShardRouting(s, live[s % len(live)], 1, (live[s % len(live)],),
                                                         (live[s % len(live)],)) for s in range(shards)),
                              data_cluster_uuid=self.cluster_uuid)
+            # all or nothing: an index exists (takes writes) only once the cluster state holds it,
+            # or Cluster.restore would lose every write acknowledged to it (issue 14, case 5)
+            failure = self._try_publish(meta)
+            if failure is not None:
+                raise IndexNotCreated(name, f"its metadata was not committed to the cluster state "
+                                            f"({type(failure).__name__}: {failure})") from failure
             self.indices[name] = meta
             for sr in meta.routing:
                 node = self.nodes[sr.primary]
                 node.copies[(meta.uuid, sr.shard)] = ShardCopy(self._spec(meta, sr.shard), node.data_dir, self.store,
                                                                primary_term=1, primary=True)
-            self._publish(meta)
             self._schedule_allocation()
         self.wait_for_allocation()  # empty shards: the replicas are there when create_index returns
         return self.indices[name]

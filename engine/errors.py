@@ -109,6 +109,15 @@ class ShardUnavailable(EngineError, UnavailableError):
         self.reason = reason
 
 
+class IndexNotCreated(EngineError, UnavailableError):
+    """An index could not be created (its metadata was not committed, or no data node is up); it takes no writes."""
+
+    def __init__(self, index: str, reason: str) -> None:
+        super().__init__(f"[{index}] not created: {reason}; no shard of it was allocated, retry later")
+        self.index = index
+        self.reason = reason
+
+
 class NodeDisconnected(EngineError, UnavailableError):
     """The transport could not deliver a request, or its response, between two nodes.
 
