@@ -33,7 +33,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from collections.abc import Iterable, Mapping as MappingABC
+from collections.abc import Callable, Iterable, Mapping as MappingABC
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -570,19 +570,50 @@ class Cluster:
 
     def refresh(self, index: str) -> None:
         """Make every copy's buffered documents searchable."""
-        meta = self._meta(index)
-        for sr in meta.routing:
-            for n in sr.copies:
-                self.nodes[n].copies[(meta.uuid, sr.shard)].directory.refresh()
+        for shard in range(self._meta(index).shards):
+            self._each_copy(index, shard, lambda copy: copy.directory.refresh())
 
     def flush(self, index: str) -> None:
         """Commit every copy; primaries upload their commit and purge what it covers."""
         meta = self._meta(index)
-        for sr in meta.routing:
-            key = (meta.uuid, sr.shard)
-            with self._shard_lock(key):
-                for n in sr.copies:
-                    self.nodes[n].copies[key].flush()
+        for shard in range(meta.shards):
+            with self._shard_lock((meta.uuid, shard)):
+                self._each_copy(index, shard, lambda copy: copy.flush())
+
+    def _routed_copies(self, index: str, shard: int) -> dict[str, ShardCopy]:
+        """The shard's copies as routed now (read under the cluster lock), by node; copies already closed left out."""
+        with self._lock:
+            meta = self._meta(index)
+            key = (meta.uuid, shard)
+            out = {}
+            for n in meta.routing[shard].copies:
+                copy = self.nodes[n].copies.get(key) if n in self.nodes else None
+                if copy is not None:
+                    out[n] = copy
+            return out
+
+    def _each_copy(self, index: str, shard: int, action: Callable[[ShardCopy], Any]) -> None:
+        """Run ``action`` on every copy of the shard, following the routing as copies fail meanwhile.
+
+        A copy failed or killed concurrently (a write failing a replica, ``kill_node``) is skipped:
+        it is no longer routed and is rebuilt.  The routing is read again after each copy, so a
+        copy promoted or added meanwhile is not missed.  An error of a copy still routed is raised
+        (issue 14, case 4).
+        """
+        done: list[ShardCopy] = []  # by identity: a copy rebuilt on the same node is a new object
+        while True:
+            pending = [(n, c) for n, c in self._routed_copies(index, shard).items()
+                       if not any(c is d for d in done)]
+            if not pending:
+                return
+            node, copy = pending[0]
+            try:
+                action(copy)
+            except Exception:
+                if self._routed_copies(index, shard).get(node) is copy:
+                    raise
+                log.info("%s/%d: copy on %s failed during the operation and was skipped", index, shard, node)
+            done.append(copy)
 
     def count(self, index: str) -> int:
         """Searchable (refreshed) live documents, over the primaries."""
