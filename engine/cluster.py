@@ -57,6 +57,7 @@ from shardstore.engine.errors import (
 )
 from shardstore.engine.metadata import IndexMeta, ShardRouting, from_index_metadata, sync_index
 from shardstore.engine.recovery import peer_recover
+from shardstore.engine.restore_check import ShardLoss
 from shardstore.engine.routing import shard_ids
 from shardstore.engine.shard import ShardCopy, ShardSpec
 from shardstore.engine.transport import Transport
@@ -147,7 +148,7 @@ class Cluster:
 
     def __init__(self, store: str | BlobStore, data_dir: str = "./shardstore-data", nodes: int = 3,
                  *, cluster_managers: int = 3, transport: Transport | None = None,
-                 recovery_delay: float = 1.0, **store_options: Any) -> None:
+                 recovery_delay: float = 1.0, accept_data_loss: bool = False, **store_options: Any) -> None:
         if nodes < 1:
             raise InvalidRequest(f"a cluster needs at least one node, got nodes={nodes}")
         if cluster_managers < 1:
@@ -184,8 +185,17 @@ class Cluster:
         self.nodes: dict[str, Node] = {}
         for i in range(nodes):
             self.start_node(f"node-{i}")
-        #: indices found in the cluster state at start (a restore): their shards come from the store
-        self.restored_indices = self._restore_shards(state)
+        #: what a restore dropped, per shard, when it ran with accept_data_loss=True (else it refuses)
+        self.restore_losses: list[ShardLoss] = []
+        self._accept_data_loss = accept_data_loss
+        try:
+            #: indices found in the cluster state at start (a restore): their shards come from the store
+            self.restored_indices = self._restore_shards(state)
+            for loss in self.restore_losses:
+                log.error("restore accepted a data loss: %s", loss)
+        except BaseException:
+            self.close()
+            raise
         self.wait_for_allocation()
 
     # -- nodes ------------------------------------------------------------------------------
@@ -659,8 +669,12 @@ class Cluster:
                 node = self.nodes[target]
                 spec = self._spec(meta, sr.shard)
                 term = max(sr.primary_term, latest_term(self.store, spec.address) or 0) + 1
-                copy = ShardCopy.recover_from_remote(spec, node.data_dir, self.store, primary_term=term)
+                copy = ShardCopy.recover_from_remote(spec, node.data_dir, self.store, primary_term=term,
+                                                     known_term=sr.primary_term, index_name=name,
+                                                     accept_data_loss=self._accept_data_loss)
                 node.copies[(meta.uuid, sr.shard)] = copy
+                if copy.restore_loss is not None:
+                    self.restore_losses.append(copy.restore_loss)
                 routing.append(ShardRouting(sr.shard, target, term, (target,), (target,)))
             self.indices[name] = meta.with_all_routing(tuple(routing))
             self._publish(self.indices[name])
@@ -672,16 +686,20 @@ class Cluster:
 
     @classmethod
     def restore(cls, store: str | BlobStore, data_dir: str, nodes: int = 3, *, recovery_delay: float = 1.0,
-                **store_options: Any) -> Cluster:
+                accept_data_loss: bool = False, **store_options: Any) -> Cluster:
         """A new cluster on empty disks from the blob store alone (every index, every shard).
 
         The cluster managers bootstrap from the latest valid cluster state in the store
         (a new cluster UUID chained to it, seed 000); every index is then recovered from
         the remote segment store and translog.  NoClusterState if the store holds none.
+        RestoreDataLoss if a lost or corrupt blob means acknowledged operations cannot come
+        back (it names the shard, the seq# ranges and the blobs); with ``accept_data_loss``
+        the rest is restored and ``restore_losses`` lists what was dropped.
         """
         from shardstore.cluster_state.errors import NoClusterState
 
-        cluster = cls(store, data_dir, nodes, recovery_delay=recovery_delay, **store_options)
+        cluster = cls(store, data_dir, nodes, recovery_delay=recovery_delay, accept_data_loss=accept_data_loss,
+                      **store_options)
         state = cluster.cluster_state()
         if state is None or state.coordination.term == 0 or not (cluster.restored_indices or state.indices):
             location = cluster.store.location

@@ -8,7 +8,14 @@ applied: "not applied", "NOT acknowledged", or, for a lost response, "may have b
 
 from __future__ import annotations
 
-from shardstore.errors import ConflictError, InvalidError, NotFoundError, ShardstoreError, UnavailableError
+from shardstore.errors import (
+    ConflictError,
+    CorruptError,
+    InvalidError,
+    NotFoundError,
+    ShardstoreError,
+    UnavailableError,
+)
 
 
 class EngineError(ShardstoreError):
@@ -155,3 +162,18 @@ class HealthTimeout(EngineError, UnavailableError):
 
 class ResyncRefused(EngineError, ConflictError):
     """A replica holds operations above the new primary's history; it is rebuilt by peer recovery instead."""
+
+
+class RestoreDataLoss(EngineError, CorruptError):
+    """A restore would bring back fewer operations than the store says were acknowledged; nothing was restored.
+
+    ``losses`` lists, per shard, the missing seq# ranges and the blobs at fault.  Pass
+    ``accept_data_loss=True`` to ``Cluster.restore`` to restore the rest anyway; the cluster's
+    ``restore_losses`` then says exactly what was dropped.
+    """
+
+    def __init__(self, losses: list) -> None:
+        parts = "; ".join(str(loss) for loss in losses)
+        super().__init__(f"restore refused, acknowledged operations are missing: {parts}; pass "
+                         f"accept_data_loss=True to restore without them")
+        self.losses = list(losses)

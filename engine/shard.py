@@ -32,11 +32,18 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from shardstore.blobstores.base import BlobStore
-from shardstore.engine.errors import OperationTermTooOld, ResyncRefused, StalePrimary, VersionConflict
+from shardstore.engine.errors import (
+    OperationTermTooOld,
+    RestoreDataLoss,
+    ResyncRefused,
+    StalePrimary,
+    VersionConflict,
+)
 from shardstore.segments.directory import ShardDirectory
 from shardstore.segments.errors import CommitConflict, CommitNotFound, UploadCancelled
 from shardstore.segments.path_strategy import PathStrategy, PlainPathStrategy
@@ -44,14 +51,18 @@ from shardstore.segments.versions import next_versions
 from shardstore.segments.remote_store import (
     RemoteSegmentStore,
     ShardAddress,
+    known_terms,
     latest_term,
     list_commit_keys,
     list_terms,
     restore,
 )
+from shardstore.engine.restore_audit import Evidence, audit
+from shardstore.engine.restore_check import ShardLoss, missing_ranges
+from shardstore.translog.errors import TranslogCorruptedError
 from shardstore.translog.local import LocalTranslog
 from shardstore.translog.operations import SCHEMA, OpType, stamp, unstamped_batch
-from shardstore.translog.remote import RemoteTranslog
+from shardstore.translog.remote import RemoteTranslog, apply_trims
 from shardstore.translog.tracker import NO_OPS_PERFORMED, LocalCheckpointTracker
 
 log = logging.getLogger(__name__)
@@ -62,6 +73,9 @@ GC_EVERY_FLUSHES = 5
 KEEP_REMOTE_COMMITS = 10
 #: After a failover, older terms' remote commits are collected once the new term has this many.
 OWN_COMMITS_BEFORE_DROPPING_OLDER = 2
+#: the remote translog is purged only up to the oldest of this copy's last FALLBACK_COMMITS remote
+#: commits: a restore can fall back past FALLBACK_COMMITS - 1 bad commits and lose nothing
+FALLBACK_COMMITS = 2
 
 
 @dataclass(frozen=True)
@@ -106,6 +120,10 @@ class ShardCopy:
         self.global_checkpoint = NO_OPS_PERFORMED
         self._flushes_since_gc = 0
         self._older_terms_pending = False
+        #: local checkpoints of the last FALLBACK_COMMITS commits this copy uploaded in its term (the purge gate)
+        self._remote_checkpoints: list[int] = []
+        #: what a restore from the store could not bring back (recover_from_remote), or None
+        self.restore_loss: ShardLoss | None = None
         self._upload_lock = threading.Lock()  # one remote segment upload at a time (flush or background)
         self._closing = threading.Event()
         self._background: threading.Thread | None = None
@@ -273,6 +291,7 @@ class ShardCopy:
             self.primary_term = new_term
             self.translog.roll_generation(new_term)
             self.primary = True
+            self._remote_checkpoints = []  # the purge gate counts this term's own commits
             self._start_remote()  # claims the term: the old primary's next acknowledgement fails
             if self.remote_translog is not None:
                 # recorded in the remote metadata too: readers merging older term prefixes drop
@@ -388,8 +407,15 @@ class ShardCopy:
                     self.directory.release_commit(commit.generation)
                 if self.remote_translog is not None:
                     self.remote_translog.upload()
-                    self.remote_translog.purge(checkpoint, self.primary_term)
-                    self._purge_older_terms(checkpoint)
+                    # checkpoint-gated purge: keep the translog above the commit before this one, so a
+                    # restore that must fall back past one lost or corrupt commit still finds every
+                    # operation above the commit it falls back to (docs/design/engine.md, "Restore
+                    # never returns less"; issue 14, case 1)
+                    self._remote_checkpoints = [*self._remote_checkpoints, checkpoint][-FALLBACK_COMMITS:]
+                    gate = (self._remote_checkpoints[0] if len(self._remote_checkpoints) == FALLBACK_COMMITS
+                            else NO_OPS_PERFORMED)
+                    self.remote_translog.purge(gate, self.primary_term)
+                    self._purge_older_terms(gate)
                 self._flushes_since_gc += 1
                 if self._older_terms_pending or self._flushes_since_gc >= GC_EVERY_FLUSHES:
                     self._collect_remote_garbage()
@@ -431,19 +457,39 @@ class ShardCopy:
 
     @classmethod
     def recover_from_remote(cls, spec: ShardSpec, data_dir: str, store: BlobStore, *, primary_term: int,
-                            primary: bool = True) -> ShardCopy:
-        """Rebuild a copy on an empty disk: newest valid remote commit, then the remote translog above it."""
+                            primary: bool = True, known_term: int = 0, accept_data_loss: bool = False,
+                            index_name: str | None = None) -> ShardCopy:
+        """Rebuild a copy on an empty disk: newest valid remote commit, then the remote translog above it.
+
+        Every seq# the store says was acknowledged must come back (docs/design/engine.md,
+        "Restore never returns less"), or this raises RestoreDataLoss naming the missing seq#
+        ranges and the blobs at fault, before anything is written to the store (a refused
+        restore leaves the store as it found it, so a later restore sees the same loss).  With
+        ``accept_data_loss`` the copy is built from what is left and ``copy.restore_loss`` says
+        what was dropped.  ``known_term``: the highest primary term the cluster state knows, so
+        a lost term marker does not hide a term's data.
+        """
         path = os.path.join(data_dir, spec.index_uuid, str(spec.shard))
         addr = spec.address
+        terms = known_terms(store, addr, at_least=known_term)
+        evidence = audit(store, addr, terms)
+        faults = list(evidence.faults)
         try:
-            result = restore(store, addr, os.path.join(path, "index"))
+            result = restore(store, addr, os.path.join(path, "index"), terms=terms)
             above = result.commit.local_checkpoint
+            faults += [f"{k}: {r}" for k, r in result.skipped if not any(f.startswith(k) for f in faults)]
         except CommitNotFound:
             above = NO_OPS_PERFORMED
-        prefixes = [addr.translog_prefix(t) for t in list_terms(store, addr)]
+        batches = _read_translog(store, evidence, above + 1, faults)
+        seq_nos = np.concatenate([b.column("seq_no").to_numpy() for b in batches] or [np.empty(0, np.int64)])
+        missing = missing_ranges(above + 1, seq_nos, evidence.expected_max)
+        loss = ShardLoss(index_name or spec.index_uuid, spec.shard, tuple(missing), tuple(faults)) if missing else None
+        if loss is not None and not accept_data_loss:
+            raise RestoreDataLoss([loss])
         # terms only grow along seq#s: start the empty log at term 1, it rolls as replayed terms rise
         copy = cls(spec, data_dir, store, primary_term=1, primary=False)
-        copy.replay(RemoteTranslog.read_operations(store, prefixes, above + 1))  # logged in its own translog
+        copy.restore_loss = loss
+        copy.replay(batches)  # logged in its own translog
         if primary:
             copy.promote(primary_term)
         return copy
@@ -460,6 +506,20 @@ class ShardCopy:
                 self.translog.close()
             finally:
                 self.directory.close()
+
+
+def _read_translog(store: BlobStore, evidence: Evidence, from_seq_no: int, faults: list[str]) -> list[pa.RecordBatch]:
+    """The audited generations' operations from ``from_seq_no``; a generation that cannot be read is left out and named."""
+    entries = {e.blob_key: apply_trims(e, evidence.trims) for e in evidence.entries}
+    while True:
+        try:
+            return list(RemoteTranslog.read_entries(store, entries.values(), from_seq_no))
+        except TranslogCorruptedError as exc:
+            key = next((k for k in entries if k in str(exc)), None)
+            if key is None:
+                raise
+            faults.append(f"{key}: {exc}")
+            del entries[key]
 
 
 def split_by_term(batch: pa.RecordBatch) -> list[pa.RecordBatch]:

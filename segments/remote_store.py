@@ -31,7 +31,7 @@ import logging
 import os
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -152,6 +152,25 @@ def list_terms(store: BlobStore, address: ShardAddress) -> list[int]:
     return sorted(terms, reverse=True)
 
 
+def known_terms(store: BlobStore, address: ShardAddress, at_least: int = 0) -> list[int]:
+    """Every term that claimed the shard or left blobs under its prefixes, newest first.
+
+    The term markers list the terms that claimed it; terms ``1..at_least`` (the highest term
+    the cluster state knows) are also probed for segment or translog blobs, so a lost term
+    marker never makes a shard with data read as empty (issue 14, case 1).  One LIST per
+    marker listing, up to two per probed term (restore only).
+    """
+    terms = set(list_terms(store, address))
+    for term in range(1, at_least + 1):
+        if term in terms:
+            continue
+        for prefix in (address.segments_prefix(term), address.translog_prefix(term)):
+            if next(iter(store.list(prefix.rstrip("/") + "/")), None) is not None:
+                terms.add(term)
+                break
+    return sorted(terms, reverse=True)
+
+
 def latest_term(store: BlobStore, address: ShardAddress) -> int | None:
     """The newest term that claimed the shard (the seed's ``primary_term_latest``), or None."""
     first = next(iter(store.list(address.term_marker_prefix() + "/")), None)
@@ -177,9 +196,9 @@ def read_metadata(store: BlobStore, key: str) -> RemoteCommitMetadata:
     return md
 
 
-def iter_commits(store: BlobStore, address: ShardAddress) -> Iterator[str]:
+def iter_commits(store: BlobStore, address: ShardAddress, terms: Sequence[int] | None = None) -> Iterator[str]:
     """Every commit metadata key, newest term first, newest generation first within a term."""
-    for term in list_terms(store, address):
+    for term in list_terms(store, address) if terms is None else sorted(terms, reverse=True):
         yield from list_commit_keys(store, address, term)
 
 
@@ -232,11 +251,15 @@ def download_file(store: BlobStore, remote: RemoteFile, path: str) -> int:
     return size
 
 
-def restore(store: BlobStore, address: ShardAddress, target_dir: str) -> RestoreResult:
-    """Download the newest valid commit into ``target_dir``; fall back past broken ones and say why."""
+def restore(store: BlobStore, address: ShardAddress, target_dir: str,
+            terms: Sequence[int] | None = None) -> RestoreResult:
+    """Download the newest valid commit into ``target_dir``; fall back past broken ones and say why.
+
+    ``terms``: the shard's terms to look in (default: those its term markers list).
+    """
     os.makedirs(target_dir, exist_ok=True)
     skipped: list[tuple[str, str]] = []
-    for key in iter_commits(store, address):
+    for key in iter_commits(store, address, terms):
         written: list[str] = []
         try:
             md = read_metadata(store, key)

@@ -116,7 +116,7 @@ def read_generation(store: BlobStore, entry: RemoteGeneration) -> bytes:
     return data
 
 
-def _apply_trims(entry: RemoteGeneration, trims: list[tuple[int, int]]) -> RemoteGeneration:
+def apply_trims(entry: RemoteGeneration, trims: list[tuple[int, int]]) -> RemoteGeneration:
     """``entry`` with every applicable (seq_no, term) trim of a merged prefix folded into its trimmed-above seq#."""
     t = entry.trimmed_above_seq_no
     for seq_no, term in trims:
@@ -412,7 +412,7 @@ class RemoteTranslog:
             for f in found:
                 if f is not None:
                     for e in f[1].entries:
-                        entries.setdefault(e.blob_key, _apply_trims(e, trims))
+                        entries.setdefault(e.blob_key, apply_trims(e, trims))
             try:
                 return RemoteTranslog.read_entries(store, entries.values(), from_seq_no, to_seq_no)
             except _MissingBlob as exc:

@@ -1,0 +1,121 @@
+"""What the blob store says a shard acknowledged, read for a restore (issue 14, case 1).
+
+:func:`audit` reads, for every term of the shard, the translog metadata and the commit
+metadata, and returns the highest seq# any of them names (:class:`Evidence`), the
+translog generations to replay, and the blobs found damaged on the way.  The decisions
+(which seq#s are missing, how trims cap an older term) are in :mod:`restore_check`.
+
+- The newest *readable* translog metadata of each term is used; a newer one that cannot be
+  read is a fault (named), and the one before it is used instead.
+- A data blob under a term's ``data/`` of a generation newer than every generation that
+  metadata names is an *orphan*: its metadata blob was lost (or its metadata PUT failed, in
+  which case its operations were never acknowledged and may come back, as any
+  unacknowledged write may).  Its frames are read and checked (CRC per frame) and it is
+  replayed like a named generation, so one lost metadata blob loses nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from shardstore.blobstores.base import BlobStore
+from shardstore.engine.restore_check import capped
+from shardstore.errors import ShardstoreError
+from shardstore.segments.remote_store import ShardAddress, iter_commits, read_metadata
+from shardstore.translog.frames import HEADER_SIZE, GenerationHeader, iter_frames
+from shardstore.translog.remote import UNASSIGNED
+from shardstore.translog.remote_metadata import (
+    DATA_DIR,
+    METADATA_DIR,
+    RemoteGeneration,
+    decode_metadata,
+    generation_checksum,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Evidence:
+    """The store's account of one shard: the generations to replay, the highest acknowledged seq#, the faults."""
+
+    entries: list[RemoteGeneration] = field(default_factory=list)
+    trims: list[tuple[int, int]] = field(default_factory=list)  # (seq_no, term) of every readable metadata
+    expected_max: int = -1
+    faults: list[str] = field(default_factory=list)
+
+
+def _join(prefix: str, rel: str) -> str:
+    return f"{prefix.rstrip('/')}/{rel}"
+
+
+def _orphan(store: BlobStore, key: str, term: int) -> RemoteGeneration:
+    """A data blob no readable metadata names, described from its own checked bytes."""
+    data = store.get(key)
+    header = GenerationHeader.decode(data, key)
+    lo, hi, n = None, None, 0
+    for frame in iter_frames(data, HEADER_SIZE, None, key):
+        lo = frame.min_seq_no if lo is None else min(lo, frame.min_seq_no)
+        hi = frame.max_seq_no if hi is None else max(hi, frame.max_seq_no)
+        n += frame.count
+    return RemoteGeneration(header.generation, header.primary_term or term, key, len(data),
+                            generation_checksum(data), -1 if lo is None else lo, -1 if hi is None else hi, n,
+                            UNASSIGNED)
+
+
+def _translog(store: BlobStore, address: ShardAddress, term: int, ev: Evidence) -> None:
+    """Add ``term``'s translog: its newest readable metadata's generations, then its orphan data blobs."""
+    prefix = address.translog_prefix(term)
+    named: dict[str, RemoteGeneration] = {}
+    for info in store.list(_join(prefix, METADATA_DIR)):
+        try:
+            md = decode_metadata(store.get(info.key), info.key)
+        except ShardstoreError as exc:
+            ev.faults.append(f"{info.key}: {exc}")
+            continue
+        named = {e.blob_key: e for e in md.entries}
+        if md.trim is not None:
+            ev.trims.append(md.trim)
+        break
+    top_generation = max((e.generation for e in named.values()), default=-1)
+    ev.entries.extend(named.values())
+    for info in store.list(_join(prefix, DATA_DIR)):
+        if info.key in named:
+            continue
+        try:
+            generation = int(info.key.rsplit("/", 1)[-1].split("__", 1)[0])
+        except ValueError:
+            continue
+        if generation <= top_generation:
+            continue  # superseded: a retried upload, or purged by a commit
+        try:
+            orphan = _orphan(store, info.key, term)
+        except ShardstoreError as exc:
+            ev.faults.append(f"{info.key}: {exc}")
+            continue
+        log.warning("restore: translog data blob %s (seq# %d-%d) is named by no readable metadata; replaying it",
+                    info.key, orphan.min_seq_no, orphan.max_seq_no)
+        ev.entries.append(orphan)
+
+
+def audit(store: BlobStore, address: ShardAddress, terms: list[int]) -> Evidence:
+    """Read every term's translog and commit metadata of the shard: what it must restore (see the module)."""
+    ev = Evidence()
+    for term in terms:
+        _translog(store, address, term, ev)
+    for e in ev.entries:
+        if e.num_ops:
+            top = e.max_seq_no if e.trimmed_above_seq_no == UNASSIGNED else min(e.max_seq_no, e.trimmed_above_seq_no)
+            ev.expected_max = max(ev.expected_max, capped(top, e.primary_term, ev.trims))
+    for key in iter_commits(store, address, terms):
+        try:
+            md = read_metadata(store, key)
+        except ShardstoreError as exc:
+            ev.faults.append(f"{key}: {exc}")
+            continue
+        ev.expected_max = max(ev.expected_max, capped(md.commit.local_checkpoint, md.primary_term, ev.trims))
+    return ev
+
+
+__all__ = ["Evidence", "audit"]

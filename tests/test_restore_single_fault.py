@@ -1,0 +1,150 @@
+"""One lost or corrupt blob never makes a restore return less than was acknowledged (issue 14, case 1).
+
+A real cluster acknowledges 120 documents over six rounds (a flush after each of the first
+five, the last round only in the remote translog) and is closed.  Then, for each case, a copy
+of its store gets exactly one fault (a blob deleted, a byte flipped, a blob truncated) and
+``Cluster.restore`` runs on fresh disks.  The only acceptable outcomes:
+
+- every acknowledged document comes back with its value, or
+- ``RestoreDataLoss`` (a ``CorruptError``) naming the shard, the missing seq# range and the
+  blob at fault; with ``accept_data_loss=True`` the restore then goes on and reports exactly
+  what it dropped.
+
+Before the fix, deleting the newest segment commit, the term marker or the newest translog
+metadata, or corrupting a segment file, returned normally with 0 to 100 of the 120 docs.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from shardstore.blobstores import open_store
+from shardstore.engine import Cluster
+from shardstore.engine.errors import RestoreDataLoss
+from shardstore.errors import ShardstoreError
+
+ROUNDS, PER_ROUND = 6, 20
+N = ROUNDS * PER_ROUND
+
+
+@pytest.fixture(scope="module", params=["steady", "failover"])
+def golden(request, tmp_path_factory) -> Path:
+    """A store holding 120 acknowledged docs: five flushed rounds and one in the translog only.
+
+    ``failover``: the primary is killed after round 2 (the replica takes over with term 2, and
+    the data spans two terms' prefixes).
+    """
+    base = tmp_path_factory.mktemp("golden")
+    cluster = Cluster(store=f"file://{base / 'remote'}", data_dir=str(base / "nodes"), nodes=3, recovery_delay=0.05)
+    try:
+        cluster.create_index("docs", shards=1, replicas=1)
+        for r in range(ROUNDS):
+            res = cluster.bulk("docs", [{"_id": str(r * PER_ROUND + i), "r": r} for i in range(PER_ROUND)])
+            assert not res.errors
+            if r < ROUNDS - 1:
+                cluster.flush("docs")
+            if r == 2 and request.param == "failover":
+                cluster.kill_node(cluster.primary_of("docs", 0))
+                cluster.wait_for_health("green", timeout=60)
+    finally:
+        cluster.close()
+    return base / "remote"
+
+
+def _keys(root: Path) -> list[str]:
+    return sorted(info.key for info in open_store(f"file://{root}").list(""))
+
+
+def _term(key: str) -> int:
+    """The primary term a shard blob's key is under (``<cluster>/<term>/<index>/<shard>/...``), 0 for others."""
+    parts = key.split("/")
+    return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+
+
+def _pick(keys: list[str], part: str, newest: bool = True) -> str:
+    """The newest (or oldest) key holding ``part``: highest term first, then the names' own order (inverted: newest first)."""
+    found = sorted((k for k in keys if part in k), key=lambda k: (-_term(k), k))
+    assert found, f"no blob with {part!r}"
+    return found[0] if newest else found[-1]
+
+
+def _delete(path: Path) -> None:
+    path.unlink()
+
+
+def _flip(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x40
+    path.write_bytes(bytes(data))
+
+
+def _truncate(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+#: (name, which blob, newest or oldest in listing order, the fault, whether everything must come back):
+#: a lost commit, term marker or translog metadata loses nothing (the translog is purged only past
+#: the commit before the newest; term markers are re-derived; an orphan data blob is replayed).
+#: A damaged segment or translog data blob may be the only copy of its operations: refusing,
+#: naming it, is right.
+CASES: list[tuple[str, str, bool, Callable[[Path], None], bool]] = [
+    ("newest segment commit deleted", "/segments/metadata/", True, _delete, True),
+    ("newest segment commit corrupt", "/segments/metadata/", True, _flip, True),
+    ("oldest segment commit deleted", "/segments/metadata/", False, _delete, True),
+    ("a segment file corrupt", "/segments/data/", True, _flip, False),
+    ("a segment file truncated", "/segments/data/", False, _truncate, False),
+    ("newest term marker deleted", "/primary_terms/", True, _delete, True),
+    ("oldest term marker deleted", "/primary_terms/", False, _delete, True),
+    ("oldest translog metadata deleted", "/translog/metadata/", False, _delete, True),
+    ("newest translog metadata deleted", "/translog/metadata/", True, _delete, True),
+    ("newest translog metadata corrupt", "/translog/metadata/", True, _flip, True),
+    ("translog data corrupt", "/translog/data/", True, _flip, False),
+    ("translog data deleted", "/translog/data/", True, _delete, False),
+]
+
+
+@pytest.mark.parametrize(("name", "part", "newest", "fault", "must_recover"), CASES, ids=[c[0] for c in CASES])
+def test_one_bad_blob_restores_everything_or_refuses_naming_it(golden, tmp_path, name, part, newest, fault,
+                                                               must_recover):
+    remote = tmp_path / "remote"
+    shutil.copytree(golden, remote)
+    victim = _pick(_keys(remote), part, newest)
+    fault(remote / victim)
+    try:
+        restored = Cluster.restore(store=f"file://{remote}", data_dir=str(tmp_path / "fresh"), nodes=1)
+    except RestoreDataLoss as exc:
+        assert not must_recover, f"{name}: refused although nothing is truly lost: {exc}"
+        # refused: the error names the blob at fault and the missing range
+        assert exc.losses, exc
+        text = str(exc)
+        assert "seq#" in text and "accept_data_loss=True" in text, text
+        assert victim.rsplit("/", 1)[-1] in text or victim.rsplit("/", 2)[-2] in text, (victim, text)
+        # accepting the loss restores the rest and says exactly what was dropped
+        accepted = Cluster.restore(store=f"file://{remote}", data_dir=str(tmp_path / "accepted"), nodes=1,
+                                   accept_data_loss=True)
+        try:
+            accepted.refresh("docs")
+            dropped = sum(hi - lo + 1 for loss in accepted.restore_losses for lo, hi in loss.missing)
+            assert dropped >= 1
+            assert accepted.count("docs") >= N - dropped
+        finally:
+            accepted.close()
+        return
+    except ShardstoreError as exc:
+        assert not must_recover, f"{name}: refused although nothing is truly lost: {exc!r}"
+        # any other refusal must at least name the blob at fault
+        assert victim.rsplit("/", 1)[-1] in str(exc), (victim, repr(exc))
+        return
+    try:
+        restored.refresh("docs")
+        assert restored.count("docs") == N, f"{name}: {restored.count('docs')} of {N} acknowledged docs restored"
+        docs = restored.scan("docs", columns=["_id", "r"]).to_pylist()
+        assert sorted((int(d["_id"]), d["r"]) for d in docs) == [(i, i // PER_ROUND) for i in range(N)]
+        assert restored.restore_losses == []
+    finally:
+        restored.close()
