@@ -66,6 +66,10 @@ class ReadResult:
     incremental: bool
 
 
+#: Entity kinds a restore replaces (``restore.restored_state``): unreadable ones do not block it.
+RESTORE_REPLACES = frozenset({"coordination", "transient", "nodes", "blocks", "routing"})
+
+
 @dataclass
 class RestoreResult:
     """The newest complete committed state of a cluster UUID, and the manifests skipped to reach it."""
@@ -334,13 +338,23 @@ class RemoteClusterStateService:
                 continue
         raise MissingEntity(manifest_key(cluster_uuid, term, version, False), "(none)")
 
-    def _read_full(self, m: Manifest) -> tuple[ClusterState, int, int]:
+    def _read_full(self, m: Manifest, replaceable: frozenset[str] = frozenset(),
+                   unread: list[str] | None = None) -> tuple[ClusterState, int, int]:
+        """The state ``m`` describes; an entity of a kind in ``replaceable`` that cannot be read is left
+        at its default and named in ``unread`` instead of failing the read (restore replaces those)."""
         counter = [0, 0]
         mkey = m.key or m.name
 
         def fetch(ref: E.EntityRef) -> tuple[E.EntityRef, Any]:
-            data = self._get(ref.key, mkey)
-            return ref, E.decode_entity(ref.kind, data, ref.key, ref.checksum)
+            try:
+                data = self._get(ref.key, mkey)
+                return ref, E.decode_entity(ref.kind, data, ref.key, ref.checksum)
+            except (ClusterStateCorrupt, MissingEntity) as exc:
+                if ref.kind not in replaceable:
+                    raise
+                if unread is not None:
+                    unread.append(f"{ref.key}: {exc}")
+                return ref, None
 
         cluster = self._map(fetch, m.cluster.values())
         chunk_lists = self._map(lambda r: self._load_chunk(r, mkey, counter), m.chunks.values())
@@ -353,10 +367,13 @@ class RemoteClusterStateService:
         values = self._map(fetch, refs)
         fields: dict[str, Any] = {}
         for ref, value in cluster:
-            E.apply_cluster_entity(fields, ref.kind, value)
+            if value is not None:
+                E.apply_cluster_entity(fields, ref.kind, value)
         indices: dict[str, IndexMetadata] = {}
         routing: dict[str, Any] = {}
         for ref, value in values:
+            if value is None:
+                continue
             if ref.kind == "index":
                 indices[ref.name] = E.decode_index(value)
             else:
@@ -444,17 +461,27 @@ class RemoteClusterStateService:
         return res
 
     def restore_latest(self, cluster_uuid: str) -> RestoreResult:
-        """The newest committed state of ``cluster_uuid`` that reads back complete, falling back past broken ones."""
+        """The newest committed state of ``cluster_uuid`` that reads back complete, falling back past broken ones.
+
+        The entities a restore replaces anyway (:data:`RESTORE_REPLACES`: coordination, transient
+        settings, nodes, blocks, routing) may be unreadable: they are left at their defaults
+        with a warning naming them, since the persistent metadata (checked against the
+        manifest's fingerprint) is all a restore keeps (issue 14, single-blob corruption).
+        """
         skipped: list[tuple[str, str]] = []
         for name in self.list_manifests(cluster_uuid):
             if not name.committed:
                 continue
+            unread: list[str] = []
             try:
                 m = self.read_manifest(name.key)
-                state = self.read_state(m)
+                state = self._read_full(m, RESTORE_REPLACES, unread)[0]
             except (ClusterStateCorrupt, MissingEntity) as exc:
                 skipped.append((name.key, str(exc)))
                 continue
+            if unread:
+                warnings.warn(f"cluster state {cluster_uuid}: restoring without unreadable entities that a restore "
+                              f"replaces: {'; '.join(unread)}", RuntimeWarning, stacklevel=2)
             if skipped:
                 warnings.warn(
                     f"cluster state {cluster_uuid}: restored term {m.term} version {m.version}, falling back "

@@ -105,6 +105,12 @@ CASES: list[tuple[str, str, bool, Callable[[Path], None], bool]] = [
     ("newest translog metadata corrupt", "/translog/metadata/", True, _flip, True),
     ("translog data corrupt", "/translog/data/", True, _flip, False),
     ("translog data deleted", "/translog/data/", True, _delete, False),
+    ("newest cluster-state manifest deleted", "/cluster-state/manifest/", True, _delete, True),
+    ("newest cluster-state manifest corrupt", "/cluster-state/manifest/", True, _flip, True),
+    ("newest index entity corrupt", "/cluster-state/index/", False, _flip, True),
+    ("newest routing entity deleted", "/cluster-state/routing/", False, _delete, True),
+    ("newest index-list chunk corrupt", "/cluster-state/chunk/", False, _flip, True),
+    ("coordination entity corrupt", "/cluster-state/coordination/", True, _flip, True),
 ]
 
 
