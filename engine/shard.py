@@ -144,15 +144,17 @@ class ShardCopy:
     def replay(self, batches: Iterable[pa.RecordBatch]) -> int:
         """Apply and log resolved operations from another copy or the store (recovery); returns how many.
 
-        Resolved batches are in seq# order, so terms never decrease along them, but one
-        batch may span a term change; it is cut at each change so the local translog
-        (which refuses an op below its current term) rolls term by term.
+        Resolved batches are in seq# order; one batch may span a term change, and it is cut
+        at each change so the local translog rolls term by term.  Terms may also go *down*
+        along seq#s: a promoted copy fills a gap below an older-term op with a no-op of its
+        new term (a write that failed before it was replicated, issue 14 case 2), so the
+        operations are logged as history (``history=True``: older terms accepted).
         """
         n = 0
         for batch in batches:
             for part in split_by_term(batch):
                 self.tracker.advance_max_seq_no(pc.max(part.column("seq_no")).as_py())
-                self._apply_stamped(part)
+                self._apply_stamped(part, history=True)
                 n += part.num_rows
         return n
 
@@ -227,16 +229,17 @@ class ShardCopy:
             self.update_global_checkpoint(global_checkpoint)
             return self.local_checkpoint
 
-    def _apply_stamped(self, stamped: pa.RecordBatch, *, log_it: bool = True, prepared=None) -> None:
+    def _apply_stamped(self, stamped: pa.RecordBatch, *, log_it: bool = True, prepared=None,
+                       history: bool = False) -> None:
         if stamped.num_rows == 0:
             return
         self.directory.apply(stamped, prepared)  # mapping conflicts refuse the batch before anything is logged
         if log_it:
             if self.remote_translog is not None:
-                self.remote_translog.add(stamped)  # returns once the upload covering it landed
+                self.remote_translog.add(stamped, history=history)  # returns once the upload covering it landed
                 self._check_not_fenced()
             else:
-                self.translog.add(stamped)
+                self.translog.add(stamped, history=history)
         seqs = stamped.column("seq_no")
         self.tracker.mark_processed(seqs)
 

@@ -275,14 +275,20 @@ class LocalTranslog:
         """Highest seq# s such that every op <= s is durable here."""
         return self.tracker.persisted_checkpoint
 
-    def add(self, batch: pa.RecordBatch) -> tuple[int, int]:
-        """Append a stamped batch; returns its (generation, end offset) once durable per the policy."""
+    def add(self, batch: pa.RecordBatch, *, history: bool = False) -> tuple[int, int]:
+        """Append a stamped batch; returns its (generation, end offset) once durable per the policy.
+
+        An operation of a term below the log's current term is refused, unless ``history``:
+        a copy replaying another copy's resolved history (recovery, restore) may meet an
+        older-term operation above a newer-term no-op that filled a gap at a promotion
+        (issue 14, case 2), as Elasticsearch's translog accepts any term up to its own.
+        """
         if batch.num_rows == 0:
             return (self.generation, self._cur.checkpoint.offset)
         summary = summarize(batch)  # the column ranges, computed once for the roll, the checks and the frame
         if summary.primary_term is not None and summary.primary_term[1] > self.primary_term:
             self.roll_generation(summary.primary_term[1])
-        batch = check(summary, current_term=self.primary_term, max_source_bytes=self.max_source_bytes)
+        batch = check(summary, current_term=0 if history else self.primary_term, max_source_bytes=self.max_source_bytes)
         assert summary.seq_no is not None  # check() refused null seq#s
         lo, hi = summary.seq_no
         parts = payload_parts(batch)  # a large batch's own buffers, not a copy

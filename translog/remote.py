@@ -313,9 +313,9 @@ class RemoteTranslog:
 
     # -- appending --------------------------------------------------------------------------
 
-    def add(self, batch: pa.RecordBatch) -> tuple[int, int]:
-        """Append locally, then return only once an upload covering the batch has landed."""
-        position = self.local.add(batch)
+    def add(self, batch: pa.RecordBatch, *, history: bool = False) -> tuple[int, int]:
+        """Append locally, then return only once an upload covering the batch has landed (``history``: see LocalTranslog.add)."""
+        position = self.local.add(batch, history=history)
         if batch.num_rows == 0:
             return position
         self.wait_uploaded(position[0])
