@@ -46,6 +46,7 @@ class ClusterHealth:
     initializing_shards: int
     unassigned_shards: int
     red_shards: tuple[str, ...] = ()  # "index/shard" without a primary
+    causes: tuple[str, ...] = ()  # "index/shard: why" for shards that are red for a known reason
 
 
 def wanted_copies(meta: IndexMeta, live: int) -> int:
@@ -75,15 +76,20 @@ def plan_replicas(indices: Mapping[str, IndexMeta], live: Sequence[str], load: M
 
 
 def cluster_health(indices: Mapping[str, IndexMeta], live: Sequence[str],
-                   initializing: frozenset[tuple[str, int]] = frozenset()) -> ClusterHealth:
-    """Health of ``indices`` with ``live`` nodes up and ``initializing`` shards recovering a replica (pure)."""
+                   initializing: frozenset[tuple[str, int]] = frozenset(),
+                   causes: Mapping[tuple[str, int], str] | None = None) -> ClusterHealth:
+    """Health of ``indices`` with ``live`` nodes up and ``initializing`` shards recovering a replica (pure).
+
+    A shard whose routing names a primary that is not live is red (its promotion has not
+    happened): health never reports a shard no write can reach as green.
+    """
     primaries = shards = unassigned = 0
     red = []
     for name in sorted(indices):
         meta = indices[name]
         for sr in meta.routing:
             wanted = 1 + meta.replicas
-            if sr.primary is None:
+            if sr.primary is None or sr.primary not in live:
                 red.append(f"{name}/{sr.shard}")
                 unassigned += wanted
                 continue
@@ -94,7 +100,9 @@ def cluster_health(indices: Mapping[str, IndexMeta], live: Sequence[str],
     init = len(initializing)
     unassigned = max(0, unassigned - init)
     status = "red" if red else ("yellow" if unassigned or init else "green")
-    return ClusterHealth(status, primaries, shards, init, unassigned, tuple(red))
+    why = tuple(f"{name}/{shard}: {cause}" for (name, shard), cause in sorted((causes or {}).items())
+                if f"{name}/{shard}" in red)
+    return ClusterHealth(status, primaries, shards, init, unassigned, tuple(red), why)
 
 
 class AllocationWorker:

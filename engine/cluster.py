@@ -68,6 +68,9 @@ from shardstore.translog.operations import OpType, unstamped_batch
 
 log = logging.getLogger(__name__)
 MANAGER = "cluster-manager"
+#: a failed promotion is retried after this many seconds, doubling up to PROMOTION_RETRY_MAX
+PROMOTION_RETRY_MIN = 0.1
+PROMOTION_RETRY_MAX = 5.0
 
 
 @dataclass
@@ -180,6 +183,11 @@ class Cluster:
         self._shard_locks: dict[tuple[str, int], threading.RLock] = {}
         self._initializing: set[tuple[str, int]] = set()  # (index, shard) with a peer recovery running
         self._recovery_failures: dict[tuple[str, int], int] = {}
+        #: (index, shard) whose promotion failed -> the cause; retried by a timer (_retry_promotions)
+        self._unpromoted: dict[tuple[str, int], str] = {}
+        self._promotion_timer: threading.Timer | None = None
+        self._promotion_backoff = PROMOTION_RETRY_MIN
+        self._closed = False
         self._allocation = AllocationWorker(self._allocation_round, name="allocation")
         self._writers = ThreadPoolExecutor(max_workers=8, thread_name_prefix="bulk-shard")
         self.nodes: dict[str, Node] = {}
@@ -252,11 +260,66 @@ class Cluster:
                         continue
                     others = [n for n in sr.in_sync if n != name and n in self.live_nodes()]
                     if sr.primary == name:
-                        self._promote(meta, sr, others)
+                        self._promote_or_retry_later(meta, sr, others)
                     else:
                         self._set_routing(meta, sr.shard, copies=[c for c in sr.copies if c != name],
                                           in_sync=[c for c in sr.in_sync if c != name])
             self._schedule_allocation(self.recovery_delay)  # the new primary's first writes go first
+
+    def _promote_or_retry_later(self, meta: IndexMeta, sr: ShardRouting, candidates: list[str]) -> bool:
+        """Promote, or (a store or transport error) leave the shard red with the cause and retry in the background.
+
+        The failed attempt's term counts as used (its claim may have landed): the routing
+        records it, so the next attempt claims a newer one (issue 14, case 3).  Whether it
+        promoted.  Called with the cluster lock held.
+        """
+        key = (meta.name, sr.shard)
+        try:
+            self._promote(meta, sr, candidates)
+        except Exception as exc:  # noqa: BLE001 - any failure: the shard must not stay routed to a dead node
+            cause = f"promotion to term {sr.primary_term + 1} failed ({type(exc).__name__}: {exc}); retrying"
+            log.error("%s/%d: %s", meta.name, sr.shard, cause)
+            self._unpromoted[key] = cause
+            self._set_routing(self.indices[meta.name], sr.shard, primary=None, primary_term=sr.primary_term + 1,
+                              copies=candidates, in_sync=candidates)
+            self._arm_promotion_retry()
+            return False
+        self._unpromoted.pop(key, None)
+        return True
+
+    def _arm_promotion_retry(self) -> None:
+        """Run :meth:`_retry_promotions` after the current backoff (capped exponential); cluster lock held."""
+        if self._closed or (self._promotion_timer is not None and self._promotion_timer.is_alive()):
+            return
+        timer = threading.Timer(self._promotion_backoff, self._retry_promotions)
+        timer.daemon = True
+        self._promotion_timer = timer
+        self._promotion_backoff = min(self._promotion_backoff * 2, PROMOTION_RETRY_MAX)
+        timer.start()
+
+    def _retry_promotions(self) -> None:
+        """Promote every shard whose promotion failed (timer thread); re-arms itself while any still fails."""
+        with self._lock:
+            self._promotion_timer = None
+            if self._closed:
+                return
+            for (name, shard) in list(self._unpromoted):
+                meta = self.indices.get(name)
+                if meta is None:
+                    self._unpromoted.pop((name, shard), None)
+                    continue
+                sr = meta.routing[shard]
+                key = (meta.uuid, shard)
+                live = self.live_nodes()
+                candidates = [n for n in sr.in_sync if n in live and key in self.nodes[n].copies]
+                if not candidates:
+                    self._unpromoted[(name, shard)] = "no in-sync copy left to promote; restore the index"
+                    continue
+                if self._promote_or_retry_later(meta, sr, candidates):
+                    log.info("%s/%d: promotion succeeded on retry", name, shard)
+                    self._schedule_allocation(self.recovery_delay)
+            if not any(c.endswith("retrying") for c in self._unpromoted.values()):
+                self._promotion_backoff = PROMOTION_RETRY_MIN
 
     def _promote(self, meta: IndexMeta, sr: ShardRouting, candidates: list[str]) -> None:
         key = (meta.uuid, sr.shard)
@@ -379,7 +442,8 @@ class Cluster:
     def health(self) -> ClusterHealth:
         """Green (every wanted copy in sync), yellow (a replica missing or recovering) or red (no primary)."""
         with self._lock:
-            return cluster_health(self.indices, self.live_nodes(), frozenset(self._initializing))
+            return cluster_health(self.indices, self.live_nodes(), frozenset(self._initializing),
+                                  dict(self._unpromoted))
 
     def wait_for_health(self, status: str = "green", timeout: float = 120.0) -> ClusterHealth:
         """Block until health is at least ``status`` ("yellow" or "green"); HealthTimeout names what is missing."""
@@ -567,7 +631,11 @@ class Cluster:
 
     def _primary_copy(self, index: str, shard: int) -> ShardCopy:
         meta = self._meta(index)
-        return self.nodes[self.primary_of(index, shard)].copies[(meta.uuid, shard)]
+        node = self.nodes.get(self.primary_of(index, shard))
+        copy = node.copies.get((meta.uuid, shard)) if node is not None else None
+        if copy is None:
+            raise ShardUnavailable(index, shard, f"its primary on {self.primary_of(index, shard)} is gone")
+        return copy
 
     def get(self, index: str, doc_id: str) -> dict[str, Any] | None:
         """The document (realtime: from the primary, refreshed or not), or None."""
@@ -645,6 +713,10 @@ class Cluster:
 
     def close(self) -> None:
         """Stop every node (state not committed or in the translog is lost)."""
+        with self._lock:
+            self._closed = True
+            if self._promotion_timer is not None:
+                self._promotion_timer.cancel()
         self._allocation.close()
         self._writers.shutdown(wait=True)
         for name in self.managers.master_names:

@@ -295,15 +295,34 @@ class ShardCopy:
             self.translog.roll_generation(new_term)
             self.primary = True
             self._remote_checkpoints = []  # the purge gate counts this term's own commits
-            self._start_remote()  # claims the term: the old primary's next acknowledgement fails
-            if self.remote_translog is not None:
-                # recorded in the remote metadata too: readers merging older term prefixes drop
-                # whatever the fenced primary logged above this point
-                self.remote_translog.trim_operations_above(self.max_seq_no, new_term)
-            else:
-                self.translog.trim_operations_above(self.max_seq_no, new_term)
-        self.fill_gaps()
+            try:
+                self._start_remote()  # claims the term: the old primary's next acknowledgement fails
+                if self.remote_translog is not None:
+                    # recorded in the remote metadata too: readers merging older term prefixes drop
+                    # whatever the fenced primary logged above this point
+                    self.remote_translog.trim_operations_above(self.max_seq_no, new_term)
+                else:
+                    self.translog.trim_operations_above(self.max_seq_no, new_term)
+            except BaseException:
+                self._abandon_promotion()
+                raise
+        try:
+            self.fill_gaps()
+        except BaseException:
+            with self._lock:
+                self._abandon_promotion()
+            raise
         self._start_background_upload()
+
+    def _abandon_promotion(self) -> None:
+        """Undo a promotion that failed part-way: a replica again, ready to be promoted to a newer term."""
+        self.primary = False
+        remote, self.remote_translog, self.remote_segments = self.remote_translog, None, None
+        if remote is not None:
+            try:
+                remote.close()
+            except Exception as exc:  # noqa: BLE001 - its uploads are abandoned with it
+                log.warning("%s: closing the abandoned promotion's remote translog: %r", self.path, exc)
 
     def _start_background_upload(self) -> None:
         """Upload the last local commit under this (new) term in a background thread (seed 001).

@@ -1,0 +1,59 @@
+"""A store error during a promotion: the shard is red with the cause, and the promotion is retried (issue 14, case 3).
+
+Before, a failed term-marker PUT inside ``kill_node`` left the routing naming the dead node:
+health said green, every write got ``ShardUnavailable`` forever, and ``get``/``count``/
+``refresh``/``flush`` and a later ``kill_node`` raised raw ``KeyError``.  Now ``kill_node``
+returns, health reports the shard red with the cause, reads and writes raise
+``ShardUnavailable``, and a background retry (a new term each attempt) promotes the replica
+once the store answers again, with every acknowledged document.
+
+The failing PUTs are injected with FaultyStore: a real store cannot refuse one kind of PUT
+on demand (a mock of exactly that fault, as the project's rules allow).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from shardstore.blobstores import open_store
+from shardstore.blobstores.faulty import FaultyStore
+from shardstore.engine import Cluster
+from shardstore.engine.errors import ShardUnavailable
+
+N = 50
+
+
+def test_a_failed_promotion_is_red_with_its_cause_then_retried(tmp_path: Path) -> None:
+    store = FaultyStore(open_store(f"file://{tmp_path / 'remote'}"))
+    cluster = Cluster(store=store, data_dir=str(tmp_path / "a"), nodes=3, recovery_delay=0.05)
+    try:
+        cluster.create_index("docs", shards=1, replicas=1)
+        assert not cluster.bulk("docs", [{"_id": str(i), "v": i} for i in range(N)]).errors
+        store.inject(op="put", key="*primary_terms*", action="fail", times=None)  # every term claim fails
+        cluster.kill_node(cluster.primary_of("docs", 0))  # returns: the node is gone either way
+        health = cluster.health()
+        assert health.status == "red" and health.red_shards == ("docs/0",)
+        assert any("docs/0" in c and "promotion" in c for c in health.causes), health
+        with pytest.raises(ShardUnavailable):
+            cluster.get("docs", "1")
+        with pytest.raises(ShardUnavailable):
+            cluster.count("docs")
+        result = cluster.bulk("docs", [{"_id": "new", "v": -1}])
+        assert result.errors and not result.acknowledged
+        cluster.refresh("docs")  # the remaining copy refreshes; nothing raises
+        cluster.flush("docs")
+        time.sleep(0.3)  # retries keep failing while the store refuses
+        assert cluster.health().status == "red"
+        store.clear()  # the store answers again: the next retry promotes
+        cluster.wait_for_health("yellow", timeout=30)
+        assert not cluster.bulk("docs", [{"_id": "new", "v": -1}]).errors
+        cluster.wait_for_health("green", timeout=60)
+        cluster.refresh("docs")
+        assert cluster.count("docs") == N + 1
+        assert cluster.get("docs", "7")["_source"] == {"v": 7}
+        assert cluster.health().causes == ()
+    finally:
+        cluster.close()
