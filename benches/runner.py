@@ -26,6 +26,7 @@ BENCHES: dict[str, str] = {
     "engine": "benches.engine",
     "cluster_state": "benches.cluster_state",
     "spark": "benches.spark",
+    "chaos": "benches.chaos",
 }
 
 

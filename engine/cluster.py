@@ -235,6 +235,9 @@ class Cluster:
             self.nodes[name] = node
             self.transport.register(name, node.handle)
             self._schedule_allocation()
+            if self._unpromoted:  # a red shard may be recoverable now
+                self._promotion_backoff = PROMOTION_RETRY_MIN
+                self._arm_promotion_retry()
 
     def kill_node(self, name: str, wipe_disk: bool = False) -> None:
         """Stop a node abruptly (like SIGKILL); its primaries fail over at once, its replicas are rebuilt
@@ -284,6 +287,8 @@ class Cluster:
                               copies=candidates, in_sync=candidates)
             self._arm_promotion_retry()
             return False
+        if not candidates:  # nothing to promote: _promote left it red, recovered from the store by the retry
+            return False
         self._unpromoted.pop(key, None)
         return True
 
@@ -313,19 +318,63 @@ class Cluster:
                 live = self.live_nodes()
                 candidates = [n for n in sr.in_sync if n in live and key in self.nodes[n].copies]
                 if not candidates:
-                    self._unpromoted[(name, shard)] = "no in-sync copy left to promote; restore the index"
+                    if self._recover_red_shard(meta, sr, live):
+                        self._schedule_allocation(self.recovery_delay)
                     continue
                 if self._promote_or_retry_later(meta, sr, candidates):
                     log.info("%s/%d: promotion succeeded on retry", name, shard)
                     self._schedule_allocation(self.recovery_delay)
-            if not any(c.endswith("retrying") for c in self._unpromoted.values()):
+            if not self._unpromoted:
                 self._promotion_backoff = PROMOTION_RETRY_MIN
+
+    def _recover_red_shard(self, meta: IndexMeta, sr: ShardRouting, live: list[str]) -> bool:
+        """Rebuild a shard that lost every in-sync copy from the blob store alone, as a new primary; whether it did.
+
+        With ``request`` durability the store holds every acknowledged operation (the
+        remote translog above the newest commit), so nothing is lost; a recovery that would
+        lose some raises RestoreDataLoss and the shard stays red with that cause.  The new
+        primary claims a term above every claimed one, which fences any old primary that
+        is still running.  Called with the cluster lock held (retry timer).
+        """
+        key = (meta.name, sr.shard)
+        if not live:
+            self._unpromoted[key] = "no in-sync copy left and no data node up; start a node to recover it from the store"
+            self._arm_promotion_retry()
+            return False
+        target = min(live, key=lambda n: (len(self.nodes[n].copies), n))
+        node = self.nodes[target]
+        copy_key = (meta.uuid, sr.shard)
+        stale = node.copies.pop(copy_key, None)
+        if stale is not None:
+            stale.close()
+        spec = self._spec(meta, sr.shard)
+        shutil.rmtree(os.path.join(node.data_dir, meta.uuid, str(sr.shard)), ignore_errors=True)
+        term = max(sr.primary_term, latest_term(self.store, spec.address) or 0) + 1
+        try:
+            copy = ShardCopy.recover_from_remote(spec, node.data_dir, self.store, primary_term=term,
+                                                 known_term=sr.primary_term, index_name=meta.name)
+        except Exception as exc:  # noqa: BLE001 - a store error or a refused (lossy) recovery: stays red, named
+            self._unpromoted[key] = (f"no in-sync copy left; recovery from the blob store failed "
+                                     f"({type(exc).__name__}: {exc}); retrying")
+            log.error("%s/%d: %s", meta.name, sr.shard, self._unpromoted[key])
+            self._set_routing(self.indices[meta.name], sr.shard, primary_term=term)
+            self._arm_promotion_retry()
+            return False
+        node.copies[copy_key] = copy
+        self._set_routing(self.indices[meta.name], sr.shard, primary=target, primary_term=term, copies=[target],
+                          in_sync=[target])
+        self._unpromoted.pop(key, None)
+        log.warning("%s/%d: every in-sync copy was lost; recovered from the blob store on %s with term %d",
+                    meta.name, sr.shard, target, term)
+        return True
 
     def _promote(self, meta: IndexMeta, sr: ShardRouting, candidates: list[str]) -> None:
         key = (meta.uuid, sr.shard)
         if not candidates:
-            log.warning("shard %s/%d has no in-sync copy left; it is unavailable until restored", meta.name, sr.shard)
+            log.warning("shard %s/%d has no in-sync copy left; recovering it from the blob store", meta.name, sr.shard)
             self._set_routing(meta, sr.shard, primary=None, copies=[], in_sync=[])
+            self._unpromoted[(meta.name, sr.shard)] = "no in-sync copy left; recovering it from the blob store"
+            self._arm_promotion_retry()
             return
         best = max(candidates, key=lambda n: self.nodes[n].copies[key].local_checkpoint)
         term = sr.primary_term + 1

@@ -1,0 +1,346 @@
+"""Run a seeded schedule against a real in-process cluster and check it with the client model (issue 14).
+
+:func:`run_schedule` builds a 3-node cluster (3 cluster managers) over a real blob store
+(``file`` or ``memory``) wrapped in :class:`~shardstore.blobstores.faulty.FaultyStore`,
+creates one index (2 shards, 1 replica), and executes the steps of
+:mod:`~shardstore.testing.chaos.schedule` one by one.  Every exception must be one of the
+project's documented errors (a :class:`~shardstore.errors.ShardstoreError`); per-item bulk
+errors are checked by their type name.  After each ``restore`` step and at the end (all
+faults healed, every node started) it waits for the cluster to be at least yellow (else:
+*stuck*), then reads the whole index and checks it with the model; the end also restores
+a fresh cluster from the store alone and checks that.  :func:`minimise` shortens a failing
+schedule while it still fails.
+
+What it cannot inject yet (see the issue's notes): local-disk faults (fsync failure, disk
+full, torn local files), crashes at arbitrary points inside a step, stale listings, and the
+coordinator's own death; concurrent clients (one client thread keeps runs deterministic).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from shardstore.blobstores import open_store
+from shardstore.blobstores.errors import Throttled, TransientError
+from shardstore.blobstores.faulty import FaultyStore
+from shardstore.errors import ShardstoreError
+from shardstore.testing.chaos.model import ClientModel, Violation
+from shardstore.testing.chaos.schedule import DATA_NODES, MANAGERS, Step, draw_schedule
+
+log = logging.getLogger(__name__)
+INDEX = "docs"
+#: how long a check waits for the cluster to be usable again before calling it stuck
+SETTLE_TIMEOUT = 60.0
+
+
+def _documented() -> set[str]:
+    """Names of every ShardstoreError subclass (the errors the project documents)."""
+    import shardstore.blobstores.errors  # noqa: F401 - load every error module before walking the classes
+    import shardstore.cluster_state.errors  # noqa: F401
+    import shardstore.engine.errors  # noqa: F401
+    import shardstore.segments.errors  # noqa: F401
+    import shardstore.translog.errors  # noqa: F401
+
+    out, todo = set(), [ShardstoreError]
+    while todo:
+        cls = todo.pop()
+        out.add(cls.__name__)
+        todo.extend(cls.__subclasses__())
+    return out
+
+
+@dataclass
+class Outcome:
+    """What one schedule did and what it broke."""
+
+    seed: int
+    steps: int
+    violations: list[Violation] = field(default_factory=list)
+    errors: Counter = field(default_factory=Counter)  # documented error type -> how many
+    acked: int = 0
+    failed: int = 0
+    restores: int = 0
+    seconds: float = 0.0
+
+    @property
+    def clean(self) -> bool:
+        """No violation."""
+        return not self.violations
+
+    def count(self, *kinds: str) -> int:
+        """How many violations of these kinds."""
+        return sum(1 for v in self.violations if v.kind in kinds)
+
+
+class Simulation:
+    """One schedule's cluster, store, model and outcome (see the module docstring)."""
+
+    def __init__(self, seed: int, workdir: Path, store_kind: str = "file") -> None:
+        self.seed = seed
+        self.workdir = Path(workdir)
+        if store_kind == "file":
+            url = f"file://{self.workdir / 'remote'}?fsync=false"
+        elif store_kind == "memory":
+            url = f"memory://chaos-{seed}-{uuid.uuid4().hex[:8]}"
+        else:
+            raise ValueError(f"store_kind must be 'file' or 'memory', not {store_kind!r}")
+        self.store = FaultyStore(open_store(url), seed=seed)
+        self.model = ClientModel()
+        self.outcome = Outcome(seed, 0)
+        self.documented = _documented()
+        self._generation = 0
+        self.cluster = self._new_cluster(restore=False)
+        self.cluster.create_index(INDEX, shards=2, replicas=1)
+
+    # -- plumbing -------------------------------------------------------------------------
+
+    def _data_dir(self) -> str:
+        self._generation += 1
+        return str(self.workdir / f"nodes-{self._generation}")
+
+    def _new_cluster(self, restore: bool) -> Any:
+        from shardstore.engine import Cluster
+
+        if restore:
+            return Cluster.restore(store=self.store, data_dir=self._data_dir(), nodes=len(DATA_NODES),
+                                   recovery_delay=0.05)
+        return Cluster(store=self.store, data_dir=self._data_dir(), nodes=len(DATA_NODES), recovery_delay=0.05)
+
+    def _error(self, step: Step, exc: BaseException) -> None:
+        name = type(exc).__name__
+        if isinstance(exc, ShardstoreError):
+            self.outcome.errors[name] += 1
+        else:
+            self.outcome.violations.append(Violation("unclean", step.index, f"{name}: {exc}"))
+
+    def _item_error(self, step: Step, text: str) -> None:
+        name = text.split(":", 1)[0].strip()
+        if name in self.documented:
+            self.outcome.errors[name] += 1
+        else:
+            self.outcome.violations.append(Violation("unclean", step.index, f"bulk item error {text}"))
+
+    def _value(self, step: Step, doc_id: str) -> str:
+        return f"{self.seed}:{step.index}:{doc_id}"
+
+    # -- steps ----------------------------------------------------------------------------
+
+    def apply(self, step: Step) -> None:
+        """Execute one step; documented errors are counted, others are violations."""
+        handler: Callable[[Step], None] = getattr(self, f"_do_{step.kind}")
+        try:
+            handler(step)
+        except ShardstoreError as exc:
+            self._error(step, exc)
+        except Exception as exc:  # noqa: BLE001 - an undocumented error is what the simulator looks for
+            self._error(step, exc)
+        self.outcome.steps += 1
+
+    def _write_result(self, step: Step, values: dict[str, str | None], result: Any) -> None:
+        items = result.items.to_pylist()
+        for row in items:
+            doc_id = row["_id"]
+            if row["error"] is None:
+                self.outcome.acked += 1
+                self.model.acknowledged(doc_id, values[doc_id])
+                v = self.model.stamp(doc_id, row["primary_term"], row["seq_no"], row["version"], step.index)
+                if v is not None:
+                    self.outcome.violations.append(v)
+            else:
+                self.outcome.failed += 1
+                self.model.uncertain(doc_id, values[doc_id])
+                self._item_error(step, row["error"])
+
+    def _guarded_write(self, step: Step, values: dict[str, str | None], call: Callable[[], Any]) -> None:
+        try:
+            result = call()
+        except BaseException:
+            for doc_id, value in values.items():
+                self.model.uncertain(doc_id, value)
+                self.outcome.failed += 1
+            raise
+        self._write_result(step, values, result)
+
+    def _do_bulk(self, step: Step) -> None:
+        values: dict[str, str | None] = {i: self._value(step, i) for i in step.args["ids"]}
+        docs = [{"_id": i, "v": v} for i, v in values.items()]
+        self._guarded_write(step, values, lambda: self.cluster.bulk(INDEX, docs))
+
+    def _do_delete(self, step: Step) -> None:
+        doc_id = step.args["id"]
+        self._guarded_write(step, {doc_id: None}, lambda: self.cluster.delete(INDEX, doc_id))
+
+    def _do_conditional(self, step: Step) -> None:
+        from shardstore.engine.errors import VersionConflict
+
+        doc_id = step.args["id"]
+        stamp = self.model.last_stamp.get(doc_id)
+        if stamp is None:
+            return
+        term, seq_no, _version = stamp
+        value = self._value(step, doc_id)
+        try:
+            self._guarded_write(step, {doc_id: value}, lambda: self.cluster.index_doc(
+                INDEX, {"_id": doc_id, "v": value}, if_seq_no=seq_no, if_primary_term=term))
+        except VersionConflict:
+            self.outcome.errors["VersionConflict"] += 1  # refused: nothing applied, still "uncertain" above
+
+    def _do_refresh(self, step: Step) -> None:
+        self.cluster.refresh(INDEX)
+
+    def _do_flush(self, step: Step) -> None:
+        self.cluster.flush(INDEX)
+
+    def _do_kill(self, step: Step) -> None:
+        if step.args["node"] in self.cluster.live_nodes():
+            self.cluster.kill_node(step.args["node"], wipe_disk=step.args.get("wipe", False))
+
+    def _do_start(self, step: Step) -> None:
+        self.cluster.start_node(step.args["node"])
+
+    def _do_kill_manager(self, step: Step) -> None:
+        self.cluster.kill_node(step.args["node"])
+
+    def _do_start_manager(self, step: Step) -> None:
+        self.cluster.start_node(step.args["node"])
+
+    def _do_drop(self, step: Step) -> None:
+        a = step.args
+        self.cluster.transport.drop(a["action"], times=1, after=a["after"], direction=a["direction"])
+
+    def _do_store_fault(self, step: Step) -> None:
+        a = step.args
+        action = a["action"]
+        rule: dict[str, Any] = {"op": a["op"], "key": a["key"], "times": a["times"], "after": a["after"]}
+        if action == "delay":
+            rule.update(action="delay", delay=0.05)
+        elif action == "fail":
+            rule.update(action="fail", error=Throttled if a["after"] % 2 else TransientError)
+        else:
+            rule.update(action=action)
+        self.store.inject(**rule)
+
+    def _do_heal(self, step: Step) -> None:
+        self.heal()
+
+    def _do_restore(self, step: Step) -> None:
+        self.heal()
+        self.cluster.close()
+        self.outcome.restores += 1
+        try:
+            self.cluster = self._new_cluster(restore=True)
+        except ShardstoreError as exc:
+            self.outcome.violations.append(Violation("lost", step.index, f"restore refused: {exc}"))
+            raise
+        self.verify(step.index)
+
+    # -- checks ---------------------------------------------------------------------------
+
+    def heal(self) -> None:
+        """Clear every transport and store fault."""
+        self.cluster.transport.clear_faults()
+        self.cluster.transport.heal()
+        self.store.clear()
+
+    def settle(self, step: int, status: str = "yellow") -> bool:
+        """Heal, start every node, wait for ``status``; a *stuck* violation (False) if it never comes."""
+        self.heal()
+        for name in (*MANAGERS, *DATA_NODES):
+            self.cluster.start_node(name)
+        try:
+            self.cluster.wait_for_health(status, timeout=SETTLE_TIMEOUT)
+            return True
+        except ShardstoreError as exc:
+            self.outcome.violations.append(Violation("stuck", step, f"{exc}"))
+            return False
+
+    def verify(self, step: int) -> None:
+        """Settle, then read the whole index and check it with the model."""
+        if not self.settle(step):
+            return
+        self.cluster.refresh(INDEX)
+        rows = self.cluster.scan(INDEX, columns=["_id", "v"]).to_pylist()
+        count = self.cluster.count(INDEX)
+        gets = {}
+        for doc_id in sorted(self.model.possible):
+            doc = self.cluster.get(INDEX, doc_id)
+            gets[doc_id] = None if doc is None else (doc.get("_source") or {}).get("v")
+        self.outcome.violations.extend(self.model.check(step, rows, count, gets))
+
+    def finish(self, last_step: int) -> None:
+        """Final checks: the live cluster, then a restore from the store alone onto fresh nodes."""
+        for check in (self.verify, self._final_restore):
+            try:
+                check(last_step)
+            except Exception as exc:  # noqa: BLE001 - every failure of a final check is a violation
+                self.outcome.violations.append(Violation("unclean" if not isinstance(exc, ShardstoreError)
+                                                         else "stuck", last_step, f"{type(exc).__name__}: {exc}"))
+                return
+
+    def _final_restore(self, step: int) -> None:
+        self.cluster.close()
+        self.outcome.restores += 1
+        self.cluster = self._new_cluster(restore=True)
+        self.verify(step)
+
+    def close(self) -> None:
+        """Stop the cluster (the store and data directories stay for inspection)."""
+        try:
+            self.cluster.close()
+        except Exception as exc:  # noqa: BLE001 - closing after a failure must not hide the outcome
+            log.warning("closing the simulated cluster: %r", exc)
+
+
+def run_schedule(seed: int, steps: Sequence[Step], workdir: Path, store_kind: str = "file",
+                 keep: bool = False) -> Outcome:
+    """Run ``steps`` (drawn from ``seed``) in a fresh cluster under ``workdir``; the outcome with every violation."""
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    sim = Simulation(seed, workdir, store_kind)
+    try:
+        for step in steps:
+            sim.apply(step)
+        sim.finish(steps[-1].index + 1 if steps else 0)
+    finally:
+        sim.close()
+        sim.outcome.seconds = time.monotonic() - t0
+        if not keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return sim.outcome
+
+
+def run_seed(seed: int, length: int, workdir: Path, store_kind: str = "file") -> Outcome:
+    """Draw ``seed``'s schedule of ``length`` steps and run it."""
+    return run_schedule(seed, draw_schedule(seed, length), workdir, store_kind)
+
+
+def minimise(seed: int, steps: list[Step], workdir: Path, store_kind: str = "file",
+             budget: int = 40) -> list[Step]:
+    """A shorter schedule that still fails (any violation): chunks removed while it keeps failing, ``budget`` runs."""
+    current = list(steps)
+    chunk = max(1, len(current) // 2)
+    runs = 0
+    while chunk >= 1 and runs < budget:
+        i, removed = 0, False
+        while i < len(current) and runs < budget:
+            candidate = current[:i] + current[i + chunk:]
+            runs += 1
+            if candidate and not run_schedule(seed, candidate, Path(workdir) / f"min-{runs}", store_kind).clean:
+                current, removed = candidate, True
+            else:
+                i += chunk
+        if not removed:
+            chunk //= 2
+    return current
+
+
+__all__ = ["Outcome", "Simulation", "minimise", "run_schedule", "run_seed"]

@@ -1,0 +1,100 @@
+"""Seeded fault schedules for the engine simulator (issue 14): pure, no I/O.
+
+A schedule is a list of :class:`Step` drawn from a seed with :class:`random.Random`; the same
+seed and length always give the same steps, so any failure replays from ``(seed, step)``.
+Each step is frozen data (its kind and arguments, every random choice already made), so a
+schedule can be shortened (minimised) and replayed step by step.
+
+Kinds (weights in :data:`WEIGHTS`):
+
+========================  ==================================================================
+``bulk``                  index ``ids`` with fresh unique values
+``delete``                delete one id
+``conditional``           index one id with ``if_seq_no``/``if_primary_term`` of its last ack
+``refresh`` / ``flush``   on the index
+``kill`` / ``start``      a data node (``wipe``: its disk too)
+``kill_manager``/...      a cluster-manager node
+``drop``                  the transport loses the next matching request or response
+``store_fault``           the blob store fails / loses the reply of / loses the request of
+                          the next matching operation (FaultyStore: error, throttle,
+                          crash after landing, crash before landing) or delays it
+``heal``                  clear transport and store faults
+``restore``               close the cluster, restore a new one from the store alone
+========================  ==================================================================
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+DATA_NODES = ("node-0", "node-1", "node-2")
+MANAGERS = ("cm-0", "cm-1", "cm-2")
+#: the ids a schedule writes (small, so ids are overwritten, deleted and written again)
+KEYSPACE = 24
+WEIGHTS: dict[str, int] = {
+    "bulk": 30, "delete": 6, "conditional": 6, "refresh": 5, "flush": 6,
+    "kill": 5, "start": 7, "kill_manager": 2, "start_manager": 3,
+    "drop": 5, "store_fault": 8, "heal": 5, "restore": 2,
+}
+#: blob-store operations and key patterns a store fault may hit
+STORE_OPS = ("put", "get", "list", "delete")
+STORE_KEYS = ("*translog/metadata*", "*translog/data*", "*segments/metadata*", "*segments/data*",
+              "*primary_terms*", "*cluster-state*", "*")
+STORE_ACTIONS = ("fail", "crash_after", "crash_before", "delay")
+TRANSPORT_ACTIONS = ("shard.bulk", "shard.replicate", "*")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One action of a schedule, every random choice made."""
+
+    index: int  # its position in the original schedule (kept through minimisation)
+    kind: str
+    args: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+    def __str__(self) -> str:
+        args = " ".join(f"{k}={v}" for k, v in self.args.items())
+        return f"#{self.index} {self.kind}" + (f" {args}" if args else "")
+
+
+def _doc_id(rng: random.Random) -> str:
+    return f"d{rng.randrange(KEYSPACE)}"
+
+
+def draw_step(rng: random.Random, index: int) -> Step:
+    """One step drawn from ``rng`` (see :data:`WEIGHTS`)."""
+    kinds = list(WEIGHTS)
+    kind = rng.choices(kinds, weights=[WEIGHTS[k] for k in kinds])[0]
+    args: dict[str, Any] = {}
+    if kind == "bulk":
+        args["ids"] = sorted({_doc_id(rng) for _ in range(rng.randint(1, 8))})
+    elif kind in ("delete", "conditional"):
+        args["id"] = _doc_id(rng)
+    elif kind in ("kill", "start"):
+        args["node"] = rng.choice(DATA_NODES)
+        if kind == "kill":
+            args["wipe"] = rng.random() < 0.3
+    elif kind in ("kill_manager", "start_manager"):
+        args["node"] = rng.choice(MANAGERS)
+    elif kind == "drop":
+        args["action"] = rng.choice(TRANSPORT_ACTIONS)
+        args["direction"] = rng.choice(("request", "response"))
+        args["after"] = rng.randrange(3)
+    elif kind == "store_fault":
+        args["op"] = rng.choice(STORE_OPS)
+        args["key"] = rng.choice(STORE_KEYS)
+        args["action"] = rng.choice(STORE_ACTIONS)
+        args["after"] = rng.randrange(4)
+        args["times"] = rng.choice((1, 1, 2, 3))
+    return Step(index, kind, args)
+
+
+def draw_schedule(seed: int, length: int) -> list[Step]:
+    """The schedule of ``seed``: ``length`` steps, the same ones every time."""
+    rng = random.Random(seed)
+    return [draw_step(rng, i) for i in range(length)]
+
+
+__all__ = ["DATA_NODES", "KEYSPACE", "MANAGERS", "STORE_ACTIONS", "Step", "WEIGHTS", "draw_schedule", "draw_step"]
