@@ -166,9 +166,15 @@ class ShardCopy:
         self._older_terms_pending = True  # checked (and collected) at the first flush
         self.remote_segments.claim_term()  # fences every older-term primary's next commit
         if self.spec.durability == "request":
+            # Every operation this copy logged before now is durable under an older term's prefix:
+            # a primary uploads before it replicates, and replayed history came from the store.
+            # Failover time must not grow with the retained log (issue 14, case 7), so only the
+            # generation just rolled for this term and later ones are uploaded here; older terms'
+            # logs are purged only once this term's commit covers them (_purge_older_terms).
             self.remote_translog = RemoteTranslog(
                 self.translog, self.store, addr.translog_prefix(self.primary_term),
-                buffer_interval=self.spec.buffer_interval, upload_timeout=self.spec.upload_timeout)
+                buffer_interval=self.spec.buffer_interval, upload_timeout=self.spec.upload_timeout,
+                covered_through=self.translog.generation - 1)
 
     # -- writes -----------------------------------------------------------------------------
 

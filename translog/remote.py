@@ -141,7 +141,10 @@ class RemoteTranslog:
         upload_timeout: float = 30.0,
         retry_pause: float = 0.05,
         keep_metadata: int = KEEP_METADATA,
+        covered_through: int | None = None,
     ) -> None:
+        """``covered_through``: local generations up to it are durable in another (older term's) remote
+        translog and are never uploaded here: a promoted replica's retained log (issue 14, case 7)."""
         self.local = local
         self.store = store
         self.prefix = prefix.rstrip("/")
@@ -162,6 +165,8 @@ class RemoteTranslog:
         self._trim: tuple[int, int] | None = None
         first_local = min(g.generation for g in local.generations())
         self._uploaded_through = first_local - 1  # every local generation <= this is covered remotely
+        if covered_through is not None:
+            self._uploaded_through = max(self._uploaded_through, covered_through)
         self._recover()
         self._thread = threading.Thread(target=self._loop, daemon=True, name=f"translog-upload-{self.prefix}")
         self._thread.start()
