@@ -27,6 +27,7 @@ BENCHES: dict[str, str] = {
     "cluster_state": "benches.cluster_state",
     "spark": "benches.spark",
     "chaos": "benches.chaos",
+    "failover": "benches.failover",
 }
 
 
