@@ -63,10 +63,15 @@ def plan_purge(blob_keys: Iterable[str], kept: list[ManifestName], referenced: s
 
 
 def uuids_to_wipe(infos: Mapping[str, UuidInfo], head: str | None) -> list[str]:
-    """The cluster UUIDs behind the committed head in the chain (deleted entirely)."""
+    """The cluster UUIDs behind the committed head in the chain (deleted entirely), oldest first.
+
+    Oldest first, so that a wipe stopped part-way (or read by a restore meanwhile) always
+    leaves a contiguous chain ending at the head: deleting a link in the middle first would
+    leave two UUIDs that each look like the latest (MultipleClusterUUIDs).
+    """
     if head is None or not infos.get(head, UuidInfo(None, False, "")).committed:
         return []
-    return sorted(uuid_chain(infos, head)[1:])
+    return list(reversed(uuid_chain(infos, head)[1:]))
 
 
 @dataclass

@@ -87,7 +87,7 @@ def test_successive_restores_chain_their_uuids_and_purge_keeps_only_the_head(tmp
     assert find_latest(svc) == ("uuid3", ["uuid3", "uuid2", before.cluster_uuid])
     assert r3.state.indices == before.indices
     report = svc.purge()
-    assert report.cluster_uuid == "uuid3" and report.wiped_uuids == sorted(["uuid2", before.cluster_uuid])
+    assert report.cluster_uuid == "uuid3" and report.wiped_uuids == [before.cluster_uuid, "uuid2"]  # oldest first
     assert svc.cluster_uuids() == ["uuid3"]
     assert svc.restore_latest("uuid3").state.indices == before.indices
 

@@ -126,3 +126,14 @@ def test_property_seed_race_result_is_a_trimmed_head_or_refusal(h, straggler_cha
         assert got == head
     if straggler_changed and head_same:
         assert got == "late"
+
+
+def test_wipes_go_oldest_first_so_an_interrupted_wipe_keeps_one_head() -> None:
+    """Found by the engine's fault simulator (seed 20): wiping in name order deleted a link in the
+    middle of the chain first, and a restore racing the purge saw two heads (MultipleClusterUUIDs)."""
+    infos = {"y1": info(None, fp="a"), "b2": info("y1", fp="b"), "z3": info("b2", fp="c"), "a4": info("z3", fp="d")}
+    order = uuids_to_wipe(infos, "a4")
+    assert order == ["y1", "b2", "z3"]
+    for k in range(len(order) + 1):  # the wipe stopped after k UUIDs: still one valid head
+        left = {u: i for u, i in infos.items() if u not in order[:k]}
+        assert latest_cluster_uuid(left) == "a4"
