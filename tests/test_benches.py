@@ -230,3 +230,26 @@ def test_spark_quick_prints_json_figures_then_a_table(tmp_path: Path) -> None:
     for name in ("null_python_sink_vs_parquet", "sink_vs_null_python_sink"):
         assert next(f for f in figures if f["name"] == name)["value"] > 0
     assert not list(tmp_path.glob("shardstore-bench-spark-*")), "temp files left behind"
+
+
+def test_chaos_quick_runs_seeds_and_prints_the_totals_line(tmp_path: Path) -> None:
+    """``python -m benches chaos --quick --seeds 2``: schedules against a real cluster, totals, the summary line."""
+    figures, _table, _json_lines, err = _quick("chaos", tmp_path, "--seeds", "2", "--chaos-steps", "20",
+                                               zero_ok=("lost or resurrected", "wrong (foreign, duplicate, count, get, order)",
+                                                        "unclean errors", "stuck shards",
+                                                        "failed writes (documented errors)"))
+    named = {f["name"]: f for f in figures}
+    assert named["schedules"]["value"] == 2 and named["acknowledged writes"]["value"] > 0
+    for name in ("lost or resurrected", "unclean errors", "stuck shards"):
+        assert named[name]["met"] is True and named[name]["value"] == 0
+    assert "2 seeded schedules: 0 lost, 0 wrong, 0 unclean errors, 0 stuck shards" in err
+    assert "seed 0 (file" in err and "seed 1 (memory" in err
+
+
+def test_failover_quick_prints_the_ratio(tmp_path: Path) -> None:
+    """``python -m benches failover --quick --failover-stores file``: the first failover per size and the ratio."""
+    figures, _table, _json_lines, _err = _quick("failover", tmp_path, "--failover-stores", "file")
+    sizes = [f["params"]["shard_docs"] for f in figures if f["name"] == "first_failover_seconds"]
+    assert sizes == [2000, 20000]
+    (ratio,) = [f for f in figures if f["name"] == "first_failover_ratio"]
+    assert ratio["target"] == "<= 1.5"
