@@ -58,6 +58,7 @@ from shardstore.engine.errors import (
 from shardstore.engine.metadata import IndexMeta, ShardRouting, from_index_metadata, sync_index
 from shardstore.engine.recovery import peer_recover
 from shardstore.engine.restore_check import ShardLoss
+from shardstore.errors import ConflictError
 from shardstore.engine.routing import shard_ids
 from shardstore.engine.shard import ShardCopy, ShardSpec
 from shardstore.engine.transport import Transport
@@ -185,6 +186,7 @@ class Cluster:
         self._recovery_failures: dict[tuple[str, int], int] = {}
         #: (index, shard) whose promotion failed -> the cause; retried by a timer (_retry_promotions)
         self._unpromoted: dict[tuple[str, int], str] = {}
+        self._not_retried: set[tuple[str, int]] = set()  # claimed by another writer: red until a restore
         self._promotion_timer: threading.Timer | None = None
         self._promotion_backoff = PROMOTION_RETRY_MIN
         self._closed = False
@@ -235,7 +237,7 @@ class Cluster:
             self.nodes[name] = node
             self.transport.register(name, node.handle)
             self._schedule_allocation()
-            if self._unpromoted:  # a red shard may be recoverable now
+            if set(self._unpromoted) - self._not_retried:  # a red shard may be recoverable now
                 self._promotion_backoff = PROMOTION_RETRY_MIN
                 self._arm_promotion_retry()
 
@@ -279,6 +281,18 @@ class Cluster:
         key = (meta.name, sr.shard)
         try:
             self._promote(meta, sr, candidates)
+        except ConflictError as exc:
+            # a newer term claimed the shard: another writer (a Spark job's sink) owns it now. Claiming
+            # a term above it would fence that writer and drop its commit from what restore reads,
+            # so the engine stops here, red with the cause, and does not retry.
+            cause = (f"promotion to term {sr.primary_term + 1} refused ({type(exc).__name__}: {exc}); another "
+                     f"writer owns the shard: restore the index from the store once it is done")
+            log.error("%s/%d: %s", meta.name, sr.shard, cause)
+            self._unpromoted[key] = cause
+            self._not_retried.add(key)
+            self._set_routing(self.indices[meta.name], sr.shard, primary=None, primary_term=sr.primary_term + 1,
+                              copies=candidates, in_sync=candidates)
+            return False
         except Exception as exc:  # noqa: BLE001 - any failure: the shard must not stay routed to a dead node
             cause = f"promotion to term {sr.primary_term + 1} failed ({type(exc).__name__}: {exc}); retrying"
             log.error("%s/%d: %s", meta.name, sr.shard, cause)
@@ -309,6 +323,8 @@ class Cluster:
             if self._closed:
                 return
             for (name, shard) in list(self._unpromoted):
+                if (name, shard) in self._not_retried:
+                    continue
                 meta = self.indices.get(name)
                 if meta is None:
                     self._unpromoted.pop((name, shard), None)
@@ -324,7 +340,7 @@ class Cluster:
                 if self._promote_or_retry_later(meta, sr, candidates):
                     log.info("%s/%d: promotion succeeded on retry", name, shard)
                     self._schedule_allocation(self.recovery_delay)
-            if not self._unpromoted:
+            if not set(self._unpromoted) - self._not_retried:
                 self._promotion_backoff = PROMOTION_RETRY_MIN
 
     def _recover_red_shard(self, meta: IndexMeta, sr: ShardRouting, live: list[str]) -> bool:

@@ -209,15 +209,43 @@ def test_include_translog_as_of_seq_no(idx):
     _store, plan = plan_read({**idx["opts"], "includeTranslog": "true",
                               "asOfSeqNo": ",".join(f"{s}:{n}" for s, n in at.items())})
     assert all(s.translog.num_rows == 0 for s in plan.shards)  # exactly commit 1: nothing above it is needed
-    # commit 2 let the primaries purge the translog above commit 1: a state between them cannot be rebuilt
-    with pytest.raises(NotFoundError, match="no longer holds"):
-        plan_read({**idx["opts"], "includeTranslog": "true", "asOfSeqNo": ",".join(f"{s}:{n + 5}" for s, n in at.items())})
+    # the translog above commit 1 outlives commit 2 (restore's fallback past one bad commit, issue 14):
+    # a state between them is commit 1 plus its tail (purged only after a third commit, tested below)
+    _store, between = plan_read({**idx["opts"], "includeTranslog": "true",
+                                 "asOfSeqNo": ",".join(f"{s}:{n + 5}" for s, n in at.items())})
+    gen1 = {s.shard: s.metadata.commit.generation for s in old.shards}
+    assert all(s.metadata.commit.generation == gen1[s.shard] and s.translog.num_rows > 0 for s in between.shards)
     # the newest commit's state plus the tail up to a seq# (the first shard's newest acknowledged op)
     _store, newest = plan_read({**idx["opts"], "includeTranslog": "true"})
     s0 = newest.shards[0]
     top = s0.metadata.commit.max_seq_no + max(1, s0.translog.num_rows)
     _store, upto = plan_read({**idx["opts"], "includeTranslog": "true", "asOfSeqNo": f"0:{top}"})
     assert upto.shards[0].metadata.commit.generation == s0.metadata.commit.generation
+
+
+def test_a_purged_state_between_commits_is_refused(tmp_path):
+    """After a third commit the translog above commit 1 is purged: asOfSeqNo between commits 1 and 2 is refused."""
+    from shardstore.engine import Cluster
+
+    url = f"file://{tmp_path / 'store'}"
+    cluster = Cluster(store=url, data_dir=str(tmp_path / "data"), nodes=1, recovery_delay=0.05)
+    try:
+        cluster.create_index("p", shards=1, replicas=0)
+        for lo in (0, 20, 40):
+            cluster.bulk("p", _docs(lo, lo + 20))
+            cluster.flush("p")
+    finally:
+        cluster.close()
+    opts = {"store": url, "index": "p", "cacheDir": str(tmp_path / "cache")}
+    _store, first = plan_read({**opts, "asOfCommit": "1"})
+    n = first.shards[0].metadata.commit.max_seq_no
+    with pytest.raises(NotFoundError, match="no longer holds"):
+        plan_read({**opts, "includeTranslog": "true", "asOfSeqNo": f"0:{n + 5}"})
+    # between commits 2 and 3 the tail is still there
+    _store, second = plan_read({**opts, "asOfCommit": "2"})
+    m = second.shards[0].metadata.commit.max_seq_no
+    _store, ok = plan_read({**opts, "includeTranslog": "true", "asOfSeqNo": f"0:{m + 5}"})
+    assert ok.shards[0].translog.num_rows == 5
 
 
 def test_filters_pushed_down_and_correct(spark, idx):
