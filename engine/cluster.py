@@ -51,6 +51,7 @@ from shardstore.engine.errors import (
     InvalidRequest,
     NodeDisconnected,
     NodeNotFound,
+    RecoverySourceClosed,
     ShardUnavailable,
     StalePrimary,
     VersionConflict,
@@ -490,6 +491,8 @@ class Cluster:
             else:
                 log.info("replica of %s/%d recovered on %s in %.3fs", a.index, a.shard, a.target,
                          time.monotonic() - t0)
+        except RecoverySourceClosed as exc:  # the primary moved on: the next round recovers from the new one
+            log.info("recovery of %s/%d on %s abandoned: %s", a.index, a.shard, a.target, exc)
         except Exception as exc:  # noqa: BLE001 - retried (3 times) by the next round
             with self._lock:
                 self._recovery_failures[(a.index, a.shard)] = self._recovery_failures.get((a.index, a.shard), 0) + 1

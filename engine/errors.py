@@ -177,3 +177,12 @@ class RestoreDataLoss(EngineError, CorruptError):
         super().__init__(f"restore refused, acknowledged operations are missing: {parts}; pass "
                          f"accept_data_loss=True to restore without them")
         self.losses = list(losses)
+
+
+class RecoverySourceClosed(EngineError, UnavailableError):
+    """A peer recovery stopped because its source copy closed (node killed, shard failed over); retry later."""
+
+    def __init__(self, source: str, cause: BaseException) -> None:
+        super().__init__(f"peer recovery stopped: its source {source} closed meanwhile "
+                         f"({type(cause).__name__}: {cause}); it is retried against the shard's current primary")
+        self.source = source

@@ -23,6 +23,7 @@ import shutil
 from collections.abc import Callable
 
 from shardstore.blobstores.base import BlobStore
+from shardstore.engine.errors import RecoverySourceClosed
 from shardstore.engine.shard import ShardCopy, ShardSpec
 from shardstore.translog.tracker import NO_OPS_PERFORMED
 
@@ -30,7 +31,21 @@ from shardstore.translog.tracker import NO_OPS_PERFORMED
 def peer_recover(primary: ShardCopy, spec: ShardSpec, data_dir: str, store: BlobStore | None, *,
                  shard_lock: contextlib.AbstractContextManager,
                  finalize: Callable[[ShardCopy], bool]) -> ShardCopy | None:
-    """Build a replica of ``primary`` under ``data_dir``; returns it once ``finalize`` accepted it, else None."""
+    """Build a replica of ``primary`` under ``data_dir``; returns it once ``finalize`` accepted it, else None.
+
+    RecoverySourceClosed (retryable) when ``primary`` closes meanwhile (issue 14, case 6b).
+    """
+    try:
+        return _recover(primary, spec, data_dir, store, shard_lock=shard_lock, finalize=finalize)
+    except (OSError, ValueError) as exc:
+        if primary.closed:
+            raise RecoverySourceClosed(primary.path, exc) from exc
+        raise
+
+
+def _recover(primary: ShardCopy, spec: ShardSpec, data_dir: str, store: BlobStore | None, *,
+             shard_lock: contextlib.AbstractContextManager,
+             finalize: Callable[[ShardCopy], bool]) -> ShardCopy | None:
     dest = os.path.join(data_dir, spec.index_uuid, str(spec.shard))
     shutil.rmtree(dest, ignore_errors=True)
     commit = primary.directory.last_commit

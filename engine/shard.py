@@ -522,6 +522,11 @@ class ShardCopy:
             copy.promote(primary_term)
         return copy
 
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called (its files are released)."""
+        return self._closing.is_set()
+
     def close(self) -> None:
         """Stop uploads and release files (what is not durable is lost, like a node stop)."""
         self._closing.set()
