@@ -57,9 +57,9 @@ from shardstore.engine.errors import (
     VersionConflict,
 )
 from shardstore.engine.metadata import IndexMeta, ShardRouting, from_index_metadata, sync_index
+from shardstore.engine.promotion import PROMOTION_RETRY_MIN, PromotionMixin
 from shardstore.engine.recovery import peer_recover
 from shardstore.engine.restore_check import ShardLoss
-from shardstore.errors import ConflictError
 from shardstore.engine.routing import shard_ids
 from shardstore.engine.shard import ShardCopy, ShardSpec
 from shardstore.engine.transport import Transport
@@ -70,9 +70,6 @@ from shardstore.translog.operations import OpType, unstamped_batch
 
 log = logging.getLogger(__name__)
 MANAGER = "cluster-manager"
-#: a failed promotion is retried after this many seconds, doubling up to PROMOTION_RETRY_MAX
-PROMOTION_RETRY_MIN = 0.1
-PROMOTION_RETRY_MAX = 5.0
 
 
 @dataclass
@@ -143,7 +140,7 @@ class Node:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
 
-class Cluster:
+class Cluster(PromotionMixin):
     """An in-process cluster of nodes over one blob store (see the module docstring).
 
     On empty data directories over a store that already holds a cluster state, the
@@ -271,152 +268,6 @@ class Cluster:
                         self._set_routing(meta, sr.shard, copies=[c for c in sr.copies if c != name],
                                           in_sync=[c for c in sr.in_sync if c != name])
             self._schedule_allocation(self.recovery_delay)  # the new primary's first writes go first
-
-    def _promote_or_retry_later(self, meta: IndexMeta, sr: ShardRouting, candidates: list[str]) -> bool:
-        """Promote, or (a store or transport error) leave the shard red with the cause and retry in the background.
-
-        The failed attempt's term counts as used (its claim may have landed): the routing
-        records it, so the next attempt claims a newer one (issue 14, case 3).  Whether it
-        promoted.  Called with the cluster lock held.
-        """
-        key = (meta.name, sr.shard)
-        try:
-            self._promote(meta, sr, candidates)
-        except ConflictError as exc:
-            # a newer term claimed the shard: another writer (a Spark job's sink) owns it now. Claiming
-            # a term above it would fence that writer and drop its commit from what restore reads,
-            # so the engine stops here, red with the cause, and does not retry.
-            cause = (f"promotion to term {sr.primary_term + 1} refused ({type(exc).__name__}: {exc}); another "
-                     f"writer owns the shard: restore the index from the store once it is done")
-            log.error("%s/%d: %s", meta.name, sr.shard, cause)
-            self._unpromoted[key] = cause
-            self._not_retried.add(key)
-            self._set_routing(self.indices[meta.name], sr.shard, primary=None, primary_term=sr.primary_term + 1,
-                              copies=candidates, in_sync=candidates)
-            return False
-        except Exception as exc:  # noqa: BLE001 - any failure: the shard must not stay routed to a dead node
-            cause = f"promotion to term {sr.primary_term + 1} failed ({type(exc).__name__}: {exc}); retrying"
-            log.error("%s/%d: %s", meta.name, sr.shard, cause)
-            self._unpromoted[key] = cause
-            self._set_routing(self.indices[meta.name], sr.shard, primary=None, primary_term=sr.primary_term + 1,
-                              copies=candidates, in_sync=candidates)
-            self._arm_promotion_retry()
-            return False
-        if not candidates:  # nothing to promote: _promote left it red, recovered from the store by the retry
-            return False
-        self._unpromoted.pop(key, None)
-        return True
-
-    def _arm_promotion_retry(self) -> None:
-        """Run :meth:`_retry_promotions` after the current backoff (capped exponential); cluster lock held."""
-        if self._closed or (self._promotion_timer is not None and self._promotion_timer.is_alive()):
-            return
-        timer = threading.Timer(self._promotion_backoff, self._retry_promotions)
-        timer.daemon = True
-        self._promotion_timer = timer
-        self._promotion_backoff = min(self._promotion_backoff * 2, PROMOTION_RETRY_MAX)
-        timer.start()
-
-    def _retry_promotions(self) -> None:
-        """Promote every shard whose promotion failed (timer thread); re-arms itself while any still fails."""
-        with self._lock:
-            self._promotion_timer = None
-            if self._closed:
-                return
-            for (name, shard) in list(self._unpromoted):
-                if (name, shard) in self._not_retried:
-                    continue
-                meta = self.indices.get(name)
-                if meta is None:
-                    self._unpromoted.pop((name, shard), None)
-                    continue
-                sr = meta.routing[shard]
-                key = (meta.uuid, shard)
-                live = self.live_nodes()
-                candidates = [n for n in sr.in_sync if n in live and key in self.nodes[n].copies]
-                if not candidates:
-                    if self._recover_red_shard(meta, sr, live):
-                        self._schedule_allocation(self.recovery_delay)
-                    continue
-                if self._promote_or_retry_later(meta, sr, candidates):
-                    log.info("%s/%d: promotion succeeded on retry", name, shard)
-                    self._schedule_allocation(self.recovery_delay)
-            if not set(self._unpromoted) - self._not_retried:
-                self._promotion_backoff = PROMOTION_RETRY_MIN
-
-    def _recover_red_shard(self, meta: IndexMeta, sr: ShardRouting, live: list[str]) -> bool:
-        """Rebuild a shard that lost every in-sync copy from the blob store alone, as a new primary; whether it did.
-
-        With ``request`` durability the store holds every acknowledged operation (the
-        remote translog above the newest commit), so nothing is lost; a recovery that would
-        lose some raises RestoreDataLoss and the shard stays red with that cause.  The new
-        primary claims a term above every claimed one, which fences any old primary that
-        is still running.  Called with the cluster lock held (retry timer).
-        """
-        key = (meta.name, sr.shard)
-        if not live:
-            self._unpromoted[key] = "no in-sync copy left and no data node up; start a node to recover it from the store"
-            self._arm_promotion_retry()
-            return False
-        target = min(live, key=lambda n: (len(self.nodes[n].copies), n))
-        node = self.nodes[target]
-        copy_key = (meta.uuid, sr.shard)
-        stale = node.copies.pop(copy_key, None)
-        if stale is not None:
-            stale.close()
-        spec = self._spec(meta, sr.shard)
-        shutil.rmtree(os.path.join(node.data_dir, meta.uuid, str(sr.shard)), ignore_errors=True)
-        term = max(sr.primary_term, latest_term(self.store, spec.address) or 0) + 1
-        try:
-            copy = ShardCopy.recover_from_remote(spec, node.data_dir, self.store, primary_term=term,
-                                                 known_term=sr.primary_term, index_name=meta.name)
-        except Exception as exc:  # noqa: BLE001 - a store error or a refused (lossy) recovery: stays red, named
-            self._unpromoted[key] = (f"no in-sync copy left; recovery from the blob store failed "
-                                     f"({type(exc).__name__}: {exc}); retrying")
-            log.error("%s/%d: %s", meta.name, sr.shard, self._unpromoted[key])
-            self._set_routing(self.indices[meta.name], sr.shard, primary_term=term)
-            self._arm_promotion_retry()
-            return False
-        node.copies[copy_key] = copy
-        self._set_routing(self.indices[meta.name], sr.shard, primary=target, primary_term=term, copies=[target],
-                          in_sync=[target])
-        self._unpromoted.pop(key, None)
-        log.warning("%s/%d: every in-sync copy was lost; recovered from the blob store on %s with term %d",
-                    meta.name, sr.shard, target, term)
-        return True
-
-    def _promote(self, meta: IndexMeta, sr: ShardRouting, candidates: list[str]) -> None:
-        key = (meta.uuid, sr.shard)
-        if not candidates:
-            log.warning("shard %s/%d has no in-sync copy left; recovering it from the blob store", meta.name, sr.shard)
-            self._set_routing(meta, sr.shard, primary=None, copies=[], in_sync=[])
-            self._unpromoted[(meta.name, sr.shard)] = "no in-sync copy left; recovering it from the blob store"
-            self._arm_promotion_retry()
-            return
-        best = max(candidates, key=lambda n: self.nodes[n].copies[key].local_checkpoint)
-        term = sr.primary_term + 1
-        primary = self.nodes[best].copies[key]
-        primary.promote(term)
-        # Primary-replica resync (seed 004): the other in-sync copies get the new primary's
-        # operations above their local checkpoint.  Replication is in order per shard, so an
-        # in-sync copy holds a prefix of the history the most advanced one holds: nothing to
-        # trim, and at most the bulk in flight at the failure to send.  A copy that holds
-        # more than the new primary (not expected) is rebuilt by peer recovery instead.
-        kept = [best]
-        for other in candidates:
-            if other == best:
-                continue
-            copy = self.nodes[other].copies[key]
-            try:
-                sent = copy.resync_from(primary, term)
-                kept.append(other)
-                log.info("resynced %s/%d on %s: %d operations", meta.name, sr.shard, other, sent)
-            except Exception as exc:  # noqa: BLE001 - rebuilt by peer recovery instead
-                log.warning("resync of %s/%d on %s failed (%s: %s); rebuilding it", meta.name, sr.shard, other,
-                            type(exc).__name__, exc)
-                self.nodes[other].copies.pop(key).close()
-        self._set_routing(meta, sr.shard, primary=best, primary_term=term, copies=kept, in_sync=kept)
-        log.info("promoted %s to primary of %s/%d with term %d", best, meta.name, sr.shard, term)
 
     def _fail_replica(self, key: tuple[str, int], node: str, term: int, reason: str) -> None:
         with self._lock:
