@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from shardstore.blobstores.base import BlobStore
 from shardstore.engine.restore_check import capped
 from shardstore.errors import ShardstoreError
+from shardstore.segments.remote_metadata import RemoteCommitMetadata
 from shardstore.segments.remote_store import ShardAddress, iter_commits, read_metadata
 from shardstore.translog.frames import HEADER_SIZE, GenerationHeader, iter_frames
 from shardstore.translog.remote import UNASSIGNED
@@ -44,6 +45,23 @@ class Evidence:
     trims: list[tuple[int, int]] = field(default_factory=list)  # (seq_no, term) of every readable metadata
     expected_max: int = -1
     faults: list[str] = field(default_factory=list)
+    commits: list[tuple[str, RemoteCommitMetadata]] = field(default_factory=list)  # readable ones, any order
+
+    def restore_order(self) -> list[str]:
+        """Commit keys to try, best first: the highest local checkpoint a newer primary's trim does not cut.
+
+        A newer term's commit is not always the furthest: a new primary's background re-upload
+        can be an old local commit while an older term's commit covers more (found by the
+        fault simulator, seed 687).  A commit above a newer primary's trim may hold operations
+        that primary dropped, so it comes last.
+        """
+        def rank(item: tuple[str, RemoteCommitMetadata]) -> tuple[bool, int, int, int]:
+            _key, md = item
+            cp = md.commit.local_checkpoint
+            safe = capped(cp, md.primary_term, self.trims) == cp
+            return (safe, cp, md.primary_term, md.generation)
+
+        return [key for key, _md in sorted(self.commits, key=rank, reverse=True)]
 
 
 def _join(prefix: str, rel: str) -> str:
@@ -114,6 +132,7 @@ def audit(store: BlobStore, address: ShardAddress, terms: list[int]) -> Evidence
         except ShardstoreError as exc:
             ev.faults.append(f"{key}: {exc}")
             continue
+        ev.commits.append((key, md))
         ev.expected_max = max(ev.expected_max, capped(md.commit.local_checkpoint, md.primary_term, ev.trims))
     return ev
 

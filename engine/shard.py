@@ -503,7 +503,7 @@ class ShardCopy:
         evidence = audit(store, addr, terms)
         faults = list(evidence.faults)
         try:
-            result = restore(store, addr, os.path.join(path, "index"), terms=terms)
+            result = restore(store, addr, os.path.join(path, "index"), keys=evidence.restore_order())
             above = result.commit.local_checkpoint
             faults += [f"{k}: {r}" for k, r in result.skipped if not any(f.startswith(k) for f in faults)]
         except CommitNotFound:

@@ -252,14 +252,15 @@ def download_file(store: BlobStore, remote: RemoteFile, path: str) -> int:
 
 
 def restore(store: BlobStore, address: ShardAddress, target_dir: str,
-            terms: Sequence[int] | None = None) -> RestoreResult:
+            terms: Sequence[int] | None = None, keys: Sequence[str] | None = None) -> RestoreResult:
     """Download the newest valid commit into ``target_dir``; fall back past broken ones and say why.
 
-    ``terms``: the shard's terms to look in (default: those its term markers list).
+    ``terms``: the shard's terms to look in (default: those its term markers list);
+    ``keys``: the commit metadata keys to try, in this order (default: newest term first).
     """
     os.makedirs(target_dir, exist_ok=True)
     skipped: list[tuple[str, str]] = []
-    for key in iter_commits(store, address, terms):
+    for key in (keys if keys is not None else iter_commits(store, address, terms)):
         written: list[str] = []
         try:
             md = read_metadata(store, key)
