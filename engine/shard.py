@@ -503,9 +503,11 @@ class ShardCopy:
         evidence = audit(store, addr, terms)
         faults = list(evidence.faults)
         try:
-            result = restore(store, addr, os.path.join(path, "index"), keys=evidence.restore_order())
+            # the audit read every commit's metadata: restore tries them best first without reading them again
+            result = restore(store, addr, os.path.join(path, "index"), keys=evidence.restore_order(),
+                             known=dict(evidence.commits))
             above = result.commit.local_checkpoint
-            faults += [f"{k}: {r}" for k, r in result.skipped if not any(f.startswith(k) for f in faults)]
+            faults += [f"{k}: {r}" for k, r in result.skipped]  # unreadable metadata is not tried: named once
         except CommitNotFound:
             above = NO_OPS_PERFORMED
         batches = _read_translog(store, evidence, above + 1, faults)

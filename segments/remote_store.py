@@ -31,7 +31,7 @@ import logging
 import os
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -252,18 +252,20 @@ def download_file(store: BlobStore, remote: RemoteFile, path: str) -> int:
 
 
 def restore(store: BlobStore, address: ShardAddress, target_dir: str,
-            terms: Sequence[int] | None = None, keys: Sequence[str] | None = None) -> RestoreResult:
+            terms: Sequence[int] | None = None, keys: Sequence[str] | None = None,
+            known: Mapping[str, RemoteCommitMetadata] | None = None) -> RestoreResult:
     """Download the newest valid commit into ``target_dir``; fall back past broken ones and say why.
 
     ``terms``: the shard's terms to look in (default: those its term markers list);
-    ``keys``: the commit metadata keys to try, in this order (default: newest term first).
+    ``keys``: the commit metadata keys to try, in this order (default: newest term first);
+    ``known``: metadata the caller already read and verified (not fetched again).
     """
     os.makedirs(target_dir, exist_ok=True)
     skipped: list[tuple[str, str]] = []
     for key in (keys if keys is not None else iter_commits(store, address, terms)):
         written: list[str] = []
         try:
-            md = read_metadata(store, key)
+            md = known[key] if known is not None and key in known else read_metadata(store, key)
             total = sum(f.size for f in md.files.values())
             with Progress(f"restore {address.index_uuid}/{address.shard} from {key}", total=len(md.files),
                           unit="files") as progress:
