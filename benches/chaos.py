@@ -2,7 +2,10 @@
 
 Each seed draws a schedule (``shardstore.testing.chaos.schedule``) and runs it against a
 real 3-node cluster over a fault-injecting store, alternating the file and memory stores.
-Prints a progress line per seed, one figure per outcome total, then the line
+``--chaos-jobs J`` runs J schedules at once in worker processes (a schedule mostly waits
+on its cluster's timers, so more jobs than cores pays); a seed's schedule and outcome do
+not depend on J.  Prints a progress line per seed, one figure per outcome total, then the
+line
 
     N seeded schedules: L lost, W wrong, U unclean errors, S stuck shards
 
@@ -12,14 +15,20 @@ the minimised schedule that still breaks it (``--chaos-minimise``).
 
 from __future__ import annotations
 
+import multiprocessing
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
 from benches.runner import Context, Figure
+
+#: violation kinds, as the totals group them
+LOST = ("lost", "resurrected")
+WRONG = ("foreign", "duplicate", "count", "get", "order")
 
 
 def add_arguments(group: Any) -> None:
@@ -28,58 +37,100 @@ def add_arguments(group: Any) -> None:
     group.add_argument("--chaos-first-seed", type=int, default=0, help="the first seed (default 0)")
     group.add_argument("--chaos-steps", type=int, default=None, help="steps per schedule (default 60, quick 30)")
     group.add_argument("--chaos-stores", default="file,memory", help="stores to alternate over (default file,memory)")
+    group.add_argument("--chaos-jobs", type=int, default=1, help="schedules run at once (worker processes)")
     group.add_argument("--chaos-minimise", action="store_true", help="minimise every failing schedule")
+
+
+def _run_one(seed: int, steps: int, store: str, tmp: str) -> Any:
+    """One seed's schedule, run in a worker (or in this process with one job)."""
+    import logging
+
+    from shardstore.testing.chaos import draw_schedule, run_schedule
+
+    logging.getLogger("shardstore").setLevel(logging.ERROR)  # the faults' expected warnings, once per seed
+    return run_schedule(seed, draw_schedule(seed, steps), Path(tmp) / f"seed-{seed}", store)
+
+
+def _outcomes(jobs: int, work: list[tuple[int, str]], steps: int, tmp: str) -> Iterator[tuple[int, str, Any]]:
+    """(seed, store, outcome) as schedules finish; at most ``2 * jobs`` queued at a time."""
+    if jobs <= 1:
+        for seed, store in work:
+            yield seed, store, _run_one(seed, steps, store, tmp)
+        return
+    ctx = multiprocessing.get_context("spawn")  # a worker starts clean: no threads inherited
+    todo = iter(work)
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+        running: dict[Future, tuple[int, str]] = {}
+        while True:
+            while len(running) < 2 * jobs:
+                nxt = next(todo, None)
+                if nxt is None:
+                    break
+                running[pool.submit(_run_one, nxt[0], steps, nxt[1], tmp)] = nxt
+            if not running:
+                return
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for fut in done:
+                seed, store = running.pop(fut)
+                yield seed, store, fut.result()
 
 
 def run(ctx: Context) -> Iterator[Figure]:
     """Run the seeds; figures of the totals; raise if any schedule broke a guarantee."""
-    from shardstore.testing.chaos import draw_schedule, minimise, run_schedule
+    from shardstore.testing.chaos import draw_schedule, minimise
 
     a = ctx.args
     seeds = a.seeds if a.seeds is not None else (5 if ctx.quick else 50)
     steps = a.chaos_steps or (30 if ctx.quick else 60)
     stores = [s.strip() for s in a.chaos_stores.split(",") if s.strip()]
+    work = [(seed, stores[n % len(stores)]) for n, seed in
+            enumerate(range(a.chaos_first_seed, a.chaos_first_seed + seeds))]
     totals: Counter = Counter()
     errors: Counter = Counter()
     failures = []
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="shardstore-chaos-") as tmp:
-        for n, seed in enumerate(range(a.chaos_first_seed, a.chaos_first_seed + seeds)):
-            store = stores[n % len(stores)]
-            schedule = draw_schedule(seed, steps)
-            out = run_schedule(seed, schedule, Path(tmp) / f"seed-{seed}", store)
+        for n, (seed, store, out) in enumerate(_outcomes(max(1, a.chaos_jobs), work, steps, tmp), 1):
             totals["acked"] += out.acked
             totals["failed"] += out.failed
             totals["restores"] += out.restores
+            totals["refused"] += out.refused
+            totals["faults"] += out.faults
             errors.update(out.errors)
-            for kind in ("lost", "resurrected", "foreign", "duplicate", "count", "get", "order", "unclean", "stuck"):
+            for kind in (*LOST, *WRONG, "unclean", "stuck"):
                 totals[kind] += out.count(kind)
             status = "ok" if out.clean else f"{len(out.violations)} violation(s), first: {out.violations[0]}"
-            ctx.progress(f"seed {seed} ({store}, {steps} steps): {out.acked} acked, {out.failed} failed, "
-                         f"{out.restores} restores, {out.seconds:.1f}s: {status}")
+            ctx.progress(f"[{n}/{seeds}] seed {seed} ({store}, {steps} steps): {out.acked} acked, "
+                         f"{out.failed} failed, {out.restores} restores, {out.seconds:.1f}s: {status}")
             if not out.clean:
-                short = minimise(seed, schedule, Path(tmp) / f"min-{seed}", store) if a.chaos_minimise else schedule
-                failures.append((seed, store, out.violations, short))
+                failures.append((seed, store, out.violations))
+        shortened = []
+        for seed, store, violations in sorted(failures):
+            schedule = draw_schedule(seed, steps)
+            short = minimise(seed, schedule, Path(tmp) / f"min-{seed}", store) if a.chaos_minimise else schedule
+            shortened.append((seed, store, violations, short))
     seconds = time.monotonic() - t0
-    lost = totals["lost"] + totals["resurrected"]
-    wrong = sum(totals[k] for k in ("foreign", "duplicate", "count", "get", "order"))
-    yield ctx.figure("schedules", seeds, "schedules", steps=steps, stores=",".join(stores))
+    lost = sum(totals[k] for k in LOST)
+    wrong = sum(totals[k] for k in WRONG)
+    yield ctx.figure("schedules", seeds, "schedules", steps=steps, stores=",".join(stores), jobs=a.chaos_jobs)
     yield ctx.figure("acknowledged writes", totals["acked"], "ops")
     yield ctx.figure("failed writes (documented errors)", totals["failed"], "ops")
+    yield ctx.figure("injected faults that fired", totals["faults"], "faults")
     yield ctx.figure("restores checked", totals["restores"], "restores")
+    yield ctx.figure("restores refused naming the lost blob (after a corruption)", totals["refused"], "restores")
     yield ctx.figure("lost or resurrected", lost, "violations", target="== 0", met=lost == 0)
     yield ctx.figure("wrong (foreign, duplicate, count, get, order)", wrong, "violations", target="== 0",
                      met=wrong == 0)
     yield ctx.figure("unclean errors", totals["unclean"], "violations", target="== 0", met=totals["unclean"] == 0)
     yield ctx.figure("stuck shards", totals["stuck"], "violations", target="== 0", met=totals["stuck"] == 0)
-    yield ctx.figure("time per schedule", seconds / max(seeds, 1), "s")
+    yield ctx.figure("wall time per schedule", seconds / max(seeds, 1), "s")
     ctx.progress("documented errors seen: " + ", ".join(f"{k} {v}" for k, v in errors.most_common()))
     ctx.progress(f"{seeds} seeded schedules: {lost} lost, {wrong} wrong, {totals['unclean']} unclean errors, "
                  f"{totals['stuck']} stuck shards")
-    for seed, store, violations, short in failures:
+    for seed, store, violations, short in shortened:
         ctx.progress(f"FAILED seed {seed} ({store}): " + "; ".join(str(v) for v in violations[:5]))
         ctx.progress(f"  schedule ({len(short)} steps{', minimised' if a.chaos_minimise else ''}): "
                      + " | ".join(str(s) for s in short))
     if failures:
         raise AssertionError(f"{len(failures)} of {seeds} schedules broke a guarantee: seeds "
-                             f"{[f[0] for f in failures]}")
+                             f"{sorted(f[0] for f in failures)}")

@@ -77,6 +77,7 @@ class FaultyStore(BlobStore):
         self.seed = seed
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
+        self.fired_total = 0  # faults injected so far, across cleared rules
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (FaultyStore, (self.inner, self.rules), {"seed": self.seed})
@@ -84,6 +85,7 @@ class FaultyStore(BlobStore):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.seed = state["seed"]
         self._rng = random.Random(self.seed)
+        self.fired_total = 0
 
     @property
     def location(self) -> str:
@@ -115,6 +117,7 @@ class FaultyStore(BlobStore):
                 if rule.probability < 1.0 and self._rng.random() >= rule.probability:
                     continue
                 rule.fired += 1
+                self.fired_total += 1
                 return rule
         return None
 

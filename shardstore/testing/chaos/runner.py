@@ -68,6 +68,8 @@ class Outcome:
     acked: int = 0
     failed: int = 0
     restores: int = 0
+    refused: int = 0  # restores refused naming the blob a corrupt step destroyed (correct)
+    faults: int = 0  # injected faults that fired
     seconds: float = 0.0
 
     @property
@@ -312,6 +314,7 @@ def run_schedule(seed: int, steps: Sequence[Step], workdir: Path, store_kind: st
         sim.finish(steps[-1].index + 1 if steps else 0)
     finally:
         sim.close()
+        sim.outcome.faults = sim.store.fired_total
         sim.outcome.seconds = time.monotonic() - t0
         if not keep:
             shutil.rmtree(workdir, ignore_errors=True)
