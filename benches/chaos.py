@@ -38,6 +38,9 @@ def add_arguments(group: Any) -> None:
     group.add_argument("--chaos-steps", type=int, default=None, help="steps per schedule (default 60, quick 30)")
     group.add_argument("--chaos-stores", default="file,memory", help="stores to alternate over (default file,memory)")
     group.add_argument("--chaos-jobs", type=int, default=1, help="schedules run at once (worker processes)")
+    group.add_argument("--chaos-dir", default=None,
+                       help="where the schedules' stores and data dirs live (default /dev/shm when it exists: "
+                            "a tmpfs makes the local fsyncs free, half the CPU per schedule)")
     group.add_argument("--chaos-minimise", action="store_true", help="minimise every failing schedule")
 
 
@@ -89,7 +92,8 @@ def run(ctx: Context) -> Iterator[Figure]:
     errors: Counter = Counter()
     failures = []
     t0 = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="shardstore-chaos-") as tmp:
+    base = a.chaos_dir or ("/dev/shm" if Path("/dev/shm").is_dir() else None)
+    with tempfile.TemporaryDirectory(prefix="shardstore-chaos-", dir=base) as tmp:
         for n, (seed, store, out) in enumerate(_outcomes(max(1, a.chaos_jobs), work, steps, tmp), 1):
             totals["acked"] += out.acked
             totals["failed"] += out.failed

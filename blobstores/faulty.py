@@ -9,7 +9,11 @@ probability, and then:
 - ``delay``: sleeps ``delay`` seconds, then calls the inner store;
 - ``crash_before``: raises before the operation reaches the store (nothing lands);
 - ``crash_after``: performs the operation, then raises as if the reply was lost
-  (the write landed; the caller cannot know).
+  (the write landed; the caller cannot know);
+- ``stale_list`` (``list`` only): answers with the listing as it was ``lag`` mutations
+  ago: the keys of the last ``lag`` puts under the prefix are missing and the keys of
+  the last ``lag`` deletes are still there (a GET of such a ghost is a NotFound), as an
+  eventually consistent listing (S3 before 2020, some S3-compatible gateways) does.
 
 Crashes raise :class:`SimulatedCrash`, a TransientError, so a retrying wrapper above
 will retry them, which is exactly the ambiguous-retry case conditional puts must handle.
@@ -17,6 +21,7 @@ will retry them, which is exactly the ambiguous-retry case conditional puts must
 
 from __future__ import annotations
 
+import collections
 import fnmatch
 import random
 import threading
@@ -29,7 +34,10 @@ from shardstore.blobstores.base import BlobInfo, BlobStore
 from shardstore.blobstores.errors import BlobStoreError, ConfigError, TransientError
 
 T = TypeVar("T")
-Action = Literal["fail", "delay", "crash_before", "crash_after"]
+Action = Literal["fail", "delay", "crash_before", "crash_after", "stale_list"]
+ACTIONS = ("fail", "delay", "crash_before", "crash_after", "stale_list")
+#: how many recent puts and deletes a FaultyStore remembers for stale listings
+RECENT = 64
 OPS = ("put", "put_stream", "get", "get_range", "open_read", "stat", "exists", "list", "delete")
 
 
@@ -49,6 +57,7 @@ class FaultRule:
     after: int = 0
     probability: float = 1.0
     delay: float = 0.0
+    lag: int = 1
     seen: int = 0
     fired: int = 0
 
@@ -57,8 +66,10 @@ class FaultRule:
         unknown = [o for o in ops if o != "*" and o not in OPS]
         if unknown:
             raise ConfigError(f"FaultRule: unknown operation(s) {unknown}; known: {', '.join(OPS)}")
-        if self.action not in ("fail", "delay", "crash_before", "crash_after"):
-            raise ConfigError(f"FaultRule: unknown action {self.action!r}")
+        if self.action not in ACTIONS:
+            raise ConfigError(f"FaultRule: unknown action {self.action!r}; known: {', '.join(ACTIONS)}")
+        if self.action == "stale_list" and ops != ("list",):
+            raise ConfigError("FaultRule: a stale_list rule applies to op='list' only")
         self._ops = ops
 
     def matches(self, op: str, key: str) -> bool:
@@ -78,6 +89,9 @@ class FaultyStore(BlobStore):
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self.fired_total = 0  # faults injected so far, across cleared rules
+        #: the latest mutations, newest last: ("put", info) or ("delete", info) (stale listings)
+        self._recent: collections.deque[tuple[str, BlobInfo]] = collections.deque(maxlen=RECENT)
+        self._sizes: dict[str, BlobInfo] = {}
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (FaultyStore, (self.inner, self.rules), {"seed": self.seed})
@@ -86,6 +100,8 @@ class FaultyStore(BlobStore):
         self.seed = state["seed"]
         self._rng = random.Random(self.seed)
         self.fired_total = 0
+        self._recent = collections.deque(maxlen=RECENT)
+        self._sizes = {}
 
     @property
     def location(self) -> str:
@@ -133,6 +149,9 @@ class FaultyStore(BlobStore):
         rule = self._pick(op, key)
         if rule is None:
             return call()
+        return self._apply(rule, op, key, call)
+
+    def _apply(self, rule: FaultRule, op: str, key: str, call: Callable[[], T]) -> T:
         if rule.action == "delay":
             time.sleep(rule.delay)
             return call()
@@ -141,20 +160,29 @@ class FaultyStore(BlobStore):
             self._raise(rule, op, key, "lost reply (the operation landed)")
         if rule.action == "crash_before":
             self._raise(rule, op, key, "lost request (nothing landed)")
+        if rule.action == "stale_list":
+            return call()  # list() itself applies the lag
         self._raise(rule, op, key)
         raise AssertionError("unreachable")
 
+    def _landed(self, kind: str, info: BlobInfo) -> BlobInfo:
+        with self._lock:
+            self._recent.append((kind, info))
+            if kind == "put":
+                self._sizes[info.key] = info
+        return info
+
     def put(self, key: str, data: bytes, *, if_absent: bool = False, token: str | None = None) -> BlobInfo:
         """Put, unless a rule interferes."""
-        return self._run("put", key, lambda: self.inner.put(key, data, if_absent=if_absent, token=token))
+        return self._run("put", key, lambda: self._landed(
+            "put", self.inner.put(key, data, if_absent=if_absent, token=token)))
 
     def put_stream(
         self, key: str, readable: BinaryIO, *, if_absent: bool = False, token: str | None = None
     ) -> BlobInfo:
         """Streamed put, unless a rule interferes."""
-        return self._run(
-            "put_stream", key, lambda: self.inner.put_stream(key, readable, if_absent=if_absent, token=token)
-        )
+        return self._run("put_stream", key, lambda: self._landed(
+            "put", self.inner.put_stream(key, readable, if_absent=if_absent, token=token)))
 
     def get(self, key: str) -> bytes:
         """Get, unless a rule interferes."""
@@ -178,13 +206,36 @@ class FaultyStore(BlobStore):
 
     def list(self, prefix: str = "", *, start_after: str | None = None) -> Iterator[BlobInfo]:
         """List; a rule on "list" matches the prefix and fires before the first page."""
-        return self._run("list", prefix, lambda: self.inner.list(prefix, start_after=start_after))
+        rule = self._pick("list", prefix)
+        if rule is None or rule.action == "stale_list":
+            listing = self.inner.list(prefix, start_after=start_after)
+            return listing if rule is None else self._stale(listing, prefix, start_after, rule.lag)
+        return self._apply(rule, "list", prefix, lambda: self.inner.list(prefix, start_after=start_after))
+
+    def _stale(self, listing: Iterator[BlobInfo], prefix: str, start_after: str | None,
+               lag: int) -> Iterator[BlobInfo]:
+        """``listing`` as it was ``lag`` mutations under ``prefix`` ago (see the module docstring)."""
+        with self._lock:
+            recent = [(k, i) for k, i in self._recent if i.key.startswith(prefix)][-lag:]
+        hidden = {i.key for k, i in recent if k == "put"}
+        ghosts = {i.key: i for k, i in recent if k == "delete" and (start_after is None or i.key > start_after)}
+        out = [i for i in listing if i.key not in hidden]
+        ghosts = {k: i for k, i in ghosts.items() if k not in {o.key for o in out}}
+        return iter(sorted([*out, *ghosts.values()], key=lambda i: i.key))
 
     def delete(self, keys: Iterable[str]) -> None:
         """Delete; a rule matches if it covers any of the keys."""
         keys = list(keys)
         hit = next((k for k in keys if self._would_match("delete", k)), keys[0] if keys else "")
-        self._run("delete", hit, lambda: self.inner.delete(keys))
+
+        def call() -> None:
+            self.inner.delete(keys)
+            with self._lock:
+                for k in keys:
+                    info = self._sizes.pop(k, None) or BlobInfo(k, 0)
+                    self._recent.append(("delete", info))
+
+        self._run("delete", hit, call)
 
     def _would_match(self, op: str, key: str) -> bool:
         with self._lock:

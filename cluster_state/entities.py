@@ -27,6 +27,17 @@ Keys are content-unique: ``<cluster_uuid>/cluster-state/<kind>/<part>__<term>__<
 ``chunk-<n>-<id>`` for index chunks; ``rand`` is 12 random hex digits).  A blob is
 written once with put-if-absent and never overwritten, so a crashed or retried upload of
 a later state can never change a blob an existing manifest references.
+
+**Twins.**  Entities a restore cannot rebuild (:data:`TWINNED_KINDS`: settings, templates,
+customs, index metadata and index chunks) are written twice, the second copy at
+:func:`twin_key` (``<cluster_uuid>/cluster-state/twin/<kind>/<same name>``), byte for byte
+the same blob under the same reference checksum.  An unchanged entity is shared by every
+manifest written after it, so without a twin one flipped byte in, say, the customs written
+at bootstrap made every manifest unreadable and the whole cluster state unrestorable
+(found by the fault simulator, issue 14; docs/design/cluster_state.md, "Single-blob
+faults").  A reader tries the primary copy, then the twin; the reference checksum decides
+which is intact.  Manifests, which are one per state, need no twin: a reader falls back to
+the previous state's.  Older stores without twins read as before.
 """
 
 from __future__ import annotations
@@ -58,6 +69,9 @@ MAGIC: dict[str, bytes] = {
 FORMAT_VERSION: dict[str, int] = dict.fromkeys(MAGIC, 1)
 
 ROOT = "cluster-state"
+#: The entity kinds written twice (see "Twins" above): the persistent metadata a restore keeps.
+TWINNED_KINDS = ("settings", "templates", "customs", "index", "chunk")
+TWIN = "twin"
 
 #: (kind, name): ``name`` is the kind itself for cluster entities, the index name otherwise.
 EntityId = tuple[str, str]
@@ -95,6 +109,15 @@ def entity_key(cluster_uuid: str, kind: str, part: str, term: int, version: int)
     if kind not in MAGIC or kind == "manifest":
         raise InvalidError(f"unknown entity kind {kind!r}; known: {', '.join(k for k in MAGIC if k != 'manifest')}")
     return f"{prefix(cluster_uuid, kind)}{part}__{term}__{version}__{secrets.token_hex(6)}"
+
+
+def twin_key(key: str) -> str | None:
+    """Where the twin of the entity at ``key`` lives, or None if its kind has no twin."""
+    head, sep, rest = key.partition(f"/{ROOT}/")
+    kind = rest.split("/", 1)[0]
+    if not sep or kind not in TWINNED_KINDS:
+        return None
+    return f"{head}/{ROOT}/{TWIN}/{rest}"
 
 
 def key_term_version(key: str) -> tuple[int, int] | None:

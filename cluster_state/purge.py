@@ -98,6 +98,7 @@ def referenced_keys(svc: RemoteClusterStateService, kept: list[ManifestName]) ->
             out.add(e.index.key)
             if e.routing is not None:
                 out.add(e.routing.key)
+    out.update(t for k in list(out) if (t := E.twin_key(k)) is not None)
     return out
 
 

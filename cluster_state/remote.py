@@ -15,6 +15,7 @@ against its reference, the record's own CRC, and the metadata fingerprint of the
 
 from __future__ import annotations
 
+import logging
 import threading
 import warnings
 from collections import OrderedDict
@@ -48,6 +49,7 @@ from shardstore.cluster_state.model import ClusterState, IndexMetadata
 from shardstore.cluster_state.uuids import UuidInfo
 from shardstore.errors import InvalidError
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -148,16 +150,34 @@ class RemoteClusterStateService:
         except BlobNotFound:
             raise MissingEntity(key, manifest_key_) from None
 
+    def _read_entity(self, kind: str, key: str, checksum: int | None, mkey: str) -> tuple[Any, int]:
+        """(decoded value, blob size) of an entity, verified against the reference's checksum; a missing or
+        corrupt primary copy is read from its twin (:func:`~shardstore.cluster_state.entities.twin_key`)."""
+        try:
+            data = self._get(key, mkey)
+            return E.decode_entity(kind, data, key, checksum), len(data)
+        except (ClusterStateCorrupt, MissingEntity) as exc:
+            twin = E.twin_key(key)
+            if twin is None:
+                raise
+            try:
+                data = self.store.get(twin)
+                value = E.decode_entity(kind, data, twin, checksum)
+            except (BlobNotFound, ClusterStateCorrupt):
+                raise exc from None  # both copies gone: the primary's error names the blob
+            log.warning("cluster state entity %s unreadable (%s); read its twin %s", key, exc, twin)
+            return value, len(data)
+
     def _load_chunk(self, ref: ChunkRef, mkey: str, counter: list[int] | None = None) -> dict[str, IndexEntry]:
         with self._lock:
             hit = self._chunks.get(ref.key)
         if hit is not None and counter is None:
             return hit
-        data = self._get(ref.key, mkey)
+        value, size = self._read_entity("chunk", ref.key, ref.checksum, mkey)
         if counter is not None:
-            counter[0] += len(data)
+            counter[0] += size
             counter[1] += 1
-        entries = chunk_entries(E.decode_entity("chunk", data, ref.key, ref.checksum), ref.key)
+        entries = chunk_entries(value, ref.key)
         self._cache_chunk(ref.key, entries)
         return entries
 
@@ -286,7 +306,8 @@ class RemoteClusterStateService:
                 tuple(sorted(touched))),
         )
         manifest = replace(manifest, key=manifest.name)
-        self._map(self._put_new, uploads)
+        self._map(self._put_new, [*uploads, *(_Upload(t, u.data) for u in uploads
+                                               if (t := E.twin_key(u.key)) is not None)])
         for key, entries in new_chunk_entries.items():
             self._cache_chunk(key, entries)
         self._put_manifest(manifest)
@@ -347,8 +368,7 @@ class RemoteClusterStateService:
 
         def fetch(ref: E.EntityRef) -> tuple[E.EntityRef, Any]:
             try:
-                data = self._get(ref.key, mkey)
-                return ref, E.decode_entity(ref.kind, data, ref.key, ref.checksum)
+                return ref, self._read_entity(ref.kind, ref.key, ref.checksum, mkey)[0]
             except (ClusterStateCorrupt, MissingEntity) as exc:
                 if ref.kind not in replaceable:
                     raise
@@ -409,10 +429,10 @@ class RemoteClusterStateService:
         fields: dict[str, Any] = {}
         for kind in d.cluster:
             ref = manifest.cluster[kind]
-            data = self._get(ref.key, mkey)
-            counter[0] += len(data)
+            value, size = self._read_entity(kind, ref.key, ref.checksum, mkey)
+            counter[0] += size
             counter[1] += 1
-            E.apply_cluster_entity(fields, kind, E.decode_entity(kind, data, ref.key, ref.checksum))
+            E.apply_cluster_entity(fields, kind, value)
         entries: dict[str, IndexEntry] = {}
         for cid in d.chunks:
             if cid in manifest.chunks:
@@ -426,8 +446,7 @@ class RemoteClusterStateService:
             return ReadResult(state, manifest, counter[0] + nbytes, counter[1] + gets, False)
 
         def fetch(ref: E.EntityRef) -> tuple[E.EntityRef, Any]:
-            data = self._get(ref.key, mkey)
-            return ref, E.decode_entity(ref.kind, data, ref.key, ref.checksum)
+            return ref, self._read_entity(ref.kind, ref.key, ref.checksum, mkey)[0]
 
         values = self._map(fetch, wanted)
         counter[0] += sum(r.size for r, _ in values)

@@ -5,6 +5,10 @@ of the head and verifies its whole state (checksums included), and reports probl
 
 - ``missing``: a blob a kept manifest references is not in the store;
 - ``corrupt``: the head's latest committed state does not read back;
+- ``degraded``: one copy of a twinned entity (see :mod:`~shardstore.cluster_state.entities`)
+  of the latest state is missing or corrupt; the other is intact, so reads and restores
+  still work, but the next fault would lose it (a store written before twins existed has
+  none and is not reported);
 - ``orphan``: a blob no kept manifest references (a crashed upload; purge deletes it);
 - ``uuids``: several valid heads, or a cycle (restore would refuse).
 """
@@ -14,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from shardstore.blobstores.base import BlobStore
+from shardstore.blobstores.errors import BlobNotFound
 from shardstore.cluster_state import entities as E
 from shardstore.cluster_state.errors import ClusterStateError, ClusterUUIDCycle, MissingEntity, MultipleClusterUUIDs
 from shardstore.cluster_state.manifest import Manifest, parse_manifest_key
@@ -25,7 +30,7 @@ from shardstore.errors import CorruptError
 
 @dataclass(frozen=True)
 class Problem:
-    """One thing found wrong (``kind``: missing, corrupt, orphan, uuids)."""
+    """One thing found wrong (``kind``: missing, corrupt, degraded, orphan, uuids)."""
 
     kind: str
     key: str
@@ -74,6 +79,8 @@ def inspect_store(store: BlobStore, *, keep: int = DEFAULT_KEEP, verify: bool = 
                     out.verified = True
                 except (ClusterStateError, CorruptError) as exc:
                     out.problems.append(Problem(_kind(exc), out.latest.key, str(exc)))
+                else:
+                    _check_twins(svc, out.latest, out)
         for u in sorted(out.uuids):
             _check_uuid(svc, u, keep, out)
     finally:
@@ -83,6 +90,37 @@ def inspect_store(store: BlobStore, *, keep: int = DEFAULT_KEEP, verify: bool = 
 
 def _kind(exc: Exception) -> str:
     return "missing" if isinstance(exc, MissingEntity) else "corrupt"
+
+
+def _copy_fault(store: BlobStore, kind: str, key: str, checksum: int) -> str | None:
+    """Why the blob at ``key`` is not a good copy of the entity (missing, corrupt), or None."""
+    try:
+        E.decode_entity(kind, store.get(key), key, checksum)
+    except BlobNotFound:
+        return "missing"
+    except (ClusterStateError, CorruptError) as exc:
+        return f"corrupt ({exc})"
+    return None
+
+
+def _check_twins(svc: RemoteClusterStateService, m: Manifest, out: Inspection) -> None:
+    """Both copies of every twinned entity of the state ``m`` (read back whole, so one copy is good)."""
+    if not any(True for _ in svc.store.list(f"{E.prefix(m.cluster_uuid)}{E.TWIN}/")):
+        return  # written before twins existed: one copy is all there ever was
+    refs = [(r.kind, r.key, r.checksum) for r in m.cluster.values()]
+    for c in m.chunks.values():
+        refs.append(("chunk", c.key, c.checksum))
+        for e in svc._load_chunk(c, m.key or m.name).values():
+            refs.append(("index", e.index.key, e.index.checksum))
+    for kind, key, checksum in refs:
+        twin = E.twin_key(key)
+        if twin is None:
+            continue
+        for copy, other in ((key, twin), (twin, key)):
+            why = _copy_fault(svc.store, kind, copy, checksum)
+            if why is not None:
+                out.problems.append(Problem("degraded", copy, f"{why}; its twin {other} is intact and is read "
+                                                              f"instead; one more fault would lose this entity"))
 
 
 def _check_uuid(svc: RemoteClusterStateService, cluster_uuid: str, keep: int, out: Inspection) -> None:
@@ -97,7 +135,23 @@ def _check_uuid(svc: RemoteClusterStateService, cluster_uuid: str, keep: int, ou
             readable.append(n)
         except (ClusterStateError, CorruptError) as exc:
             out.problems.append(Problem(_kind(exc), n.key, str(exc)))
+    twins = f"{E.prefix(cluster_uuid)}{E.TWIN}/"
+    has_twins = any(k.startswith(twins) for k in blobs)
+    latest = {p.key for p in out.problems if p.kind == "degraded"}  # the latest state's, already reported
     for key in sorted(referenced - blobs):
+        if key in latest:
+            continue
+        if key.startswith(twins):
+            primary = f"{E.prefix(cluster_uuid)}{key[len(twins):]}"
+            if has_twins and primary in blobs:
+                out.problems.append(Problem("degraded", key, f"missing; its twin {primary} is intact and is read "
+                                                             f"instead; one more fault would lose this entity"))
+            continue  # with its primary gone too, the primary is reported missing
+        twin = E.twin_key(key)
+        if twin is not None and twin in blobs:
+            out.problems.append(Problem("degraded", key, f"missing; its twin {twin} is intact and is read "
+                                                         f"instead; one more fault would lose this entity"))
+            continue
         out.problems.append(Problem("missing", key, f"referenced by a kept manifest of {cluster_uuid}"))
     for key in plan_purge(sorted(blobs), readable, referenced):
         if parse_manifest_key(key) is None:

@@ -77,17 +77,18 @@ def test_one_index_change_at_1000_indices_costs_constant_puts_and_reuses_chunks(
         s2 = bump(s, name)
         m2 = svc.write_incremental(s, m, s2)
         r = reqs(store)
-        # the index entity, its one chunk, the manifest; nothing read (the chunk was cached)
-        assert (r["put"], r["get"], r["list"]) == (3, 0, 0), r
+        # the index entity and its one chunk, each with its twin, then the manifest; nothing read
+        # (the chunk was cached)
+        assert (r["put"], r["get"], r["list"]) == (5, 0, 0), r
         assert len(set(m2.chunks.values()) - set(m.chunks.values())) == 1
-        assert store.metrics()["bytes_out"] < 2 * (m2.cluster["settings"].size + 64 * 1024)
+        assert store.metrics()["bytes_out"] < 4 * (m2.cluster["settings"].size + 64 * 1024)
         s, m = s2, svc.mark_committed(m2)
     # a cold writer (no cache) reads only the one chunk it rewrites
     cold = RemoteClusterStateService(store)
     store.reset_metrics()
     s2 = bump(s, "idx-00042")
     cold.write_incremental(s, m, s2)
-    assert (reqs(store)["put"], reqs(store)["get"]) == (3, 1)
+    assert (reqs(store)["put"], reqs(store)["get"]) == (5, 1)
     # a follower applying it downloads the manifest, one chunk and one index entity
     follower = RemoteClusterStateService(store)
     res = follower.read_published("cu", s2.term, s2.version, s)
@@ -157,12 +158,21 @@ def test_corrupt_or_missing_entity_falls_back_to_an_older_complete_manifest(stor
     svc.mark_committed(svc.write_incremental(s2, m2, s3))
     # damage the index entity only s2 and s3 reference
     key = next(b.key for b in store.list(E.prefix("cu", "index")) if E.key_term_version(b.key) == (1, s2.version))
-    if damage == "corrupt":
-        data = bytearray(store.get(key))
-        data[20] ^= 0xFF
-        store.put(key, bytes(data))
-    else:
-        store.delete([key])
+
+    def hit(k: str) -> None:
+        if damage == "corrupt":
+            data = bytearray(store.get(k))
+            data[20] ^= 0xFF
+            store.put(k, bytes(data))
+        else:
+            store.delete([k])
+
+    # one copy damaged: its twin is read, nothing falls back
+    hit(key)
+    res = RemoteClusterStateService(store).restore_latest("cu")
+    assert res.state == s3 and not res.fell_back
+    # both copies damaged: the states that reference the entity are skipped
+    hit(E.twin_key(key))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         res = RemoteClusterStateService(store).restore_latest("cu")

@@ -143,16 +143,28 @@ def test_cli_show_prints_the_chain_the_manifest_and_problems(store_factory, tmp_
     latest = [n for n in svc.list_manifests(before.cluster_uuid) if n.committed][:1]
     idx = sorted(k for k in referenced_keys(svc, latest) if "/cluster-state/index/" in k)[0]
     good = store.get(idx)
+    # one copy: the state still reads (its twin), but the report names the damaged copy
     store.put(idx, good[:-1] + bytes([good[-1] ^ 0x10]))
+    assert cli_main(["cluster-state", "show", url]) == 1
+    out = capsys.readouterr().out
+    assert "degraded" in out and "verified=yes" in out and idx in out and "corrupt (" in out
+    # both copies: the state does not read back
+    twin = E.twin_key(idx)
+    store.put(twin, good[:-1] + bytes([good[-1] ^ 0x10]))
     assert cli_main(["cluster-state", "show", url]) == 1
     out = capsys.readouterr().out
     assert "corrupt" in out and "verified=no" in out and idx in out
     store.put(idx, good)
+    store.put(twin, good)
     victim = next(b.key for b in store.list(E.prefix(before.cluster_uuid, "settings")))
     store.delete([victim])
     assert cli_main(["cluster-state", "show", url]) == 1
     out = capsys.readouterr().out
-    assert "missing" in out and victim in out
+    assert "degraded" in out and victim in out and "missing;" in out and "missing  " not in out
+    store.delete([E.twin_key(victim)])
+    assert cli_main(["cluster-state", "show", url]) == 1
+    out = capsys.readouterr().out
+    assert "missing  " in out and victim in out
 
 
 def test_new_nodes_with_empty_disks_bootstrap_from_the_store_on_election(tmp_path: Path) -> None:

@@ -111,6 +111,13 @@ CASES: list[tuple[str, str, bool, Callable[[Path], None], bool]] = [
     ("newest routing entity deleted", "/cluster-state/routing/", False, _delete, True),
     ("newest index-list chunk corrupt", "/cluster-state/chunk/", False, _flip, True),
     ("coordination entity corrupt", "/cluster-state/coordination/", True, _flip, True),
+    # written once at bootstrap and shared by every manifest since (found by the fault simulator,
+    # seeds 23 and 25: every manifest unreadable, "no committed, complete cluster state")
+    ("customs entity corrupt", "/cluster-state/customs/", True, _flip, True),
+    ("settings entity deleted", "/cluster-state/settings/", True, _delete, True),
+    ("templates entity truncated", "/cluster-state/templates/", True, _truncate, True),
+    ("newest index entity deleted", "/cluster-state/index/", True, _delete, True),
+    ("newest index-list chunk deleted", "/cluster-state/chunk/", True, _delete, True),
 ]
 
 

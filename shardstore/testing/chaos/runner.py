@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import threading
 import time
 import uuid
 from collections import Counter
@@ -82,6 +83,10 @@ class Outcome:
         return sum(1 for v in self.violations if v.kind in kinds)
 
 
+class ScheduleEnded(Exception):
+    """The schedule cannot go on: its one corrupt blob made a restore refuse (correctly); nothing more to check."""
+
+
 class Simulation:
     """One schedule's cluster, store, model and outcome (see the module docstring)."""
 
@@ -99,6 +104,8 @@ class Simulation:
         self.outcome = Outcome(seed, 0)
         self.documented = _documented()
         self._generation = 0
+        self.corrupted: tuple[str, str] | None = None  # (key, how) of the schedule's one destroyed blob
+        self.ended = False
         self.cluster = self._new_cluster(restore=False)
         self.cluster.create_index(INDEX, shards=2, replicas=1)
 
@@ -140,6 +147,8 @@ class Simulation:
         handler: Callable[[Step], None] = getattr(self, f"_do_{step.kind}")
         try:
             handler(step)
+        except ScheduleEnded:
+            self.ended = True
         except ShardstoreError as exc:
             self._error(step, exc)
         except Exception as exc:  # noqa: BLE001 - an undocumented error is what the simulator looks for
@@ -175,6 +184,32 @@ class Simulation:
         values: dict[str, str | None] = {i: self._value(step, i) for i in step.args["ids"]}
         docs = [{"_id": i, "v": v} for i, v in values.items()]
         self._guarded_write(step, values, lambda: self.cluster.bulk(INDEX, docs))
+
+    def _do_concurrent(self, step: Step) -> None:
+        """Two clients at once, on disjoint ids: each bulk is checked as if it ran alone."""
+        parts = [{i: self._value(step, i) for i in step.args[k]} for k in ("a", "b")]
+        results: list[Any] = [None, None]
+
+        def client(n: int) -> None:
+            docs = [{"_id": i, "v": v} for i, v in parts[n].items()]
+            try:
+                results[n] = self.cluster.bulk(INDEX, docs)
+            except BaseException as exc:  # noqa: BLE001 - judged below, on the client's thread of control
+                results[n] = exc
+
+        threads = [threading.Thread(target=client, args=(n,), name=f"chaos-client-{n}") for n in (0, 1)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for values, result in zip(parts, results):
+            if isinstance(result, BaseException):
+                for doc_id, value in values.items():
+                    self.model.uncertain(doc_id, value)
+                    self.outcome.failed += 1
+                self._error(step, result)
+            else:
+                self._write_result(step, values, result)
 
     def _do_delete(self, step: Step) -> None:
         doc_id = step.args["id"]
@@ -226,6 +261,8 @@ class Simulation:
             rule.update(action="delay", delay=0.05)
         elif action == "fail":
             rule.update(action="fail", error=Throttled if a["after"] % 2 else TransientError)
+        elif action == "stale_list":
+            rule.update(action="stale_list", op="list", lag=a["after"] + 1, after=0)
         else:
             rule.update(action=action)
         self.store.inject(**rule)
@@ -233,16 +270,61 @@ class Simulation:
     def _do_heal(self, step: Step) -> None:
         self.heal()
 
-    def _do_restore(self, step: Step) -> None:
+    def _do_corrupt(self, step: Step) -> None:
+        """Destroy one blob behind the cluster's back (only the schedule's first corrupt step does)."""
+        if self.corrupted is not None:
+            return
+        inner = self.store.inner
+        part = step.args["part"]
+        keys = sorted(i.key for i in inner.list("") if part in i.key
+                      and (part != "/cluster-state/" or "/manifest/" not in i.key))
+        if not keys:
+            return
+        key = keys[step.args["pick"] % len(keys)]
+        how = step.args["how"]
+        if how == "delete":
+            inner.delete([key])
+        else:
+            data = bytearray(inner.get(key))
+            if how == "flip" and data:
+                data[len(data) // 2] ^= 0x40
+            else:
+                data = data[: len(data) // 2]
+            inner.put(key, bytes(data))
+        self.corrupted = (key, how)
+        log.info("seed %d step %d: %s %s", self.seed, step.index, how, key)
+
+    def _refusal_is_right(self, step: int, exc: BaseException) -> bool:
+        """After the one corrupt blob: a RestoreDataLoss naming a seq# range (and the blob, if it is still there)."""
+        from shardstore.engine.errors import RestoreDataLoss
+
+        if self.corrupted is None or not isinstance(exc, RestoreDataLoss):
+            return False
+        key, how = self.corrupted
+        text = str(exc)
+        names_range = "seq#" in text or "seq_no" in text
+        names_blob = how == "delete" or key in text or key.rsplit("/", 1)[-1] in text
+        if names_range and names_blob:
+            self.outcome.refused += 1
+            return True
+        return False
+
+    def _restore(self, step: int) -> None:
+        """Close the cluster and restore a new one from the store alone; a wrong refusal is a *lost* violation."""
         self.heal()
         self.cluster.close()
         self.outcome.restores += 1
         try:
             self.cluster = self._new_cluster(restore=True)
         except ShardstoreError as exc:
-            self.outcome.violations.append(Violation("lost", step.index, f"restore refused: {exc}"))
-            raise
-        self.verify(step.index)
+            if self._refusal_is_right(step, exc):
+                raise ScheduleEnded from exc
+            self.outcome.violations.append(Violation("lost", step, f"restore refused: {exc}"))
+            raise ScheduleEnded from exc
+        self.verify(step)
+
+    def _do_restore(self, step: Step) -> None:
+        self._restore(step.index)
 
     # -- checks ---------------------------------------------------------------------------
 
@@ -261,7 +343,11 @@ class Simulation:
             self.cluster.wait_for_health(status, timeout=SETTLE_TIMEOUT)
             return True
         except ShardstoreError as exc:
-            self.outcome.violations.append(Violation("stuck", step, f"{exc}"))
+            causes = " ".join(self.cluster.health().causes)
+            if self.corrupted is not None and "RestoreDataLoss" in causes and self.corrupted[0] in causes:
+                self.outcome.refused += 1  # red, naming the destroyed blob: the right answer, not stuck
+                raise ScheduleEnded from exc
+            self.outcome.violations.append(Violation("stuck", step, f"{exc}; causes: {causes or 'none'}"))
             return False
 
     def verify(self, step: int) -> None:
@@ -279,19 +365,15 @@ class Simulation:
 
     def finish(self, last_step: int) -> None:
         """Final checks: the live cluster, then a restore from the store alone onto fresh nodes."""
-        for check in (self.verify, self._final_restore):
+        for check in (self.verify, self._restore):
             try:
                 check(last_step)
+            except ScheduleEnded:
+                return
             except Exception as exc:  # noqa: BLE001 - every failure of a final check is a violation
                 self.outcome.violations.append(Violation("unclean" if not isinstance(exc, ShardstoreError)
                                                          else "stuck", last_step, f"{type(exc).__name__}: {exc}"))
                 return
-
-    def _final_restore(self, step: int) -> None:
-        self.cluster.close()
-        self.outcome.restores += 1
-        self.cluster = self._new_cluster(restore=True)
-        self.verify(step)
 
     def close(self) -> None:
         """Stop the cluster (the store and data directories stay for inspection)."""
@@ -311,7 +393,10 @@ def run_schedule(seed: int, steps: Sequence[Step], workdir: Path, store_kind: st
     try:
         for step in steps:
             sim.apply(step)
-        sim.finish(steps[-1].index + 1 if steps else 0)
+            if sim.ended:
+                break
+        else:
+            sim.finish(steps[-1].index + 1 if steps else 0)
     finally:
         sim.close()
         sim.outcome.faults = sim.store.fired_total

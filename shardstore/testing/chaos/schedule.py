@@ -20,7 +20,15 @@ Kinds (weights in :data:`WEIGHTS`):
                           crash after landing, crash before landing) or delays it
 ``heal``                  clear transport and store faults
 ``restore``               close the cluster, restore a new one from the store alone
+``corrupt``               behind the cluster's back, flip a byte of, truncate or delete one
+                          blob of a chosen kind (``part``), the ``pick``-th in key order; a
+                          schedule's first corrupt step is its one data-destroying fault,
+                          later ones are skipped (the bar is *any single fault*)
+``concurrent``            two client threads write disjoint ids at once
 ========================  ==================================================================
+
+A ``store_fault`` with action ``stale_list`` answers the next matching LIST as it was
+``after + 1`` mutations ago (FaultyStore).
 """
 
 from __future__ import annotations
@@ -36,13 +44,17 @@ KEYSPACE = 24
 WEIGHTS: dict[str, int] = {
     "bulk": 30, "delete": 6, "conditional": 6, "refresh": 5, "flush": 6,
     "kill": 5, "start": 7, "kill_manager": 2, "start_manager": 3,
-    "drop": 5, "store_fault": 8, "heal": 5, "restore": 2,
+    "drop": 5, "store_fault": 8, "heal": 5, "restore": 2, "corrupt": 1, "concurrent": 4,
 }
 #: blob-store operations and key patterns a store fault may hit
 STORE_OPS = ("put", "get", "list", "delete")
 STORE_KEYS = ("*translog/metadata*", "*translog/data*", "*segments/metadata*", "*segments/data*",
               "*primary_terms*", "*cluster-state*", "*")
-STORE_ACTIONS = ("fail", "crash_after", "crash_before", "delay")
+STORE_ACTIONS = ("fail", "crash_after", "crash_before", "delay", "stale_list")
+#: the blob kinds a corrupt step may hit (a fragment of their keys) and what it does to one
+CORRUPT_PARTS = ("/segments/data/", "/segments/metadata/", "/translog/data/", "/translog/metadata/",
+                 "/primary_terms/", "/cluster-state/manifest/", "/cluster-state/")
+CORRUPT_HOW = ("flip", "truncate", "delete")
 TRANSPORT_ACTIONS = ("shard.bulk", "shard.replicate", "*")
 
 
@@ -70,6 +82,15 @@ def draw_step(rng: random.Random, index: int) -> Step:
     args: dict[str, Any] = {}
     if kind == "bulk":
         args["ids"] = sorted({_doc_id(rng) for _ in range(rng.randint(1, 8))})
+    elif kind == "concurrent":
+        ids = rng.sample(range(KEYSPACE), rng.randint(2, 10))
+        half = rng.randint(1, len(ids) - 1)
+        args["a"] = sorted(f"d{i}" for i in ids[:half])
+        args["b"] = sorted(f"d{i}" for i in ids[half:])
+    elif kind == "corrupt":
+        args["part"] = rng.choice(CORRUPT_PARTS)
+        args["pick"] = rng.randrange(1000)
+        args["how"] = rng.choice(CORRUPT_HOW)
     elif kind in ("delete", "conditional"):
         args["id"] = _doc_id(rng)
     elif kind in ("kill", "start"):
@@ -86,6 +107,8 @@ def draw_step(rng: random.Random, index: int) -> Step:
         args["op"] = rng.choice(STORE_OPS)
         args["key"] = rng.choice(STORE_KEYS)
         args["action"] = rng.choice(STORE_ACTIONS)
+        if args["action"] == "stale_list":
+            args["op"] = "list"
         args["after"] = rng.randrange(4)
         args["times"] = rng.choice((1, 1, 2, 3))
     return Step(index, kind, args)
@@ -97,4 +120,4 @@ def draw_schedule(seed: int, length: int) -> list[Step]:
     return [draw_step(rng, i) for i in range(length)]
 
 
-__all__ = ["DATA_NODES", "KEYSPACE", "MANAGERS", "STORE_ACTIONS", "Step", "WEIGHTS", "draw_schedule", "draw_step"]
+__all__ = ["CORRUPT_HOW", "CORRUPT_PARTS", "DATA_NODES", "KEYSPACE", "MANAGERS", "STORE_ACTIONS", "Step", "WEIGHTS", "draw_schedule", "draw_step"]
