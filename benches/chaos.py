@@ -81,6 +81,7 @@ def _outcomes(jobs: int, work: list[tuple[int, str]], steps: int, tmp: str) -> I
 def run(ctx: Context) -> Iterator[Figure]:
     """Run the seeds; figures of the totals; raise if any schedule broke a guarantee."""
     from shardstore.testing.chaos import draw_schedule, minimise
+    from shardstore.testing.chaos.runner import SLOW_STEP
 
     a = ctx.args
     seeds = a.seeds if a.seeds is not None else (5 if ctx.quick else 50)
@@ -100,6 +101,7 @@ def run(ctx: Context) -> Iterator[Figure]:
             totals["restores"] += out.restores
             totals["refused"] += out.refused
             totals["faults"] += out.faults
+            totals["slow"] += out.slow_steps
             errors.update(out.errors)
             for kind in (*LOST, *WRONG, "unclean", "stuck"):
                 totals[kind] += out.count(kind)
@@ -127,6 +129,7 @@ def run(ctx: Context) -> Iterator[Figure]:
                      met=wrong == 0)
     yield ctx.figure("unclean errors", totals["unclean"], "violations", target="== 0", met=totals["unclean"] == 0)
     yield ctx.figure("stuck shards", totals["stuck"], "violations", target="== 0", met=totals["stuck"] == 0)
+    yield ctx.figure(f"steps that stalled over {SLOW_STEP:.0f} s (a timeout waited out)", totals["slow"], "steps")
     yield ctx.figure("wall time per schedule", seconds / max(seeds, 1), "s")
     ctx.progress("documented errors seen: " + ", ".join(f"{k} {v}" for k, v in errors.most_common()))
     ctx.progress(f"{seeds} seeded schedules: {lost} lost, {wrong} wrong, {totals['unclean']} unclean errors, "

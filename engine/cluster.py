@@ -42,6 +42,7 @@ import pyarrow.compute as pc
 
 from shardstore.blobstores import open_store
 from shardstore.blobstores.base import BlobStore
+from shardstore.errors import LocalDiskError
 from shardstore.engine.allocation import AllocationWorker, ClusterHealth, cluster_health, plan_replicas
 from shardstore.engine.errors import (
     HealthTimeout,
@@ -114,7 +115,11 @@ class Node:
         if copy is None or not copy.primary:
             raise ShardUnavailable(key[0], key[1], f"{self.name} holds no primary")
         assert self.cluster is not None
-        stamped = copy.primary_apply(req["ops"], expect=req.get("expect"))
+        try:
+            stamped = copy.primary_apply(req["ops"], expect=req.get("expect"))
+        except LocalDiskError as exc:
+            self.cluster._fail_copy(key, self.name, copy, str(exc))  # a replica takes over; the client retries
+            raise
         checkpoints = [copy.local_checkpoint]
         for replica in self.cluster._in_sync_replicas(key):
             try:
@@ -122,7 +127,7 @@ class Node:
                                          {"index_uuid": key[0], "shard": key[1], "ops": stamped,
                                           "term": copy.primary_term, "global_checkpoint": copy.global_checkpoint})
                 checkpoints.append(lc)
-            except (NodeDisconnected, ShardUnavailable) as exc:
+            except (NodeDisconnected, ShardUnavailable, LocalDiskError) as exc:
                 # the cluster manager removes the copy from the in-sync set before we acknowledge
                 self.cluster._fail_replica(key, replica, copy.primary_term, str(exc))
         copy.update_global_checkpoint(min(checkpoints))
@@ -287,6 +292,32 @@ class Cluster(PromotionMixin):
             self._set_routing(meta, key[1], copies=[c for c in sr.copies if c != node],
                               in_sync=[c for c in sr.in_sync if c != node])
             self._schedule_allocation()  # a new replica is built in the background
+
+    def _fail_copy(self, key: tuple[str, int], node: str, copy: ShardCopy, reason: str) -> bool:
+        """Fail one copy whose local disk failed (docs/design/engine.md, "Local disk faults"): a primary fails
+        over like a killed node, a replica is dropped; both are rebuilt in the background.  Whether it was
+        the shard's primary."""
+        with self._lock:
+            meta = next((m for m in self.indices.values() if m.uuid == key[0]), None)
+            holder = self.nodes.get(node)
+            if meta is None or holder is None or holder.copies.get(key) is not copy:
+                return False  # already failed, killed or rebuilt
+            sr = meta.routing[key[1]]
+            log.error("failing the copy of %s/%d on %s: %s", meta.name, key[1], node, reason)
+            holder.copies.pop(key, None)
+            try:
+                copy.close()
+            except Exception as exc:  # noqa: BLE001 - its disk is failing; what matters is that it stops
+                log.warning("closing the failed copy of %s/%d on %s: %r", meta.name, key[1], node, exc)
+            if sr.primary == node:
+                others = [n for n in sr.in_sync if n != node and n in self.live_nodes()]
+                self._promote_or_retry_later(meta, sr, others)
+                self._schedule_allocation(self.recovery_delay)
+                return True
+            self._set_routing(meta, key[1], copies=[c for c in sr.copies if c != node],
+                              in_sync=[c for c in sr.in_sync if c != node])
+            self._schedule_allocation()
+            return False
 
     def _in_sync_replicas(self, key: tuple[str, int]) -> list[str]:
         meta = next(m for m in self.indices.values() if m.uuid == key[0])
@@ -568,7 +599,7 @@ class Cluster(PromotionMixin):
     def refresh(self, index: str) -> None:
         """Make every copy's buffered documents searchable."""
         for shard in range(self._meta(index).shards):
-            self._each_copy(index, shard, lambda copy: copy.directory.refresh())
+            self._each_copy(index, shard, lambda copy: copy.refresh())
 
     def flush(self, index: str) -> None:
         """Commit every copy; primaries upload their commit and purge what it covers."""
@@ -606,6 +637,9 @@ class Cluster(PromotionMixin):
             node, copy = pending[0]
             try:
                 action(copy)
+            except LocalDiskError as exc:
+                if self._fail_copy((self._meta(index).uuid, shard), node, copy, str(exc)):
+                    raise  # the primary: what it did not finish is retried on the promoted copy
             except Exception:
                 if self._routed_copies(index, shard).get(node) is copy:
                     raise

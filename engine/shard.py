@@ -37,6 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shardstore.blobstores.base import BlobStore
+from shardstore.errors import LocalDiskError
 from shardstore.engine.errors import (
     OperationTermTooOld,
     RestoreDataLoss,
@@ -129,12 +130,36 @@ class ShardCopy:
         self._background: threading.Thread | None = None
         self._holds: dict[int, int] = {}  # peer recoveries: token -> first seq# they still need from the translog
         self._holds_lock = threading.Lock()
+        #: the local write or fsync that failed this copy for good (docs/design/engine.md, "Local disk faults")
+        self.disk_failure: LocalDiskError | None = None
         self.remote_translog: RemoteTranslog | None = None
         self.remote_segments: RemoteSegmentStore | None = None
         if primary:
             self._start_remote()
 
     # -- set-up -----------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _local_disk(self, op: str) -> Iterator[None]:
+        """Fail this copy for good on a local write or fsync error (disk full, I/O error; a torn write).
+
+        Its files may hold a torn frame and, after a failed fsync, the page cache cannot be
+        trusted (Elasticsearch's "tragic event"), so every later call raises the same
+        :class:`~shardstore.errors.LocalDiskError`; the cluster fails the copy and rebuilds it
+        elsewhere.  An error of a copy closed meanwhile (a killed node) is not a disk fault.
+        """
+        if self.disk_failure is not None:
+            raise self.disk_failure
+        try:
+            yield
+        except LocalDiskError as exc:
+            self.disk_failure = exc
+            raise
+        except OSError as exc:
+            if self.closed:
+                raise
+            self.disk_failure = LocalDiskError(self.path, op, exc)
+            raise self.disk_failure from exc
 
     def _replay_local_translog(self, above: int) -> None:
         """Re-apply operations the local translog holds above the last commit (restart)."""
@@ -153,8 +178,9 @@ class ShardCopy:
         n = 0
         for batch in batches:
             for part in split_by_term(batch):
-                self.tracker.advance_max_seq_no(pc.max(part.column("seq_no")).as_py())
-                self._apply_stamped(part, history=True)
+                with self._local_disk("write"):
+                    self.tracker.advance_max_seq_no(pc.max(part.column("seq_no")).as_py())
+                    self._apply_stamped(part, history=True)
                 n += part.num_rows
         return n
 
@@ -196,7 +222,7 @@ class ShardCopy:
         against the id's current copy under the write lock, so two writers racing on the
         same seq# cannot both pass; a mismatch raises VersionConflict and applies nothing.
         """
-        with self._lock:
+        with self._lock, self._local_disk("write"):
             if not self.primary:
                 raise StalePrimary(f"{self.path}: not a primary (term {self.primary_term}); nothing was applied")
             prepared = self.directory.prepare(ops)  # a rejected batch consumes no seq#
@@ -224,7 +250,7 @@ class ShardCopy:
 
     def replica_apply(self, stamped: pa.RecordBatch, term: int, global_checkpoint: int) -> int:
         """Apply a batch the primary stamped; returns this copy's local checkpoint."""
-        with self._lock:
+        with self._lock, self._local_disk("write"):
             if term < self.primary_term:
                 raise OperationTermTooOld(
                     f"{self.path}: operations of term {term} refused, this copy knows term {self.primary_term}; "
@@ -413,11 +439,16 @@ class ShardCopy:
             self.update_global_checkpoint(primary.global_checkpoint)
             return sent
 
+    def refresh(self) -> None:
+        """Make buffered documents searchable (writes a segment file)."""
+        with self._local_disk("refresh"):
+            self.directory.refresh()
+
     # -- flush ------------------------------------------------------------------------------
 
     def flush(self) -> None:
         """Commit locally, upload the commit, then purge what the (remote) commit covers."""
-        with self._lock:
+        with self._lock, self._local_disk("flush"):
             checkpoint = self.local_checkpoint
             self.translog.roll_generation()
             commit = self.directory.flush(

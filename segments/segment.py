@@ -55,7 +55,8 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from shardstore.errors import UnsupportedFormatVersion
-from shardstore.fileio import fsync_dir
+from shardstore.fileio import disk_fault, fsync_dir
+from shardstore.fileio import fsync as fsync_file
 
 from .errors import SegmentCorrupted
 from .id_index import _ArrowSeq, _bisect_all, _IdIndex, fingerprints
@@ -322,6 +323,7 @@ def write_segment(
     in_memory = table.nbytes <= IN_MEMORY_WRITE_BYTES
     try:
         with open(tmp, "wb") as raw:
+            disk_fault("write", path)  # an injected disk full (the simulator); a torn tmp file is removed below
             sink: Any = pa.BufferOutputStream() if in_memory else _CrcWriter(raw)
             with pq.ParquetWriter(
                 sink,
@@ -347,7 +349,7 @@ def write_segment(
                 size, crc = sink.size, sink.crc
             raw.flush()
             if fsync:
-                os.fsync(raw.fileno())
+                fsync_file(raw.fileno(), path)
         os.replace(tmp, path)
         if fsync:
             fsync_dir(directory)

@@ -51,6 +51,21 @@ class NotFoundError(ShardstoreError, LookupError):
     """The requested object does not exist."""
 
 
+class LocalDiskError(UnavailableError):
+    """A local write or fsync of a shard copy failed (disk full, I/O error).
+
+    The copy that hit it is failed for good (its files may hold a torn write, and after a
+    failed fsync the page cache cannot be trusted) and rebuilt elsewhere; what it had not
+    acknowledged was not acknowledged.  Retrying reaches the shard's new primary.
+    """
+
+    def __init__(self, path: str, op: str, cause: BaseException) -> None:
+        super().__init__(f"{path}: local {op} failed ({type(cause).__name__}: {cause}); this shard copy is failed "
+                         f"and rebuilt from another copy or the store; free space or replace the disk of its node")
+        self.path = path
+        self.op = op
+
+
 class UnsupportedFormatVersion(CorruptError):
     """A record was written in a format version this build does not understand."""
 

@@ -1,9 +1,52 @@
-"""Durable local file writes shared by the translog and the segments: atomic replace and directory fsync."""
+"""Durable local file writes shared by the translog and the segments: atomic replace, fsync, directory fsync.
+
+Every local write and fsync of a shard's files passes :func:`disk_fault` first.  In
+production it is one global read (no hook is set).  The fault simulator
+(:mod:`shardstore.testing.disk`) sets a hook there to make chosen writes fail with
+``ENOSPC`` (disk full), chosen fsyncs fail with ``EIO``, or a write tear half-way
+(:class:`TornWrite`): faults no real disk produces on demand.  A shard copy treats any
+such ``OSError`` as fatal for itself (docs/design/engine.md, "Local disk faults").
+"""
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
+from collections.abc import Callable
+
+#: set by the fault simulator only (see the module docstring); called as ``hook(op, path)``
+_fault_hook: Callable[[str, str], None] | None = None
+
+
+class TornWrite(OSError):
+    """An injected write that lands only partly, then fails (``ENOSPC``); the writer tears it itself."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(errno.ENOSPC, "No space left on device (injected: the write landed only partly)", path)
+
+
+def set_fault_hook(hook: Callable[[str, str], None] | None) -> Callable[[str, str], None] | None:
+    """Install the disk-fault hook (None removes it); returns the previous one. For the fault simulator only."""
+    global _fault_hook
+    previous, _fault_hook = _fault_hook, hook
+    return previous
+
+
+def disk_fault(op: str, path: str) -> None:
+    """Raise the injected fault for ``op`` ("write", "fsync") on ``path``, if the simulator set one."""
+    hook = _fault_hook
+    if hook is not None:
+        hook(op, path)
+
+
+def fsync(fd: int, path: str) -> None:
+    """``os.fsync(fd)`` of the file at ``path`` (an injected fault first, see the module docstring)."""
+    disk_fault("fsync", path)
+    os.fsync(fd)
+
+
+_fsync_file = fsync  # write_atomic's ``fsync`` flag shadows the name
 
 
 def fsync_dir(directory: str) -> None:
@@ -21,14 +64,20 @@ def write_atomic(directory: str, name: str, data: bytes, *, fsync: bool = True, 
     A reader (or a crash) sees the old file or the new one, never a mix; a failed write
     leaves no temp file behind.
     """
+    target = os.path.join(directory, name)
     fd, tmp = tempfile.mkstemp(prefix=f"{name}.", suffix=temp_suffix, dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
+            try:
+                disk_fault("write", target)
+            except TornWrite:
+                f.write(data[: len(data) // 2])
+                raise
             f.write(data)
             f.flush()
             if fsync:
-                os.fsync(f.fileno())
-        os.replace(tmp, os.path.join(directory, name))
+                _fsync_file(f.fileno(), target)
+        os.replace(tmp, target)
     except BaseException:
         try:
             os.unlink(tmp)

@@ -125,3 +125,20 @@ def test_fault_rules_by_key_count_and_probability(request: pytest.FixtureRequest
             outcomes.append(False)
     assert 5 < outcomes.count(False) < 35  # seeded probability, both sides seen
     assert all(store.get("b/1") == b"1" for _ in range(5))  # other keys untouched
+
+
+def test_a_stale_listing_lags_the_last_puts_and_deletes(request: pytest.FixtureRequest) -> None:
+    faulty = FaultyStore(open_backend(f"memory://{request.node.name}"))
+    for k in ("p/a", "p/b", "p/c", "q/x"):
+        faulty.put(k, b"12345")
+    faulty.delete(["p/a"])
+    faulty.put("p/d", b"1")
+    rule = faulty.inject(op="list", key="p/*", action="stale_list", lag=2)
+    # the last two mutations under p/: p/a deleted (still listed, with its size), p/d put (not yet listed)
+    assert [(i.key, i.size) for i in faulty.list("p/")] == [("p/a", 5), ("p/b", 5), ("p/c", 5)]
+    assert rule.fired == 1
+    assert [i.key for i in faulty.list("p/")] == ["p/b", "p/c", "p/d"]  # fired once: consistent again
+    with pytest.raises(BlobNotFound):
+        faulty.get("p/a")  # a ghost of a stale listing is gone
+    with pytest.raises(ConfigError, match="op='list' only"):
+        faulty.inject(op="get", action="stale_list")

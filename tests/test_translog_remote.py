@@ -507,3 +507,32 @@ def test_a_new_primarys_trim_voids_older_term_ops_in_older_prefixes(store_factor
     new.close()
     got = rows(RemoteTranslog.read_operations(store, [new_prefix, old_prefix], 0))
     assert [(s, t) for s, t, _ in got] == [(s, 1) for s in range(6)] + [(6, 2), (7, 2)]
+
+
+@pytest.mark.parametrize("after", range(8))
+def test_a_failed_local_fsync_anywhere_fails_the_log_for_good_and_fast(tmp_path: Path, after: int) -> None:
+    """An fsync failing in the append's sync or in the uploader's roll: the waiting append gets LocalDiskError at
+    once (before: the uploader retried the failed roll until upload_timeout, then TranslogUnavailable, and the
+    copy stayed in service; found by the fault simulator, seed 5000).  DiskFaults stands in for a disk that
+    fails one chosen fsync on demand."""
+    from shardstore.errors import LocalDiskError
+    from shardstore.testing.disk import DiskFaults
+
+    store = open_backend(f"memory://fsync-{after}-{uuid.uuid4().hex[:6]}")
+    local = LocalTranslog(str(tmp_path / "tl"), primary_term=1)
+    with DiskFaults() as faults, RemoteTranslog(local, store, PREFIX, buffer_interval=0.01,
+                                                upload_timeout=20) as remote:
+        faults.inject(op="fsync", path=f"{tmp_path}/tl/*", action="eio", after=after)
+        t0 = time.monotonic()
+        outcomes = []
+        for n in range(3):
+            try:
+                remote.add(ops(n * 10, 10))
+                outcomes.append("ok")
+            except LocalDiskError as exc:
+                outcomes.append("failed")
+                assert "local" in str(exc) and "fsync" in str(exc) or "roll" in str(exc)
+        assert faults.fired_total == 1
+        assert "failed" in outcomes and outcomes[outcomes.index("failed"):] == ["failed"] * (3 - outcomes.index("failed"))
+        assert time.monotonic() - t0 < 10, "a failed local log must not wait for the upload timeout"
+    local.close()

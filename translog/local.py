@@ -22,6 +22,7 @@ the primary term changes.  See docs/design/translog.md.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import uuid
@@ -32,6 +33,8 @@ from typing import Any, Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from shardstore import fileio
+from shardstore.errors import LocalDiskError
 from shardstore.translog.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from shardstore.translog.errors import StaleTerm, TranslogError
 from shardstore.translog.frames import (
@@ -68,6 +71,12 @@ def sealed_checkpoint_file(generation: int) -> str:
 
 def _write_frame(f: Any, header: bytes, parts: list[Part]) -> None:
     """Append a frame: buffered when it is one small payload, else one ``writev`` of header and parts (no copy)."""
+    try:
+        fileio.disk_fault("write", f.name)
+    except fileio.TornWrite:
+        f.write(header[: len(header) // 2])  # a torn frame: recovery cuts it back to the checkpoint
+        f.flush()
+        raise
     if len(parts) == 1:
         f.write(header)
         f.write(parts[0])
@@ -150,6 +159,7 @@ class LocalTranslog:
         self._sealed: dict[int, Checkpoint] = {}
         self.tracker = LocalCheckpointTracker()
         self._closed = threading.Event()
+        self._tragic: LocalDiskError | None = None  # set by a failed local write or fsync (see _tragedy)
         self._wake = threading.Event()  # async durability: the syncer's early wake-up (a full generation)
         os.makedirs(directory, exist_ok=True)
         if os.path.exists(os.path.join(directory, CHECKPOINT)):
@@ -171,11 +181,13 @@ class LocalTranslog:
         """Create a generation file holding its header and schema frame, fsynced; (open file, its size)."""
         header = GenerationHeader(translog_uuid=tl_uuid, primary_term=term, generation=generation).encode()
         header += _SCHEMA_FRAME  # the schema, once per generation: batch frames carry none
-        f = open(self._path(generation_file(generation)), "xb")
+        path = self._path(generation_file(generation))
+        f = open(path, "xb")
+        fileio.disk_fault("write", path)
         f.write(header)
         f.flush()
         if self._fsync:
-            os.fsync(f.fileno())
+            fileio.fsync(f.fileno(), path)
         return f, len(header)
 
     @staticmethod
@@ -297,7 +309,10 @@ class LocalTranslog:
         with self._write_lock:
             self._check_open()
             cur = self._cur
-            _write_frame(cur.file, header, parts)
+            try:
+                _write_frame(cur.file, header, parts)
+            except OSError as exc:
+                raise self._tragedy("write", exc) from exc
             cur.appended(len(header) + size, batch.num_rows, lo, hi)
             cur.pending.append(batch.column(0))  # seq_no
             position = (cur.generation, cur.offset)
@@ -312,22 +327,39 @@ class LocalTranslog:
         return position
 
     def _check_open(self) -> None:
+        if self._tragic is not None:
+            raise self._tragic
         if self._closed.is_set():
             raise TranslogError(f"{self.directory}: the translog is closed")
+
+    def _tragedy(self, op: str, exc: OSError) -> LocalDiskError:
+        """A failed local write or fsync: the log is failed for good (a torn frame may sit in the file, and
+        after a failed fsync the page cache cannot be trusted); every later call raises the same error."""
+        if self._tragic is None:
+            self._tragic = LocalDiskError(self.directory, op, exc)
+        return self._tragic
 
     def sync(self, upto: tuple[int, int] | None = None) -> None:
         """Make everything appended so far (or up to ``upto``) durable; concurrent callers share one fsync."""
         with self._sync_lock:
             if upto is not None and self._synced >= upto:
                 return  # another appender's fsync already covered us
+            if self._tragic is not None:
+                raise self._tragic
             with self._write_lock:
                 cur = self._cur
-                cur.file.flush()  # type: ignore[attr-defined]
+                try:
+                    cur.file.flush()  # type: ignore[attr-defined]
+                except OSError as exc:
+                    raise self._tragedy("write", exc) from exc
                 cp = cur.checkpoint
                 pending, cur.pending = cur.pending, []
-            if self._fsync:
-                os.fsync(cur.file.fileno())  # type: ignore[attr-defined]
-            write_checkpoint(self.directory, cp, fsync=self._fsync)
+            try:
+                if self._fsync:
+                    fileio.fsync(cur.file.fileno(), cur.file.name)  # type: ignore[attr-defined]
+                write_checkpoint(self.directory, cp, fsync=self._fsync)
+            except OSError as exc:
+                raise self._tragedy("fsync", exc) from exc
             self._synced = (cp.generation, cp.offset)
             for seq in pending:
                 self.tracker.mark_persisted(seq)
@@ -372,21 +404,27 @@ class LocalTranslog:
             if term < cp.primary_term:
                 raise StaleTerm(f"{self.directory}: term {term} is below the log's {cp.primary_term}")
             generation = cp.generation + 1
-            f, size = self._new_generation_file(generation, term, cp.translog_uuid)  # fsynced, appends go on
-            with self._write_lock:  # the switch: only a flush under the write lock
-                old = self._cur
-                old.file.flush()  # type: ignore[attr-defined]
-                sealed = old.checkpoint
-                fresh = self._fresh_checkpoint(generation, size, term, sealed, sealed.translog_uuid)
-                self._cur = _Current(fresh, f, [])
-                self._sealed[sealed.generation] = sealed
-            # Appends now land in the new file; they count only once translog.ckp names it (below).  A
-            # crash before that leaves an orphan file, removed on open.
-            if self._fsync:
-                os.fsync(old.file.fileno())  # type: ignore[attr-defined]
-            old.file.close()  # type: ignore[attr-defined]
-            write_checkpoint(self.directory, sealed, fsync=self._fsync, name=sealed_checkpoint_file(sealed.generation))
-            write_checkpoint(self.directory, fresh, fsync=self._fsync)
+            if self._tragic is not None:
+                raise self._tragic
+            try:
+                f, size = self._new_generation_file(generation, term, cp.translog_uuid)  # fsynced, appends go on
+                with self._write_lock:  # the switch: only a flush under the write lock
+                    old = self._cur
+                    old.file.flush()  # type: ignore[attr-defined]
+                    sealed = old.checkpoint
+                    fresh = self._fresh_checkpoint(generation, size, term, sealed, sealed.translog_uuid)
+                    self._cur = _Current(fresh, f, [])
+                    self._sealed[sealed.generation] = sealed
+                # Appends now land in the new file; they count only once translog.ckp names it (below).  A
+                # crash before that leaves an orphan file, removed on open.
+                if self._fsync:
+                    fileio.fsync(old.file.fileno(), old.file.name)  # type: ignore[attr-defined]
+                old.file.close()  # type: ignore[attr-defined]
+                write_checkpoint(self.directory, sealed, fsync=self._fsync,
+                                 name=sealed_checkpoint_file(sealed.generation))
+                write_checkpoint(self.directory, fresh, fsync=self._fsync)
+            except OSError as exc:
+                raise self._tragedy("roll", exc) from exc
             self._synced = (generation, fresh.offset)
         for seq in old.pending:
             self.tracker.mark_persisted(seq)
@@ -476,6 +514,10 @@ class LocalTranslog:
         self._wake.set()
         if self._syncer is not None:
             self._syncer.join()  # lets a roll in progress finish
+        if self._tragic is not None:  # failed for good: nothing more is made durable, the file just closes
+            with self._write_lock, contextlib.suppress(OSError):
+                self._cur.file.close()  # type: ignore[attr-defined]
+            return
         self.sync()
         with self._write_lock:
             self._cur.file.close()  # type: ignore[attr-defined]

@@ -40,6 +40,7 @@ import pyarrow as pa
 
 from shardstore.blobstores.base import BlobStore
 from shardstore.blobstores.errors import BlobAlreadyExists, BlobNotFound
+from shardstore.errors import LocalDiskError
 from shardstore.translog.checkpoint import read_checkpoint
 from shardstore.translog.errors import TranslogCorruptedError, TranslogError, TranslogUnavailable
 from shardstore.translog.frames import HEADER_SIZE, GenerationHeader, iter_frames
@@ -335,6 +336,8 @@ class RemoteTranslog:
             self._requested = max(self._requested, generation)
             self._cond.notify_all()
             while self._uploaded_through < generation:
+                if isinstance(self._last_error, LocalDiskError):
+                    raise self._last_error  # the local log failed for good: no upload will ever cover it
                 left = deadline - time.monotonic()
                 if left <= 0 or self._closed:
                     err = self._last_error

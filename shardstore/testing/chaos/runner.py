@@ -11,9 +11,13 @@ faults healed, every node started) it waits for the cluster to be at least yello
 a fresh cluster from the store alone and checks that.  :func:`minimise` shortens a failing
 schedule while it still fails.
 
-What it cannot inject yet (see the issue's notes): local-disk faults (fsync failure, disk
-full, torn local files), crashes at arbitrary points inside a step, stale listings, and the
-coordinator's own death; concurrent clients (one client thread keeps runs deterministic).
+Faults: transport drops, store faults (error, throttle, delay, lost reply, lost request,
+stale listing), local-disk faults (disk full, failed fsync, torn write, and a crash that
+kills the node at that write, inside the running step), node and manager kills with and
+without disk wipe, one destroyed blob per schedule, concurrent clients on disjoint ids.
+What it cannot inject yet (see the issue's notes): a restarted node that reopens its own
+disk (a restarted node's copies are rebuilt from a peer or the store), and the death of
+the coordinator (the client is the in-process Cluster).
 """
 
 from __future__ import annotations
@@ -35,11 +39,14 @@ from shardstore.blobstores.faulty import FaultyStore
 from shardstore.errors import ShardstoreError
 from shardstore.testing.chaos.model import ClientModel, Violation
 from shardstore.testing.chaos.schedule import DATA_NODES, MANAGERS, Step, draw_schedule
+from shardstore.testing.disk import DiskFaults
 
 log = logging.getLogger(__name__)
 INDEX = "docs"
 #: how long a check waits for the cluster to be usable again before calling it stuck
 SETTLE_TIMEOUT = 60.0
+#: a step slower than this is counted as a stall (a timeout waited out somewhere)
+SLOW_STEP = 10.0
 
 
 def _documented() -> set[str]:
@@ -71,6 +78,7 @@ class Outcome:
     restores: int = 0
     refused: int = 0  # restores refused naming the blob a corrupt step destroyed (correct)
     faults: int = 0  # injected faults that fired
+    slow_steps: int = 0  # steps that took over SLOW_STEP seconds (a stall: reported, not a violation)
     seconds: float = 0.0
 
     @property
@@ -100,11 +108,22 @@ class Simulation:
         else:
             raise ValueError(f"store_kind must be 'file' or 'memory', not {store_kind!r}")
         self.store = FaultyStore(open_store(url), seed=seed)
+        self.disk = DiskFaults(on_crash=self._crash_at)
+        self._crashes: list[threading.Thread] = []
+        self.disk.__enter__()
+        try:
+            self._start()
+        except BaseException:
+            self.disk.__exit__(None, None, None)
+            raise
+
+    def _start(self) -> None:
         self.model = ClientModel()
-        self.outcome = Outcome(seed, 0)
+        self.outcome = Outcome(self.seed, 0)
         self.documented = _documented()
         self._generation = 0
         self.corrupted: tuple[str, str] | None = None  # (key, how) of the schedule's one destroyed blob
+        self._crash_errors: list[BaseException] = []
         self.ended = False
         self.cluster = self._new_cluster(restore=False)
         self.cluster.create_index(INDEX, shards=2, replicas=1)
@@ -145,6 +164,7 @@ class Simulation:
     def apply(self, step: Step) -> None:
         """Execute one step; documented errors are counted, others are violations."""
         handler: Callable[[Step], None] = getattr(self, f"_do_{step.kind}")
+        t0 = time.monotonic()
         try:
             handler(step)
         except ScheduleEnded:
@@ -153,7 +173,18 @@ class Simulation:
             self._error(step, exc)
         except Exception as exc:  # noqa: BLE001 - an undocumented error is what the simulator looks for
             self._error(step, exc)
+        self._join_crashes(step)
+        if time.monotonic() - t0 > SLOW_STEP:
+            self.outcome.slow_steps += 1
+            log.warning("seed %d: step %s took %.1fs", self.seed, step, time.monotonic() - t0)
         self.outcome.steps += 1
+
+    def _join_crashes(self, step: Step) -> None:
+        """Wait for the node kills that disk-fault crashes started during the step; their errors are judged."""
+        while self._crashes:
+            self._crashes.pop().join()
+        while self._crash_errors:
+            self._error(step, self._crash_errors.pop())
 
     def _write_result(self, step: Step, values: dict[str, str | None], result: Any) -> None:
         items = result.items.to_pylist()
@@ -270,6 +301,29 @@ class Simulation:
     def _do_heal(self, step: Step) -> None:
         self.heal()
 
+    def _do_disk_fault(self, step: Step) -> None:
+        a = step.args
+        self.disk.inject(op=a["op"], path=f"*/{a['node']}/*/{a['part']}/*", action=a["action"], after=a["after"],
+                         times=a["times"])
+
+    def _crash_at(self, path: str) -> None:
+        """A disk-fault crash: the node owning ``path`` is killed now, while its write fails (joined after the step)."""
+        node = next((n for n in DATA_NODES if f"/{n}/" in path), None)
+        cluster = self.cluster
+        if node is None:
+            return
+
+        def kill() -> None:
+            try:
+                if node in cluster.live_nodes():
+                    cluster.kill_node(node)
+            except Exception as exc:  # noqa: BLE001 - judged like any error of a step
+                self._crash_errors.append(exc)
+
+        t = threading.Thread(target=kill, name=f"chaos-crash-{node}")
+        self._crashes.append(t)
+        t.start()
+
     def _do_corrupt(self, step: Step) -> None:
         """Destroy one blob behind the cluster's back (only the schedule's first corrupt step does)."""
         if self.corrupted is not None:
@@ -333,6 +387,7 @@ class Simulation:
         self.cluster.transport.clear_faults()
         self.cluster.transport.heal()
         self.store.clear()
+        self.disk.clear()
 
     def settle(self, step: int, status: str = "yellow") -> bool:
         """Heal, start every node, wait for ``status``; a *stuck* violation (False) if it never comes."""
@@ -377,6 +432,9 @@ class Simulation:
 
     def close(self) -> None:
         """Stop the cluster (the store and data directories stay for inspection)."""
+        self.disk.__exit__(None, None, None)
+        while self._crashes:
+            self._crashes.pop().join()
         try:
             self.cluster.close()
         except Exception as exc:  # noqa: BLE001 - closing after a failure must not hide the outcome
@@ -399,7 +457,7 @@ def run_schedule(seed: int, steps: Sequence[Step], workdir: Path, store_kind: st
             sim.finish(steps[-1].index + 1 if steps else 0)
     finally:
         sim.close()
-        sim.outcome.faults = sim.store.fired_total
+        sim.outcome.faults = sim.store.fired_total + sim.disk.fired_total
         sim.outcome.seconds = time.monotonic() - t0
         if not keep:
             shutil.rmtree(workdir, ignore_errors=True)

@@ -25,6 +25,9 @@ Kinds (weights in :data:`WEIGHTS`):
                           schedule's first corrupt step is its one data-destroying fault,
                           later ones are skipped (the bar is *any single fault*)
 ``concurrent``            two client threads write disjoint ids at once
+``disk_fault``            a data node's next matching local write or fsync (translog or
+                          segment files) fails: disk full, EIO, a torn write, or a crash
+                          (the node is killed right there, inside the running step)
 ========================  ==================================================================
 
 A ``store_fault`` with action ``stale_list`` answers the next matching LIST as it was
@@ -45,6 +48,7 @@ WEIGHTS: dict[str, int] = {
     "bulk": 30, "delete": 6, "conditional": 6, "refresh": 5, "flush": 6,
     "kill": 5, "start": 7, "kill_manager": 2, "start_manager": 3,
     "drop": 5, "store_fault": 8, "heal": 5, "restore": 2, "corrupt": 1, "concurrent": 4,
+    "disk_fault": 4,
 }
 #: blob-store operations and key patterns a store fault may hit
 STORE_OPS = ("put", "get", "list", "delete")
@@ -55,6 +59,8 @@ STORE_ACTIONS = ("fail", "crash_after", "crash_before", "delay", "stale_list")
 CORRUPT_PARTS = ("/segments/data/", "/segments/metadata/", "/translog/data/", "/translog/metadata/",
                  "/primary_terms/", "/cluster-state/manifest/", "/cluster-state/")
 CORRUPT_HOW = ("flip", "truncate", "delete")
+DISK_ACTIONS = ("enospc", "eio", "torn", "crash")
+DISK_PARTS = ("translog", "index")
 TRANSPORT_ACTIONS = ("shard.bulk", "shard.replicate", "*")
 
 
@@ -87,6 +93,13 @@ def draw_step(rng: random.Random, index: int) -> Step:
         half = rng.randint(1, len(ids) - 1)
         args["a"] = sorted(f"d{i}" for i in ids[:half])
         args["b"] = sorted(f"d{i}" for i in ids[half:])
+    elif kind == "disk_fault":
+        args["node"] = rng.choice(DATA_NODES)
+        args["part"] = rng.choice(DISK_PARTS)
+        args["op"] = rng.choice(("write", "write", "fsync"))
+        args["action"] = rng.choice(DISK_ACTIONS)
+        args["after"] = rng.randrange(4)
+        args["times"] = rng.choice((1, 1, 2))
     elif kind == "corrupt":
         args["part"] = rng.choice(CORRUPT_PARTS)
         args["pick"] = rng.randrange(1000)

@@ -1,0 +1,102 @@
+"""Local disk faults fail the copy that hit them, never the cluster (issue 14: the simulator's missing fault surface).
+
+A failed fsync (``EIO``), a full disk (``ENOSPC``) or a torn write in a copy's translog or
+segment files used to surface as a raw ``OSError`` from ``bulk``/``flush``, and the copy
+stayed in service with a torn frame in its translog.  Now the copy is failed for good
+(:class:`~shardstore.errors.LocalDiskError`, retryable): a primary fails over to its in-sync
+replica like a killed node, a replica is dropped and rebuilt, and what was not acknowledged
+is not; every acknowledged document survives, on the live cluster and after a restore.
+
+The faults are injected through :class:`shardstore.testing.disk.DiskFaults`: no real disk
+fails one chosen fsync on demand (a mock of exactly that fault, as the project's rules allow).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from shardstore.engine import Cluster
+from shardstore.errors import LocalDiskError
+from shardstore.testing.disk import DiskFaults
+
+
+def _docs(cluster: Cluster) -> dict[str, int]:
+    cluster.refresh("docs")
+    return {d["_id"]: d["v"] for d in cluster.scan("docs", columns=["_id", "v"]).to_pylist()}
+
+
+def _restored(url: str, data_dir: Path) -> dict[str, int]:
+    restored = Cluster.restore(store=url, data_dir=str(data_dir), nodes=2)
+    try:
+        return _docs(restored)
+    finally:
+        restored.close()
+
+
+@pytest.fixture()
+def cluster(tmp_path: Path):
+    c = Cluster(store=f"file://{tmp_path / 'remote'}", data_dir=str(tmp_path / "nodes"), nodes=3,
+                recovery_delay=0.05)
+    c.create_index("docs", shards=1, replicas=1)
+    assert not c.bulk("docs", [{"_id": str(i), "v": 0} for i in range(10)]).errors
+    yield c
+    c.close()
+
+
+@pytest.mark.parametrize(("op", "action"), [("fsync", "eio"), ("write", "enospc"), ("write", "torn")])
+def test_a_primary_whose_translog_fails_fails_over_and_loses_nothing(cluster: Cluster, tmp_path: Path, op: str,
+                                                                     action: str) -> None:
+    primary = cluster.primary_of("docs", 0)
+    with DiskFaults() as faults:
+        faults.inject(op=op, path=f"*/{primary}/*/translog/*", action=action)
+        failed = cluster.bulk("docs", [{"_id": "x", "v": 1}])
+        assert faults.fired_total == 1
+    assert failed.errors and "LocalDiskError" in failed.items.column("error")[0].as_py()
+    assert cluster.primary_of("docs", 0) != primary, "the failed primary must be replaced by its replica"
+    # the client retries: the promoted replica acknowledges it
+    assert not cluster.bulk("docs", [{"_id": "x", "v": 2}, {"_id": "y", "v": 2}]).errors
+    cluster.wait_for_health("green", timeout=60)
+    expected = {**{str(i): 0 for i in range(10)}, "x": 2, "y": 2}
+    assert _docs(cluster) == expected
+    cluster.close()
+    assert _restored(f"file://{tmp_path / 'remote'}", tmp_path / "fresh") == expected
+
+
+def test_a_replica_whose_disk_is_full_is_dropped_and_the_write_acknowledged(cluster: Cluster, tmp_path: Path) -> None:
+    replica = next(n for n in cluster.live_nodes() if n != cluster.primary_of("docs", 0)
+                   and any(k[1] == 0 for k in cluster.nodes[n].copies))
+    with DiskFaults() as faults:
+        faults.inject(op="write", path=f"*/{replica}/*/translog/*", action="enospc")
+        res = cluster.bulk("docs", [{"_id": "x", "v": 1}])
+        assert faults.fired_total == 1
+    assert not res.errors, res.items.column("error").to_pylist()
+    assert not any(k[1] == 0 for k in cluster.nodes[replica].copies)
+    cluster.wait_for_health("green", timeout=60)
+    expected = {**{str(i): 0 for i in range(10)}, "x": 1}
+    assert _docs(cluster) == expected
+    cluster.close()
+    assert _restored(f"file://{tmp_path / 'remote'}", tmp_path / "fresh") == expected
+
+
+def test_a_full_disk_during_flush_fails_the_primary_and_the_retried_flush_works(cluster: Cluster,
+                                                                              tmp_path: Path) -> None:
+    primary = cluster.primary_of("docs", 0)
+    with DiskFaults() as faults:
+        faults.inject(op="write", path=f"*/{primary}/*/index/*", action="enospc")
+        with pytest.raises(LocalDiskError, match="local flush failed"):
+            cluster.flush("docs")
+    assert cluster.primary_of("docs", 0) != primary
+    cluster.flush("docs")  # the retry reaches the promoted copy
+    assert not cluster.bulk("docs", [{"_id": "z", "v": 3}]).errors
+    cluster.wait_for_health("green", timeout=60)
+    expected = {**{str(i): 0 for i in range(10)}, "z": 3}
+    assert _docs(cluster) == expected
+    cluster.close()
+    assert _restored(f"file://{tmp_path / 'remote'}", tmp_path / "fresh") == expected
+
+
+def test_disk_fault_rules_are_checked() -> None:
+    with pytest.raises(ValueError, match="unknown action"):
+        DiskFaults().inject(action="melt")
