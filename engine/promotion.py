@@ -68,6 +68,9 @@ class PromotionMixin:
         except Exception as exc:  # noqa: BLE001 - any failure: the shard must not stay routed to a dead node
             cause = f"promotion to term {sr.primary_term + 1} failed ({type(exc).__name__}: {exc}); retrying"
             log.error("%s/%d: %s", meta.name, sr.shard, cause)
+            # a candidate whose local disk failed is failed for good: retrying it would fail forever (seed 5279),
+            # so it leaves the in-sync set and the retry promotes another copy or rebuilds from the store
+            candidates = [n for n in candidates if not self._drop_if_disk_failed(meta, sr.shard, n)]
             self._unpromoted[key] = cause
             self._set_routing(self.indices[meta.name], sr.shard, primary=None, primary_term=sr.primary_term + 1,
                               copies=candidates, in_sync=candidates)
@@ -76,6 +79,21 @@ class PromotionMixin:
         if not candidates:  # nothing to promote: _promote left it red, recovered from the store by the retry
             return False
         self._unpromoted.pop(key, None)
+        return True
+
+    def _drop_if_disk_failed(self, meta: IndexMeta, shard: int, node: str) -> bool:
+        """Close and forget ``node``'s copy of the shard if a local disk fault failed it; whether it did."""
+        copies = self.nodes[node].copies if node in self.nodes else {}
+        copy = copies.get((meta.uuid, shard))
+        if copy is None or copy.disk_failure is None:
+            return False
+        copies.pop((meta.uuid, shard), None)
+        try:
+            copy.close()
+        except Exception as exc:  # noqa: BLE001 - its disk is failing; what matters is that it stops
+            log.warning("closing the failed copy of %s/%d on %s: %r", meta.name, shard, node, exc)
+        log.error("%s/%d: the copy on %s is failed (%s); it leaves the in-sync set", meta.name, shard, node,
+                  copy.disk_failure)
         return True
 
     def _arm_promotion_retry(self) -> None:

@@ -320,6 +320,10 @@ class ShardCopy:
 
     def promote(self, new_term: int) -> None:
         """Become primary of ``new_term``: roll the translog, fill gaps, trim older-term ops above max, fence."""
+        with self._local_disk("promote"):
+            self._promote(new_term)
+
+    def _promote(self, new_term: int) -> None:
         with self._lock:
             if new_term <= self.primary_term and self.primary:
                 raise StalePrimary(f"{self.path}: promotion to term {new_term} but already primary of {self.primary_term}")
@@ -539,8 +543,9 @@ class ShardCopy:
                              known=dict(evidence.commits))
             above = result.commit.local_checkpoint
             faults += [f"{k}: {r}" for k, r in result.skipped]  # unreadable metadata is not tried: named once
-        except CommitNotFound:
+        except CommitNotFound as exc:  # every commit refused: why each was, names the blobs at fault
             above = NO_OPS_PERFORMED
+            faults += [f"{k}: {r}" for k, r in exc.skipped]
         batches = _read_translog(store, evidence, above + 1, faults)
         seq_nos = np.concatenate([b.column("seq_no").to_numpy() for b in batches] or [np.empty(0, np.int64)])
         missing = missing_ranges(above + 1, seq_nos, evidence.expected_max)

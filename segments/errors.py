@@ -49,7 +49,11 @@ class SegmentCorrupted(SegmentError, CorruptError):
 
 
 class CommitNotFound(SegmentError, NotFoundError):
-    """No (valid) commit exists where one was asked for."""
+    """No (valid) commit exists where one was asked for; ``skipped``: (commit key, why) of each commit tried and refused."""
+
+    def __init__(self, message: str, *, skipped: tuple[tuple[str, str], ...] = ()) -> None:
+        super().__init__(message)
+        self.skipped = skipped
 
 
 class CommitConflict(SegmentError, ConflictError):

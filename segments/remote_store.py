@@ -288,7 +288,7 @@ def restore(store: BlobStore, address: ShardAddress, target_dir: str,
         return RestoreResult(md.commit, key, tuple(skipped), files=len(written), bytes=total)
     detail = "; ".join(f"{k}: {r}" for k, r in skipped) or "the store holds no commit for it"
     raise CommitNotFound(f"{store.location}: no restorable commit for shard {address.index_uuid}/{address.shard} "
-                         f"({detail})")
+                         f"({detail})", skipped=tuple(skipped))
 
 
 # --------------------------------------------------------------------------- the primary's uploader

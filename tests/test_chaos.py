@@ -5,7 +5,11 @@ the file and memory stores and must break no guarantee, including seeds that fou
 (seed 0 and 6: a shard that lost every in-sync copy stayed red although the store held all
 of it; seed 687: restore took the newest term's commit, a new primary's re-upload of an old
 local commit, over an older term's commit that covered more, and the translog between them
-was purged: refused, although the store held it all).  One test plants a real loss (the remote translog deleted behind the cluster's back)
+was purged: refused, although the store held it all; seed 23: one corrupt customs entity, shared by every
+cluster-state manifest, made the cluster state unrestorable; seed 5000: a failed fsync in the translog
+uploader's roll left appends waiting out the upload timeout; seed 5111: a segment file every commit shared
+was truncated and the refusal did not name it; seed 5279: a promotion candidate whose disk failed was
+retried for good, the shard stuck red).  One test plants a real loss (the remote translog deleted behind the cluster's back)
 and checks that the checker reports it, so a silent checker cannot pass.
 """
 
@@ -28,7 +32,10 @@ def test_the_same_seed_draws_the_same_schedule():
     assert [s.args for s in draw_schedule(7, 50)] == [s.args for s in draw_schedule(7, 50)]
     assert [str(s) for s in draw_schedule(7, 50)] != [str(s) for s in draw_schedule(8, 50)]
     kinds = {s.kind for seed in range(20) for s in draw_schedule(seed, 60)}
-    assert {"bulk", "delete", "conditional", "kill", "store_fault", "drop", "restore", "heal"} <= kinds
+    assert {"bulk", "delete", "conditional", "kill", "store_fault", "drop", "restore", "heal", "corrupt",
+            "concurrent", "disk_fault"} <= kinds
+    actions = {s.args["action"] for seed in range(20) for s in draw_schedule(seed, 60) if s.kind == "store_fault"}
+    assert "stale_list" in actions
 
 
 # -- model ------------------------------------------------------------------------------------
@@ -67,7 +74,8 @@ def test_model_names_each_kind_of_violation():
 # -- real runs --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("seed", "store"), [(0, "file"), (6, "file"), (3, "memory"), (11, "memory"), (687, "memory")])
+@pytest.mark.parametrize(("seed", "store"), [(0, "file"), (6, "file"), (3, "memory"), (11, "memory"), (687, "memory"),
+                                             (23, "memory"), (5000, "file"), (5111, "memory"), (5279, "memory")])
 def test_fixed_seeds_break_no_guarantee(tmp_path: Path, seed: int, store: str):
     out = run_schedule(seed, draw_schedule(seed, 60), tmp_path / "run", store)
     assert out.clean, "\n".join(str(v) for v in out.violations)

@@ -100,3 +100,24 @@ def test_a_full_disk_during_flush_fails_the_primary_and_the_retried_flush_works(
 def test_disk_fault_rules_are_checked() -> None:
     with pytest.raises(ValueError, match="unknown action"):
         DiskFaults().inject(action="melt")
+
+
+def test_a_promotion_whose_candidate_disk_fails_rebuilds_the_shard_from_the_store(cluster: Cluster,
+                                                                                 tmp_path: Path) -> None:
+    """The only in-sync replica's translog fails while it is promoted: it is dropped (retrying it would fail
+    forever: the shard stayed red for good, fault simulator seed 5279), and the retry rebuilds the shard from
+    the store on a live node; every acknowledged document is there."""
+    primary = cluster.primary_of("docs", 0)
+    replica = next(n for n in cluster.live_nodes() if n != primary and any(k[1] == 0 for k in cluster.nodes[n].copies))
+    with DiskFaults() as faults:
+        faults.inject(op="fsync", path=f"*/{replica}/*/translog/*", action="eio")
+        cluster.kill_node(primary)
+        assert faults.fired_total == 1
+    assert cluster.health().status == "red" and "LocalDiskError" in " ".join(cluster.health().causes)
+    cluster.wait_for_health("yellow", timeout=60)
+    assert cluster.primary_of("docs", 0) not in (primary, None)
+    assert not cluster.bulk("docs", [{"_id": "after", "v": 5}]).errors
+    expected = {**{str(i): 0 for i in range(10)}, "after": 5}
+    assert _docs(cluster) == expected
+    cluster.close()
+    assert _restored(f"file://{tmp_path / 'remote'}", tmp_path / "fresh") == expected

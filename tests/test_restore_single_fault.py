@@ -161,3 +161,26 @@ def test_one_bad_blob_restores_everything_or_refuses_naming_it(golden, tmp_path,
         assert restored.restore_losses == []
     finally:
         restored.close()
+
+
+def test_a_segment_file_every_commit_shares_is_named_when_it_is_lost(tmp_path: Path) -> None:
+    """One segment file, referenced by both retained commits (the second flush added nothing but a commit),
+    and the translog under it purged: truncating it loses seq# 0-9 for real.  The refusal must name the file;
+    it said "no blob was found damaged" (every commit refused, and why each was, was dropped; found by the
+    fault simulator, seed 5111)."""
+    remote = tmp_path / "remote"
+    cluster = Cluster(store=f"file://{remote}", data_dir=str(tmp_path / "nodes"), nodes=1)
+    try:
+        cluster.create_index("docs", shards=1, replicas=0)
+        assert not cluster.bulk("docs", [{"_id": str(i), "r": 0} for i in range(10)]).errors
+        for _ in range(3):
+            cluster.flush("docs")
+    finally:
+        cluster.close()
+    victim = _pick(_keys(remote), "/segments/data/")
+    assert len([k for k in _keys(remote) if "/segments/data/" in k]) == 1
+    _truncate(remote / victim)
+    with pytest.raises(RestoreDataLoss) as info:
+        Cluster.restore(store=f"file://{remote}", data_dir=str(tmp_path / "fresh"), nodes=1)
+    text = str(info.value)
+    assert "seq# 0-9" in text and victim.rsplit("/", 1)[-1] in text, text
