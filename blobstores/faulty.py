@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Literal, TypeVar
+from typing import Any, BinaryIO, Literal, Protocol, TypeVar
 
 from shardstore.blobstores.base import BlobInfo, BlobStore
 from shardstore.blobstores.errors import BlobStoreError, ConfigError, TransientError
@@ -77,6 +77,35 @@ class FaultRule:
         return ("*" in self._ops or op in self._ops) and fnmatch.fnmatchcase(key, self.key)
 
 
+class CountedRule(Protocol):
+    """What :func:`pick_rule` needs of a rule: how often it may fire, after how many matches, and its counters."""
+
+    times: int | None
+    after: int
+    seen: int
+    fired: int
+
+
+R = TypeVar("R", bound=CountedRule)
+
+
+def pick_rule(rules: Iterable[R], matches: Callable[[R], bool], rng: random.Random | None = None) -> R | None:
+    """The first rule that matches and fires now (``after`` matches skipped, at most ``times`` firings, its
+    ``probability`` drawn from ``rng``); its counters updated.  The caller holds the lock over ``rules``."""
+    for rule in rules:
+        if not matches(rule) or (rule.times is not None and rule.fired >= rule.times):
+            continue
+        rule.seen += 1
+        if rule.seen <= rule.after:
+            continue
+        probability = getattr(rule, "probability", 1.0)
+        if probability < 1.0 and rng is not None and rng.random() >= probability:
+            continue
+        rule.fired += 1
+        return rule
+    return None
+
+
 class FaultyStore(BlobStore):
     """Wraps a store and injects the faults its rules describe."""
 
@@ -122,20 +151,9 @@ class FaultyStore(BlobStore):
 
     def _pick(self, op: str, key: str) -> FaultRule | None:
         with self._lock:
-            for rule in self.rules:
-                if not rule.matches(op, key):
-                    continue
-                if rule.times is not None and rule.fired >= rule.times:
-                    continue
-                rule.seen += 1
-                if rule.seen <= rule.after:
-                    continue
-                if rule.probability < 1.0 and self._rng.random() >= rule.probability:
-                    continue
-                rule.fired += 1
-                self.fired_total += 1
-                return rule
-        return None
+            rule = pick_rule(self.rules, lambda r: r.matches(op, key), self._rng)
+            self.fired_total += rule is not None
+            return rule
 
     def _raise(self, rule: FaultRule, op: str, key: str, crash: str | None = None) -> None:
         if crash is not None:

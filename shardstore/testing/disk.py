@@ -28,6 +28,7 @@ from types import TracebackType
 from typing import Any, Literal
 
 from shardstore import fileio
+from shardstore.blobstores.faulty import pick_rule
 from shardstore.errors import InvalidError
 
 DiskAction = Literal["enospc", "eio", "torn", "crash"]
@@ -66,31 +67,19 @@ class DiskFaults:
 
     def inject(self, **rule: Any) -> DiskRule:
         """Add a rule (keyword arguments of DiskRule) and return it."""
-        r = DiskRule(**rule)
         with self._lock:
-            self.rules.append(r)
-        return r
+            self.rules.append(DiskRule(**rule))
+            return self.rules[-1]
 
     def clear(self) -> None:
-        """Remove every rule."""
+        """Remove every rule (the count of faults fired stays)."""
         with self._lock:
-            self.rules.clear()
+            self.rules = []
 
     def __call__(self, op: str, path: str) -> None:
         with self._lock:
-            rule = None
-            for r in self.rules:
-                if (r.op != "*" and r.op != op) or not fnmatch.fnmatchcase(path, r.path):
-                    continue
-                if r.times is not None and r.fired >= r.times:
-                    continue
-                r.seen += 1
-                if r.seen <= r.after:
-                    continue
-                r.fired += 1
-                self.fired_total += 1
-                rule = r
-                break
+            rule = pick_rule(self.rules, lambda r: r.op in ("*", op) and fnmatch.fnmatchcase(path, r.path))
+            self.fired_total += rule is not None
         if rule is None:
             return
         if rule.action == "crash" and self.on_crash is not None:
