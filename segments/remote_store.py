@@ -56,6 +56,8 @@ from shardstore.segments.remote_metadata import (
 
 log = logging.getLogger(__name__)
 _STREAM_OVER = 64 * 1024 * 1024  # files above this are streamed, not held in memory
+#: how many of its own commits an uploader remembers for GC (more than any keep_last in use)
+WRITTEN_REMEMBERED = 64
 
 
 @dataclass(frozen=True)
@@ -318,6 +320,8 @@ class RemoteSegmentStore:
         self._last: RemoteCommitMetadata | None = None
         self._in_flight: set[str] = set()  # keys uploaded (or uploading) for a commit not yet written
         self._ambiguous: set[str] = set()  # keys whose PUT failed without saying whether it landed
+        #: the commits this uploader wrote, newest last: GC keeps them whatever a (stale) listing says
+        self._written: dict[str, RemoteCommitRef] = {}
 
     def __getstate__(self) -> dict:
         return {"store": self.store, "address": self.address, "primary_term": self.primary_term,
@@ -413,6 +417,10 @@ class RemoteSegmentStore:
             if self.store.get(key) != body:
                 raise CommitConflict(f"{self.store.location}/{key}: a different commit metadata already exists") from None
         self._last = md
+        self._written[key] = RemoteCommitRef(key=key, primary_term=self.primary_term, generation=commit.generation,
+                                             files=frozenset(f.key for f in md.files.values()))
+        while len(self._written) > WRITTEN_REMEMBERED:
+            del self._written[next(iter(self._written))]
         self._in_flight.clear()
         log.debug("uploaded commit %s (%d new files, %d bytes)", key, len(missing), total)
         return md
@@ -510,6 +518,11 @@ class RemoteSegmentStore:
                 # ordered and fenced by the term of the primary that wrote it (its prefix's term)
                 commits.append(RemoteCommitRef(key=key, primary_term=term, generation=g, files=referenced))
             files += [RemoteFileRef(key=b.key, primary_term=term) for b in self.store.list(_join(prefix, DATA_DIR))]
+        # A listing may lag this uploader's own latest PUTs (an eventually consistent store, or a LIST racing
+        # its own upload): the commits it wrote count as listed, so their files are never taken for garbage
+        # (docs/design/segments.md, "GC under a stale listing"; fault simulator, seed 295).
+        listed = {c.key for c in commits}
+        commits += [c for k, c in self._written.items() if k not in listed]
         return plan_remote_gc(
             commits, files, keep_last=keep_last, locked=self.locked_commits(),
             caller_term=self.primary_term, in_flight=frozenset(self._in_flight),
@@ -524,5 +537,6 @@ class RemoteSegmentStore:
             self.store.delete(sorted(plan.files))
         if plan.commits:
             self.store.delete(sorted(plan.commits))
+            self._written = {k: c for k, c in self._written.items() if k not in plan.commits}
         self._uploaded = {k: v for k, v in self._uploaded.items() if v.key not in plan.files}
         return plan

@@ -9,7 +9,8 @@ was purged: refused, although the store held it all; seed 23: one corrupt custom
 cluster-state manifest, made the cluster state unrestorable; seed 5000: a failed fsync in the translog
 uploader's roll left appends waiting out the upload timeout; seed 5111: a segment file every commit shared
 was truncated and the refusal did not name it; seed 5279: a promotion candidate whose disk failed was
-retried for good, the shard stuck red).  One test plants a real loss (the remote translog deleted behind the cluster's back)
+retried for good, the shard stuck red; seed 295: a stale listing hid the newest commit from remote GC, which
+deleted the files only it named).  One test plants a real loss (the remote translog deleted behind the cluster's back)
 and checks that the checker reports it, so a silent checker cannot pass.
 """
 
@@ -75,7 +76,8 @@ def test_model_names_each_kind_of_violation():
 
 
 @pytest.mark.parametrize(("seed", "store"), [(0, "file"), (6, "file"), (3, "memory"), (11, "memory"), (687, "memory"),
-                                             (23, "memory"), (5000, "file"), (5111, "memory"), (5279, "memory")])
+                                             (23, "memory"), (295, "memory"), (5000, "file"), (5111, "memory"),
+                                             (5279, "memory")])
 def test_fixed_seeds_break_no_guarantee(tmp_path: Path, seed: int, store: str):
     out = run_schedule(seed, draw_schedule(seed, 60), tmp_path / "run", store)
     assert out.clean, "\n".join(str(v) for v in out.violations)

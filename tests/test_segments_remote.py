@@ -349,3 +349,23 @@ def test_big_metadata_bodies_are_compressed_and_checked(tmp_path: Path) -> None:
         decode_record(bytes(flipped), magic=b"TEST", supported=1, where="w", what="t")
     small = encode_record(b"TEST", 1, {"a": 1})
     assert b'{"a":1}' in small  # small bodies stay plain JSON
+
+
+def test_gc_under_a_stale_listing_keeps_every_file_of_the_commits_it_wrote(tmp_path: Path) -> None:
+    """A LIST of the commit metadata that lags the newest PUT (an eventually consistent listing, injected with
+    FaultyStore: no real service lags on demand) hid the newest commit from GC, which then deleted the files
+    only that commit names: the newest commit was unrestorable (fault simulator, seed 295).  The uploader
+    knows the commits it wrote itself, so GC keeps them whatever the listing says."""
+    from shardstore.blobstores import open_backend
+    from shardstore.blobstores.faulty import FaultyStore
+
+    store = FaultyStore(open_backend(f"memory://stale-gc-{tmp_path.name}"))
+    shard = Shard(tmp_path / "local")
+    remote = RemoteSegmentStore(store, ADDR, 1)
+    for i in range(3):
+        newest = remote.upload(shard.path, shard.commit(20, update=10 if i else 0))
+    store.inject(op="list", key="*segments/metadata*", action="stale_list", lag=1)
+    remote.gc(keep_last=1)
+    for f in newest.files.values():
+        assert store.exists(f.key), f"{f.key}: a file of the newest commit was deleted"
+    restore(store, ADDR, str(tmp_path / "restored"))
