@@ -189,6 +189,10 @@ class Cluster(PromotionMixin):
         self._recovery_failures: dict[tuple[str, int], int] = {}
         #: (index, shard) whose promotion failed -> the cause; retried by a timer (_retry_promotions)
         self._unpromoted: dict[tuple[str, int], str] = {}
+        #: (index UUID, shard) -> the highest seq# this cluster acknowledged: a rebuild from the store must bring
+        #: back at least that much, whatever its (possibly stale) listings show (docs/design/engine.md, invariant 12)
+        self._acked_max: dict[tuple[str, int], int] = {}
+        self._acked_lock = threading.Lock()
         self._not_retried: set[tuple[str, int]] = set()  # claimed by another writer: red until a restore
         self._promotion_timer: threading.Timer | None = None
         self._promotion_backoff = PROMOTION_RETRY_MIN
@@ -570,6 +574,11 @@ class Cluster(PromotionMixin):
             error = f"{type(exc).__name__}: {exc}"
         k = sub.num_rows
         ok = stamped is not None
+        if ok and k:
+            top = pc.max(stamped.column("seq_no")).as_py()
+            with self._acked_lock:
+                if top > self._acked_max.get((index_uuid, s), -1):
+                    self._acked_max[(index_uuid, s)] = top
         return pa.table({
             "_id": sub.column("id"),
             "shard": pa.array([s] * k, pa.int32()),

@@ -42,6 +42,7 @@ class PromotionMixin:
     _promotion_timer: threading.Timer | None
     _promotion_backoff: float
     _closed: bool
+    _acked_max: dict[tuple[str, int], int]
 
     def _promote_or_retry_later(self, meta: IndexMeta, sr: ShardRouting, candidates: list[str]) -> bool:
         """Promote, or (a store or transport error) leave the shard red with the cause and retry in the background.
@@ -158,7 +159,8 @@ class PromotionMixin:
         term = max(sr.primary_term, latest_term(self.store, spec.address) or 0) + 1
         try:
             copy = ShardCopy.recover_from_remote(spec, node.data_dir, self.store, primary_term=term,
-                                                 known_term=sr.primary_term, index_name=meta.name)
+                                                 known_term=sr.primary_term, index_name=meta.name,
+                                                 acknowledged_max=self._acked_max.get(copy_key, -1))
         except Exception as exc:  # noqa: BLE001 - a store error or a refused (lossy) recovery: stays red, named
             self._unpromoted[key] = (f"no in-sync copy left; recovery from the blob store failed "
                                      f"({type(exc).__name__}: {exc}); retrying")

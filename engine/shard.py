@@ -521,7 +521,7 @@ class ShardCopy:
     @classmethod
     def recover_from_remote(cls, spec: ShardSpec, data_dir: str, store: BlobStore, *, primary_term: int,
                             primary: bool = True, known_term: int = 0, accept_data_loss: bool = False,
-                            index_name: str | None = None) -> ShardCopy:
+                            index_name: str | None = None, acknowledged_max: int = NO_OPS_PERFORMED) -> ShardCopy:
         """Rebuild a copy on an empty disk: newest valid remote commit, then the remote translog above it.
 
         Every seq# the store says was acknowledged must come back (docs/design/engine.md,
@@ -530,7 +530,10 @@ class ShardCopy:
         restore leaves the store as it found it, so a later restore sees the same loss).  With
         ``accept_data_loss`` the copy is built from what is left and ``copy.restore_loss`` says
         what was dropped.  ``known_term``: the highest primary term the cluster state knows, so
-        a lost term marker does not hide a term's data.
+        a lost term marker does not hide a term's data.  ``acknowledged_max``: the highest seq#
+        the live cluster acknowledged for the shard (a rebuild of a shard that lost every copy),
+        so a listing that lags, or a lost newest translog metadata, cannot make the store's
+        account of it smaller than what clients were told (fault simulator, seed 20033).
         """
         path = os.path.join(data_dir, spec.index_uuid, str(spec.shard))
         addr = spec.address
@@ -548,7 +551,7 @@ class ShardCopy:
             faults += [f"{k}: {r}" for k, r in exc.skipped]
         batches = _read_translog(store, evidence, above + 1, faults)
         seq_nos = np.concatenate([b.column("seq_no").to_numpy() for b in batches] or [np.empty(0, np.int64)])
-        missing = missing_ranges(above + 1, seq_nos, evidence.expected_max)
+        missing = missing_ranges(above + 1, seq_nos, max(evidence.expected_max, acknowledged_max))
         loss = ShardLoss(index_name or spec.index_uuid, spec.shard, tuple(missing), tuple(faults)) if missing else None
         if loss is not None and not accept_data_loss:
             raise RestoreDataLoss([loss])

@@ -10,7 +10,8 @@ cluster-state manifest, made the cluster state unrestorable; seed 5000: a failed
 uploader's roll left appends waiting out the upload timeout; seed 5111: a segment file every commit shared
 was truncated and the refusal did not name it; seed 5279: a promotion candidate whose disk failed was
 retried for good, the shard stuck red; seed 295: a stale listing hid the newest commit from remote GC, which
-deleted the files only it named).  One test plants a real loss (the remote translog deleted behind the cluster's back)
+deleted the files only it named; seed 20033: a shard that lost every copy was rebuilt from a store whose newest
+translog metadata was damaged and whose data listing lagged, and came back without two acknowledged writes).  One test plants a real loss (the remote translog deleted behind the cluster's back)
 and checks that the checker reports it, so a silent checker cannot pass.
 """
 
@@ -34,7 +35,7 @@ def test_the_same_seed_draws_the_same_schedule():
     assert [str(s) for s in draw_schedule(7, 50)] != [str(s) for s in draw_schedule(8, 50)]
     kinds = {s.kind for seed in range(20) for s in draw_schedule(seed, 60)}
     assert {"bulk", "delete", "conditional", "kill", "store_fault", "drop", "restore", "heal", "corrupt",
-            "concurrent", "disk_fault"} <= kinds
+            "concurrent", "disk_fault", "partition", "delay", "kill_at_send"} <= kinds
     actions = {s.args["action"] for seed in range(20) for s in draw_schedule(seed, 60) if s.kind == "store_fault"}
     assert "stale_list" in actions
 
@@ -77,7 +78,7 @@ def test_model_names_each_kind_of_violation():
 
 @pytest.mark.parametrize(("seed", "store"), [(0, "file"), (6, "file"), (3, "memory"), (11, "memory"), (687, "memory"),
                                              (23, "memory"), (295, "memory"), (5000, "file"), (5111, "memory"),
-                                             (5279, "memory")])
+                                             (5279, "memory"), (20033, "memory")])
 def test_fixed_seeds_break_no_guarantee(tmp_path: Path, seed: int, store: str):
     out = run_schedule(seed, draw_schedule(seed, 60), tmp_path / "run", store)
     assert out.clean, "\n".join(str(v) for v in out.violations)

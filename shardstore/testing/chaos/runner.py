@@ -301,6 +301,18 @@ class Simulation:
     def _do_heal(self, step: Step) -> None:
         self.heal()
 
+    def _do_partition(self, step: Step) -> None:
+        self.cluster.transport.isolate(step.args["node"])
+
+    def _do_delay(self, step: Step) -> None:
+        a = step.args
+        self.cluster.transport.delay(a["seconds"], a["action"], times=a["times"], direction=a["direction"])
+
+    def _do_kill_at_send(self, step: Step) -> None:
+        a = step.args
+        self.cluster.transport.on(a["action"], lambda _s, target, _a, _r: self._kill_async(target), times=1,
+                                  after=a["after"])
+
     def _do_disk_fault(self, step: Step) -> None:
         a = step.args
         self.disk.inject(op=a["op"], path=f"*/{a['node']}/*/{a['part']}/*", action=a["action"], after=a["after"],
@@ -309,9 +321,12 @@ class Simulation:
     def _crash_at(self, path: str) -> None:
         """A disk-fault crash: the node owning ``path`` is killed now, while its write fails (joined after the step)."""
         node = next((n for n in DATA_NODES if f"/{n}/" in path), None)
+        if node is not None:
+            self._kill_async(node)
+
+    def _kill_async(self, node: str) -> None:
+        """Kill ``node`` on another thread, racing whatever the step is doing (joined after the step)."""
         cluster = self.cluster
-        if node is None:
-            return
 
         def kill() -> None:
             try:

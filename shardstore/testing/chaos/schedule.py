@@ -25,6 +25,10 @@ Kinds (weights in :data:`WEIGHTS`):
                           schedule's first corrupt step is its one data-destroying fault,
                           later ones are skipped (the bar is *any single fault*)
 ``concurrent``            two client threads write disjoint ids at once
+``partition``             isolate a data node from every other node until healed
+``delay``                 the transport delays matching requests or responses
+``kill_at_send``          the next matching send starts killing its target node, racing the
+                          message (a crash anywhere in the handler, not only before it)
 ``disk_fault``            a data node's next matching local write or fsync (translog or
                           segment files) fails: disk full, EIO, a torn write, or a crash
                           (the node is killed right there, inside the running step)
@@ -48,7 +52,7 @@ WEIGHTS: dict[str, int] = {
     "bulk": 30, "delete": 6, "conditional": 6, "refresh": 5, "flush": 6,
     "kill": 5, "start": 7, "kill_manager": 2, "start_manager": 3,
     "drop": 5, "store_fault": 8, "heal": 5, "restore": 2, "corrupt": 1, "concurrent": 4,
-    "disk_fault": 4,
+    "disk_fault": 4, "partition": 2, "delay": 3, "kill_at_send": 2,
 }
 #: blob-store operations and key patterns a store fault may hit
 STORE_OPS = ("put", "get", "list", "delete")
@@ -93,6 +97,16 @@ def draw_step(rng: random.Random, index: int) -> Step:
         half = rng.randint(1, len(ids) - 1)
         args["a"] = sorted(f"d{i}" for i in ids[:half])
         args["b"] = sorted(f"d{i}" for i in ids[half:])
+    elif kind == "partition":
+        args["node"] = rng.choice(DATA_NODES)
+    elif kind == "delay":
+        args["action"] = rng.choice(TRANSPORT_ACTIONS)
+        args["direction"] = rng.choice(("request", "response"))
+        args["seconds"] = rng.choice((0.01, 0.05, 0.2))
+        args["times"] = rng.randint(1, 5)
+    elif kind == "kill_at_send":
+        args["action"] = rng.choice(("shard.bulk", "shard.replicate"))
+        args["after"] = rng.randrange(3)
     elif kind == "disk_fault":
         args["node"] = rng.choice(DATA_NODES)
         args["part"] = rng.choice(DISK_PARTS)
