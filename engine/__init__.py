@@ -9,6 +9,7 @@ shardstore.engine.demo``).
 from shardstore.engine.allocation import ClusterHealth
 from shardstore.engine.cluster import BulkResult, Cluster
 from shardstore.engine.errors import (
+    ClusterClosed,
     EngineError,
     HealthTimeout,
     IndexAlreadyExists,
@@ -28,6 +29,7 @@ from shardstore.engine.transport import Transport
 __all__ = [
     "BulkResult",
     "Cluster",
+    "ClusterClosed",
     "ClusterHealth",
     "EngineError",
     "HealthTimeout",

@@ -45,6 +45,7 @@ from shardstore.blobstores.base import BlobStore
 from shardstore.errors import LocalDiskError
 from shardstore.engine.allocation import AllocationWorker, ClusterHealth, cluster_health, plan_replicas
 from shardstore.engine.errors import (
+    ClusterClosed,
     HealthTimeout,
     IndexAlreadyExists,
     IndexNotCreated,
@@ -470,6 +471,8 @@ class Cluster(PromotionMixin):
         return master.applied if master is not None else None
 
     def _meta(self, index: str) -> IndexMeta:
+        if self._closed:
+            raise ClusterClosed(f"index [{index}]")
         meta = self.indices.get(index)
         if meta is None:
             raise IndexNotFound(index)
@@ -478,6 +481,8 @@ class Cluster(PromotionMixin):
     def create_index(self, name: str, shards: int = 1, replicas: int = 1, mappings: dict | None = None,
                      durability: str = "request") -> IndexMeta:
         """Create an index; its shards are allocated over the live nodes."""
+        if self._closed:
+            raise ClusterClosed(f"create index [{name}]")
         if durability not in ("request", "async"):
             raise InvalidRequest(f"durability must be 'request' or 'async', not {durability!r}")
         if shards < 1 or replicas < 0:
@@ -552,7 +557,13 @@ class Cluster(PromotionMixin):
         if len(subs) == 1:
             parts = [self._write_shard(index, meta.uuid, *subs[0], expect=expect)]
         else:
-            parts = list(self._writers.map(lambda sub: self._write_shard(index, meta.uuid, *sub, expect=expect), subs))
+            try:
+                parts = list(self._writers.map(lambda sub: self._write_shard(index, meta.uuid, *sub, expect=expect),
+                                               subs))
+            except RuntimeError as exc:  # the pool shut down: closed under the caller
+                if not self._closed:
+                    raise
+                raise ClusterClosed(f"bulk to [{index}]") from exc
         acked = [i for t in parts for i in t.filter(pc.is_null(t.column("error"))).column("_id").to_pylist()]
         items = pa.concat_tables(parts) if parts else pa.table({"_id": pa.array([], pa.string())})
         return BulkResult(items, acked)

@@ -125,6 +125,15 @@ class IndexNotCreated(EngineError, UnavailableError):
         self.reason = reason
 
 
+class ClusterClosed(EngineError, UnavailableError):
+    """The cluster was closed (its process stopping, the coordinator gone); a call in flight may or may not have
+    applied.  The same call against a restarted (restored) cluster may succeed."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"{what}: the cluster is closed; a write in flight may or may not have been applied; "
+                         f"retry it against a restarted cluster (Cluster.restore)")
+
+
 class NodeDisconnected(EngineError, UnavailableError):
     """The transport could not deliver a request, or its response, between two nodes.
 

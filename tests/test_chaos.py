@@ -35,7 +35,7 @@ def test_the_same_seed_draws_the_same_schedule():
     assert [str(s) for s in draw_schedule(7, 50)] != [str(s) for s in draw_schedule(8, 50)]
     kinds = {s.kind for seed in range(20) for s in draw_schedule(seed, 60)}
     assert {"bulk", "delete", "conditional", "kill", "store_fault", "drop", "restore", "heal", "corrupt",
-            "concurrent", "disk_fault", "partition", "delay", "kill_at_send"} <= kinds
+            "concurrent", "disk_fault", "partition", "delay", "kill_at_send", "kill_coordinator"} <= kinds
     actions = {s.args["action"] for seed in range(20) for s in draw_schedule(seed, 60) if s.kind == "store_fault"}
     assert "stale_list" in actions
 

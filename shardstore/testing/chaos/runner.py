@@ -216,23 +216,28 @@ class Simulation:
         docs = [{"_id": i, "v": v} for i, v in values.items()]
         self._guarded_write(step, values, lambda: self.cluster.bulk(INDEX, docs))
 
-    def _do_concurrent(self, step: Step) -> None:
-        """Two clients at once, on disjoint ids: each bulk is checked as if it ran alone."""
-        parts = [{i: self._value(step, i) for i in step.args[k]} for k in ("a", "b")]
-        results: list[Any] = [None, None]
+    def _clients(self, parts: list[dict[str, str | None]], meanwhile: Callable[[], None] | None = None) -> list[Any]:
+        """One client thread per part bulk-writing it at once (``meanwhile`` runs on this thread); their results."""
+        results: list[Any] = [None] * len(parts)
 
         def client(n: int) -> None:
             docs = [{"_id": i, "v": v} for i, v in parts[n].items()]
             try:
                 results[n] = self.cluster.bulk(INDEX, docs)
-            except BaseException as exc:  # noqa: BLE001 - judged below, on the client's thread of control
+            except BaseException as exc:  # noqa: BLE001 - judged by the caller, on the client's thread of control
                 results[n] = exc
 
-        threads = [threading.Thread(target=client, args=(n,), name=f"chaos-client-{n}") for n in (0, 1)]
+        threads = [threading.Thread(target=client, args=(n,), name=f"chaos-client-{n}") for n in range(len(parts))]
         for t in threads:
             t.start()
+        if meanwhile is not None:
+            meanwhile()
         for t in threads:
             t.join()
+        return results
+
+    def _judge(self, step: Step, parts: list[dict[str, str | None]], results: list[Any]) -> None:
+        """Each client's outcome into the model: acknowledged items pinned, the rest uncertain."""
         for values, result in zip(parts, results):
             if isinstance(result, BaseException):
                 for doc_id, value in values.items():
@@ -241,6 +246,23 @@ class Simulation:
                 self._error(step, result)
             else:
                 self._write_result(step, values, result)
+
+    def _do_concurrent(self, step: Step) -> None:
+        """Two clients at once, on disjoint ids: each bulk is checked as if it ran alone."""
+        parts: list[dict[str, str | None]] = [{i: self._value(step, i) for i in step.args[k]} for k in ("a", "b")]
+        self._judge(step, parts, self._clients(parts))
+
+    def _do_kill_coordinator(self, step: Step) -> None:
+        """The coordinator dies with a bulk in flight: its answer (results or a typed error) is judged, then the
+        cluster is restored from the store alone and checked."""
+        parts: list[dict[str, str | None]] = [{i: self._value(step, i) for i in step.args["ids"]}]
+
+        def kill() -> None:
+            threading.Event().wait(step.args["delay"])
+            self.cluster.close()
+
+        self._judge(step, parts, self._clients(parts, kill))
+        self._restore(step.index)
 
     def _do_delete(self, step: Step) -> None:
         doc_id = step.args["id"]

@@ -25,6 +25,9 @@ Kinds (weights in :data:`WEIGHTS`):
                           schedule's first corrupt step is its one data-destroying fault,
                           later ones are skipped (the bar is *any single fault*)
 ``concurrent``            two client threads write disjoint ids at once
+``kill_coordinator``      the coordinator (the ``Cluster`` object) dies while a client's bulk is
+                          in flight (``close`` racing it after ``delay`` seconds); then a
+                          restore from the store alone
 ``partition``             isolate a data node from every other node until healed
 ``delay``                 the transport delays matching requests or responses
 ``kill_at_send``          the next matching send starts killing its target node, racing the
@@ -53,6 +56,7 @@ WEIGHTS: dict[str, int] = {
     "kill": 5, "start": 7, "kill_manager": 2, "start_manager": 3,
     "drop": 5, "store_fault": 8, "heal": 5, "restore": 2, "corrupt": 1, "concurrent": 4,
     "disk_fault": 4, "partition": 2, "delay": 3, "kill_at_send": 2,
+    "kill_coordinator": 1,
 }
 #: blob-store operations and key patterns a store fault may hit
 STORE_OPS = ("put", "get", "list", "delete")
@@ -97,6 +101,9 @@ def draw_step(rng: random.Random, index: int) -> Step:
         half = rng.randint(1, len(ids) - 1)
         args["a"] = sorted(f"d{i}" for i in ids[:half])
         args["b"] = sorted(f"d{i}" for i in ids[half:])
+    elif kind == "kill_coordinator":
+        args["ids"] = sorted({_doc_id(rng) for _ in range(rng.randint(2, 8))})
+        args["delay"] = rng.choice((0.0, 0.002, 0.01, 0.03))
     elif kind == "partition":
         args["node"] = rng.choice(DATA_NODES)
     elif kind == "delay":
