@@ -45,13 +45,21 @@ def add_arguments(group: Any) -> None:
 
 
 def _run_one(seed: int, steps: int, store: str, tmp: str) -> Any:
-    """One seed's schedule, run in a worker (or in this process with one job)."""
+    """One seed's schedule, run in a worker (or in this process with one job); a crash of the simulator itself
+    is reported as that seed's *unclean* violation, and the campaign goes on."""
     import logging
+    import traceback
 
-    from shardstore.testing.chaos import draw_schedule, run_schedule
+    from shardstore.testing.chaos import Outcome, Violation, draw_schedule, run_schedule
 
     logging.getLogger("shardstore").setLevel(logging.ERROR)  # the faults' expected warnings, once per seed
-    return run_schedule(seed, draw_schedule(seed, steps), Path(tmp) / f"seed-{seed}", store)
+    try:
+        return run_schedule(seed, draw_schedule(seed, steps), Path(tmp) / f"seed-{seed}", store)
+    except Exception as exc:  # noqa: BLE001 - one broken schedule must not stop the other 9,999
+        out = Outcome(seed, 0)
+        out.violations.append(Violation("unclean", -1, f"the simulator itself failed: {exc!r}\n"
+                                                       f"{traceback.format_exc(limit=8)}"))
+        return out
 
 
 def _outcomes(jobs: int, work: list[tuple[int, str]], steps: int, tmp: str) -> Iterator[tuple[int, str, Any]]:

@@ -358,8 +358,8 @@ class Simulation:
                 self._crash_errors.append(exc)
 
         t = threading.Thread(target=kill, name=f"chaos-crash-{node}")
-        self._crashes.append(t)
         t.start()
+        self._crashes.append(t)  # started first: the step's thread joins whatever is in the list
 
     def _do_corrupt(self, step: Step) -> None:
         """Destroy one blob behind the cluster's back (only the schedule's first corrupt step does)."""
