@@ -237,13 +237,17 @@ def test_chaos_quick_runs_seeds_and_prints_the_totals_line(tmp_path: Path) -> No
     figures, _table, _json_lines, err = _quick("chaos", tmp_path, "--seeds", "2", "--chaos-steps", "20",
                                                zero_ok=("lost or resurrected", "wrong (foreign, duplicate, count, get, order)",
                                                         "unclean errors", "stuck shards",
-                                                        "failed writes (documented errors)"))
+                                                        "failed writes (documented errors)",
+                                                        "injected faults that fired",
+                                                        "restores refused naming the lost blob (after a corruption)",
+                                                        "steps that stalled over 10 s (a timeout waited out)"))
     named = {f["name"]: f for f in figures}
     assert named["schedules"]["value"] == 2 and named["acknowledged writes"]["value"] > 0
     for name in ("lost or resurrected", "unclean errors", "stuck shards"):
         assert named[name]["met"] is True and named[name]["value"] == 0
     assert "2 seeded schedules: 0 lost, 0 wrong, 0 unclean errors, 0 stuck shards" in err
     assert "seed 0 (file" in err and "seed 1 (memory" in err
+    assert named["injected faults that fired"]["unit"] == "faults"
 
 
 def test_failover_quick_prints_the_ratio(tmp_path: Path) -> None:
