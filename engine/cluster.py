@@ -135,13 +135,21 @@ class Node:
         return {"ops": stamped}
 
     def close(self, wipe_disk: bool = False) -> None:
-        """Stop every copy (abruptly: unrefreshed, uncommitted state is lost; the translog stays on disk)."""
-        for copy in self.copies.values():
+        """Stop every copy (abruptly: unrefreshed, uncommitted state is lost; the translog stays on disk).
+
+        Safe against a concurrent close of the same node (``Cluster.close`` racing a ``kill_node``) and
+        a copy failed or added meanwhile: each copy is taken out once, atomically, and closed by whoever
+        took it (iterating the dict raised "dictionary changed size during iteration", seed 7220).
+        """
+        while True:
+            try:
+                _key, copy = self.copies.popitem()
+            except KeyError:
+                break
             try:
                 copy.close()
             except Exception:  # noqa: BLE001 - a dying node does not report
                 pass
-        self.copies.clear()
         if wipe_disk:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
