@@ -67,7 +67,7 @@ from shardstore.engine.shard import ShardCopy, ShardSpec
 from shardstore.engine.transport import Transport
 from shardstore.segments.mapping import sources_from_pylist, sources_from_table
 from shardstore.segments.path_strategy import PlainPathStrategy
-from shardstore.segments.remote_store import latest_term
+from shardstore.segments.remote_store import next_free_term
 from shardstore.translog.operations import OpType, unstamped_batch
 
 log = logging.getLogger(__name__)
@@ -721,7 +721,7 @@ class Cluster(PromotionMixin):
                 target = live[sr.shard % len(live)]
                 node = self.nodes[target]
                 spec = self._spec(meta, sr.shard)
-                term = max(sr.primary_term, latest_term(self.store, spec.address) or 0) + 1
+                term = next_free_term(self.store, spec.address, at_least=sr.primary_term)
                 copy = ShardCopy.recover_from_remote(spec, node.data_dir, self.store, primary_term=term,
                                                      known_term=sr.primary_term, index_name=name,
                                                      accept_data_loss=self._accept_data_loss)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from shardstore.engine.metadata import IndexMeta, ShardRouting
 from shardstore.engine.shard import ShardCopy
 from shardstore.errors import ConflictError
-from shardstore.segments.remote_store import latest_term
+from shardstore.segments.remote_store import next_free_term
 
 if TYPE_CHECKING:
     from shardstore.engine.cluster import Node
@@ -156,7 +156,7 @@ class PromotionMixin:
             stale.close()
         spec = self._spec(meta, sr.shard)
         shutil.rmtree(os.path.join(node.data_dir, meta.uuid, str(sr.shard)), ignore_errors=True)
-        term = max(sr.primary_term, latest_term(self.store, spec.address) or 0) + 1
+        term = next_free_term(self.store, spec.address, at_least=sr.primary_term)
         try:
             copy = ShardCopy.recover_from_remote(spec, node.data_dir, self.store, primary_term=term,
                                                  known_term=sr.primary_term, index_name=meta.name,

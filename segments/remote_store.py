@@ -164,13 +164,27 @@ def known_terms(store: BlobStore, address: ShardAddress, at_least: int = 0) -> l
     """
     terms = set(list_terms(store, address))
     for term in range(1, at_least + 1):
-        if term in terms:
-            continue
-        for prefix in (address.segments_prefix(term), address.translog_prefix(term)):
-            if next(iter(store.list(prefix.rstrip("/") + "/")), None) is not None:
-                terms.add(term)
-                break
+        if term not in terms and _holds_blobs(store, address, term):
+            terms.add(term)
+    # Terms above what the markers and the cluster state know, while their prefixes hold blobs: the newest
+    # marker lost while the cluster state's term lagged (its publication had failed) hid the newest term's
+    # data, and a new primary then claimed that term again (fault simulator, seed 9641).
+    term = max([at_least, *terms]) + 1
+    while _holds_blobs(store, address, term):
+        terms.add(term)
+        term += 1
     return sorted(terms, reverse=True)
+
+
+def _holds_blobs(store: BlobStore, address: ShardAddress, term: int) -> bool:
+    """Whether ``term``'s segment or translog prefix of the shard holds any blob (one or two LISTs)."""
+    return any(next(iter(store.list(p.rstrip("/") + "/")), None) is not None
+               for p in (address.segments_prefix(term), address.translog_prefix(term)))
+
+
+def next_free_term(store: BlobStore, address: ShardAddress, at_least: int = 0) -> int:
+    """A term for a new primary: above ``at_least``, every claimed term and every term whose prefixes hold blobs."""
+    return max([at_least, *known_terms(store, address, at_least)]) + 1
 
 
 def latest_term(store: BlobStore, address: ShardAddress) -> int | None:

@@ -13,7 +13,8 @@ retried for good, the shard stuck red; seed 295: a stale listing hid the newest 
 deleted the files only it named; seed 20033: a shard that lost every copy was rebuilt from a store whose newest
 translog metadata was damaged and whose data listing lagged, and came back without two acknowledged writes;
 seed 7220: closing the cluster while a crash killed one of its nodes raised "dictionary changed size during
-iteration").  One test plants a real loss (the remote translog deleted behind the cluster's back)
+iteration"; seed 9641: the newest term marker deleted while the cluster state's term lagged hid that term's
+data from a restore, which claimed the same term again and refused the shard).  One test plants a real loss (the remote translog deleted behind the cluster's back)
 and checks that the checker reports it, so a silent checker cannot pass.
 """
 
@@ -80,7 +81,7 @@ def test_model_names_each_kind_of_violation():
 
 @pytest.mark.parametrize(("seed", "store"), [(0, "file"), (6, "file"), (3, "memory"), (11, "memory"), (687, "memory"),
                                              (23, "memory"), (295, "memory"), (5000, "file"), (5111, "memory"),
-                                             (5279, "memory"), (7220, "file"), (20033, "memory")])
+                                             (5279, "memory"), (7220, "file"), (9641, "memory"), (20033, "memory")])
 def test_fixed_seeds_break_no_guarantee(tmp_path: Path, seed: int, store: str):
     out = run_schedule(seed, draw_schedule(seed, 60), tmp_path / "run", store)
     assert out.clean, "\n".join(str(v) for v in out.violations)
