@@ -236,10 +236,11 @@ class FaultyStore(BlobStore):
         with self._lock:
             recent = [(k, i) for k, i in self._recent if i.key.startswith(prefix)][-lag:]
         hidden = {i.key for k, i in recent if k == "put"}
-        ghosts = {i.key: i for k, i in recent if k == "delete" and (start_after is None or i.key > start_after)}
-        out = [i for i in listing if i.key not in hidden]
-        ghosts = {k: i for k, i in ghosts.items() if k not in {o.key for o in out}}
-        return iter(sorted([*out, *ghosts.values()], key=lambda i: i.key))
+        out = {i.key: i for i in listing if i.key not in hidden}
+        for kind, info in recent:
+            if kind == "delete" and (start_after is None or info.key > start_after):
+                out.setdefault(info.key, info)  # a ghost, unless put again since
+        return iter(sorted(out.values(), key=lambda i: i.key))
 
     def delete(self, keys: Iterable[str]) -> None:
         """Delete; a rule matches if it covers any of the keys."""

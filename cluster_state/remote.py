@@ -103,6 +103,8 @@ class RemoteClusterStateService:
         self._chunks: OrderedDict[str, dict[str, IndexEntry]] = OrderedDict()
         self._cached_chunks = cached_chunks
         self._registered: set[str] = set()
+        #: entity key -> why its primary copy was unreadable, for every entity read from its twin
+        self.twin_reads: dict[str, str] = {}
 
     # -- plumbing -----------------------------------------------------------------------------
 
@@ -166,6 +168,8 @@ class RemoteClusterStateService:
             except (BlobNotFound, ClusterStateCorrupt):
                 raise exc from None  # both copies gone: the primary's error names the blob
             log.warning("cluster state entity %s unreadable (%s); read its twin %s", key, exc, twin)
+            with self._lock:
+                self.twin_reads[key] = "missing" if isinstance(exc, MissingEntity) else f"corrupt ({exc})"
             return value, len(data)
 
     def _load_chunk(self, ref: ChunkRef, mkey: str, counter: list[int] | None = None) -> dict[str, IndexEntry]:

@@ -103,8 +103,14 @@ def _copy_fault(store: BlobStore, kind: str, key: str, checksum: int) -> str | N
     return None
 
 
+def _degraded(copy: str, why: str, other: str) -> Problem:
+    return Problem("degraded", copy, f"{why}; its twin {other} is intact and is read instead; one more fault "
+                                     f"would lose this entity")
+
+
 def _check_twins(svc: RemoteClusterStateService, m: Manifest, out: Inspection) -> None:
-    """Both copies of every twinned entity of the state ``m`` (read back whole, so one copy is good)."""
+    """Both copies of every twinned entity of the state ``m``, just read back whole by ``svc`` (so one copy of
+    each is good): the primaries it had to replace by their twins, then a GET of every twin."""
     if not any(True for _ in svc.store.list(f"{E.prefix(m.cluster_uuid)}{E.TWIN}/")):
         return  # written before twins existed: one copy is all there ever was
     refs = [(r.kind, r.key, r.checksum) for r in m.cluster.values()]
@@ -116,11 +122,10 @@ def _check_twins(svc: RemoteClusterStateService, m: Manifest, out: Inspection) -
         twin = E.twin_key(key)
         if twin is None:
             continue
-        for copy, other in ((key, twin), (twin, key)):
-            why = _copy_fault(svc.store, kind, copy, checksum)
-            if why is not None:
-                out.problems.append(Problem("degraded", copy, f"{why}; its twin {other} is intact and is read "
-                                                              f"instead; one more fault would lose this entity"))
+        if key in svc.twin_reads:
+            out.problems.append(_degraded(key, svc.twin_reads[key], twin))
+        elif (why := _copy_fault(svc.store, kind, twin, checksum)) is not None:
+            out.problems.append(_degraded(twin, why, key))
 
 
 def _check_uuid(svc: RemoteClusterStateService, cluster_uuid: str, keep: int, out: Inspection) -> None:
@@ -144,13 +149,11 @@ def _check_uuid(svc: RemoteClusterStateService, cluster_uuid: str, keep: int, ou
         if key.startswith(twins):
             primary = f"{E.prefix(cluster_uuid)}{key[len(twins):]}"
             if has_twins and primary in blobs:
-                out.problems.append(Problem("degraded", key, f"missing; its twin {primary} is intact and is read "
-                                                             f"instead; one more fault would lose this entity"))
+                out.problems.append(_degraded(key, "missing", primary))
             continue  # with its primary gone too, the primary is reported missing
         twin = E.twin_key(key)
         if twin is not None and twin in blobs:
-            out.problems.append(Problem("degraded", key, f"missing; its twin {twin} is intact and is read "
-                                                         f"instead; one more fault would lose this entity"))
+            out.problems.append(_degraded(key, "missing", twin))
             continue
         out.problems.append(Problem("missing", key, f"referenced by a kept manifest of {cluster_uuid}"))
     for key in plan_purge(sorted(blobs), readable, referenced):

@@ -134,6 +134,16 @@ class Node:
         copy.update_global_checkpoint(min(checkpoints))
         return {"ops": stamped}
 
+    def discard(self, key: tuple[str, int]) -> ShardCopy | None:
+        """Take this node's copy of ``key`` out and close it (a failed copy: its close error is only logged)."""
+        copy = self.copies.pop(key, None)
+        if copy is not None:
+            try:
+                copy.close()
+            except Exception as exc:  # noqa: BLE001 - its disk is failing; what matters is that it stops
+                log.warning("closing the failed copy %s on %s: %r", copy.path, self.name, exc)
+        return copy
+
     def close(self, wipe_disk: bool = False) -> None:
         """Stop every copy (abruptly: unrefreshed, uncommitted state is lost; the translog stays on disk).
 
@@ -317,11 +327,7 @@ class Cluster(PromotionMixin):
                 return False  # already failed, killed or rebuilt
             sr = meta.routing[key[1]]
             log.error("failing the copy of %s/%d on %s: %s", meta.name, key[1], node, reason)
-            holder.copies.pop(key, None)
-            try:
-                copy.close()
-            except Exception as exc:  # noqa: BLE001 - its disk is failing; what matters is that it stops
-                log.warning("closing the failed copy of %s/%d on %s: %r", meta.name, key[1], node, exc)
+            holder.discard(key)
             if sr.primary == node:
                 others = [n for n in sr.in_sync if n != node and n in self.live_nodes()]
                 self._promote_or_retry_later(meta, sr, others)

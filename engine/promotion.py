@@ -84,15 +84,11 @@ class PromotionMixin:
 
     def _drop_if_disk_failed(self, meta: IndexMeta, shard: int, node: str) -> bool:
         """Close and forget ``node``'s copy of the shard if a local disk fault failed it; whether it did."""
-        copies = self.nodes[node].copies if node in self.nodes else {}
-        copy = copies.get((meta.uuid, shard))
+        holder = self.nodes.get(node)
+        copy = holder.copies.get((meta.uuid, shard)) if holder is not None else None
         if copy is None or copy.disk_failure is None:
             return False
-        copies.pop((meta.uuid, shard), None)
-        try:
-            copy.close()
-        except Exception as exc:  # noqa: BLE001 - its disk is failing; what matters is that it stops
-            log.warning("closing the failed copy of %s/%d on %s: %r", meta.name, shard, node, exc)
+        holder.discard((meta.uuid, shard))
         log.error("%s/%d: the copy on %s is failed (%s); it leaves the in-sync set", meta.name, shard, node,
                   copy.disk_failure)
         return True

@@ -166,14 +166,23 @@ def known_terms(store: BlobStore, address: ShardAddress, at_least: int = 0) -> l
     for term in range(1, at_least + 1):
         if term not in terms and _holds_blobs(store, address, term):
             terms.add(term)
-    # Terms above what the markers and the cluster state know, while their prefixes hold blobs: the newest
-    # marker lost while the cluster state's term lagged (its publication had failed) hid the newest term's
-    # data, and a new primary then claimed that term again (fault simulator, seed 9641).
-    term = max([at_least, *terms]) + 1
-    while _holds_blobs(store, address, term):
-        terms.add(term)
-        term += 1
+    top = max([at_least, *terms])
+    terms.update(range(top + 1, _first_empty_above(store, address, top)))
     return sorted(terms, reverse=True)
+
+
+def _first_empty_above(store: BlobStore, address: ShardAddress, known: int) -> int:
+    """The first term above ``known`` whose prefixes hold no blob.
+
+    Terms above what the markers and the cluster state know may hold data: the newest marker
+    lost while the cluster state's term lagged (its publication had failed) hid the newest
+    term's data, and a new primary then claimed that term again (fault simulator, seed 9641).
+    Usually one probe (one or two LISTs).
+    """
+    term = known + 1
+    while _holds_blobs(store, address, term):
+        term += 1
+    return term
 
 
 def _holds_blobs(store: BlobStore, address: ShardAddress, term: int) -> bool:
@@ -183,8 +192,9 @@ def _holds_blobs(store: BlobStore, address: ShardAddress, term: int) -> bool:
 
 
 def next_free_term(store: BlobStore, address: ShardAddress, at_least: int = 0) -> int:
-    """A term for a new primary: above ``at_least``, every claimed term and every term whose prefixes hold blobs."""
-    return max([at_least, *known_terms(store, address, at_least)]) + 1
+    """A term for a new primary: above ``at_least``, every claimed term and every term whose prefixes hold blobs
+    (one LIST of the markers, then the probe above them; the terms below need no probe)."""
+    return _first_empty_above(store, address, max(at_least, latest_term(store, address) or 0))
 
 
 def latest_term(store: BlobStore, address: ShardAddress) -> int | None:
