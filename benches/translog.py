@@ -273,10 +273,10 @@ def _raw_run(directory: str, frames: list[bytes], ops: int, durability: str, cou
 
 def _preamble() -> bytes:
     """The bytes a new generation file starts with: the 44-byte header and the schema frame."""
+    import uuid
+
     from shardstore.translog.frames import GenerationHeader, encode_schema_frame
     from shardstore.translog.operations import SCHEMA
-
-    import uuid
 
     return GenerationHeader(uuid.uuid4(), 1, 1).encode() + encode_schema_frame(SCHEMA)
 

@@ -8,6 +8,12 @@ own retry loops are turned off by each backend so that
 :class:`~shardstore.blobstores.retrying.RetryingStore` is the one place that decides
 about retries, and sees every throttle.  Each store owns its filesystem (no fsspec
 instance cache), so ``close()`` really closes its sessions.
+
+Typed errors name no credential: their text is redacted (the store's secret options in
+every form, every registered secret, credentials known by name such as ``sig=``) before
+it is shortened, and they chain the SDK's exception only when no link of its chain names
+one; otherwise a :class:`~shardstore.blobstores.redact.RedactedException` summing it up
+stands in for it, and nothing else is chained (see :meth:`FsspecStore._translate`).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from typing import Any, BinaryIO, TypeVar
 
 from fsspec.asyn import sync
 
+from shardstore.blobstores import redact
 from shardstore.blobstores.backend import BackendStore
 from shardstore.blobstores.base import BlobInfo
 from shardstore.blobstores.errors import (
@@ -103,16 +110,21 @@ class FsspecStore(BackendStore):
         if self._fs is None:
             with self._fs_lock:
                 if self._fs is None:
-                    try:
-                        self._fs = self._make_fs()
-                    except BlobStoreError:
-                        raise
-                    except Exception as exc:
-                        raise ConfigError(
-                            f"could not set up the {self.scheme} client: {type(exc).__name__}: {self._redact(_short(exc))}",
-                            location=self.location,
-                        ) from None
+                    # A failure: a ConfigError redacted before it is shortened, chaining nothing.
+                    self._fs = redact.set_up_client(self, self._make_fs, self._extra_secrets())
         return self._fs
+
+    def _extra_secrets(self) -> list[str]:
+        """Secrets a plugin derives from its options beyond the option values (Azure: parts of a SAS)."""
+        return []
+
+    @property
+    def _secrets(self) -> list[str]:
+        """This store's secret option values (computed once: the options never change)."""
+        cached = self.__dict__.get("_secret_values")
+        if cached is None:
+            cached = self.__dict__["_secret_values"] = redact.store_secrets(self)
+        return cached
 
     def _on_request(self, method: str, url: str) -> None:
         """Count one HTTP request the SDK is about to send."""
@@ -128,13 +140,24 @@ class FsspecStore(BackendStore):
         check_full_length(self.url.prefix, key, location=self.location)
         return f"{self.url.bucket}/{self._full(key)}"
 
-    def _redact(self, text: str) -> str:
-        """``text`` with every secret option value replaced."""
-        for name, opt in self.OPTIONS.items():
-            value = self.options.get(name)
-            if opt.secret and isinstance(value, str) and len(value) >= 4:
-                text = text.replace(value, "<redacted>")
-        return text
+    def _redact(self, text: str, *, cut: bool = False) -> str:
+        """``text`` with every secret (this store's options, registered ones, named ones) replaced.
+
+        Any form of them: as given and URL-encoded.  ``cut``: ``text`` may have been cut
+        short already, so a tail that starts a secret goes too.
+        """
+        return redact.redact(text, self._secrets, cut=cut)
+
+    def _translate(self, exc: BaseException, key: str | None) -> BaseException:
+        """The typed error for ``exc``, its ``__cause__`` ``exc`` or, if its chain names a secret, a redacted summary.
+
+        Raise the result outside the ``except`` block that caught ``exc``, so ``exc`` does
+        not become its ``__context__`` either.
+        """
+        err = self._error(exc, key)
+        if err is not exc:
+            err.__cause__ = redact.safe_cause(exc, self._secrets)  # also suppresses __context__
+        return err
 
     def _error(self, exc: BaseException, key: str | None) -> BaseException:
         """Translate any exception raised by the SDK or fsspec into a typed error."""
@@ -145,7 +168,7 @@ class FsspecStore(BackendStore):
             if found is not None:
                 return found if isinstance(found, BaseException) else found()
         where = {"location": self.location, "key": key}
-        text = self._redact(_short(exc))
+        text = redact.shorten(self._redact(redact.text_of(exc))) or type(exc).__name__  # redacted before cut
         if isinstance(exc, FileNotFoundError):
             return BlobNotFound("no such blob", **where)
         if isinstance(exc, FileExistsError):
@@ -162,7 +185,7 @@ class FsspecStore(BackendStore):
         if kind is None and status is not None and status >= 500:
             kind = "transient"
         where = {"location": self.location, "key": key}
-        detail = self._redact(detail)
+        detail = self._redact(detail, cut=True)  # callers may have cut it short already
         if kind == "range":
             return RangeNotSatisfiable
         if kind == "bucket_missing":
@@ -177,13 +200,14 @@ class FsspecStore(BackendStore):
         return make()
 
     def _call(self, key: str | None, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Call ``fn`` and translate what it raises."""
+        """Call ``fn`` and translate what it raises (see :meth:`_translate`)."""
         try:
             return fn(*args, **kwargs)
         except (BlobStoreError, RangeNotSatisfiable):
             raise
         except Exception as exc:
-            raise self._error(exc, key) from exc
+            failure = self._translate(exc, key)
+        raise failure  # out of the except block: the SDK's exception is not its __context__
 
     # -- shared operations ----------------------------------------------------------------
 
@@ -240,6 +264,7 @@ class FsspecStore(BackendStore):
         f = self._call(key, self.fs.open, path, "xb" if if_absent else "wb", block_size=STREAM_BLOCK,
                        **self._stream_kwargs(token))
         size = 0
+        failure: BaseException | None = None
         try:
             chunk = first
             while chunk:
@@ -249,9 +274,11 @@ class FsspecStore(BackendStore):
             f.close()  # completes the upload (the condition is checked here)
         except BaseException as exc:
             _discard(f)
-            if isinstance(exc, Exception):
-                raise self._error(exc, key) from exc
-            raise
+            if not isinstance(exc, Exception) or isinstance(exc, BlobStoreError):
+                raise
+            failure = self._translate(exc, key)
+        if failure is not None:
+            raise failure  # out of the except block (see _call)
         self._metrics.add("bytes_out", size)
         return self.stat(key)
 
@@ -296,9 +323,6 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
         cur = cur.__cause__ or cur.__context__
 
 
-def _short(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:300] if text else type(exc).__name__
 
 
 def _is_transport_error(exc: BaseException) -> bool:

@@ -17,7 +17,8 @@ import unicodedata
 from shardstore.blobstores.errors import InvalidKey, InvalidRange
 
 MAX_KEY_BYTES = 1024
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+#: C0 and C1 control characters, which no key, prefix or root may hold.
+CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def key_problem(key: object) -> str | None:
@@ -26,7 +27,7 @@ def key_problem(key: object) -> str | None:
         return f"a key must be a str, not {type(key).__name__}"
     if not key:
         return "the key is empty"
-    if _CONTROL.search(key):
+    if CONTROL_CHARACTER.search(key):
         return "the key holds a control character"
     if "\\" in key:
         return "the key holds a backslash (keys are '/'-separated)"

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from shardstore.blobstores.errors import ConfigError, UnknownOption
-from shardstore.blobstores.keys import key_problem
+from shardstore.blobstores.keys import CONTROL_CHARACTER, key_problem
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -35,6 +35,35 @@ class StoreURL:
         if self.scheme == "file":
             return f"file://{self.prefix}"
         return f"{self.scheme}://{self.bucket}" + (f"/{self.prefix}" if self.prefix else "")
+
+    @property
+    def url(self) -> str:
+        """The URL without its query, percent-encoded: :func:`parse_url` reads it back unchanged."""
+        if self.scheme == "file":
+            return "file://" + _quote(self.prefix)
+        return f"{self.scheme}://{_quote(self.bucket, safe='')}" + (f"/{_quote(self.prefix)}" if self.prefix else "")
+
+
+def _quote(text: str, safe: str = "/") -> str:
+    return quote(text, safe=safe, errors="surrogateescape")
+
+
+def _unquote(text: str) -> str:
+    # surrogateescape: a byte that is not UTF-8 stays that byte (a file name), never U+FFFD
+    return unquote(text, errors="surrogateescape")
+
+
+def _file_root(path: str, shown: str) -> str:
+    """The absolute root of a file URL's decoded path; ConfigError unless it is a normalized path."""
+    root = "/" + path.strip("/")
+    if CONTROL_CHARACTER.search(root):
+        raise ConfigError(f"the file root of {shown!r} holds a control character (a NUL byte?)")
+    if root != "/" and any(part in ("", ".", "..") for part in root[1:].split("/")):
+        raise ConfigError(
+            f"the file root {root!r} is not a normalized path (no '.', '..' or empty parts); "
+            "resolve it first, e.g. with os.path.realpath"
+        )
+    return root
 
 
 def parse_url(url: str) -> StoreURL:
@@ -62,15 +91,18 @@ def parse_url(url: str) -> StoreURL:
         raise ConfigError(f"store URLs take no #fragment: {shown!r}")
     scheme = parts.scheme.lower()
     query = dict(parse_qsl(parts.query, keep_blank_values=True))
-    path = unquote(parts.path)
+    path = _unquote(parts.path)
     if scheme == "file":
         if parts.netloc not in ("", "localhost"):
             raise ConfigError(f"file URLs take an absolute path (file:///dir), got {shown!r}")
-        return StoreURL(scheme, "", "/" + path.strip("/"), query)
+        return StoreURL(scheme, "", _file_root(path, shown), query)
     prefix = path.strip("/")
     if prefix and (problem := key_problem(prefix)) is not None:
         raise ConfigError(f"the root prefix {prefix!r} is not valid: {problem}")
-    return StoreURL(scheme, unquote(parts.netloc), prefix, query)
+    bucket = _unquote(parts.netloc)
+    if CONTROL_CHARACTER.search(bucket):
+        raise ConfigError(f"the bucket of {shown!r} holds a control character (a NUL byte?)")
+    return StoreURL(scheme, bucket, prefix, query)
 
 
 @dataclass(frozen=True, slots=True)

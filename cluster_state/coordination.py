@@ -37,7 +37,15 @@ which intersects the voters, so a committed state is never rolled back.
 **Bootstrap with empty disks**: when no voter has an accepted state, the elected master
 looks for a cluster state in the store first (seed 000, :mod:`.restore`): if one exists
 the new cluster gets a fresh UUID chained to the latest valid one and keeps its metadata;
-otherwise it starts empty.
+otherwise it starts empty.  Before reading the old UUID's state it fences that UUID
+(:mod:`.fence`, a put-if-absent record).
+
+**Fencing a superseded cluster**: after writing a committed manifest and before it
+acknowledges (commits on the nodes, returns), the master GETs its cluster UUID's fence
+once.  Fenced: it raises :class:`ClusterStateSuperseded`, stops being master and
+remembers it: every later submit or election of that node (and of its :class:`LocalCluster`)
+fails the same way without writing.  An election also checks the fence of the UUID it is
+about to adopt, before it reads or writes anything in the store.
 """
 
 from __future__ import annotations
@@ -49,7 +57,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from shardstore.blobstores.base import BlobStore
-from shardstore.cluster_state.errors import MissingEntity, NoQuorum, NotMaster, StaleTerm
+from shardstore.cluster_state.errors import ClusterStateSuperseded, MissingEntity, NoQuorum, NotMaster, StaleTerm
 from shardstore.cluster_state.manifest import Manifest, encode_manifest
 from shardstore.cluster_state.model import ClusterState, VotingConfig
 from shardstore.cluster_state.remote import RemoteClusterStateService
@@ -177,6 +185,8 @@ class ClusterManagerNode:
         self.master: str | None = None
         self.last_publication: list[PublishAck] = []
         self._pending: tuple[ClusterState, Manifest] | None = None
+        #: set once this node found its cluster UUID fenced: it never publishes again
+        self.superseded: ClusterStateSuperseded | None = None
         if initial_state is not None and self.disk.accepted is None:
             self.disk.accepted = initial_state
             self.disk.accepted_manifest = initial_manifest.key if initial_manifest else None
@@ -299,6 +309,7 @@ class ClusterManagerNode:
         if not self.master_eligible:
             raise InvalidError(f"node {self.name} is not master-eligible")
         with self._task_lock:
+            self._raise_if_superseded()
             term = self.disk.current_term + 1
             joins: list[Join] = []
             stale = 0
@@ -315,6 +326,11 @@ class ClusterManagerNode:
                     self._become_follower(stale)
                 raise NoQuorum(f"election of {self.name} in term {term}", votes, self._voters(self.disk.accepted))
             best = max(joins, key=lambda j: (j.accepted_term, j.accepted_version), default=None)
+            acc = self.disk.accepted
+            cluster_uuid = best.cluster_uuid if best is not None and best.cluster_uuid else (
+                acc.cluster_uuid if acc is not None else None)
+            if cluster_uuid is not None:
+                self._check_fence(cluster_uuid)  # one GET: a superseded cluster reads and writes nothing more
             adopted = self._adopt(best)  # the highest accepted state of a majority holds every committed one
             if adopted is not None and not self._quorum(votes, adopted):
                 raise NoQuorum(f"election of {self.name} in term {term}", votes, self._voters(adopted))
@@ -333,15 +349,14 @@ class ClusterManagerNode:
         (the bootstrap refuses) when the store holds several valid heads.
         """
         from shardstore.cluster_state.errors import NoClusterState
-        from shardstore.cluster_state.restore import find_latest, restored_state
+        from shardstore.cluster_state.restore import take_over
 
         try:
-            head, _chain = find_latest(self.remote)
+            taken = take_over(self.remote, self.initial_config.node_ids, node=self.name)  # fences, then reads
         except NoClusterState:
             return ClusterState.initial(self.initial_config.node_ids), None
-        old = self.remote.restore_latest(head).state
-        st = restored_state(old, self.initial_config.node_ids)
-        return replace(st, term=0, coordination=replace(st.coordination, term=0)), head
+        st = taken.state
+        return replace(st, term=0, coordination=replace(st.coordination, term=0)), taken.head
 
     def _adopt(self, best: Join | None) -> ClusterState | None:
         acc = self.disk.accepted
@@ -366,6 +381,7 @@ class ClusterManagerNode:
     def submit(self, task: Task) -> ClusterState:
         """Run a master task against the current state and publish its result (one task at a time)."""
         with self._task_lock:
+            self._raise_if_superseded()
             if not self.is_master:
                 raise NotMaster(self.name, self.master)
             current = self.disk.accepted
@@ -417,6 +433,7 @@ class ClusterManagerNode:
         except ShardstoreError:
             self.is_master = False
             raise
+        self._check_fence(new.cluster_uuid)  # one GET, after the commit is durable, before any acknowledgement
         self.accepted_manifest = manifest
         for node in (self.name, *self.peers):
             try:
@@ -431,6 +448,20 @@ class ClusterManagerNode:
         self._maybe_purge(new.cluster_uuid)
         assert self.applied is not None
         return self.applied
+
+    def _raise_if_superseded(self) -> None:
+        if self.superseded is not None:
+            raise self.superseded
+
+    def _check_fence(self, cluster_uuid: str) -> None:
+        """ClusterStateSuperseded (remembered, and no longer master) if ``cluster_uuid`` was taken over."""
+        try:
+            self.remote.check_not_superseded(cluster_uuid)
+        except ClusterStateSuperseded as exc:
+            self.superseded = exc
+            self.is_master = False
+            self.master = None
+            raise
 
     def _maybe_purge(self, cluster_uuid: str) -> None:
         """Every ``purge_every`` commits, start a background purge (one at a time) keeping ``purge_keep`` states."""
@@ -458,6 +489,8 @@ class LocalCluster:
         self.data_names = tuple(data_nodes)
         self.nodes: dict[str, ClusterManagerNode] = {}
         self._initial = (initial_state, initial_manifest)
+        #: set once a node of this cluster found its cluster UUID fenced: nothing is published any more
+        self.superseded: ClusterStateSuperseded | None = None
         for name in (*self.master_names, *self.data_names):
             self.start(name)
 
@@ -471,6 +504,7 @@ class LocalCluster:
             master_eligible=name in self.master_names, peers=(*self.master_names, *self.data_names),
             initial_config=self.master_names, initial_state=state, initial_manifest=manifest,
             purge_every=self.purge[0], purge_keep=self.purge[1])
+        node.superseded = self.superseded
         self.nodes[name] = node
         return node
 
@@ -481,7 +515,7 @@ class LocalCluster:
 
     def elect(self, name: str) -> ClusterState:
         """Make ``name`` run an election; returns the first state it published."""
-        return self.nodes[name].start_election()
+        return self._fenced(self.nodes[name].start_election)
 
     def master(self) -> ClusterManagerNode | None:
         """The running node that believes it is master with the highest term, if any."""
@@ -490,7 +524,21 @@ class LocalCluster:
 
     def submit(self, task: Task) -> ClusterState:
         """Run a task on the current master."""
+        if self.superseded is not None:
+            raise self.superseded
         m = self.master()
         if m is None:
             raise NotMaster("(any)", None)
-        return m.submit(task)
+        return self._fenced(lambda: m.submit(task))
+
+    def _fenced(self, call: Callable[[], ClusterState]) -> ClusterState:
+        """Run ``call``; once a node is found superseded, remember it and fail every later call of every node."""
+        if self.superseded is not None:
+            raise self.superseded
+        try:
+            return call()
+        except ClusterStateSuperseded as exc:
+            self.superseded = exc
+            for node in self.nodes.values():
+                node.superseded, node.is_master = exc, False
+            raise

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from shardstore.errors import ConflictError, CorruptError, InvalidError, NotFoundError, ShardstoreError, UnavailableError
+from shardstore.errors import (
+    ConflictError,
+    CorruptError,
+    InvalidError,
+    NotFoundError,
+    ShardstoreError,
+    UnavailableError,
+)
 
 
 class ClusterStateError(ShardstoreError):
@@ -111,3 +118,18 @@ class NotMaster(ClusterStateError, ConflictError):
         super().__init__(f"node {node!r} is not the elected cluster-manager (known master: {master!r}); submit there")
         self.node = node
         self.master = master
+
+
+class ClusterStateSuperseded(ClusterStateError, ConflictError):
+    """This cluster's UUID was taken over by a restore/bootstrap on the same store: it must stop."""
+
+    def __init__(self, cluster_uuid: str, superseded_by: str, node: str | None = None) -> None:
+        super().__init__(
+            f"cluster UUID {cluster_uuid} was superseded by cluster UUID {superseded_by}"
+            f"{f' (bootstrapped by node {node!r})' if node else ''}, which restored its cluster state from the "
+            f"same store; this cluster's publications are no longer acknowledged: stop it, and restore its data "
+            f"from the store (Cluster.restore) instead of running two clusters on one store"
+        )
+        self.cluster_uuid = cluster_uuid
+        self.superseded_by = superseded_by
+        self.node = node

@@ -28,6 +28,7 @@ from shardstore.blobstores.base import BlobStore
 from shardstore.blobstores.errors import BlobAlreadyExists, BlobNotFound
 from shardstore.cluster_state import entities as E
 from shardstore.cluster_state.errors import ClusterStateCorrupt, ManifestConflict, MissingEntity, NoClusterState
+from shardstore.cluster_state.fence import Fence, check_not_superseded, write_fence
 from shardstore.cluster_state.manifest import (
     ChunkRef,
     IndexEntry,
@@ -531,6 +532,16 @@ class RemoteClusterStateService:
                 continue
             return UuidInfo(m.previous_cluster_uuid, m.cluster_uuid_committed, m.fingerprint), m
         return UuidInfo(None, False, ""), None
+
+    # -- fencing (see :mod:`.fence`) ------------------------------------------------------------
+
+    def supersede(self, cluster_uuid: str, new_cluster_uuid: str, node: str | None = None) -> Fence:
+        """Fence ``cluster_uuid`` before taking it over (one put-if-absent): its managers stop acknowledging."""
+        return write_fence(self.store, Fence(cluster_uuid, new_cluster_uuid, node))
+
+    def check_not_superseded(self, cluster_uuid: str) -> None:
+        """ClusterStateSuperseded if a bootstrap/restore took ``cluster_uuid`` over (one GET)."""
+        check_not_superseded(self.store, cluster_uuid)
 
     # -- purge ----------------------------------------------------------------------------------
 

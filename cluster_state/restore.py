@@ -10,6 +10,9 @@
    the remote segment store and translog); nodes, routing, blocks and transient settings
    are dropped (they described the lost nodes).
 5. Write it in full and commit it (its committed manifest names the previous UUID).
+
+Before step 3 the old UUID is fenced (:mod:`.fence`): its cluster managers, if any still
+run, fail every later publication instead of acknowledging a state this restore missed.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from shardstore.blobstores.base import BlobStore
 from shardstore.cluster_state.errors import NoClusterState
 from shardstore.cluster_state.manifest import Manifest
 from shardstore.cluster_state.model import ClusterState, CoordinationMetadata, VotingConfig, new_uuid
-from shardstore.cluster_state.remote import RemoteClusterStateService
+from shardstore.cluster_state.remote import RemoteClusterStateService, RestoreResult
 from shardstore.cluster_state.uuids import latest_cluster_uuid, uuid_chain
 
 
@@ -63,15 +66,39 @@ def restored_state(old: ClusterState, voting_config: tuple[str, ...] | list[str]
     )
 
 
+@dataclass
+class TakeOver:
+    """The old head taken over (fenced, then read) and the first state of the new cluster built from it."""
+
+    head: str
+    chain: list[str]
+    restored: RestoreResult
+    state: ClusterState
+
+
+def take_over(svc: RemoteClusterStateService, voting_config: tuple[str, ...] | list[str], *,
+              cluster_uuid: str | None = None, node: str | None = None) -> TakeOver:
+    """Fence the latest cluster UUID, then read its newest committed state into a new cluster's first state.
+
+    The order is the fencing argument (docs/design/cluster_state.md, "Fencing a superseded
+    cluster"): a manager of the old head either sees the fence before it acknowledges, or
+    wrote its committed manifest before the fence, and the read below sees it.
+    NoClusterState when the store holds none.
+    """
+    head, chain = find_latest(svc)
+    cluster_uuid = cluster_uuid or new_uuid()
+    svc.supersede(head, cluster_uuid, node)
+    res = svc.restore_latest(head)
+    return TakeOver(head, chain, res, restored_state(res.state, voting_config, cluster_uuid=cluster_uuid))
+
+
 def restore_cluster_state(store: BlobStore, voting_config: tuple[str, ...] | list[str], *,
                           cluster_uuid: str | None = None,
                           svc: RemoteClusterStateService | None = None) -> ClusterRestore:
     """Restore the latest committed cluster state into a new cluster UUID, written and committed."""
     svc = svc or RemoteClusterStateService(store)
-    head, chain = find_latest(svc)
-    res = svc.restore_latest(head)
-    state = restored_state(res.state, voting_config, cluster_uuid=cluster_uuid)
-    published = svc.write_full(state, previous_cluster_uuid=head)
+    taken = take_over(svc, voting_config, cluster_uuid=cluster_uuid)
+    published = svc.write_full(taken.state, previous_cluster_uuid=taken.head)
     committed = svc.mark_committed(published)
-    return ClusterRestore(replace(state, cluster_uuid_committed=True), committed, head, res.manifest, chain,
-                          res.skipped)
+    return ClusterRestore(replace(taken.state, cluster_uuid_committed=True), committed, taken.head,
+                          taken.restored.manifest, taken.chain, taken.restored.skipped)

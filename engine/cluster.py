@@ -25,25 +25,25 @@ Missing replicas are rebuilt on live nodes by peer recovery.  See docs/design/en
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from collections.abc import Callable, Iterable, Mapping as MappingABC
-from dataclasses import dataclass, field
+from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from shardstore.blobstores import open_store
 from shardstore.blobstores.base import BlobStore
-from shardstore.errors import LocalDiskError
+from shardstore.cluster_state.errors import ClusterStateSuperseded
 from shardstore.engine.allocation import AllocationWorker, ClusterHealth, cluster_health, plan_replicas
+from shardstore.engine.datadir import DataDirLock
+from shardstore.engine.documents import BulkResult, DocumentsMixin
 from shardstore.engine.errors import (
     ClusterClosed,
     HealthTimeout,
@@ -51,40 +51,26 @@ from shardstore.engine.errors import (
     IndexNotCreated,
     IndexNotFound,
     InvalidRequest,
-    NodeDisconnected,
     NodeNotFound,
+    OperationTermTooOld,
     RecoverySourceClosed,
     ShardUnavailable,
     StalePrimary,
-    VersionConflict,
 )
 from shardstore.engine.metadata import IndexMeta, ShardRouting, from_index_metadata, sync_index
 from shardstore.engine.promotion import PROMOTION_RETRY_MIN, PromotionMixin
 from shardstore.engine.recovery import peer_recover
 from shardstore.engine.restore_check import ShardLoss
-from shardstore.engine.routing import shard_ids
 from shardstore.engine.shard import ShardCopy, ShardSpec
 from shardstore.engine.transport import Transport
-from shardstore.segments.mapping import sources_from_pylist, sources_from_table
+from shardstore.engine.validation import check_create_args, check_index_name, check_mapping
+from shardstore.errors import LocalDiskError
+from shardstore.segments.mapping import Mapping
 from shardstore.segments.path_strategy import PlainPathStrategy
 from shardstore.segments.remote_store import next_free_term
-from shardstore.translog.operations import OpType, unstamped_batch
 
 log = logging.getLogger(__name__)
-MANAGER = "cluster-manager"
-
-
-@dataclass
-class BulkResult:
-    """Per item: seq_no, primary_term and version, or the error; plus the acknowledged ids."""
-
-    items: pa.Table  # _id, shard, seq_no, primary_term, version, error (null when acknowledged)
-    acknowledged: list[str] = field(default_factory=list)
-
-    @property
-    def errors(self) -> bool:
-        """True if any item was not acknowledged."""
-        return len(self.acknowledged) != self.items.num_rows
+__all__ = ["BulkResult", "Cluster", "Node"]  # BulkResult lives in documents.py; imported from here too
 
 
 class Node:
@@ -108,7 +94,7 @@ class Node:
         if copy is None:
             raise ShardUnavailable(req["index_uuid"], req["shard"], f"no copy on {self.name}")
         if action == "shard.replicate":
-            return copy.replica_apply(req["ops"], req["term"], req["global_checkpoint"])
+            return copy.replica_apply(req["ops"], req["term"], req["global_checkpoint"], req.get("mapping"))
         raise InvalidRequest(f"unknown action {action!r}")
 
     def _primary_bulk(self, key: tuple[str, int], req: dict[str, Any]) -> dict[str, Any]:
@@ -117,7 +103,8 @@ class Node:
             raise ShardUnavailable(key[0], key[1], f"{self.name} holds no primary")
         assert self.cluster is not None
         try:
-            stamped = copy.primary_apply(req["ops"], expect=req.get("expect"))
+            stamped = copy.primary_apply(req["ops"], expect=req.get("expect"), mapping=req.get("mapping"),
+                                         fields=req.get("fields"))
         except LocalDiskError as exc:
             self.cluster._fail_copy(key, self.name, copy, str(exc))  # a replica takes over; the client retries
             raise
@@ -126,11 +113,16 @@ class Node:
             try:
                 lc = self.transport.send(self.name, replica, "shard.replicate",
                                          {"index_uuid": key[0], "shard": key[1], "ops": stamped,
-                                          "term": copy.primary_term, "global_checkpoint": copy.global_checkpoint})
+                                          "term": copy.primary_term, "global_checkpoint": copy.global_checkpoint,
+                                          "mapping": req.get("mapping")})
                 checkpoints.append(lc)
-            except (NodeDisconnected, ShardUnavailable, LocalDiskError) as exc:
-                # the cluster manager removes the copy from the in-sync set before we acknowledge
-                self.cluster._fail_replica(key, replica, copy.primary_term, str(exc))
+            except OperationTermTooOld:
+                raise  # the replica knows a newer term: this primary is stale, its write is not acknowledged
+            except Exception as exc:  # noqa: BLE001 - unreachable, or it refused ops the primary applied
+                # the cluster manager removes the copy from the in-sync set before we acknowledge: a replica that
+                # cannot apply what the primary applied (a mapping it decided otherwise) is rebuilt, never left
+                # in sync behind the primary (issue 15 review)
+                self.cluster._fail_replica(key, replica, copy.primary_term, f"{type(exc).__name__}: {exc}")
         copy.update_global_checkpoint(min(checkpoints))
         return {"ops": stamped}
 
@@ -164,7 +156,7 @@ class Node:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
 
-class Cluster(PromotionMixin):
+class Cluster(PromotionMixin, DocumentsMixin):
     """An in-process cluster of nodes over one blob store (see the module docstring).
 
     On empty data directories over a store that already holds a cluster state, the
@@ -188,51 +180,58 @@ class Cluster(PromotionMixin):
                                  f"{type(store).__name__}")
         #: after a failover, replica rebuilds and the new primary's re-upload start this many seconds later
         self.recovery_delay = recovery_delay
-        self.store = open_store(store, **store_options) if isinstance(store, str) else store
-        self.data_dir = data_dir
-        self.transport = transport or Transport()
-        # Dedicated cluster-manager nodes keep the cluster state (issue 6): elected, two-phase
-        # publication through the blob store.  On empty disks over a store that holds a cluster
-        # state, the first election restores it (a new cluster UUID chained to the old one).
-        from shardstore.cluster_state.coordination import LocalCluster
-
-        self.managers = LocalCluster(self.store, os.path.join(data_dir, "cluster-managers"),
-                                     master_nodes=[f"cm-{i}" for i in range(cluster_managers)],
-                                     transport=self.transport)
-        state = self.managers.elect("cm-0")
-        self.cluster_uuid = state.cluster_uuid
-        self.indices: dict[str, IndexMeta] = {}
-        self._lock = threading.RLock()
-        self._shard_locks: dict[tuple[str, int], threading.RLock] = {}
-        self._initializing: set[tuple[str, int]] = set()  # (index, shard) with a peer recovery running
-        self._recovery_failures: dict[tuple[str, int], int] = {}
-        #: (index, shard) whose promotion failed -> the cause; retried by a timer (_retry_promotions)
-        self._unpromoted: dict[tuple[str, int], str] = {}
-        #: (index UUID, shard) -> the highest seq# this cluster acknowledged: a rebuild from the store must bring
-        #: back at least that much, whatever its (possibly stale) listings show (docs/design/engine.md, invariant 12)
-        self._acked_max: dict[tuple[str, int], int] = {}
-        self._acked_lock = threading.Lock()
-        self._not_retried: set[tuple[str, int]] = set()  # claimed by another writer: red until a restore
-        self._promotion_timer: threading.Timer | None = None
-        self._promotion_backoff = PROMOTION_RETRY_MIN
-        self._closed = False
-        self._allocation = AllocationWorker(self._allocation_round, name="allocation")
-        self._writers = ThreadPoolExecutor(max_workers=8, thread_name_prefix="bulk-shard")
-        self.nodes: dict[str, Node] = {}
-        for i in range(nodes):
-            self.start_node(f"node-{i}")
-        #: what a restore dropped, per shard, when it ran with accept_data_loss=True (else it refuses)
-        self.restore_losses: list[ShardLoss] = []
-        self._accept_data_loss = accept_data_loss
+        self._dir_lock = DataDirLock(data_dir)  # before the store: a second cluster on this dir writes nothing
         try:
-            #: indices found in the cluster state at start (a restore): their shards come from the store
-            self.restored_indices = self._restore_shards(state)
-            for loss in self.restore_losses:
-                log.error("restore accepted a data loss: %s", loss)
+            self.store = open_store(store, **store_options) if isinstance(store, str) else store
+            self.data_dir = data_dir
+            self.transport = transport or Transport()
+            # Dedicated cluster-manager nodes keep the cluster state (issue 6): elected, two-phase
+            # publication through the blob store.  On empty disks over a store that holds a cluster
+            # state, the first election restores it (a new cluster UUID chained to the old one).
+            from shardstore.cluster_state.coordination import LocalCluster
+
+            self.managers = LocalCluster(self.store, os.path.join(data_dir, "cluster-managers"),
+                                         master_nodes=[f"cm-{i}" for i in range(cluster_managers)],
+                                         transport=self.transport)
+            state = self.managers.elect("cm-0")
+            self.cluster_uuid = state.cluster_uuid
+            self.indices: dict[str, IndexMeta] = {}
+            self._lock = threading.RLock()
+            self._mapping_lock = threading.Lock()  # one index-mapping update at a time (before the cluster lock)
+            self._mapping_cache: dict[str, tuple[dict, Mapping]] = {}
+            self._shard_locks: dict[tuple[str, int], threading.RLock] = {}
+            self._initializing: set[tuple[str, int]] = set()  # (index, shard) with a peer recovery running
+            self._recovery_failures: dict[tuple[str, int], int] = {}
+            #: (index, shard) whose promotion failed -> the cause; retried by a timer (_retry_promotions)
+            self._unpromoted: dict[tuple[str, int], str] = {}
+            #: (index UUID, shard) -> the highest seq# this cluster acknowledged: a rebuild from the store must bring
+            #: back at least that much, whatever its (possibly stale) listings show (docs/design/engine.md, invariant 12)
+            self._acked_max: dict[tuple[str, int], int] = {}
+            self._acked_lock = threading.Lock()
+            self._not_retried: set[tuple[str, int]] = set()  # claimed by another writer: red until a restore
+            self._promotion_timer: threading.Timer | None = None
+            self._promotion_backoff = PROMOTION_RETRY_MIN
+            self._closed = False
+            self._allocation = AllocationWorker(self._allocation_round, name="allocation")
+            self._writers = ThreadPoolExecutor(max_workers=8, thread_name_prefix="bulk-shard")
+            self.nodes: dict[str, Node] = {}
+            for i in range(nodes):
+                self.start_node(f"node-{i}")
+            #: what a restore dropped, per shard, when it ran with accept_data_loss=True (else it refuses)
+            self.restore_losses: list[ShardLoss] = []
+            self._accept_data_loss = accept_data_loss
+            try:
+                #: indices found in the cluster state at start (a restore): their shards come from the store
+                self.restored_indices = self._restore_shards(state)
+                for loss in self.restore_losses:
+                    log.error("restore accepted a data loss: %s", loss)
+            except BaseException:
+                self.close()
+                raise
+            self.wait_for_allocation()
         except BaseException:
-            self.close()
+            self._dir_lock.release()  # a failed start leaves the directory free
             raise
-        self.wait_for_allocation()
 
     # -- nodes ------------------------------------------------------------------------------
 
@@ -444,6 +443,9 @@ class Cluster(PromotionMixin):
                          strategy=meta.strategy, reupload_delay=self.recovery_delay)
 
     def _set_routing(self, meta: IndexMeta, shard: int, **changes: Any) -> None:
+        cur = self.indices.get(meta.name)
+        if cur is not None and cur.uuid == meta.uuid and cur.mappings is not meta.mappings:
+            meta = replace(meta, mappings=cur.mappings)  # a mapping update since ``meta`` was read is kept
         new = meta.with_routing(shard, **changes)
         self.indices[meta.name] = new
         self._publish(new)
@@ -487,6 +489,8 @@ class Cluster(PromotionMixin):
     def _meta(self, index: str) -> IndexMeta:
         if self._closed:
             raise ClusterClosed(f"index [{index}]")
+        if not isinstance(index, str):
+            raise InvalidRequest(f"an index name is a string, got {type(index).__name__}")
         meta = self.indices.get(index)
         if meta is None:
             raise IndexNotFound(index)
@@ -494,13 +498,12 @@ class Cluster(PromotionMixin):
 
     def create_index(self, name: str, shards: int = 1, replicas: int = 1, mappings: dict | None = None,
                      durability: str = "request") -> IndexMeta:
-        """Create an index; its shards are allocated over the live nodes."""
+        """Create an index; its shards are allocated over the live nodes (all or nothing: InvalidRequest creates nothing)."""
         if self._closed:
             raise ClusterClosed(f"create index [{name}]")
-        if durability not in ("request", "async"):
-            raise InvalidRequest(f"durability must be 'request' or 'async', not {durability!r}")
-        if shards < 1 or replicas < 0:
-            raise InvalidRequest(f"shards must be >= 1 and replicas >= 0 (got {shards}, {replicas})")
+        name = check_index_name(name)
+        shards, replicas, durability = check_create_args(shards, replicas, durability)
+        mapping = check_mapping(mappings)
         with self._lock:
             if name in self.indices:
                 raise IndexAlreadyExists(name)
@@ -508,13 +511,15 @@ class Cluster(PromotionMixin):
             if not live:
                 raise IndexNotCreated(name, "no live data node to hold its shards")
             meta = IndexMeta(name=name, uuid=uuid.uuid4().hex, shards=shards, replicas=replicas,
-                             mappings=mappings or {}, durability=durability, strategy=PlainPathStrategy(),
+                             mappings=mapping.to_dict(), durability=durability, strategy=PlainPathStrategy(),
                              routing=tuple(ShardRouting(s, live[s % len(live)], 1, (live[s % len(live)],),
                                                         (live[s % len(live)],)) for s in range(shards)),
                              data_cluster_uuid=self.cluster_uuid)
             # all or nothing: an index exists (takes writes) only once the cluster state holds it,
             # or Cluster.restore would lose every write acknowledged to it (issue 14, case 5)
             failure = self._try_publish(meta)
+            if isinstance(failure, ClusterStateSuperseded):
+                raise failure  # another cluster took the store over: not retryable, this one must stop
             if failure is not None:
                 raise IndexNotCreated(name, f"its metadata was not committed to the cluster state "
                                             f"({type(failure).__name__}: {failure})") from failure
@@ -536,83 +541,6 @@ class Cluster(PromotionMixin):
 
     # -- documents --------------------------------------------------------------------------
 
-    def bulk(self, index: str, docs: pa.Table | Iterable[MappingABC[str, Any]]) -> BulkResult:
-        """Index documents (a table with ``_id`` or dicts with ``_id``); per-item results and the acked ids."""
-        ids, sources = sources_from_table(docs) if isinstance(docs, pa.Table) else sources_from_pylist(docs)
-        n = len(ids)
-        ops = unstamped_batch(pa.array([int(OpType.INDEX)] * n, pa.int8()), ids,
-                              pa.array([1] * n, pa.int64()), sources)
-        return self._write(index, ops)
-
-    def delete(self, index: str, doc_id: str, *, if_seq_no: int | None = None,
-               if_primary_term: int | None = None) -> BulkResult:
-        """Delete one document (optionally only if its current seq# and term match)."""
-        ops = unstamped_batch([int(OpType.DELETE)], [doc_id], [1], [None])
-        return self._write(index, ops, _expect(doc_id, if_seq_no, if_primary_term))
-
-    def index_doc(self, index: str, doc: MappingABC[str, Any], *, if_seq_no: int | None = None,
-                  if_primary_term: int | None = None) -> BulkResult:
-        """Index one document with optimistic concurrency (VersionConflict when seq#/term moved on)."""
-        ids, sources = sources_from_pylist([doc])
-        ops = unstamped_batch(pa.array([int(OpType.INDEX)], pa.int8()), ids, pa.array([1], pa.int64()), sources)
-        return self._write(index, ops, _expect(ids[0].as_py(), if_seq_no, if_primary_term))
-
-    def _write(self, index: str, ops: pa.RecordBatch, expect: tuple | None = None) -> BulkResult:
-        meta = self._meta(index)
-        shards = shard_ids(ops.column("id"), meta.shards)
-        subs = []
-        for s in range(meta.shards):
-            idx = pc.indices_nonzero(pc.equal(shards, s))
-            if len(idx):
-                subs.append((s, ops.take(idx)))
-        # Shards are written in parallel.  Lock order: a shard lock, then the cluster lock
-        # (briefly, to fail a replica); the cluster manager never takes a shard lock while it
-        # holds the cluster lock (failover promotes, recoveries run on the allocation worker).
-        if len(subs) == 1:
-            parts = [self._write_shard(index, meta.uuid, *subs[0], expect=expect)]
-        else:
-            try:
-                parts = list(self._writers.map(lambda sub: self._write_shard(index, meta.uuid, *sub, expect=expect),
-                                               subs))
-            except RuntimeError as exc:  # the pool shut down: closed under the caller
-                if not self._closed:
-                    raise
-                raise ClusterClosed(f"bulk to [{index}]") from exc
-        acked = [i for t in parts for i in t.filter(pc.is_null(t.column("error"))).column("_id").to_pylist()]
-        items = pa.concat_tables(parts) if parts else pa.table({"_id": pa.array([], pa.string())})
-        return BulkResult(items, acked)
-
-    def _write_shard(self, index: str, index_uuid: str, s: int, sub: pa.RecordBatch,
-                     expect: tuple | None = None) -> pa.Table:
-        """Send one shard's part of a bulk to its primary; per-item results (error null = acknowledged)."""
-        error, stamped = None, None
-        try:
-            with self._shard_lock((index_uuid, s)):
-                primary = self.primary_of(index, s)
-                stamped = self.transport.send(MANAGER, primary, "shard.bulk",
-                                              {"index_uuid": index_uuid, "shard": s, "ops": sub,
-                                               "expect": expect})["ops"]
-        except VersionConflict as exc:
-            raise VersionConflict(exc.doc_id, exc.expected_seq_no, exc.expected_primary_term, exc.actual_seq_no,
-                                  exc.actual_primary_term, index=index, shard=s) from None
-        except Exception as exc:  # noqa: BLE001 - reported per item, never acknowledged
-            error = f"{type(exc).__name__}: {exc}"
-        k = sub.num_rows
-        ok = stamped is not None
-        if ok and k:
-            top = pc.max(stamped.column("seq_no")).as_py()
-            with self._acked_lock:
-                if top > self._acked_max.get((index_uuid, s), -1):
-                    self._acked_max[(index_uuid, s)] = top
-        return pa.table({
-            "_id": sub.column("id"),
-            "shard": pa.array([s] * k, pa.int32()),
-            "seq_no": stamped.column("seq_no") if ok else pa.nulls(k, pa.int64()),
-            "primary_term": stamped.column("primary_term") if ok else pa.nulls(k, pa.int64()),
-            "version": stamped.column("version") if ok else pa.nulls(k, pa.int64()),
-            "error": pa.nulls(k, pa.string()) if ok else pa.array([error] * k, pa.string()),
-        })
-
     def _primary_copy(self, index: str, shard: int) -> ShardCopy:
         meta = self._meta(index)
         node = self.nodes.get(self.primary_of(index, shard))
@@ -620,15 +548,6 @@ class Cluster(PromotionMixin):
         if copy is None:
             raise ShardUnavailable(index, shard, f"its primary on {self.primary_of(index, shard)} is gone")
         return copy
-
-    def get(self, index: str, doc_id: str) -> dict[str, Any] | None:
-        """The document (realtime: from the primary, refreshed or not), or None."""
-        meta = self._meta(index)
-        s = shard_ids(pa.array([doc_id], pa.string()), meta.shards)[0].as_py()
-        doc = self._primary_copy(index, s).directory.get(doc_id)
-        if doc is not None and doc.get("_source") is not None:
-            doc = {**doc, "_source": json.loads(doc["_source"])}
-        return doc
 
     def refresh(self, index: str) -> None:
         """Make every copy's buffered documents searchable."""
@@ -713,6 +632,7 @@ class Cluster(PromotionMixin):
             if self.transport.is_registered(name):
                 self.transport.unregister(name)
             self.nodes[name].close()
+        self._dir_lock.release()
 
     def _restore_shards(self, state) -> list[str]:
         """Allocate every index of ``state`` from the blob store (a restore); returns their names."""
@@ -735,6 +655,8 @@ class Cluster(PromotionMixin):
                 if copy.restore_loss is not None:
                     self.restore_losses.append(copy.restore_loss)
                 routing.append(ShardRouting(sr.shard, target, term, (target,), (target,)))
+            meta = self._with_shard_fields(meta, [self.nodes[r.primary].copies[(meta.uuid, r.shard)].directory.mapping
+                                                  for r in routing if r.primary is not None])
             self.indices[name] = meta.with_all_routing(tuple(routing))
             self._publish(self.indices[name])
             restored.append(name)
@@ -765,13 +687,3 @@ class Cluster(PromotionMixin):
             cluster.close()
             raise NoClusterState(location, "nothing to restore: the store holds no cluster state with indices")
         return cluster
-
-
-def _expect(doc_id: str, if_seq_no: int | None, if_primary_term: int | None) -> tuple | None:
-    """The optimistic-concurrency condition the primary checks, or None when none was given."""
-    if if_seq_no is None and if_primary_term is None:
-        return None
-    return (doc_id, if_seq_no, if_primary_term)
-
-
-__all__ = ["BulkResult", "Cluster", "Node"]

@@ -165,6 +165,52 @@ class InvalidRequest(EngineError, InvalidError):
         self.reason = reason
 
 
+class InvalidIndexName(InvalidRequest):
+    """An index name breaks the naming rules (Elasticsearch's); nothing was created."""
+
+    def __init__(self, name: object, rule: str) -> None:
+        super().__init__(f"invalid index name {name!r}: {rule}")
+        self.name = name
+        self.rule = rule
+
+
+class DocumentRejected(EngineError, InvalidError):
+    """One bulk item breaks a document rule (a limit, a value JSON cannot hold, a mapping conflict).
+
+    The item got no seq# and exists on no copy; the other items of its bulk are unaffected.
+    ``position`` is the item's place in the bulk, ``field`` the dotted field at fault (None
+    for the document as a whole), ``rule`` the rule it broke.
+    """
+
+    def __init__(self, position: int, doc_id: object, field: str | None, rule: str) -> None:
+        who = f"document {position}" + (f" (id {doc_id!r})" if doc_id is not None else "")
+        where = f" field {field!r}:" if field is not None else ""
+        super().__init__(f"{who}:{where} {rule}; this item was not applied")
+        self.position = position
+        self.doc_id = doc_id
+        self.field = field
+        self.rule = rule
+
+
+class MappingNotCommitted(EngineError, UnavailableError):
+    """A bulk needed new fields in the index mapping, and the cluster state did not commit them; nothing was applied."""
+
+    def __init__(self, index: str, fields: list[str], cause: BaseException) -> None:
+        super().__init__(f"index [{index}]: mapping update for {fields} not committed to the cluster state "
+                         f"({type(cause).__name__}: {cause}); nothing of this bulk was applied, retry it")
+        self.index = index
+        self.fields = fields
+
+
+class DataDirInUse(EngineError, ConflictError):
+    """Another cluster holds the data directory; nothing was written to the store."""
+
+    def __init__(self, data_dir: str, holder: str) -> None:
+        super().__init__(f"data directory {data_dir!r} is in use by another cluster ({holder}); stop that cluster "
+                         f"or give this one its own data_dir; nothing was written to the store")
+        self.data_dir = data_dir
+
+
 class HealthTimeout(EngineError, UnavailableError):
     """The cluster did not reach the health asked for in time (replicas still recovering or no node to hold them)."""
 

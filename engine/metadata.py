@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from shardstore.cluster_state.model import ClusterState, IndexMetadata
+from shardstore.segments.mapping import Mapping
 from shardstore.segments.path_strategy import PathStrategy
 
 DURABILITY = "index.translog.durability"
@@ -104,6 +105,10 @@ def sync_index(meta: IndexMeta):
             state = state.with_index(target)
         else:
             im = cur
+            if target.mappings != im.mappings:  # fields only ever join a mapping: merged, never replaced
+                merged = Mapping.from_dict(im.mappings).merged(Mapping.from_dict(target.mappings))
+                if merged.to_dict() != im.mappings:
+                    im = replace(im, mappings=merged.to_dict())
             for s, term in enumerate(target.primary_terms):
                 if term > im.primary_terms[s]:
                     im = im.with_primary_term(s, term)

@@ -37,7 +37,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shardstore.blobstores.base import BlobStore
-from shardstore.errors import LocalDiskError
 from shardstore.engine.errors import (
     OperationTermTooOld,
     RestoreDataLoss,
@@ -45,10 +44,13 @@ from shardstore.engine.errors import (
     StalePrimary,
     VersionConflict,
 )
-from shardstore.segments.directory import ShardDirectory
+from shardstore.engine.restore_audit import Evidence, audit
+from shardstore.engine.restore_check import ShardLoss, missing_ranges
+from shardstore.errors import LocalDiskError
+from shardstore.segments.directory import Prepared, ShardDirectory
 from shardstore.segments.errors import CommitConflict, CommitNotFound, UploadCancelled
+from shardstore.segments.mapping import Mapping
 from shardstore.segments.path_strategy import PathStrategy, PlainPathStrategy
-from shardstore.segments.versions import next_versions
 from shardstore.segments.remote_store import (
     RemoteSegmentStore,
     ShardAddress,
@@ -58,8 +60,7 @@ from shardstore.segments.remote_store import (
     list_terms,
     restore,
 )
-from shardstore.engine.restore_audit import Evidence, audit
-from shardstore.engine.restore_check import ShardLoss, missing_ranges
+from shardstore.segments.versions import next_versions
 from shardstore.translog.errors import TranslogCorruptedError
 from shardstore.translog.local import LocalTranslog
 from shardstore.translog.operations import SCHEMA, OpType, stamp, unstamped_batch
@@ -89,7 +90,7 @@ class ShardSpec:
     durability: str = "request"
     mapping: dict = field(default_factory=dict)
     strategy: PathStrategy = field(default_factory=PlainPathStrategy)
-    buffer_interval: float = 0.05
+    buffer_interval: float = 0.0  # group commit: no linger (translog/remote.py)
     upload_timeout: float = 30.0
     #: after a promotion, the re-upload of the shard under the new term starts this much later
     reupload_delay: float = 0.0
@@ -214,18 +215,29 @@ class ShardCopy:
         """The highest seq# this copy generated or saw."""
         return self.tracker.max_seq_no
 
-    def primary_apply(self, ops: pa.RecordBatch, *, expect: Expectation | None = None) -> pa.RecordBatch:
+    def primary_apply(self, ops: pa.RecordBatch, *, expect: Expectation | None = None,
+                      mapping: Mapping | None = None, fields: pa.Table | None = None) -> pa.RecordBatch:
         """Stamp an unstamped bulk with a contiguous seq# range and per-id versions, apply it and make it
         durable; returns it stamped.
 
         ``expect`` (optimistic concurrency: id, if_seq_no, if_primary_term) is checked
         against the id's current copy under the write lock, so two writers racing on the
         same seq# cannot both pass; a mismatch raises VersionConflict and applies nothing.
+        ``mapping``: the index mapping the coordinator checked the batch against (every copy
+        takes it in first, so no copy decides a field's type on its own); ``fields``: the
+        coordinator's parse of the index ops against it, used instead of parsing again when
+        this copy's mapping is exactly ``mapping``.
         """
         with self._lock, self._local_disk("write"):
             if not self.primary:
                 raise StalePrimary(f"{self.path}: not a primary (term {self.primary_term}); nothing was applied")
-            prepared = self.directory.prepare(ops)  # a rejected batch consumes no seq#
+            if mapping is not None:
+                self.directory.merge_mapping(mapping)
+            if fields is not None and mapping is not None and self.directory.mapping == mapping \
+                    and fields.num_rows == ops.num_rows:
+                prepared = Prepared(ops.num_rows, fields, mapping)  # every op is an index op of the bulk
+            else:
+                prepared = self.directory.prepare(ops)  # a rejected batch consumes no seq#
             ops = self._with_versions(ops, expect)
             first = self.tracker.generate_seq_nos(ops.num_rows)
             stamped = stamp(ops, first, self.primary_term)
@@ -248,9 +260,12 @@ class ShardCopy:
             versions = pc.if_else(pc.equal(op_type, int(OpType.NO_OP)), pa.nulls(len(versions), pa.int64()), versions)
         return ops.set_column(ops.schema.get_field_index("version"), "version", versions)
 
-    def replica_apply(self, stamped: pa.RecordBatch, term: int, global_checkpoint: int) -> int:
-        """Apply a batch the primary stamped; returns this copy's local checkpoint."""
+    def replica_apply(self, stamped: pa.RecordBatch, term: int, global_checkpoint: int,
+                      mapping: Mapping | None = None) -> int:
+        """Apply a batch the primary stamped (taking in the index ``mapping`` first); returns the local checkpoint."""
         with self._lock, self._local_disk("write"):
+            if mapping is not None:
+                self.directory.merge_mapping(mapping)
             if term < self.primary_term:
                 raise OperationTermTooOld(
                     f"{self.path}: operations of term {term} refused, this copy knows term {self.primary_term}; "
@@ -438,6 +453,7 @@ class ShardCopy:
             if self.max_seq_no > primary.max_seq_no:
                 raise ResyncRefused(f"{self.path}: holds seq# up to {self.max_seq_no}, above the new primary's "
                                     f"{primary.max_seq_no}; it must be rebuilt")
+            self.directory.merge_mapping(primary.directory.mapping)  # the primary's field types, not guessed anew
             sent = self.replay(primary.translog.read_operations(self.local_checkpoint + 1))
             self.primary_term = max(self.primary_term, term)
             self.update_global_checkpoint(primary.global_checkpoint)

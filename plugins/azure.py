@@ -7,14 +7,18 @@ Deletes go as blob batches of up to 256.  The SDK's retry policy is set to zero 
 RetryingStore decides.
 
 Credentials: ``connection_string``, or ``account_name`` with ``account_key`` /
-``sas_token``, else azure-identity's DefaultAzureCredential chain through adlfs.
+``sas_token``, else azure-identity's DefaultAzureCredential chain through adlfs.  The
+account key, SAS tokens and their signatures (also inside a connection string) are
+scrubbed from every log record and from client-setup errors: see
+:mod:`shardstore.blobstores.redact` (azure-core already hides them in its own logs).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
+from urllib.parse import parse_qs
 
 from fsspec.asyn import sync
 
@@ -65,7 +69,12 @@ class AzureStore(FsspecStore):
         ),
     }
 
+    def _extra_secrets(self) -> list[str]:
+        """The key, SAS and signature inside a connection string or SAS token (redacted like the options)."""
+        return credential_parts(self.options)
+
     def _make_fs(self) -> Any:
+        """adlfs whose service client makes one attempt per request."""
         o = self.options
         if not (o["connection_string"] or o["account_name"]):
             raise ConfigError("Azure needs connection_string or account_name", location=self.location)
@@ -225,6 +234,23 @@ class AzureStore(FsspecStore):
             for status in self._call(chunk[0], self._run, batch if use_batch else one_by_one, chunk):
                 if status not in (200, 202, 404):
                     raise self._typed(None, status, f"batch delete answered {status} for a blob", None)
+
+
+def credential_parts(options: Mapping[str, Any]) -> list[str]:
+    """The secrets inside the options: a connection string's AccountKey and SAS, each SAS's signature."""
+    parts: list[str] = []
+    sas = [options.get("sas_token")]
+    for item in str(options.get("connection_string") or "").split(";"):
+        name, _, value = item.partition("=")
+        name = name.strip().lower()
+        if name == "accountkey":
+            parts.append(value.strip())
+        elif name == "sharedaccesssignature":
+            sas.append(value.strip())
+    for token in sas:
+        if isinstance(token, str) and token:
+            parts += [token, *parse_qs(token.lstrip("?")).get("sig", [])]
+    return parts
 
 
 _ADLFS: type | None = None

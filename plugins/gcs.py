@@ -7,7 +7,10 @@ times inside ``_request``; this plugin uses a subclass whose ``_request`` makes 
 attempt, so RetryingStore sees (and counts) every throttle.
 
 Credentials: the ``token`` option (``"anon"``, ``"google_default"``, a service-account
-JSON path, ...) as gcsfs takes it, else google-auth's default chain.
+JSON path, a raw access token, ...) as gcsfs takes it, else google-auth's default chain.
+A raw token is scrubbed from every log record and from client-setup errors (gcsfs checks
+it at ``/tokeninfo?access_token=...``, and a failed check quotes that URL): see
+:mod:`shardstore.blobstores.redact`.
 
 Emulator note: gcsfs stalls ~60 s per call against an emulator unless
 ``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false`` is set before gcsfs is imported; this
@@ -44,6 +47,7 @@ class GCSStore(FsspecStore):
     }
 
     def _make_fs(self) -> Any:
+        """gcsfs making one attempt per request, the request counter hooked in."""
         o = self.options
         if o["endpoint_url"]:
             os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")

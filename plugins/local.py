@@ -14,8 +14,10 @@ a prefix directory of other keys (``a`` and ``a/b``); such a put raises InvalidK
 Conditional create needs hard links: where ``link`` fails with EPERM, ENOTSUP or
 EOPNOTSUPP it raises ConfigError (rename-if-absent would not be atomic).  A full disk
 is a non-retryable RequestRejected.  Temp files older than an hour (from crashed
-writers) are deleted on open.  There is no user metadata, so an ambiguous conditional
-retry is resolved by comparing bytes.
+writers) are deleted on open.  A root that is not a directory, or that cannot be
+created, is a ConfigError; with ``read_only`` the open creates nothing (a missing root
+is a ConfigError) and writes raise AccessDenied.  There is no user metadata, so an
+ambiguous conditional retry is resolved by comparing bytes.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Iterable, Iterator
-from stat import S_ISREG
+from stat import S_ISDIR, S_ISREG
 from typing import Any, BinaryIO
 
 from shardstore.blobstores.backend import BackendStore
@@ -67,24 +69,61 @@ class LocalStore(BackendStore):
     OPTIONS = {
         "fsync": Option("fsync", bool, True, "fsync files and directories on put (off only for scratch data)"),
         "create": Option("create", bool, True, "create the root directory if it is missing"),
+        "read_only": Option("read_only", bool, False, "create nothing (not the root, not the temp dir); "
+                                                      "refuse writes"),
     }
 
     def __init__(self, url: str, **options: Any) -> None:
         super().__init__(url, **options)
         self.root = self.url.prefix
-        if self.options["create"]:
-            os.makedirs(self.root, exist_ok=True)
-        elif not os.path.isdir(self.root):
-            raise ConfigError("the root directory does not exist (pass create=true)", location=self.location)
+        self._read_only = self.options["read_only"]
+        self._open_root()
         self._real_root = os.path.realpath(self.root)
         self._real_head = os.path.join(self._real_root, "")  # with the trailing separator
         self._tmp = os.path.join(self.root, TMP_DIR)
         if os.path.islink(self._tmp):
             raise ConfigError(f"{TMP_DIR} is a symlink; temp files must stay inside the root", location=self.location)
-        os.makedirs(self._tmp, exist_ok=True)
-        self._sweep_temp()
+        if not self._read_only:
+            self._make_dir(self._tmp, "the temp directory")
+            self._sweep_temp()
 
     # -- helpers -------------------------------------------------------------------------
+
+    def _open_root(self) -> None:
+        """Check that the root is a directory, creating it only when ``create`` and not ``read_only``."""
+        try:
+            if not S_ISDIR(os.stat(self.root).st_mode):
+                raise ConfigError("the root is not a directory", location=self.location)
+            return
+        except FileNotFoundError:
+            pass
+        except NotADirectoryError:
+            raise ConfigError("a part of the root's path is not a directory", location=self.location) from None
+        except OSError as exc:
+            raise ConfigError(f"cannot use the root directory ({exc.strerror or exc})",
+                              location=self.location) from None
+        if self._read_only:
+            raise ConfigError("the root directory does not exist (a read-only open creates nothing)",
+                              location=self.location)
+        if not self.options["create"]:
+            raise ConfigError("the root directory does not exist (pass create=true)", location=self.location)
+        self._make_dir(self.root, "the root directory")
+
+    def _make_dir(self, path: str, what: str) -> None:
+        """``os.makedirs``; a failure (a file in the way, /proc, permissions) is a ConfigError naming ``path``."""
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as exc:
+            if isinstance(exc, (FileExistsError, NotADirectoryError)):
+                reason = "something that is not a directory is in the way"
+            else:
+                reason = exc.strerror or str(exc)
+            raise ConfigError(f"cannot create {what} {path} ({reason}); the root must be a writable directory",
+                              location=self.location) from None
+
+    def _refuse_write(self, key: str | None) -> None:
+        if self._read_only:
+            raise AccessDenied("write refused: the store was opened read-only", location=self.location, key=key)
 
     def _path(self, key: str) -> str:
         self._check(key)
@@ -226,6 +265,7 @@ class LocalStore(BackendStore):
 
     def _put(self, key: str, fill: Any, if_absent: bool) -> BlobInfo:
         target = self._resolve(key, whole=False)
+        self._refuse_write(key)
         self._metrics.request("put")
         try:
             tmp, st = self._write_temp(fill)
@@ -355,6 +395,7 @@ class LocalStore(BackendStore):
     def delete(self, keys: Iterable[str]) -> None:
         """Unlink each file (missing ones ignored) and prune directories left empty."""
         paths = [self._resolve(k, whole=False) for k in keys]
+        self._refuse_write(None)
         self._metrics.request("delete")
         parents = set()
         for path in paths:

@@ -4,7 +4,8 @@ The endpoint is ``https://<namespace>.compat.objectstorage.<region>.oraclecloud.
 with path-style addressing and SigV4 signing; ``endpoint_url`` overrides it (that is
 how tests reach an emulator).  Keys are "Customer Secret Keys" (an access key id and
 secret), from options or the AWS-style environment and profiles.  Everything else,
-including If-None-Match conditional create, is the S3 store's.
+including If-None-Match conditional create and keeping the keys out of logs and errors,
+is the S3 store's.
 """
 
 from __future__ import annotations

@@ -5,7 +5,9 @@ CompleteMultipartUpload for streamed writes); the writer token rides in user met
 (``x-amz-meta-shardstore-writer``).  Listing uses ListObjectsV2 with ``StartAfter`` and
 1,000-key pages; deletes use DeleteObjects, 1,000 keys a request.  botocore's and s3fs's
 own retries are off: RetryingStore decides.  Credentials come from options or from
-botocore's chain (environment, profiles, instance metadata).
+botocore's chain (environment, profiles, instance metadata).  Credentials given as options
+are scrubbed from every log record (botocore logs them at DEBUG in each request's headers)
+and from client-setup errors: see :mod:`shardstore.blobstores.redact`.
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ class S3Store(FsspecStore):
         return client, config
 
     def _make_fs(self) -> Any:
+        """s3fs making one attempt per call, its session open and the request hook installed."""
         o = self.options
         client, config = self._s3_config()
         fs = _single_attempt_s3fs()(

@@ -35,6 +35,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from shardstore.core.ops import NO_OPS, OpType
+from shardstore.errors import InvalidError
+from shardstore.fileio import write_atomic
 from shardstore.segments.commit import (
     CommitPoint,
     CommittedSegment,
@@ -43,8 +46,6 @@ from shardstore.segments.commit import (
     read_commit,
     write_commit,
 )
-from shardstore.errors import InvalidError
-from shardstore.fileio import write_atomic
 from shardstore.segments.errors import InvalidDocument, SegmentCorrupted, SegmentError
 from shardstore.segments.gc import local_deletable, retained_commits
 from shardstore.segments.livedocs import LiveDocs, livedocs_file_name
@@ -60,11 +61,9 @@ from shardstore.segments.segment import (
     segment_file_name,
     write_segment,
 )
-from shardstore.translog.operations import OpType
 from shardstore.segments.versions import first_of_runs, latest_versions
 
 log = logging.getLogger(__name__)
-NO_OPS = -1
 LOCK_FILE = "write.lock"
 _DELETES = pa.schema([pa.field("_id", pa.string()), pa.field("_seq_no", pa.int64())])
 
@@ -193,6 +192,12 @@ class ShardDirectory:
                 cs.livedocs_size, cs.livedocs_checksum)
 
     # -- writing ----------------------------------------------------------------------------
+
+    def merge_mapping(self, mapping: Mapping) -> None:
+        """Take in the fields of ``mapping`` (the index's, decided once for every shard); MappingConflict on a clash."""
+        with self._lock:
+            if mapping is not self.mapping and len(mapping):
+                self.mapping = self.mapping.merged(mapping)
 
     def prepare(self, ops: pa.RecordBatch | pa.Table) -> Prepared:
         """Check and parse a batch (stamped or not) without buffering it: MappingConflict / InvalidDocument here.

@@ -6,7 +6,14 @@ subsystem (``SegmentError``) or by what to do about it (``InvalidError``...).
 
 from __future__ import annotations
 
-from shardstore.errors import ConflictError, CorruptError, InvalidError, NotFoundError, ShardstoreError, UnavailableError
+from shardstore.errors import (
+    ConflictError,
+    CorruptError,
+    InvalidError,
+    NotFoundError,
+    ShardstoreError,
+    UnavailableError,
+)
 
 
 class SegmentError(ShardstoreError):

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import enum
+import functools
 import json
 import re
 import struct
@@ -58,8 +59,12 @@ import pyarrow.json as pajson
 from .errors import InvalidDocument, MappingConflict
 
 __all__ = [
+    "DATE_RANGE_MS",
     "FieldType",
+    "INTEGER_RANGE",
+    "LONG_RANGE",
     "Mapping",
+    "json_default",
     "METADATA_FIELDS",
     "parse_sources",
     "sources_from_pylist",
@@ -67,7 +72,8 @@ __all__ = [
 ]
 
 #: Column names reserved by the segment format; a source may not hold them.
-METADATA_FIELDS = frozenset({"_id", "_seq_no", "_primary_term", "_version", "_source"})
+METADATA_FIELDS = frozenset({"_id", "_seq_no", "_primary_term", "_version", "_source",
+                             "__shardstore_live__"})  # the last one: the live-docs column of filtered scans
 
 _DATE_ARROW = pa.timestamp("ms", tz="UTC")
 _DATE_RE = r"^\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:Z|[+-]\d{2}:?\d{2})?)?$"
@@ -215,6 +221,15 @@ class Mapping:
         if not new:
             return self
         return Mapping(tuple({**self._dict, **new}.items()))
+
+    def merged(self, other: Mapping) -> Mapping:
+        """This mapping plus the fields of ``other``; MappingConflict if one field has two types."""
+        mine = self._dict
+        for name, ftype in other.fields:
+            have = mine.get(name)
+            if have is not None and have is not ftype:
+                raise MappingConflict(name, None, have.value, ftype.value)
+        return self.with_fields({n: t for n, t in other.fields if n not in mine})
 
     def arrow_schema(self) -> pa.Schema:
         """Flat schema of the field columns (dotted names), as stored in a segment."""
@@ -447,8 +462,8 @@ def _parse_fast(ids: pa.Array, sources: pa.Array, mapping: Mapping, dynamic: boo
         redone: dict[str, pa.ChunkedArray] = {}
         for name, col in flat:
             if name in new and new[name] is FieldType.DATE:
-                if col.type != _DATE_ARROW:
-                    raise _SlowPath(f"{name}: {col.type} on re-read")
+                if col.type != _DATE_ARROW or not _dates_in_range(col):
+                    raise _SlowPath(f"{name}: {col.type} on re-read, or a date outside years 1-9999")
                 redone[name] = pc.coalesce(redone[name], col) if name in redone else col
         columns.update(redone)
 
@@ -456,6 +471,8 @@ def _parse_fast(ids: pa.Array, sources: pa.Array, mapping: Mapping, dynamic: boo
     for name, ftype in extended.fields:
         col = columns.get(name)
         want = ftype.arrow_type
+        if ftype is FieldType.DATE and col is not None and col.type == _DATE_ARROW and not _dates_in_range(col):
+            raise _SlowPath(f"{name}: a date outside years 1-9999")  # the Python path names the document
         if col is None:
             out.append(pa.chunked_array([pa.nulls(n, want)], want))
             continue
@@ -478,28 +495,37 @@ def _parse_fast(ids: pa.Array, sources: pa.Array, mapping: Mapping, dynamic: boo
 # The Python reference path: error messages, and values the Arrow reader refuses.
 # ---------------------------------------------------------------------------------------
 
-_INT64 = (-(1 << 63), (1 << 63) - 1)
-_INT32 = (-(1 << 31), (1 << 31) - 1)
+#: The values a ``long`` and an ``integer`` field hold.
+LONG_RANGE = _INT64 = (-(1 << 63), (1 << 63) - 1)
+INTEGER_RANGE = _INT32 = (-(1 << 31), (1 << 31) - 1)
 
 
-def _py_date(value: str) -> _dt.datetime | None:
-    if not _DATE_PY_RE.match(value):
-        return None
-    v = value.replace(" ", "T", 1)
-    if v.endswith("Z"):
-        v = v[:-1] + "+00:00"
-    m = re.match(r"^(.*T\d{2}:\d{2}(?::\d{2})?)(\.\d+)?(.*)$", v)
-    if m and m.group(2) and len(m.group(2)) > 7:
-        v = m.group(1) + m.group(2)[:7] + m.group(3)  # Python reads up to microseconds
-    if re.search(r"[+-]\d{4}$", v) and "T" in v:
-        v = v[:-2] + ":" + v[-2:]
+#: Dates Python's ``datetime`` can hold (years 1 to 9999), in ms since the epoch: the range a date field keeps.
+DATE_RANGE_MS = _DATE_MIN_MS, _DATE_MAX_MS = -62135596800000, 253402300799999
+_DATE_READ = pajson.ParseOptions(explicit_schema=pa.schema([("d", _DATE_ARROW)]))
+
+
+@functools.lru_cache(maxsize=8192)
+def _date_ms(value: str) -> int | None:
+    """``value`` read as a date by the very reader of the fast path (ms since the epoch), or None.
+
+    One grammar for both paths (issue 15 review): the Python path asks the Arrow JSON
+    reader, so a value is a date, or not, whichever path a batch takes; and only dates
+    of years 1 to 9999 are kept (a year 0 date made every later read raise).
+    """
     try:
-        d = _dt.datetime.fromisoformat(v)
-    except ValueError:
+        t = pajson.read_json(pa.BufferReader(json.dumps({"d": value}).encode("utf-8")), parse_options=_DATE_READ)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
-    if d.tzinfo is None:
-        d = d.replace(tzinfo=_dt.timezone.utc)
-    return d.astimezone(_dt.timezone.utc)
+    ms = t.column(0).cast(pa.int64())[0].as_py()
+    return ms if ms is not None and _DATE_MIN_MS <= ms <= _DATE_MAX_MS else None
+
+
+def _dates_in_range(col: pa.ChunkedArray) -> bool:
+    """True when every date of ``col`` (timestamp[ms, UTC]) lies in years 1 to 9999."""
+    mm = pc.min_max(col.cast(pa.int64()))
+    lo, hi = mm["min"].as_py(), mm["max"].as_py()
+    return lo is None or (_DATE_MIN_MS <= lo and hi <= _DATE_MAX_MS)
 
 
 def _py_kind(value: Any) -> str:
@@ -510,7 +536,7 @@ def _py_kind(value: Any) -> str:
     if isinstance(value, float):
         return "double"
     if isinstance(value, str):
-        return "date" if _py_date(value) is not None else "keyword"
+        return "date" if _DATE_PY_RE.match(value) and _date_ms(value) is not None else "keyword"
     if isinstance(value, list):
         return "array"
     if isinstance(value, dict):
@@ -519,6 +545,8 @@ def _py_kind(value: Any) -> str:
 
 
 def _fits(ftype: FieldType, value: Any) -> bool:
+    if ftype is FieldType.DATE:  # a mapped date takes what the reader takes (not only what inference calls a date)
+        return isinstance(value, str) and _date_ms(value) is not None
     kind = _py_kind(value)
     if ftype in (FieldType.KEYWORD, FieldType.TEXT):
         return kind in ("keyword", "date")
@@ -535,18 +563,30 @@ def _fits(ftype: FieldType, value: Any) -> bool:
     return False
 
 
-def _py_flatten(prefix: str, obj: dict[str, Any], out: dict[str, Any], objects: set[str]) -> None:
+def _py_flatten(prefix: str, obj: dict[str, Any], out: dict[str, Any], objects: set[str]) -> bool:
+    """Dotted leaves of ``obj`` into ``out``, object paths into ``objects``; True if ``obj`` holds a value.
+
+    An object holding no value (``{}``, ``{"x": null}``) is absent, as ``null`` is: it leaves
+    no object path, so a later mapping of that name as a scalar never makes an acknowledged
+    document unreplayable (the Arrow reader of the fast path sees no field in it either).
+    """
+    any_value = False
     for key, value in obj.items():
         name = f"{prefix}{key}"
         if isinstance(value, dict):
+            if not _py_flatten(name + ".", value, out, objects):
+                continue
             objects.add(name)
-            _py_flatten(name + ".", value, out, objects)
-        elif value is not None:
+        elif value is None:
+            continue
+        else:
             out[name] = value
+        any_value = True
         # a dotted key implies its parents are objects
         parts = name.split(".")
         for i in range(1, len(parts)):
             objects.add(".".join(parts[:i]))
+    return any_value
 
 
 def _parse_python(ids: pa.Array, sources: pa.Array, mapping: Mapping, dynamic: bool) -> tuple[pa.Table, Mapping]:
@@ -629,11 +669,14 @@ def _parse_python(ids: pa.Array, sources: pa.Array, mapping: Mapping, dynamic: b
             if v is None:
                 continue
             if ftype is FieldType.DATE:
-                v = _py_date(v)
+                v = _date_ms(v)
             elif ftype is FieldType.DOUBLE:
                 v = float(v)
             vals[i] = v
-        cols.append(pa.array(vals, ftype.arrow_type))
+        if ftype is FieldType.DATE:
+            cols.append(pa.array(vals, pa.int64()).cast(_DATE_ARROW))
+        else:
+            cols.append(pa.array(vals, ftype.arrow_type))
     return pa.Table.from_arrays(cols, schema=extended.arrow_schema()), extended
 
 
@@ -641,7 +684,8 @@ def _parse_python(ids: pa.Array, sources: pa.Array, mapping: Mapping, dynamic: b
 # Sources from Python documents or Arrow tables.
 # ---------------------------------------------------------------------------------------
 
-def _json_default(value: Any) -> Any:
+def json_default(value: Any) -> Any:
+    """The JSON form of the non-JSON values a Python document may hold (datetime, date, UTF-8 bytes)."""
     if isinstance(value, _dt.datetime):
         if value.tzinfo is None:
             value = value.replace(tzinfo=_dt.timezone.utc)
@@ -661,7 +705,7 @@ def sources_from_pylist(docs: Iterable[dict[str, Any]]) -> tuple[pa.Array, pa.Ar
     """
     ids: list[Any] = []
     out: list[bytes] = []
-    dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=_json_default).encode
+    dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=json_default).encode
     for i, doc in enumerate(docs):
         if not isinstance(doc, dict):
             raise InvalidDocument(i, None, f"document is a {type(doc).__name__}, not a dict")
@@ -719,7 +763,10 @@ def _value_json(col: pa.ChunkedArray) -> pa.ChunkedArray:
     if pa.types.is_floating(t):
         col = col.cast(pa.float64())
         finite = pc.is_finite(col)
-        return pc.if_else(finite, col.cast(pa.string()), pa.scalar(None, pa.string()))
+        text = col.cast(pa.string())
+        # 1.0 is written "1" by the cast: keep it a JSON float, or the field would be mapped long
+        text = pc.if_else(pc.match_substring_regex(text, "[.eE]"), text, pc.binary_join_element_wise(text, ".0", ""))
+        return pc.if_else(finite, text, pa.scalar(None, pa.string()))
     if pa.types.is_timestamp(t):
         if t.tz is None:
             col = col.cast(pa.timestamp(t.unit, "UTC"))

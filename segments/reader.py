@@ -25,11 +25,11 @@ import pyarrow.compute as pc
 from shardstore.blobstores.base import BlobStore
 from shardstore.segments.commit import CommitPoint, CommittedSegment
 from shardstore.segments.livedocs import LiveDocs
+from shardstore.segments.mapping import Mapping
 from shardstore.segments.records import crc32c
 from shardstore.segments.remote_metadata import RemoteCommitMetadata
 from shardstore.segments.remote_store import ShardAddress, download_file, latest_commit
 from shardstore.segments.segment import BASE_SCHEMA, SegmentReader, scan_segments
-from shardstore.segments.mapping import Mapping
 
 _DOWNLOAD_LOCK = threading.Lock()
 

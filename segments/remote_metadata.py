@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 from shardstore.errors import InvalidError
 from shardstore.segments.commit import CommitPoint
-from shardstore.segments.path_strategy import invert, uninvert
 from shardstore.segments.errors import SegmentCorrupted
+from shardstore.segments.path_strategy import invert, uninvert
 from shardstore.segments.records import decode_record, encode_record
 
 MAGIC = b"SSRC"

@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 
 from shardstore.blobstores.base import BlobStore
 from shardstore.blobstores.errors import BlobAlreadyExists, BlobNotFound
-from shardstore.progress import Progress
 from shardstore.fileio import write_atomic
+from shardstore.progress import Progress
 from shardstore.segments.commit import CommitPoint, write_commit
 from shardstore.segments.errors import CommitConflict, CommitNotFound, SegmentCorrupted, SegmentError, UploadCancelled
 from shardstore.segments.gc import GcPlan, RemoteCommitRef, RemoteFileRef, plan_remote_gc

@@ -58,6 +58,7 @@ from shardstore.errors import UnsupportedFormatVersion
 from shardstore.fileio import disk_fault, fsync_dir
 from shardstore.fileio import fsync as fsync_file
 
+from . import row_cache
 from .errors import SegmentCorrupted
 from .id_index import _ArrowSeq, _bisect_all, _IdIndex, fingerprints
 from .livedocs import LiveDocs
@@ -502,7 +503,9 @@ class SegmentReader:
         arr = self._rg_cache.get(g)
         if arr is None:
             try:
-                arr = self._file().read_row_group(g, columns=["_id"]).column("_id").combine_chunks()
+                arr = row_cache.row_groups.get(  # shared and byte-bounded: a warm get decodes nothing
+                    (self.path, self.info.checksum, -1 - g),
+                    lambda: self._file().read_row_group(g, columns=["_id"])).column("_id").combine_chunks()
             except pa.ArrowException as exc:
                 raise SegmentCorrupted(self._where, f"cannot read _id of row group {g}: {exc}") from None
             if len(self._rg_cache) > 8:
@@ -618,7 +621,11 @@ class SegmentReader:
         groups = np.searchsorted(starts, r, side="right") - 1
         needed = np.unique(groups)
         try:
-            t = pf.read_row_groups(needed.tolist(), columns=cols)
+            if cols is None and len(needed) <= 2 and row_cache.row_groups.max_bytes > 0:  # a point read
+                t = pa.concat_tables([row_cache.row_groups.get(
+                    (self.path, self.info.checksum, int(g)), lambda g=int(g): pf.read_row_group(g)) for g in needed])
+            else:
+                t = pf.read_row_groups(needed.tolist(), columns=cols)
         except pa.ArrowException as exc:
             raise SegmentCorrupted(self._where, f"cannot read row groups {needed.tolist()}: {exc}") from None
         sizes = starts[needed + 1] - starts[needed]

@@ -26,6 +26,7 @@ from shardstore.segments.segment import SegmentReader, lookup_segments
 VERSIONS_SCHEMA = pa.schema([pa.field("_seq_no", pa.int64()), pa.field("_primary_term", pa.int64()),
                              pa.field("_version", pa.int64())])
 
+_BUFFER_DOC_COLUMNS = ["_id", "_seq_no", "_primary_term", "_version"]
 _CANDIDATE = pa.schema([pa.field("q", pa.int64()), pa.field("_seq_no", pa.int64()),
                         pa.field("_primary_term", pa.int64()), pa.field("_version", pa.int64()),
                         pa.field("deleted", pa.bool_())])
@@ -38,10 +39,13 @@ def latest_versions(ids: pa.Array, buffered_docs: Sequence[pa.Table], buffered_d
         ids = ids.combine_chunks()
     uniq = pc.unique(ids)
     cands = []
-    for t in buffered_docs:
-        cands.append(_from_buffer(t, uniq, deleted=False))
-    for t in buffered_deletes:
-        cands.append(_from_buffer(t, uniq, deleted=True))
+    # one lookup over all buffered tables (one per bulk since the last refresh), not one per table
+    if buffered_docs:
+        cands.append(_from_buffer(pa.concat_tables([t.select(_BUFFER_DOC_COLUMNS) for t in buffered_docs]), uniq,
+                                  deleted=False))
+    if buffered_deletes:
+        cands.append(_from_buffer(pa.concat_tables([t.select(["_id", "_seq_no"]) for t in buffered_deletes]), uniq,
+                                  deleted=True))
     if segments and len(uniq):
         readers = [r for r, _ in segments]
         qpos, segidx, rows = lookup_segments(readers, uniq)

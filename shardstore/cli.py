@@ -1,23 +1,57 @@
-"""The ``shardstore`` command: version, installed plugins, a store self-test, and the cluster-state report."""
+"""The ``shardstore`` command: version, installed plugins, a store self-test, and the cluster-state report.
+
+Read-only commands (``cluster-state show``) open the store read-only: they create
+nothing and fail on a missing root.  ``store check`` writes scratch blobs but does not
+create a missing root unless asked (``-o create=true``).  Every error is one line on
+stderr (``shardstore: error: ...``, exit 1); a closed pipe (``| head``) ends the command
+quietly with exit status 141 (128 + SIGPIPE, what a shell reports for other tools).
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from shardstore import __version__
-from shardstore.errors import ShardstoreError
+from shardstore.errors import InvalidError, ShardstoreError
+
+if TYPE_CHECKING:
+    from shardstore.blobstores.base import BlobStore
+
+#: Exit status after the reader of stdout went away (128 + SIGPIPE).
+EXIT_BROKEN_PIPE = 141
 
 
-def _parse_options(pairs: Sequence[str]) -> dict[str, str]:
-    out = {}
+class UsageError(InvalidError):
+    """A command-line argument the parser accepted but the command cannot use."""
+
+
+def _parse_options(pairs: Sequence[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep or not name:
-            raise SystemExit(f"shardstore: -o expects name=value, got {pair!r}")
+            raise UsageError(f"-o expects name=value, got {pair!r}")
         out[name] = value
     return out
+
+
+def _open_store(
+    url: str, options: dict[str, Any], *, read_only: bool = False, create_root: bool = True
+) -> BlobStore:
+    """Open ``url``: read-only, or without creating a missing root unless the options ask for it."""
+    from shardstore.blobstores import open_store, plugin_class
+    from shardstore.blobstores.options import parse_url
+
+    if read_only:
+        return open_store(url, **{**options, "read_only": True})
+    parsed = parse_url(url)
+    if not create_root and "create" in getattr(plugin_class(parsed.scheme), "OPTIONS", {}):
+        options = {"create": False, **options}
+    return open_store(url, **options)
 
 
 def _cmd_plugins(args: argparse.Namespace) -> int:
@@ -38,11 +72,9 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
 
 
 def _cmd_store_check(args: argparse.Namespace) -> int:
-    from shardstore.blobstores import open_store
     from shardstore.blobstores.selfcheck import CheckResult, run_checks
 
-    options = _parse_options(args.option)
-    store = open_store(args.url, **options)
+    store = _open_store(args.url, _parse_options(args.option), create_root=False)
     print(f"checking {store.location} (scratch prefix {args.prefix}/...)", flush=True)
 
     def show(r: CheckResult) -> None:
@@ -61,10 +93,9 @@ def _cmd_store_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_cluster_state_show(args: argparse.Namespace) -> int:
-    from shardstore.blobstores import open_store
     from shardstore.cluster_state.report import format_inspection, inspect_store
 
-    store = open_store(args.url, **_parse_options(args.option))
+    store = _open_store(args.url, _parse_options(args.option), read_only=True)
     try:
         report = inspect_store(store, keep=args.keep, verify=not args.no_verify)
     finally:
@@ -116,10 +147,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(func(args))
-    except ShardstoreError as exc:
-        print(f"shardstore: error: {exc}", file=sys.stderr)
+        status = int(func(args))
+        sys.stdout.flush()  # inside the try: a closed pipe surfaces here, not at exit
+        return status
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+    except (ShardstoreError, OSError) as exc:
+        print(f"shardstore: error: {_one_line(exc)}", file=sys.stderr)
         return 1
+
+
+def _one_line(exc: BaseException) -> str:
+    """The message of ``exc`` and its notes on one line."""
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, OSError) and not isinstance(exc, ShardstoreError) and exc.strerror:
+        text = f"{exc.strerror}: {exc.filename}" if exc.filename is not None else exc.strerror
+    parts = [text, *getattr(exc, "__notes__", [])]
+    return "; ".join(" ".join(line.strip() for line in part.splitlines() if line.strip()) for part in parts)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the flush at exit cannot raise BrokenPipeError again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no real file descriptor (stdout replaced in-process)
+        pass
 
 
 if __name__ == "__main__":  # pragma: no cover

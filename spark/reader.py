@@ -151,9 +151,8 @@ def newest_per_id(ops: pa.Table) -> pa.Table:
 
 def _translog_tail(store: BlobStore, loc: IndexLocation, shard: int, md: RemoteCommitMetadata,
                    to_seq_no: int | None) -> pa.Table:
-    from shardstore.translog.remote import RemoteTranslog
-
     from shardstore.translog.operations import SCHEMA
+    from shardstore.translog.remote import RemoteTranslog
 
     address = loc.address(shard)
     prefixes = [address.translog_prefix(t) for t in list_terms(store, address)]

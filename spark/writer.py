@@ -53,8 +53,8 @@ from shardstore.segments.commit import CommitPoint, CommittedSegment
 from shardstore.segments.errors import CommitNotFound
 from shardstore.segments.livedocs import LiveDocs, livedocs_file_name
 from shardstore.segments.mapping import Mapping, sources_from_table
-from shardstore.segments.records import crc32c
 from shardstore.segments.reader import ShardCommitReader
+from shardstore.segments.records import crc32c
 from shardstore.segments.remote_metadata import RemoteCommitMetadata, RemoteFile, data_key, metadata_key
 from shardstore.segments.remote_store import (
     RemoteSegmentStore,

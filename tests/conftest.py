@@ -29,11 +29,11 @@ from typing import Any
 
 import pytest
 
+from shardstore.blobstores import BlobStore, open_backend, open_store
+
 # Imported first: it sets GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false before gcsfs loads.
 from shardstore.testing.emulators import Emulator, start_emulator
 from shardstore.testing.fault_proxy import FaultProxy, emu_via_proxy_options
-
-from shardstore.blobstores import BlobStore, open_backend, open_store
 
 BACKENDS = ("memory", "file", "s3", "oci", "gcs", "azure")
 CLOUD = ("s3", "oci", "gcs", "azure")

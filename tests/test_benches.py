@@ -257,3 +257,44 @@ def test_failover_quick_prints_the_ratio(tmp_path: Path) -> None:
     assert sizes == [2000, 20000]
     (ratio,) = [f for f in figures if f["name"] == "first_failover_ratio"]
     assert ratio["target"] == "<= 1.5"
+
+
+def test_peers_quick_on_the_file_store(tmp_path: Path) -> None:
+    """``python -m benches peers --quick --peers-stores file``: shardstore next to each installed peer, positive figures.
+
+    A peer whose package is missing (the ``bench`` extra) is left out of the expectations, with a
+    printed reason; the bench must then name the extra on stderr.
+    """
+    import importlib.util
+
+    peers = [p for p in ("deltalake", "slatedb", "duckdb") if importlib.util.find_spec(p) is not None]
+    for p in sorted({"deltalake", "slatedb", "duckdb"} - set(peers)):
+        print(f"peers bench: {p} is not installed, its figures are not expected (pip install '.[bench]')")
+    figures, _table, _json_lines, err = _quick("peers", tmp_path, "--peers-stores", "file",
+                                               zero_ok=("requests_per_get",))
+
+    def impls(name: str, **params: object) -> set[str]:
+        return {f["params"]["impl"] for f in figures
+                if f["name"] == name and all(f["params"].get(k) == v for k, v in params.items())}
+
+    writers = {"shardstore"} | ({"deltalake", "slatedb"} & set(peers))
+    assert impls("bulk_docs_per_s", store="file") == writers
+    assert impls("bulk_ratio") == {f"shardstore/{p}" for p in writers - {"shardstore"}}
+    assert impls("one_go_docs_per_s") == {"shardstore"} | ({"deltalake"} & set(peers))
+    assert impls("one_go_ratio") == ({"shardstore/deltalake"} if "deltalake" in peers else set())
+    readers = {"shardstore"} | ({"slatedb", "duckdb"} & set(peers))
+    for name in ("get_p50_ms", "get_p99_ms"):
+        assert impls(name) == readers, name
+    assert impls("get_p50_ratio") == {f"{p}/shardstore ms" for p in readers - {"shardstore"}}
+    assert impls("puts_per_bulk") == impls("requests_per_bulk") == impls("requests_per_get") == {"shardstore"}
+    sizes = {(f["params"]["impl"], f["params"]["phase"]) for f in figures if f["name"] == "bytes_per_1k_docs"}
+    expected = {("shardstore", "bulks"), ("shardstore", "one_go")}
+    expected |= {("deltalake", "bulks"), ("deltalake", "one_go")} if "deltalake" in peers else set()
+    expected |= {("slatedb", "bulks")} if "slatedb" in peers else set()
+    expected |= {("duckdb", "parquet")} if "duckdb" in peers else set()
+    assert sizes == expected
+    assert all(f["params"]["store"] == "file" for f in figures)
+    if len(peers) < 3:
+        assert "pip install '.[bench]'" in err
+    assert "side by side:" in err
+    assert not list(tmp_path.glob("shardstore-bench-peers-*")), "temp files left behind"

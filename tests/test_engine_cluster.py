@@ -43,9 +43,10 @@ def test_index_get_delete_and_errors(cluster: Cluster) -> None:
     cluster.delete("flights", "7")
     cluster.refresh("flights")
     assert cluster.get("flights", "7") is None and cluster.count("flights") == 99
-    # a mapping conflict fails its shard's items, applies nothing of that shard's batch, and says why
+    # a mapping conflict rejects that item at the door (decided once for the index), and says why
     bad = cluster.bulk("flights", [{"_id": "200", "delay": "late"}])
-    assert bad.errors and "MappingConflict" in bad.items.column("error")[0].as_py()
+    assert bad.errors and "DocumentRejected" in bad.items.column("error")[0].as_py()
+    assert "'delay': a value of type keyword conflicts with the mapped type long" in bad.items.column("error")[0].as_py()
     assert cluster.get("flights", "200") is None
     primary = cluster._primary_copy("flights", 0)
     before = primary.max_seq_no

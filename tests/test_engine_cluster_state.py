@@ -12,6 +12,7 @@ from shardstore.cluster_state.errors import NoClusterState
 from shardstore.cluster_state.remote import RemoteClusterStateService
 from shardstore.engine import Cluster
 from shardstore.engine.metadata import DATA_CLUSTER_UUID, DURABILITY
+from shardstore.segments.mapping import Mapping
 
 
 def _committed(store_url: str, cluster_uuid: str):
@@ -29,7 +30,7 @@ def test_every_metadata_change_is_published_and_committed(tmp_path: Path) -> Non
     _m, state = _committed(url, cluster.cluster_uuid)
     im = state.indices["flights"]
     meta = cluster.indices["flights"]
-    assert (im.uuid, im.shards, im.replicas, im.mappings) == (meta.uuid, 2, 1, {"delay": "long"})
+    assert (im.uuid, im.shards, im.replicas, Mapping.from_dict(im.mappings)) == (meta.uuid, 2, 1, Mapping.from_dict({"delay": "long"}))
     assert im.settings == {DURABILITY: "request", DATA_CLUSTER_UUID: cluster.cluster_uuid}
     assert im.primary_terms == (1, 1) and all(len(s) == 2 for s in im.in_sync)
     assert state.routing["flights"]["shards"][0][1] == cluster.primary_of("flights", 0)

@@ -7,7 +7,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from shardstore.blobstores.errors import ConfigError, InvalidKey, InvalidRange
-from shardstore.blobstores.keys import check_range, join_root, key_problem, relative_to_root, validate_key, validate_prefix
+from shardstore.blobstores.keys import (
+    check_range,
+    join_root,
+    key_problem,
+    relative_to_root,
+    validate_key,
+    validate_prefix,
+)
 from shardstore.blobstores.options import Option, coerce_options, parse_url
 from shardstore.errors import InvalidError
 

@@ -19,8 +19,7 @@ import pytest
 
 import shardstore
 import shardstore.blobstores as bs
-from shardstore.blobstores import ConfigError, open_backend, open_store, plugin_class, plugins, schemes
-from shardstore.blobstores import registry
+from shardstore.blobstores import ConfigError, open_backend, open_store, plugin_class, plugins, registry, schemes
 from shardstore.blobstores.options import Option, coerce_options
 from shardstore.plugins.local import LocalStore
 from shardstore.plugins.memory import MemoryStore

@@ -5,7 +5,8 @@ from __future__ import annotations
 import tempfile
 
 import pyarrow as pa
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shardstore.segments.directory import ShardDirectory
 from shardstore.segments.versions import next_versions

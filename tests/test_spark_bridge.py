@@ -11,7 +11,6 @@ import os
 import zipfile
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pytest
 
 from shardstore.errors import InvalidError

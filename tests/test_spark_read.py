@@ -304,7 +304,6 @@ def test_user_schema_reads_only_those_columns(spark, idx, fmt):
 
 def test_auto_registration_module():
     import pyspark_shardstore
-
     from shardstore.spark.source import ShardstoreDataSource
 
     assert pyspark_shardstore.DefaultSource is ShardstoreDataSource

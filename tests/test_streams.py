@@ -7,8 +7,8 @@ import io
 import os
 
 import pytest
-
 from conftest import BACKENDS, CLOUD, StoreFactory
+
 from shardstore.blobstores import BlobAlreadyExists, InvalidKey, TransientError
 from shardstore.blobstores.errors import BlobChanged
 

@@ -13,10 +13,9 @@ import struct
 import threading
 import uuid
 import zlib
-
-import google_crc32c
 from pathlib import Path
 
+import google_crc32c
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings

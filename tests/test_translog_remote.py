@@ -536,3 +536,66 @@ def test_a_failed_local_fsync_anywhere_fails_the_log_for_good_and_fast(tmp_path:
         assert "failed" in outcomes and outcomes[outcomes.index("failed"):] == ["failed"] * (3 - outcomes.index("failed"))
         assert time.monotonic() - t0 < 10, "a failed local log must not wait for the upload timeout"
     local.close()
+
+
+def test_group_commit_shares_uploads_without_a_fixed_wait(tmp_path: Path) -> None:
+    """Issue 16: no linger by default.  A lone writer gets one upload (2 PUTs) per append, nothing
+    batched behind a timer; concurrent writers share uploads because appends arriving while one
+    upload is in flight (here each PUT takes 30 ms) all go in the next one."""
+    from shardstore.plugins.memory import MemoryStore
+
+    store = FaultyStore(MemoryStore(f"memory://group-{uuid.uuid4().hex}"),
+                        [FaultRule(op=("put",), action="delay", delay=0.03, times=None)])
+    local = LocalTranslog(str(tmp_path / "tl"), primary_term=1)
+    with RemoteTranslog(local, store, PREFIX) as remote:
+        assert remote.buffer_interval == 0.0
+        before = remote.uploads
+        for i in range(5):  # one writer, one append at a time
+            remote.add(ops(i * 10, 10))
+        assert remote.uploads - before == 5  # one upload each: none waited for company
+        counter = iter(range(1000, 10**9, 10))
+        lock = threading.Lock()
+        errors: list[BaseException] = []
+
+        def work() -> None:
+            try:
+                for _ in range(5):
+                    with lock:
+                        batch = ops(next(counter), 10)
+                    remote.add(batch)
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        before = remote.uploads
+        threads = [threading.Thread(target=work) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors
+        shared = remote.uploads - before
+        assert shared < 40 / 2, f"{shared} uploads for 40 concurrent appends: not shared"
+    local.close()
+    assert len(seqs(RemoteTranslog.read_operations(store, PREFIX, 0))) == 50 + 400
+
+
+def test_a_wait_nothing_can_cover_does_not_spin_the_uploader(tmp_path: Path) -> None:
+    """Review of issue 16: with no linger, a wait on a generation holding no operation made the uploader
+    loop at full CPU (uploads that covered nothing, back to back).  CPU time of the process is measured
+    over the wait: a spinning thread would burn about the whole wall time."""
+    from shardstore.plugins.memory import MemoryStore
+
+    store = MemoryStore(f"memory://spin-{uuid.uuid4().hex}")
+    local = LocalTranslog(str(tmp_path / "tl"), primary_term=1)
+    with RemoteTranslog(local, store, PREFIX) as remote:
+        remote.add(ops(0, 5))
+        cpu0, wall0 = time.process_time(), time.monotonic()
+        with pytest.raises(TranslogUnavailable):
+            remote.wait_uploaded(local.generation, timeout=1.0)  # the current, empty generation
+        time.sleep(0.5)  # the uploader, still asked for it, must idle too
+        cpu = time.process_time() - cpu0
+        wall = time.monotonic() - wall0
+        assert cpu < wall / 3, f"{cpu:.2f}s of CPU in {wall:.2f}s: the uploader spins"
+        remote.add(ops(5, 5))  # and it still uploads what comes next
+    local.close()
+    assert len(seqs(RemoteTranslog.read_operations(store, PREFIX, 0))) == 10

@@ -15,8 +15,8 @@ import traceback
 
 from shardstore.blobstores import open_store
 from shardstore.translog.local import LocalTranslog
-from shardstore.translog.remote import RemoteTranslog
 from shardstore.translog.operations import index_batch, stamp
+from shardstore.translog.remote import RemoteTranslog
 from shardstore.translog.tracker import LocalCheckpointTracker
 
 

@@ -14,9 +14,9 @@ from shardstore.translog.errors import (
     TranslogUnavailable,
 )
 from shardstore.translog.local import LocalTranslog
+from shardstore.translog.operations import SCHEMA, OpType, index_batch, stamp, unstamped_batch, validate
 from shardstore.translog.remote import RemoteTranslog
 from shardstore.translog.remote_metadata import RemoteTranslogMetadata
-from shardstore.translog.operations import SCHEMA, OpType, index_batch, stamp, unstamped_batch, validate
 from shardstore.translog.tracker import LocalCheckpointTracker
 
 __all__ = [

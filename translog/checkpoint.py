@@ -48,14 +48,14 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from shardstore.core.ops import NO_OPS as NO_OPS_PERFORMED
 from shardstore.fileio import write_atomic
-from shardstore.translog.records import check_framing, check_version, checksum_for
 from shardstore.translog.errors import TranslogCorruptedError
+from shardstore.translog.records import check_framing, check_version, checksum_for
 
 FORMAT_VERSION = 2
 MAGIC = b"SSCK"
 CHECKPOINT_FILE = "translog.ckp"
-NO_OPS_PERFORMED = -1
 UNASSIGNED = -2
 
 _PREFIX = struct.Struct("<4sH")

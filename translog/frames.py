@@ -90,6 +90,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
+from shardstore.core.ops import NO_OPS as NO_OPS_PERFORMED
 from shardstore.translog.errors import TranslogCorruptedError
 from shardstore.translog.records import Checksum, check_framing, check_version, checksum_for, crc32c, zlib_crc32
 
@@ -99,7 +100,6 @@ SCHEMA_MAGIC = b"FS"
 BATCH_MAGIC = b"FB"
 STREAM_MAGIC = b"FR"  # format version 1 frames
 FRAME_MAGIC = BATCH_MAGIC
-NO_OPS_PERFORMED = -1
 
 _HEADER = struct.Struct("<4sHH16sqq")
 _HEADER_CRC = struct.Struct("<I")

@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shardstore import fileio
+from shardstore.core.ops import NO_OPS
 from shardstore.errors import LocalDiskError
 from shardstore.translog.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from shardstore.translog.errors import StaleTerm, TranslogError
@@ -51,7 +52,6 @@ from shardstore.translog.purge import GenerationInfo, local_deletable
 from shardstore.translog.replay import filter_batch, resolve
 from shardstore.translog.tracker import LocalCheckpointTracker
 
-NO_OPS = -1
 UNASSIGNED = -2
 CHECKPOINT = "translog.ckp"
 _SCHEMA_FRAME = encode_schema_frame(SCHEMA)  # the second record of every generation file

@@ -17,23 +17,17 @@ from __future__ import annotations
 import struct
 import threading
 from dataclasses import dataclass
-from enum import IntEnum
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from shardstore.core.ops import OpType
 from shardstore.translog.errors import InvalidOperation
 
 MAX_ID_BYTES = 512
 DEFAULT_MAX_SOURCE_BYTES = 100 * 1024 * 1024
 
 
-class OpType(IntEnum):
-    """The kind of an operation (stored as int8)."""
-
-    INDEX = 0
-    DELETE = 1
-    NO_OP = 2
 
 
 #: The columns of a stamped operation batch.

@@ -11,8 +11,13 @@ checkpoint (see :mod:`remote_metadata`).  Steady state: 2 PUTs per upload.
 
 Durability: :meth:`add` appends locally, then blocks until an upload has sealed and
 uploaded the generation holding its batch AND the metadata PUT naming it succeeded.
-One uploader thread waits ``buffer_interval`` after the first waiting append, so
-concurrent appenders share one upload.  If uploads keep failing, waiting appends raise
+Group commit that never waits for nothing (issue 16): one uploader thread starts an upload
+as soon as an append waits and no upload is in flight; appends arriving during an upload
+are taken together by the next one, which starts the moment the previous one finished.
+So a lone writer pays one upload per append and no fixed delay, and concurrent writers
+share uploads in proportion to how long one takes (adaptive batching, as RocksDB's and
+SlateDB's WAL writers do).  ``buffer_interval`` > 0 adds a linger before every upload
+(the old fixed wait; kept for benchmarks that compare it).  If uploads keep failing, waiting appends raise
 TranslogUnavailable after ``upload_timeout`` seconds; they never return success for
 operations that did not land.
 
@@ -40,13 +45,13 @@ import pyarrow as pa
 
 from shardstore.blobstores.base import BlobStore
 from shardstore.blobstores.errors import BlobAlreadyExists, BlobNotFound
+from shardstore.core.ops import NO_OPS
 from shardstore.errors import LocalDiskError
 from shardstore.translog.checkpoint import read_checkpoint
 from shardstore.translog.errors import TranslogCorruptedError, TranslogError, TranslogUnavailable
 from shardstore.translog.frames import HEADER_SIZE, GenerationHeader, iter_frames
 from shardstore.translog.local import LocalTranslog, generation_file, sealed_checkpoint_file
 from shardstore.translog.purge import GenerationInfo, remote_deletable
-from shardstore.translog.replay import filter_batch, resolve
 from shardstore.translog.remote_metadata import (
     DATA_DIR,
     METADATA_DIR,
@@ -58,8 +63,8 @@ from shardstore.translog.remote_metadata import (
     metadata_key,
     parse_metadata_key,
 )
+from shardstore.translog.replay import filter_batch, resolve
 
-NO_OPS = -1
 UNASSIGNED = -2
 _TOP = 2**63 - 1
 KEEP_METADATA = 10
@@ -138,7 +143,7 @@ class RemoteTranslog:
         store: BlobStore,
         prefix: str,
         *,
-        buffer_interval: float = 0.2,
+        buffer_interval: float = 0.0,
         upload_timeout: float = 30.0,
         retry_pause: float = 0.05,
         keep_metadata: int = KEEP_METADATA,
@@ -305,11 +310,18 @@ class RemoteTranslog:
                     self._cond.wait()
                 if self._closed:
                     return
-            time.sleep(self.buffer_interval)  # collect the appends arriving meanwhile
+            if self.buffer_interval > 0:
+                time.sleep(self.buffer_interval)  # optional linger; by default the next upload starts at once
             try:
+                before = self._uploaded_through
                 self._upload(force=False)
                 self._last_error = None
                 pause = self.retry_pause
+                if self._uploaded_through == before:
+                    # nothing to upload covers what is asked (a wait on a generation with no operations):
+                    # do not spin; a new append or close() wakes the loop
+                    with self._cond:
+                        self._cond.wait(self.retry_pause)
             except BaseException as exc:  # noqa: BLE001 - reported to the waiting appenders
                 with self._cond:
                     self._last_error = exc

@@ -44,8 +44,8 @@ import struct
 import uuid
 from dataclasses import dataclass
 
-from shardstore.translog.records import check_framing, check_version, checksum_for
 from shardstore.translog.errors import TranslogCorruptedError
+from shardstore.translog.records import check_framing, check_version, checksum_for
 
 MAGIC = b"SSRM"
 FORMAT_VERSION = 2

@@ -39,11 +39,11 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from shardstore.core.ops import NO_OPS as NO_OPS_PERFORMED
 from shardstore.errors import InvalidError
 from shardstore.translog.errors import TranslogError
 
 #: The checkpoint / max seq# of a shard copy that has seen no operation.
-NO_OPS_PERFORMED = -1
 
 #: Batches that split into at most this many runs are merged run by run with bisect;
 #: more runs take the columnar merge.  (A class attribute of the tracker, so tests can

