@@ -347,7 +347,8 @@ class _Backend:
 
     def __init__(self, kind: str, base: str, ctx: Context, cleanups: list[Callable[[], Any]]) -> None:
         from shardstore.blobstores.open import open_store
-        from shardstore.segments.remote_store import RemoteSegmentStore, ShardAddress
+        from shardstore.core.address import ShardAddress
+        from shardstore.segments.remote_store import RemoteSegmentStore
 
         self.kind = kind
         if kind == "file":

@@ -1,6 +1,6 @@
 """In-process coordination: elections, two-phase publication through the remote store, commit, apply.
 
-Nodes talk through :class:`shardstore.engine.transport.Transport` (injectable drops and
+Nodes talk through :class:`shardstore.transport.Transport` (injectable drops and
 partitions).  Every request carries the sender's term; a node refuses a lower term than
 the one it knows with :class:`StaleTerm`.
 
@@ -61,12 +61,10 @@ from shardstore.cluster_state.errors import ClusterStateSuperseded, MissingEntit
 from shardstore.cluster_state.manifest import Manifest, encode_manifest
 from shardstore.cluster_state.model import ClusterState, VotingConfig
 from shardstore.cluster_state.remote import RemoteClusterStateService
-from shardstore.engine.errors import NodeDisconnected
-from shardstore.engine.transport import Transport
+from shardstore.core.records import RecordCorrupted, decode_record, encode_record
 from shardstore.errors import InvalidError, ShardstoreError
 from shardstore.fileio import write_atomic
-from shardstore.segments.errors import SegmentCorrupted
-from shardstore.segments.records import decode_record, encode_record
+from shardstore.transport import NodeDisconnected, Transport
 
 START_JOIN, PUBLISH, COMMIT = "cs/start_join", "cs/publish", "cs/commit"
 NODE_FILE = "cluster-state.node"
@@ -141,7 +139,7 @@ class PersistedNodeState:
                 data = f.read()
             try:
                 _v, body = decode_record(data, magic=_MAGIC, supported=_VERSION, where=path, what="node state")
-            except SegmentCorrupted as exc:
+            except RecordCorrupted as exc:
                 raise InvalidError(f"{exc}; the node's cluster-state file is damaged: wipe {directory} and let the "
                                    f"node rejoin (it downloads the state again)") from None
             self.current_term = int(body["current_term"])

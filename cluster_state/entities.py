@@ -16,7 +16,7 @@ index           ``CSIX``  index      :meth:`IndexMetadata.to_dict`
 routing         ``CSRT``  index      ``{"index": name, "table": routing table}`` (ephemeral)
 ==============  =======  =========  =====================================================
 
-Each blob is a record of :mod:`shardstore.segments.records` (magic, u16 version, u16
+Each blob is a record of :mod:`shardstore.core.records` (magic, u16 version, u16
 flags, u32 length, JSON body zstd-compressed over 4 KiB, CRC32C), so a flipped bit is
 caught by the record's own CRC; the reference to a blob carries the CRC32C of the blob
 without its trailer (:func:`blob_checksum`), checked first, which also catches a blob swapped
@@ -49,9 +49,8 @@ from typing import Any
 
 from shardstore.cluster_state.errors import ClusterStateCorrupt
 from shardstore.cluster_state.model import ClusterState, CoordinationMetadata, IndexMetadata
+from shardstore.core.records import RecordCorrupted, crc32c, decode_record, encode_record
 from shardstore.errors import InvalidError
-from shardstore.segments.errors import SegmentCorrupted
-from shardstore.segments.records import crc32c, decode_record, encode_record
 
 #: Cluster-wide entities, in the order they are listed.
 CLUSTER_KINDS = ("coordination", "settings", "templates", "customs", "transient", "nodes", "blocks")
@@ -142,7 +141,7 @@ def decode_entity(kind: str, data: bytes, key: str, checksum: int | None = None)
     try:
         _version, body = decode_record(data, magic=MAGIC[kind], supported=FORMAT_VERSION[kind], where=key,
                                        what=f"{kind} entity")
-    except SegmentCorrupted as exc:
+    except RecordCorrupted as exc:
         raise ClusterStateCorrupt(key, str(exc)) from None
     if "v" not in body:
         raise ClusterStateCorrupt(key, f"{kind} entity body has no value")

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from shardstore.blobstores.base import BlobStore
 from shardstore.blobstores.errors import BlobAlreadyExists, BlobNotFound
 from shardstore.cluster_state.errors import ClusterStateSuperseded
+from shardstore.core.records import decode_record, encode_record
 from shardstore.errors import CorruptError
-from shardstore.segments.records import decode_record, encode_record
 
 log = logging.getLogger(__name__)
 

@@ -38,10 +38,9 @@ from typing import Any
 
 from shardstore.cluster_state.entities import MAGIC, EntityRef, prefix
 from shardstore.cluster_state.errors import ClusterStateCorrupt
+from shardstore.core.path_strategy import invert, uninvert
+from shardstore.core.records import RecordCorrupted, crc32c, decode_record, encode_record
 from shardstore.errors import InvalidError, UnsupportedFormatVersion
-from shardstore.segments.errors import SegmentCorrupted
-from shardstore.segments.path_strategy import invert, uninvert
-from shardstore.segments.records import crc32c, decode_record, encode_record
 
 CODEC_VERSION = 1
 #: Target number of indices per chunk.
@@ -247,7 +246,7 @@ def decode_manifest(data: bytes, key: str) -> Manifest:
     try:
         _v, body = decode_record(data, magic=MAGIC["manifest"], supported=CODEC_VERSION, where=key, what="manifest")
         m = Manifest.from_dict(body, key)
-    except SegmentCorrupted as exc:
+    except RecordCorrupted as exc:
         raise ClusterStateCorrupt(key, str(exc)) from None
     except (KeyError, TypeError, ValueError) as exc:
         raise ClusterStateCorrupt(key, f"malformed manifest body: {exc!r}") from None

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Mapping
 
+from shardstore.core.path_strategy import PathStrategy, PlainPathStrategy
 from shardstore.errors import InvalidError
-from shardstore.segments.path_strategy import PathStrategy, PlainPathStrategy
 
 
 def new_uuid() -> str:

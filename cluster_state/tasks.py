@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from shardstore.cluster_state.model import ClusterState
-from shardstore.segments.path_strategy import PathStrategy
+from shardstore.core.path_strategy import PathStrategy
 
 Task = Callable[[ClusterState], ClusterState]
 

@@ -24,7 +24,7 @@ from shardstore.engine.errors import (
     VersionConflict,
 )
 from shardstore.engine.shard import ShardCopy, ShardSpec
-from shardstore.engine.transport import Transport
+from shardstore.transport import Transport
 
 __all__ = [
     "BulkResult",

@@ -3,7 +3,7 @@
 ``Cluster(store=url, data_dir=..., nodes=3)`` starts nodes ``node-0..`` that hold shard
 copies (:class:`~shardstore.engine.shard.ShardCopy`) and cluster-manager nodes ``cm-0..``
 that keep the cluster state (:mod:`shardstore.cluster_state`), all talking only through a
-:class:`~shardstore.engine.transport.Transport`.  The cluster manager (this class) keeps
+:class:`~shardstore.transport.Transport`.  The cluster manager (this class) keeps
 the index metadata (:mod:`~shardstore.engine.metadata`): per shard the primary term,
 where each copy lives, and the in-sync set; it alone bumps a term, and publishes every
 change through the elected cluster-manager node.
@@ -40,7 +40,9 @@ import pyarrow as pa
 
 from shardstore.blobstores import open_store
 from shardstore.blobstores.base import BlobStore
-from shardstore.cluster_state.errors import ClusterStateSuperseded
+from shardstore.cluster_state.coordination import LocalCluster
+from shardstore.cluster_state.errors import ClusterStateSuperseded, NoClusterState, NotMaster
+from shardstore.core.path_strategy import PlainPathStrategy
 from shardstore.engine.allocation import AllocationWorker, ClusterHealth, cluster_health, plan_replicas
 from shardstore.engine.datadir import DataDirLock
 from shardstore.engine.documents import BulkResult, DocumentsMixin
@@ -62,12 +64,11 @@ from shardstore.engine.promotion import PROMOTION_RETRY_MIN, PromotionMixin
 from shardstore.engine.recovery import peer_recover
 from shardstore.engine.restore_check import ShardLoss
 from shardstore.engine.shard import ShardCopy, ShardSpec
-from shardstore.engine.transport import Transport
 from shardstore.engine.validation import check_create_args, check_index_name, check_mapping
 from shardstore.errors import LocalDiskError
 from shardstore.segments.mapping import Mapping
-from shardstore.segments.path_strategy import PlainPathStrategy
 from shardstore.segments.remote_store import next_free_term
+from shardstore.transport import Transport
 
 log = logging.getLogger(__name__)
 __all__ = ["BulkResult", "Cluster", "Node"]  # BulkResult lives in documents.py; imported from here too
@@ -188,8 +189,6 @@ class Cluster(PromotionMixin, DocumentsMixin):
             # Dedicated cluster-manager nodes keep the cluster state (issue 6): elected, two-phase
             # publication through the blob store.  On empty disks over a store that holds a cluster
             # state, the first election restores it (a new cluster UUID chained to the old one).
-            from shardstore.cluster_state.coordination import LocalCluster
-
             self.managers = LocalCluster(self.store, os.path.join(data_dir, "cluster-managers"),
                                          master_nodes=[f"cm-{i}" for i in range(cluster_managers)],
                                          transport=self.transport)
@@ -464,8 +463,6 @@ class Cluster(PromotionMixin, DocumentsMixin):
 
     def _try_publish(self, meta: IndexMeta) -> Exception | None:
         """Publish the index's metadata (two attempts, electing a manager if needed); the last failure, or None."""
-        from shardstore.cluster_state.errors import NotMaster
-
         failure: Exception | None = None
         for _attempt in range(2):
             master = self.managers.master()
@@ -677,8 +674,6 @@ class Cluster(PromotionMixin, DocumentsMixin):
         back (it names the shard, the seq# ranges and the blobs); with ``accept_data_loss``
         the rest is restored and ``restore_losses`` lists what was dropped.
         """
-        from shardstore.cluster_state.errors import NoClusterState
-
         cluster = cls(store, data_dir, nodes, recovery_delay=recovery_delay, accept_data_loss=accept_data_loss,
                       **store_options)
         state = cluster.cluster_state()

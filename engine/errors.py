@@ -1,4 +1,4 @@
-"""Typed errors of the engine (indices, shards, nodes, transport), under the kinds of :mod:`shardstore.errors`.
+"""Typed errors of the engine (indices, shards, nodes), under the kinds of :mod:`shardstore.errors`.
 
 Each class sits under exactly one kind, so a caller may catch by subsystem
 (``EngineError``) or by what to do about it (``ConflictError``: re-read, ``UnavailableError``:
@@ -16,6 +16,10 @@ from shardstore.errors import (
     ShardstoreError,
     UnavailableError,
 )
+
+# the transport's errors, raised by the engine too (re-exported: callers catch them from here)
+from shardstore.transport import NodeDisconnected as NodeDisconnected
+from shardstore.transport import NodeNotFound as NodeNotFound
 
 
 class EngineError(ShardstoreError):
@@ -98,14 +102,6 @@ class IndexAlreadyExists(EngineError, ConflictError):
         self.index = index
 
 
-class NodeNotFound(EngineError, NotFoundError):
-    """The node named is not part of the cluster; nothing was applied."""
-
-    def __init__(self, node: str) -> None:
-        super().__init__(f"no such node [{node}]; nothing was applied")
-        self.node = node
-
-
 class ShardUnavailable(EngineError, UnavailableError):
     """A shard has no active primary (or its node is down); the operation was not applied, retry later."""
 
@@ -132,29 +128,6 @@ class ClusterClosed(EngineError, UnavailableError):
     def __init__(self, what: str) -> None:
         super().__init__(f"{what}: the cluster is closed; a write in flight may or may not have been applied; "
                          f"retry it against a restarted cluster (Cluster.restore)")
-
-
-class NodeDisconnected(EngineError, UnavailableError):
-    """The transport could not deliver a request, or its response, between two nodes.
-
-    ``delivered`` is False when the request never reached the target (nothing was
-    applied), True when the target handled it but the response was lost (it may have
-    been applied: the ambiguous case), None when unknown (timeout).
-    """
-
-    def __init__(self, sender: str, target: str, action: str, reason: str, *, delivered: bool | None = False) -> None:
-        if delivered is False:
-            outcome = "the request was not delivered, nothing was applied"
-        elif delivered:
-            outcome = "the request was delivered but its response was lost; it may have been applied"
-        else:
-            outcome = "no response in time; the request may have been applied"
-        super().__init__(f"[{action}] {sender} -> {target}: {reason}; {outcome}")
-        self.sender = sender
-        self.target = target
-        self.action = action
-        self.reason = reason
-        self.delivered = delivered
 
 
 class InvalidRequest(EngineError, InvalidError):

@@ -23,8 +23,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from shardstore.cluster_state.model import ClusterState, IndexMetadata
+from shardstore.core.path_strategy import PathStrategy
 from shardstore.segments.mapping import Mapping
-from shardstore.segments.path_strategy import PathStrategy
 
 DURABILITY = "index.translog.durability"
 DATA_CLUSTER_UUID = "index.remote_store.cluster_uuid"

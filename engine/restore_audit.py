@@ -20,10 +20,11 @@ import logging
 from dataclasses import dataclass, field
 
 from shardstore.blobstores.base import BlobStore
+from shardstore.core.address import ShardAddress
 from shardstore.engine.restore_check import capped
 from shardstore.errors import ShardstoreError
 from shardstore.segments.remote_metadata import RemoteCommitMetadata
-from shardstore.segments.remote_store import ShardAddress, iter_commits, read_metadata
+from shardstore.segments.remote_store import iter_commits, read_metadata
 from shardstore.translog.frames import HEADER_SIZE, GenerationHeader, iter_frames
 from shardstore.translog.remote import UNASSIGNED
 from shardstore.translog.remote_metadata import (

@@ -37,6 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shardstore.blobstores.base import BlobStore
+from shardstore.core.path_strategy import PathStrategy, PlainPathStrategy
 from shardstore.engine.errors import (
     OperationTermTooOld,
     RestoreDataLoss,
@@ -50,7 +51,6 @@ from shardstore.errors import LocalDiskError
 from shardstore.segments.directory import Prepared, ShardDirectory
 from shardstore.segments.errors import CommitConflict, CommitNotFound, UploadCancelled
 from shardstore.segments.mapping import Mapping
-from shardstore.segments.path_strategy import PathStrategy, PlainPathStrategy
 from shardstore.segments.remote_store import (
     RemoteSegmentStore,
     ShardAddress,

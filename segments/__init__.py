@@ -9,6 +9,8 @@
 - pure decisions: ``merge_policy``, ``gc``, ``path_strategy``.
 """
 
+from shardstore.core.address import ShardAddress
+from shardstore.core.path_strategy import HashedPrefixPathStrategy, PathStrategy, PlainPathStrategy
 from shardstore.segments.commit import CommitPoint, CommittedSegment
 from shardstore.segments.directory import RefreshResult, ShardDirectory
 from shardstore.segments.errors import (
@@ -22,9 +24,8 @@ from shardstore.segments.errors import (
 from shardstore.segments.livedocs import LiveDocs
 from shardstore.segments.mapping import FieldType, Mapping, parse_sources, sources_from_pylist, sources_from_table
 from shardstore.segments.merge_policy import TieredMergePolicy
-from shardstore.segments.path_strategy import HashedPrefixPathStrategy, PathStrategy, PlainPathStrategy
 from shardstore.segments.reader import ShardCommitReader, open_commit
-from shardstore.segments.remote_store import RemoteSegmentStore, RestoreResult, ShardAddress, restore
+from shardstore.segments.remote_store import RemoteSegmentStore, RestoreResult, restore
 from shardstore.segments.segment import SegmentInfo, SegmentReader, write_segment
 
 __all__ = [

@@ -1,6 +1,6 @@
 """Commit points ``segments_N``: which segments (and which of their live docs) a commit holds.
 
-A commit point is one framed record (:mod:`shardstore.segments.records`, magic
+A commit point is one framed record (:mod:`shardstore.core.records`, magic
 ``b"SSCP"``, format version 1) whose JSON body holds:
 
 - ``generation`` N (the file is ``segments_N``), ``primary_term``, ``history_uuid``;
@@ -24,9 +24,9 @@ from collections.abc import Mapping as MappingABC
 from dataclasses import dataclass, field
 from typing import Any
 
+from shardstore.core.records import decode_record, encode_record
 from shardstore.fileio import write_atomic
 from shardstore.segments.errors import SegmentCorrupted
-from shardstore.segments.records import decode_record, encode_record
 from shardstore.segments.segment import SegmentInfo
 
 MAGIC = b"SSCP"
@@ -127,7 +127,8 @@ class CommitPoint:
     @classmethod
     def decode(cls, data: bytes | bytearray | memoryview, where: str) -> CommitPoint:
         """Parse ``segments_N`` bytes read from ``where`` (SegmentCorrupted names it)."""
-        _version, body = decode_record(data, magic=MAGIC, supported=FORMAT_VERSION, where=where, what="commit point")
+        _version, body = decode_record(data, magic=MAGIC, supported=FORMAT_VERSION, where=where, what="commit point",
+                                       corrupt=SegmentCorrupted)
         return cls.from_body(body, where)
 
     @classmethod

@@ -36,6 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shardstore.core.ops import NO_OPS, OpType
+from shardstore.core.records import crc32c
 from shardstore.errors import InvalidError
 from shardstore.fileio import write_atomic
 from shardstore.segments.commit import (
@@ -51,7 +52,6 @@ from shardstore.segments.gc import local_deletable, retained_commits
 from shardstore.segments.livedocs import LiveDocs, livedocs_file_name
 from shardstore.segments.mapping import Mapping, parse_sources
 from shardstore.segments.merge_policy import SegmentStats, TieredMergePolicy
-from shardstore.segments.records import crc32c
 from shardstore.segments.segment import (
     BASE_SCHEMA,
     SegmentReader,

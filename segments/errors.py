@@ -6,9 +6,9 @@ subsystem (``SegmentError``) or by what to do about it (``InvalidError``...).
 
 from __future__ import annotations
 
+from shardstore.core.records import RecordCorrupted
 from shardstore.errors import (
     ConflictError,
-    CorruptError,
     InvalidError,
     NotFoundError,
     ShardstoreError,
@@ -46,13 +46,8 @@ class InvalidDocument(SegmentError, InvalidError):
         self.reason = reason
 
 
-class SegmentCorrupted(SegmentError, CorruptError):
+class SegmentCorrupted(SegmentError, RecordCorrupted):
     """A segment, live-docs file, commit point or remote metadata failed its checksum or format check."""
-
-    def __init__(self, where: str, reason: str) -> None:
-        super().__init__(f"{where}: {reason}")
-        self.where = where
-        self.reason = reason
 
 
 class CommitNotFound(SegmentError, NotFoundError):

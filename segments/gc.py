@@ -1,7 +1,7 @@
 """Which segment files and commit-metadata blobs may be deleted: pure decisions, listings in.
 
 Nothing here does I/O.  The remote caller LISTs its shard's commit-metadata blobs and
-segment file blobs (under every term's prefix, see :mod:`shardstore.segments.path_strategy`),
+segment file blobs (under every term's prefix, see :mod:`shardstore.core.path_strategy`),
 passes them with the locks it knows and the files it is uploading, and deletes what
 :func:`plan_remote_gc` returns.  The local shard directory uses :func:`retained_commits`
 and :func:`local_deletable` the same way.
@@ -13,7 +13,7 @@ primary of an older term -- a *zombie* -- may keep uploading under its own term)
    determinism).  A newer term's commit is newer than *any* older term's commit, whatever
    its generation: a zombie's high generation never outranks the new primary.
 2. **Stale primary.**  If any listed commit or file -- or ``marker_term``, the newest
-   term-marker the caller listed (:func:`shardstore.segments.path_strategy.latest_term`)
+   term-marker the caller listed (:func:`shardstore.core.path_strategy.latest_term`)
    -- has a term above ``caller_term``, the caller is no longer the primary: the plan is
    empty (``GcPlan.newer_term`` says which term it saw) and it must not GC at all.
    Hence nothing of a term newer than the caller's is ever deleted.  Pass

@@ -23,12 +23,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shardstore.blobstores.base import BlobStore
+from shardstore.core.address import ShardAddress
+from shardstore.core.records import crc32c
 from shardstore.segments.commit import CommitPoint, CommittedSegment
 from shardstore.segments.livedocs import LiveDocs
 from shardstore.segments.mapping import Mapping
-from shardstore.segments.records import crc32c
 from shardstore.segments.remote_metadata import RemoteCommitMetadata
-from shardstore.segments.remote_store import ShardAddress, download_file, latest_commit
+from shardstore.segments.remote_store import download_file, latest_commit
 from shardstore.segments.segment import BASE_SCHEMA, SegmentReader, scan_segments
 
 _DOWNLOAD_LOCK = threading.Lock()

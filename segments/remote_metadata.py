@@ -10,7 +10,7 @@ with ``inv(x) = 2**63 - 1 - x`` zero-padded to 19 digits, so one LIST yields the
 (primary term, generation) first.  Data blobs are ``data/<file name>__<uuid>``: the unique
 suffix means a primary never overwrites bytes another one wrote.
 
-The record is a framed JSON record (:mod:`shardstore.segments.records`, magic
+The record is a framed JSON record (:mod:`shardstore.core.records`, magic
 ``b"SSRC"``, format version 1) holding the commit point's body (``commit``, as in
 ``segments_N``), the primary term and generation, the writer id, and ``files``: local
 file name -> ``[blob key relative to the store root, size, CRC32C]``.  Store-root keys
@@ -21,11 +21,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from shardstore.core.path_strategy import invert, uninvert
+from shardstore.core.records import decode_record, encode_record
 from shardstore.errors import InvalidError
 from shardstore.segments.commit import CommitPoint
 from shardstore.segments.errors import SegmentCorrupted
-from shardstore.segments.path_strategy import invert, uninvert
-from shardstore.segments.records import decode_record, encode_record
 
 MAGIC = b"SSRC"
 FORMAT_VERSION = 1
@@ -74,7 +74,8 @@ class RemoteCommitMetadata:
     @classmethod
     def decode(cls, data: bytes | bytearray | memoryview, key: str) -> RemoteCommitMetadata:
         """Parse a metadata blob read from ``key`` (SegmentCorrupted names it)."""
-        _v, body = decode_record(data, magic=MAGIC, supported=FORMAT_VERSION, where=key, what="remote commit metadata")
+        _v, body = decode_record(data, magic=MAGIC, supported=FORMAT_VERSION, where=key, what="remote commit metadata",
+                                  corrupt=SegmentCorrupted)
         try:
             commit = CommitPoint.from_body(body["commit"], key)
             files = {str(n): RemoteFile(str(k), int(s), int(c)) for n, (k, s, c) in body["files"].items()}

@@ -1,6 +1,6 @@
 """The remote segment store: commits of one shard uploaded to its blob store, restored, collected.
 
-Layout (the index's :class:`~shardstore.segments.path_strategy.PathStrategy` decides the
+Layout (the index's :class:`~shardstore.core.path_strategy.PathStrategy` decides the
 prefixes; plain layout shown)::
 
     <cluster_uuid>/<term>/<index_uuid>/<shard>/segments/data/<file>__<uuid>
@@ -33,17 +33,18 @@ import threading
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from shardstore.blobstores.base import BlobStore
 from shardstore.blobstores.errors import BlobAlreadyExists, BlobNotFound
+from shardstore.core.address import ShardAddress
+from shardstore.core.path_strategy import PathStrategy, PlainPathStrategy, parse_term_marker_key
+from shardstore.core.records import crc32c, decode_record, encode_record
 from shardstore.fileio import write_atomic
 from shardstore.progress import Progress
 from shardstore.segments.commit import CommitPoint, write_commit
 from shardstore.segments.errors import CommitConflict, CommitNotFound, SegmentCorrupted, SegmentError, UploadCancelled
 from shardstore.segments.gc import GcPlan, RemoteCommitRef, RemoteFileRef, plan_remote_gc
-from shardstore.segments.path_strategy import PathStrategy, PlainPathStrategy, parse_term_marker_key
-from shardstore.segments.records import crc32c, decode_record, encode_record
 from shardstore.segments.remote_metadata import (
     DATA_DIR,
     METADATA_DIR,
@@ -69,32 +70,6 @@ class RestoreResult:
     skipped: tuple[tuple[str, str], ...] = ()  # (metadata key, reason)
     files: int = 0
     bytes: int = 0
-
-
-@dataclass(frozen=True)
-class ShardAddress:
-    """Which shard: the cluster, index UUID and shard number, and where its paths go."""
-
-    cluster_uuid: str
-    index_uuid: str
-    shard: int
-    strategy: PathStrategy = field(default_factory=PlainPathStrategy)
-
-    def segments_prefix(self, term: int) -> str:
-        """The segments prefix of ``term``."""
-        return self.strategy.shard_prefix(self.cluster_uuid, term, self.index_uuid, self.shard, "segments")
-
-    def translog_prefix(self, term: int) -> str:
-        """The translog prefix of ``term``."""
-        return self.strategy.shard_prefix(self.cluster_uuid, term, self.index_uuid, self.shard, "translog")
-
-    def term_marker_prefix(self) -> str:
-        """Where primaries record the terms they claimed the shard with."""
-        return self.strategy.term_marker_prefix(self.cluster_uuid, self.index_uuid, self.shard)
-
-    def lock_prefix(self) -> str:
-        """Where reader leases and snapshot locks live (term-independent)."""
-        return self.term_marker_prefix().rstrip("/") + "-locks"
 
 
 def _join(prefix: str, key: str) -> str:
@@ -141,7 +116,8 @@ def load_path_strategy(store: BlobStore, cluster_uuid: str, index_uuid: str) -> 
         data = store.get(key)
     except BlobNotFound:
         raise CommitNotFound(f"{store.location}/{key}: no path strategy recorded for index {index_uuid}") from None
-    _v, body = decode_record(data, magic=STRATEGY_MAGIC, supported=STRATEGY_VERSION, where=key, what="path strategy")
+    _v, body = decode_record(data, magic=STRATEGY_MAGIC, supported=STRATEGY_VERSION, where=key, what="path strategy",
+                            corrupt=SegmentCorrupted)
     return PathStrategy.from_dict(body)
 
 

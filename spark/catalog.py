@@ -14,9 +14,9 @@ from typing import Any
 
 from shardstore.blobstores import open_store
 from shardstore.blobstores.base import BlobStore
+from shardstore.core.address import ShardAddress
+from shardstore.core.path_strategy import PathStrategy
 from shardstore.errors import InvalidError, NotFoundError
-from shardstore.segments.path_strategy import PathStrategy
-from shardstore.segments.remote_store import ShardAddress
 
 DATA_CLUSTER_UUID = "index.remote_store.cluster_uuid"  # as engine/metadata.py writes it
 

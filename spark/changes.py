@@ -40,10 +40,11 @@ from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from shardstore.blobstores.base import BlobStore
+from shardstore.core.address import ShardAddress
 from shardstore.errors import InvalidError
 from shardstore.segments.errors import CommitNotFound
 from shardstore.segments.reader import ShardCommitReader
-from shardstore.segments.remote_store import ShardAddress, iter_commits, latest_commit, list_terms
+from shardstore.segments.remote_store import iter_commits, latest_commit, list_terms
 from shardstore.spark.catalog import open_from_options, resolve_index
 from shardstore.translog.operations import OpType
 from shardstore.translog.remote import RemoteTranslog, latest_metadata_key

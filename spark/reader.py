@@ -39,11 +39,11 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from shardstore.blobstores.base import BlobStore
+from shardstore.core.records import crc32c
 from shardstore.errors import InvalidError
 from shardstore.segments.errors import CommitNotFound, SegmentCorrupted
 from shardstore.segments.livedocs import LiveDocs
 from shardstore.segments.mapping import Mapping, parse_sources
-from shardstore.segments.records import crc32c
 from shardstore.segments.remote_metadata import RemoteCommitMetadata, RemoteFile, parse_metadata_key
 from shardstore.segments.remote_store import download_file, iter_commits, latest_commit, list_terms, read_metadata
 from shardstore.segments.segment import BASE_SCHEMA, SegmentInfo, mentions

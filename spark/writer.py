@@ -47,6 +47,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
 from shardstore.blobstores.base import BlobStore
 from shardstore.blobstores.errors import BlobAlreadyExists
+from shardstore.core.records import crc32c
 from shardstore.engine.routing import shard_ids
 from shardstore.errors import ConflictError, InvalidError
 from shardstore.segments.commit import CommitPoint, CommittedSegment
@@ -54,7 +55,6 @@ from shardstore.segments.errors import CommitNotFound
 from shardstore.segments.livedocs import LiveDocs, livedocs_file_name
 from shardstore.segments.mapping import Mapping, sources_from_table
 from shardstore.segments.reader import ShardCommitReader
-from shardstore.segments.records import crc32c
 from shardstore.segments.remote_metadata import RemoteCommitMetadata, RemoteFile, data_key, metadata_key
 from shardstore.segments.remote_store import (
     RemoteSegmentStore,

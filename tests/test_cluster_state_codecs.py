@@ -23,9 +23,9 @@ from shardstore.cluster_state.manifest import (
     parse_manifest_key,
 )
 from shardstore.cluster_state.model import ClusterState, IndexMetadata, VotingConfig
+from shardstore.core.path_strategy import HashedPrefixPathStrategy
+from shardstore.core.records import encode_record
 from shardstore.errors import InvalidError, UnsupportedFormatVersion
-from shardstore.segments.path_strategy import HashedPrefixPathStrategy
-from shardstore.segments.records import encode_record
 
 
 def sample_state() -> ClusterState:

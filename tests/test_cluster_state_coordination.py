@@ -185,7 +185,7 @@ def test_engine_style_adoption_with_its_own_handlers_and_the_task_helpers(store,
     """The engine keeps its own transport handlers and routes ``cs/*`` actions to the nodes."""
     from shardstore.cluster_state import tasks
     from shardstore.cluster_state.coordination import ClusterManagerNode
-    from shardstore.engine.transport import Transport
+    from shardstore.transport import Transport
 
     transport = Transport()
     names = ("e1", "e2", "e3")

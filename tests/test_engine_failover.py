@@ -88,7 +88,8 @@ def drill_with_options(store_url: str, data_dir: Path, options: dict, *, x: int,
 
     check(cluster)
     # after the last flush of the newest term, older terms' remote translogs are gone
-    from shardstore.segments.remote_store import ShardAddress, list_terms
+    from shardstore.core.address import ShardAddress
+    from shardstore.segments.remote_store import list_terms
 
     meta = cluster.indices["flights"]
     for sr in meta.routing:

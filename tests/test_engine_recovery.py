@@ -11,13 +11,13 @@ import pyarrow as pa
 import pytest
 
 from shardstore.blobstores import open_store
+from shardstore.core.path_strategy import PlainPathStrategy
 from shardstore.engine import Cluster, StalePrimary
 from shardstore.engine.allocation import cluster_health, plan_replicas, wanted_copies
 from shardstore.engine.metadata import IndexMeta, ShardRouting
 from shardstore.engine.recovery import peer_recover
 from shardstore.engine.shard import ShardCopy, ShardSpec
 from shardstore.segments.errors import UploadCancelled
-from shardstore.segments.path_strategy import PlainPathStrategy
 from shardstore.segments.remote_store import RemoteSegmentStore, list_commit_keys
 from shardstore.translog.operations import index_batch
 

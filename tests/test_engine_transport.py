@@ -21,8 +21,8 @@ from shardstore.engine.errors import (
     StalePrimary,
     VersionConflict,
 )
-from shardstore.engine.transport import Transport
 from shardstore.errors import ConflictError, CorruptError, InvalidError, NotFoundError, UnavailableError
+from shardstore.transport import InvalidTransportRequest, Transport
 
 KINDS = (ConflictError, CorruptError, InvalidError, NotFoundError, UnavailableError)
 
@@ -127,11 +127,11 @@ def test_unknown_and_unregistered_targets_disconnect(net) -> None:
 
 def test_register_validates(net) -> None:
     t, nodes = net
-    with pytest.raises(InvalidRequest, match="registered already"):
+    with pytest.raises(InvalidTransportRequest, match="registered already"):
         t.register("n1", nodes["n1"])
-    with pytest.raises(InvalidRequest):
+    with pytest.raises(InvalidTransportRequest):
         t.register("", nodes["n1"])
-    with pytest.raises(InvalidRequest):
+    with pytest.raises(InvalidTransportRequest):
         t.register("n4", "not callable")  # type: ignore[arg-type]
 
 
@@ -151,7 +151,7 @@ def test_partition_blocks_both_directions_until_healed(net) -> None:
     assert [a for a, _ in nodes["n2"].handled] == []
     t.heal()
     assert t.send("n1", "n2", "ping", None)["node"] == "n2"
-    with pytest.raises(InvalidRequest, match="disjoint"):
+    with pytest.raises(InvalidTransportRequest, match="disjoint"):
         t.partition({"n1"}, {"n1", "n2"})
 
 
@@ -224,9 +224,9 @@ def test_sender_filter_and_rule_removal(net) -> None:
     t.clear_faults()
     assert t.rules() == [] and t.connected("n1", "n2")
     t.send("n1", "n2", "a", None)
-    with pytest.raises(InvalidRequest, match="direction"):
+    with pytest.raises(InvalidTransportRequest, match="direction"):
         t.drop(direction="sideways")
-    with pytest.raises(InvalidRequest, match="probability"):
+    with pytest.raises(InvalidTransportRequest, match="probability"):
         t.drop(probability=1.5)
 
 
@@ -387,7 +387,7 @@ def test_counters_per_action(net) -> None:
     assert t.count() == 4 and t.count("ind*", "delivered") == 2
     stats["index"].sent = 99  # a snapshot
     assert t.stats()["index"].sent == 2
-    with pytest.raises(InvalidRequest, match="no counter"):
+    with pytest.raises(InvalidTransportRequest, match="no counter"):
         t.count("*", "bogus")
     t.reset_stats()
     assert t.stats() == {}

@@ -24,6 +24,18 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from shardstore.blobstores.keys import key_problem
+from shardstore.core.path_strategy import (
+    INVERTED_WIDTH,
+    MAX_INVERTIBLE,
+    HashedPrefixPathStrategy,
+    PathStrategy,
+    PlainPathStrategy,
+    invert,
+    latest_term,
+    parse_term_marker_key,
+    term_marker_key,
+    uninvert,
+)
 from shardstore.errors import InvalidError, UnsupportedFormatVersion
 from shardstore.segments.gc import (
     GcPlan,
@@ -36,18 +48,6 @@ from shardstore.segments.gc import (
     sort_commits,
 )
 from shardstore.segments.merge_policy import GiB, MiB, SegmentStats, TieredMergePolicy
-from shardstore.segments.path_strategy import (
-    INVERTED_WIDTH,
-    MAX_INVERTIBLE,
-    HashedPrefixPathStrategy,
-    PathStrategy,
-    PlainPathStrategy,
-    invert,
-    latest_term,
-    parse_term_marker_key,
-    term_marker_key,
-    uninvert,
-)
 
 # ======================================================================================
 # path strategies

@@ -12,10 +12,10 @@ import pyarrow as pa
 import pytest
 
 from shardstore.blobstores.faulty import FaultRule, FaultyStore, SimulatedCrash
+from shardstore.core.path_strategy import HashedPrefixPathStrategy
 from shardstore.errors import UnsupportedFormatVersion
 from shardstore.segments.directory import ShardDirectory
 from shardstore.segments.errors import CommitConflict, CommitNotFound, SegmentCorrupted
-from shardstore.segments.path_strategy import HashedPrefixPathStrategy
 from shardstore.segments.remote_metadata import RemoteCommitMetadata
 from shardstore.segments.remote_store import (
     RemoteSegmentStore,
@@ -295,7 +295,7 @@ def test_open_commit_reads_live_docs_and_time_travels(store_factory, tmp_path: P
 
 @pytest.mark.parametrize("backend", ["memory", "s3"], indirect=True)
 def test_the_path_strategy_is_recorded_once_per_index(store_factory, tmp_path: Path) -> None:
-    from shardstore.segments.path_strategy import PlainPathStrategy
+    from shardstore.core.path_strategy import PlainPathStrategy
     from shardstore.segments.remote_store import load_path_strategy
 
     store = store_factory()
@@ -336,7 +336,7 @@ def test_big_files_stream_up_and_down_with_checksums(store_factory, tmp_path: Pa
 
 
 def test_big_metadata_bodies_are_compressed_and_checked(tmp_path: Path) -> None:
-    from shardstore.segments.records import COMPRESS_OVER, decode_record, encode_record
+    from shardstore.core.records import COMPRESS_OVER, RecordCorrupted, decode_record, encode_record
 
     body = {"files": {f"seg_{i:05d}.parquet": [f"cluster/1/index/0/segments/data/seg_{i:05d}__x", i, i * 7]
                       for i in range(500)}}
@@ -345,8 +345,10 @@ def test_big_metadata_bodies_are_compressed_and_checked(tmp_path: Path) -> None:
     assert decode_record(raw, magic=b"TEST", supported=1, where="w", what="t") == (1, body)
     flipped = bytearray(raw)
     flipped[len(raw) // 2] ^= 4
-    with pytest.raises(SegmentCorrupted, match="CRC32C"):
+    with pytest.raises(RecordCorrupted, match="CRC32C"):
         decode_record(bytes(flipped), magic=b"TEST", supported=1, where="w", what="t")
+    with pytest.raises(SegmentCorrupted, match="CRC32C"):  # the segments' decoders name their subsystem
+        decode_record(bytes(flipped), magic=b"TEST", supported=1, where="w", what="t", corrupt=SegmentCorrupted)
     small = encode_record(b"TEST", 1, {"a": 1})
     assert b'{"a":1}' in small  # small bodies stay plain JSON
 

@@ -44,7 +44,51 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardstore.engine.errors import InvalidRequest, NodeDisconnected, NodeNotFound
+from shardstore.errors import InvalidError, NotFoundError, ShardstoreError, UnavailableError
+
+
+class TransportError(ShardstoreError):
+    """Base of every transport error."""
+
+
+class InvalidTransportRequest(TransportError, InvalidError):
+    """A transport call is malformed (empty node name, handler not callable, bad fault rule); nothing changed."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"invalid transport request: {reason}; nothing was applied")
+        self.reason = reason
+
+
+class NodeNotFound(TransportError, NotFoundError):
+    """The node named is not part of the cluster; nothing was applied."""
+
+    def __init__(self, node: str) -> None:
+        super().__init__(f"no such node [{node}]; nothing was applied")
+        self.node = node
+
+
+
+class NodeDisconnected(TransportError, UnavailableError):
+    """The transport could not deliver a request, or its response, between two nodes.
+
+    ``delivered`` is False when the request never reached the target (nothing was
+    applied), True when the target handled it but the response was lost (it may have
+    been applied: the ambiguous case), None when unknown (timeout).
+    """
+
+    def __init__(self, sender: str, target: str, action: str, reason: str, *, delivered: bool | None = False) -> None:
+        if delivered is False:
+            outcome = "the request was not delivered, nothing was applied"
+        elif delivered:
+            outcome = "the request was delivered but its response was lost; it may have been applied"
+        else:
+            outcome = "no response in time; the request may have been applied"
+        super().__init__(f"[{action}] {sender} -> {target}: {reason}; {outcome}")
+        self.sender = sender
+        self.target = target
+        self.action = action
+        self.reason = reason
+        self.delivered = delivered
 
 Handler = Callable[[str, Any], Any]
 Hook = Callable[[str, str, str, Any], None]
@@ -93,15 +137,15 @@ class Rule:
         hook: Hook | None = None,
     ) -> None:
         if direction not in _DIRECTIONS:
-            raise InvalidRequest(f"direction must be one of {_DIRECTIONS}, not {direction!r}")
+            raise InvalidTransportRequest(f"direction must be one of {_DIRECTIONS}, not {direction!r}")
         if times is not None and times < 0:
-            raise InvalidRequest(f"times must be >= 0 or None, not {times}")
+            raise InvalidTransportRequest(f"times must be >= 0 or None, not {times}")
         if after < 0:
-            raise InvalidRequest(f"after must be >= 0, not {after}")
+            raise InvalidTransportRequest(f"after must be >= 0, not {after}")
         if not 0.0 <= probability <= 1.0:
-            raise InvalidRequest(f"probability must be within [0, 1], not {probability}")
+            raise InvalidTransportRequest(f"probability must be within [0, 1], not {probability}")
         if seconds < 0:
-            raise InvalidRequest(f"a delay must be >= 0 seconds, not {seconds}")
+            raise InvalidTransportRequest(f"a delay must be >= 0 seconds, not {seconds}")
         self._transport = transport
         self.kind = kind
         self.action_glob = action_glob
@@ -188,12 +232,12 @@ class Transport:
     def register(self, node: str, handler: Handler) -> None:
         """Make ``node`` reachable; ``handler(action, request)`` answers its requests."""
         if not isinstance(node, str) or not node:
-            raise InvalidRequest(f"a node name must be a non-empty string, not {node!r}")
+            raise InvalidTransportRequest(f"a node name must be a non-empty string, not {node!r}")
         if not callable(handler):
-            raise InvalidRequest(f"the handler of node {node!r} is not callable")
+            raise InvalidTransportRequest(f"the handler of node {node!r} is not callable")
         with self._lock:
             if node in self._nodes:
-                raise InvalidRequest(f"node {node!r} is registered already (unregister it first)")
+                raise InvalidTransportRequest(f"node {node!r} is registered already (unregister it first)")
             self._nodes[node] = _Registration(handler)
 
     def unregister(self, node: str) -> None:
@@ -217,7 +261,7 @@ class Transport:
         """Block every message between a node of ``group_a`` and one of ``group_b`` (both ways)."""
         a, b = frozenset(group_a), frozenset(group_b)
         if a & b:
-            raise InvalidRequest(f"a partition's groups must be disjoint; both hold {sorted(a & b)}")
+            raise InvalidTransportRequest(f"a partition's groups must be disjoint; both hold {sorted(a & b)}")
         with self._lock:
             self._partitions.append(_Partition(a, b))
 
@@ -294,7 +338,7 @@ class Transport:
     ) -> Rule:
         """Run ``hook(sender, target, action, request)`` right before a matching request is delivered."""
         if not callable(hook):
-            raise InvalidRequest("a hook must be callable")
+            raise InvalidTransportRequest("a hook must be callable")
         return self._add_rule(
             "hook", action_glob=action_glob, sender=sender, target=target, times=times, after=after,
             direction="request", probability=1.0, hook=hook)
@@ -319,7 +363,7 @@ class Transport:
     def count(self, action_glob: str = "*", what: str = "sent") -> int:
         """Sum of one counter (``sent``, ``delivered``, ``dropped_requests``...) over the actions matching a glob."""
         if what not in ActionStats.__dataclass_fields__:
-            raise InvalidRequest(f"no counter {what!r}; counters are {sorted(ActionStats.__dataclass_fields__)}")
+            raise InvalidTransportRequest(f"no counter {what!r}; counters are {sorted(ActionStats.__dataclass_fields__)}")
         with self._lock:
             return sum(getattr(s, what) for a, s in self._stats.items() if fnmatch.fnmatchcase(a, action_glob))
 

@@ -1,4 +1,4 @@
-"""The framing every JSON-bodied segments record shares: magic, version, length, body, CRC32C.
+"""The framing every JSON-bodied record shares (segments, cluster state): magic, version, length, body, CRC32C.
 
 Byte layout (all integers little-endian):
 
@@ -16,8 +16,9 @@ offset  size  type    field
 Bodies over :data:`COMPRESS_OVER` bytes are stored compressed (commit metadata of a
 shard with many segments shrinks several times).  The CRC covers the stored bytes and
 is checked before the version is believed: a flipped bit anywhere (the version
-field included) is :class:`~shardstore.segments.errors.SegmentCorrupted`; an intact record
-of a newer version raises :class:`~shardstore.errors.UnsupportedFormatVersion`.
+field included) is :class:`RecordCorrupted` (or the subclass a caller passes as ``corrupt``,
+e.g. ``SegmentCorrupted``); an intact record of a newer version raises
+:class:`~shardstore.errors.UnsupportedFormatVersion`.
 """
 
 from __future__ import annotations
@@ -29,8 +30,7 @@ from typing import Any
 import google_crc32c
 import zstandard
 
-from shardstore.errors import UnsupportedFormatVersion
-from shardstore.segments.errors import SegmentCorrupted
+from shardstore.errors import CorruptError, UnsupportedFormatVersion
 
 _HEAD = struct.Struct("<4sHHI")
 ZSTD_BODY = 0x1
@@ -38,6 +38,15 @@ COMPRESS_OVER = 4096
 #: Decompressed bodies larger than this are refused as corrupt (a record is metadata, not data).
 MAX_BODY = 256 * 1024 * 1024
 _CRC = struct.Struct("<I")
+
+
+class RecordCorrupted(CorruptError):
+    """A framed record failed its magic, length, CRC32C or body check; ``where`` names the blob or file."""
+
+    def __init__(self, where: str, reason: str) -> None:
+        super().__init__(f"{where}: {reason}")
+        self.where = where
+        self.reason = reason
 
 
 def crc32c(data: bytes | bytearray | memoryview, crc: int = 0) -> int:
@@ -58,33 +67,34 @@ def encode_record(magic: bytes, version: int, body: dict[str, Any]) -> bytes:
 
 
 def decode_record(
-    data: bytes | bytearray | memoryview, *, magic: bytes, supported: int, where: str, what: str
+    data: bytes | bytearray | memoryview, *, magic: bytes, supported: int, where: str, what: str,
+    corrupt: type[RecordCorrupted] = RecordCorrupted,
 ) -> tuple[int, dict[str, Any]]:
-    """(version, body) of a framed record read from ``where``; any flaw raises SegmentCorrupted naming it."""
+    """(version, body) of a framed record read from ``where``; any flaw raises ``corrupt`` naming it."""
     mv = memoryview(data)
     if len(mv) < _HEAD.size + _CRC.size:
-        raise SegmentCorrupted(where, f"{what} is {len(mv)} bytes, shorter than its framing")
+        raise corrupt(where, f"{what} is {len(mv)} bytes, shorter than its framing")
     found, version, flags, n = _HEAD.unpack_from(mv, 0)
     if found != magic:
-        raise SegmentCorrupted(where, f"bad {what} magic {found!r} (expected {magic!r})")
+        raise corrupt(where, f"bad {what} magic {found!r} (expected {magic!r})")
     if _HEAD.size + n + _CRC.size != len(mv):
-        raise SegmentCorrupted(where, f"{what} body length {n} does not match its size {len(mv)} (truncated?)")
+        raise corrupt(where, f"{what} body length {n} does not match its size {len(mv)} (truncated?)")
     end = len(mv) - _CRC.size
     (stored,) = _CRC.unpack_from(mv, end)
     actual = crc32c(mv[:end])
     if stored != actual:
-        raise SegmentCorrupted(where, f"{what} CRC32C mismatch (stored {stored:#010x}, computed {actual:#010x})")
+        raise corrupt(where, f"{what} CRC32C mismatch (stored {stored:#010x}, computed {actual:#010x})")
     if version > supported:
         raise UnsupportedFormatVersion(f"{what} {where}", version, supported)
     if version < 1 or flags & ~ZSTD_BODY:
-        raise SegmentCorrupted(where, f"invalid {what} version {version} / flags {flags:#06x}")
+        raise corrupt(where, f"invalid {what} version {version} / flags {flags:#06x}")
     payload = bytes(mv[_HEAD.size:end])
     try:
         if flags & ZSTD_BODY:
             payload = zstandard.ZstdDecompressor().decompress(payload, max_output_size=MAX_BODY)
         body = json.loads(payload)
     except (ValueError, zstandard.ZstdError) as exc:
-        raise SegmentCorrupted(where, f"undecodable {what} body: {exc}") from None
+        raise corrupt(where, f"undecodable {what} body: {exc}") from None
     if not isinstance(body, dict):
-        raise SegmentCorrupted(where, f"{what} body is not a JSON object")
+        raise corrupt(where, f"{what} body is not a JSON object")
     return version, body
