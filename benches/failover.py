@@ -35,7 +35,7 @@ def add_arguments(group: Any) -> None:
 
 def _store(kind: str, base: Path, emulators: dict[str, Any]) -> Any:
     from shardstore.blobstores import open_store
-    from shardstore.blobstores.faulty import FaultyStore
+    from shardstore.testing import FaultyStore
 
     if kind == "file":
         return FaultyStore(open_store(f"file://{base / 'remote'}"))

@@ -61,7 +61,7 @@ class CeilingReader(DataSourceReader):
         import pyarrow.parquet as pq
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        from shardstore.spark.reader import conform
+        from shardstore.segments.segment import conform
 
         schema = to_arrow_schema(self.schema, timezone="UTC")
         table = pq.ParquetFile(self.file).read_row_group(0, columns=[n for n in schema.names])

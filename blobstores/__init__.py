@@ -1,4 +1,14 @@
-"""One repository interface over S3, GCS, Azure Blob, OCI, the local filesystem and memory.
+"""One blob-store interface over S3, GCS, Azure Blob, OCI, the local filesystem and memory.
+
+Entry points: :func:`open_store` (a URL through its plugin, wrapped in
+:class:`RetryingStore`; ``read_only=True`` refuses writes) and :func:`open_backend` (the
+plugin's store alone); :class:`BlobStore` (the interface: conditional ``put``,
+``put_stream``, ``get``, ``get_range``, ``open_read``, ``stat``, ``list``, ``delete``,
+``metrics``) and :class:`BlobInfo`; the plugin registry (:func:`plugins`, :func:`schemes`,
+:func:`plugin_class`, :func:`refresh`; entry-point group ``shardstore.blobstores``); the
+typed errors under :class:`BlobStoreError`; and the store self-test
+(:mod:`.selfcheck`).  The backends live in :mod:`shardstore.plugins`; the fault-injecting
+``FaultyStore`` is a test tool, in :mod:`shardstore.testing`.
 
 >>> from shardstore.blobstores import open_store
 >>> store = open_store("memory://demo")
@@ -22,7 +32,6 @@ from shardstore.blobstores.errors import (
     TransientError,
     UnknownOption,
 )
-from shardstore.blobstores.faulty import FaultRule, FaultyStore, SimulatedCrash
 from shardstore.blobstores.open import open_backend, open_store
 from shardstore.blobstores.registry import PluginInfo, plugin_class, plugins, refresh, schemes
 from shardstore.blobstores.retrying import RetryingStore, RetryPolicy
@@ -37,15 +46,12 @@ __all__ = [
     "BlobStore",
     "BlobStoreError",
     "ConfigError",
-    "FaultRule",
-    "FaultyStore",
     "InvalidKey",
     "InvalidRange",
     "PluginInfo",
     "RequestRejected",
     "RetryPolicy",
     "RetryingStore",
-    "SimulatedCrash",
     "Throttled",
     "TransientError",
     "UnknownOption",

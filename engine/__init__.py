@@ -1,9 +1,18 @@
-"""shardstore.engine: shards with primaries and replicas over the blob store (issue 5).
+"""shardstore.engine: indices of shards with primaries and replicas over the blob store (docs/design/engine.md).
 
-``Cluster`` (nodes, allocation, replication, failover, recovery, restore), ``ShardCopy``
-(one copy of a shard), ``Transport`` (in-process, with fault injection), ``routing``
-(Elasticsearch-compatible murmur3 routing) and the demo drill (``python -m
-shardstore.engine.demo``).
+Entry point: :class:`Cluster` (``Cluster(store=..., data_dir=..., nodes=3)`` and
+``Cluster.restore``): in-process nodes and a cluster manager, index creation, the document
+API (``bulk``, ``index_doc``, ``delete``, ``get``, validated at the door), ``refresh``,
+``flush``, ``count``, ``scan``, health, failover and promotion, peer recovery, rebuilding
+lost copies from the store, and restore with its data-loss checks.  Also exported:
+:class:`ShardCopy` / :class:`ShardSpec` (one copy of a shard), :class:`BulkResult`,
+:class:`ClusterHealth`, the typed errors (:class:`EngineError`, :class:`VersionConflict`,
+:class:`RestoreDataLoss`, ...), and
+:class:`~shardstore.transport.Transport` (re-exported from :mod:`shardstore.transport`).
+Modules of note: ``routing`` (Elasticsearch-compatible murmur3 routing), ``metadata``
+(index metadata on the remote cluster state) and ``demo`` (the failover drill, ``python -m
+shardstore.engine.demo``).  It builds on every library layer below it (translog, segments,
+cluster_state, blobstores, plugins, core).
 """
 
 from shardstore.engine.allocation import ClusterHealth

@@ -37,6 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shardstore.blobstores.base import BlobStore
+from shardstore.core.address import ShardAddress
 from shardstore.core.path_strategy import PathStrategy, PlainPathStrategy
 from shardstore.engine.errors import (
     OperationTermTooOld,
@@ -53,7 +54,6 @@ from shardstore.segments.errors import CommitConflict, CommitNotFound, UploadCan
 from shardstore.segments.mapping import Mapping
 from shardstore.segments.remote_store import (
     RemoteSegmentStore,
-    ShardAddress,
     known_terms,
     latest_term,
     list_commit_keys,

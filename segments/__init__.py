@@ -5,8 +5,12 @@
 - ``commit``, ``directory``: commit points ``segments_N`` and the local shard directory
   (buffer, refresh, flush, merges, retention);
 - ``remote_store``, ``remote_metadata``, ``reader``: incremental upload, fencing, restore,
-  GC and locks, and reading a remote commit as Arrow;
-- pure decisions: ``merge_policy``, ``gc``, ``path_strategy``.
+  GC and locks, and reading a remote commit as Arrow (``reader.open_commit`` is also
+  ``shardstore.open_commit``);
+- ``read_plan``: a commit as picklable read tasks for other engines (Spark) and the one
+  verified segment cache every reader shares;
+- pure decisions: ``merge_policy``, ``gc`` (path strategies and ``ShardAddress`` come from
+  :mod:`shardstore.core`, re-exported here).
 """
 
 from shardstore.core.address import ShardAddress

@@ -55,6 +55,7 @@ from shardstore.segments.merge_policy import SegmentStats, TieredMergePolicy
 from shardstore.segments.segment import (
     BASE_SCHEMA,
     SegmentReader,
+    conform,
     lookup_segments,
     mentions,
     scan_segments,
@@ -562,10 +563,10 @@ def scan_readers(
         (full if needed <= set(reader.schema.names) else partial).append((reader, live))
     if full:
         for batch in scan_segments(full, columns=schema.names, filter=filter):
-            yield _conform(batch, schema)
+            yield conform(batch, schema)
     for reader, live in partial:
         for batch in reader.scan(columns=_present(reader, wide.names), live=live):
-            table = pa.Table.from_batches([_conform(batch, wide)])
+            table = pa.Table.from_batches([conform(batch, wide)])
             if filter is not None:
                 table = table.filter(filter)
             for b in table.select(schema.names).to_batches():
@@ -577,12 +578,3 @@ def _present(reader: SegmentReader, names: Sequence[str]) -> list[str]:
     """The subset of ``names`` the segment file has (older segments lack newer fields)."""
     have = set(reader.schema.names)
     return [n for n in names if n in have]
-
-
-def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
-    """``batch`` with ``schema``'s columns, in order; absent fields become nulls."""
-    cols = []
-    for f in schema:
-        i = batch.schema.get_field_index(f.name)
-        cols.append(batch.column(i).cast(f.type) if i >= 0 else pa.nulls(batch.num_rows, f.type))
-    return pa.RecordBatch.from_arrays(cols, schema=schema)

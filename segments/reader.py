@@ -1,12 +1,13 @@
 """Reading a shard commit: its segments with live docs, as Arrow, from a local directory or the blob store.
 
-``open_commit(store, address)`` (newest commit of the newest term, or ``generation=N``)
-returns a :class:`ShardCommitReader`.  Remote segment files are fetched whole into a
-local cache directory and verified against the size and CRC32C the commit records
-before anything reads them (a partial range read could not be checksummed); a cached
-file is reused across readers when its size and CRC32C still match.  Then
-:meth:`ShardCommitReader.scan` reads the cached Parquet files with row-group pruning by
-the filter's statistics and applies the live docs.
+``open_commit(store, address)`` (newest commit of the newest term, ``generation=N``, or
+the newest holding no operation above ``max_seq_no``) returns a :class:`ShardCommitReader`.
+Remote segment files are fetched whole into a local cache directory and verified against
+the size and CRC32C the commit records before anything reads them (a partial range read
+could not be checksummed): :func:`shardstore.segments.read_plan.fetch_verified`, the one
+verified cache every reader shares.  Then :meth:`ShardCommitReader.scan` reads the cached
+Parquet files with row-group pruning by the filter's statistics and applies the live docs;
+:meth:`ShardCommitReader.plan` hands other engines (Spark) the commit as picklable tasks.
 
 Readers pickle as (store, metadata, cache directory): cheap to ship to Spark executors.
 """
@@ -14,8 +15,6 @@ Readers pickle as (store, metadata, cache directory): cheap to ship to Spark exe
 from __future__ import annotations
 
 import os
-import tempfile
-import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -24,25 +23,13 @@ import pyarrow.compute as pc
 
 from shardstore.blobstores.base import BlobStore
 from shardstore.core.address import ShardAddress
-from shardstore.core.records import crc32c
 from shardstore.segments.commit import CommitPoint, CommittedSegment
 from shardstore.segments.livedocs import LiveDocs
 from shardstore.segments.mapping import Mapping
+from shardstore.segments.read_plan import DEFAULT_CACHE_DIR, CommitPlan, fetch_verified
 from shardstore.segments.remote_metadata import RemoteCommitMetadata
-from shardstore.segments.remote_store import download_file, latest_commit
+from shardstore.segments.remote_store import commit_as_of, latest_commit
 from shardstore.segments.segment import BASE_SCHEMA, SegmentReader, scan_segments
-
-_DOWNLOAD_LOCK = threading.Lock()
-
-
-def _cached_ok(path: str, size: int, checksum: int) -> bool:
-    try:
-        if os.path.getsize(path) != size:
-            return False
-    except FileNotFoundError:
-        return False
-    with open(path, "rb") as f:
-        return crc32c(f.read()) == checksum
 
 
 class ShardCommitReader:
@@ -52,7 +39,7 @@ class ShardCommitReader:
                  *, download_concurrency: int = 8) -> None:
         self.store = store
         self.metadata = metadata
-        self.cache_dir = cache_dir or os.path.join(tempfile.gettempdir(), "shardstore-cache")
+        self.cache_dir = cache_dir or DEFAULT_CACHE_DIR
         self.download_concurrency = download_concurrency
         self._segments: list[tuple[SegmentReader, LiveDocs]] | None = None
 
@@ -78,18 +65,13 @@ class ShardCommitReader:
         full = pa.schema(list(BASE_SCHEMA) + list(self.mapping.arrow_schema()))
         return full if columns is None else pa.schema([full.field(c) for c in columns])
 
-    def _local(self, name: str) -> str:
-        remote = self.metadata.files[name]
-        # the blob key is unique per upload: cache by it, so two commits never share a stale name
-        safe = remote.key.replace("/", "_")
-        return os.path.join(self.cache_dir, safe)
-
     def _fetch(self, name: str) -> str:
-        remote = self.metadata.files[name]
-        path = self._local(name)
-        if not _cached_ok(path, remote.size, remote.checksum):
-            download_file(self.store, remote, path)
-        return path
+        # re-read the cached bytes every time: a reader may outlive a rewrite of its cache
+        return fetch_verified(self.store, self.metadata.files[name], self.cache_dir, recheck=True)
+
+    def plan(self, *, shard: int = 0, superseded: pa.Array | None = None) -> CommitPlan:
+        """The commit as a read plan (picklable tasks for another engine); ``superseded``: ids read elsewhere."""
+        return CommitPlan(shard, self.metadata).with_superseded(superseded)
 
     def segments(self, which: Sequence[CommittedSegment] | None = None) -> list[tuple[SegmentReader, LiveDocs]]:
         """(reader, live docs) per segment of the commit, downloading and verifying what is not cached."""
@@ -135,9 +117,11 @@ class ShardCommitReader:
 
 
 def open_commit(store: BlobStore, address: ShardAddress, generation: int | None = None,
-                cache_dir: str | None = None) -> ShardCommitReader:
-    """A reader of the shard's newest remote commit (or the newest with ``generation``)."""
+                cache_dir: str | None = None, *, max_seq_no: int | None = None) -> ShardCommitReader:
+    """A reader of the shard's newest remote commit (of ``generation``; holding no operation above ``max_seq_no``)."""
+    if max_seq_no is not None:
+        return ShardCommitReader(store, commit_as_of(store, address, max_seq_no, generation), cache_dir)
     return ShardCommitReader(store, latest_commit(store, address, generation), cache_dir)
 
 
-__all__ = ["ShardCommitReader", "open_commit", "scan_segments"]
+__all__ = ["CommitPlan", "ShardCommitReader", "open_commit", "scan_segments"]

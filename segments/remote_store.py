@@ -219,6 +219,29 @@ def latest_commit(store: BlobStore, address: ShardAddress, generation: int | Non
                          + (f" (unreadable: {'; '.join(reasons)})" if reasons else ""))
 
 
+def commit_as_of(store: BlobStore, address: ShardAddress, max_seq_no: int,
+                 generation: int | None = None) -> RemoteCommitMetadata:
+    """The newest readable commit holding no operation above ``max_seq_no`` (and of ``generation`` if given).
+
+    CommitNotFound says which seq#s the store's commits reach: older commits were
+    collected, or never existed.
+    """
+    seen = []
+    for key in iter_commits(store, address):
+        if generation is not None and parse_metadata_key(key)[1] != generation:
+            continue
+        try:
+            md = read_metadata(store, key)
+        except (SegmentCorrupted, CommitNotFound):
+            continue  # unreadable: skipped, as latest_commit does
+        if md.commit.max_seq_no <= max_seq_no:
+            return md
+        seen.append(md.commit.max_seq_no)
+    raise CommitNotFound(f"{store.location}: shard {address.index_uuid}/{address.shard}: no remote commit holds "
+                         f"only operations up to seq# {max_seq_no} (the store's commits reach seq# {sorted(seen)[:10]})"
+                         f"; older commits were collected or never existed")
+
+
 def download_file(store: BlobStore, remote: RemoteFile, path: str) -> int:
     """Download one blob to ``path`` atomically, verifying size and CRC32C first; returns its size.
 
@@ -332,11 +355,13 @@ class RemoteSegmentStore:
 
     # -- fencing ----------------------------------------------------------------------------
 
-    def claim_term(self) -> None:
+    def claim_term(self, *, exclusive: bool = False) -> None:
         """Record this primary's term for the shard (``if_absent``); CommitConflict if a newer term claimed it.
 
         The index's path strategy is recorded first (once per index; a different one
         already recorded is a CommitConflict), so the layout never changes under data.
+        ``exclusive``: the term must be new (a batch job claiming a term of its own):
+        CommitConflict if its marker exists already.
         """
         record_path_strategy(self.store, self.address.cluster_uuid, self.address.index_uuid, self.address.strategy)
         key = self.address.strategy.term_marker_key(self.address.cluster_uuid, self.address.index_uuid,
@@ -344,7 +369,11 @@ class RemoteSegmentStore:
         try:
             self.store.put(key, self.writer.encode(), if_absent=True, token=self.writer)
         except BlobAlreadyExists:
-            pass  # this term was claimed before (by us, restarting, or our earlier attempt)
+            if exclusive:
+                raise CommitConflict(f"{self.store.location}/{key}: term {self.primary_term} of shard "
+                                     f"{self.address.index_uuid}/{self.address.shard} was claimed by another "
+                                     f"writer") from None
+            # else: this term was claimed before (by us, restarting, or our earlier attempt)
         self.check_not_fenced()
         self._claimed = True
         self._adopt_latest_own_commit()
@@ -405,8 +434,19 @@ class RemoteSegmentStore:
                         progress.advance(bytes_=remote.size)
         if cancel is not None and cancel.is_set():
             raise UploadCancelled(f"{self.prefix}: upload of commit {commit.generation} cancelled before its metadata")
-        files = {n: self._uploaded[(n, c)] for n, (_s, c) in commit.files().items()}
-        md = RemoteCommitMetadata(commit=commit, writer=self.writer, files=files)
+        md = self.publish(commit, {n: self._uploaded[(n, c)] for n, (_s, c) in commit.files().items()})
+        self._in_flight.clear()
+        log.debug("uploaded commit %s (%d new files, %d bytes)", commit.generation, len(missing), total)
+        return md
+
+    def publish(self, commit: CommitPoint, files: Mapping[str, RemoteFile]) -> RemoteCommitMetadata:
+        """Write the commit's metadata naming ``files`` (already uploaded): fenced, ``if_absent``, last.
+
+        The one place a commit becomes visible (the engine's uploads and the Spark sink's
+        jobs): CommitConflict if a newer term claimed the shard or a different metadata
+        holds the key; the same bytes already there (our own retried PUT) count as written.
+        """
+        md = RemoteCommitMetadata(commit=commit, writer=self.writer, files=dict(files))
         key = _join(self.prefix, metadata_key(commit.primary_term if commit.primary_term else self.primary_term,
                                               commit.generation, self.writer))
         self.check_not_fenced()
@@ -421,8 +461,6 @@ class RemoteSegmentStore:
                                              files=frozenset(f.key for f in md.files.values()))
         while len(self._written) > WRITTEN_REMEMBERED:
             del self._written[next(iter(self._written))]
-        self._in_flight.clear()
-        log.debug("uploaded commit %s (%d new files, %d bytes)", key, len(missing), total)
         return md
 
     def _upload_file(self, directory: str, name: str, size: int, checksum: int,

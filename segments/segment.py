@@ -860,6 +860,16 @@ def scan_segments(
     yield from _pipeline(tasks, batch_size, readahead if readahead is not None else (os.cpu_count() or 2))
 
 
+def conform(data: pa.Table | pa.RecordBatch, schema: pa.Schema) -> pa.Table | pa.RecordBatch:
+    """``data`` (a table or a batch) with exactly ``schema``'s columns, in order: absent ones null, types cast."""
+    cols = []
+    for f in schema:
+        i = data.schema.get_field_index(f.name)
+        cols.append(data.column(i).cast(f.type) if i >= 0 else pa.nulls(data.num_rows, f.type))
+    kind = pa.Table if isinstance(data, pa.Table) else pa.RecordBatch
+    return kind.from_arrays(cols, schema=schema)
+
+
 def mentions(expr: pc.Expression, name: str) -> bool:
     """Whether ``expr`` reads field ``name`` (Expression has no public field listing; its text names them)."""
     return re.search(rf"(?<![\w.]){re.escape(name)}(?![\w.])", str(expr)) is not None

@@ -41,12 +41,13 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 
 from shardstore.blobstores.base import BlobStore
 from shardstore.core.address import ShardAddress
+from shardstore.core.ops import OP_NAMES, OpType
 from shardstore.errors import InvalidError
 from shardstore.segments.errors import CommitNotFound
-from shardstore.segments.reader import ShardCommitReader
+from shardstore.segments.read_plan import CommitPlan
 from shardstore.segments.remote_store import iter_commits, latest_commit, list_terms
+from shardstore.segments.segment import BASE_SCHEMA
 from shardstore.spark.catalog import open_from_options, resolve_index
-from shardstore.translog.operations import OpType
 from shardstore.translog.remote import RemoteTranslog, latest_metadata_key
 
 SCHEMA = pa.schema([
@@ -59,8 +60,9 @@ SPARK_SCHEMA = StructType([
     StructField("_primary_term", LongType()), StructField("_version", LongType()), StructField("_source", StringType()),
     StructField("shard", IntegerType()),
 ])
-_OP_NAMES = pa.array(["index", "delete", "noop"])
+_OP_NAMES = pa.array([OP_NAMES[t] for t in sorted(OpType)])  # indexed by the op type's value
 _TOP = 2**63 - 1
+_SEGMENT_COLUMNS = pa.schema([BASE_SCHEMA.field(c) for c in ("_id", "_seq_no", "_primary_term", "_version", "_source")])
 
 
 @dataclass(frozen=True)
@@ -103,24 +105,19 @@ def shard_operations(store: BlobStore, address: ShardAddress, shard: int, from_s
         md = latest_commit(store, address)
     except CommitNotFound:
         md = None
-    if md is not None:
-        segs = [s for s in md.commit.segments if s.live_count and s.info.max_seq_no >= from_seq_no
-                and s.info.min_seq_no <= top]
-        if segs:
-            reader = ShardCommitReader(store, md)
-            flt = (pc.field("_seq_no") >= from_seq_no) & (pc.field("_seq_no") <= top)
-            cols = ["_id", "_seq_no", "_primary_term", "_version", "_source"]
-            from shardstore.segments.directory import scan_readers
-
-            got = [b for b in scan_readers(reader.segments(segs), reader.mapping, cols, flt) if b.num_rows]
-            if got:
-                d = pa.Table.from_batches(got)
-                parts.append(pa.table({
-                    "op_type": pa.array(np.full(d.num_rows, "index", dtype=object), pa.string()),
-                    "_id": d.column("_id"), "_seq_no": d.column("_seq_no"), "_primary_term": d.column("_primary_term"),
-                    "_version": d.column("_version"), "_source": d.column("_source").cast(pa.string()),
-                    "_rank": pa.array(np.zeros(d.num_rows, dtype=np.int8)),
-                }))
+    if md is not None:  # the commit's read plan: only segments whose seq# range meets the asked one
+        tasks = CommitPlan(shard, md).tasks(keep=lambda info: info.max_seq_no >= from_seq_no
+                                            and info.min_seq_no <= top)
+        flt = (pc.field("_seq_no") >= from_seq_no) & (pc.field("_seq_no") <= top)
+        got = [b for t in tasks for b in t.read(store, _SEGMENT_COLUMNS, flt) if b.num_rows]
+        if got:
+            d = pa.Table.from_batches(got)
+            parts.append(pa.table({
+                "op_type": pa.array(np.full(d.num_rows, OP_NAMES[OpType.INDEX], dtype=object), pa.string()),
+                "_id": d.column("_id"), "_seq_no": d.column("_seq_no"), "_primary_term": d.column("_primary_term"),
+                "_version": d.column("_version"), "_source": d.column("_source").cast(pa.string()),
+                "_rank": pa.array(np.zeros(d.num_rows, dtype=np.int8)),
+            }))
     if not parts:
         return SCHEMA.empty_table()
     allops = pa.concat_tables(parts)

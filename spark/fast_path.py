@@ -29,15 +29,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from shardstore.segments.livedocs import LiveDocs
-from shardstore.segments.segment import SegmentReader
+from shardstore.segments.read_plan import DEFAULT_CACHE_DIR
+from shardstore.segments.segment import conform
 from shardstore.spark.reader import (
     ReadPlan,
     _flag,
     check_columns,
-    conform,
-    default_cache_dir,
-    fetch,
     full_arrow_schema,
     lower_options,
     parse_sources_table,
@@ -49,34 +46,10 @@ _FILE, _ROW = "__shardstore_file", "__shardstore_row"
 
 
 def resolve_files(store: Any, plan: ReadPlan, cache_dir: str) -> list[tuple[str, pa.Array | None]]:
-    """(local path, deleted row numbers or None) of every segment file the plan reads."""
-    jobs = []
-    for s in plan.shards:
-        ids = s.translog.column("id").combine_chunks() if s.translog is not None and s.translog.num_rows else None
-        for seg in s.metadata.commit.segments:
-            if seg.live_count == 0:
-                continue
-            data = s.metadata.files[seg.info.file_name]
-            liv = s.metadata.files[seg.livedocs_file] if seg.livedocs_file else None
-            jobs.append((seg.info, data, liv, ids))
-
-    def one(job: tuple) -> tuple[str, pa.Array | None]:
-        info, data, liv, ids = job
-        path = fetch(store, data, cache_dir)
-        deleted = None
-        if liv is not None:
-            with open(fetch(store, liv, cache_dir), "rb") as f:
-                live = LiveDocs.decode(f.read(), liv.key)
-            if live.deleted_count:
-                deleted = live.deleted_rows()
-        if ids is not None and info.min_id is not None:
-            _q, rows = SegmentReader(path, info).lookup(ids)
-            if len(rows):
-                deleted = rows if deleted is None else pa.concat_arrays([deleted, rows.cast(pa.int64())])
-        return path, deleted
-
+    """(local path, deleted row numbers or None) of every segment file the plan reads (one task per segment)."""
+    tasks = [t for s in plan.shards for t in s.commit.tasks(row_groups_per_task=2**31)]
     with ThreadPoolExecutor(max_workers=8) as pool:
-        return list(pool.map(one, jobs))
+        return list(pool.map(lambda t: t.local_file(store, cache_dir), tasks))
 
 
 def _user_columns(schema: pa.Schema, user: Any, index: str) -> list[Any]:
@@ -118,7 +91,7 @@ def _read(spark: Any, blob_store: Any, plan: ReadPlan, opts: dict[str, str], sch
     from pyspark.sql import functions as F
 
     sschema = to_struct_type(schema)
-    files = resolve_files(blob_store, plan, opts.get("cachedir") or default_cache_dir())
+    files = resolve_files(blob_store, plan, opts.get("cachedir") or DEFAULT_CACHE_DIR)
     clean = ["file://" + p for p, d in files if d is None]
     dirty = [(p, d) for p, d in files if d is not None]
     frames = []

@@ -1,14 +1,15 @@
 """Reading an index through ``spark.read.format("shardstore")``: commits, partitions, filters, Arrow batches.
 
-The driver (:func:`plan_read`) picks one remote commit per shard (the newest, or the one
-``asOfCommit`` / ``asOfSeqNo`` asks for) and, with ``includeTranslog``, the newest
-remote-translog operation per id above that commit's checkpoint.  :class:`ShardstoreReader`
-turns the plan into partitions holding only small descriptions (one per segment, or per
-range of ``rowGroupsPerPartition`` row groups): blob keys, sizes, CRC32Cs and the
-segment's stats.  ``read()`` runs on the executors: it fetches the segment and its
-live-docs file into the verified local cache (as :func:`shardstore.segments.reader.open_commit`
-does), reads the row groups the pushed filters leave, applies live docs, the
-translog's supersessions and the filters with pyarrow, and yields Arrow record batches.
+The driver (:func:`plan_read`, once per load: the source keeps the plan from ``schema()``
+for ``reader()``) picks one remote commit per shard (the newest, or the one ``asOfCommit`` /
+``asOfSeqNo`` asks for) as a segments-owned :class:`~shardstore.segments.read_plan.CommitPlan`
+and, with ``includeTranslog``, the newest remote-translog operation per id above that
+commit's checkpoint.  :class:`ShardstoreReader` wraps the plan's
+:class:`~shardstore.segments.read_plan.ReadTask` s (one per segment, or per range of
+``rowGroupsPerPartition`` row groups: blob keys, sizes, CRC32Cs and the segment's stats) in
+partitions.  ``read()`` runs on the executors: the task reads itself through the verified
+cache, the pushed filters' row groups, live docs and the translog's supersessions, and
+yields Arrow record batches.  Spark holds no segment-reading code of its own.
 
 Options (case-insensitive): ``store``, ``index`` (required); ``asOfCommit`` (``"7"``: generation
 7 of every shard, or ``"0:7,1:4"``: per shard, unnamed shards newest); ``asOfSeqNo``
@@ -24,8 +25,6 @@ filtered read.  Load anew per query (docs/design/spark.md, "Filter pushdown").
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -33,27 +32,23 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
-import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from shardstore.blobstores.base import BlobStore
-from shardstore.core.records import crc32c
+from shardstore.core.ops import OpType
 from shardstore.errors import InvalidError
-from shardstore.segments.errors import CommitNotFound, SegmentCorrupted
-from shardstore.segments.livedocs import LiveDocs
+from shardstore.segments.errors import CommitNotFound
 from shardstore.segments.mapping import Mapping, parse_sources
-from shardstore.segments.remote_metadata import RemoteCommitMetadata, RemoteFile, parse_metadata_key
-from shardstore.segments.remote_store import download_file, iter_commits, latest_commit, list_terms, read_metadata
-from shardstore.segments.segment import BASE_SCHEMA, SegmentInfo, mentions
+from shardstore.segments.read_plan import DEFAULT_CACHE_DIR, CommitPlan, ReadTask
+from shardstore.segments.reader import open_commit
+from shardstore.segments.remote_metadata import RemoteCommitMetadata
+from shardstore.segments.remote_store import latest_commit, list_terms
+from shardstore.segments.segment import BASE_SCHEMA, conform
 from shardstore.spark.catalog import IndexLocation, open_from_options, resolve_index
 from shardstore.spark.filters import compile_filters, segment_may_match, to_expression
 
-#: Without ``rowGroupsPerPartition``, a large segment is split into ranges of row groups of about this many rows.
-ROWS_PER_PARTITION = 1_000_000
 META_COLUMNS = ("_id", "_seq_no", "_primary_term", "_version")
-_OP_INDEX, _OP_NO_OP = 0, 2
 
 
 # --------------------------------------------------------------------------- options
@@ -96,11 +91,16 @@ def per_shard(value: str | None, shards: int, name: str) -> dict[int, int]:
 
 @dataclass(frozen=True)
 class ShardRead:
-    """What one shard contributes: its chosen commit and the translog's newest operation per id above it."""
+    """What one shard contributes: its commit's read plan and the translog's newest operation per id above it."""
 
     shard: int
-    metadata: RemoteCommitMetadata
+    commit: CommitPlan  # the translog tail's ids are its superseded ids
     translog: pa.Table | None = None  # id, op_type, seq_no, primary_term, version, source (newest per id)
+
+    @property
+    def metadata(self) -> RemoteCommitMetadata:
+        """The chosen remote commit."""
+        return self.commit.metadata
 
 
 @dataclass(frozen=True)
@@ -114,33 +114,22 @@ class ReadPlan:
 
 def _choose_commit(store: BlobStore, loc: IndexLocation, shard: int, generation: int | None,
                    seq_no: int | None) -> RemoteCommitMetadata:
-    address = loc.address(shard)
-    if seq_no is None:
-        try:
-            return latest_commit(store, address, generation)
-        except CommitNotFound as exc:
-            hint = " (asOfCommit names a generation the store does not hold)" if generation is not None else \
-                " (nothing of the shard was flushed to the store yet: flush the index)"
-            raise CommitNotFound(f"index {loc.name!r} shard {shard}: {exc}{hint}") from None
-    seen = []
-    for key in iter_commits(store, address):
-        if generation is not None and parse_metadata_key(key)[1] != generation:
-            continue
-        try:
-            md = read_metadata(store, key)
-        except (SegmentCorrupted, CommitNotFound):
-            continue  # unreadable: skipped, as latest_commit does
-        if md.commit.max_seq_no <= seq_no:
-            return md
-        seen.append(md.commit.max_seq_no)
-    raise CommitNotFound(f"index {loc.name!r} shard {shard}: no remote commit holds only operations up to "
-                         f"seq# {seq_no} (the store's commits reach seq# {sorted(seen)[:10]}); "
-                         f"older commits were collected or never existed: pick a larger asOfSeqNo")
+    """The shard's commit the options ask for (segments' ``open_commit``), with the option to change in the error."""
+    try:
+        return open_commit(store, loc.address(shard), generation, max_seq_no=seq_no).metadata
+    except CommitNotFound as exc:
+        if seq_no is not None:
+            hint = " (pick a larger asOfSeqNo)"
+        elif generation is not None:
+            hint = " (asOfCommit names a generation the store does not hold)"
+        else:
+            hint = " (nothing of the shard was flushed to the store yet: flush the index)"
+        raise CommitNotFound(f"index {loc.name!r} shard {shard}: {exc}{hint}") from None
 
 
 def newest_per_id(ops: pa.Table) -> pa.Table:
     """The newest operation (highest seq#) of every id; no-ops dropped."""
-    ops = ops.filter(pc.not_equal(ops["op_type"], _OP_NO_OP))
+    ops = ops.filter(pc.not_equal(ops["op_type"], int(OpType.NO_OP)))
     if ops.num_rows == 0:
         return ops
     ops = ops.sort_by([("id", "ascending"), ("seq_no", "descending")]).combine_chunks()
@@ -187,7 +176,8 @@ def plan_read(options: dict[str, Any]) -> tuple[BlobStore, ReadPlan]:
     def one(shard: int) -> ShardRead:
         md = _choose_commit(store, loc, shard, gens.get(shard), seqs.get(shard))
         tail = _translog_tail(store, loc, shard, md, seqs.get(shard)) if with_translog else None
-        return ShardRead(shard, md, tail)
+        ids = tail.column("id").combine_chunks() if tail is not None and tail.num_rows else None
+        return ShardRead(shard, CommitPlan(shard, md).with_superseded(ids), tail)
 
     with ThreadPoolExecutor(max_workers=max(1, min(8, loc.shards))) as pool:
         shards = tuple(pool.map(one, range(loc.shards)))
@@ -226,9 +216,10 @@ def check_columns(names: list[str], known: pa.Schema, index: str) -> None:
         raise InvalidError(f"index {index!r} has no column(s) {unknown}; its columns are {known.names}")
 
 
-def infer_schema(options: dict[str, Any]) -> StructType:
+def infer_schema(options: dict[str, Any], plan: ReadPlan | None = None) -> StructType:
     """Mapped fields (typed) plus _id, _seq_no, _primary_term, _version; _source with includeSource."""
-    _store, plan = plan_read(options)
+    if plan is None:
+        _store, plan = plan_read(options)
     return to_struct_type(full_arrow_schema(plan.mapping, _flag(lower_options(options), "includesource")))
 
 
@@ -236,12 +227,15 @@ def infer_schema(options: dict[str, Any]) -> StructType:
 
 
 class SegmentPartition(InputPartition):
-    """One segment (or a range of its row groups) of one shard's commit: keys, sizes, checksums, stats."""
+    """One read task of a shard's commit (a segment or a range of its row groups): keys, sizes, checksums, stats."""
 
-    def __init__(self, shard: int, data: RemoteFile, info: SegmentInfo, livedocs: RemoteFile | None,
-                 row_groups: tuple[int, int], superseded: pa.Array | None) -> None:
-        self.shard, self.data, self.info, self.livedocs = shard, data, info, livedocs
-        self.row_groups, self.superseded = row_groups, superseded
+    def __init__(self, task: ReadTask) -> None:
+        self.task = task
+
+    @property
+    def row_groups(self) -> tuple[int, int]:
+        """The task's row-group range."""
+        return self.task.row_groups
 
 
 class TranslogPartition(InputPartition):
@@ -258,133 +252,22 @@ class EmptyPartition(InputPartition):
         self.value = None
 
 
-def _in_range(ids: pa.Array, info: SegmentInfo) -> pa.Array | None:
-    if info.min_id is None or len(ids) == 0:
-        return None
-    keep = pc.and_(pc.greater_equal(ids, info.min_id), pc.less_equal(ids, info.max_id))
-    out = ids.filter(keep)
-    return out if len(out) else None
-
-
 def segment_partitions(plan: ReadPlan, filters: list[tuple], per_partition: int) -> list[InputPartition]:
-    """Partitions of the plan's segments (pruned by their stats) and translog tails."""
+    """Partitions of the plan's read tasks (segments pruned by their stats) and translog tails."""
     parts: list[InputPartition] = []
     for s in plan.shards:
-        ids = None
-        if s.translog is not None and s.translog.num_rows:
-            ids = s.translog.column("id").combine_chunks()
-        for seg in s.metadata.commit.segments:
-            if seg.live_count == 0 or not segment_may_match(seg.info, filters):
-                continue
-            data = s.metadata.files[seg.info.file_name]
-            liv = s.metadata.files[seg.livedocs_file] if seg.livedocs_file else None
-            sup = _in_range(ids, seg.info) if ids is not None else None
-            groups = max(1, seg.info.row_groups)
-            step = per_partition or max(1, round(ROWS_PER_PARTITION * groups / max(1, seg.info.doc_count)))
-            for start in range(0, groups, step):
-                parts.append(SegmentPartition(s.shard, data, seg.info, liv, (start, min(groups, start + step)), sup))
+        tasks = s.commit.tasks(keep=lambda info: segment_may_match(info, filters), row_groups_per_task=per_partition)
+        parts.extend(SegmentPartition(t) for t in tasks)
         if s.translog is not None:
-            live = s.translog.filter(pc.equal(s.translog["op_type"], _OP_INDEX))
+            live = s.translog.filter(pc.equal(s.translog["op_type"], int(OpType.INDEX)))
             if live.num_rows:
                 parts.append(TranslogPartition(s.shard, live, s.metadata.commit.mapping))
     return parts or [EmptyPartition()]
 
 
-# --------------------------------------------------------------------------- executor side
-
-_VERIFIED: dict[str, tuple[int, int]] = {}  # local path -> (size, crc) verified by this process
-
-
-def default_cache_dir() -> str:
-    """Where segment files are cached (the same place :func:`open_commit` uses)."""
-    return os.path.join(tempfile.gettempdir(), "shardstore-cache")
-
-
-def fetch(store: BlobStore, remote: RemoteFile, cache_dir: str) -> str:
-    """The verified local copy of ``remote`` in ``cache_dir`` (downloaded when missing or stale)."""
-    path = os.path.join(cache_dir, remote.key.replace("/", "_"))
-    want = (remote.size, remote.checksum)
-    try:
-        size = os.path.getsize(path)
-    except FileNotFoundError:
-        size = -1
-    if size == remote.size and _VERIFIED.get(path) == want:
-        return path
-    if size == remote.size:
-        with open(path, "rb") as f:
-            ok = crc32c(f.read()) == remote.checksum
-    else:
-        ok = False
-    if not ok:
-        os.makedirs(cache_dir, exist_ok=True)
-        download_file(store, remote, path)
-    _VERIFIED[path] = want
-    return path
-
-
-def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """``table`` with exactly ``schema``'s columns (absent ones null, types cast)."""
-    cols = []
-    for f in schema:
-        i = table.schema.get_field_index(f.name)
-        cols.append(table.column(i).cast(f.type) if i >= 0 else pa.nulls(table.num_rows, f.type))
-    return pa.Table.from_arrays(cols, schema=schema)
-
-
-def read_segment(store: BlobStore, part: SegmentPartition, schema: pa.Schema, expr: pc.Expression | None,
-                 work: pa.Schema, cache_dir: str, batch_size: int = 128 * 1024) -> Iterator[pa.RecordBatch]:
-    """Live rows of one segment partition, filtered, as batches of ``schema``."""
-    path = fetch(store, part.data, cache_dir)
-    live = None
-    if part.livedocs is not None:
-        with open(fetch(store, part.livedocs, cache_dir), "rb") as f:
-            live = LiveDocs.decode(f.read(), part.livedocs.key)
-    pf = pq.ParquetFile(path)
-    md = pf.metadata
-    lo, hi = part.row_groups
-    groups = list(range(lo, min(hi, md.num_row_groups)))
-    if expr is not None and groups:
-        frag = next(iter(ds.dataset(path, format="parquet").get_fragments()))
-        kept = {p.row_groups[0].id for p in frag.subset(row_group_ids=groups).split_by_row_group(expr)}
-        groups = [g for g in groups if g in kept]
-    if not groups:
-        return
-    present = set(pf.schema_arrow.names)
-    want = [n for n in schema.names if n in present]
-    extra = [n for n in present if n not in want and expr is not None and mentions(expr, n)]
-    if part.superseded is not None and "_id" not in want:
-        extra.append("_id")
-    starts = [0]
-    for g in range(md.num_row_groups):
-        starts.append(starts[-1] + md.row_group(g).num_rows)
-    mask = live.mask() if live is not None and live.deleted_count else None
-    # read, filter and yield ~batch_size rows at a time: a task holds one chunk, not its
-    # whole ~1M-row range (same speed, measured: count 1.96-2.06 s vs 1.95-2.00 s at 5M rows)
-    chunk: list[int] = []
-    for i, g in enumerate(groups):
-        chunk.append(g)
-        rows = sum(starts[c + 1] - starts[c] for c in chunk)
-        if rows < batch_size and i + 1 < len(groups):
-            continue
-        t = pf.read_row_groups(chunk, columns=want + extra, use_threads=True)
-        keep = None
-        if mask is not None:
-            keep = pa.concat_arrays([mask.slice(starts[c], starts[c + 1] - starts[c]) for c in chunk])
-        if part.superseded is not None:
-            fresh = pc.invert(pc.is_in(t.column("_id"), value_set=part.superseded))
-            keep = fresh if keep is None else pc.and_(keep, fresh)
-        if keep is not None:
-            t = t.filter(keep)
-        if expr is not None and t.num_rows:
-            t = conform(t, work).filter(expr)
-        if t.num_rows:
-            yield from conform(t, schema).to_batches(max_chunksize=batch_size)
-        chunk = []
-
-
 def parse_sources_table(ops: pa.Table, mapping: dict) -> pa.Table:
     """Translog index operations as documents: metadata columns, ``_source`` and typed mapped fields."""
-    ops = ops.filter(pc.equal(ops["op_type"], _OP_INDEX))
+    ops = ops.filter(pc.equal(ops["op_type"], int(OpType.INDEX)))
     ids = ops.column("id").combine_chunks()
     fields, _mapping = parse_sources(ids, ops.column("source").combine_chunks(), Mapping.from_dict(mapping),
                                      dynamic=False)
@@ -407,9 +290,12 @@ def read_translog(part: TranslogPartition, schema: pa.Schema, expr: pc.Expressio
 class ShardstoreReader(DataSourceReader):
     """Reads one plan: partitions per segment (row-group ranges), Arrow batches, pushed filters."""
 
-    def __init__(self, options: dict[str, Any], schema: StructType) -> None:
+    def __init__(self, options: dict[str, Any], schema: StructType, plan: ReadPlan | None = None) -> None:
         self.options = lower_options(options)
-        self.store, self.plan = plan_read(self.options)
+        if plan is None:
+            self.store, self.plan = plan_read(self.options)
+        else:  # planned by the source's schema(): a load plans once
+            self.store, self.plan = open_from_options(self.options), plan
         known = full_arrow_schema(self.plan.mapping, True)
         check_columns(schema.fieldNames(), known, self.plan.location.name)
         from pyspark.sql.pandas.types import to_arrow_schema
@@ -419,8 +305,8 @@ class ShardstoreReader(DataSourceReader):
         out = {f.name: f.type for f in self.schema}
         self.types = {f.name: f.type for f in known if out.get(f.name, f.type) == f.type}  # pushable columns
         self.filters: list[tuple] = []
-        self.cache_dir = self.options.get("cachedir") or default_cache_dir()
-        text = self.options.get("rowgroupsperpartition", "0")  # 0: about ROWS_PER_PARTITION rows each
+        self.cache_dir = self.options.get("cachedir") or DEFAULT_CACHE_DIR
+        text = self.options.get("rowgroupsperpartition", "0")  # 0: about ROWS_PER_TASK rows each
         if not text.isdigit():
             raise InvalidError(f"option rowGroupsPerPartition={text!r}: expected a positive integer")
         self.per_partition = int(text)
@@ -441,14 +327,14 @@ class ShardstoreReader(DataSourceReader):
         extra = sorted({f[1] for f in self.filters} - set(self.schema.names))
         work = pa.schema(list(self.schema) + [pa.field(n, self.types[n]) for n in extra])
         if isinstance(partition, SegmentPartition):
-            yield from read_segment(self.store, partition, self.schema, expr, work, self.cache_dir)
+            yield from partition.task.read(self.store, self.schema, expr, work, self.cache_dir)
         elif isinstance(partition, TranslogPartition):
             yield from read_translog(partition, self.schema, expr, work)
 
 
-def make_reader(options: dict[str, Any], schema: StructType) -> ShardstoreReader:
-    """The DataSourceReader for ``format("shardstore")``."""
-    return ShardstoreReader(options, schema)
+def make_reader(options: dict[str, Any], schema: StructType, plan: ReadPlan | None = None) -> ShardstoreReader:
+    """The DataSourceReader for ``format("shardstore")`` (over ``plan`` when the source planned already)."""
+    return ShardstoreReader(options, schema, plan)
 
 
 __all__ = ["ReadPlan", "ShardRead", "ShardstoreReader", "check_columns", "infer_schema", "make_reader", "plan_read"]

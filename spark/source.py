@@ -27,16 +27,21 @@ class ShardstoreDataSource(DataSource):
         return "shardstore"
 
     def schema(self) -> StructType:
-        """The index's columns (mapped fields, typed, plus _id, _seq_no, _primary_term, _version)."""
-        from shardstore.spark.reader import infer_schema
+        """The index's columns (mapped fields, typed, plus _id, _seq_no, _primary_term, _version).
 
-        return infer_schema(dict(self.options))
+        The read plan made here is kept on the source (Spark pickles the source from the
+        worker that asks for the schema to the one that asks for the reader): a load plans once.
+        """
+        from shardstore.spark.reader import infer_schema, plan_read
+
+        _store, self._plan = plan_read(dict(self.options))
+        return infer_schema(dict(self.options), self._plan)
 
     def reader(self, schema: StructType) -> Any:
         """A reader over the newest remote commit of every shard (or the one the options ask for)."""
         from shardstore.spark.reader import make_reader
 
-        return make_reader(dict(self.options), schema)
+        return make_reader(dict(self.options), schema, getattr(self, "_plan", None))
 
     def writer(self, schema: StructType, overwrite: bool) -> Any:
         """A writer indexing the DataFrame's rows into the index's shards."""

@@ -47,24 +47,24 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
 from shardstore.blobstores.base import BlobStore
 from shardstore.blobstores.errors import BlobAlreadyExists
+from shardstore.core.address import ShardAddress
 from shardstore.core.records import crc32c
 from shardstore.engine.routing import shard_ids
 from shardstore.errors import ConflictError, InvalidError
 from shardstore.segments.commit import CommitPoint, CommittedSegment
-from shardstore.segments.errors import CommitNotFound
+from shardstore.segments.errors import CommitConflict, CommitNotFound
 from shardstore.segments.livedocs import LiveDocs, livedocs_file_name
 from shardstore.segments.mapping import Mapping, sources_from_table
+from shardstore.segments.read_plan import read_livedocs
 from shardstore.segments.reader import ShardCommitReader
-from shardstore.segments.remote_metadata import RemoteCommitMetadata, RemoteFile, data_key, metadata_key
+from shardstore.segments.remote_metadata import RemoteCommitMetadata, RemoteFile, data_key
 from shardstore.segments.remote_store import (
     RemoteSegmentStore,
-    ShardAddress,
     latest_commit,
     latest_term,
     list_commit_keys,
     list_terms,
     read_metadata,
-    record_path_strategy,
 )
 from shardstore.segments.segment import SegmentInfo, lookup_segments, segment_file_name, write_segment
 from shardstore.spark.catalog import open_from_options, resolve_index
@@ -148,14 +148,11 @@ def claim_shard(store: BlobStore, address: ShardAddress, state_term: int, job: s
     """Claim term newest + 1 of one shard (``if_absent``), then read its base (folding a translog tail into C0)."""
     terms = list_terms(store, address)
     term = max([state_term] + terms[:1]) + 1 + TERM_GAP
-    record_path_strategy(store, address.cluster_uuid, address.index_uuid, address.strategy)
-    key = address.strategy.term_marker_key(address.cluster_uuid, address.index_uuid, address.shard, term)
-    try:
-        store.put(key, job.encode(), if_absent=True, token=job)
-    except BlobAlreadyExists:
-        raise ConcurrentShardWriter(f"{store.location}: shard {address.index_uuid}/{address.shard}: term {term} was "
-                                    f"claimed by another writer while this job claimed it; retry the job once "
-                                    f"that writer is done") from None
+    try:  # the segments' own claim: path strategy recorded, term marker if_absent, fencing checked
+        RemoteSegmentStore(store, address, term, writer=job).claim_term(exclusive=True)
+    except CommitConflict as exc:
+        raise ConcurrentShardWriter(f"{exc}; this job claimed shard {address.index_uuid}/{address.shard} term {term} "
+                                    f"at the same time: retry the job once that writer is done") from None
     try:
         base: RemoteCommitMetadata | None = latest_commit(store, address)
     except CommitNotFound:
@@ -385,14 +382,13 @@ class ShardstoreArrowWriter(DataSourceArrowWriter):
             translog_generation=base.commit.translog_generation if base else 0,
             history_uuid=base.commit.history_uuid if base else uuid.uuid4().hex, mapping=mapping.to_dict(),
             user_data={"writer": "spark", "job": self.job, "global_checkpoint": str(top)})
-        md = RemoteCommitMetadata(commit=commit, writer=self.job, files={n: files[n] for n in commit.files()})
-        key = f"{plan.prefix}/{metadata_key(plan.term, commit.generation, self.job)}"
         self._check_owner(store, plan)
-        try:
-            store.put(key, md.encode(), if_absent=True, token=self.job)
-        except BlobAlreadyExists:
-            raise ConcurrentShardWriter(f"{store.location}/{key}: the commit already exists; another attempt of "
-                                        f"this job's commit raced it") from None
+        try:  # the segments' own publication: fenced, if_absent, written last
+            md = RemoteSegmentStore(store, plan.address, plan.term, writer=self.job).publish(
+                commit, {n: files[n] for n in commit.files()})
+        except CommitConflict as exc:
+            raise ConcurrentShardWriter(f"{exc}; another attempt of this job's commit raced it, or a newer term "
+                                        f"claimed the shard: nothing more of this job was committed") from None
         log.info("spark job %s committed shard %d: generation %d, %d segments, seq# up to %d", self.job, plan.shard,
                  commit.generation, len(segments), top)
         return md
@@ -402,8 +398,7 @@ class ShardstoreArrowWriter(DataSourceArrowWriter):
         """``cs`` with ``rows`` also deleted: a new live-docs file uploaded under the job's term."""
         live = LiveDocs.all_live(cs.info.doc_count)
         if cs.livedocs_file is not None and base is not None:
-            remote = base.files[cs.livedocs_file]
-            live = LiveDocs.decode(store.get(remote.key), remote.key)
+            live = read_livedocs(store, base.files[cs.livedocs_file])  # verified against the commit's CRC32C
         live = live.delete(pa.array(sorted(set(rows)), pa.int64()))
         gen = cs.livedocs_generation + 1
         name = livedocs_file_name(cs.info.name, gen)
@@ -443,7 +438,7 @@ def _versions_and_old_copies(store: BlobStore, plan: ShardPlan, ids: pa.Array) -
              and s.info.min_id <= hi.as_py() and s.info.max_id >= lo.as_py()]
     if not cands:
         return pa.array(np.ones(n, dtype=np.int64)), {}
-    reader = ShardCommitReader(store, base, os.path.join(tempfile.gettempdir(), "shardstore-cache"))
+    reader = ShardCommitReader(store, base)
     segs = reader.segments(cands)
     qpos, segidx, rows = lookup_segments([r for r, _ in segs], ids)
     versions = np.ones(n, dtype=np.int64)

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from shardstore.blobstores import open_store
-from shardstore.blobstores.faulty import FaultyStore, SimulatedCrash
 from shardstore.cluster_state.coordination import START_JOIN, LocalCluster, StartJoin
 from shardstore.cluster_state.errors import NoQuorum, NotMaster, StaleTerm
 from shardstore.cluster_state.model import ClusterState
 from shardstore.cluster_state.remote import RemoteClusterStateService
+from shardstore.testing import FaultyStore, SimulatedCrash
 
 MASTERS = ("n1", "n2", "n3")
 

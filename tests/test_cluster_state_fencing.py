@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from shardstore.blobstores import open_store
-from shardstore.blobstores.faulty import FaultyStore
 from shardstore.cluster_state.coordination import LocalCluster
 from shardstore.cluster_state.errors import ClusterStateSuperseded
 from shardstore.cluster_state.fence import FENCES, fence_key, read_fence
@@ -24,6 +23,7 @@ from shardstore.cluster_state.model import ClusterState
 from shardstore.cluster_state.remote import RemoteClusterStateService
 from shardstore.cluster_state.restore import find_latest, restore_cluster_state
 from shardstore.engine import Cluster
+from shardstore.testing import FaultyStore
 
 A_NODES, B_NODES = ("a1", "a2", "a3"), ("b1", "b2", "b3")
 

@@ -7,12 +7,12 @@ from dataclasses import replace
 
 import pytest
 
-from shardstore.blobstores.faulty import FaultyStore, SimulatedCrash
 from shardstore.cluster_state import entities as E
 from shardstore.cluster_state.errors import ManifestConflict, NoClusterState
 from shardstore.cluster_state.manifest import manifest_prefix
 from shardstore.cluster_state.model import ClusterState, IndexMetadata
 from shardstore.cluster_state.remote import RemoteClusterStateService
+from shardstore.testing import FaultyStore, SimulatedCrash
 
 REMOTE = pytest.mark.parametrize("backend", ["memory", "file", "s3"], indirect=True)
 LOCAL = pytest.mark.parametrize("backend", ["memory", "file"], indirect=True)

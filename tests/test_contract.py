@@ -29,7 +29,6 @@ from shardstore.blobstores import (
     BlobNotFound,
     BlobStore,
     ConfigError,
-    FaultyStore,
     InvalidKey,
     InvalidRange,
     RetryingStore,
@@ -38,6 +37,7 @@ from shardstore.blobstores import (
     TransientError,
     open_store,
 )
+from shardstore.testing import FaultyStore
 
 cloud_only = pytest.mark.parametrize("backend", CLOUD, indirect=True)
 

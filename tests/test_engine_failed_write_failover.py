@@ -17,8 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from shardstore.blobstores import open_store
-from shardstore.blobstores.faulty import FaultyStore
 from shardstore.engine import Cluster
+from shardstore.testing import FaultyStore
 
 
 def test_failed_write_then_failover_restores_and_recovers(tmp_path: Path) -> None:

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from shardstore.blobstores import open_store
-from shardstore.blobstores.faulty import FaultyStore
 from shardstore.engine import Cluster
 from shardstore.engine.errors import ShardUnavailable
+from shardstore.testing import FaultyStore
 
 N = 50
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from shardstore.blobstores import open_store
-from shardstore.blobstores.faulty import FaultyStore
 from shardstore.engine import Cluster
+from shardstore.testing import FaultyStore
 
 
 def test_a_rebuild_under_a_lagging_listing_refuses_then_recovers_everything(tmp_path: Path) -> None:

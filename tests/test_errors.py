@@ -8,7 +8,7 @@ import traceback
 import pytest
 
 import shardstore.blobstores.errors as errors_module
-import shardstore.blobstores.faulty as faulty_module
+import shardstore.testing.faulty as faulty_module
 from shardstore.blobstores import ConfigError, open_store
 from shardstore.errors import ConflictError, CorruptError, InvalidError, NotFoundError, UnavailableError
 

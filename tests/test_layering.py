@@ -8,7 +8,11 @@ Parses every module's imports (``ast``: module level, inside functions and under
 * ``core`` (operation types, record format, path strategy, ``ShardAddress``);
 * ``translog``, ``segments``, ``cluster_state``: each on core, blobstores and base, none on another;
 * ``engine`` on all of the above;
-* ``spark``, ``cli``, ``testing`` (and the ``pyspark_shardstore*`` registration shims) on anything.
+* ``spark``, ``cli``, ``testing`` (and the ``pyspark_shardstore*`` registration shims) on anything;
+* ``api``: the package front door, ``shardstore/__init__.py`` (``open_store``, ``Cluster``,
+  ``open_commit``, imported lazily), on anything except ``testing`` and ``cli``.  Importing
+  ``shardstore`` itself or a name from it (``from shardstore import Cluster``) is an edge to
+  ``api``: no library layer may do it (it would be a cycle through the front door).
 
 Only ``spark`` (and its registration shims) imports ``pyspark`` or ``py4j``.  See
 ``docs/design/layering.md``.
@@ -25,7 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 #: layer -> the source files of it
 FOLDERS: dict[str, list[Path]] = {
-    "base": [ROOT / "shardstore" / f for f in ("__init__.py", "errors.py", "fileio.py", "progress.py", "transport.py")],
+    "api": [ROOT / "shardstore" / "__init__.py"],
+    "base": [ROOT / "shardstore" / f for f in ("errors.py", "fileio.py", "progress.py", "transport.py")],
     "blobstores": sorted((ROOT / "blobstores").rglob("*.py")),
     "plugins": sorted((ROOT / "plugins").rglob("*.py")),
     "core": sorted((ROOT / "shardstore" / "core").rglob("*.py")),
@@ -51,6 +56,9 @@ PREFIXES: dict[str, tuple[str, ...]] = {
     "spark": ("shardstore.spark", "pyspark_shardstore", "pyspark_shardstore_changes", "pyspark_shardstore_arrow"),
     "cli": ("shardstore.cli", "shardstore.__main__"),
     "testing": ("shardstore.testing",),
+    # last, as a catch-all: whatever no layer above claims is the front door, i.e. ``shardstore``
+    # itself or a name imported from it (``from shardstore import Cluster`` -> ``shardstore.Cluster``)
+    "api": ("shardstore",),
 }
 
 _EVERY = frozenset(PREFIXES)
@@ -67,6 +75,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "spark": _EVERY - {"testing", "cli"},
     "cli": _EVERY - {"testing"},
     "testing": _EVERY - {"cli"},
+    "api": _EVERY - {"testing", "cli"},
 }
 SPARK_ONLY = ("pyspark", "py4j")
 
@@ -83,7 +92,11 @@ def imports_of(path: Path) -> set[str]:
 
 
 def layer_of(module: str) -> str | None:
-    """The layer a project module belongs to (None: not a project module, e.g. pyarrow or the bare package)."""
+    """The layer a project module belongs to (None: not a project module, e.g. pyarrow).
+
+    The first layer whose prefix matches wins; ``api`` comes last, so it gets only the bare
+    package and the names imported from it.
+    """
     for layer, prefixes in PREFIXES.items():
         if any(module == p or module.startswith(p + ".") for p in prefixes):
             return layer
@@ -136,8 +149,38 @@ def test_the_parser_sees_imports_inside_functions(tmp_path: Path) -> None:
     ("blobstores", "from shardstore.plugins.s3 import S3Store\n", "blobstores -> plugins"),
     ("engine", "import pyspark.sql\n", "only spark imports pyspark"),
     ("translog", "from shardstore.cluster_state.model import ClusterState\n", "translog -> cluster_state"),
+    ("engine", "from shardstore import Cluster\n", "engine -> api"),
+    ("segments", "import shardstore\n", "segments -> api"),
+    ("blobstores", "from shardstore.testing import FaultyStore\n", "blobstores -> testing"),
+    ("engine", "from shardstore.testing.faulty import FaultyStore\n", "engine -> testing"),
+    ("api", "from shardstore.testing import FaultyStore\n", "api -> testing"),
+    ("api", "from shardstore.cli import main\n", "api -> cli"),
 ])
 def test_the_rules_catch_the_edges_that_were_cut(tmp_path: Path, layer: str, source: str, edge: str) -> None:
     (tmp_path / "m.py").write_text(source, encoding="utf-8")
     found = [why for name in sorted(imports_of(tmp_path / "m.py")) for why in edge_problems(layer, name)]
     assert any(edge in why for why in found), found
+
+
+@pytest.mark.parametrize(("module", "layer"), [
+    ("shardstore", "api"),
+    ("shardstore.Cluster", "api"),
+    ("shardstore.__version__", "api"),
+    ("shardstore.errors", "base"),
+    ("shardstore.errors.ShardstoreError", "base"),
+    ("shardstore.engine", "engine"),
+    ("shardstore.testing.faulty", "testing"),
+    ("shardstore_demo_plugin", None),
+    ("pyarrow", None),
+])
+def test_layer_of_names_the_front_door(module: str, layer: str | None) -> None:
+    assert layer_of(module) == layer
+
+
+def test_the_front_door_may_import_the_library_lazily(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text(
+        "def __getattr__(name):\n"
+        "    from shardstore.engine import Cluster\n"
+        "    from shardstore.segments.reader import open_commit\n"
+        "    from shardstore.blobstores import open_store\n", encoding="utf-8")
+    assert [why for name in sorted(imports_of(tmp_path / "m.py")) for why in edge_problems("api", name)] == []

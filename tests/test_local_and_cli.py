@@ -17,7 +17,6 @@ from shardstore.blobstores import (
     BlobNotFound,
     BlobStoreError,
     ConfigError,
-    FaultyStore,
     InvalidKey,
     TransientError,
     open_backend,
@@ -26,6 +25,7 @@ from shardstore.blobstores import (
 from shardstore.blobstores.selfcheck import run_checks
 from shardstore.cli import main
 from shardstore.plugins import local as local_plugin
+from shardstore.testing import FaultyStore
 
 
 def test_readers_never_see_a_partial_blob(tmp_path: Path) -> None:

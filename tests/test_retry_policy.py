@@ -9,7 +9,6 @@ import pytest
 from shardstore.blobstores import (
     BlobAlreadyExists,
     BlobNotFound,
-    FaultyStore,
     RetryingStore,
     RetryPolicy,
     Throttled,
@@ -19,6 +18,7 @@ from shardstore.blobstores import (
 from shardstore.blobstores.base import BlobInfo
 from shardstore.blobstores.conditional import is_own_write
 from shardstore.blobstores.errors import ConfigError
+from shardstore.testing import FaultyStore
 
 
 def test_backoff_is_capped_and_jittered() -> None:

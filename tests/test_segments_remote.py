@@ -11,7 +11,7 @@ import google_crc32c
 import pyarrow as pa
 import pytest
 
-from shardstore.blobstores.faulty import FaultRule, FaultyStore, SimulatedCrash
+from shardstore.core.address import ShardAddress
 from shardstore.core.path_strategy import HashedPrefixPathStrategy
 from shardstore.errors import UnsupportedFormatVersion
 from shardstore.segments.directory import ShardDirectory
@@ -19,12 +19,12 @@ from shardstore.segments.errors import CommitConflict, CommitNotFound, SegmentCo
 from shardstore.segments.remote_metadata import RemoteCommitMetadata
 from shardstore.segments.remote_store import (
     RemoteSegmentStore,
-    ShardAddress,
     latest_commit,
     latest_term,
     list_commit_keys,
     restore,
 )
+from shardstore.testing import FaultRule, FaultyStore, SimulatedCrash
 from shardstore.translog.operations import index_batch, stamp
 
 REMOTE = pytest.mark.parametrize("backend", ["memory", "file", "s3", "gcs", "azure"], indirect=True)
@@ -359,7 +359,7 @@ def test_gc_under_a_stale_listing_keeps_every_file_of_the_commits_it_wrote(tmp_p
     only that commit names: the newest commit was unrestorable (fault simulator, seed 295).  The uploader
     knows the commits it wrote itself, so GC keeps them whatever the listing says."""
     from shardstore.blobstores import open_backend
-    from shardstore.blobstores.faulty import FaultyStore
+    from shardstore.testing import FaultyStore
 
     store = FaultyStore(open_backend(f"memory://stale-gc-{tmp_path.name}"))
     shard = Shard(tmp_path / "local")

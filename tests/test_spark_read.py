@@ -361,3 +361,60 @@ def test_large_segment_read_in_row_group_ranges_with_deletes(spark, tmp_path):
     assert df.filter("x >= 30000").count() == len([i for i in range(30000, n) if i % 997])
     fast = read_index(spark, url, "big", cacheDir=opts["cacheDir"]).select("_id", "x").toArrow().sort_by("x")
     assert fast.equals(got)
+
+
+class _CountingStore:
+    """Counts the commit-metadata GETs of the planner (a thin proxy over the real file store)."""
+
+    def __init__(self, inner, seen: list[str]) -> None:
+        self._inner, self._seen = inner, seen
+
+    def get(self, key, *args, **kwargs):
+        if "/segments/metadata/" in key:
+            self._seen.append(key)
+        return self._inner.get(key, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+def test_a_load_plans_once(idx, monkeypatch):
+    """Spark asks the source for its schema in one worker and pickles it to the one that asks for the reader:
+    the plan travels with it, so a load reads each shard's commit metadata once (it read it twice)."""
+    import pickle
+
+    import shardstore.spark.catalog as catalog
+    from shardstore.spark.source import ShardstoreDataSource
+
+    seen: list[str] = []
+    real = catalog.open_store
+    monkeypatch.setattr(catalog, "open_store", lambda url, **o: _CountingStore(real(url, **o), seen))
+    source = ShardstoreDataSource(dict(idx["opts"]))
+    schema = source.schema()  # Spark's create-data-source worker
+    reader = pickle.loads(pickle.dumps(source)).reader(schema)  # its planning worker
+    parts = reader.partitions()
+    assert len(seen) == 2 and len(set(seen)) == 2, seen  # 2 shards, one metadata GET each
+    got = pa.Table.from_batches([b for p in parts for b in reader.read(p)])
+    assert got.num_rows == _oracle_pyarrow(idx).num_rows
+    seen.clear()
+    ShardstoreDataSource(dict(idx["opts"])).reader(schema).partitions()  # a user schema: no schema() call
+    assert len(seen) == 2, seen
+
+
+def test_spark_reads_through_the_segments_read_plan(idx):
+    """Partitions are the segments' own read tasks: picklable references with checksums, no bytes."""
+    import pickle
+
+    from shardstore.segments.read_plan import ReadTask
+    from shardstore.spark.reader import SegmentPartition
+
+    store, plan = plan_read(idx["opts"])
+    reader = make_reader(idx["opts"], infer_schema(idx["opts"], plan), plan)
+    parts = [p for p in reader.partitions() if isinstance(p, SegmentPartition)]
+    assert parts and all(isinstance(p.task, ReadTask) for p in parts)
+    for p in parts:
+        task = pickle.loads(pickle.dumps(p.task))
+        assert task.data == p.task.data and task.data.checksum and len(pickle.dumps(p.task)) < 4096
+    tasks = [t for s in plan.shards for t in s.commit.tasks()]
+    assert [(t.shard, t.data.key, t.row_groups) for t in tasks] == [
+        (p.task.shard, p.task.data.key, p.task.row_groups) for p in parts]

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardstore.blobstores import open_backend
-from shardstore.blobstores.faulty import FaultRule, FaultyStore
 from shardstore.errors import UnsupportedFormatVersion
+from shardstore.testing import FaultRule, FaultyStore
 from shardstore.translog.errors import TranslogCorruptedError, TranslogError, TranslogUnavailable
 from shardstore.translog.local import LocalTranslog
 from shardstore.translog.operations import index_batch, stamp

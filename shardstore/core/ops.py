@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import IntEnum
 
-__all__ = ["NO_OPS", "OpType"]
+__all__ = ["NO_OPS", "OP_NAMES", "OpType"]
 
 #: The seq# (and checkpoint) of a shard that holds no operation yet.
 NO_OPS = -1
@@ -16,3 +16,7 @@ class OpType(IntEnum):
     INDEX = 0
     DELETE = 1
     NO_OP = 2
+
+
+#: The name of each operation type, as the changes feed reports it.
+OP_NAMES: dict[OpType, str] = {OpType.INDEX: "index", OpType.DELETE: "delete", OpType.NO_OP: "noop"}

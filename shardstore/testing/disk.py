@@ -28,8 +28,8 @@ from types import TracebackType
 from typing import Any, Literal
 
 from shardstore import fileio
-from shardstore.blobstores.faulty import pick_rule
 from shardstore.errors import InvalidError
+from shardstore.testing.faulty import pick_rule
 
 DiskAction = Literal["enospc", "eio", "torn", "crash"]
 DISK_ACTIONS = ("enospc", "eio", "torn", "crash")

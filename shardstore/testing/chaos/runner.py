@@ -1,7 +1,7 @@
 """Run a seeded schedule against a real in-process cluster and check it with the client model (issue 14).
 
 :func:`run_schedule` builds a 3-node cluster (3 cluster managers) over a real blob store
-(``file`` or ``memory``) wrapped in :class:`~shardstore.blobstores.faulty.FaultyStore`,
+(``file`` or ``memory``) wrapped in :class:`~shardstore.testing.faulty.FaultyStore`,
 creates one index (2 shards, 1 replica), and executes the steps of
 :mod:`~shardstore.testing.chaos.schedule` one by one.  Every exception must be one of the
 project's documented errors (a :class:`~shardstore.errors.ShardstoreError`); per-item bulk
@@ -35,11 +35,11 @@ from typing import Any
 
 from shardstore.blobstores import open_store
 from shardstore.blobstores.errors import Throttled, TransientError
-from shardstore.blobstores.faulty import FaultyStore
 from shardstore.errors import ShardstoreError
 from shardstore.testing.chaos.model import ClientModel, Violation
 from shardstore.testing.chaos.schedule import DATA_NODES, MANAGERS, Step, draw_schedule
 from shardstore.testing.disk import DiskFaults
+from shardstore.testing.faulty import FaultyStore
 
 log = logging.getLogger(__name__)
 INDEX = "docs"
