@@ -10,7 +10,7 @@ stamped batches) are all built before the timed region: the clock covers the app
 only (not opening or closing the log).
 
 The raw baseline writes those frames to a buffered file with the same fsync pattern.
-They are byte for byte the frames the translog appends (``tests/test_benches.py``
+They are byte for byte the frames the translog appends (``tests/project/test_benches.py``
 checks it): since format version 2 a frame is the frame header plus one Arrow IPC
 record batch message, the schema being written once per generation file, after the
 header.  Both sides write header and schema frame, and fsync them, before the clock.

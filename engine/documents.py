@@ -254,7 +254,7 @@ def _parse(checked: CheckedDocs, mapping: Mapping) -> ParsedItems:
     n = len(checked.ids)
     if checked.table is not None and n:
         direct = fields_from_table(checked.table, mapping, max_fields=MAX_INDEX_FIELDS)
-        if direct is not None:  # no JSON round trip (issue 16); equal to the parse (tests/test_segments_table_fields.py)
+        if direct is not None:  # no JSON round trip (issue 16); equal to the parse (tests/segments/test_segments_table_fields.py)
             return ParsedItems(pa.array(range(n), pa.int64()), direct[0], direct[1], ())
     return parse_items(checked.ids, checked.sources, mapping, max_fields=MAX_INDEX_FIELDS)
 

@@ -23,7 +23,7 @@ sources as before:
   a new field where the mapping has an object or below a mapped leaf, more than
   ``max_fields`` fields, and any other column type.
 
-``tests/test_segments_table_fields.py`` checks the equivalence on generated tables.
+``tests/segments/test_segments_table_fields.py`` checks the equivalence on generated tables.
 """
 
 from __future__ import annotations

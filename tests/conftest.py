@@ -193,7 +193,7 @@ def spark():
 @pytest.fixture(scope="session")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """shardstore's wheel, built once per run from a copy of the repository (tests/installed.py)."""
-    from installed import build_wheel
+    from tests.installed import build_wheel
 
     return build_wheel(tmp_path_factory.mktemp("wheel"))
 
@@ -201,6 +201,6 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def venv(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> dict[str, Path]:
     """A fresh venv with the wheel installed as a user's ``pip install`` would (tests/installed.py)."""
-    from installed import make_venv
+    from tests.installed import make_venv
 
     return make_venv(tmp_path_factory.mktemp("venv"), wheel)

@@ -1,7 +1,7 @@
 """Test and benchmark tools: fault injection, service emulators and the fault simulator.
 
 Not part of the library's public surface; no library package imports it (the layering
-test, ``tests/test_layering.py``, forbids that).
+test, ``tests/project/test_layering.py``, forbids that).
 
 - :class:`FaultyStore`, :class:`FaultRule`, :class:`SimulatedCrash` (from
   :mod:`shardstore.testing.faulty`): a blob-store wrapper that fails, delays, "crashes" or

@@ -7,7 +7,7 @@ simulation testing and Jepsen's checkers.
   store, checks it, and minimises failing schedules.
 
 ``python -m benches chaos --seeds N`` runs N schedules and prints the totals;
-``tests/test_chaos.py`` runs a few fixed seeds.
+``tests/engine/test_chaos.py`` runs a few fixed seeds.
 """
 
 from shardstore.testing.chaos.model import ClientModel, Violation

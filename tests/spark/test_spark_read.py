@@ -249,7 +249,7 @@ def test_a_purged_state_between_commits_is_refused(tmp_path):
 
 
 def test_filters_pushed_down_and_correct(spark, idx):
-    """The Python source takes the filters pyarrow evaluates like Spark (the bridge: tests/test_spark_bridge.py)."""
+    """The Python source takes the filters pyarrow evaluates like Spark (the bridge: tests/spark/test_spark_bridge.py)."""
     base = _oracle_pyarrow(idx)
     df = _load(spark, idx, "shardstore-arrow").filter("x >= 2900 and s = 'v3' and _id like 'd02%'")
     plan = df._jdf.queryExecution().executedPlan().toString()

@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from installed import REPO, clean_env, run
 
 from shardstore.blobstores.registry import GROUP
+from tests.installed import REPO, clean_env, run
 
 pytestmark = pytest.mark.slow
 

@@ -17,13 +17,13 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_engine_bad_input import _snapshot
 
 from shardstore.cluster_state.model import IndexMetadata
 from shardstore.engine import Cluster
 from shardstore.engine.errors import InvalidIndexName
 from shardstore.engine.validation import MAX_INDEX_NAME_BYTES, check_index_name
 from shardstore.segments.mapping import json_default
+from tests.engine.test_engine_bad_input import _snapshot
 
 _HOSTILE_CHARS = st.one_of(st.characters(codec="utf-8"), st.sampled_from(["\ud800", "\udfff", "\x00", "\n", ".", "\\"]))
 _TEXT = st.text(_HOSTILE_CHARS, max_size=8)

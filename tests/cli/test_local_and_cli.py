@@ -311,7 +311,7 @@ def test_cli_version_plugins_and_check(tmp_path: Path, capsys: pytest.CaptureFix
     out = capsys.readouterr().out
     for scheme in ("memory", "file", "s3", "oci", "gs", "az"):
         assert f"\n{scheme} " in out
-    (tmp_path / "s").mkdir()  # store check does not create a missing root (tests/test_cli_readonly.py)
+    (tmp_path / "s").mkdir()  # store check does not create a missing root (tests/cli/test_cli_readonly.py)
     assert main(["store", "check", f"file://{tmp_path}/s"]) == 0
     out = capsys.readouterr().out
     assert "7/7 checks passed" in out and "FAIL" not in out

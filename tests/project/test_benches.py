@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 REQUIRED = {"bench": str, "name": str, "value": (int, float), "unit": str, "params": dict}
 
 

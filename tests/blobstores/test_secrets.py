@@ -22,13 +22,13 @@ from typing import Any
 from urllib.parse import parse_qs, quote, quote_plus
 
 import pytest
-from conftest import SESSION_BUCKET
 
 from shardstore.blobstores import BlobStore, BlobStoreError, ConfigError, open_store
 from shardstore.blobstores.errors import AccessDenied, BlobNotFound, RequestRejected, TransientError
 from shardstore.blobstores.fsspec_store import FsspecStore
 from shardstore.blobstores.options import Option
 from shardstore.testing.emulators import AZURITE_ACCOUNT, AZURITE_KEY, Emulator
+from tests.conftest import SESSION_BUCKET
 
 KEY = "AKIAEXAMPLESECRETID"
 SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYSECRETKEY"

@@ -6,7 +6,7 @@ name owned by a JVM data source is shown with Spark's own ``parquet``: registeri
 source under it is what raised ``DATA_SOURCE_ALREADY_EXISTS`` in a wheel install, where the
 bridge jar owned ``shardstore`` before any Python source of that name was known.
 The install-level check (a wheel in a fresh venv, a user's environment) is
-tests/test_readme.py.
+tests/project/test_readme.py.
 """
 
 from __future__ import annotations

@@ -7,10 +7,10 @@ import io
 import os
 
 import pytest
-from conftest import BACKENDS, CLOUD, StoreFactory
 
 from shardstore.blobstores import BlobAlreadyExists, InvalidKey, TransientError
 from shardstore.blobstores.errors import BlobChanged
+from tests.conftest import BACKENDS, CLOUD, StoreFactory
 
 MIB = 1024 * 1024
 

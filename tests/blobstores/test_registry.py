@@ -34,7 +34,7 @@ BUILTINS = {
     "az": "shardstore.plugins.azure:AzureStore",
 }
 
-PLUGIN_PKG = Path(__file__).parent / "plugin_pkg"
+PLUGIN_PKG = Path(__file__).parent.parent / "plugin_pkg"
 DEMO_MODULE = "shardstore_demo_plugin"
 
 

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CLOUD, StoreFactory, make_factory
 
 from shardstore.blobstores import (
     BlobAlreadyExists,
@@ -38,6 +37,7 @@ from shardstore.blobstores import (
     open_store,
 )
 from shardstore.testing import FaultyStore
+from tests.conftest import CLOUD, StoreFactory, make_factory
 
 cloud_only = pytest.mark.parametrize("backend", CLOUD, indirect=True)
 

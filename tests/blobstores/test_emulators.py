@@ -13,11 +13,11 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import CLOUD, SESSION_BUCKET
 
 from shardstore.testing import emulators
 from shardstore.testing.emulators import Emulator, EmulatorError, start_emulator
 from shardstore.testing.fault_proxy import FaultProxy, emu_via_proxy_options, start_fault_proxy
+from tests.conftest import CLOUD, SESSION_BUCKET
 
 kinds = pytest.mark.parametrize("kind", CLOUD)
 

@@ -20,11 +20,21 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from installed import IGNORE, PACKAGE_DIR, PYPROJECT, REPO, inside, run, run_json, setuptools_builds_wheels_offline
+
+from tests.installed import (
+    IGNORE,
+    PACKAGE_DIR,
+    PYPROJECT,
+    REPO,
+    inside,
+    run,
+    run_json,
+    setuptools_builds_wheels_offline,
+)
 
 pytestmark = pytest.mark.slow
 
-PLUGIN_PKG = Path(__file__).resolve().parent / "plugin_pkg"
+PLUGIN_PKG = Path(__file__).resolve().parent.parent / "plugin_pkg"
 VERSION = PYPROJECT["project"]["version"]
 #: The only top-level modules besides shardstore, on purpose: Spark 4.x registers the
 #: ``DefaultSource`` of every installed ``pyspark_*`` module by itself (issue 7).

@@ -19,12 +19,12 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from test_engine_bad_input import _cluster, _ids_on_two_shards, _restored, _snapshot
 
 from shardstore.engine import Cluster
 from shardstore.engine.errors import InvalidRequest
 from shardstore.segments.errors import MappingConflict
 from shardstore.segments.mapping import FieldType, Mapping
+from tests.engine.test_engine_bad_input import _cluster, _ids_on_two_shards, _restored, _snapshot
 
 
 def _rebuild_a_replica(cluster: Cluster) -> None:

@@ -7,10 +7,10 @@ import os
 from pathlib import Path
 
 import pytest
-from test_segments_files import _docs, _segment_table
 
 from shardstore.segments import row_cache
 from shardstore.segments.segment import SegmentReader, write_segment
+from tests.segments.test_segments_files import _docs, _segment_table
 
 
 @pytest.fixture
