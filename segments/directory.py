@@ -39,6 +39,7 @@ from shardstore.core.ops import NO_OPS, OpType
 from shardstore.core.records import crc32c
 from shardstore.errors import InvalidError
 from shardstore.fileio import write_atomic
+from shardstore.segments import row_cache
 from shardstore.segments.commit import (
     CommitPoint,
     CommittedSegment,
@@ -191,6 +192,7 @@ class ShardDirectory:
             self._segments[cs.info.name] = _Segment(
                 SegmentReader(path, cs.info), live, cs.livedocs_generation, cs.livedocs_file,
                 cs.livedocs_size, cs.livedocs_checksum)
+            row_cache.warmer.submit(self._segments[cs.info.name].reader)
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -327,6 +329,7 @@ class ShardDirectory:
                                      name=new_name, fsync=self._fsync)
                 reader = SegmentReader(os.path.join(self.path, info.file_name), info)
                 self._segments[new_name] = _Segment(reader, LiveDocs.all_live(info.doc_count))
+                row_cache.warmer.submit(reader)  # a first get of the new segment is then a hit
             # deletes that won are remembered as tombstones (a late, older index op stays dead)
             is_del = pc.and_(pc.is_null(winners.column("_row")), pc.invert(stale))
             self._tombstones = pa.table({"_id": w_ids.filter(is_del), "_seq_no": w_seq.filter(is_del)}, schema=_DELETES)
@@ -374,7 +377,9 @@ class ShardDirectory:
                                  name=new_name, fsync=self._fsync)
             self._segments[new_name] = _Segment(
                 SegmentReader(os.path.join(self.path, info.file_name), info), LiveDocs.all_live(info.doc_count))
+            row_cache.warmer.submit(self._segments[new_name].reader)
         for name in names:
+            row_cache.warmer.discard(self._segments[name].reader.path)
             del self._segments[name]  # files stay while a retained commit references them
         log.info("merged %d segments into %s (%d docs)", len(names), new_name, sum(t.num_rows for t in tables))
         return new_name
@@ -526,6 +531,7 @@ class ShardDirectory:
         """Release the directory's write lock and open segment files (buffered, unrefreshed operations are dropped)."""
         for seg in self._segments.values():
             seg.reader.close()
+            row_cache.warmer.discard(seg.reader.path)  # its decoded row groups would only take budget
         if self._lock_fd >= 0:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
             os.close(self._lock_fd)

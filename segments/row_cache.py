@@ -14,6 +14,14 @@ reused by another segment (a copy rebuilt in the same directory) has another che
 machine's memory, at most 4 GiB ("where memory allows": over 5M flights, 1,000 random gets after
 1,000 others, p50 3.9 ms with 256 MiB and 0.60 ms with 4 GiB; the decoded row groups of 5M
 flights take about 2 GB).
+
+Warming (:class:`Warmer`, one daemon thread per process): a segment a directory publishes
+(refresh, merge, open) is queued; the thread builds its id index and decodes its row groups
+into the cache, oldest queued first, while the cache holds less than :data:`WARM_FILL` of its
+budget, so a first get of a fresh segment is a hit (over 5M flights, 1,000 random gets
+after a flush: p99 7.2 ms cold, see docs/design/segments.md).  What point reads brought in
+is never evicted by warming.  ``SHARDSTORE_ROW_CACHE_WARM=0`` turns it off; a segment gone
+before its turn (merged, its copy closed) is skipped.
 """
 
 from __future__ import annotations
@@ -21,12 +29,19 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
+from typing import Any, Protocol
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
-__all__ = ["RowGroupCache", "row_groups"]
+__all__ = ["RowGroupCache", "Warmer", "row_groups", "warmer"]
+
+log = logging.getLogger(__name__)
+
+#: Warming stops while the cache holds more than this share of its budget.
+WARM_FILL = 0.75
 
 def _default_bytes() -> int:
     """An eighth of physical memory, at most 4 GiB (256 MiB where the size is unknown)."""
@@ -74,6 +89,18 @@ class RowGroupCache:
                     self._bytes -= old.nbytes
         return table
 
+    def forget(self, path: str) -> int:
+        """Drop every cached row group of the segment file ``path`` (merged away, its copy closed); how many."""
+        with self._lock:
+            doomed = [k for k in self._items if k[0] == path]
+            for k in doomed:
+                self._bytes -= self._items.pop(k).nbytes
+        return len(doomed)
+
+    def __contains__(self, key: object) -> bool:
+        with self._lock:
+            return key in self._items
+
     def clear(self) -> None:
         """Drop every cached row group."""
         with self._lock:
@@ -100,3 +127,98 @@ def _budget() -> int:
 
 
 row_groups = RowGroupCache(_budget())
+
+
+class _Warmable(Protocol):
+    path: str
+    info: Any
+
+    def ids(self) -> pa.Array: ...
+
+
+def _warm_enabled() -> bool:
+    return os.environ.get("SHARDSTORE_ROW_CACHE_WARM", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+class Warmer:
+    """Decodes queued segments' id indexes and row groups into ``cache`` on one background thread."""
+
+    def __init__(self, cache: RowGroupCache, *, enabled: bool | None = None) -> None:
+        self.cache = cache
+        self.enabled = _warm_enabled() if enabled is None else enabled
+        self._queue: deque[Any] = deque()
+        self._cond = threading.Condition()
+        self._busy = False
+        self._current: str | None = None
+        self._current_gone = False
+        self._thread: threading.Thread | None = None
+        self.warmed_groups = 0
+
+    def submit(self, reader: _Warmable) -> None:
+        """Queue ``reader``'s segment for warming (no-op when warming is off or the cache has no budget)."""
+        if not self.enabled or self.cache.max_bytes <= 0:
+            return
+        with self._cond:
+            self._queue.append(reader)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="row-cache-warmer", daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+
+    def discard(self, path: str) -> None:
+        """Unqueue the segment ``path`` and drop what the cache holds of it."""
+        with self._cond:
+            self._queue = deque(r for r in self._queue if r.path != path)
+            if self._current == path:
+                self._current_gone = True
+        self.cache.forget(path)
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Block until the queue is empty and nothing is being warmed (False on timeout)."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._queue and not self._busy, timeout)
+
+    def _full(self) -> bool:
+        return self.cache.size_bytes >= WARM_FILL * self.cache.max_bytes
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: bool(self._queue))
+                reader = self._queue.popleft()
+                self._busy = True
+                self._current, self._current_gone = reader.path, False
+            try:
+                if not self._full():
+                    self._warm(reader)
+            except Exception as exc:  # noqa: BLE001 - a segment gone or closed under us: nothing to warm
+                log.debug("not warming %s: %r", getattr(reader, "path", reader), exc)
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._current = None
+                    self._cond.notify_all()
+
+    def _warm(self, reader: _Warmable) -> None:
+        reader.ids()  # the id index: a first lookup then needs no full read of _id
+        info = reader.info
+        with pq.ParquetFile(reader.path) as pf:  # its own handle: the reader may be closed meanwhile
+            md = pf.metadata
+            if md.num_rows != info.doc_count or md.num_row_groups != info.row_groups:
+                return  # another file now sits at that path
+            for g in range(md.num_row_groups):
+                if self._full():
+                    return
+                if self._current_gone:
+                    break
+                key = (reader.path, info.checksum, g)
+                if key not in self.cache:
+                    self.cache.get(key, lambda g=g: pf.read_row_group(g))
+                    if key not in self.cache:
+                        return  # a row group larger than the whole budget: warming this segment is useless
+                    self.warmed_groups += 1
+        if self._current_gone:  # discarded while we warmed it: what we added is dead weight
+            self.cache.forget(reader.path)
+
+
+warmer = Warmer(row_groups)

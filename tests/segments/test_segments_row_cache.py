@@ -64,3 +64,86 @@ def test_the_budget_bounds_the_cache_and_zero_turns_it_off(tmp_path: Path, monke
     monkeypatch.setattr(row_cache, "row_groups", off)
     assert SegmentReader(path, info).get("id000001").num_rows == 1
     assert off.size_bytes == 0
+
+
+# -- warming (issue 16: a first get of a fresh segment is a hit) -----------------------------------
+
+
+@pytest.fixture
+def warm(monkeypatch: pytest.MonkeyPatch) -> row_cache.Warmer:
+    fresh = row_cache.RowGroupCache(64 << 20)
+    monkeypatch.setattr(row_cache, "row_groups", fresh)
+    w = row_cache.Warmer(fresh, enabled=True)
+    monkeypatch.setattr(row_cache, "warmer", w)
+    return w
+
+
+def _directory_with(tmp_path: Path, n: int):
+    import json
+
+    from shardstore.segments.directory import ShardDirectory
+    from shardstore.translog.operations import index_batch, stamp
+
+    d = ShardDirectory(str(tmp_path / "shard"), fsync=False)
+    ids = [f"d{i:05d}" for i in range(n)]
+    d.apply(stamp(index_batch(ids, [json.dumps({"n": i, "pad": "x" * 200}).encode() for i in range(n)]), 0, 1))
+    return d
+
+
+def test_a_refreshed_segment_is_warmed_so_its_first_get_decodes_nothing(tmp_path: Path,
+                                                                         warm: row_cache.Warmer) -> None:
+    d = _directory_with(tmp_path, 20_000)
+    try:
+        d.refresh()
+        assert warm.wait_idle(60)
+        (reader, _live), = d.searchable_segments()
+        assert reader.info.row_groups > 1 and warm.warmed_groups == reader.info.row_groups
+        misses = warm.cache.misses
+        for i in (0, 7_777, 19_999):  # one id per region of the segment: every row group is warm
+            assert d.get(f"d{i:05d}", realtime=False)["_id"] == f"d{i:05d}"
+        assert warm.cache.misses == misses, "a first get after a refresh decoded a row group"
+    finally:
+        d.close()
+    assert warm.cache.size_bytes == 0  # a closed copy's row groups do not keep budget
+
+
+def test_warming_stops_short_of_the_budget_and_a_merged_segment_is_forgotten(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    small = row_cache.RowGroupCache(10 << 20)  # room for about two decoded row groups of this segment
+    w = row_cache.Warmer(small, enabled=True)
+    monkeypatch.setattr(row_cache, "row_groups", small)
+    monkeypatch.setattr(row_cache, "warmer", w)
+    d = _directory_with(tmp_path, 60_000)
+    try:
+        d.refresh()
+        assert w.wait_idle(60)
+        (reader, _live), = d.searchable_segments()
+        assert 0 < w.warmed_groups < reader.info.row_groups, (w.warmed_groups, reader.info.row_groups)
+        assert small.size_bytes <= small.max_bytes
+        first = reader.path
+        d.apply(_more(60_000, 100))
+        d.refresh()
+        d.force_merge(1)
+        assert w.wait_idle(60)
+        assert not any(k[0] == first for k in list(small._items))  # the merged-away segment is gone from the cache
+    finally:
+        d.close()
+
+
+def _more(start: int, n: int):
+    import json
+
+    from shardstore.translog.operations import index_batch, stamp
+
+    ids = [f"e{i:05d}" for i in range(n)]
+    return stamp(index_batch(ids, [json.dumps({"n": i}).encode() for i in range(n)]), start, 1)
+
+
+def test_warming_off_queues_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SHARDSTORE_ROW_CACHE_WARM", "0")
+    w = row_cache.Warmer(row_cache.RowGroupCache(64 << 20))
+    assert not w.enabled
+    path = str(tmp_path / "s.parquet")
+    t, _ = _segment_table(_docs(2000), seq_start=0, term=1)
+    w.submit(SegmentReader(path, write_segment(path, t, name="s", row_group_size=512)))
+    assert w.wait_idle(1) and w.warmed_groups == 0 and w.cache.size_bytes == 0
