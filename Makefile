@@ -46,7 +46,8 @@ bench: install-dev
 lock: venv
 	$(BIN)/python -m pip install -q uv
 	$(BIN)/uv pip compile pyproject.toml --extra dev --extra spark --extra bench --python-version 3.11 --no-header -o constraints.txt.new
-	{ sed -n '1,3p' constraints.txt; cat constraints.txt.new; } > constraints.txt && rm constraints.txt.new
+	{ sed -n '1,3p' constraints.txt; cat constraints.txt.new; } > constraints.txt.tmp
+	mv constraints.txt.tmp constraints.txt && rm constraints.txt.new
 
 clean:
 	rm -rf $(DEMO_DIR) build dist *.egg-info .pytest_cache

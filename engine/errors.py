@@ -4,6 +4,10 @@ Each class sits under exactly one kind, so a caller may catch by subsystem
 (``EngineError``) or by what to do about it (``ConflictError``: re-read, ``UnavailableError``:
 retry later...).  Every message names what was wrong and says whether the operation was
 applied: "not applied", "NOT acknowledged", or, for a lost response, "may have been applied".
+
+``NodeDisconnected`` and ``NodeNotFound`` belong to the transport (:mod:`shardstore.transport`,
+under ``TransportError``, not ``EngineError``); they are re-exported here because the engine
+raises them too.  Catch them by kind (``UnavailableError``, ``NotFoundError``) or by name.
 """
 
 from __future__ import annotations

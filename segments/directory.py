@@ -135,8 +135,10 @@ class ShardDirectory:
         keep_commits: int = 3,
         merge_policy: TieredMergePolicy | None = None,
         fsync: bool = True,
+        warm: bool = True,
     ) -> None:
         self.path = path
+        self._warm = warm  # queue published segments for the row-cache warmer (off for throw-away directories)
         self.dynamic = dynamic
         self.keep_commits = keep_commits
         self.merge_policy = merge_policy or TieredMergePolicy()
@@ -192,7 +194,8 @@ class ShardDirectory:
             self._segments[cs.info.name] = _Segment(
                 SegmentReader(path, cs.info), live, cs.livedocs_generation, cs.livedocs_file,
                 cs.livedocs_size, cs.livedocs_checksum)
-            row_cache.warmer.submit(self._segments[cs.info.name].reader)
+            if self._warm:
+                row_cache.warmer.submit(self._segments[cs.info.name].reader)
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -329,7 +332,8 @@ class ShardDirectory:
                                      name=new_name, fsync=self._fsync)
                 reader = SegmentReader(os.path.join(self.path, info.file_name), info)
                 self._segments[new_name] = _Segment(reader, LiveDocs.all_live(info.doc_count))
-                row_cache.warmer.submit(reader)  # a first get of the new segment is then a hit
+                if self._warm:
+                    row_cache.warmer.submit(reader)  # a first get of the new segment is then a hit
             # deletes that won are remembered as tombstones (a late, older index op stays dead)
             is_del = pc.and_(pc.is_null(winners.column("_row")), pc.invert(stale))
             self._tombstones = pa.table({"_id": w_ids.filter(is_del), "_seq_no": w_seq.filter(is_del)}, schema=_DELETES)
@@ -377,7 +381,8 @@ class ShardDirectory:
                                  name=new_name, fsync=self._fsync)
             self._segments[new_name] = _Segment(
                 SegmentReader(os.path.join(self.path, info.file_name), info), LiveDocs.all_live(info.doc_count))
-            row_cache.warmer.submit(self._segments[new_name].reader)
+            if self._warm:
+                row_cache.warmer.submit(self._segments[new_name].reader)
         for name in names:
             row_cache.warmer.discard(self._segments[name].reader.path)
             del self._segments[name]  # files stay while a retained commit references them
@@ -530,8 +535,8 @@ class ShardDirectory:
     def close(self) -> None:
         """Release the directory's write lock and open segment files (buffered, unrefreshed operations are dropped)."""
         for seg in self._segments.values():
+            row_cache.warmer.discard(seg.reader.path)  # unqueued first; its decoded row groups would only take budget
             seg.reader.close()
-            row_cache.warmer.discard(seg.reader.path)  # its decoded row groups would only take budget
         if self._lock_fd >= 0:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
             os.close(self._lock_fd)

@@ -62,5 +62,9 @@ class CommitConflict(SegmentError, ConflictError):
     """Another writer committed first (the same commit name exists with other content, or a newer term owns the shard)."""
 
 
+class TermAlreadyClaimed(CommitConflict):
+    """An exclusive claim found its term's marker already written by another writer; nothing was written."""
+
+
 class UploadCancelled(SegmentError, UnavailableError):
     """An upload stopped because its copy is closing; nothing of it is referenced by a commit, a retry may finish it."""

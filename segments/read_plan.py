@@ -5,8 +5,8 @@ fast path, the changes feed) never walks a commit's segments itself: it asks for
 :class:`CommitPlan` (``open_commit(store, address).plan()``) and reads its
 :class:`ReadTask` s, as pyiceberg's ``scan().plan_files()`` hands an engine its file tasks.
 A task holds only references (blob key, size, CRC32C of the segment and of its live-docs
-file), the segment's stats, a row-group range and the ids a newer source supersedes: it
-pickles in a few hundred bytes and ships to any executor.
+file), the segment's stats, a row-group range and the ids a newer source supersedes (a few
+hundred bytes plus those ids): it ships to any executor without any segment bytes.
 
 Every remote file is read through :func:`fetch_verified`: fetched whole into the local
 cache and checked against the size and CRC32C its commit records before anything reads

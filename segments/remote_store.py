@@ -43,7 +43,14 @@ from shardstore.core.records import crc32c, decode_record, encode_record
 from shardstore.fileio import write_atomic
 from shardstore.progress import Progress
 from shardstore.segments.commit import CommitPoint, write_commit
-from shardstore.segments.errors import CommitConflict, CommitNotFound, SegmentCorrupted, SegmentError, UploadCancelled
+from shardstore.segments.errors import (
+    CommitConflict,
+    CommitNotFound,
+    SegmentCorrupted,
+    SegmentError,
+    TermAlreadyClaimed,
+    UploadCancelled,
+)
 from shardstore.segments.gc import GcPlan, RemoteCommitRef, RemoteFileRef, plan_remote_gc
 from shardstore.segments.remote_metadata import (
     DATA_DIR,
@@ -245,11 +252,13 @@ def commit_as_of(store: BlobStore, address: ShardAddress, max_seq_no: int,
 def download_file(store: BlobStore, remote: RemoteFile, path: str) -> int:
     """Download one blob to ``path`` atomically, verifying size and CRC32C first; returns its size.
 
-    Blobs up to 64 MiB are read whole; bigger ones stream to ``<path>.part`` in 8 MiB
-    blocks, checksummed on the way.  Nothing lands at ``path`` unless it verified.
+    Blobs up to 64 MiB are read whole; bigger ones stream to ``<path>.<unique>.part`` in
+    8 MiB blocks, checksummed on the way (unique: two processes sharing a cache, Spark tasks
+    reading ranges of one segment, never write one temp file).  Nothing lands at ``path``
+    unless it verified.
     """
     directory, name = os.path.split(path)
-    tmp = path + ".part"
+    tmp = f"{path}.{uuid.uuid4().hex[:12]}.part"
     crc, size = 0, 0
     try:
         if remote.size <= _STREAM_OVER:
@@ -264,6 +273,10 @@ def download_file(store: BlobStore, remote: RemoteFile, path: str) -> int:
                 os.fsync(dst.fileno())
     except BlobNotFound:
         raise SegmentCorrupted(remote.key, "blob named by the commit is missing") from None
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
     if (size, crc) != (remote.size, remote.checksum):
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -361,7 +374,7 @@ class RemoteSegmentStore:
         The index's path strategy is recorded first (once per index; a different one
         already recorded is a CommitConflict), so the layout never changes under data.
         ``exclusive``: the term must be new (a batch job claiming a term of its own):
-        CommitConflict if its marker exists already.
+        TermAlreadyClaimed (a CommitConflict) if its marker exists already.
         """
         record_path_strategy(self.store, self.address.cluster_uuid, self.address.index_uuid, self.address.strategy)
         key = self.address.strategy.term_marker_key(self.address.cluster_uuid, self.address.index_uuid,
@@ -370,7 +383,7 @@ class RemoteSegmentStore:
             self.store.put(key, self.writer.encode(), if_absent=True, token=self.writer)
         except BlobAlreadyExists:
             if exclusive:
-                raise CommitConflict(f"{self.store.location}/{key}: term {self.primary_term} of shard "
+                raise TermAlreadyClaimed(f"{self.store.location}/{key}: term {self.primary_term} of shard "
                                      f"{self.address.index_uuid}/{self.address.shard} was claimed by another "
                                      f"writer") from None
             # else: this term was claimed before (by us, restarting, or our earlier attempt)
@@ -446,6 +459,8 @@ class RemoteSegmentStore:
         jobs): CommitConflict if a newer term claimed the shard or a different metadata
         holds the key; the same bytes already there (our own retried PUT) count as written.
         """
+        if commit.primary_term > self.primary_term:
+            raise SegmentError(f"commit of term {commit.primary_term} handed to a term-{self.primary_term} publisher")
         md = RemoteCommitMetadata(commit=commit, writer=self.writer, files=dict(files))
         key = _join(self.prefix, metadata_key(commit.primary_term if commit.primary_term else self.primary_term,
                                               commit.generation, self.writer))

@@ -19,8 +19,9 @@ Warming (:class:`Warmer`, one daemon thread per process): a segment a directory 
 (refresh, merge, open) is queued; the thread builds its id index and decodes its row groups
 into the cache, oldest queued first, while the cache holds less than :data:`WARM_FILL` of its
 budget, so a first get of a fresh segment is a hit (over 5M flights, 1,000 random gets
-after a flush: p99 7.2 ms cold, see docs/design/segments.md).  What point reads brought in
-is never evicted by warming.  ``SHARDSTORE_ROW_CACHE_WARM=0`` turns it off; a segment gone
+after a flush: p99 7.45 ms without warming, 0.50 ms with it; docs/design/segments.md).
+Warming never evicts to make room: it stops at the fill mark (the LRU itself may still evict
+anything once point reads fill the budget).  ``SHARDSTORE_ROW_CACHE_WARM=0`` turns it off; a segment gone
 before its turn (merged, its copy closed) is skipped.
 """
 
@@ -133,7 +134,7 @@ class _Warmable(Protocol):
     path: str
     info: Any
 
-    def ids(self) -> pa.Array: ...
+    def install_index(self, ids: pa.Array) -> None: ...
 
 
 def _warm_enabled() -> bool:
@@ -200,12 +201,18 @@ class Warmer:
                     self._cond.notify_all()
 
     def _warm(self, reader: _Warmable) -> None:
-        reader.ids()  # the id index: a first lookup then needs no full read of _id
         info = reader.info
-        with pq.ParquetFile(reader.path) as pf:  # its own handle: the reader may be closed meanwhile
+        if os.path.getsize(reader.path) != info.size:
+            return  # another file now sits at that path
+        # Its own handle, single-threaded reads: never the reader's ParquetFile, which a foreground
+        # get or scan may be reading (two threads in one pyarrow ParquetFile hung: fault simulator),
+        # and which the directory may close meanwhile.
+        with pq.ParquetFile(reader.path) as pf:
             md = pf.metadata
             if md.num_rows != info.doc_count or md.num_row_groups != info.row_groups:
-                return  # another file now sits at that path
+                return
+            # the id index: a first lookup then needs no full read of _id
+            reader.install_index(pf.read(columns=["_id"], use_threads=False).column("_id").combine_chunks())
             for g in range(md.num_row_groups):
                 if self._full():
                     return
@@ -213,7 +220,7 @@ class Warmer:
                     break
                 key = (reader.path, info.checksum, g)
                 if key not in self.cache:
-                    self.cache.get(key, lambda g=g: pf.read_row_group(g))
+                    self.cache.get(key, lambda g=g: pf.read_row_group(g, use_threads=False))
                     if key not in self.cache:
                         return  # a row group larger than the whole budget: warming this segment is useless
                     self.warmed_groups += 1
@@ -222,3 +229,16 @@ class Warmer:
 
 
 warmer = Warmer(row_groups)
+
+
+def _after_fork_in_child() -> None:
+    """A forked child starts with an empty cache, fresh locks and no warmer thread (the parent's may hold a lock)."""
+    row_groups._lock = threading.Lock()
+    row_groups._items.clear()
+    row_groups._bytes = 0
+    warmer._cond = threading.Condition()
+    warmer._queue.clear()
+    warmer._busy, warmer._current, warmer._current_gone, warmer._thread = False, None, False, None
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

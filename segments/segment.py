@@ -491,6 +491,16 @@ class SegmentReader:
         assert self._index is not None
         return self._index.ids
 
+    def install_index(self, ids: pa.Array) -> None:
+        """Adopt an id index built elsewhere from this segment's whole ``_id`` column (the warmer's own read).
+
+        Only when none is loaded yet; the reader's own file is never touched, so a thread
+        that warms never shares a ParquetFile with one that reads (concurrent reads of one
+        pyarrow ParquetFile can hang: seen in the fault simulator).
+        """
+        if self._index is None and len(ids) == self.info.doc_count:
+            self._index = _IdIndex(ids)
+
     def _load_index(self) -> None:
         try:
             col = self._file().read(columns=["_id"]).column("_id").combine_chunks()

@@ -3,7 +3,9 @@
 Options (``.option(k, v)``, all strings): ``store`` (URL, required), ``index`` (required),
 and the store's own options (endpoint, credentials...) passed through to
 :func:`shardstore.blobstores.open_store`; reading and writing add their own (see the
-modules).  Spark pickles this object to its executors: it holds only the options.
+modules).  Spark pickles this object between its workers and to its executors: it holds the
+options and, once ``schema()`` ran, the read plan (commit references and translog tails), so a
+load plans once and every action of that DataFrame reads the same snapshot.
 
 The same source is also registered as ``format("shardstore-arrow")``: with the JVM bridge jar
 loaded, ``format("shardstore")`` names the bridge (:mod:`shardstore.spark.bridge`), which falls

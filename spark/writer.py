@@ -52,7 +52,7 @@ from shardstore.core.records import crc32c
 from shardstore.engine.routing import shard_ids
 from shardstore.errors import ConflictError, InvalidError
 from shardstore.segments.commit import CommitPoint, CommittedSegment
-from shardstore.segments.errors import CommitConflict, CommitNotFound
+from shardstore.segments.errors import CommitConflict, CommitNotFound, TermAlreadyClaimed
 from shardstore.segments.livedocs import LiveDocs, livedocs_file_name
 from shardstore.segments.mapping import Mapping, sources_from_table
 from shardstore.segments.read_plan import read_livedocs
@@ -150,7 +150,7 @@ def claim_shard(store: BlobStore, address: ShardAddress, state_term: int, job: s
     term = max([state_term] + terms[:1]) + 1 + TERM_GAP
     try:  # the segments' own claim: path strategy recorded, term marker if_absent, fencing checked
         RemoteSegmentStore(store, address, term, writer=job).claim_term(exclusive=True)
-    except CommitConflict as exc:
+    except TermAlreadyClaimed as exc:  # (another CommitConflict, e.g. a different path strategy, goes up as it is)
         raise ConcurrentShardWriter(f"{exc}; this job claimed shard {address.index_uuid}/{address.shard} term {term} "
                                     f"at the same time: retry the job once that writer is done") from None
     try:
@@ -182,7 +182,7 @@ def fold_tail(store: BlobStore, address: ShardAddress, term: int, job: str, base
             restore(store, address, tmp)
         ops = pa.Table.from_batches(tail)
         top = max(pc.max(ops.column("seq_no")).as_py(), base.commit.max_seq_no if base else -1)
-        with ShardDirectory(tmp, mapping=mapping, fsync=False) as directory:
+        with ShardDirectory(tmp, mapping=mapping, fsync=False, warm=False) as directory:
             directory.apply(ops)
             commit = directory.flush(
                 local_checkpoint=top, primary_term=term, merge=False,

@@ -15,7 +15,7 @@ from shardstore.blobstores import open_store
 from shardstore.core.address import ShardAddress
 from shardstore.core.ops import OpType
 from shardstore.segments.directory import ShardDirectory
-from shardstore.segments.errors import CommitConflict, CommitNotFound, SegmentCorrupted
+from shardstore.segments.errors import CommitConflict, CommitNotFound, SegmentCorrupted, TermAlreadyClaimed
 from shardstore.segments.read_plan import CommitPlan, ReadTask, cache_path, fetch_verified
 from shardstore.segments.reader import open_commit
 from shardstore.segments.remote_store import RemoteSegmentStore
@@ -117,7 +117,7 @@ def test_open_commit_as_of_a_seq_no(shard) -> None:
 def test_publish_is_the_one_commit_write_and_exclusive_claims_conflict(shard) -> None:
     store, md, _cache = shard
     other = RemoteSegmentStore(store, ADDR, 1, writer="someone-else")
-    with pytest.raises(CommitConflict, match="claimed by another writer"):
+    with pytest.raises(TermAlreadyClaimed, match="claimed by another writer"):
         other.claim_term(exclusive=True)  # term 1's marker was written by the first uploader
     job = RemoteSegmentStore(store, ADDR, 3, writer="job")
     job.claim_term(exclusive=True)
