@@ -491,6 +491,17 @@ class SegmentReader:
         assert self._index is not None
         return self._index.ids
 
+    def _whole_column(self, name: str) -> pa.Array:
+        """One column of the whole file, read through a handle of its own.
+
+        Never through the shared ``_file()``: a scan reads row groups from it on other
+        threads, outside the directory lock, and a whole-file read racing those inside one
+        pyarrow ParquetFile hung (fault simulator).  Checked against the segment info first.
+        """
+        self._file()  # the footer against the segment info (SegmentCorrupted names a mismatch)
+        with pq.ParquetFile(self.path) as pf:
+            return pf.read(columns=[name], use_threads=False).column(name).combine_chunks()
+
     def install_index(self, ids: pa.Array) -> None:
         """Adopt an id index built elsewhere from this segment's whole ``_id`` column (the warmer's own read).
 
@@ -503,7 +514,7 @@ class SegmentReader:
 
     def _load_index(self) -> None:
         try:
-            col = self._file().read(columns=["_id"]).column("_id").combine_chunks()
+            col = self._whole_column("_id")
         except pa.ArrowException as exc:
             raise SegmentCorrupted(self._where, f"cannot read _id: {exc}") from None
         self._index = _IdIndex(col)
@@ -664,7 +675,7 @@ class SegmentReader:
         cached = self.__dict__.get("_seq_cache")
         if cached is None:
             try:
-                col = self._file().read(columns=["_seq_no"]).column("_seq_no").combine_chunks()
+                col = self._whole_column("_seq_no")
             except pa.ArrowException as exc:
                 raise SegmentCorrupted(self._where, f"cannot read _seq_no: {exc}") from None
             unique = pc.count_distinct(col).as_py() == len(col)
