@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -43,6 +44,9 @@ log = logging.getLogger(__name__)
 
 #: Warming stops while the cache holds more than this share of its budget.
 WARM_FILL = 0.75
+#: After decoding a row group the warmer sleeps ``pace`` times as long (1.0: half of one core at most).
+WARM_PACE = 1.0
+WARM_PAUSE_MAX = 0.05
 
 def _default_bytes() -> int:
     """An eighth of physical memory, at most 4 GiB (256 MiB where the size is unknown)."""
@@ -144,8 +148,9 @@ def _warm_enabled() -> bool:
 class Warmer:
     """Decodes queued segments' id indexes and row groups into ``cache`` on one background thread."""
 
-    def __init__(self, cache: RowGroupCache, *, enabled: bool | None = None) -> None:
+    def __init__(self, cache: RowGroupCache, *, enabled: bool | None = None, pace: float = WARM_PACE) -> None:
         self.cache = cache
+        self.pace = pace
         self.enabled = _warm_enabled() if enabled is None else enabled
         self._queue: deque[Any] = deque()
         self._cond = threading.Condition()
@@ -211,8 +216,9 @@ class Warmer:
             md = pf.metadata
             if md.num_rows != info.doc_count or md.num_row_groups != info.row_groups:
                 return
-            # the id index: a first lookup then needs no full read of _id
-            reader.install_index(pf.read(columns=["_id"], use_threads=False).column("_id").combine_chunks())
+            # the id index: a first lookup then needs no full read of _id (unless a get built it already)
+            if getattr(reader, "_index", None) is None:
+                reader.install_index(pf.read(columns=["_id"], use_threads=False).column("_id").combine_chunks())
             for g in range(md.num_row_groups):
                 if self._full():
                     return
@@ -220,10 +226,13 @@ class Warmer:
                     break
                 key = (reader.path, info.checksum, g)
                 if key not in self.cache:
+                    t0 = time.perf_counter()
                     self.cache.get(key, lambda g=g: pf.read_row_group(g, use_threads=False))
                     if key not in self.cache:
                         return  # a row group larger than the whole budget: warming this segment is useless
                     self.warmed_groups += 1
+                    # background work: at most about half of one core, so gets and scans keep theirs
+                    time.sleep(min(WARM_PAUSE_MAX, (time.perf_counter() - t0) * self.pace))
         if self._current_gone:  # discarded while we warmed it: what we added is dead weight
             self.cache.forget(reader.path)
 
