@@ -24,10 +24,10 @@ from typing import Any
 
 from shardstore.cluster_state.model import ClusterState, IndexMetadata
 from shardstore.core.path_strategy import PathStrategy
+from shardstore.core.settings import DATA_CLUSTER_UUID
 from shardstore.segments.mapping import Mapping
 
 DURABILITY = "index.translog.durability"
-DATA_CLUSTER_UUID = "index.remote_store.cluster_uuid"
 
 
 @dataclass(frozen=True)

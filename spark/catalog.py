@@ -16,9 +16,8 @@ from shardstore.blobstores import open_store
 from shardstore.blobstores.base import BlobStore
 from shardstore.core.address import ShardAddress
 from shardstore.core.path_strategy import PathStrategy
+from shardstore.core.settings import DATA_CLUSTER_UUID
 from shardstore.errors import InvalidError, NotFoundError
-
-DATA_CLUSTER_UUID = "index.remote_store.cluster_uuid"  # as engine/metadata.py writes it
 
 
 class IndexNotInStore(NotFoundError):

@@ -63,11 +63,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from shardstore.core.ops import NO_OPS
 from shardstore.errors import InvalidError
 from shardstore.translog.errors import TranslogError
 
 #: min/max seq# of a generation without operations; also "no op" for checkpoints.
-NO_SEQ_NO = -1
+NO_SEQ_NO = NO_OPS  # the seq# of an empty generation (shardstore.core.ops)
 
 
 class InvalidGenerations(TranslogError, InvalidError):

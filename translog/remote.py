@@ -71,8 +71,8 @@ KEEP_METADATA = 10
 _READ_ATTEMPTS = 3
 
 
-# --------------------------------------------------------------------------- shared read helpers
-# LocalTranslog.read_operations has the same logic inline; it should call these.
+# --------------------------------------------------------------------------- read helpers
+# (the seq# filtering and per-seq# resolution both translogs share live in replay.py)
 
 
 def _join(prefix: str, key: str) -> str:

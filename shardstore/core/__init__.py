@@ -6,7 +6,8 @@ What those packages all speak, so that none of them imports another:
 * :mod:`.records`: the checksummed JSON record framing (magic, version, CRC32C) and
   ``RecordCorrupted``;
 * :mod:`.path_strategy`: the remote layouts (plain, hashed prefix) and term-marker keys;
-* :mod:`.address`: ``ShardAddress`` (cluster, index, shard, and its path strategy).
+* :mod:`.address`: ``ShardAddress`` (cluster, index, shard, and its path strategy);
+* :mod:`.settings`: names of index settings several layers read (``DATA_CLUSTER_UUID``).
 
 It imports only :mod:`shardstore.errors` and the key rules of :mod:`shardstore.blobstores`.
 """
