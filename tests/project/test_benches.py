@@ -152,13 +152,15 @@ def test_segments_quick_prints_json_figures_then_a_table(tmp_path: Path) -> None
         got = {(f["params"]["case"], f["params"]["deleted"], f["params"]["impl"]) for f in having(name)}
         assert got == {(c, d, i) for c in ("narrow", "wide", "filter") for d in ("none", "1pct")
                        for i in ("shardstore", "raw")}, name
-    # 4. get: cold, first and warm passes
-    assert {f["params"]["pass"] for f in having("get_p50_ms")} == {"cold", "first", "warm"}
+    # 4. get: cold, first and warm passes, and warmed (the row-cache warmer idle; issue 16's p99 target)
+    assert {f["params"]["pass"] for f in having("get_p50_ms")} == {"cold", "first", "warm", "warmed"}
+    warmed = [f for f in having("get_p99_ms") if f["params"]["pass"] == "warmed"]
+    assert len(warmed) == 1 and warmed[0]["target"] == "<= 5" and warmed[0]["params"]["warmer_idle"] is True
     # 5. refresh of a 1% update, cold and warm id indexes
     assert {f["params"]["index"] for f in having("refresh_update_seconds")} == {"cold", "warm"}
 
     targeted = {f["name"] for f in figures if "target" in f}
-    assert targeted == {"write_ratio", "commit_puts", "commit_bytes_uploaded", "scan_ratio"}
+    assert targeted == {"write_ratio", "commit_puts", "commit_bytes_uploaded", "scan_ratio", "get_p99_ms"}
     assert all(isinstance(f["met"], bool) for f in figures if "target" in f)
 
     assert not list(tmp_path.glob("shardstore-bench-segments-*")), "temp files left behind"
