@@ -72,4 +72,5 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
+    """The module's names, the lazily loaded ones included."""
     return sorted(set(globals()) | set(__all__))

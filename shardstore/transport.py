@@ -162,6 +162,7 @@ class Rule:
         self.fired = 0
 
     def matches(self, sender: str, target: str, action: str) -> bool:
+        """Whether this rule applies to a message of ``action`` from ``sender`` to ``target``."""
         return (
             (self.senders is None or sender in self.senders)
             and (self.targets is None or target in self.targets)
@@ -182,6 +183,7 @@ class Rule:
 
     @property
     def exhausted(self) -> bool:
+        """Whether the rule has fired its ``times`` already."""
         return self.times is not None and self.fired >= self.times
 
     def remove(self) -> None:
@@ -252,6 +254,7 @@ class Transport:
             return frozenset(self._nodes)
 
     def is_registered(self, node: str) -> bool:
+        """Whether ``node`` has a handler registered now."""
         with self._lock:
             return node in self._nodes
 
@@ -344,6 +347,7 @@ class Transport:
             direction="request", probability=1.0, hook=hook)
 
     def rules(self) -> list[Rule]:
+        """The fault rules in force, oldest first."""
         with self._lock:
             return list(self._rules)
 
@@ -368,6 +372,7 @@ class Transport:
             return sum(getattr(s, what) for a, s in self._stats.items() if fnmatch.fnmatchcase(a, action_glob))
 
     def reset_stats(self) -> None:
+        """Zero the per-action message counters."""
         with self._lock:
             self._stats.clear()
 
