@@ -183,8 +183,9 @@ class CheckedDocs:
     def without(self, keep: pa.Array, more: Iterable[DocumentRejected]) -> CheckedDocs:
         """The same bulk keeping only the accepted items at ``keep`` (indices), with ``more`` rejections."""
         rejected = tuple(sorted((*self.rejected, *more), key=lambda r: r.position))
+        # the caller's table is not carried on: it only feeds the field parse, which ran before (no take of it)
         return CheckedDocs(self.ids.take(keep), self.sources.take(keep), self.positions.take(keep), rejected,
-                           self.total, None if self.table is None else self.table.take(keep))
+                           self.total, None)
 
 
 class _Bad(Exception):

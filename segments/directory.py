@@ -194,8 +194,12 @@ class ShardDirectory:
             self._segments[cs.info.name] = _Segment(
                 SegmentReader(path, cs.info), live, cs.livedocs_generation, cs.livedocs_file,
                 cs.livedocs_size, cs.livedocs_checksum)
-            if self._warm:
-                row_cache.warmer.submit(self._segments[cs.info.name].reader)
+            self._queue_warming(self._segments[cs.info.name].reader)
+
+    def _queue_warming(self, reader: SegmentReader) -> None:
+        """Hand a newly published segment to the row-cache warmer: its first get is then a hit."""
+        if self._warm:
+            row_cache.warmer.submit(reader)
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -332,8 +336,7 @@ class ShardDirectory:
                                      name=new_name, fsync=self._fsync)
                 reader = SegmentReader(os.path.join(self.path, info.file_name), info)
                 self._segments[new_name] = _Segment(reader, LiveDocs.all_live(info.doc_count))
-                if self._warm:
-                    row_cache.warmer.submit(reader)  # a first get of the new segment is then a hit
+                self._queue_warming(reader)
             # deletes that won are remembered as tombstones (a late, older index op stays dead)
             is_del = pc.and_(pc.is_null(winners.column("_row")), pc.invert(stale))
             self._tombstones = pa.table({"_id": w_ids.filter(is_del), "_seq_no": w_seq.filter(is_del)}, schema=_DELETES)
@@ -381,8 +384,7 @@ class ShardDirectory:
                                  name=new_name, fsync=self._fsync)
             self._segments[new_name] = _Segment(
                 SegmentReader(os.path.join(self.path, info.file_name), info), LiveDocs.all_live(info.doc_count))
-            if self._warm:
-                row_cache.warmer.submit(self._segments[new_name].reader)
+            self._queue_warming(self._segments[new_name].reader)
         for name in names:
             row_cache.warmer.discard(self._segments[name].reader.path)
             del self._segments[name]  # files stay while a retained commit references them

@@ -452,6 +452,7 @@ def _parse_fast(ids: pa.Array, sources: pa.Array, mapping: Mapping, dynamic: boo
             raise _SlowPath("object and scalar") from None
     else:
         extended = mapping
+    redone: dict[str, pa.ChunkedArray] = {}  # re-read columns (their dates are range-checked on the way)
     if reread:
         table2 = _read(buf, longest, extended.json_schema(), dynamic)
         if table2.num_rows != n:
@@ -459,7 +460,6 @@ def _parse_fast(ids: pa.Array, sources: pa.Array, mapping: Mapping, dynamic: boo
         flat = []
         for name, col in zip(table2.column_names, table2.columns):
             _flatten(name + ".", col, flat)
-        redone: dict[str, pa.ChunkedArray] = {}
         for name, col in flat:
             if name in new and new[name] is FieldType.DATE:
                 if col.type != _DATE_ARROW or not _dates_in_range(col):
@@ -471,7 +471,8 @@ def _parse_fast(ids: pa.Array, sources: pa.Array, mapping: Mapping, dynamic: boo
     for name, ftype in extended.fields:
         col = columns.get(name)
         want = ftype.arrow_type
-        if ftype is FieldType.DATE and col is not None and col.type == _DATE_ARROW and not _dates_in_range(col):
+        if (ftype is FieldType.DATE and col is not None and col.type == _DATE_ARROW and name not in redone
+                and not _dates_in_range(col)):  # (a re-read date column was checked above)
             raise _SlowPath(f"{name}: a date outside years 1-9999")  # the Python path names the document
         if col is None:
             out.append(pa.chunked_array([pa.nulls(n, want)], want))

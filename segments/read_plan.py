@@ -35,12 +35,14 @@ from shardstore.segments.remote_metadata import RemoteCommitMetadata, RemoteFile
 from shardstore.segments.remote_store import download_file
 from shardstore.segments.segment import SegmentInfo, SegmentReader, conform, mentions
 
-__all__ = ["DEFAULT_CACHE_DIR", "ROWS_PER_TASK", "CommitPlan", "ReadTask", "cache_path", "fetch_verified"]
+__all__ = ["DEFAULT_CACHE_DIR", "ROWS_PER_TASK", "WHOLE_SEGMENTS", "CommitPlan", "ReadTask", "cache_path", "fetch_verified"]
 
 #: Where remote segment files are cached unless a reader is given another directory.
 DEFAULT_CACHE_DIR = os.path.join(tempfile.gettempdir(), "shardstore-cache")
 #: Without ``row_groups_per_task``, a large segment is split into ranges of row groups of about this many rows.
 ROWS_PER_TASK = 1_000_000
+#: ``row_groups_per_task`` that makes every task a whole segment (Spark's own Parquet reader splits files itself).
+WHOLE_SEGMENTS = 2**31
 #: Rows a task reads, filters and yields at a time (a task holds one chunk, not its whole range).
 BATCH_ROWS = 128 * 1024
 
@@ -203,7 +205,7 @@ class CommitPlan:
         """Tasks of the segments with live rows that ``keep`` accepts (by their stats).
 
         ``row_groups_per_task``: 0 splits a segment into ranges of about
-        :data:`ROWS_PER_TASK` rows; N, into ranges of N row groups.
+        :data:`ROWS_PER_TASK` rows; N, into ranges of N row groups; :data:`WHOLE_SEGMENTS`, not at all.
         """
         out = []
         files = self.metadata.files

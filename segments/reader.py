@@ -28,7 +28,7 @@ from shardstore.segments.livedocs import LiveDocs
 from shardstore.segments.mapping import Mapping
 from shardstore.segments.read_plan import DEFAULT_CACHE_DIR, CommitPlan, fetch_verified
 from shardstore.segments.remote_metadata import RemoteCommitMetadata
-from shardstore.segments.remote_store import commit_as_of, latest_commit
+from shardstore.segments.remote_store import latest_commit
 from shardstore.segments.segment import BASE_SCHEMA, SegmentReader, scan_segments
 
 
@@ -119,9 +119,7 @@ class ShardCommitReader:
 def open_commit(store: BlobStore, address: ShardAddress, generation: int | None = None,
                 cache_dir: str | None = None, *, max_seq_no: int | None = None) -> ShardCommitReader:
     """A reader of the shard's newest remote commit (of ``generation``; holding no operation above ``max_seq_no``)."""
-    if max_seq_no is not None:
-        return ShardCommitReader(store, commit_as_of(store, address, max_seq_no, generation), cache_dir)
-    return ShardCommitReader(store, latest_commit(store, address, generation), cache_dir)
+    return ShardCommitReader(store, latest_commit(store, address, generation, max_seq_no=max_seq_no), cache_dir)
 
 
 __all__ = ["CommitPlan", "ShardCommitReader", "open_commit", "scan_segments"]

@@ -211,42 +211,32 @@ def iter_commits(store: BlobStore, address: ShardAddress, terms: Sequence[int] |
         yield from list_commit_keys(store, address, term)
 
 
-def latest_commit(store: BlobStore, address: ShardAddress, generation: int | None = None) -> RemoteCommitMetadata:
-    """The newest readable commit (or the newest with ``generation``); CommitNotFound if none."""
-    reasons = []
-    for key in iter_commits(store, address):
-        if generation is not None and parse_metadata_key(key)[1] != generation:
-            continue
-        try:
-            return read_metadata(store, key)
-        except (SegmentCorrupted, CommitNotFound) as exc:
-            reasons.append(f"{key}: {exc}")
-    what = "no commit" if generation is None else f"no commit of generation {generation}"
-    raise CommitNotFound(f"{store.location}: {what} for shard {address.index_uuid}/{address.shard}"
-                         + (f" (unreadable: {'; '.join(reasons)})" if reasons else ""))
+def latest_commit(store: BlobStore, address: ShardAddress, generation: int | None = None, *,
+                  max_seq_no: int | None = None) -> RemoteCommitMetadata:
+    """The newest readable commit (of ``generation``; holding no operation above ``max_seq_no``).
 
-
-def commit_as_of(store: BlobStore, address: ShardAddress, max_seq_no: int,
-                 generation: int | None = None) -> RemoteCommitMetadata:
-    """The newest readable commit holding no operation above ``max_seq_no`` (and of ``generation`` if given).
-
-    CommitNotFound says which seq#s the store's commits reach: older commits were
-    collected, or never existed.
+    Unreadable commits are skipped.  CommitNotFound names them, or, with ``max_seq_no``,
+    which seq#s the store's commits reach (older ones were collected, or never existed).
     """
-    seen = []
+    reasons, reached = [], []
     for key in iter_commits(store, address):
         if generation is not None and parse_metadata_key(key)[1] != generation:
             continue
         try:
             md = read_metadata(store, key)
-        except (SegmentCorrupted, CommitNotFound):
-            continue  # unreadable: skipped, as latest_commit does
-        if md.commit.max_seq_no <= max_seq_no:
+        except (SegmentCorrupted, CommitNotFound) as exc:
+            reasons.append(f"{key}: {exc}")
+            continue
+        if max_seq_no is None or md.commit.max_seq_no <= max_seq_no:
             return md
-        seen.append(md.commit.max_seq_no)
-    raise CommitNotFound(f"{store.location}: shard {address.index_uuid}/{address.shard}: no remote commit holds "
-                         f"only operations up to seq# {max_seq_no} (the store's commits reach seq# {sorted(seen)[:10]})"
-                         f"; older commits were collected or never existed")
+        reached.append(md.commit.max_seq_no)
+    if max_seq_no is not None:
+        raise CommitNotFound(f"{store.location}: shard {address.index_uuid}/{address.shard}: no remote commit holds "
+                             f"only operations up to seq# {max_seq_no} (the store's commits reach seq# "
+                             f"{sorted(reached)[:10]}); older commits were collected or never existed")
+    what = "no commit" if generation is None else f"no commit of generation {generation}"
+    raise CommitNotFound(f"{store.location}: {what} for shard {address.index_uuid}/{address.shard}"
+                         + (f" (unreadable: {'; '.join(reasons)})" if reasons else ""))
 
 
 def download_file(store: BlobStore, remote: RemoteFile, path: str) -> int:

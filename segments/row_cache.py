@@ -138,6 +138,9 @@ class _Warmable(Protocol):
     path: str
     info: Any
 
+    @property
+    def index_loaded(self) -> bool: ...
+
     def install_index(self, ids: pa.Array) -> None: ...
 
 
@@ -217,7 +220,7 @@ class Warmer:
             if md.num_rows != info.doc_count or md.num_row_groups != info.row_groups:
                 return
             # the id index: a first lookup then needs no full read of _id (unless a get built it already)
-            if getattr(reader, "_index", None) is None:
+            if not reader.index_loaded:
                 reader.install_index(pf.read(columns=["_id"], use_threads=False).column("_id").combine_chunks())
             for g in range(md.num_row_groups):
                 if self._full():

@@ -502,6 +502,11 @@ class SegmentReader:
         with pq.ParquetFile(self.path) as pf:
             return pf.read(columns=[name], use_threads=False).column(name).combine_chunks()
 
+    @property
+    def index_loaded(self) -> bool:
+        """Whether the id index is built (a lookup then reads no ``_id`` column)."""
+        return self._index is not None
+
     def install_index(self, ids: pa.Array) -> None:
         """Adopt an id index built elsewhere from this segment's whole ``_id`` column (the warmer's own read).
 

@@ -41,19 +41,6 @@ _DATE = FieldType.DATE.arrow_type
 _MAYBE_DATE = r"^\s*[+-]?\d{4,}-\d{1,2}"
 
 
-def _leaves(name: str, col: pa.ChunkedArray, out: list[tuple[str, pa.ChunkedArray]],
-            structs: list[str]) -> None:
-    t = col.type
-    if pa.types.is_struct(t):
-        structs.append(name)
-        flat = [c.flatten() for c in col.chunks]  # children with the parent's nulls applied
-        for i in range(t.num_fields):
-            child = t.field(i)
-            _leaves(f"{name}.{child.name}", pa.chunked_array([k[i] for k in flat], child.type), out, structs)
-    else:
-        out.append((name, col))
-
-
 def _kind(t: pa.DataType) -> FieldType | None:
     if pa.types.is_boolean(t):
         return FieldType.BOOLEAN
@@ -95,15 +82,11 @@ def _column(col: pa.ChunkedArray, kind: FieldType, ftype: FieldType) -> pa.Chunk
 def fields_from_table(table: pa.Table, mapping: Mapping, *, max_fields: int | None = None
                       ) -> tuple[pa.Table, Mapping] | None:
     """The field columns and the extended mapping ``parse_sources`` would give for ``table``'s rows, or None."""
-    leaves: list[tuple[str, pa.ChunkedArray]] = []
-    structs: list[str] = []
-    for name in table.column_names:
-        if name != "_id":
-            _leaves(name, table.column(name), leaves, structs)
-    if structs:
+    if any(pa.types.is_struct(f.type) for f in table.schema):
         # a struct value whose children are all null is written "{}": the JSON path then decides
         # (an object where the mapping has a scalar, an empty struct type...)
         return None
+    leaves = [(name, table.column(name)) for name in table.column_names if name != "_id"]
     columns: dict[str, pa.ChunkedArray] = {}
     new: dict[str, FieldType] = {}
     for name, col in leaves:

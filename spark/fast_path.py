@@ -29,7 +29,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from shardstore.segments.read_plan import DEFAULT_CACHE_DIR
+from shardstore.segments.read_plan import DEFAULT_CACHE_DIR, WHOLE_SEGMENTS
 from shardstore.segments.segment import conform
 from shardstore.spark.reader import (
     ReadPlan,
@@ -47,7 +47,7 @@ _FILE, _ROW = "__shardstore_file", "__shardstore_row"
 
 def resolve_files(store: Any, plan: ReadPlan, cache_dir: str) -> list[tuple[str, pa.Array | None]]:
     """(local path, deleted row numbers or None) of every segment file the plan reads (one task per segment)."""
-    tasks = [t for s in plan.shards for t in s.commit.tasks(row_groups_per_task=2**31)]
+    tasks = [t for s in plan.shards for t in s.commit.tasks(row_groups_per_task=WHOLE_SEGMENTS)]
     with ThreadPoolExecutor(max_workers=8) as pool:
         return list(pool.map(lambda t: t.local_file(store, cache_dir), tasks))
 
