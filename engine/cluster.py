@@ -64,7 +64,7 @@ from shardstore.engine.promotion import PROMOTION_RETRY_MIN, PromotionMixin
 from shardstore.engine.recovery import peer_recover
 from shardstore.engine.restore_check import ShardLoss
 from shardstore.engine.shard import ShardCopy, ShardSpec
-from shardstore.engine.validation import check_create_args, check_index_name, check_mapping
+from shardstore.engine.validation import check_create_args, check_index_name, check_mapping, check_source_mode
 from shardstore.errors import LocalDiskError
 from shardstore.segments.mapping import Mapping
 from shardstore.segments.remote_store import next_free_term
@@ -494,12 +494,18 @@ class Cluster(PromotionMixin, DocumentsMixin):
         return meta
 
     def create_index(self, name: str, shards: int = 1, replicas: int = 1, mappings: dict | None = None,
-                     durability: str = "request") -> IndexMeta:
-        """Create an index; its shards are allocated over the live nodes (all or nothing: InvalidRequest creates nothing)."""
+                     durability: str = "request", source: str = "stored") -> IndexMeta:
+        """Create an index; its shards are allocated over the live nodes (all or nothing: InvalidRequest creates nothing).
+
+        ``source="synthetic"`` stores each document once, as its typed field columns: no JSON
+        ``_source`` in the translog or the segments; ``get`` rebuilds it (field order and
+        number formatting may differ from what was sent; segments/synthetic.py).
+        """
         if self._closed:
             raise ClusterClosed(f"create index [{name}]")
         name = check_index_name(name)
         shards, replicas, durability = check_create_args(shards, replicas, durability)
+        source = check_source_mode(source)
         mapping = check_mapping(mappings)
         with self._lock:
             if name in self.indices:
@@ -511,7 +517,7 @@ class Cluster(PromotionMixin, DocumentsMixin):
                              mappings=mapping.to_dict(), durability=durability, strategy=PlainPathStrategy(),
                              routing=tuple(ShardRouting(s, live[s % len(live)], 1, (live[s % len(live)],),
                                                         (live[s % len(live)],)) for s in range(shards)),
-                             data_cluster_uuid=self.cluster_uuid)
+                             data_cluster_uuid=self.cluster_uuid, source=source)
             # all or nothing: an index exists (takes writes) only once the cluster state holds it,
             # or Cluster.restore would lose every write acknowledged to it (issue 14, case 5)
             failure = self._try_publish(meta)

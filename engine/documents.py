@@ -23,10 +23,12 @@ from collections.abc import Mapping as MappingABC
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from shardstore.cluster_state.errors import ClusterStateSuperseded
+from shardstore.core.ops import with_fields
 from shardstore.engine.errors import ClusterClosed, DocumentRejected, MappingNotCommitted, VersionConflict
 from shardstore.engine.metadata import IndexMeta
 from shardstore.engine.routing import shard_ids
@@ -57,12 +59,19 @@ class BulkResult:
     #: one row per item of the bulk, in bulk order: _id, shard, seq_no, primary_term, version,
     #: error (null when acknowledged), item (the item's place in the bulk)
     items: pa.Table
-    acknowledged: list[str] = field(default_factory=list)
+    _acked: list[str] | None = field(default=None, repr=False)
+
+    @property
+    def acknowledged(self) -> list[str]:
+        """The ids of the acknowledged items, in bulk order (built on first use: a big bulk's caller may not ask)."""
+        if self._acked is None:
+            self._acked = self.items.filter(pc.is_null(self.items.column("error"))).column("_id").to_pylist()
+        return self._acked
 
     @property
     def errors(self) -> bool:
         """True if any item was not acknowledged."""
-        return len(self.acknowledged) != self.items.num_rows
+        return self.items.column("error").null_count != self.items.num_rows
 
 
 class DocumentsMixin:
@@ -75,14 +84,13 @@ class DocumentsMixin:
         index mapping before it gets a seq#: a bad item is reported with ``DocumentRejected``
         and exists on no copy; the others go on.
         """
-        self._meta(index)
+        synthetic = self._meta(index).source == "synthetic"
         if isinstance(docs, pa.RecordBatch):
             docs = pa.Table.from_batches([docs])
-        checked = docs_from_table(docs) if isinstance(docs, pa.Table) else docs_from_pylist(docs)
+        checked = (docs_from_table(docs, sources=not synthetic) if isinstance(docs, pa.Table)
+                   else docs_from_pylist(docs))
         checked, mapping, fields = self._map_items(index, checked)
-        n = len(checked.ids)
-        ops = unstamped_batch(pa.array([int(OpType.INDEX)] * n, pa.int8()), checked.ids,
-                              pa.array([1] * n, pa.int64()), checked.sources)
+        ops = _index_ops(checked, fields, synthetic)
         return self._write(index, ops, mapping=mapping, rejected=checked.rejected, positions=checked.positions,
                            fields=fields)
 
@@ -101,12 +109,11 @@ class DocumentsMixin:
         A document that breaks a rule raises ``DocumentRejected`` (nothing applied).
         """
         check_expectation(if_seq_no, if_primary_term)
-        self._meta(index)
+        synthetic = self._meta(index).source == "synthetic"
         checked, mapping, fields = self._map_items(index, docs_from_pylist([doc]))
         if checked.rejected:
             raise checked.rejected[0]
-        ops = unstamped_batch(pa.array([int(OpType.INDEX)], pa.int8()), checked.ids, pa.array([1], pa.int64()),
-                              checked.sources)
+        ops = _index_ops(checked, fields, synthetic)
         return self._write(index, ops, _expect(checked.ids[0].as_py(), if_seq_no, if_primary_term), mapping=mapping,
                            fields=fields)
 
@@ -158,12 +165,15 @@ class DocumentsMixin:
         meta = self._meta(index)
         if positions is None:
             positions = pa.array(range(ops.num_rows), pa.int64())
-        shards = shard_ids(ops.column("id"), meta.shards)
         subs = []
-        for s in range(meta.shards):
-            idx = pc.indices_nonzero(pc.equal(shards, s))
-            if len(idx):
-                subs.append((s, ops.take(idx), positions.take(idx), None if fields is None else fields.take(idx)))
+        if meta.shards == 1:  # one shard: no routing, no split (the door already refused null and empty ids)
+            subs.append((0, ops, positions, fields))
+        else:
+            shards = shard_ids(ops.column("id"), meta.shards)
+            for s in range(meta.shards):
+                idx = pc.indices_nonzero(pc.equal(shards, s))
+                if len(idx):
+                    subs.append((s, ops.take(idx), positions.take(idx), None if fields is None else fields.take(idx)))
         # Shards are written in parallel.  Lock order: a shard lock, then the cluster lock
         # (briefly, to fail a replica); the cluster manager never takes a shard lock while it
         # holds the cluster lock (failover promotes, recoveries run on the allocation worker).
@@ -180,10 +190,12 @@ class DocumentsMixin:
                 if not self._closed:
                     raise
                 raise ClusterClosed(f"bulk to [{index}]") from exc
-        acked = [i for t in parts for i in t.filter(pc.is_null(t.column("error"))).column("_id").to_pylist()]
-        parts.append(_rejected_items(rejected))
-        items = pa.concat_tables(parts).sort_by("item")  # in bulk order, as the caller gave them
-        return BulkResult(items, acked)
+        if rejected:
+            parts.append(_rejected_items(rejected))
+        items = pa.concat_tables(parts)
+        if len(parts) > 1:
+            items = items.sort_by("item")  # in bulk order, as the caller gave them
+        return BulkResult(items)
 
     def _write_shard(self, index: str, index_uuid: str, s: int, sub: pa.RecordBatch,
                      expect: tuple | None = None, mapping: Mapping | None = None,
@@ -210,11 +222,11 @@ class DocumentsMixin:
                     self._acked_max[(index_uuid, s)] = top
         return pa.table({
             "_id": sub.column("id"),
-            "shard": pa.array([s] * k, pa.int32()),
+            "shard": pa.repeat(pa.scalar(s, pa.int32()), k),
             "seq_no": stamped.column("seq_no") if ok else pa.nulls(k, pa.int64()),
             "primary_term": stamped.column("primary_term") if ok else pa.nulls(k, pa.int64()),
             "version": stamped.column("version") if ok else pa.nulls(k, pa.int64()),
-            "error": pa.nulls(k, pa.string()) if ok else pa.array([error] * k, pa.string()),
+            "error": pa.nulls(k, pa.string()) if ok else pa.repeat(pa.scalar(error, pa.string()), k),
         })
 
     def get(self, index: str, doc_id: str) -> dict[str, Any] | None:
@@ -255,8 +267,17 @@ def _parse(checked: CheckedDocs, mapping: Mapping) -> ParsedItems:
     if checked.table is not None and n:
         direct = fields_from_table(checked.table, mapping, max_fields=MAX_INDEX_FIELDS)
         if direct is not None:  # no JSON round trip (issue 16); equal to the parse (tests/segments/test_segments_table_fields.py)
-            return ParsedItems(pa.array(range(n), pa.int64()), direct[0], direct[1], ())
-    return parse_items(checked.ids, checked.sources, mapping, max_fields=MAX_INDEX_FIELDS)
+            return ParsedItems(pa.array(np.arange(n, dtype=np.int64)), direct[0], direct[1], ())
+    return parse_items(checked.ids, checked.json_sources(), mapping, max_fields=MAX_INDEX_FIELDS)
+
+
+def _index_ops(checked: CheckedDocs, fields: pa.Table, synthetic: bool) -> pa.RecordBatch:
+    """The unstamped index operations of the accepted items: JSON sources, or (synthetic source) typed fields."""
+    n = len(checked.ids)
+    op_type, version = pa.repeat(pa.scalar(int(OpType.INDEX), pa.int8()), n), pa.repeat(pa.scalar(1, pa.int64()), n)
+    if not synthetic:
+        return unstamped_batch(op_type, checked.ids, version, checked.json_sources())
+    return with_fields(unstamped_batch(op_type, checked.ids, version, pa.nulls(n, pa.binary())), fields)
 
 
 _ITEMS = pa.schema([("_id", pa.string()), ("shard", pa.int32()), ("seq_no", pa.int64()),

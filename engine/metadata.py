@@ -28,6 +28,8 @@ from shardstore.core.settings import DATA_CLUSTER_UUID
 from shardstore.segments.mapping import Mapping
 
 DURABILITY = "index.translog.durability"
+#: Elasticsearch's setting name: ``stored`` (the default) keeps each document's JSON, ``synthetic`` rebuilds it
+SOURCE_MODE = "index.mapping.source.mode"
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,7 @@ class IndexMeta:
     strategy: PathStrategy
     routing: tuple[ShardRouting, ...]
     data_cluster_uuid: str = ""  # the cluster UUID in its shards' blob keys (kept across restores)
+    source: str = "stored"  # "synthetic": no JSON copy of a document, rebuilt from its fields (issue 16)
 
     def with_routing(self, shard: int, **changes: Any) -> IndexMeta:
         """A copy with one shard's routing changed (lists become tuples)."""
@@ -71,7 +74,8 @@ def to_index_metadata(meta: IndexMeta) -> IndexMetadata:
     """The durable part of ``meta`` as a cluster-state entity."""
     return IndexMetadata(
         name=meta.name, uuid=meta.uuid, mappings=dict(meta.mappings), shards=meta.shards, replicas=meta.replicas,
-        settings={DURABILITY: meta.durability, DATA_CLUSTER_UUID: meta.data_cluster_uuid},
+        settings={DURABILITY: meta.durability, DATA_CLUSTER_UUID: meta.data_cluster_uuid,
+                  **({SOURCE_MODE: meta.source} if meta.source != "stored" else {})},
         primary_terms=tuple(r.primary_term for r in meta.routing),
         in_sync=tuple(tuple(r.in_sync) for r in meta.routing), path_strategy=meta.strategy.to_dict())
 
@@ -87,7 +91,8 @@ def from_index_metadata(im: IndexMetadata, cluster_uuid: str) -> IndexMeta:
         name=im.name, uuid=im.uuid, shards=im.shards, replicas=im.replicas, mappings=dict(im.mappings),
         durability=im.settings.get(DURABILITY, "request"), strategy=im.strategy(),
         routing=tuple(ShardRouting(s, None, int(t), (), ()) for s, t in enumerate(im.primary_terms)),
-        data_cluster_uuid=im.settings.get(DATA_CLUSTER_UUID) or cluster_uuid)
+        data_cluster_uuid=im.settings.get(DATA_CLUSTER_UUID) or cluster_uuid,
+        source=im.settings.get(SOURCE_MODE, "stored"))
 
 
 def sync_index(meta: IndexMeta):

@@ -55,6 +55,7 @@ from shardstore.segments.mapping import (
     json_default,
     sources_from_table,
 )
+from shardstore.segments.synthetic import SOURCE_MODES
 from shardstore.translog.operations import MAX_ID_BYTES
 
 __all__ = [
@@ -69,6 +70,7 @@ __all__ = [
     "check_expectation",
     "check_index_name",
     "check_mapping",
+    "check_source_mode",
     "docs_from_pylist",
     "docs_from_table",
 ]
@@ -125,6 +127,13 @@ def check_create_args(shards: object, replicas: object, durability: object) -> t
     return int(shards), int(replicas), str(durability)  # type: ignore[call-overload]
 
 
+def check_source_mode(source: object) -> str:
+    """An index's ``source`` option, checked: ``stored`` or ``synthetic`` (InvalidRequest otherwise)."""
+    if source not in SOURCE_MODES:
+        raise InvalidRequest(f"source must be one of {', '.join(repr(m) for m in SOURCE_MODES)}, not {source!r}")
+    return str(source)
+
+
 def check_expectation(if_seq_no: object, if_primary_term: object) -> None:
     """Optimistic-concurrency arguments: both None, or an int seq# >= 0 and an int term >= 1."""
     if if_seq_no is None and if_primary_term is None:
@@ -173,7 +182,7 @@ class CheckedDocs:
     """A bulk after the door: the accepted items as ids + JSON sources, where each came from, and the rejected ones."""
 
     ids: pa.Array  # string
-    sources: pa.Array  # binary JSON objects
+    sources: pa.Array | None  # binary JSON objects; None for a table bulk that did not ask for them (json_sources)
     positions: pa.Array  # int64: each accepted item's place in the bulk
     rejected: tuple[DocumentRejected, ...]
     total: int
@@ -184,8 +193,15 @@ class CheckedDocs:
         """The same bulk keeping only the accepted items at ``keep`` (indices), with ``more`` rejections."""
         rejected = tuple(sorted((*self.rejected, *more), key=lambda r: r.position))
         # the caller's table is not carried on: it only feeds the field parse, which ran before (no take of it)
-        return CheckedDocs(self.ids.take(keep), self.sources.take(keep), self.positions.take(keep), rejected,
-                           self.total, None)
+        sources = None if self.sources is None else self.sources.take(keep)
+        return CheckedDocs(self.ids.take(keep), sources, self.positions.take(keep), rejected, self.total, None)
+
+    def json_sources(self) -> pa.Array:
+        """The accepted items' JSON sources (built from the caller's table when they were not built yet)."""
+        if self.sources is None:
+            assert self.table is not None, "a bulk without sources keeps its table"
+            self.sources = _table_sources(self.table, self.ids)
+        return self.sources
 
 
 class _Bad(Exception):
@@ -457,8 +473,20 @@ def _leaf_values(table: pa.Table, path: list[str]) -> pa.ChunkedArray:
     return col
 
 
-def docs_from_table(table: pa.Table) -> CheckedDocs:
-    """Check an Arrow table of documents column by column; the accepted rows as ids + JSON sources."""
+def _table_sources(accepted: pa.Table, ids: pa.Array) -> pa.Array:
+    """The JSON sources of a checked table's rows (``ids``: their checked ``_id`` column)."""
+    try:
+        return sources_from_table(accepted.set_column(accepted.schema.get_field_index("_id"), "_id", ids))[1]
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:  # values under null struct parents...
+        raise InvalidRequest(f"the table's columns cannot be written as documents: {exc}") from None
+
+
+def docs_from_table(table: pa.Table, *, sources: bool = True) -> CheckedDocs:
+    """Check an Arrow table of documents column by column; the accepted rows as ids + JSON sources.
+
+    ``sources=False`` (a synthetic-source index) leaves the JSON sources unbuilt:
+    :meth:`CheckedDocs.json_sources` builds them if the field parse needs them after all.
+    """
     _table_schema_checks(table)
     n = table.num_rows
     ids = table.column("_id").combine_chunks()
@@ -511,12 +539,7 @@ def docs_from_table(table: pa.Table) -> CheckedDocs:
                      for i, (field, rule) in sorted(reasons.items()))
     keep = pa.array(np.flatnonzero(~bad), pa.int64())
     accepted = table.take(keep) if rejected else table
-    if accepted.num_rows:
-        try:
-            acc_ids, sources = sources_from_table(accepted.set_column(accepted.schema.get_field_index("_id"), "_id",
-                                                                      ids.take(keep) if rejected else ids))
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:  # values under null struct parents...
-            raise InvalidRequest(f"the table's columns cannot be written as documents: {exc}") from None
-    else:
-        acc_ids, sources = pa.array([], pa.string()), pa.array([], pa.binary())
-    return CheckedDocs(acc_ids, sources, keep, rejected, n, accepted)
+    if not accepted.num_rows:
+        return CheckedDocs(pa.array([], pa.string()), pa.array([], pa.binary()), keep, rejected, n, accepted)
+    acc_ids = ids.take(keep) if rejected else ids
+    return CheckedDocs(acc_ids, _table_sources(accepted, acc_ids) if sources else None, keep, rejected, n, accepted)

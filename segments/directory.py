@@ -28,6 +28,7 @@ import os
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from shardstore.core.ops import NO_OPS, OpType
+from shardstore.core.ops import FIELDS_COLUMN, NO_OPS, OpType, fields_of
 from shardstore.core.records import crc32c
 from shardstore.errors import InvalidError
 from shardstore.fileio import write_atomic
@@ -55,6 +56,7 @@ from shardstore.segments.mapping import Mapping, parse_sources
 from shardstore.segments.merge_policy import SegmentStats, TieredMergePolicy
 from shardstore.segments.segment import (
     BASE_SCHEMA,
+    SegmentInfo,
     SegmentReader,
     conform,
     lookup_segments,
@@ -63,10 +65,13 @@ from shardstore.segments.segment import (
     segment_file_name,
     write_segment,
 )
+from shardstore.segments.synthetic import conform_fields, synthesize_sources
 from shardstore.segments.versions import first_of_runs, latest_versions
 
 log = logging.getLogger(__name__)
 LOCK_FILE = "write.lock"
+#: A refresh of at least twice this many documents writes one segment per core, in parallel.
+PARALLEL_SEGMENT_DOCS = 100_000
 _DELETES = pa.schema([pa.field("_id", pa.string()), pa.field("_seq_no", pa.int64())])
 
 
@@ -224,10 +229,28 @@ class ShardDirectory:
             fields, mapping = None, self.mapping
             idx = table.filter(idx_mask)
             if idx.num_rows:
-                fields, mapping = parse_sources(idx.column("id").combine_chunks(),
-                                                idx.column("source").combine_chunks(), self.mapping,
-                                                dynamic=self.dynamic)
+                fields, mapping = self._parse(idx)
         return Prepared(table.num_rows, fields, mapping)
+
+    def _parse(self, idx: pa.Table) -> tuple[pa.Table, Mapping]:
+        """The field columns of index operations: from their typed ``fields`` where they carry them, else parsed."""
+        typed = fields_of(idx)
+        if typed is None:
+            return parse_sources(idx.column("id").combine_chunks(), idx.column("source").combine_chunks(),
+                                 self.mapping, dynamic=self.dynamic)
+        has = pc.is_valid(idx.column(FIELDS_COLUMN))
+        if pc.all(has).as_py():
+            return conform_fields(typed, self.mapping)
+        # mixed (a replay spanning plain and typed operations): each part its own way, then the bulk order again
+        pos = pa.array(np.arange(idx.num_rows), pa.int64())
+        t_pos, s_pos = pos.filter(has), pos.filter(pc.invert(has))
+        plain = idx.take(s_pos)
+        parsed, mapping = parse_sources(plain.column("id").combine_chunks(), plain.column("source").combine_chunks(),
+                                        self.mapping, dynamic=self.dynamic)
+        conformed, mapping = conform_fields(typed.take(t_pos), mapping)
+        parsed, mapping = conform_fields(parsed, mapping)  # the typed part may have added fields
+        both = pa.concat_tables([parsed, conformed])
+        return both.take(pc.sort_indices(pa.concat_arrays([s_pos, t_pos]))), mapping
 
     def apply(self, ops: pa.RecordBatch | pa.Table, prepared: Prepared | None = None) -> int:
         """Buffer a batch of stamped translog operations (index, delete, no-op); returns how many were buffered.
@@ -281,10 +304,10 @@ class ShardDirectory:
                 "_seq_no": pa.concat_arrays([docs.column("_seq_no").combine_chunks() if docs is not None else pa.array([], pa.int64()),
                                              deletes.column("_seq_no").combine_chunks(),
                                              self._tombstones.column("_seq_no").combine_chunks()]),
-                "_row": pa.concat_arrays([pa.array(range(n_docs), pa.int64()),
+                "_row": pa.concat_arrays([pa.array(np.arange(n_docs, dtype=np.int64)),
                                           pa.nulls(deletes.num_rows + self._tombstones.num_rows, pa.int64())]),
-                "_buffered": pa.concat_arrays([pa.array([True] * (n_docs + deletes.num_rows), pa.bool_()),
-                                               pa.array([False] * self._tombstones.num_rows, pa.bool_())]),
+                "_buffered": pa.array(np.arange(n_docs + deletes.num_rows + self._tombstones.num_rows)
+                                      < n_docs + deletes.num_rows),
             })
             order = pc.sort_indices(ops, sort_keys=[("_id", "ascending"), ("_seq_no", "descending")])
             ops = ops.take(order)
@@ -330,13 +353,11 @@ class ShardDirectory:
             new_name = None
             if len(keep_rows):
                 assert docs is not None
-                new_docs = docs.take(keep_rows)
-                new_name = f"seg_{uuid.uuid4().hex[:16]}"
-                info = write_segment(os.path.join(self.path, segment_file_name(new_name)), new_docs,
-                                     name=new_name, fsync=self._fsync)
-                reader = SegmentReader(os.path.join(self.path, info.file_name), info)
-                self._segments[new_name] = _Segment(reader, LiveDocs.all_live(info.doc_count))
-                self._queue_warming(reader)
+                for info in self._write_segments(docs.take(keep_rows)):  # in _id order: winners are sorted
+                    reader = SegmentReader(os.path.join(self.path, info.file_name), info)
+                    self._segments[info.name] = _Segment(reader, LiveDocs.all_live(info.doc_count))
+                    self._queue_warming(reader)
+                    new_name = new_name or info.name
             # deletes that won are remembered as tombstones (a late, older index op stays dead)
             is_del = pc.and_(pc.is_null(winners.column("_row")), pc.invert(stale))
             self._tombstones = pa.table({"_id": w_ids.filter(is_del), "_seq_no": w_seq.filter(is_del)}, schema=_DELETES)
@@ -344,6 +365,28 @@ class ShardDirectory:
             applied = pc.and_(winners.column("_buffered"), pc.invert(stale))
             n_applied = int(pc.sum(applied.cast(pa.int64())).as_py() or 0)
             return RefreshResult(new_name, len(keep_rows), deleted, n_docs + deletes.num_rows - n_applied)
+
+    def _write_segments(self, docs: pa.Table) -> list[SegmentInfo]:
+        """Write ``docs`` (sorted by ``_id``, one row per id) as one segment, or one per core when it is large.
+
+        A refresh of at least ``2 * PARALLEL_SEGMENT_DOCS`` documents is cut into contiguous
+        ``_id`` ranges written at once on a thread each (the Parquet encoding releases the
+        GIL), as Lucene flushes one segment per indexing thread: disjoint, each sorted, so
+        every segment invariant holds and the merge policy folds them later.
+        """
+        n = docs.num_rows
+        parts = max(1, min(os.cpu_count() or 1, n // PARALLEL_SEGMENT_DOCS))
+
+        def write(i: int) -> SegmentInfo:
+            lo, hi = n * i // parts, n * (i + 1) // parts
+            name = f"seg_{uuid.uuid4().hex[:16]}"
+            return write_segment(os.path.join(self.path, segment_file_name(name)), docs.slice(lo, hi - lo),
+                                 name=name, fsync=self._fsync)
+
+        if parts == 1:
+            return [write(0)]
+        with ThreadPoolExecutor(max_workers=parts, thread_name_prefix="segment-write") as pool:
+            return list(pool.map(write, range(parts)))
 
     def prune_tombstones(self, up_to_seq_no: int) -> int:
         """Forget delete tombstones at or below ``up_to_seq_no`` (no op at or below it can still arrive)."""
@@ -503,7 +546,7 @@ class ShardDirectory:
                     hit = t.filter(pc.equal(t.column("_id"), doc_id))
                     if hit.num_rows:
                         i = pc.index(hit.column("_seq_no"), pc.max(hit.column("_seq_no"))).as_py()
-                        row = hit.slice(i, 1).to_pylist()[0]
+                        row = _with_source(hit.slice(i, 1)).to_pylist()[0]
                         if row["_seq_no"] > best_seq:
                             best_seq, best = row["_seq_no"], row
                 for t in self._buffer.deletes:
@@ -519,7 +562,7 @@ class ShardDirectory:
                 _q, rows = seg.reader.lookup(pa.array([doc_id], pa.string()))
                 for r in rows.to_pylist():
                     if seg.live.is_live(r):
-                        return seg.reader.take([r]).to_pylist()[0]
+                        return _with_source(seg.reader.take([r])).to_pylist()[0]
             return None
 
     def current_versions(self, ids: pa.Array) -> pa.Table:
@@ -549,6 +592,16 @@ class ShardDirectory:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _with_source(rows: pa.Table) -> pa.Table:
+    """``rows`` of documents with a null ``_source`` (a synthetic-source index) given one rebuilt from their fields."""
+    src = rows.column("_source")
+    if src.null_count == 0:
+        return rows
+    fields = rows.drop_columns([c for c in rows.column_names if c in BASE_SCHEMA.names])
+    rebuilt = pc.coalesce(src, synthesize_sources(fields))
+    return rows.set_column(rows.schema.get_field_index("_source"), "_source", rebuilt)
 
 
 def scan_readers(

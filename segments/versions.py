@@ -37,6 +37,8 @@ def latest_versions(ids: pa.Array, buffered_docs: Sequence[pa.Table], buffered_d
     """Per id of ``ids`` (duplicates allowed, order kept): seq#, term and version of its newest live copy."""
     if isinstance(ids, pa.ChunkedArray):
         ids = ids.combine_chunks()
+    if not buffered_docs and not buffered_deletes and not segments:  # nothing to find (a fresh shard)
+        return pa.table([pa.nulls(len(ids), pa.int64()) for _ in VERSIONS_SCHEMA.names], schema=VERSIONS_SCHEMA)
     uniq = pc.unique(ids)
     cands = []
     # one lookup over all buffered tables (one per bulk since the last refresh), not one per table
@@ -88,14 +90,17 @@ def next_versions(ids: pa.Array, current: pa.Array) -> pa.Array:
     n = len(ids)
     if n == 0:
         return pa.array([], pa.int64())
-    codes = pc.index_in(ids, value_set=pc.unique(ids)).to_numpy(zero_copy_only=False).astype(np.int64)
+    encoded = ids.dictionary_encode()  # one hash pass: the distinct ids and each id's code
+    base = np.asarray(pc.fill_null(current, 0).to_numpy(zero_copy_only=False), dtype=np.int64)
+    if len(encoded.dictionary) == n:  # no id twice in the batch (the common bulk): no ranks to count
+        return pa.array(base + 1, pa.int64())
+    codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
     order = np.argsort(codes, kind="stable")
     sorted_codes = codes[order]
     starts = np.r_[True, sorted_codes[1:] != sorted_codes[:-1]]
     run_start = np.maximum.accumulate(np.where(starts, np.arange(n), 0))
     rank = np.empty(n, dtype=np.int64)
     rank[order] = np.arange(n) - run_start
-    base = np.asarray(pc.fill_null(current, 0).to_numpy(zero_copy_only=False), dtype=np.int64)
     return pa.array(base + rank + 1, pa.int64())
 
 

@@ -54,6 +54,17 @@ Frame kinds (the magic says which, so a frame is read the same in any file):
 - ``b"FR"`` stream frame (version 1 only; never written now): the payload is one
   RecordBatch as a whole Arrow IPC stream (schema message, batch message,
   end-of-stream marker).
+- ``b"FT"`` typed frame (version 3): like ``FR`` a whole Arrow IPC stream (schema,
+  one batch, end-of-stream marker), but checksummed with CRC32C.  It holds a batch
+  whose schema extends the operation schema with a ``fields`` struct column: the
+  typed field values of index operations of a synthetic-source index, which carry
+  no JSON ``source`` (issue 16; docs/design/translog.md, "Typed operations").
+  The frame carries its own schema, so it decodes wherever a reader starts, and the
+  generation's schema frame stays the operation schema.
+
+Version 3 is version 2 plus ``FT`` frames: a version 2 file holding one is refused as
+corrupt, and a reader of version 2 refuses a version 3 file with
+:class:`~shardstore.errors.UnsupportedFormatVersion` instead of misreading it.
 
 Writing the schema once per generation instead of once per frame saves ~450 bytes and
 an IPC stream writer per append.  :func:`payload_parts` hands a large batch's payload
@@ -90,15 +101,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
+from shardstore.core.ops import FIELDS_COLUMN
 from shardstore.core.ops import NO_OPS as NO_OPS_PERFORMED
 from shardstore.translog.errors import TranslogCorruptedError
 from shardstore.translog.records import Checksum, check_framing, check_version, checksum_for, crc32c, zlib_crc32
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
+#: The first format version whose files may hold typed (``FT``) frames.
+TYPED_FRAMES_VERSION = 3
 GENERATION_MAGIC = b"SSTL"
 SCHEMA_MAGIC = b"FS"
 BATCH_MAGIC = b"FB"
 STREAM_MAGIC = b"FR"  # format version 1 frames
+TYPED_MAGIC = b"FT"  # format version 3: a whole IPC stream (a batch with its own, extended schema)
 FRAME_MAGIC = BATCH_MAGIC
 
 _HEADER = struct.Struct("<4sHH16sqq")
@@ -110,7 +125,8 @@ _FRAME_CRC = struct.Struct("<I")
 FRAME_HEADER_SIZE = _FRAME_FIELDS.size + _FRAME_CRC.size  # 30
 
 _U32_MAX = 0xFFFFFFFF
-_CHECKSUM: dict[bytes, Checksum] = {SCHEMA_MAGIC: crc32c, BATCH_MAGIC: crc32c, STREAM_MAGIC: zlib_crc32}
+_CHECKSUM: dict[bytes, Checksum] = {SCHEMA_MAGIC: crc32c, BATCH_MAGIC: crc32c, STREAM_MAGIC: zlib_crc32,
+                                    TYPED_MAGIC: crc32c}
 
 # Built once: making a zstd codec per frame costs more than encoding a small batch.
 _PLAIN = ipc.IpcWriteOptions()
@@ -169,7 +185,8 @@ class Frame:
     path: str = field(repr=False)
     payload: memoryview | bytes = field(repr=False, compare=False)
     decoded: pa.RecordBatch | None = field(default=None, repr=False, compare=False)
-    schema: pa.Schema | None = field(default=None, repr=False, compare=False)  # None: a self-contained v1 frame
+    schema: pa.Schema | None = field(default=None, repr=False, compare=False)  # None: a self-contained frame
+    kind: bytes = field(default=BATCH_MAGIC, compare=False)  # the frame magic: FB, FR or FT
 
     @property
     def end(self) -> int:
@@ -312,6 +329,21 @@ def payload_parts(batch: pa.RecordBatch) -> list[Part]:
     return writer.parts(batch)
 
 
+def stream_payload_parts(batch: pa.RecordBatch) -> list[Part]:
+    """The payload of a typed frame (``FT``): ``batch`` as a whole IPC stream, as the pieces Arrow wrote (no copy)."""
+    sink = _Capture()
+    with ipc.new_stream(pa.PythonFile(sink, mode="w"), batch.schema) as writer:
+        writer.write_batch(batch)
+    return sink.parts
+
+
+def frame_parts(batch: pa.RecordBatch) -> tuple[bytes, list[Part]]:
+    """(magic, payload parts) of the frame that holds ``batch``: ``FB`` for the operation schema, else ``FT``."""
+    if batch.schema.names[-1] == FIELDS_COLUMN:
+        return TYPED_MAGIC, stream_payload_parts(batch)
+    return BATCH_MAGIC, payload_parts(batch)
+
+
 def encode_frame(batch: pa.RecordBatch, *, compress: bool = False) -> bytes:
     """The bytes of one batch frame (``FB``) holding ``batch`` (min/max seq_no from its ``seq_no`` column)."""
     lo, hi = _seq_no_range(batch)
@@ -347,7 +379,7 @@ def _decode_schema(payload: memoryview | bytes) -> pa.Schema | str:
 def _decode_payload(payload: memoryview | bytes, count: int, schema: pa.Schema | None) -> pa.RecordBatch | str:
     """The one batch of a payload, or the reason it is not the batch its frame header describes.
 
-    ``schema`` None means a version 1 payload (a whole IPC stream).  The row count is
+    ``schema`` None means a whole IPC stream (a version 1 ``FR`` or a typed ``FT`` payload).  The row count is
     checked against the header; the header's seq_no range is not recomputed here (the
     CRC already ties it to the payload the writer produced).
     """
@@ -419,7 +451,8 @@ class _Parser:
             return f"short frame header: {len(head)} of {FRAME_HEADER_SIZE} bytes"
         crc = _CHECKSUM.get(magic)
         if crc is None:
-            return f"bad frame magic {magic!r} (expected {BATCH_MAGIC!r}, {SCHEMA_MAGIC!r} or {STREAM_MAGIC!r})"
+            return (f"bad frame magic {magic!r} (expected {BATCH_MAGIC!r}, {SCHEMA_MAGIC!r}, {TYPED_MAGIC!r} "
+                    f"or {STREAM_MAGIC!r})")
         if len(head) < FRAME_HEADER_SIZE:
             return f"short frame header: {len(head)} of {FRAME_HEADER_SIZE} bytes"
         _magic, size, count, lo, hi = _FRAME_FIELDS.unpack_from(head, 0)
@@ -441,7 +474,7 @@ class _Parser:
                 return schema
             self.schema = schema
             return _SchemaFrame(offset + FRAME_HEADER_SIZE + size, schema)
-        schema = None
+        schema = None  # FR and FT frames carry their own schema
         if magic == BATCH_MAGIC:
             schema = self.schema if self.schema is not None else self._leading_schema()
             if schema is None:
@@ -451,7 +484,7 @@ class _Parser:
             decoded = _decode_payload(payload, count, schema)
             if isinstance(decoded, str):
                 return decoded
-        return Frame(offset, FRAME_HEADER_SIZE + size, count, lo, hi, self.path, payload, decoded, schema)
+        return Frame(offset, FRAME_HEADER_SIZE + size, count, lo, hi, self.path, payload, decoded, schema, magic)
 
     def _leading_schema(self) -> pa.Schema | None:
         """The schema frame right after the header, if the source is a whole generation file."""
@@ -552,8 +585,12 @@ def scan(
     while offset < len(data):
         durable = offset < checkpoint_offset  # inside the checkpointed range every flaw is corruption
         frame = parser.frame(offset, len(data))
-        if not isinstance(frame, str) and (frame.schema is None) != v1:
-            frame = f"{'version 2' if v1 else 'version 1'} frame in a version {header.version} file"
+        if isinstance(frame, (Frame, _SchemaFrame)):
+            kind = frame.kind if isinstance(frame, Frame) else SCHEMA_MAGIC
+            if (kind == STREAM_MAGIC) != v1:
+                frame = f"{'version 2' if v1 else 'version 1'} frame in a version {header.version} file"
+            elif kind == TYPED_MAGIC and header.version < TYPED_FRAMES_VERSION:
+                frame = f"version {TYPED_FRAMES_VERSION} frame (FT) in a version {header.version} file"
         if isinstance(frame, str):
             if durable:
                 raise TranslogCorruptedError(where, offset, f"{frame} (inside the checkpointed range, up to {checkpoint_offset})")

@@ -44,7 +44,7 @@ from shardstore.translog.frames import (
     Part,
     encode_schema_frame,
     frame_header,
-    payload_parts,
+    frame_parts,
     scan,
 )
 from shardstore.translog.operations import DEFAULT_MAX_SOURCE_BYTES, SCHEMA, check, summarize
@@ -303,8 +303,8 @@ class LocalTranslog:
         batch = check(summary, current_term=0 if history else self.primary_term, max_source_bytes=self.max_source_bytes)
         assert summary.seq_no is not None  # check() refused null seq#s
         lo, hi = summary.seq_no
-        parts = payload_parts(batch)  # a large batch's own buffers, not a copy
-        header = frame_header(parts, batch.num_rows, lo, hi)
+        magic, parts = frame_parts(batch)  # a large batch's own buffers, not a copy; FT for typed operations
+        header = frame_header(parts, batch.num_rows, lo, hi, magic=magic)
         size = int.from_bytes(header[2:6], "little")
         with self._write_lock:
             self._check_open()

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from shardstore.core.ops import OpType
+from shardstore.core.ops import FIELDS_COLUMN, OpType
 from shardstore.translog.errors import InvalidOperation
 
 MAX_ID_BYTES = 512
@@ -75,7 +75,7 @@ def unstamped_batch(
             pa.array(ids, pa.string()),
             pa.array(versions, pa.int64()),
             pa.array(sources, pa.binary()),
-            pa.array(reasons if reasons is not None else [None] * n, pa.string()),
+            pa.array(reasons, pa.string()) if reasons is not None else pa.nulls(n, pa.string()),
         ],
         schema=UNSTAMPED,
     )
@@ -88,14 +88,24 @@ def index_batch(ids: list[str], sources: list[bytes], versions: list[int] | None
 
 
 def stamp(batch: pa.RecordBatch, first_seq_no: int, primary_term: int) -> pa.RecordBatch:
-    """Give an unstamped batch the contiguous seq#s first_seq_no.. and one primary term."""
+    """Give an unstamped batch the contiguous seq#s first_seq_no.. and one primary term (its ``fields`` kept)."""
     n = batch.num_rows
     seq = pc.add(_arange(n), pa.scalar(first_seq_no, pa.int64()))
-    term = pa.array([primary_term], pa.int64()).take(pa.array([0] * n, pa.int32())) if n else pa.array([], pa.int64())
+    term = pa.repeat(pa.scalar(primary_term, pa.int64()), n) if n else pa.array([], pa.int64())
     cols = {name: batch.column(name) for name in UNSTAMPED.names}
-    return pa.RecordBatch.from_arrays(
+    stamped = pa.RecordBatch.from_arrays(
         [seq, term, *(cols[name] for name in UNSTAMPED.names)], schema=SCHEMA
     )
+    if FIELDS_COLUMN in batch.schema.names:
+        stamped = stamped.append_column(FIELDS_COLUMN, batch.column(FIELDS_COLUMN))
+    return stamped
+
+
+def without_fields(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``batch`` with only the operation columns (:data:`SCHEMA`)."""
+    if FIELDS_COLUMN not in batch.schema.names:
+        return batch
+    return batch.drop_columns([FIELDS_COLUMN])
 
 
 def _first(mask: pa.Array) -> int:
@@ -118,6 +128,8 @@ class Summary:
     primary_term: tuple[int, int] | None
     id_bytes: tuple[int, int] | None
     source_bytes_max: int | None
+    typed: bool = False  # the batch has a ``fields`` column
+    fields_complete: bool = False  # ... and every row of it is valid
 
 
 _I32 = struct.Struct("<i")
@@ -154,7 +166,16 @@ def _binary_total(arr: pa.Array) -> int:
 
 
 def summarize(batch: pa.RecordBatch) -> Summary:
-    """Cast ``batch`` to :data:`SCHEMA` (InvalidOperation if it cannot be) and take the ranges of its columns."""
+    """Cast ``batch`` to :data:`SCHEMA` (InvalidOperation if it cannot be) and take the ranges of its columns.
+
+    A trailing ``fields`` struct column (typed operations) is kept as it is.
+    """
+    fields = None
+    if FIELDS_COLUMN in batch.schema.names:
+        fields = batch.column(FIELDS_COLUMN)
+        if not pa.types.is_struct(fields.type):
+            raise InvalidOperation(None, None, f"the {FIELDS_COLUMN} column is a {fields.type}, not a struct")
+        batch = batch.drop_columns([FIELDS_COLUMN])
     if not batch.schema.equals(SCHEMA):
         missing = [f.name for f in SCHEMA if f.name not in batch.schema.names]
         if missing:
@@ -163,8 +184,10 @@ def summarize(batch: pa.RecordBatch) -> Summary:
             batch = batch.select(SCHEMA.names).cast(SCHEMA)
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
             raise InvalidOperation(None, None, f"the batch does not match the operation schema: {exc}") from None
+    if fields is not None:
+        batch = batch.append_column(FIELDS_COLUMN, fields)
     if batch.num_rows == 0:
-        return Summary(batch, True, None, None, None, None)
+        return Summary(batch, True, None, None, None, None, fields is not None, fields is not None)
     ids, source = batch.column(_COL["id"]), batch.column(_COL["source"])
     id_bytes: tuple[int, int] | None = None
     if not ids.null_count:
@@ -179,7 +202,9 @@ def summarize(batch: pa.RecordBatch) -> Summary:
         _int_range(batch.column(_COL["seq_no"])),
         _int_range(batch.column(_COL["primary_term"])),
         id_bytes,
-        None if source.null_count else _binary_total(source),
+        None if source.null_count and fields is None else _binary_total(source),  # an upper bound with nulls
+        fields is not None,
+        fields is not None and fields.null_count == 0,
     )
 
 
@@ -212,6 +237,8 @@ def _looks_valid(s: Summary, current_term: int, max_source_bytes: int) -> bool:
         return False
     if s.id_bytes is None or s.source_bytes_max is None:
         return False
+    if s.typed and not s.fields_complete and s.batch.column(_COL["source"]).null_count:
+        return False  # an index operation may lack both: the full pass names it
     if s.id_bytes[0] < 1 or s.id_bytes[1] > MAX_ID_BYTES:
         return False
     if s.source_bytes_max <= max_source_bytes:
@@ -224,6 +251,8 @@ def _name_first_bad_row(batch: pa.RecordBatch, current_term: int, max_source_byt
     op = batch.column("op_type")
     ids = batch.column("id")
     needs_id = pc.not_equal(op, OpType.NO_OP)
+    no_fields = (pc.is_null(batch.column(FIELDS_COLUMN)) if FIELDS_COLUMN in batch.schema.names
+                 else pa.repeat(pa.scalar(True), batch.num_rows))
     checks = [
         (pc.invert(pc.is_in(op, pa.array([t.value for t in OpType], pa.int8()))), "unknown operation type"),
         (pc.is_null(batch.column("seq_no")), "no sequence number"),
@@ -233,7 +262,8 @@ def _name_first_bad_row(batch: pa.RecordBatch, current_term: int, max_source_byt
          f"primary term lower than the log's current term {current_term}"),
         (pc.and_kleene(needs_id, pc.or_kleene(pc.is_null(ids), pc.equal(pc.binary_length(ids), 0))), "missing id"),
         (pc.greater(pc.binary_length(ids), MAX_ID_BYTES), f"id longer than {MAX_ID_BYTES} bytes"),
-        (pc.and_kleene(pc.equal(op, OpType.INDEX), pc.is_null(batch.column("source"))), "index operation without source"),
+        (pc.and_kleene(pc.equal(op, OpType.INDEX), pc.and_kleene(pc.is_null(batch.column("source")), no_fields)),
+         "index operation without source or fields"),
         (pc.greater(pc.binary_length(batch.column("source")), max_source_bytes),
          f"source larger than {max_source_bytes} bytes"),
     ]

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from shardstore.core.ops import FIELDS_COLUMN
 from shardstore.translog.checkpoint import UNASSIGNED
 
 
@@ -26,7 +27,7 @@ def filter_batch(batch: pa.RecordBatch, from_seq_no: int, to_seq_no: int, trimme
 
 def resolve(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """One operation per seq#, the highest term winning, in seq# order (columnar, no loop per op)."""
-    tables = [pa.Table.from_batches([b]) for b in batches]
+    tables = unify_fields([pa.Table.from_batches([b]) for b in batches])
     if not tables:
         return iter(())
     merged = pa.concat_tables(tables).sort_by([("seq_no", "ascending"), ("primary_term", "descending")])
@@ -35,3 +36,36 @@ def resolve(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         first = pc.not_equal(seq.slice(1), seq.slice(0, len(seq) - 1))
         merged = merged.filter(pa.concat_arrays([pa.array([True]), first]))
     return iter(merged.combine_chunks().to_batches())
+
+
+def unify_fields(tables: list[pa.Table]) -> list[pa.Table]:
+    """The tables with one schema: a ``fields`` struct holding every field any of them has (nulls elsewhere).
+
+    Typed operations (synthetic-source index operations) carry their field values in a
+    ``fields`` struct whose members grow with the mapping; plain ones carry none.  A
+    field has one type per index, so members of the same name agree (cast otherwise).
+    """
+    if not any(FIELDS_COLUMN in t.schema.names for t in tables):
+        return tables
+    members: dict[str, pa.Field] = {}
+    for t in tables:
+        if FIELDS_COLUMN in t.schema.names:
+            for f in t.schema.field(FIELDS_COLUMN).type:
+                members.setdefault(f.name, f)
+    struct_type = pa.struct(list(members.values()))
+    out = []
+    for t in tables:
+        if FIELDS_COLUMN not in t.schema.names:
+            out.append(t.append_column(FIELDS_COLUMN, pa.nulls(t.num_rows, struct_type)))
+            continue
+        col = t.column(FIELDS_COLUMN).combine_chunks()
+        if col.type == struct_type:
+            out.append(t)
+            continue
+        have = {f.name: i for i, f in enumerate(col.type)}
+        kids = [col.field(have[f.name]).cast(f.type) if f.name in have else pa.nulls(len(col), f.type)
+                for f in members.values()]
+        mask = col.is_null() if col.null_count else None
+        unified = pa.StructArray.from_arrays(kids, fields=list(members.values()), mask=mask)
+        out.append(t.set_column(t.schema.get_field_index(FIELDS_COLUMN), FIELDS_COLUMN, unified))
+    return out

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from enum import IntEnum
 
-__all__ = ["NO_OPS", "OP_NAMES", "OpType"]
+import pyarrow as pa
+
+__all__ = ["FIELDS_COLUMN", "NO_OPS", "OP_NAMES", "OpType", "fields_of", "with_fields"]
 
 #: The seq# (and checkpoint) of a shard that holds no operation yet.
 NO_OPS = -1
@@ -20,3 +22,34 @@ class OpType(IntEnum):
 
 #: The name of each operation type, as the changes feed reports it.
 OP_NAMES: dict[OpType, str] = {OpType.INDEX: "index", OpType.DELETE: "delete", OpType.NO_OP: "noop"}
+
+
+#: The optional last column of an operation batch: a struct of the typed field values of each
+#: index operation (null for deletes and no-ops).  Index operations of a synthetic-source
+#: index carry these instead of a JSON ``source`` (issue 16; docs/design/translog.md, "Typed
+#: operations"); the translog writes a batch with it as a typed (``FT``) frame.
+FIELDS_COLUMN = "fields"
+
+
+def with_fields(batch: pa.RecordBatch, fields: pa.Table) -> pa.RecordBatch:
+    """``batch`` with the typed field columns of its rows as the ``fields`` struct column (same row order)."""
+    if fields.num_rows != batch.num_rows:
+        raise ValueError(f"{fields.num_rows} rows of fields for {batch.num_rows} operations")
+    arrays = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in fields.columns]
+    struct = pa.StructArray.from_arrays(arrays, fields=list(fields.schema)) if arrays else \
+        pa.array([{}] * batch.num_rows, pa.struct([]))
+    if FIELDS_COLUMN in batch.schema.names:
+        return batch.set_column(batch.schema.get_field_index(FIELDS_COLUMN), FIELDS_COLUMN, struct)
+    return batch.append_column(FIELDS_COLUMN, struct)
+
+
+def fields_of(batch: pa.RecordBatch | pa.Table) -> pa.Table | None:
+    """The typed field columns of a batch's rows (a table, one column per field), or None without ``fields``."""
+    if FIELDS_COLUMN not in batch.schema.names:
+        return None
+    col = batch.column(FIELDS_COLUMN)
+    struct = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if struct.offset or struct.null_count:  # flatten() applies the parent's offset and validity to each child
+        return pa.Table.from_arrays(struct.flatten(), schema=pa.schema(list(struct.type)))
+    return pa.Table.from_arrays([struct.field(i) for i in range(struct.type.num_fields)],
+                                schema=pa.schema(list(struct.type)))

@@ -18,12 +18,13 @@ def drill(store_url: str, data_dir: Path, *, x: int, seed: int, shards: int = 2)
     drill_with_options(store_url, data_dir, {}, x=x, seed=seed, shards=shards)
 
 
-def drill_with_options(store_url: str, data_dir: Path, options: dict, *, x: int, seed: int, shards: int = 2) -> None:
+def drill_with_options(store_url: str, data_dir: Path, options: dict, *, x: int, seed: int, shards: int = 2,
+                       source: str = "stored") -> None:
     """Index x docs, flush, x, flush, x killing a primary, flush, x, flush, x killing the new primary, flush, x, flush."""
     rng = random.Random(seed)
     # a short delay before background rebuilds (default 1 s) keeps the drills quick
     cluster = Cluster(store=store_url, data_dir=str(data_dir / "a"), nodes=3, recovery_delay=0.2, **options)
-    cluster.create_index("flights", shards=shards, replicas=1)
+    cluster.create_index("flights", shards=shards, replicas=1, source=source)
     acked: dict[str, dict] = {}
     next_id = 0
 
@@ -100,6 +101,7 @@ def drill_with_options(store_url: str, data_dir: Path, options: dict, *, x: int,
             assert list(cluster.store.list(addr.segments_prefix(term) + "/")) == [], f"term {term} segments kept"
     cluster.close()
     restored = Cluster.restore(store=store_url, data_dir=str(data_dir / "b"), nodes=3, **options)
+    assert restored.indices["flights"].source == source
     restored.refresh("flights")
     check(restored)
     restored.close()
@@ -109,6 +111,12 @@ def drill_with_options(store_url: str, data_dir: Path, options: dict, *, x: int,
 def test_failover_drill_on_the_local_store(tmp_path: Path, seed: int) -> None:
     """Each seed picks other kill points, other victims, and a kill either between bulks or mid-replication."""
     drill(f"file://{tmp_path / 'remote'}", tmp_path, x=1000, seed=seed)
+
+
+@pytest.mark.parametrize("seed", [3, 6])
+def test_failover_drill_with_synthetic_source(tmp_path: Path, seed: int) -> None:
+    """The same drill on a synthetic-source index: typed translog operations replicate, fail over and restore."""
+    drill_with_options(f"file://{tmp_path / 'remote'}", tmp_path, {}, x=1000, seed=seed, source="synthetic")
 
 
 @pytest.mark.slow
@@ -124,6 +132,13 @@ def test_failover_drill_on_s3(store_factory, tmp_path: Path) -> None:
     factory = store_factory
     url = factory.url(factory.new_prefix())
     drill_with_options(url, tmp_path, factory.options(), x=500, seed=11)
+
+
+@pytest.mark.parametrize("backend", ["s3"], indirect=True)
+def test_failover_drill_with_synthetic_source_on_s3(store_factory, tmp_path: Path) -> None:
+    store_factory()
+    url = store_factory.url(store_factory.new_prefix())
+    drill_with_options(url, tmp_path, store_factory.options(), x=500, seed=12, source="synthetic")
 
 
 def test_the_demo_drill_passes_on_real_flights(tmp_path: Path) -> None:

@@ -1,0 +1,77 @@
+"""Synthetic ``_source``: documents rebuilt from their typed field columns (issue 16).
+
+An index created with ``source="synthetic"`` (Elasticsearch's ``index.mapping.source.mode:
+synthetic``) stores each document once, as its typed field columns: segments hold a null
+``_source`` and the translog carries the fields themselves (typed ``FT`` frames, see
+:mod:`shardstore.translog.frames`), never a JSON copy.  ``get`` and the readers rebuild the
+source from the columns on demand.
+
+What the rebuilt source looks like (as Elasticsearch's synthetic source, documented in
+docs/design/segments.md, "Synthetic source"):
+
+* the fields come in mapping order, not in the order the client sent them;
+* a dotted field becomes a nested object (``a.b`` -> ``{"a": {"b": ...}}``);
+* an absent or null field is left out; a ``date`` is ISO-8601 UTC with milliseconds
+  (``"2013-01-01T05:00:00.000Z"``); a ``double`` that holds a whole number is written ``5.0``.
+
+Two pure functions, no I/O:
+
+* :func:`conform_fields`: typed field columns (from a translog ``fields`` struct) as the
+  columns of a mapping, adding fields the mapping lacks (typed from their Arrow type);
+* :func:`synthesize_sources`: the JSON sources of rows, built columnar from their fields.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from shardstore.segments.errors import MappingConflict
+from shardstore.segments.mapping import FieldType, Mapping, sources_from_table
+
+__all__ = ["SOURCE_MODES", "conform_fields", "field_type_of", "synthesize_sources"]
+
+#: The values of an index's ``source`` option: ``stored`` keeps the JSON document, ``synthetic`` rebuilds it.
+SOURCE_MODES = ("stored", "synthetic")
+
+
+def field_type_of(t: pa.DataType) -> FieldType | None:
+    """The field type a segment column of Arrow type ``t`` has (``string`` reads as ``keyword``), or None."""
+    for ftype in (FieldType.KEYWORD, FieldType.LONG, FieldType.INTEGER, FieldType.DOUBLE, FieldType.BOOLEAN,
+                  FieldType.DATE):
+        if ftype.arrow_type.equals(t):
+            return ftype
+    return None
+
+
+def conform_fields(fields: pa.Table, mapping: Mapping) -> tuple[pa.Table, Mapping]:
+    """``fields`` as one column per field of the (grown) mapping, in its order; MappingConflict on a type clash.
+
+    A column the mapping lacks adds its field (typed by :func:`field_type_of`); a mapped
+    field the rows lack is all null.  Typed operations were parsed against the index
+    mapping by the coordinator, so a clash means the translog disagrees with the mapping.
+    """
+    new: dict[str, FieldType] = {}
+    for f in fields.schema:
+        ftype = field_type_of(f.type)
+        if ftype is None:
+            raise MappingConflict(f.name, None, "a field type", str(f.type))
+        have = mapping.get(f.name)
+        if have is None:
+            new[f.name] = ftype
+        elif not have.arrow_type.equals(f.type):
+            raise MappingConflict(f.name, None, have.value, ftype.value)
+    if new:
+        mapping = mapping.with_fields(new)
+    n = fields.num_rows
+    names = set(fields.column_names)
+    cols = [fields.column(name) if name in names else pa.nulls(n, ftype.arrow_type)
+            for name, ftype in mapping.items()]
+    return pa.Table.from_arrays(cols, schema=mapping.arrow_schema()), mapping
+
+
+def synthesize_sources(fields: pa.Table) -> pa.Array:
+    """The JSON ``_source`` of each row rebuilt from its field columns (dotted names nest), as binary."""
+    n = fields.num_rows
+    present = [name for name in fields.column_names if fields.column(name).null_count < n]
+    table = fields.select(present).add_column(0, "_id", pa.nulls(n, pa.string()))
+    return sources_from_table(table)[1]

@@ -1,0 +1,126 @@
+"""Typed operations (issue 16): index operations that carry their fields instead of a JSON source.
+
+They are written as ``FT`` frames (a whole Arrow IPC stream, CRC32C) in format version 3
+generation files, read back with their ``fields`` column, checked like any frame, and
+merged with plain operations by every reader (docs/design/translog.md, "Typed operations").
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import struct
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from shardstore.core.ops import FIELDS_COLUMN, fields_of, with_fields
+from shardstore.translog import frames as fr
+from shardstore.translog.errors import InvalidOperation, TranslogCorruptedError
+from shardstore.translog.local import LocalTranslog, generation_file
+from shardstore.translog.operations import OpType, index_batch, stamp, unstamped_batch
+from shardstore.translog.replay import resolve
+
+UTC = dt.timezone.utc
+
+
+def typed_ops(first: int, n: int, term: int = 1) -> pa.RecordBatch:
+    """n index operations with seq#s first.., null sources and typed fields (long, keyword, date, nested name)."""
+    ids = [f"t{first + i}" for i in range(n)]
+    base = unstamped_batch([OpType.INDEX] * n, ids, [1] * n, [None] * n)
+    fields = pa.table({
+        "n": pa.array(range(first, first + n), pa.int64()),
+        "carrier": pa.array([f"c{i % 3}" for i in range(n)], pa.string()),
+        "when": pa.array([dt.datetime(2013, 1, 1, tzinfo=UTC)] * n, pa.timestamp("ms", "UTC")),
+        "o.x": pa.array([None if i % 2 else 1.5 for i in range(n)], pa.float64()),
+    })
+    return stamp(with_fields(base, fields), first, term)
+
+
+def plain_ops(first: int, n: int, term: int = 1) -> pa.RecordBatch:
+    ids = [f"p{first + i}" for i in range(n)]
+    return stamp(index_batch(ids, [f'{{"n":{first + i}}}'.encode() for i in range(n)]), first, term)
+
+
+def frame_kinds(path: Path) -> list[bytes]:
+    data = path.read_bytes()
+    return [f.kind for f in fr.iter_frames(data, fr.HEADER_SIZE, None, path)]
+
+
+def test_typed_operations_round_trip_through_the_local_translog(tmp_path: Path) -> None:
+    batch = typed_ops(0, 50)
+    with LocalTranslog(str(tmp_path), primary_term=1) as log:
+        log.add(batch)
+        log.add(plain_ops(50, 5))
+        log.add(typed_ops(55, 10))
+    assert frame_kinds(tmp_path / generation_file(1)) == [fr.TYPED_MAGIC, fr.BATCH_MAGIC, fr.TYPED_MAGIC]
+    assert fr.scan(tmp_path / generation_file(1), fr.HEADER_SIZE).header.version == fr.FORMAT_VERSION == 3
+    with LocalTranslog(str(tmp_path), primary_term=1) as log:  # reopened: recovered from disk
+        got = pa.Table.from_batches(list(log.read_operations(0)))
+    assert got.num_rows == 65 and got.column("seq_no").to_pylist() == list(range(65))
+    fields = fields_of(got)
+    assert fields is not None
+    assert fields.column("n").to_pylist()[:50] == list(range(50))
+    assert fields.column("n").to_pylist()[50:55] == [None] * 5  # the plain operations carry no fields
+    assert fields.column("o.x").to_pylist()[:4] == [1.5, None, 1.5, None]
+    assert got.column("source").to_pylist()[50] == b'{"n":50}'
+    assert got.column("source").null_count == 60
+
+
+def test_a_corrupt_typed_frame_is_refused_naming_the_file(tmp_path: Path) -> None:
+    with LocalTranslog(str(tmp_path), primary_term=1) as log:
+        log.add(typed_ops(0, 20))
+    path = tmp_path / generation_file(1)
+    raw = bytearray(path.read_bytes())
+    raw[-40] ^= 0xFF  # a payload byte of the typed frame, inside the checkpointed range
+    path.write_bytes(bytes(raw))
+    with pytest.raises(TranslogCorruptedError, match="CRC32C mismatch") as exc:
+        fr.scan(path, len(raw))
+    assert str(path) in str(exc.value)
+
+
+def test_a_typed_frame_in_a_version_2_file_is_refused(tmp_path: Path) -> None:
+    with LocalTranslog(str(tmp_path), primary_term=1) as log:
+        log.add(typed_ops(0, 3))
+    path = tmp_path / generation_file(1)
+    raw = bytearray(path.read_bytes())
+    struct.pack_into("<H", raw, 4, 2)  # claim format version 2, with a valid header checksum
+    struct.pack_into("<I", raw, 40, fr.checksum_for(2)(bytes(raw[:40]), 0))
+    path.write_bytes(bytes(raw))
+    with pytest.raises(TranslogCorruptedError, match=r"version 3 frame \(FT\) in a version 2 file"):
+        fr.scan(path, len(raw))
+
+
+def test_an_index_operation_with_neither_source_nor_fields_is_refused(tmp_path: Path) -> None:
+    batch = typed_ops(0, 4)
+    fields = batch.column(FIELDS_COLUMN)
+    holed = pa.StructArray.from_arrays([fields.field(i) for i in range(fields.type.num_fields)],
+                                       fields=list(fields.type), mask=pa.array([False, False, True, False]))
+    bad = batch.set_column(batch.schema.get_field_index(FIELDS_COLUMN), FIELDS_COLUMN, holed)
+    with LocalTranslog(str(tmp_path), primary_term=1) as log:
+        with pytest.raises(InvalidOperation, match="index operation without source or fields") as exc:
+            log.add(bad)
+        assert exc.value.doc_id == "t2"
+        assert list(log.read_operations(0)) == []  # nothing of the batch was written
+
+
+def test_a_fields_column_that_is_not_a_struct_is_refused(tmp_path: Path) -> None:
+    batch = plain_ops(0, 2).append_column(FIELDS_COLUMN, pa.array([1, 2]))
+    with LocalTranslog(str(tmp_path), primary_term=1) as log:
+        with pytest.raises(InvalidOperation, match="not a struct"):
+            log.add(batch)
+
+
+def test_resolve_merges_plain_and_typed_operations_with_growing_fields() -> None:
+    a = typed_ops(0, 3)
+    b = plain_ops(3, 2)
+    narrow = stamp(with_fields(unstamped_batch([OpType.INDEX], ["z"], [1], [None]),
+                               pa.table({"n": pa.array([99], pa.int64())})), 5, 1)
+    newer = typed_ops(1, 1, term=2)  # seq# 1 again, a higher term: it wins
+    out = pa.Table.from_batches(list(resolve([a, b, narrow, newer])))
+    assert out.column("seq_no").to_pylist() == [0, 1, 2, 3, 4, 5]
+    assert out.column("primary_term").to_pylist() == [1, 2, 1, 1, 1, 1]
+    fields = fields_of(out)
+    assert fields.column_names == ["n", "carrier", "when", "o.x"]
+    assert fields.column("n").to_pylist() == [0, 1, 2, None, None, 99]
+    assert fields.column("carrier").to_pylist() == ["c0", "c0", "c2", None, None, None]
