@@ -37,6 +37,8 @@ def add_arguments(group: Any) -> None:
     group.add_argument("--chaos-first-seed", type=int, default=0, help="the first seed (default 0)")
     group.add_argument("--chaos-steps", type=int, default=None, help="steps per schedule (default 60, quick 30)")
     group.add_argument("--chaos-stores", default="file,memory", help="stores to alternate over (default file,memory)")
+    group.add_argument("--chaos-sources", default="stored,synthetic",
+                       help="index source options to alternate over (default stored,synthetic; issue 16)")
     group.add_argument("--chaos-jobs", type=int, default=1, help="schedules run at once (worker processes)")
     group.add_argument("--chaos-dir", default=None,
                        help="where the schedules' stores and data dirs live (default /dev/shm when it exists: "
@@ -44,7 +46,7 @@ def add_arguments(group: Any) -> None:
     group.add_argument("--chaos-minimise", action="store_true", help="minimise every failing schedule")
 
 
-def _run_one(seed: int, steps: int, store: str, tmp: str) -> Any:
+def _run_one(seed: int, steps: int, store: str, tmp: str, source: str = "stored") -> Any:
     """One seed's schedule, run in a worker (or in this process with one job); a crash of the simulator itself
     is reported as that seed's *unclean* violation, and the campaign goes on."""
     import logging
@@ -54,7 +56,7 @@ def _run_one(seed: int, steps: int, store: str, tmp: str) -> Any:
 
     logging.getLogger("shardstore").setLevel(logging.ERROR)  # the faults' expected warnings, once per seed
     try:
-        return run_schedule(seed, draw_schedule(seed, steps), Path(tmp) / f"seed-{seed}", store)
+        return run_schedule(seed, draw_schedule(seed, steps), Path(tmp) / f"seed-{seed}", store, source=source)
     except Exception as exc:  # noqa: BLE001 - one broken schedule must not stop the other 9,999
         out = Outcome(seed, 0)
         out.violations.append(Violation("unclean", -1, f"the simulator itself failed: {exc!r}\n"
@@ -62,28 +64,29 @@ def _run_one(seed: int, steps: int, store: str, tmp: str) -> Any:
         return out
 
 
-def _outcomes(jobs: int, work: list[tuple[int, str]], steps: int, tmp: str) -> Iterator[tuple[int, str, Any]]:
-    """(seed, store, outcome) as schedules finish; at most ``2 * jobs`` queued at a time."""
+def _outcomes(jobs: int, work: list[tuple[int, str, str]], steps: int,
+              tmp: str) -> Iterator[tuple[int, str, str, Any]]:
+    """(seed, store, source, outcome) as schedules finish; at most ``2 * jobs`` queued at a time."""
     if jobs <= 1:
-        for seed, store in work:
-            yield seed, store, _run_one(seed, steps, store, tmp)
+        for seed, store, source in work:
+            yield seed, store, source, _run_one(seed, steps, store, tmp, source)
         return
     ctx = multiprocessing.get_context("spawn")  # a worker starts clean: no threads inherited
     todo = iter(work)
     with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
-        running: dict[Future, tuple[int, str]] = {}
+        running: dict[Future, tuple[int, str, str]] = {}
         while True:
             while len(running) < 2 * jobs:
                 nxt = next(todo, None)
                 if nxt is None:
                     break
-                running[pool.submit(_run_one, nxt[0], steps, nxt[1], tmp)] = nxt
+                running[pool.submit(_run_one, nxt[0], steps, nxt[1], tmp, nxt[2])] = nxt
             if not running:
                 return
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             for fut in done:
-                seed, store = running.pop(fut)
-                yield seed, store, fut.result()
+                seed, store, source = running.pop(fut)
+                yield seed, store, source, fut.result()
 
 
 def run(ctx: Context) -> Iterator[Figure]:
@@ -95,7 +98,9 @@ def run(ctx: Context) -> Iterator[Figure]:
     seeds = a.seeds if a.seeds is not None else (5 if ctx.quick else 50)
     steps = a.chaos_steps or (30 if ctx.quick else 60)
     stores = [s.strip() for s in a.chaos_stores.split(",") if s.strip()]
-    work = [(seed, stores[n % len(stores)]) for n, seed in
+    sources = [s.strip() for s in a.chaos_sources.split(",") if s.strip()]
+    # every store meets every source option: the source turns once per round of stores
+    work = [(seed, stores[n % len(stores)], sources[(n // len(stores)) % len(sources)]) for n, seed in
             enumerate(range(a.chaos_first_seed, a.chaos_first_seed + seeds))]
     totals: Counter = Counter()
     errors: Counter = Counter()
@@ -103,7 +108,7 @@ def run(ctx: Context) -> Iterator[Figure]:
     t0 = time.monotonic()
     base = a.chaos_dir or ("/dev/shm" if Path("/dev/shm").is_dir() else None)
     with tempfile.TemporaryDirectory(prefix="shardstore-chaos-", dir=base) as tmp:
-        for n, (seed, store, out) in enumerate(_outcomes(max(1, a.chaos_jobs), work, steps, tmp), 1):
+        for n, (seed, store, source, out) in enumerate(_outcomes(max(1, a.chaos_jobs), work, steps, tmp), 1):
             totals["acked"] += out.acked
             totals["failed"] += out.failed
             totals["restores"] += out.restores
@@ -114,19 +119,21 @@ def run(ctx: Context) -> Iterator[Figure]:
             for kind in (*LOST, *WRONG, "unclean", "stuck"):
                 totals[kind] += out.count(kind)
             status = "ok" if out.clean else f"{len(out.violations)} violation(s), first: {out.violations[0]}"
-            ctx.progress(f"[{n}/{seeds}] seed {seed} ({store}, {steps} steps): {out.acked} acked, "
+            ctx.progress(f"[{n}/{seeds}] seed {seed} ({store}, {source} source, {steps} steps): {out.acked} acked, "
                          f"{out.failed} failed, {out.restores} restores, {out.seconds:.1f}s: {status}")
             if not out.clean:
-                failures.append((seed, store, out.violations))
+                failures.append((seed, store, source, out.violations))
         shortened = []
-        for seed, store, violations in sorted(failures):
+        for seed, store, source, violations in sorted(failures):
             schedule = draw_schedule(seed, steps)
-            short = minimise(seed, schedule, Path(tmp) / f"min-{seed}", store) if a.chaos_minimise else schedule
-            shortened.append((seed, store, violations, short))
+            short = (minimise(seed, schedule, Path(tmp) / f"min-{seed}", store, source=source) if a.chaos_minimise
+                     else schedule)
+            shortened.append((seed, f"{store}, {source} source", violations, short))
     seconds = time.monotonic() - t0
     lost = sum(totals[k] for k in LOST)
     wrong = sum(totals[k] for k in WRONG)
-    yield ctx.figure("schedules", seeds, "schedules", steps=steps, stores=",".join(stores), jobs=a.chaos_jobs)
+    yield ctx.figure("schedules", seeds, "schedules", steps=steps, stores=",".join(stores),
+                     sources=",".join(sources), jobs=a.chaos_jobs)
     yield ctx.figure("acknowledged writes", totals["acked"], "ops")
     yield ctx.figure("failed writes (documented errors)", totals["failed"], "ops")
     yield ctx.figure("injected faults that fired", totals["faults"], "faults")

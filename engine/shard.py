@@ -30,6 +30,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -283,12 +284,41 @@ class ShardCopy:
         self.directory.apply(stamped, prepared)  # mapping conflicts refuse the batch before anything is logged
         if log_it:
             if self.remote_translog is not None:
-                self.remote_translog.add(stamped, history=history)  # returns once the upload covering it landed
+                self._log_remote(stamped, history)  # returns once the upload covering it landed
                 self._check_not_fenced()
             else:
                 self.translog.add(stamped, history=history)
         seqs = stamped.column("seq_no")
         self.tracker.mark_processed(seqs)
+
+    def _log_remote(self, stamped: pa.RecordBatch, history: bool) -> None:
+        """Log ``stamped`` to the remote translog; a full indexing buffer is refreshed while the upload is in flight.
+
+        The upload waits on I/O (the local write and fsync, then the PUT) while a refresh is
+        CPU work (sort, Parquet encoding), so a bulk that fills the buffer
+        (:attr:`ShardDirectory.buffer_full`, as Elasticsearch writes a segment when its
+        indexing buffer is full) overlaps the two instead of leaving the refresh to the
+        next flush.  Nothing about acknowledgement changes: the call returns only once the
+        upload landed, and an upload failure is raised as before (the refresh only made
+        buffered, unacknowledged documents searchable earlier, as a periodic refresh does).
+        A failed refresh (a local disk fault) is raised after the upload was waited for.
+        """
+        assert self.remote_translog is not None
+        if not self.directory.buffer_full:
+            self.remote_translog.add(stamped, history=history)
+            return
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="translog-upload") as pool:
+            upload = pool.submit(self.remote_translog.add, stamped, history=history)
+            refresh_error: BaseException | None = None
+            try:
+                self.directory.refresh()
+            except BaseException as exc:  # noqa: BLE001 - raised below, once the upload is settled
+                refresh_error = exc
+            if refresh_error is not None:
+                with contextlib.suppress(BaseException):
+                    upload.result()
+                raise refresh_error
+            upload.result()
 
     def _check_not_fenced(self) -> None:
         """StalePrimary if a newer term claimed the shard: what we just logged is never acknowledged.

@@ -70,6 +70,9 @@ from shardstore.segments.versions import first_of_runs, latest_versions
 
 log = logging.getLogger(__name__)
 LOCK_FILE = "write.lock"
+#: The indexing buffer: once the buffered documents' Arrow bytes reach this, ``buffer_full`` is
+#: true and the engine refreshes while the bulk's translog upload is in flight (engine/shard.py).
+INDEX_BUFFER_BYTES = 32 << 20
 #: A refresh of at least twice this many documents writes one segment per core, in parallel.
 PARALLEL_SEGMENT_DOCS = 100_000
 _DELETES = pa.schema([pa.field("_id", pa.string()), pa.field("_seq_no", pa.int64())])
@@ -123,6 +126,7 @@ class Prepared:
 class _Buffer:
     docs: list[pa.Table] = field(default_factory=list)
     deletes: list[pa.Table] = field(default_factory=list)
+    doc_bytes: int = 0  # Arrow bytes of ``docs``
 
     def __bool__(self) -> bool:
         return bool(self.docs or self.deletes)
@@ -280,11 +284,17 @@ class ShardDirectory:
                 )
                 self.mapping = self.mapping.with_fields(dict(prepared.mapping.items()))
                 self._buffer.docs.append(docs)
+                self._buffer.doc_bytes += docs.nbytes
             if dels.num_rows:
                 self._buffer.deletes.append(pa.table([dels.column("id"), dels.column("seq_no")], schema=_DELETES))
             top = pc.max(table.column("seq_no")).as_py()
             self.max_seq_no = max(self.max_seq_no, top)
         return idx.num_rows + dels.num_rows
+
+    @property
+    def buffer_full(self) -> bool:
+        """Whether the buffered documents hold at least :data:`INDEX_BUFFER_BYTES` of Arrow data."""
+        return self._buffer.doc_bytes >= INDEX_BUFFER_BYTES
 
     def refresh(self) -> RefreshResult:
         """Make buffered operations searchable: one new segment, older copies marked deleted."""

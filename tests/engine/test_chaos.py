@@ -88,6 +88,15 @@ def test_fixed_seeds_break_no_guarantee(tmp_path: Path, seed: int, store: str):
     assert out.acked > 0 and out.restores >= 1
 
 
+@pytest.mark.parametrize(("seed", "store"), [(0, "file"), (3, "memory"), (687, "memory"), (5000, "file"),
+                                             (5111, "memory"), (20033, "memory")])
+def test_fixed_seeds_on_a_synthetic_source_index_break_no_guarantee(tmp_path: Path, seed: int, store: str):
+    """The same schedules on an index whose translog carries typed fields (FT frames) and no JSON (issue 16)."""
+    out = run_schedule(seed, draw_schedule(seed, 60), tmp_path / "run", store, source="synthetic")
+    assert out.clean, "\n".join(str(v) for v in out.violations)
+    assert out.acked > 0 and out.restores >= 1
+
+
 def test_the_checker_reports_a_planted_loss(tmp_path: Path):
     sim = Simulation(99, tmp_path / "run", "file")
     try:

@@ -279,18 +279,20 @@ def test_peers_quick_on_the_file_store(tmp_path: Path) -> None:
         return {f["params"]["impl"] for f in figures
                 if f["name"] == name and all(f["params"].get(k) == v for k, v in params.items())}
 
-    writers = {"shardstore"} | ({"deltalake", "slatedb"} & set(peers))
-    assert impls("bulk_docs_per_s", store="file") == writers
-    assert impls("bulk_ratio") == {f"shardstore/{p}" for p in writers - {"shardstore"}}
-    assert impls("one_go_docs_per_s") == {"shardstore"} | ({"deltalake"} & set(peers))
-    assert impls("one_go_ratio") == ({"shardstore/deltalake"} if "deltalake" in peers else set())
+    ours = {"shardstore", "shardstore-synthetic"}  # stored and synthetic source
+    theirs = {"deltalake", "slatedb"} & set(peers)
+    assert impls("bulk_docs_per_s", store="file") == ours | theirs
+    assert impls("bulk_ratio") == {f"{o}/{p}" for o in ours for p in theirs}
+    assert impls("one_go_docs_per_s") == ours | ({"deltalake"} & set(peers))
+    assert impls("one_go_ratio") == ({f"{o}/deltalake" for o in ours} if "deltalake" in peers else set())
     readers = {"shardstore"} | ({"slatedb", "duckdb"} & set(peers))
     for name in ("get_p50_ms", "get_p99_ms"):
         assert impls(name) == readers, name
     assert impls("get_p50_ratio") == {f"{p}/shardstore ms" for p in readers - {"shardstore"}}
-    assert impls("puts_per_bulk") == impls("requests_per_bulk") == impls("requests_per_get") == {"shardstore"}
+    assert impls("puts_per_bulk") == impls("requests_per_bulk") == ours
+    assert impls("requests_per_get") == {"shardstore"}
     sizes = {(f["params"]["impl"], f["params"]["phase"]) for f in figures if f["name"] == "bytes_per_1k_docs"}
-    expected = {("shardstore", "bulks"), ("shardstore", "one_go")}
+    expected = {(o, phase) for o in ours for phase in ("bulks", "one_go")}
     expected |= {("deltalake", "bulks"), ("deltalake", "one_go")} if "deltalake" in peers else set()
     expected |= {("slatedb", "bulks")} if "slatedb" in peers else set()
     expected |= {("duckdb", "parquet")} if "duckdb" in peers else set()

@@ -98,8 +98,9 @@ class ScheduleEnded(Exception):
 class Simulation:
     """One schedule's cluster, store, model and outcome (see the module docstring)."""
 
-    def __init__(self, seed: int, workdir: Path, store_kind: str = "file") -> None:
+    def __init__(self, seed: int, workdir: Path, store_kind: str = "file", source: str = "stored") -> None:
         self.seed = seed
+        self.source = source  # the index's source option: "synthetic" logs typed fields, no JSON
         self.workdir = Path(workdir)
         if store_kind == "file":
             url = f"file://{self.workdir / 'remote'}?fsync=false"
@@ -126,7 +127,7 @@ class Simulation:
         self._crash_errors: list[BaseException] = []
         self.ended = False
         self.cluster = self._new_cluster(restore=False)
-        self.cluster.create_index(INDEX, shards=2, replicas=1)
+        self.cluster.create_index(INDEX, shards=2, replicas=1, source=self.source)
 
     # -- plumbing -------------------------------------------------------------------------
 
@@ -479,12 +480,15 @@ class Simulation:
 
 
 def run_schedule(seed: int, steps: Sequence[Step], workdir: Path, store_kind: str = "file",
-                 keep: bool = False) -> Outcome:
-    """Run ``steps`` (drawn from ``seed``) in a fresh cluster under ``workdir``; the outcome with every violation."""
+                 keep: bool = False, source: str = "stored") -> Outcome:
+    """Run ``steps`` (drawn from ``seed``) in a fresh cluster under ``workdir``; the outcome with every violation.
+
+    ``source``: the index's source option (``stored`` or ``synthetic``, issue 16).
+    """
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    sim = Simulation(seed, workdir, store_kind)
+    sim = Simulation(seed, workdir, store_kind, source)
     try:
         for step in steps:
             sim.apply(step)
@@ -501,13 +505,13 @@ def run_schedule(seed: int, steps: Sequence[Step], workdir: Path, store_kind: st
     return sim.outcome
 
 
-def run_seed(seed: int, length: int, workdir: Path, store_kind: str = "file") -> Outcome:
+def run_seed(seed: int, length: int, workdir: Path, store_kind: str = "file", source: str = "stored") -> Outcome:
     """Draw ``seed``'s schedule of ``length`` steps and run it."""
-    return run_schedule(seed, draw_schedule(seed, length), workdir, store_kind)
+    return run_schedule(seed, draw_schedule(seed, length), workdir, store_kind, source=source)
 
 
 def minimise(seed: int, steps: list[Step], workdir: Path, store_kind: str = "file",
-             budget: int = 40) -> list[Step]:
+             budget: int = 40, source: str = "stored") -> list[Step]:
     """A shorter schedule that still fails (any violation): chunks removed while it keeps failing, ``budget`` runs."""
     current = list(steps)
     chunk = max(1, len(current) // 2)
@@ -517,7 +521,8 @@ def minimise(seed: int, steps: list[Step], workdir: Path, store_kind: str = "fil
         while i < len(current) and runs < budget:
             candidate = current[:i] + current[i + chunk:]
             runs += 1
-            if candidate and not run_schedule(seed, candidate, Path(workdir) / f"min-{runs}", store_kind).clean:
+            if candidate and not run_schedule(seed, candidate, Path(workdir) / f"min-{runs}", store_kind,
+                                              source=source).clean:
                 current, removed = candidate, True
             else:
                 i += chunk
