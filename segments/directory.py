@@ -244,15 +244,15 @@ class ShardDirectory:
                                  self.mapping, dynamic=self.dynamic)
         has = pc.is_valid(idx.column(FIELDS_COLUMN))
         if pc.all(has).as_py():
-            return conform_fields(typed, self.mapping)
+            return conform_fields(typed, self.mapping, idx.num_rows)
         # mixed (a replay spanning plain and typed operations): each part its own way, then the bulk order again
         pos = pa.array(np.arange(idx.num_rows), pa.int64())
         t_pos, s_pos = pos.filter(has), pos.filter(pc.invert(has))
         plain = idx.take(s_pos)
         parsed, mapping = parse_sources(plain.column("id").combine_chunks(), plain.column("source").combine_chunks(),
                                         self.mapping, dynamic=self.dynamic)
-        conformed, mapping = conform_fields(typed.take(t_pos), mapping)
-        parsed, mapping = conform_fields(parsed, mapping)  # the typed part may have added fields
+        conformed, mapping = conform_fields(typed.take(t_pos) if typed.num_columns else typed, mapping, len(t_pos))
+        parsed, mapping = conform_fields(parsed, mapping, len(s_pos))  # the typed part may have added fields
         both = pa.concat_tables([parsed, conformed])
         return both.take(pc.sort_indices(pa.concat_arrays([s_pos, t_pos]))), mapping
 
@@ -610,7 +610,7 @@ def _with_source(rows: pa.Table) -> pa.Table:
     if src.null_count == 0:
         return rows
     fields = rows.drop_columns([c for c in rows.column_names if c in BASE_SCHEMA.names])
-    rebuilt = pc.coalesce(src, synthesize_sources(fields))
+    rebuilt = pc.coalesce(src, synthesize_sources(fields, rows.num_rows))
     return rows.set_column(rows.schema.get_field_index("_source"), "_source", rebuilt)
 
 

@@ -43,8 +43,10 @@ def field_type_of(t: pa.DataType) -> FieldType | None:
     return None
 
 
-def conform_fields(fields: pa.Table, mapping: Mapping) -> tuple[pa.Table, Mapping]:
+def conform_fields(fields: pa.Table, mapping: Mapping, rows: int | None = None) -> tuple[pa.Table, Mapping]:
     """``fields`` as one column per field of the (grown) mapping, in its order; MappingConflict on a type clash.
+
+    ``rows``: how many rows ``fields`` stands for (a table without columns has none of its own).
 
     A column the mapping lacks adds its field (typed by :func:`field_type_of`); a mapped
     field the rows lack is all null.  Typed operations were parsed against the index
@@ -62,16 +64,19 @@ def conform_fields(fields: pa.Table, mapping: Mapping) -> tuple[pa.Table, Mappin
             raise MappingConflict(f.name, None, have.value, ftype.value)
     if new:
         mapping = mapping.with_fields(new)
-    n = fields.num_rows
+    n = fields.num_rows if rows is None else rows
     names = set(fields.column_names)
     cols = [fields.column(name) if name in names else pa.nulls(n, ftype.arrow_type)
             for name, ftype in mapping.items()]
     return pa.Table.from_arrays(cols, schema=mapping.arrow_schema()), mapping
 
 
-def synthesize_sources(fields: pa.Table) -> pa.Array:
-    """The JSON ``_source`` of each row rebuilt from its field columns (dotted names nest), as binary."""
-    n = fields.num_rows
+def synthesize_sources(fields: pa.Table, rows: int | None = None) -> pa.Array:
+    """The JSON ``_source`` of each row rebuilt from its field columns (dotted names nest), as binary.
+
+    ``rows``: how many rows ``fields`` stands for (a table without columns has none of its own).
+    """
+    n = fields.num_rows if rows is None else rows
     present = [name for name in fields.column_names if fields.column(name).null_count < n]
     table = fields.select(present).add_column(0, "_id", pa.nulls(n, pa.string()))
     return sources_from_table(table)[1]

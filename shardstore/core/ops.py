@@ -33,11 +33,13 @@ FIELDS_COLUMN = "fields"
 
 def with_fields(batch: pa.RecordBatch, fields: pa.Table) -> pa.RecordBatch:
     """``batch`` with the typed field columns of its rows as the ``fields`` struct column (same row order)."""
-    if fields.num_rows != batch.num_rows:
+    if fields.num_columns == 0:  # documents without a field: an empty (valid) struct per row
+        struct = pa.repeat(pa.scalar({}, pa.struct([])), batch.num_rows)
+    elif fields.num_rows != batch.num_rows:
         raise ValueError(f"{fields.num_rows} rows of fields for {batch.num_rows} operations")
-    arrays = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in fields.columns]
-    struct = pa.StructArray.from_arrays(arrays, fields=list(fields.schema)) if arrays else \
-        pa.array([{}] * batch.num_rows, pa.struct([]))
+    else:
+        arrays = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in fields.columns]
+        struct = pa.StructArray.from_arrays(arrays, fields=list(fields.schema))
     if FIELDS_COLUMN in batch.schema.names:
         return batch.set_column(batch.schema.get_field_index(FIELDS_COLUMN), FIELDS_COLUMN, struct)
     return batch.append_column(FIELDS_COLUMN, struct)

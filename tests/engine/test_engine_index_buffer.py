@@ -1,0 +1,120 @@
+"""The indexing buffer (issue 16): a bulk that fills it refreshes while its translog upload is in flight.
+
+``ShardCopy._log_remote`` overlaps the refresh (CPU) with the remote translog upload (I/O).
+Nothing about acknowledgement may change: a bulk is acknowledged only once its upload
+landed; a failed upload is not acknowledged, a failed refresh fails the copy
+(``LocalDiskError``) and its replica takes over; every acknowledged document survives a
+restore.  The buffer threshold is lowered here so that small bulks fill it.  Faults come
+from a FaultyStore around a real file store (a failed PUT) and from DiskFaults (a failed
+fsync of a segment file), since no real store or disk fails one chosen call on demand.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from shardstore.blobstores import open_store
+from shardstore.engine import Cluster
+from shardstore.segments import directory as directory_module
+from shardstore.testing import FaultyStore
+from shardstore.testing.disk import DiskFaults
+
+
+@pytest.fixture(autouse=True)
+def small_buffer(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(directory_module, "INDEX_BUFFER_BYTES", 1)  # every bulk fills it
+
+
+def _restored_ids(url: str, data_dir: Path) -> dict[str, dict]:
+    restored = Cluster.restore(store=url, data_dir=str(data_dir), nodes=2)
+    try:
+        restored.refresh("docs")
+        return {d["_id"]: d for d in restored.scan("docs", columns=["_id", "v"]).to_pylist()}
+    finally:
+        restored.close()
+
+
+@pytest.mark.parametrize("source", ["stored", "synthetic"])
+def test_a_full_buffer_is_searchable_when_the_bulk_returns(tmp_path: Path, source: str) -> None:
+    url = f"file://{tmp_path / 'remote'}"
+    cluster = Cluster(store=url, data_dir=str(tmp_path / "a"), nodes=2, recovery_delay=0.05)
+    try:
+        cluster.create_index("docs", shards=2, replicas=1, source=source)
+        for r in range(3):
+            assert not cluster.bulk("docs", [{"_id": f"{r}-{i}", "v": r} for i in range(200)]).errors
+            assert cluster.count("docs") == 200 * (r + 1)  # refreshed during the bulk: no refresh call
+        assert cluster.get("docs", "2-5")["_source"] == {"v": 2}
+    finally:
+        cluster.close()
+    got = _restored_ids(url, tmp_path / "b")
+    assert len(got) == 600 and got["1-7"]["v"] == 1
+
+
+def test_a_failed_upload_is_not_acknowledged_and_a_retry_is(tmp_path: Path) -> None:
+    url = f"file://{tmp_path / 'remote'}"
+    store = FaultyStore(open_store(url))
+    cluster = Cluster(store=store, data_dir=str(tmp_path / "a"), nodes=2, recovery_delay=0.05)
+    acked: set[str] = set()
+    try:
+        cluster.create_index("docs", shards=1, replicas=1, source="synthetic")
+        result = cluster.bulk("docs", [{"_id": f"a{i}", "v": 1} for i in range(50)])
+        assert not result.errors
+        acked |= set(result.acknowledged)
+        store.inject(op="put", key="*/translog/*", action="fail", times=50)  # outlasts the uploader's retries
+        failed = cluster.bulk("docs", [{"_id": f"b{i}", "v": 2} for i in range(50)])
+        assert failed.errors and failed.acknowledged == []
+        store.clear()
+        for _attempt in range(5):  # the client retries, as real clients do
+            retry = cluster.bulk("docs", [{"_id": f"b{i}", "v": 3} for i in range(50)])
+            acked |= set(retry.acknowledged)
+            if not retry.errors:
+                break
+        assert {f"b{i}" for i in range(50)} <= acked
+        cluster.wait_for_health("green", timeout=60)
+    finally:
+        cluster.close()
+    got = _restored_ids(url, tmp_path / "b")
+    assert acked <= set(got) <= acked
+    assert all(got[f"b{i}"]["v"] == 3 for i in range(50))
+
+
+def test_a_failed_refresh_fails_the_primary_and_loses_nothing(tmp_path: Path) -> None:
+    url = f"file://{tmp_path / 'remote'}"
+    cluster = Cluster(store=url, data_dir=str(tmp_path / "a"), nodes=3, recovery_delay=0.05)
+    acked: set[str] = set()
+    try:
+        cluster.create_index("docs", shards=1, replicas=1, source="synthetic")
+        result = cluster.bulk("docs", [{"_id": f"a{i}", "v": 1} for i in range(50)])
+        assert not result.errors
+        acked |= set(result.acknowledged)
+        primary = cluster.primary_of("docs", 0)
+        with DiskFaults() as faults:
+            faults.inject(op="fsync", path=f"*/{primary}/*/index/*.parquet*", action="eio")
+            failed = cluster.bulk("docs", [{"_id": f"b{i}", "v": 2} for i in range(50)])
+            assert faults.fired_total == 1
+        assert failed.errors and "LocalDiskError" in failed.items.column("error")[0].as_py()
+        assert cluster.primary_of("docs", 0) != primary, "the failed primary must be replaced by its replica"
+        retry = cluster.bulk("docs", [{"_id": f"b{i}", "v": 3} for i in range(50)])
+        assert not retry.errors
+        acked |= set(retry.acknowledged)
+        cluster.wait_for_health("green", timeout=60)
+    finally:
+        cluster.close()
+    got = _restored_ids(url, tmp_path / "b")
+    assert set(got) == acked and all(got[f"b{i}"]["v"] == 3 for i in range(50))
+
+
+def test_documents_without_fields(tmp_path: Path) -> None:
+    """A document with no field (or only nulls) is an empty struct in the translog and {} when read back."""
+    url = f"file://{tmp_path / 'remote'}"
+    cluster = Cluster(store=url, data_dir=str(tmp_path / "a"), nodes=1)
+    try:
+        cluster.create_index("docs", shards=1, replicas=0, source="synthetic")
+        assert not cluster.bulk("docs", [{"_id": "a"}, {"_id": "b", "v": None}]).errors
+        assert not cluster.bulk("docs", [{"_id": "c", "v": 1}, {"_id": "d"}]).errors
+        assert cluster.get("docs", "a")["_source"] == {} and cluster.get("docs", "c")["_source"] == {"v": 1}
+    finally:
+        cluster.close()
+    assert set(_restored_ids(url, tmp_path / "b")) == {"a", "b", "c", "d"}
