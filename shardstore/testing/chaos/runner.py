@@ -36,6 +36,7 @@ from typing import Any
 from shardstore.blobstores import open_store
 from shardstore.blobstores.errors import Throttled, TransientError
 from shardstore.errors import ShardstoreError
+from shardstore.segments import directory as directory_module
 from shardstore.testing.chaos.model import ClientModel, Violation
 from shardstore.testing.chaos.schedule import DATA_NODES, MANAGERS, Step, draw_schedule
 from shardstore.testing.disk import DiskFaults
@@ -47,6 +48,8 @@ INDEX = "docs"
 SETTLE_TIMEOUT = 60.0
 #: a step slower than this is counted as a stall (a timeout waited out somewhere)
 SLOW_STEP = 10.0
+#: The indexing buffer of odd seeds' schedules: bulks of a few documents fill it (see Simulation).
+SMALL_INDEX_BUFFER = 1024
 
 
 def _documented() -> set[str]:
@@ -101,6 +104,11 @@ class Simulation:
     def __init__(self, seed: int, workdir: Path, store_kind: str = "file", source: str = "stored") -> None:
         self.seed = seed
         self.source = source  # the index's source option: "synthetic" logs typed fields, no JSON
+        # odd seeds shrink the indexing buffer so that bulks refresh while their translog upload is in
+        # flight (engine/shard.py _log_remote): the overlap meets the store and disk faults too
+        self._index_buffer = directory_module.INDEX_BUFFER_BYTES
+        if seed % 2:
+            directory_module.INDEX_BUFFER_BYTES = SMALL_INDEX_BUFFER
         self.workdir = Path(workdir)
         if store_kind == "file":
             url = f"file://{self.workdir / 'remote'}?fsync=false"
@@ -115,6 +123,7 @@ class Simulation:
         try:
             self._start()
         except BaseException:
+            directory_module.INDEX_BUFFER_BYTES = self._index_buffer
             self.disk.__exit__(None, None, None)
             raise
 
@@ -470,6 +479,7 @@ class Simulation:
 
     def close(self) -> None:
         """Stop the cluster (the store and data directories stay for inspection)."""
+        directory_module.INDEX_BUFFER_BYTES = self._index_buffer
         self.disk.__exit__(None, None, None)
         while self._crashes:
             self._crashes.pop().join()
