@@ -17,9 +17,14 @@ peer / shardstore).
    mode="append")`` (one commit per bulk); SlateDB is ``db.put(id, json)`` of each row, then
    ``await_durable()`` of the last write of the bulk (the WAL is ordered: every put before it is
    durable too).  One warm-up bulk per system (ids prefixed ``warm-``), then the N rows.
-2. **All rows in one go** (``one_go_docs_per_s``, ``one_go_ratio``): ``Cluster.bulk`` of the table
-   in slices of 50,000, then ``flush`` (a commit in the store), against one ``write_deltalake`` of
-   the whole table into a fresh table.  No warm-up.
+2. **All rows in one go** (``one_go_docs_per_s``, ``one_go_ratio``): ONE ``Cluster.bulk`` of the
+   whole Arrow table (all 336,776 flights rows by default, ``--peers-one-go-docs``; quick 2,000),
+   then ``flush`` (a commit in the store), against one ``write_deltalake`` of the same table into
+   a fresh table.  No warm-up.
+   shardstore runs twice, in every part that writes: ``impl=shardstore`` (an index that stores
+   each document's JSON ``_source``, the default) and ``impl=shardstore-synthetic`` (an index
+   created with ``source="synthetic"``: the documents are kept once, as typed columns; docs/design/
+   segments.md, "Synthetic source").
 3. **Get by id** (``get_p50_ms``, ``get_p99_ms``, ``get_p50_ratio``, ``get_p99_ratio``): each system
    holds the N rows (shardstore: bulks of 50,000, ``refresh`` + ``flush``; SlateDB: write batches of
    1,000, ``await_durable``, memtable flushed to L0; DuckDB: the rows written once with
