@@ -90,11 +90,10 @@ def next_versions(ids: pa.Array, current: pa.Array) -> pa.Array:
     n = len(ids)
     if n == 0:
         return pa.array([], pa.int64())
-    encoded = ids.dictionary_encode()  # one hash pass: the distinct ids and each id's code
     base = np.asarray(pc.fill_null(current, 0).to_numpy(zero_copy_only=False), dtype=np.int64)
-    if len(encoded.dictionary) == n:  # no id twice in the batch (the common bulk): no ranks to count
+    if not _has_repeats(ids):  # no id twice in the batch (the common bulk): no ranks to count
         return pa.array(base + 1, pa.int64())
-    codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    codes = ids.dictionary_encode().indices.to_numpy(zero_copy_only=False).astype(np.int64)
     order = np.argsort(codes, kind="stable")
     sorted_codes = codes[order]
     starts = np.r_[True, sorted_codes[1:] != sorted_codes[:-1]]
@@ -102,6 +101,15 @@ def next_versions(ids: pa.Array, current: pa.Array) -> pa.Array:
     rank = np.empty(n, dtype=np.int64)
     rank[order] = np.arange(n) - run_start
     return pa.array(base + rank + 1, pa.int64())
+
+
+def _has_repeats(ids: pa.Array) -> bool:
+    """Whether some id occurs twice: neighbours compared after a sort (a string sort beats a hash pass here)."""
+    n = len(ids)
+    if n < 2:
+        return False
+    ordered = ids.take(pc.array_sort_indices(ids))
+    return bool(pc.any(pc.equal(ordered.slice(1), ordered.slice(0, n - 1))).as_py())
 
 
 def _from_buffer(t: pa.Table, uniq: pa.Array, *, deleted: bool) -> pa.Table:
