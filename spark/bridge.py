@@ -16,8 +16,10 @@ Arrow data source (``format("shardstore-arrow")``), as it does when no planner i
   in the driver's verified cache, which remote executors do not see (unless ``cacheDir`` names a
   shared file system: then set ``fastPath=true``).
 
-Writes through the bridge always go to the Arrow data source's sink.  docs/design/spark.md, "The
-JVM bridge", has the protocol and the measurements.
+Writes ask :meth:`Planner.write`: the sink's fast path (:mod:`shardstore.spark.fast_write`: Spark's
+own Parquet writer makes the segment files, this driver commits them) on the same conditions as
+reads (``fastPath``), else the Arrow data source's sink.  docs/design/spark.md, "The JVM bridge" and
+"The fast write path", has the protocol and the measurements.
 """
 
 from __future__ import annotations
@@ -75,6 +77,19 @@ class Planner:
         except Exception as exc:
             # Py4J hands Java only the traceback text; the log keeps the typed error too
             log.debug("shardstore bridge read failed: %r", exc)
+            raise
+
+    def write(self, jsession: Any, options_json: str, mode: str, jdf: Any) -> bool:
+        """Write the Java DataFrame through the sink's fast path (:mod:`.fast_write`); False: the Python sink writes."""
+        try:
+            from pyspark.sql.classic.dataframe import DataFrame
+
+            from shardstore.spark.fast_write import write
+
+            spark = self._session(jsession)
+            return write(spark, DataFrame(jdf, spark), json.loads(options_json), mode)
+        except Exception as exc:
+            log.debug("shardstore bridge write failed: %r", exc)
             raise
 
     def _session(self, jsession: Any) -> Any:

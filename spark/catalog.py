@@ -19,6 +19,9 @@ from shardstore.core.path_strategy import PathStrategy
 from shardstore.core.settings import DATA_CLUSTER_UUID
 from shardstore.errors import InvalidError, NotFoundError
 
+#: The index setting naming its source mode (engine/metadata.py's ``SOURCE_MODE``).
+SOURCE_MODE_SETTING = "index.mapping.source.mode"
+
 
 class IndexNotInStore(NotFoundError):
     """The store's latest cluster state has no index of that name (a retry does not help)."""
@@ -35,6 +38,7 @@ class IndexLocation:
     strategy: PathStrategy
     mappings: dict
     primary_terms: tuple[int, ...]
+    source: str = "stored"  # the index's source mode: "synthetic" segments hold no JSON _source
 
     def address(self, shard: int) -> ShardAddress:
         """The blob-store address of one shard."""
@@ -79,4 +83,5 @@ def resolve_index(store: BlobStore, index: str) -> IndexLocation:
                               f"(cluster {head}; indices: {sorted(state.indices)[:20]})")
     return IndexLocation(name=im.name, index_uuid=im.uuid, data_cluster_uuid=im.settings.get(DATA_CLUSTER_UUID) or head,
                          shards=im.shards, strategy=im.strategy(), mappings=dict(im.mappings),
-                         primary_terms=tuple(im.primary_terms))
+                         primary_terms=tuple(im.primary_terms),
+                         source=im.settings.get(SOURCE_MODE_SETTING, "stored"))

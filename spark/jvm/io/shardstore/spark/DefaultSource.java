@@ -23,7 +23,8 @@ import org.apache.spark.sql.types.StructType;
  * before the Python data source of the same name. A read asks the PySpark driver's {@link Planner}
  * (installed by {@code shardstore.spark.register(spark)}) for the fast path's DataFrame; with no
  * planner, or when it declines, the Python data source ({@code format("shardstore-arrow")}) reads,
- * given a schema of only the columns each query needs. Writes always go to the Python sink.
+ * given a schema of only the columns each query needs. A write goes to the planner's fast write path
+ * (Spark's own Parquet writer makes the segment files), else to the Python sink.
  * See docs/design/spark.md, "The JVM bridge".
  */
 public final class DefaultSource
@@ -50,6 +51,13 @@ public final class DefaultSource
   @Override
   public BaseRelation createRelation(
       SQLContext ctx, SaveMode mode, scala.collection.immutable.Map<String, String> parameters, Dataset<Row> data) {
+    Planner planner = Bridge.planner();
+    if (planner != null) {
+      Map<String, String> options = new HashMap<>(scala.jdk.javaapi.CollectionConverters.asJava(parameters));
+      if (planner.write(ctx.sparkSession(), json(options), mode.name(), data)) {
+        return new SchemaRelation(ctx, data.schema());
+      }
+    }
     data.write().format(Bridge.arrowFormat()).mode(mode).options(parameters).save();
     return new SchemaRelation(ctx, data.schema());  // what a save returns: Spark reads nothing from it
   }

@@ -10,7 +10,7 @@ import org.apache.spark.sql.SparkSession;
  * <p>{@code read} resolves the index's commits and live docs in the PySpark driver and returns
  * the fast path's DataFrame (Spark's native Parquet reader over the verified segment files), or
  * {@code null} when the Arrow data source should read instead (remote executors that cannot see
- * the driver's cache, or {@code fastPath=false}).
+ * the driver's cache, or {@code fastPath=false}). {@code write} is the sink's fast path.
  */
 public interface Planner {
   /**
@@ -18,4 +18,10 @@ public interface Planner {
    * Map Python would walk entry by entry over the socket) and user schema (StructType JSON, or null).
    */
   Dataset<Row> read(SparkSession session, String optionsJson, String userSchemaJson);
+
+  /**
+   * Write {@code data} through the sink's fast path (shardstore.spark.fast_write): true when done,
+   * false when the Python sink ({@code format("shardstore-arrow")}) should write instead.
+   */
+  boolean write(SparkSession session, String optionsJson, String mode, Dataset<Row> data);
 }

@@ -1,0 +1,377 @@
+"""The sink's fast write path: Spark SQL routes, dedupes, sorts and writes the segment files; Python commits them.
+
+``df.write.format("shardstore")`` with the JVM bridge loaded reaches :func:`write` (through the
+bridge's planner).  Measured, a Python sink that does no work at all already moves rows out of
+the JVM at about the cost of Spark's whole Parquet write, so the per-row work stays in the JVM:
+
+1. **Claim** (driver): :func:`~shardstore.spark.writer.make_writer`, as the Python sink (term
+   claim fencing live primaries, base commit with the translog tail folded into C0).
+2. **Plan** (driver, Spark SQL): ``__shardstore_shard`` = ES murmur3 routing of ``_id`` (the
+   bridge's ``Routing``, equal to engine/routing.py); rows sorted within each task by (shard,
+   ``_id``, input position descending) and the first row of each (shard, id) run kept (the
+   task's last write of an id, as the Python sink keeps it); ``_seq_no`` from per-shard counters
+   in the driver's JVM started at each shard's first free seq# (contiguous per shard; only a
+   failed task attempt leaves a gap); ``_primary_term`` the job's term; ``_version`` the live
+   base copy's + 1 (a join with the base's live ids, only when the base holds documents) else
+   1; ``_source`` JSON by ``to_json`` (null for a ``source="synthetic"`` index); one typed
+   column per mapped field; written by Spark's Parquet writer (zstd, ~4 MB row groups, bloom
+   filter on ``_id``) partitioned by shard into a local temp directory: one file per task and
+   shard, sorted by ``_id``.
+3. **Parts** (driver): per file its segment info from the footer, CRC32C, upload under the
+   job's term, ids and seq#s (cross-file duplicates: the highest seq# wins), old copies in the
+   base (deleted through live docs; their versions checked against the file's).
+4. **Commit**: one ledger entry per shard recording the seq# range the counters handed out,
+   then the Python sink's own commit (owner check, one commit metadata per shard written last,
+   ``if_absent``), or on any failure its abort (job closed, every upload and the ledger deleted).
+
+:func:`plan_columns` declines (``None``) what only the Python sink handles exactly (dotted or
+nested columns, arrays, a column whose type is not the mapped field's, new string columns that
+look like dates, which dynamic mapping would map ``date``...): :func:`write` then returns
+False and the bridge writes through ``format("shardstore-arrow")``.  docs/design/spark.md,
+"The fast write path", has the invariants and the figures.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from shardstore.errors import InvalidError
+from shardstore.segments.mapping import _DATE_RE, METADATA_FIELDS, FieldType, Mapping
+from shardstore.spark.bridge import JVM_PACKAGE, use_fast_path
+from shardstore.spark.catalog import open_from_options, resolve_index
+from shardstore.spark.segment_files import (
+    SHARD_COLUMN,
+    SparkSegmentMismatch,
+    in_parallel,
+    new_name,
+    read_keys,
+    segment_info,
+    spark_files,
+    upload,
+)
+from shardstore.spark.writer import (
+    IGNORED_COLUMNS,
+    LEDGER,
+    ShardPart,
+    ShardstoreArrowWriter,
+    ShardstoreCommitMessage,
+    _versions_and_old_copies,
+    make_writer,
+)
+
+log = logging.getLogger(__name__)
+
+#: Spark type name (``DataType.typeName()``) -> the field type a new column of it maps to.
+NEW_FIELD_TYPES = {"string": FieldType.KEYWORD, "long": FieldType.LONG, "integer": FieldType.LONG,
+                   "short": FieldType.LONG, "byte": FieldType.LONG, "double": FieldType.DOUBLE,
+                   "float": FieldType.DOUBLE, "boolean": FieldType.BOOLEAN, "timestamp": FieldType.DATE}
+#: Field type -> the Spark types a column may have to be written into it (cast losslessly).
+ACCEPTS = {FieldType.KEYWORD: {"string"}, FieldType.TEXT: {"string"},
+           FieldType.LONG: {"long", "integer", "short", "byte"}, FieldType.INTEGER: {"integer", "short", "byte"},
+           FieldType.DOUBLE: {"double", "float", "long", "integer", "short", "byte"},
+           FieldType.BOOLEAN: {"boolean"}, FieldType.DATE: {"timestamp"}}
+#: Field type -> Spark SQL type of its segment column.
+SPARK_TYPES = {FieldType.KEYWORD: "string", FieldType.TEXT: "string", FieldType.LONG: "bigint",
+               FieldType.INTEGER: "int", FieldType.DOUBLE: "double", FieldType.BOOLEAN: "boolean",
+               FieldType.DATE: "timestamp"}
+#: Rows of the frame a new string column is sampled on (dynamic mapping maps all-date strings ``date``).
+DATE_SAMPLE_ROWS = 1024
+#: Parquet writer settings of the segment files (segments/segment.py's choices in parquet-mr's terms).
+PARQUET_OPTIONS = {
+    "compression": "zstd",
+    "parquet.compression.codec.zstd.level": "1",
+    "parquet.block.size": str(4 << 20),  # about TARGET_ROW_GROUP_BYTES per row group
+    "parquet.block.row.count.limit": str(128 * 1024),  # MAX_ROW_GROUP_ROWS
+    "parquet.bloom.filter.enabled#_id": "true",
+    "parquet.bloom.filter.expected.ndv#_id": str(128 * 1024),
+    "parquet.bloom.filter.fpp#_id": "0.01",
+    "parquet.enable.dictionary#_id": "false",
+    "parquet.enable.dictionary#_seq_no": "false",
+    "parquet.enable.dictionary#_version": "false",
+    "parquet.enable.dictionary#_source": "false",
+}
+_ORD = "__shardstore_ord"
+_BASE_VERSION = "__shardstore_base_version"
+_STAMP = "__shardstore_stamp"
+#: Most shards the fast path writes: Spark keeps one open Parquet writer (one row group buffer) per shard and task.
+MAX_SHARDS = 128
+#: Session settings of the write: each task writes every shard's file at once, in the rows' ``_id`` order (no
+#: sort by shard, which would not keep that order); a writer per shard, so Spark never falls back to sorting.
+WRITE_CONF = {"spark.sql.optimizer.plannedWrite.enabled": "false"}
+_DATE_PY = re.compile(_DATE_RE)
+
+
+@dataclass(frozen=True)
+class ColumnPlan:
+    """How the frame's columns become segment columns: the mapping and which columns feed each field."""
+
+    mapping: Mapping  # the index's fields plus the frame's new ones
+    columns: tuple[tuple[str, str], ...]  # (frame column, Spark type name), the frame's order, ids excluded
+
+
+def _frame_columns(schema: Any) -> list[tuple[str, str]] | None:
+    """(name, Spark type name) of the frame's document columns, or None when one is not a flat scalar."""
+    out = []
+    for f in schema.fields:
+        if f.name == "_id" or f.name in IGNORED_COLUMNS:
+            continue
+        tname = f.dataType.typeName()
+        if tname not in NEW_FIELD_TYPES or "." in f.name or not f.name or f.name.split(".")[0] in METADATA_FIELDS:
+            return None
+        out.append((f.name, tname))
+    return out
+
+
+def plan_columns(schema: Any, mapping: Mapping, string_sample: Any = None) -> ColumnPlan | None:
+    """The column plan for a frame of ``schema`` written into ``mapping``, or None (the Python sink writes it).
+
+    ``string_sample``: ``{column: [values]}`` of the new string columns (a value list that is
+    all ISO dates declines: dynamic mapping would make the field a ``date``).
+    """
+    cols = _frame_columns(schema)
+    if cols is None or "_id" not in schema.fieldNames() or schema["_id"].dataType.typeName() != "string":
+        return None
+    new: dict[str, FieldType] = {}
+    for name, tname in cols:
+        have = mapping.get(name)
+        if have is not None:
+            if tname not in ACCEPTS[have]:
+                return None
+            continue
+        if any(name.startswith(f + ".") for f in mapping) or any(f.startswith(name + ".") for f in mapping):
+            return None  # an object path of the mapping: the Python sink names the conflict
+        if tname == "string":
+            values = [v for v in (string_sample or {}).get(name, []) if v is not None]
+            if values and all(_DATE_PY.match(v) for v in values):
+                return None
+        new[name] = NEW_FIELD_TYPES[tname]
+    return ColumnPlan(mapping.with_fields(new), tuple(cols))
+
+
+def new_string_columns(schema: Any, mapping: Mapping) -> list[str]:
+    """The frame's string columns the mapping does not map yet (sampled for dates)."""
+    cols = _frame_columns(schema) or []
+    return [n for n, t in cols if t == "string" and n not in mapping]
+
+
+def _sink_functions(spark: Any) -> Any:
+    """The bridge's JVM class ``SinkFunctions`` (Py4J)."""
+    found = spark.sparkContext._gateway.jvm
+    for part in (*JVM_PACKAGE.split("."), "SinkFunctions"):
+        found = getattr(found, part)
+    return found
+
+
+def _q(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def build_frame(spark: Any, df: Any, plan: ColumnPlan, writer: ShardstoreArrowWriter, synthetic: bool,
+                base_versions: Any) -> Any:
+    """The DataFrame Spark writes: segment columns in segment order plus the shard (the partition column).
+
+    Per task: rows sorted by (``_id``, input position descending); one stateful JVM call per row
+    (``SinkFunctions.stamp``, in a projection of its own) drops the older rows of an id and
+    gives each kept row its shard and its shard's next seq#.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.classic.column import Column
+
+    sink = _sink_functions(spark)
+    shards = len(writer.plans)
+    keep = ["_id"] + [n for n, _t in plan.columns]
+    d = df.select(*(F.col(_q(c)) for c in keep)).withColumn(_ORD, F.monotonically_increasing_id())
+    if base_versions is not None:
+        d = d.join(base_versions, on="_id", how="left")
+    d = d.sortWithinPartitions("_id", F.col(_ORD).desc()).drop(_ORD)
+    d = d.select("*", Column(sink.stamp(writer.job, F.col("_id")._jc, shards)).alias(_STAMP))
+    d = d.filter(F.col(_STAMP) >= 0)
+    bits = int(sink.SHARD_BITS)
+    shard = F.col(_STAMP).bitwiseAND((1 << bits) - 1).cast("int")
+    terms = {p.term for p in writer.plans}
+    if len(terms) == 1:
+        term = F.lit(terms.pop())
+    else:
+        term = F.when(shard == 0, F.lit(writer.plans[0].term))
+        for p in writer.plans[1:]:
+            term = term.when(shard == p.shard, F.lit(p.term))
+    version = F.lit(1) if base_versions is None else F.coalesce(F.col(_BASE_VERSION) + 1, F.lit(1))
+    kinds = dict(plan.columns)
+    clean = {}
+    for name, tname in plan.columns:  # NaN and infinities: absent from the source and null in the field (JSON has none)
+        c = F.col(_q(name))
+        if tname in ("double", "float"):
+            c = c.cast("double")
+            c = F.when(F.isnan(c) | (F.abs(c) == F.lit(float("inf"))), F.lit(None).cast("double")).otherwise(c)
+        clean[name] = c
+    if synthetic or not plan.columns:
+        source = F.lit(None).cast("binary") if synthetic else F.lit("{}").cast("binary")
+    else:
+        source = F.to_json(F.struct(*(clean[n].alias(n) for n, _t in plan.columns)),
+                           {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'", "timeZone": "UTC",
+                            "ignoreNullFields": "true"}).cast("binary")
+    fields = []
+    for name, ftype in plan.mapping.items():
+        if name in kinds:
+            fields.append(clean[name].cast(SPARK_TYPES[ftype]).alias(name))
+        else:
+            fields.append(F.lit(None).cast(SPARK_TYPES[ftype]).alias(name))
+    return d.select(
+        F.coalesce(F.col("_id"), F.lit("")).alias("_id"),
+        F.shiftright(F.col(_STAMP), bits).alias("_seq_no"),
+        term.cast("bigint").alias("_primary_term"),
+        version.cast("bigint").alias("_version"),
+        source.alias("_source"),
+        *fields,
+        shard.alias(SHARD_COLUMN),
+    )
+
+
+def _base_versions(spark: Any, options: dict[str, str], writer: ShardstoreArrowWriter) -> Any:
+    """The live ids of the base commits and their versions (None when the bases hold no live document)."""
+    from pyspark.sql import functions as F
+
+    from shardstore.spark.fast_path import read_options
+
+    live = sum(s.live_count for p in writer.plans if p.base is not None for s in p.base.commit.segments)
+    if not live:
+        return None
+    opts = {k: v for k, v in options.items() if k.lower() not in ("fastpath", "includetranslog")}
+    base = read_options(spark, opts, "_id string, _version bigint")
+    return base.select("_id", F.col("_version").alias(_BASE_VERSION))
+
+
+def _sample_strings(df: Any, columns: list[str]) -> dict[str, list[Any]]:
+    """The first rows' values of the given columns (one small job)."""
+    if not columns:
+        return {}
+    rows = df.select(*(_q(c) for c in columns)).limit(DATE_SAMPLE_ROWS).collect()
+    return {c: [r[i] for r in rows] for i, c in enumerate(columns)}
+
+
+def write(spark: Any, df: Any, options: dict[str, str], mode: str) -> bool:
+    """Write ``df`` through the fast path and commit it; False when the Python sink should write it instead."""
+    if mode.lower() != "append" or not use_fast_path(spark.sparkContext.master, options):
+        return False
+    if not spark.sparkContext.master.startswith("local"):  # the seq# counters live in this JVM
+        return False
+    index = options.get("index")
+    if not index:
+        return False
+    store = open_from_options(options)
+    loc = resolve_index(store, index)
+    if loc.shards > MAX_SHARDS:
+        return False
+    declared = Mapping.from_dict(loc.mappings)
+    if plan_columns(df.schema, declared, None) is None:
+        return False
+    sample = _sample_strings(df, new_string_columns(df.schema, declared))
+    if plan_columns(df.schema, declared, sample) is None:
+        return False
+    writer = make_writer(options, df.schema, False)
+    try:
+        merged = declared
+        for p in writer.plans:
+            merged = merged.merged(Mapping.from_dict(p.mapping))
+        plan = plan_columns(df.schema, merged, sample)
+    except InvalidError:
+        plan = None
+    if plan is None:  # the base commits map a column otherwise: the Python sink refuses it with its own error
+        writer.abort([])
+        return False
+    try:
+        _run(spark, df, options, writer, plan, loc.source == "synthetic")
+    except BaseException:
+        writer.abort([])
+        raise
+    return True
+
+
+@contextlib.contextmanager
+def _session_conf(spark: Any, settings: dict[str, str]) -> Iterator[None]:
+    """``settings`` on the session for the duration of the write, the previous values back after it."""
+    saved = {k: spark.conf.get(k, None) for k in settings}
+    try:
+        for k, v in settings.items():
+            spark.conf.set(k, v)
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+
+
+def _run(spark: Any, df: Any, options: dict[str, str], writer: ShardstoreArrowWriter, plan: ColumnPlan,
+         synthetic: bool) -> None:
+    """Spark writes the files, then the parts are uploaded, the ledger written and the shards committed."""
+    sink = _sink_functions(spark)
+    clock = [time.perf_counter()]
+    frame = build_frame(spark, df, plan, writer, synthetic, _base_versions(spark, options, writer))
+    tmp = tempfile.mkdtemp(prefix="shardstore-fast-sink-", dir=os.environ.get("SHARDSTORE_SPARK_TMP"))
+    try:
+        gateway = spark.sparkContext._gateway
+        firsts = gateway.new_array(gateway.jvm.long, len(writer.plans))
+        for p in writer.plans:
+            firsts[p.shard] = p.base_seq_no + 1
+        conf = {**WRITE_CONF, "spark.sql.maxConcurrentOutputFileWriters": str(len(writer.plans))}
+        if any(t is FieldType.DATE for _n, t in plan.mapping.items()):
+            conf["spark.sql.parquet.outputTimestampType"] = "TIMESTAMP_MILLIS"  # date fields: timestamp[ms, UTC]
+        out = os.path.join(tmp, "out")
+        sink.start(writer.job, firsts)
+        try:
+            with _session_conf(spark, conf):
+                frame.write.options(**PARQUET_OPTIONS).partitionBy(SHARD_COLUMN).parquet("file://" + out)
+        finally:
+            ends = sink.finish(writer.job)
+        clock.append(time.perf_counter())
+        parts = collect_parts(writer, plan, spark_files(out) if os.path.isdir(out) else [])
+        store = open_from_options(writer.options)
+        for p in writer.plans:  # the counters' range, as the Python sink's tasks reserve theirs
+            count = int(ends[p.shard]) - (p.base_seq_no + 1)
+            if count > 0:
+                body = json.dumps({"start": p.base_seq_no + 1, "count": count, "attempt": writer.job}).encode()
+                store.put(f"{p.prefix}/{LEDGER}{0:010d}", body, if_absent=True, token=writer.job)
+        clock.append(time.perf_counter())
+        writer.commit([ShardstoreCommitMessage(parts)])
+        clock.append(time.perf_counter())
+        log.info("spark job %s (fast path): Spark write %.2fs, %d parts %.2fs, commit %.2fs", writer.job,
+                 clock[1] - clock[0], len(parts), clock[2] - clock[1], clock[3] - clock[2])
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def collect_parts(writer: ShardstoreArrowWriter, plan: ColumnPlan, files: list[tuple[int, str]]) -> list[ShardPart]:
+    """Each file Spark wrote as an uploaded part of its shard (info, remote file, ids, seq#s, old copies)."""
+    store = open_from_options(writer.options)
+    mapping = plan.mapping.to_dict()
+
+    def one(item: tuple[int, str]) -> ShardPart:
+        shard, path = item
+        p = writer.plans[shard]
+        ids, seqs, versions = read_keys(path)
+        info = segment_info(path, new_name(), ids, seqs, p.term)
+        deletes: dict[str, list[int]] = {}
+        if p.base is not None and p.base.commit.segments:
+            expected, deletes = _versions_and_old_copies(store, p, ids)
+            if not expected.equals(versions):
+                raise SparkSegmentMismatch(f"{path}: versions differ from the base commit's live copies + 1")
+        remote = upload(store, p.prefix, path, info, writer.job)
+        return ShardPart(shard, info.to_dict(), remote, ids, seqs, deletes, mapping)
+
+    return in_parallel(one, files)
+
+
+__all__ = ["ColumnPlan", "build_frame", "collect_parts", "plan_columns", "write"]
+

@@ -1,0 +1,55 @@
+package io.shardstore.spark;
+
+/**
+ * Elasticsearch's default document routing, as shardstore.engine.routing computes it: Murmur3 x86
+ * 32-bit, seed 0, over the id's UTF-16 code units (each as two little-endian bytes), then
+ * {@code floorMod(hash, shards)}. A Java String is those code units, so no transcoding is needed.
+ */
+public final class Routing {
+  private static final int C1 = 0xcc9e2d51;
+  private static final int C2 = 0x1b873593;
+
+  private Routing() {}
+
+  /** Elasticsearch's {@code Murmur3HashFunction.hash(String)}: a signed 32-bit int. */
+  public static int murmur3(String id) {
+    int n = id.length();
+    int h = 0;
+    int i = 0;
+    for (; i + 1 < n; i += 2) {  // one 4-byte block: two code units, little-endian
+      int k = (id.charAt(i) & 0xffff) | (id.charAt(i + 1) << 16);
+      k *= C1;
+      k = Integer.rotateLeft(k, 15);
+      k *= C2;
+      h ^= k;
+      h = Integer.rotateLeft(h, 13);
+      h = h * 5 + 0xe6546b64;
+    }
+    if (i < n) {  // a 2-byte tail: the last code unit
+      int k = id.charAt(i) & 0xffff;
+      k *= C1;
+      k = Integer.rotateLeft(k, 15);
+      k *= C2;
+      h ^= k;
+    }
+    h ^= 2 * n;
+    h ^= h >>> 16;
+    h *= 0x85ebca6b;
+    h ^= h >>> 13;
+    h *= 0xc2b2ae35;
+    h ^= h >>> 16;
+    return h;
+  }
+
+  /** The shard of {@code id} in an index of {@code shards} shards. */
+  public static int shard(String id, int shards) {
+    return Math.floorMod(murmur3(id), shards);
+  }
+
+  /** The shards of many ids at once (one Py4J call for a test's whole list). */
+  public static int[] shards(String[] ids, int shards) {
+    int[] out = new int[ids.length];
+    for (int i = 0; i < ids.length; i++) out[i] = shard(ids[i], shards);
+    return out;
+  }
+}

@@ -1,0 +1,120 @@
+package io.shardstore.spark;
+
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.atomic.AtomicLongArray;
+
+import org.apache.spark.sql.Column;
+import org.apache.spark.sql.api.java.UDF1;
+import org.apache.spark.sql.expressions.UserDefinedFunction;
+import org.apache.spark.sql.functions;
+import org.apache.spark.sql.types.DataTypes;
+
+/**
+ * The columns of the sink's fast write path (shardstore.spark.fast_write builds the plan with them).
+ *
+ * <ul>
+ *   <li>{@link #route}: the shard of each {@code _id} ({@link Routing}; a null id fails the task);
+ *   <li>{@link #stamp}: in a task's rows sorted by (id, input position descending), drops all but
+ *       the first row of each id (the task's last write of it) and gives each kept row its shard
+ *       and that shard's next seq# from the job's counters, which the driver starts at each
+ *       shard's first free seq# ({@link #start}) and reads back after the job ({@link #finish}).
+ *       Stateful, so nondeterministic: the optimizer never moves it below the sort nor evaluates
+ *       it twice. The counters live in the driver's JVM: only tasks running in it (a
+ *       {@code local[...]} master) find them; anywhere else the task fails.
+ * </ul>
+ */
+public final class SinkFunctions {
+  private static final ConcurrentHashMap<String, AtomicLongArray> COUNTERS = new ConcurrentHashMap<>();
+
+  private SinkFunctions() {}
+
+  /** Start a job's seq# counters: {@code first[s]} is shard s's first seq#. */
+  public static void start(String job, long[] first) {
+    if (COUNTERS.putIfAbsent(job, new AtomicLongArray(first)) != null) {
+      throw new IllegalStateException("shardstore: seq# counters of job " + job + " already started");
+    }
+  }
+
+  /** End a job's counters: per shard, the seq# after the last one handed out (null if never started). */
+  public static long[] finish(String job) {
+    AtomicLongArray a = COUNTERS.remove(job);
+    if (a == null) return null;
+    long[] out = new long[a.length()];
+    for (int i = 0; i < out.length; i++) out[i] = a.get(i);
+    return out;
+  }
+
+  /** The shard of each id (an int column, never null). */
+  public static Column route(Column id, int shards) {
+    UserDefinedFunction f = functions.udf(new Route(shards), DataTypes.IntegerType).asNonNullable();
+    return f.apply(id);
+  }
+
+  /** Bits of {@link #stamp}'s value that hold the shard; the seq# sits above them. */
+  public static final int SHARD_BITS = 16;
+
+  /**
+   * One call per row, in a task's rows sorted by (id, input position descending): -1 for a row
+   * whose id equals the previous row's (an older write of the id in this task, dropped), else
+   * {@code seqNo << SHARD_BITS | shard} with the shard's next seq# from the job's counters.
+   * Nondeterministic (stateful): evaluate it once per row, in a projection of its own.
+   */
+  public static Column stamp(String job, Column id, int shards) {
+    if (shards < 1 || shards > (1 << SHARD_BITS)) {
+      throw new IllegalArgumentException("shardstore sink: " + shards + " shards is more than the fast path routes");
+    }
+    UserDefinedFunction f = functions.udf(new Stamp(job, shards), DataTypes.LongType).asNonNullable().asNondeterministic();
+    return f.apply(id);
+  }
+
+  static final class Stamp implements UDF1<String, Long> {
+    private static final long serialVersionUID = 1L;
+    private final String job;
+    private final int shards;
+    private transient AtomicLongArray counters;
+    private transient String previous;
+
+    Stamp(String job, int shards) {
+      this.job = job;
+      this.shards = shards;
+    }
+
+    @Override
+    public Long call(String id) {
+      if (id == null) {
+        throw new IllegalArgumentException("shardstore sink: a row has a null _id; every row needs an id");
+      }
+      if (id.equals(previous)) return -1L;
+      previous = id;
+      if (counters == null) counters = counters(job);
+      int shard = Routing.shard(id, shards);
+      return (counters.getAndIncrement(shard) << SHARD_BITS) | shard;
+    }
+  }
+
+  static AtomicLongArray counters(String job) {
+    AtomicLongArray a = COUNTERS.get(job);
+    if (a == null) {
+      throw new IllegalStateException("shardstore sink: no seq# counters for job " + job + " in this JVM; the "
+          + "fast write path runs on a local[...] master only (use fastPath=false)");
+    }
+    return a;
+  }
+
+  static final class Route implements UDF1<String, Integer> {
+    private static final long serialVersionUID = 1L;
+    private final int shards;
+
+    Route(int shards) {
+      this.shards = shards;
+    }
+
+    @Override
+    public Integer call(String id) {
+      if (id == null) {
+        throw new IllegalArgumentException("shardstore sink: a row has a null _id; every row needs an id");
+      }
+      return Routing.shard(id, shards);
+    }
+  }
+}

@@ -1,0 +1,151 @@
+"""Segment files written by Spark's own Parquet writer, made into committed parts (the sink's fast write path).
+
+:mod:`shardstore.spark.fast_write` has Spark write one Parquet file per task and shard into a
+local directory (``<dir>/<SHARD_COLUMN>=<shard>/part-*.parquet``).  :func:`collect_parts`
+turns each into what :meth:`~shardstore.spark.writer.ShardstoreArrowWriter.commit` takes: the
+file's :class:`~shardstore.segments.segment.SegmentInfo` (row count, row groups, per-column
+min/max/null counts from the Parquet footer, seq# and id bounds, size and CRC32C of the
+bytes), uploaded under a fresh key of the job's term (``if_absent``), with its ids and seq#s
+(the commit's cross-file duplicate check) and, for ids the base commit holds live, the rows
+of their old copies (deleted by the commit through live docs).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import google_crc32c
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from shardstore.blobstores.base import BlobStore
+from shardstore.errors import CorruptError
+from shardstore.segments.remote_metadata import RemoteFile, data_key
+from shardstore.segments.segment import BASE_SCHEMA, FORMAT_VERSION, ColumnStats, SegmentInfo, segment_file_name
+
+#: The partition column of the write: Spark names each shard's directory ``<SHARD_COLUMN>=<shard>``.
+SHARD_COLUMN = "__shardstore_shard"
+_BASE = frozenset(BASE_SCHEMA.names)
+
+
+class SparkSegmentMismatch(CorruptError):
+    """A file Spark wrote does not hold what the fast path asked for (a bug, never a user error)."""
+
+
+def spark_files(directory: str) -> list[tuple[int, str]]:
+    """``(shard, path)`` of every Parquet file Spark's partitioned write left under ``directory``."""
+    out = []
+    for entry in sorted(os.listdir(directory)):
+        if not entry.startswith(SHARD_COLUMN + "="):
+            continue
+        shard = int(entry.split("=", 1)[1])
+        sub = os.path.join(directory, entry)
+        out += [(shard, os.path.join(sub, f)) for f in sorted(os.listdir(sub)) if f.endswith(".parquet")]
+    return out
+
+
+def file_crc32c(path: str) -> tuple[int, int]:
+    """(size, CRC32C) of a file's bytes."""
+    crc, size = 0, 0
+    with open(path, "rb") as f:
+        while chunk := f.read(8 << 20):
+            crc = google_crc32c.extend(crc, chunk)
+            size += len(chunk)
+    return size, crc
+
+
+def _stat_value(t: pa.DataType, st: Any, which: str) -> Any:
+    """A row group's min or max as the segment info keeps it (timestamps as epoch ms, NaN/inf as None)."""
+    if pa.types.is_timestamp(t):
+        raw = getattr(st, which + "_raw")
+        return int(raw) if t.unit == "ms" else int(pa.scalar(raw, pa.int64()).cast(t).cast(pa.timestamp("ms")).value)
+    v = getattr(st, which)
+    if isinstance(v, bytes):
+        v = v.decode("utf-8")
+    if isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))):
+        return None
+    return v
+
+
+def _column_stats(pf: pq.ParquetFile, name: str, t: pa.DataType) -> ColumnStats:
+    """Min/max/null count of one field column from the footer (read from the data when a row group lacks them)."""
+    md = pf.metadata
+    i = pf.schema_arrow.get_field_index(name)
+    lo = hi = None
+    nulls = 0
+    for g in range(md.num_row_groups):
+        cc = md.row_group(g).column(i)
+        st = cc.statistics
+        if st is None or not st.has_null_count or (not st.has_min_max and st.null_count < cc.num_values):
+            col = pf.read(columns=[name]).column(name)
+            mm = pc.min_max(col)
+            from shardstore.segments.segment import _json_value  # the writer's own conversion of a scalar
+
+            return ColumnStats(name, str(t), _json_value(mm["min"]), _json_value(mm["max"]), col.null_count)
+        nulls += st.null_count
+        if st.has_min_max:
+            a, b = _stat_value(t, st, "min"), _stat_value(t, st, "max")
+            lo = a if lo is None or (a is not None and a < lo) else lo
+            hi = b if hi is None or (b is not None and b > hi) else hi
+    return ColumnStats(name, str(t), lo, hi, nulls)
+
+
+def segment_info(path: str, name: str, ids: pa.Array, seq_nos: pa.Array, term: int) -> SegmentInfo:
+    """The segment info of a file Spark wrote (its ids and seq#s already read, in row order)."""
+    size, crc = file_crc32c(path)
+    with pq.ParquetFile(path) as pf:
+        schema = pf.schema_arrow
+        if schema.names[:len(BASE_SCHEMA)] != BASE_SCHEMA.names:
+            raise SparkSegmentMismatch(f"{path}: columns {schema.names} do not start with {BASE_SCHEMA.names}")
+        cols = []
+        for f in schema:
+            t = f.type
+            if f.name in _BASE or not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+                                       or pa.types.is_timestamp(t) or pa.types.is_string(t)):
+                continue
+            cols.append(_column_stats(pf, f.name, t))
+        n, groups = pf.metadata.num_rows, pf.metadata.num_row_groups
+    seq = pc.min_max(seq_nos)
+    return SegmentInfo(name=name, file_name=segment_file_name(name), size=size, checksum=crc, doc_count=n,
+                       min_seq_no=seq["min"].as_py(), max_seq_no=seq["max"].as_py(), max_primary_term=term,
+                       min_id=ids[0].as_py() if n else None, max_id=ids[n - 1].as_py() if n else None,
+                       columns=tuple(cols), row_groups=groups, format_version=FORMAT_VERSION)
+
+
+def read_keys(path: str) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """A file's ``_id``, ``_seq_no`` and ``_version`` columns, checked sorted by id with no id twice."""
+    t = pq.read_table(path, columns=["_id", "_seq_no", "_version"], use_threads=False)
+    ids, seqs, versions = (t.column(c).combine_chunks() for c in ("_id", "_seq_no", "_version"))
+    n = len(ids)
+    if n > 1 and not pc.all(pc.less(ids.slice(0, n - 1), ids.slice(1))).as_py():
+        raise SparkSegmentMismatch(f"{path}: ids are not sorted and unique")
+    return ids, seqs, versions
+
+
+def upload(store: BlobStore, prefix: str, path: str, info: SegmentInfo, token: str) -> RemoteFile:
+    """Upload one segment file under a fresh key of ``prefix`` (``if_absent``), as its info describes it."""
+    key = f"{prefix}/{data_key(info.file_name, uuid.uuid4().hex)}"
+    with open(path, "rb") as f:
+        store.put_stream(key, f, if_absent=True, token=token)
+    return RemoteFile(key, info.size, info.checksum)
+
+
+def new_name() -> str:
+    """A fresh segment name (the Python sink's form)."""
+    return f"seg_{uuid.uuid4().hex[:16]}"
+
+
+def in_parallel(fn: Any, items: list[Any], workers: int = 4) -> list[Any]:
+    """``fn`` over ``items`` on a small thread pool (pyarrow, CRC32C and uploads release the GIL)."""
+    if len(items) <= 1:
+        return [fn(x) for x in items]
+    with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
+        return list(pool.map(fn, items))
+
+
+__all__ = ["SHARD_COLUMN", "SparkSegmentMismatch", "file_crc32c", "in_parallel", "new_name", "read_keys",
+           "segment_info", "spark_files", "upload"]
