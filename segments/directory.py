@@ -36,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from shardstore.core.ops import FIELDS_COLUMN, NO_OPS, OpType, fields_of
+from shardstore.core.ops import NO_OPS, OpType
 from shardstore.core.records import crc32c
 from shardstore.errors import InvalidError
 from shardstore.fileio import write_atomic
@@ -52,7 +52,7 @@ from shardstore.segments.commit import (
 from shardstore.segments.errors import InvalidDocument, SegmentCorrupted, SegmentError
 from shardstore.segments.gc import local_deletable, retained_commits
 from shardstore.segments.livedocs import LiveDocs, livedocs_file_name
-from shardstore.segments.mapping import Mapping, parse_sources
+from shardstore.segments.mapping import Mapping
 from shardstore.segments.merge_policy import SegmentStats, TieredMergePolicy
 from shardstore.segments.segment import (
     BASE_SCHEMA,
@@ -65,7 +65,7 @@ from shardstore.segments.segment import (
     segment_file_name,
     write_segment,
 )
-from shardstore.segments.synthetic import conform_fields, synthesize_sources
+from shardstore.segments.synthetic import fill_sources, index_op_fields
 from shardstore.segments.versions import first_of_runs, latest_versions
 
 log = logging.getLogger(__name__)
@@ -233,28 +233,8 @@ class ShardDirectory:
             fields, mapping = None, self.mapping
             idx = table.filter(idx_mask)
             if idx.num_rows:
-                fields, mapping = self._parse(idx)
+                fields, mapping = index_op_fields(idx, self.mapping, dynamic=self.dynamic)
         return Prepared(table.num_rows, fields, mapping)
-
-    def _parse(self, idx: pa.Table) -> tuple[pa.Table, Mapping]:
-        """The field columns of index operations: from their typed ``fields`` where they carry them, else parsed."""
-        typed = fields_of(idx)
-        if typed is None:
-            return parse_sources(idx.column("id").combine_chunks(), idx.column("source").combine_chunks(),
-                                 self.mapping, dynamic=self.dynamic)
-        has = pc.is_valid(idx.column(FIELDS_COLUMN))
-        if pc.all(has).as_py():
-            return conform_fields(typed, self.mapping, idx.num_rows)
-        # mixed (a replay spanning plain and typed operations): each part its own way, then the bulk order again
-        pos = pa.array(np.arange(idx.num_rows), pa.int64())
-        t_pos, s_pos = pos.filter(has), pos.filter(pc.invert(has))
-        plain = idx.take(s_pos)
-        parsed, mapping = parse_sources(plain.column("id").combine_chunks(), plain.column("source").combine_chunks(),
-                                        self.mapping, dynamic=self.dynamic)
-        conformed, mapping = conform_fields(typed.take(t_pos) if typed.num_columns else typed, mapping, len(t_pos))
-        parsed, mapping = conform_fields(parsed, mapping, len(s_pos))  # the typed part may have added fields
-        both = pa.concat_tables([parsed, conformed])
-        return both.take(pc.sort_indices(pa.concat_arrays([s_pos, t_pos]))), mapping
 
     def apply(self, ops: pa.RecordBatch | pa.Table, prepared: Prepared | None = None) -> int:
         """Buffer a batch of stamped translog operations (index, delete, no-op); returns how many were buffered.
@@ -556,7 +536,7 @@ class ShardDirectory:
                     hit = t.filter(pc.equal(t.column("_id"), doc_id))
                     if hit.num_rows:
                         i = pc.index(hit.column("_seq_no"), pc.max(hit.column("_seq_no"))).as_py()
-                        row = _with_source(hit.slice(i, 1)).to_pylist()[0]
+                        row = fill_sources(hit.slice(i, 1)).to_pylist()[0]
                         if row["_seq_no"] > best_seq:
                             best_seq, best = row["_seq_no"], row
                 for t in self._buffer.deletes:
@@ -572,7 +552,7 @@ class ShardDirectory:
                 _q, rows = seg.reader.lookup(pa.array([doc_id], pa.string()))
                 for r in rows.to_pylist():
                     if seg.live.is_live(r):
-                        return _with_source(seg.reader.take([r])).to_pylist()[0]
+                        return fill_sources(seg.reader.take([r])).to_pylist()[0]
             return None
 
     def current_versions(self, ids: pa.Array) -> pa.Table:
@@ -602,16 +582,6 @@ class ShardDirectory:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _with_source(rows: pa.Table) -> pa.Table:
-    """``rows`` of documents with a null ``_source`` (a synthetic-source index) given one rebuilt from their fields."""
-    src = rows.column("_source")
-    if src.null_count == 0:
-        return rows
-    fields = rows.drop_columns([c for c in rows.column_names if c in BASE_SCHEMA.names])
-    rebuilt = pc.coalesce(src, synthesize_sources(fields, rows.num_rows))
-    return rows.set_column(rows.schema.get_field_index("_source"), "_source", rebuilt)
 
 
 def scan_readers(

@@ -18,17 +18,26 @@ Two pure functions, no I/O:
 
 * :func:`conform_fields`: typed field columns (from a translog ``fields`` struct) as the
   columns of a mapping, adding fields the mapping lacks (typed from their Arrow type);
-* :func:`synthesize_sources`: the JSON sources of rows, built columnar from their fields.
+* :func:`synthesize_sources`: the JSON sources of rows, built columnar from their fields;
+* :func:`index_op_fields`: the field columns of translog index operations, typed or parsed;
+* :func:`fill_sources` / :func:`op_sources`: null sources of segment rows / operations rebuilt.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from shardstore.core.ops import FIELDS_COLUMN, fields_of
 from shardstore.segments.errors import MappingConflict
-from shardstore.segments.mapping import FieldType, Mapping, sources_from_table
+from shardstore.segments.mapping import FieldType, Mapping, parse_sources, sources_from_table
 
-__all__ = ["SOURCE_MODES", "conform_fields", "field_type_of", "synthesize_sources"]
+__all__ = ["SOURCE_MODES", "conform_fields", "field_type_of", "fill_sources", "index_op_fields", "op_sources",
+           "synthesize_sources"]
+
+#: The columns every segment row has besides its fields (segments.segment.BASE_SCHEMA's names).
+_BASE = ("_id", "_seq_no", "_primary_term", "_version", "_source")
 
 #: The values of an index's ``source`` option: ``stored`` keeps the JSON document, ``synthetic`` rebuilds it.
 SOURCE_MODES = ("stored", "synthetic")
@@ -80,3 +89,51 @@ def synthesize_sources(fields: pa.Table, rows: int | None = None) -> pa.Array:
     present = [name for name in fields.column_names if fields.column(name).null_count < n]
     table = fields.select(present).add_column(0, "_id", pa.nulls(n, pa.string()))
     return sources_from_table(table)[1]
+
+
+def index_op_fields(idx: pa.Table, mapping: Mapping, *, dynamic: bool = True) -> tuple[pa.Table, Mapping]:
+    """The field columns of index operations: their typed ``fields`` where they carry them, else their parsed JSON.
+
+    Returns ``(fields, mapping)`` as :func:`~shardstore.segments.mapping.parse_sources`
+    does.  ``dynamic=False`` leaves typed fields the mapping lacks out (as the parse
+    ignores unmapped JSON fields then).
+    """
+    typed = fields_of(idx)
+    if typed is None:
+        return parse_sources(idx.column("id").combine_chunks(), idx.column("source").combine_chunks(), mapping,
+                             dynamic=dynamic)
+    if not dynamic:
+        typed = typed.select([name for name in typed.column_names if name in mapping])
+    has = pc.is_valid(idx.column(FIELDS_COLUMN))
+    if pc.all(has).as_py():
+        return conform_fields(typed, mapping, idx.num_rows)
+    # mixed (a replay spanning plain and typed operations): each part its own way, then the input order again
+    pos = pa.array(np.arange(idx.num_rows), pa.int64())
+    t_pos, s_pos = pos.filter(has), pos.filter(pc.invert(has))
+    plain = idx.take(s_pos)
+    parsed, mapping = parse_sources(plain.column("id").combine_chunks(), plain.column("source").combine_chunks(),
+                                    mapping, dynamic=dynamic)
+    conformed, mapping = conform_fields(typed.take(t_pos) if typed.num_columns else typed, mapping, len(t_pos))
+    parsed, mapping = conform_fields(parsed, mapping, len(s_pos))  # the typed part may have added fields
+    both = pa.concat_tables([parsed, conformed])
+    return both.take(pc.sort_indices(pa.concat_arrays([s_pos, t_pos]))), mapping
+
+
+def fill_sources(rows: pa.Table) -> pa.Table:
+    """Segment rows (base columns + fields) whose null ``_source`` (a synthetic-source index) is rebuilt from their fields."""
+    src = rows.column("_source")
+    if src.null_count == 0:
+        return rows
+    fields = rows.drop_columns([c for c in rows.column_names if c in _BASE])
+    rebuilt = pc.coalesce(src, synthesize_sources(fields, rows.num_rows))
+    return rows.set_column(rows.schema.get_field_index("_source"), "_source", rebuilt)
+
+
+def op_sources(ops: pa.Table) -> pa.ChunkedArray | pa.Array:
+    """The ``source`` of each operation, rebuilt from its typed ``fields`` where it has none (null for deletes)."""
+    src = ops.column("source")
+    typed = fields_of(ops)
+    if typed is None or src.null_count == 0:
+        return src
+    rebuilt = synthesize_sources(typed, ops.num_rows)
+    return pc.if_else(pc.is_valid(ops.column(FIELDS_COLUMN)), pc.coalesce(src, rebuilt), src)

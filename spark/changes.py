@@ -44,9 +44,12 @@ from shardstore.core.address import ShardAddress
 from shardstore.core.ops import OP_NAMES, OpType
 from shardstore.errors import InvalidError
 from shardstore.segments.errors import CommitNotFound
+from shardstore.segments.mapping import Mapping
 from shardstore.segments.read_plan import CommitPlan
+from shardstore.segments.remote_metadata import RemoteCommitMetadata
 from shardstore.segments.remote_store import iter_commits, latest_commit, list_terms
 from shardstore.segments.segment import BASE_SCHEMA
+from shardstore.segments.synthetic import fill_sources, op_sources
 from shardstore.spark.catalog import open_from_options, resolve_index
 from shardstore.translog.remote import RemoteTranslog, latest_metadata_key
 
@@ -99,7 +102,8 @@ def shard_operations(store: BlobStore, address: ShardAddress, shard: int, from_s
         parts.append(pa.table({
             "op_type": pc.take(_OP_NAMES, t.column("op_type").cast(pa.int32())), "_id": t.column("id"),
             "_seq_no": t.column("seq_no"), "_primary_term": t.column("primary_term"), "_version": t.column("version"),
-            "_source": t.column("source").cast(pa.string()), "_rank": pa.array(np.ones(t.num_rows, dtype=np.int8)),
+            "_source": op_sources(t).cast(pa.string()),  # typed operations: rebuilt from their fields
+            "_rank": pa.array(np.ones(t.num_rows, dtype=np.int8)),
         }))
     try:
         md = latest_commit(store, address)
@@ -110,6 +114,9 @@ def shard_operations(store: BlobStore, address: ShardAddress, shard: int, from_s
                                             and info.min_seq_no <= top)
         flt = (pc.field("_seq_no") >= from_seq_no) & (pc.field("_seq_no") <= top)
         got = [b for t in tasks for b in t.read(store, _SEGMENT_COLUMNS, flt) if b.num_rows]
+        if any(b.column("_source").null_count for b in got):  # a synthetic-source index: rebuild from the fields
+            got = [fill_sources(pa.Table.from_batches([b])).select(_SEGMENT_COLUMNS.names).to_batches()[0]
+                   for t in tasks for b in t.read(store, _full_schema(md), flt) if b.num_rows]
         if got:
             d = pa.Table.from_batches(got)
             parts.append(pa.table({
@@ -129,6 +136,11 @@ def shard_operations(store: BlobStore, address: ShardAddress, shard: int, from_s
     first = pa.concat_arrays([pa.array([True]), pc.not_equal(seq.slice(1), seq.slice(0, n - 1))]) if n else seq
     allops = allops.filter(first).drop_columns(["_rank"])
     return allops.append_column("shard", pa.array(np.full(allops.num_rows, shard, dtype=np.int32))).cast(SCHEMA)
+
+
+def _full_schema(md: RemoteCommitMetadata) -> pa.Schema:
+    """Every column of the commit's segments: the base columns and the mapped fields."""
+    return pa.schema(list(_SEGMENT_COLUMNS) + list(Mapping.from_dict(md.commit.mapping).arrow_schema()))
 
 
 def shard_checkpoint(store: BlobStore, address: ShardAddress) -> int:

@@ -39,12 +39,13 @@ from shardstore.blobstores.base import BlobStore
 from shardstore.core.ops import OpType
 from shardstore.errors import InvalidError
 from shardstore.segments.errors import CommitNotFound
-from shardstore.segments.mapping import Mapping, parse_sources
+from shardstore.segments.mapping import Mapping
 from shardstore.segments.read_plan import DEFAULT_CACHE_DIR, CommitPlan, ReadTask
 from shardstore.segments.reader import open_commit
 from shardstore.segments.remote_metadata import RemoteCommitMetadata
 from shardstore.segments.remote_store import latest_commit, list_terms
 from shardstore.segments.segment import BASE_SCHEMA, conform
+from shardstore.segments.synthetic import index_op_fields
 from shardstore.spark.catalog import IndexLocation, open_from_options, resolve_index
 from shardstore.spark.filters import compile_filters, segment_may_match, to_expression
 
@@ -146,7 +147,9 @@ def _translog_tail(store: BlobStore, loc: IndexLocation, shard: int, md: RemoteC
     address = loc.address(shard)
     prefixes = [address.translog_prefix(t) for t in list_terms(store, address)]
     cp = md.commit.local_checkpoint
-    ops = pa.Table.from_batches(list(RemoteTranslog.read_operations(store, prefixes, cp + 1, to_seq_no)), SCHEMA)
+    batches = list(RemoteTranslog.read_operations(store, prefixes, cp + 1, to_seq_no))
+    # one schema: SCHEMA, or SCHEMA + the typed ``fields`` of a synthetic-source index (resolve unifies them)
+    ops = pa.Table.from_batches(batches, batches[0].schema if batches else SCHEMA)
     if to_seq_no is not None:  # an older commit: a newer one may have let the primary purge the ops above it
         need = min(to_seq_no, latest_commit(store, address).commit.local_checkpoint)
         seqs = ops.column("seq_no")
@@ -269,8 +272,8 @@ def parse_sources_table(ops: pa.Table, mapping: dict) -> pa.Table:
     """Translog index operations as documents: metadata columns, ``_source`` and typed mapped fields."""
     ops = ops.filter(pc.equal(ops["op_type"], int(OpType.INDEX)))
     ids = ops.column("id").combine_chunks()
-    fields, _mapping = parse_sources(ids, ops.column("source").combine_chunks(), Mapping.from_dict(mapping),
-                                     dynamic=False)
+    # typed operations (a synthetic-source index) carry their fields; their _source stays null, as in its segments
+    fields, _mapping = index_op_fields(ops, Mapping.from_dict(mapping), dynamic=False)
     cols = {"_id": ids, "_seq_no": ops.column("seq_no"), "_primary_term": ops.column("primary_term"),
             "_version": ops.column("version"), "_source": ops.column("source")}
     cols.update({n: fields.column(n) for n in fields.column_names})
