@@ -52,16 +52,20 @@ def test_a_full_buffer_is_searchable_when_the_bulk_returns(tmp_path: Path, sourc
     assert len(got) == 600 and got["1-7"]["v"] == 1
 
 
+def _started(store: object, data_dir: Path, nodes: int) -> tuple[Cluster, set[str]]:
+    """A cluster with a synthetic-source index of one shard and one replica, and its first 50 acknowledged ids."""
+    cluster = Cluster(store=store, data_dir=str(data_dir), nodes=nodes, recovery_delay=0.05)
+    cluster.create_index("docs", shards=1, replicas=1, source="synthetic")
+    result = cluster.bulk("docs", [{"_id": f"a{i}", "v": 1} for i in range(50)])
+    assert not result.errors
+    return cluster, set(result.acknowledged)
+
+
 def test_a_failed_upload_is_not_acknowledged_and_a_retry_is(tmp_path: Path) -> None:
     url = f"file://{tmp_path / 'remote'}"
     store = FaultyStore(open_store(url))
-    cluster = Cluster(store=store, data_dir=str(tmp_path / "a"), nodes=2, recovery_delay=0.05)
-    acked: set[str] = set()
+    cluster, acked = _started(store, tmp_path / "a", nodes=2)
     try:
-        cluster.create_index("docs", shards=1, replicas=1, source="synthetic")
-        result = cluster.bulk("docs", [{"_id": f"a{i}", "v": 1} for i in range(50)])
-        assert not result.errors
-        acked |= set(result.acknowledged)
         store.inject(op="put", key="*/translog/*", action="fail", times=50)  # outlasts the uploader's retries
         failed = cluster.bulk("docs", [{"_id": f"b{i}", "v": 2} for i in range(50)])
         assert failed.errors and failed.acknowledged == []
@@ -82,13 +86,8 @@ def test_a_failed_upload_is_not_acknowledged_and_a_retry_is(tmp_path: Path) -> N
 
 def test_a_failed_refresh_fails_the_primary_and_loses_nothing(tmp_path: Path) -> None:
     url = f"file://{tmp_path / 'remote'}"
-    cluster = Cluster(store=url, data_dir=str(tmp_path / "a"), nodes=3, recovery_delay=0.05)
-    acked: set[str] = set()
+    cluster, acked = _started(url, tmp_path / "a", nodes=3)
     try:
-        cluster.create_index("docs", shards=1, replicas=1, source="synthetic")
-        result = cluster.bulk("docs", [{"_id": f"a{i}", "v": 1} for i in range(50)])
-        assert not result.errors
-        acked |= set(result.acknowledged)
         primary = cluster.primary_of("docs", 0)
         with DiskFaults() as faults:
             faults.inject(op="fsync", path=f"*/{primary}/*/index/*.parquet*", action="eio")

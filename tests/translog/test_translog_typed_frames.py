@@ -124,3 +124,23 @@ def test_resolve_merges_plain_and_typed_operations_with_growing_fields() -> None
     assert fields.column_names == ["n", "carrier", "when", "o.x"]
     assert fields.column("n").to_pylist() == [0, 1, 2, None, None, 99]
     assert fields.column("carrier").to_pylist() == ["c0", "c0", "c2", None, None, None]
+
+
+def test_a_version_2_generation_is_read_and_new_frames_go_to_a_version_3_file(tmp_path: Path) -> None:
+    """A log written by the previous format (v2: FS/FB frames only) opens, reads back, and rolls before appending."""
+    with LocalTranslog(str(tmp_path), primary_term=1) as log:
+        log.add(plain_ops(0, 10))
+    path = tmp_path / generation_file(1)
+    raw = bytearray(path.read_bytes())
+    struct.pack_into("<H", raw, 4, 2)  # what the previous release wrote: the same bytes, version 2
+    struct.pack_into("<I", raw, 40, fr.checksum_for(2)(bytes(raw[:40]), 0))
+    path.write_bytes(bytes(raw))
+    with LocalTranslog(str(tmp_path), primary_term=1) as log:
+        assert [s for b in log.read_operations(0) for s in b.column("seq_no").to_pylist()] == list(range(10))
+        log.add(typed_ops(10, 5))
+        gen = log.generation
+    assert gen == 2
+    assert fr.scan(path, len(raw)).header.version == 2  # sealed as it was
+    assert frame_kinds(tmp_path / generation_file(2)) == [fr.TYPED_MAGIC]
+    with LocalTranslog(str(tmp_path), primary_term=1) as log:
+        assert [s for b in log.read_operations(0) for s in b.column("seq_no").to_pylist()] == list(range(15))
