@@ -343,7 +343,7 @@ class ShardDirectory:
             new_name = None
             if len(keep_rows):
                 assert docs is not None
-                for info in self._write_segments(docs.take(keep_rows)):  # in _id order: winners are sorted
+                for info in self._write_segments(docs, keep_rows):  # in _id order: winners are sorted
                     reader = SegmentReader(os.path.join(self.path, info.file_name), info)
                     self._segments[info.name] = _Segment(reader, LiveDocs.all_live(info.doc_count))
                     self._queue_warming(reader)
@@ -356,22 +356,23 @@ class ShardDirectory:
             n_applied = int(pc.sum(applied.cast(pa.int64())).as_py() or 0)
             return RefreshResult(new_name, len(keep_rows), deleted, n_docs + deletes.num_rows - n_applied)
 
-    def _write_segments(self, docs: pa.Table) -> list[SegmentInfo]:
-        """Write ``docs`` (sorted by ``_id``, one row per id) as one segment, or one per core when it is large.
+    def _write_segments(self, docs: pa.Table, rows: pa.Array) -> list[SegmentInfo]:
+        """Write the ``rows`` of ``docs`` (in ``_id`` order, one per id) as one segment, or one per core when many.
 
         A refresh of at least ``2 * PARALLEL_SEGMENT_DOCS`` documents is cut into contiguous
         ``_id`` ranges written at once on a thread each (the Parquet encoding releases the
         GIL), as Lucene flushes one segment per indexing thread: disjoint, each sorted, so
         every segment invariant holds and the merge policy folds them later.
         """
-        n = docs.num_rows
+        n = len(rows)
         parts = max(1, min(os.cpu_count() or 1, n // PARALLEL_SEGMENT_DOCS))
 
         def write(i: int) -> SegmentInfo:
             lo, hi = n * i // parts, n * (i + 1) // parts
             name = f"seg_{uuid.uuid4().hex[:16]}"
-            return write_segment(os.path.join(self.path, segment_file_name(name)), docs.slice(lo, hi - lo),
-                                 name=name, fsync=self._fsync)
+            part = docs.take(rows.slice(lo, hi - lo))  # on the writer's thread: the takes run in parallel too
+            return write_segment(os.path.join(self.path, segment_file_name(name)), part, name=name,
+                                 fsync=self._fsync)
 
         if parts == 1:
             return [write(0)]
