@@ -1,0 +1,243 @@
+"""The sink's fast write path (Spark's own Parquet writer makes the segments): routing, round trip, updates, abort, fencing.
+
+Real Spark (the shared session, bridge jar loaded), a real file store, the real engine.
+Which path wrote a segment is read from its Parquet footer: Spark's writer is parquet-mr,
+the Python sink's is Arrow's.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import random
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from shardstore.blobstores import open_store
+from shardstore.engine.cluster import Cluster
+from shardstore.engine.routing import shard_ids
+from shardstore.segments.reader import open_commit
+from shardstore.segments.remote_store import latest_commit, latest_term, list_commit_keys, read_metadata
+from shardstore.spark.catalog import resolve_index
+from shardstore.spark.writer import make_writer
+from tests.spark.test_spark_write import INDEX, _engine, _live_docs
+
+SCHEMA = "_id string, n long, name string, score double, flag boolean, at timestamp, small int"
+
+
+def _ids() -> list[str]:
+    """Ids of every kind the router sees: ASCII of many lengths, accents, CJK, emoji (UTF-16 surrogate pairs)."""
+    rng = random.Random(16)
+    ids = [f"doc-{i}" for i in range(500)] + [str(i) for i in range(300)]
+    ids += ["".join(rng.choice("abcXYZ0123-_") for _ in range(rng.randint(1, 40))) for _ in range(300)]
+    ids += ["é", "café", "naïve-ü", "中文文档", "日本語のID", "Ω≈ç√", "😀", "a😀b", "😀😀😀", "𝄞music", "x" * 257,
+            "ß" * 33, "\u00ff\u0100", "\ud7ff", "\ue000\uffff"]
+    ids += ["".join(chr(rng.choice([rng.randint(0x20, 0x7e), rng.randint(0xa0, 0x7ff), rng.randint(0x800, 0xd7ff),
+                                    rng.randint(0x10000, 0x10ffff)])) for _ in range(rng.randint(1, 12)))
+            for _ in range(400)]
+    return ids
+
+
+def test_jvm_routing_equals_the_engine(spark) -> None:
+    from pyspark.sql import functions as F
+    from pyspark.sql.classic.column import Column
+
+    ids = _ids()
+    assert any(ord(c) > 0xFFFF for i in ids for c in i)  # surrogate pairs in Java strings
+    gateway = spark.sparkContext._gateway
+    routing = gateway.jvm.io.shardstore.spark.Routing
+    sink = gateway.jvm.io.shardstore.spark.SinkFunctions
+    jids = gateway.new_array(gateway.jvm.String, len(ids))
+    for k, i in enumerate(ids):
+        jids[k] = i
+    df = spark.createDataFrame([(i,) for i in ids], "_id string")
+    for shards in (1, 2, 3, 5, 7, 16, 64):
+        expected = shard_ids(pa.array(ids, pa.string()), shards).to_pylist()
+        assert list(routing.shards(jids, shards)) == expected, shards
+        # the same through Spark rows (UTF-8 in the JVM, decoded to the Java string the router hashes)
+        got = df.select("_id", Column(sink.route(F.col("_id")._jc, shards)).alias("s")).collect()
+        assert {r["_id"]: r["s"] for r in got} == dict(zip(ids, expected)), shards
+    assert len(set(shard_ids(pa.array(ids, pa.string()), 7).to_pylist())) == 7
+
+
+def _rows(prefix: str, n: int, start: int = 0) -> list[tuple]:
+    base = dt.datetime(2024, 5, 1, 12, 0, 0, 123000, tzinfo=dt.timezone.utc)
+    return [(f"{prefix}{i}", i, f"name {i} ü\"q\"", i / 4 if i % 9 else float("nan"), i % 2 == 0,
+             base + dt.timedelta(minutes=i), i % 100) for i in range(start, start + n)]
+
+
+def _spark_segments(url: str) -> list[tuple[int, object]]:
+    """(shard, segment reader) of every segment of the newest commits that Spark's Parquet writer made."""
+    store = open_store(url)
+    loc = resolve_index(store, INDEX)
+    out = []
+    for s in range(loc.shards):
+        for reader, _live in open_commit(store, loc.address(s)).segments():
+            if "parquet-mr" in (pq.ParquetFile(reader.path).metadata.created_by or ""):
+                out.append((s, reader))
+    return out
+
+
+def _fast_write(spark, url: str, rows: list[tuple], partitions: int = 2, **options: str) -> None:
+    df = spark.createDataFrame(spark.sparkContext.parallelize(rows, partitions), SCHEMA)
+    df.write.format("shardstore").option("store", url).option("index", INDEX).options(**options).mode("append").save()
+
+
+def test_round_trip_through_engine_and_spark_reader(spark, tmp_path: Path) -> None:
+    url, cluster, acked = _engine(tmp_path)
+    cluster.close()
+    rows = _rows("f", 300) + [("e1", -1, "updated", 0.5, True, dt.datetime(2020, 1, 1, tzinfo=dt.timezone.utc), 1)]
+    # an id twice in one task: its last row wins
+    _fast_write(spark, url, [("twice", 1, "first", 1.0, True, None, 1), ("twice", 2, "second", 2.0, False, None, 2)]
+                + rows, partitions=2)
+    written = _spark_segments(url)
+    assert written, "the fast path did not write the segments"
+    for shard, reader in written:
+        reader.verify()  # size and CRC32C as the commit records them
+        info = reader.info
+        ids = reader.ids().to_pylist()
+        assert ids == sorted(ids) and len(set(ids)) == len(ids) == info.doc_count
+        assert shard_ids(pa.array(ids, pa.string()), 2).to_pylist() == [shard] * len(ids)
+        assert (info.min_id, info.max_id) == (ids[0], ids[-1]) and info.max_primary_term >= 3
+        schema = reader.schema
+        assert schema.names[:5] == ["_id", "_seq_no", "_primary_term", "_version", "_source"]
+        assert schema.field("_id").type == pa.string() and not schema.field("_id").nullable
+        assert schema.field("at").type == pa.timestamp("ms", tz="UTC") and schema.field("small").type == pa.int64()
+        stats = {c.name: c for c in info.columns}
+        col = reader.take(list(range(info.doc_count)), columns=["n"]).column("n")
+        assert (stats["n"].min, stats["n"].max) == (pa.compute.min(col).as_py(), pa.compute.max(col).as_py())
+    docs = _live_docs(url)
+    by_id = {r["_id"]: r for r in docs.to_pylist()}
+    assert len(by_id) == docs.num_rows == 45 + 300 + 1
+    assert by_id["twice"]["name"] == "second" and by_id["e1"]["_version"] == 2 and by_id["f3"]["_version"] == 1
+
+    restored = Cluster.restore(store=url, data_dir=str(tmp_path / "b"), nodes=1, recovery_delay=0.05)
+    try:
+        restored.refresh(INDEX)
+        assert restored.count(INDEX) == 346
+        src = restored.get(INDEX, "f5")["_source"]
+        assert src == {"n": 5, "name": 'name 5 ü"q"', "score": 1.25, "flag": False,
+                       "at": "2024-05-01T12:05:00.123Z", "small": 5}
+        assert "score" not in restored.get(INDEX, "f9")["_source"]  # NaN: absent from the source, null field
+        assert restored.get(INDEX, "e1")["_source"]["name"] == "updated"
+        assert restored.get(INDEX, "t2")["_source"]["n"] == 1002  # acknowledged only in the translog: kept
+        res = restored.bulk(INDEX, [{"_id": "f5", "n": 1, "name": "after"}])
+        assert len(res.acknowledged) == 1 and restored.get(INDEX, "f5")["_version"] == 2
+    finally:
+        restored.close()
+
+    read = spark.read.format("shardstore").option("store", url).option("index", INDEX).load()
+    got = {r["_id"]: r for r in read.select("_id", "n", "name", "score", "at", "_seq_no").collect()}
+    assert got["f7"]["name"] == 'name 7 ü"q"' and got["f9"]["score"] is None
+    assert got["f7"]["at"].timestamp() == dt.datetime(2024, 5, 1, 12, 7, 0, 123000, tzinfo=dt.timezone.utc).timestamp()
+    assert {i for i in got if i.startswith("f")} == {f"f{i}" for i in range(300)}
+
+
+def test_second_append_updates_versions_and_seq_nos(spark, tmp_path: Path) -> None:
+    url = f"file://{tmp_path / 'remote'}"
+    cluster = Cluster(store=url, data_dir=str(tmp_path / "a"), nodes=1, recovery_delay=0.05)
+    cluster.create_index(INDEX, shards=2, replicas=0)
+    cluster.close()
+    _fast_write(spark, url, _rows("u", 100))
+    first = {r["_id"]: r for r in _live_docs(url).to_pylist()}
+    # 30 ids updated (10 of them twice: in both tasks), 10 new
+    again = _rows("u", 30, 50) + _rows("new", 10) + _rows("u", 10, 70)
+    _fast_write(spark, url, again, partitions=3)
+    docs = _live_docs(url)
+    by_id = {r["_id"]: r for r in docs.to_pylist()}
+    assert docs.num_rows == len(by_id) == 110
+    for i in range(100):
+        assert by_id[f"u{i}"]["_version"] == (2 if 50 <= i < 80 else 1), i
+    assert all(by_id[f"new{i}"]["_version"] == 1 for i in range(10))
+    store = open_store(url)
+    loc = resolve_index(store, INDEX)
+    for s in range(2):
+        top1 = max(r["_seq_no"] for r in first.values() if r["shard"] == s)
+        assert sorted(r["_seq_no"] for r in first.values() if r["shard"] == s) == list(range(top1 + 1))
+        rewritten = {f"u{i}" for i in range(50, 80)} | {f"new{i}" for i in range(10)}
+        seqs = [by_id[i]["_seq_no"] for i in rewritten if by_id[i]["shard"] == s]
+        assert min(seqs) > top1 and len(set(seqs)) == len(seqs)
+        md = latest_commit(store, loc.address(s))
+        assert md.commit.max_seq_no == md.commit.local_checkpoint >= max(seqs)
+        # every seq# the job handed out is one row of a new segment (the copy of an id two tasks wrote is deleted)
+        new_rows = sum(seg.info.doc_count for seg in md.commit.segments if seg.info.min_seq_no > top1)
+        assert md.commit.max_seq_no - top1 == new_rows
+    # the Spark reader agrees
+    read = spark.read.format("shardstore").option("store", url).option("index", INDEX).load()
+    assert sorted((r["_id"], r["_version"]) for r in read.select("_id", "_version").collect()) == \
+        sorted((i, r["_version"]) for i, r in by_id.items())
+
+
+def _only_closed_marker_left(store, loc, before: list) -> None:
+    for s in range(loc.shards):
+        addr = loc.address(s)
+        term = latest_term(store, addr)
+        assert term > before[s].commit.primary_term  # the job's claim
+        prefix = addr.segments_prefix(term).rstrip("/") + "/"
+        named = {f.key for k in list_commit_keys(store, addr, term) for f in read_metadata(store, k).files.values()}
+        assert {b.key for b in store.list(prefix + "data/")} == {k for k in named if k.startswith(prefix)}
+        assert [b.key[len(prefix):] for b in store.list(prefix + "spark/")] == ["spark/closed"]
+
+
+def test_failed_fast_job_leaves_nothing_visible(spark, tmp_path: Path) -> None:
+    url, cluster, _acked = _engine(tmp_path)
+    cluster.close()
+    store = open_store(url)
+    loc = resolve_index(store, INDEX)
+    before = [latest_commit(store, loc.address(s)) for s in range(loc.shards)]
+    rows = _rows("ok", 80) + [(None, 1, "bad", 1.0, True, None, 1)]
+    with pytest.raises(Exception, match="null _id"):
+        _fast_write(spark, url, rows)
+    _only_closed_marker_left(store, loc, before)
+    assert _live_docs(url).num_rows == 45 and not _spark_segments(url)
+
+
+def test_a_later_claim_fences_the_fast_job(spark, tmp_path: Path) -> None:
+    from pyspark.sql import functions as F
+
+    url, cluster, _acked = _engine(tmp_path)
+    cluster.close()
+    store = open_store(url)
+    loc = resolve_index(store, INDEX)
+    before = [latest_commit(store, loc.address(s)) for s in range(loc.shards)]
+    flag = tmp_path / "claimed"
+    options = json.dumps({"store": url, "index": INDEX})
+    schema = spark.createDataFrame([], "_id string, n long").schema
+
+    def claim_once(n: int) -> int:
+        # runs in a Python worker while the fast path's Spark job runs: another job claims every shard
+        if not flag.exists():
+            flag.touch()
+            make_writer(json.loads(options), schema, False)
+        return n
+
+    df = spark.createDataFrame([(f"c{i}", i, "x") for i in range(40)], "_id string, n long, name string")
+    df = df.withColumn("n", F.udf(claim_once, "long")("n"))
+    with pytest.raises(Exception, match="ConcurrentShardWriter|claimed by term"):
+        df.write.format("shardstore").option("store", url).option("index", INDEX).mode("append").save()
+    assert flag.exists()
+    for s in range(loc.shards):  # the refused job's term holds only its closed marker (the later claim's is empty)
+        addr = loc.address(s)
+        newest = latest_term(store, addr)
+        assert newest > before[s].commit.primary_term + 2
+        for term in range(before[s].commit.primary_term + 1, newest):
+            prefix = addr.segments_prefix(term).rstrip("/") + "/"
+            named = {f.key for k in list_commit_keys(store, addr, term) for f in read_metadata(store, k).files.values()}
+            assert {b.key for b in store.list(prefix + "data/")} <= named
+            assert {b.key[len(prefix):] for b in store.list(prefix + "spark/")} <= {"spark/closed"}
+    assert "c1" not in _live_docs(url).column("_id").to_pylist()
+
+
+def test_python_sink_still_writes_when_asked_or_when_the_fast_path_declines(spark, tmp_path: Path) -> None:
+    url, cluster, _acked = _engine(tmp_path)
+    cluster.close()
+    _fast_write(spark, url, _rows("p", 20), fastPath="false")
+    assert not _spark_segments(url)  # fastPath=false: the Python sink wrote
+    nested = spark.createDataFrame([("st1", 1, ("a", 2))], "_id string, n long, o struct<k: string, v: long>")
+    nested.write.format("shardstore").option("store", url).option("index", INDEX).mode("append").save()
+    assert not _spark_segments(url)  # a struct column: declined, the Python sink wrote it
+    docs = {r["_id"]: r for r in _live_docs(url).to_pylist()}
+    assert "st1" in docs and "p3" in docs and len(docs) == 45 + 20 + 1
