@@ -107,10 +107,11 @@ class _Segment:
 class RefreshResult:
     """What a refresh did."""
 
-    segment: str | None  # the new segment's name, None if nothing was indexed
+    segment: str | None  # the new segment's name (the first, when a big refresh wrote several), None if none
     indexed: int = 0  # documents written to the new segment
     deleted: int = 0  # older copies marked deleted
     stale: int = 0  # buffered operations that did not apply: the same id has an op with a higher seq#
+    segments: tuple[str, ...] = ()  # every segment the refresh wrote (one per core for a big refresh)
 
 
 @dataclass(frozen=True)
@@ -340,21 +341,22 @@ class ShardDirectory:
             # 3. the surviving index operations become one segment
             keep_rows = winners.column("_row").combine_chunks().filter(
                 pc.and_(pc.is_valid(winners.column("_row")), pc.invert(stale)))
-            new_name = None
+            written: list[str] = []
             if len(keep_rows):
                 assert docs is not None
                 for info in self._write_segments(docs, keep_rows):  # in _id order: winners are sorted
                     reader = SegmentReader(os.path.join(self.path, info.file_name), info)
                     self._segments[info.name] = _Segment(reader, LiveDocs.all_live(info.doc_count))
                     self._queue_warming(reader)
-                    new_name = new_name or info.name
+                    written.append(info.name)
             # deletes that won are remembered as tombstones (a late, older index op stays dead)
             is_del = pc.and_(pc.is_null(winners.column("_row")), pc.invert(stale))
             self._tombstones = pa.table({"_id": w_ids.filter(is_del), "_seq_no": w_seq.filter(is_del)}, schema=_DELETES)
             self._buffer = _Buffer()
             applied = pc.and_(winners.column("_buffered"), pc.invert(stale))
             n_applied = int(pc.sum(applied.cast(pa.int64())).as_py() or 0)
-            return RefreshResult(new_name, len(keep_rows), deleted, n_docs + deletes.num_rows - n_applied)
+            return RefreshResult(written[0] if written else None, len(keep_rows), deleted,
+                                 n_docs + deletes.num_rows - n_applied, tuple(written))
 
     def _write_segments(self, docs: pa.Table, rows: pa.Array) -> list[SegmentInfo]:
         """Write the ``rows`` of ``docs`` (in ``_id`` order, one per id) as one segment, or one per core when many.

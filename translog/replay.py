@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 
 from shardstore.core.ops import FIELDS_COLUMN
 from shardstore.translog.checkpoint import UNASSIGNED
+from shardstore.translog.errors import InvalidOperation
 
 
 def filter_batch(batch: pa.RecordBatch, from_seq_no: int, to_seq_no: int, trimmed_above_seq_no: int) -> pa.RecordBatch:
@@ -63,8 +64,12 @@ def unify_fields(tables: list[pa.Table]) -> list[pa.Table]:
             out.append(t)
             continue
         have = {f.name: i for i, f in enumerate(col.type)}
-        kids = [col.field(have[f.name]).cast(f.type) if f.name in have else pa.nulls(len(col), f.type)
-                for f in members.values()]
+        try:
+            kids = [col.field(have[f.name]).cast(f.type) if f.name in have else pa.nulls(len(col), f.type)
+                    for f in members.values()]
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise InvalidOperation(None, None, f"typed operations disagree on a field's type ({exc}); "
+                                               f"the index mapping gives each field one type") from None
         mask = col.is_null() if col.null_count else None
         unified = pa.StructArray.from_arrays(kids, fields=list(members.values()), mask=mask)
         out.append(t.set_column(t.schema.get_field_index(FIELDS_COLUMN), FIELDS_COLUMN, unified))
