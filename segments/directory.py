@@ -225,14 +225,11 @@ class ShardDirectory:
         A primary prepares before it hands out seq#s, so a rejected batch consumes none.
         """
         table = ops if isinstance(ops, pa.Table) else pa.Table.from_batches([ops])
-        op_type = table.column("op_type")
-        idx_mask = pc.equal(op_type, int(OpType.INDEX))
-        dels = table.filter(pc.equal(op_type, int(OpType.DELETE)))
+        idx, dels = _split_ops(table)
         if dels.num_rows and dels.column("id").null_count:
             raise InvalidDocument(None, None, "a delete operation has no id")
         with self._lock:
             fields, mapping = None, self.mapping
-            idx = table.filter(idx_mask)
             if idx.num_rows:
                 fields, mapping = index_op_fields(idx, self.mapping, dynamic=self.dynamic)
         return Prepared(table.num_rows, fields, mapping)
@@ -251,9 +248,7 @@ class ShardDirectory:
             prepared = self.prepare(table)
         elif prepared.rows != table.num_rows:
             raise SegmentError(f"prepared {prepared.rows} rows, asked to apply {table.num_rows}")
-        op_type = table.column("op_type")
-        idx = table.filter(pc.equal(op_type, int(OpType.INDEX)))
-        dels = table.filter(pc.equal(op_type, int(OpType.DELETE)))
+        idx, dels = _split_ops(table)
         with self._lock:
             if idx.num_rows:
                 assert prepared.fields is not None
@@ -585,6 +580,15 @@ class ShardDirectory:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _split_ops(table: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """(index operations, delete operations) of a batch; an all-index batch is returned as it is, not copied."""
+    op_type = table.column("op_type")
+    is_index = pc.equal(op_type, int(OpType.INDEX))
+    if pc.all(is_index, skip_nulls=False).as_py():  # None (not True) when an op_type is null
+        return table, table.slice(0, 0)
+    return table.filter(is_index), table.filter(pc.equal(op_type, int(OpType.DELETE)))
 
 
 def scan_readers(
