@@ -259,18 +259,31 @@ def _sample_strings(df: Any, columns: list[str]) -> dict[str, list[Any]]:
     return {c: [r[i] for r in rows] for i, c in enumerate(columns)}
 
 
+def fast_path_option(options: dict[str, str]) -> str:
+    """The ``fastPath`` option of a write: ``auto`` (the default), ``true`` or ``false``."""
+    value = next((str(v).strip().lower() for k, v in options.items() if str(k).lower() == "fastpath"), "auto")
+    use_fast_path("local", {"fastPath": value})  # InvalidError on anything else
+    return value
+
+
 def write(spark: Any, df: Any, options: dict[str, str], mode: str) -> bool:
-    """Write ``df`` through the fast path and commit it; False when the Python sink should write it instead."""
-    if mode.lower() != "append" or not use_fast_path(spark.sparkContext.master, options):
-        return False
-    if not spark.sparkContext.master.startswith("local"):  # the seq# counters live in this JVM
+    """Write ``df`` through the fast path and commit it; False when the Python sink should write it instead.
+
+    ``fastPath=auto`` takes the fast path for a ``source="synthetic"`` index only: with a JSON
+    ``_source`` to build, Spark's ``to_json`` and parquet-mr's write of it measured slower than
+    the Python sink's Arrow kernels (docs/design/spark.md, "The fast write path");
+    ``fastPath=true`` takes it for every index, ``false`` never.  Only on a ``local[...]``
+    master (the seq# counters live in the driver's JVM).
+    """
+    choice = fast_path_option(options)
+    if mode.lower() != "append" or choice == "false" or not spark.sparkContext.master.startswith("local"):
         return False
     index = options.get("index")
     if not index:
         return False
     store = open_from_options(options)
     loc = resolve_index(store, index)
-    if loc.shards > MAX_SHARDS:
+    if loc.shards > MAX_SHARDS or (choice == "auto" and loc.source != "synthetic"):
         return False
     declared = Mapping.from_dict(loc.mappings)
     if plan_columns(df.schema, declared, None) is None:

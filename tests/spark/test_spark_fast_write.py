@@ -82,6 +82,8 @@ def _spark_segments(url: str) -> list[tuple[int, object]]:
 
 
 def _fast_write(spark, url: str, rows: list[tuple], partitions: int = 2, **options: str) -> None:
+    """Rows of SCHEMA written with ``fastPath=true`` (the fast path for a stored-source index too) unless overridden."""
+    options = {"fastPath": "true", **options}
     df = spark.createDataFrame(spark.sparkContext.parallelize(rows, partitions), SCHEMA)
     df.write.format("shardstore").option("store", url).option("index", INDEX).options(**options).mode("append").save()
 
@@ -217,7 +219,8 @@ def test_a_later_claim_fences_the_fast_job(spark, tmp_path: Path) -> None:
     df = spark.createDataFrame([(f"c{i}", i, "x") for i in range(40)], "_id string, n long, name string")
     df = df.withColumn("n", F.udf(claim_once, "long")("n"))
     with pytest.raises(Exception, match="ConcurrentShardWriter|claimed by term"):
-        df.write.format("shardstore").option("store", url).option("index", INDEX).mode("append").save()
+        df.write.format("shardstore").option("store", url).option("index", INDEX).option("fastPath", "true") \
+            .mode("append").save()
     assert flag.exists()
     for s in range(loc.shards):  # the refused job's term holds only its closed marker (the later claim's is empty)
         addr = loc.address(s)
@@ -236,8 +239,34 @@ def test_python_sink_still_writes_when_asked_or_when_the_fast_path_declines(spar
     cluster.close()
     _fast_write(spark, url, _rows("p", 20), fastPath="false")
     assert not _spark_segments(url)  # fastPath=false: the Python sink wrote
+    _fast_write(spark, url, _rows("q", 20), fastPath="auto")
+    assert not _spark_segments(url)  # auto, a stored-source index: the Python sink (measured faster with JSON sources)
     nested = spark.createDataFrame([("st1", 1, ("a", 2))], "_id string, n long, o struct<k: string, v: long>")
-    nested.write.format("shardstore").option("store", url).option("index", INDEX).mode("append").save()
+    nested.write.format("shardstore").option("store", url).option("index", INDEX).option("fastPath", "true") \
+        .mode("append").save()
     assert not _spark_segments(url)  # a struct column: declined, the Python sink wrote it
     docs = {r["_id"]: r for r in _live_docs(url).to_pylist()}
-    assert "st1" in docs and "p3" in docs and len(docs) == 45 + 20 + 1
+    assert "st1" in docs and "p3" in docs and "q3" in docs and len(docs) == 45 + 20 + 20 + 1
+
+
+def test_auto_takes_the_fast_path_for_a_synthetic_source_index(spark, tmp_path: Path) -> None:
+    url = f"file://{tmp_path / 'remote'}"
+    cluster = Cluster(store=url, data_dir=str(tmp_path / "a"), nodes=1, recovery_delay=0.05)
+    cluster.create_index(INDEX, shards=2, replicas=0, source="synthetic")
+    cluster.close()
+    _fast_write(spark, url, _rows("y", 60), fastPath="auto")
+    written = _spark_segments(url)
+    assert written
+    for _s, reader in written:  # no JSON copy of the documents: the fields are the documents
+        table = reader.take(list(range(reader.info.doc_count)), columns=["_source", "n"])
+        assert table.column("_source").null_count == reader.info.doc_count and table.column("n").null_count == 0
+    read = spark.read.format("shardstore").option("store", url).option("index", INDEX).load()
+    got = {r["_id"]: r for r in read.select("_id", "n", "name", "_version").collect()}
+    assert len(got) == 60 and got["y7"]["name"] == 'name 7 ü"q"' and got["y7"]["_version"] == 1
+    restored = Cluster.restore(store=url, data_dir=str(tmp_path / "b"), nodes=1, recovery_delay=0.05)
+    try:
+        restored.refresh(INDEX)
+        assert restored.count(INDEX) == 60
+        assert restored.get(INDEX, "y5")["_source"]["n"] == 5  # rebuilt from the fields
+    finally:
+        restored.close()
