@@ -373,10 +373,11 @@ def collect_parts(writer: ShardstoreArrowWriter, plan: ColumnPlan, files: list[t
     def one(item: tuple[int, str]) -> ShardPart:
         shard, path = item
         p = writer.plans[shard]
-        ids, seqs, versions = read_keys(path)
+        based = p.base is not None and bool(p.base.commit.segments)
+        ids, seqs, versions = read_keys(path, versions=based)
         info = segment_info(path, new_name(), ids, seqs, p.term)
         deletes: dict[str, list[int]] = {}
-        if p.base is not None and p.base.commit.segments:
+        if based:
             expected, deletes = _versions_and_old_copies(store, p, ids)
             if not expected.equals(versions):
                 raise SparkSegmentMismatch(f"{path}: versions differ from the base commit's live copies + 1")

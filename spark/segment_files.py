@@ -116,14 +116,15 @@ def segment_info(path: str, name: str, ids: pa.Array, seq_nos: pa.Array, term: i
                        columns=tuple(cols), row_groups=groups, format_version=FORMAT_VERSION)
 
 
-def read_keys(path: str) -> tuple[pa.Array, pa.Array, pa.Array]:
-    """A file's ``_id``, ``_seq_no`` and ``_version`` columns, checked sorted by id with no id twice."""
-    t = pq.read_table(path, columns=["_id", "_seq_no", "_version"], use_threads=False)
-    ids, seqs, versions = (t.column(c).combine_chunks() for c in ("_id", "_seq_no", "_version"))
+def read_keys(path: str, versions: bool = True) -> tuple[pa.Array, pa.Array, pa.Array | None]:
+    """A file's ``_id``, ``_seq_no`` and (``versions``) ``_version`` columns, checked sorted by id with no id twice."""
+    names = ["_id", "_seq_no", "_version"] if versions else ["_id", "_seq_no"]
+    t = pq.read_table(path, columns=names, use_threads=False)
+    ids, seqs = t.column("_id").combine_chunks(), t.column("_seq_no").combine_chunks()
     n = len(ids)
     if n > 1 and not pc.all(pc.less(ids.slice(0, n - 1), ids.slice(1))).as_py():
         raise SparkSegmentMismatch(f"{path}: ids are not sorted and unique")
-    return ids, seqs, versions
+    return ids, seqs, t.column("_version").combine_chunks() if versions else None
 
 
 def upload(store: BlobStore, prefix: str, path: str, info: SegmentInfo, token: str) -> RemoteFile:

@@ -72,6 +72,10 @@ def cross_task_duplicates(parts: list[Any]) -> dict[int, list[int]]:
     """Part index -> rows of its segment superseded by a higher-seq# copy of the same id in another part."""
     if len(parts) < 2:
         return {}
+    if len(parts) == 2:  # the common case, two disjoint parts: one hash probe instead of a group-by (~2x faster)
+        a, b = sorted((p.ids for p in parts), key=len)
+        if not pc.any(pc.is_in(a, value_set=b)).as_py():
+            return {}
     t = pa.table({
         "_id": pa.concat_arrays([p.ids for p in parts]),
         "_seq_no": pa.concat_arrays([p.seq_nos for p in parts]),
