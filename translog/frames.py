@@ -50,7 +50,8 @@ Frame kinds (the magic says which, so a frame is read the same in any file):
   range (-1, -1).  The batch frames after it are decoded with this schema.
 - ``b"FB"`` batch frame (version 2): the payload is one Arrow IPC *record batch*
   message (``RecordBatch.serialize()``, no schema, no end-of-stream marker); buffers
-  optionally zstd-compressed by Arrow's IPC body compression.
+  optionally compressed by Arrow's IPC body compression (the writer LZ4-compresses a
+  batch of at least :data:`COMPRESS_MIN_BYTES`; a reader decodes any codec Arrow knows).
 - ``b"FR"`` stream frame (version 1 only; never written now): the payload is one
   RecordBatch as a whole Arrow IPC stream (schema message, batch message,
   end-of-stream marker).
@@ -74,10 +75,14 @@ the writer can checksum them and ``writev`` them without copying the payload.  R
 (:func:`iter_frames` with a ``start_offset`` past the schema frame) take the schema
 from the file's schema frame, or from the ``schema`` argument.
 
-Compression is off by default.  Measured on a 1,000-operation batch of 1 KiB JSON
-sources, zstd level 1 shrinks the frame 2.8x but encodes at ~120-170 MB/s against
-~1-1.9 GB/s uncompressed, which alone would take most of a core at the 100k ops/s
-target; ``encode_frame(batch, compress=True)`` is there for bandwidth-bound stores.
+Compression.  A batch below :data:`COMPRESS_MIN_BYTES` (4 MiB of Arrow buffers: a bulk of
+1,000 documents of 1 KiB is 1 MiB) is written uncompressed: measured on such a batch, zstd
+level 1 shrinks the frame 2.8x but encodes at ~120-170 MB/s against ~1-1.9 GB/s
+uncompressed, which alone would take most of a core at the 100k ops/s target.  A larger
+batch (a bulk of a whole table) is LZ4-compressed, columns in parallel: writing, fsyncing
+and uploading the bytes saved costs more than the compression (issue 16; 336,776 flights
+rows as typed fields: 62 MB -> 22 MB, the file-store upload 0.17 s -> 0.06 s).
+``encode_frame(batch, compress=True)`` (zstd) is there for bandwidth-bound stores.
 
 Torn tails.  The checkpoint file records how many bytes of the current generation
 are durable (``Checkpoint.offset``).  :func:`scan` demands that every frame up to that
@@ -133,8 +138,8 @@ _CHECKSUM: dict[bytes, Checksum] = {SCHEMA_MAGIC: crc32c, BATCH_MAGIC: crc32c, S
 _PLAIN = ipc.IpcWriteOptions()
 _ZSTD = ipc.IpcWriteOptions(compression=pa.Codec("zstd", compression_level=1))
 _LZ4 = ipc.IpcWriteOptions(compression="lz4", use_threads=True)
-#: Typed (``FT``) frames of at least this many bytes of Arrow buffers are LZ4-compressed.
-COMPRESS_MIN_BYTES = 1 << 20
+#: Frames of at least this many bytes of Arrow buffers are LZ4-compressed (see the module docstring).
+COMPRESS_MIN_BYTES = 4 << 20
 
 Source = Union[bytes, bytearray, memoryview, pa.Buffer, BinaryIO]
 
@@ -262,8 +267,13 @@ def encode_payload(batch: pa.RecordBatch, *, compress: bool = False) -> pa.Buffe
     """Serialise one batch as an Arrow IPC record batch message (no schema; zstd level 1 body compression if asked)."""
     if not compress:
         return batch.serialize()
+    return _compressed_payload(batch, _ZSTD)
+
+
+def _compressed_payload(batch: pa.RecordBatch, options: ipc.IpcWriteOptions) -> pa.Buffer:
+    """The record batch message of ``batch`` with its body compressed as ``options`` say (no schema message)."""
     sink = pa.BufferOutputStream()
-    with ipc.new_stream(sink, batch.schema, options=_ZSTD) as writer:
+    with ipc.new_stream(sink, batch.schema, options=options) as writer:
         writer.write_batch(batch)
     stream = sink.getvalue()
     reader = pa.BufferReader(stream)
@@ -337,7 +347,7 @@ def stream_payload_parts(batch: pa.RecordBatch) -> list[Part]:
     """The payload of a typed frame (``FT``): ``batch`` as a whole IPC stream, as the pieces Arrow wrote.
 
     A batch of at least :data:`COMPRESS_MIN_BYTES` has its buffers LZ4-compressed (Arrow's
-    IPC body compression, columns in parallel): typed columns shrink ~2.5x for ~80 µs per MB,
+    IPC body compression, columns in parallel): typed columns shrink ~2.5x for ~0.5 ms per MB,
     less than the write and fsync of the bytes saved, locally and again in the upload.
     """
     sink = _Capture()
@@ -351,6 +361,8 @@ def frame_parts(batch: pa.RecordBatch) -> tuple[bytes, list[Part]]:
     """(magic, payload parts) of the frame that holds ``batch``: ``FB`` for the operation schema, else ``FT``."""
     if batch.schema.names[-1] == FIELDS_COLUMN:
         return TYPED_MAGIC, stream_payload_parts(batch)
+    if batch.nbytes >= COMPRESS_MIN_BYTES:  # JSON sources shrink ~4x under LZ4: less to write, fsync and upload
+        return BATCH_MAGIC, [_compressed_payload(batch, _LZ4)]
     return BATCH_MAGIC, payload_parts(batch)
 
 

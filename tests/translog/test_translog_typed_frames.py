@@ -144,3 +144,24 @@ def test_a_version_2_generation_is_read_and_new_frames_go_to_a_version_3_file(tm
     assert frame_kinds(tmp_path / generation_file(2)) == [fr.TYPED_MAGIC]
     with LocalTranslog(str(tmp_path), primary_term=1) as log:
         assert [s for b in log.read_operations(0) for s in b.column("seq_no").to_pylist()] == list(range(15))
+
+
+def test_large_batches_are_compressed_small_ones_are_not(tmp_path: Path) -> None:
+    """A batch of at least COMPRESS_MIN_BYTES (plain or typed) is LZ4-compressed; it reads back the same."""
+    n = 6000
+    body = b'{"text":"' + b"abcdefgh" * 120 + b'"}'  # ~1 KiB of JSON, compressible as real documents are
+    big = stamp(index_batch([f"b{i}" for i in range(n)], [body] * n), 0, 1)
+    assert big.nbytes >= fr.COMPRESS_MIN_BYTES
+    small = plain_ops(n, 100)
+    with LocalTranslog(str(tmp_path), primary_term=1) as log:
+        log.add(big)
+        log.add(small)
+        log.add(typed_ops(n + 100, 30_000))
+        back = pa.Table.from_batches(list(log.read_operations(0)))
+    frames = list(fr.iter_frames((tmp_path / generation_file(1)).read_bytes(), fr.HEADER_SIZE, None, "gen"))
+    assert [f.kind for f in frames] == [fr.BATCH_MAGIC, fr.BATCH_MAGIC, fr.TYPED_MAGIC]
+    assert frames[0].length < big.nbytes / 4  # compressed
+    assert frames[1].length > small.nbytes  # not compressed (the frame carries the buffers as they are)
+    assert back.num_rows == n + 100 + 30_000
+    assert back.column("source").to_pylist()[:n] == [body] * n
+    assert fields_of(back).column("n").to_pylist()[n + 100:] == list(range(n + 100, n + 30_100))
