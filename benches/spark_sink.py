@@ -6,21 +6,28 @@ alone on a generated table (``python -c "from benches.spark_sink import main; ma
 
 Method: the table gets an ``_id`` (its row number) if it has none; the DataFrame is
 built from it, repartitioned over the session's cores and cached (materialized with
-``count()``) before any clock starts, so both writes read the same in-memory rows.  A
-local file store holds a cluster state with one index per rep (``SINK_SHARDS`` shards, no
-documents, made by a :class:`Cluster` closed before the runs).  One warm-up round, then
-per rep, timed:
-``df.write.parquet(fresh dir)`` (zstd, Spark's default Parquet writer) and
-``df.write.format("shardstore")...mode("append").save()`` into a fresh index (routing,
-JSON ``_source`` built and parsed against the mapping, one segment per task and shard,
-uploads, the seq# ledger, and the driver's commits).  Median over REPS reps.
+``count()``) before any clock starts, so every write reads the same in-memory rows.  A
+local file store holds a cluster state with one index per rep and path (``SINK_SHARDS``
+shards, no documents, made by a :class:`Cluster` closed before the runs).  The session
+has the JVM bridge loaded (:func:`shardstore.spark.configure`).  One warm-up round, then
+per rep, timed: ``df.write.parquet(fresh dir)`` (Spark's default Parquet writer), then
+``df.write.format("shardstore")...mode("append").save()`` into a fresh index along each of
+:data:`PATHS`:
 
-Figures: ``sink_rows_per_s``, ``parquet_write_rows_per_s``, ``sink_vs_parquet`` (sink
-throughput / Parquet throughput, target >= 0.7 from issue 7), and ``sink_bytes_ratio``
-(bytes the sink stored / Parquet bytes: the sink also stores ``_source``), and what Spark's
-Python data-source API costs alone (:mod:`benches.spark_ceiling`): ``null_python_sink_vs_parquet``
-(a Python Arrow sink that keeps nothing, the ceiling of any Python sink) and
-``sink_vs_null_python_sink`` (the share of that ceiling the shardstore sink reaches).
+- ``fast``: ``fastPath=true`` into a stored-source index: the fast write path
+  (:mod:`shardstore.spark.fast_write`: Spark routes, sorts, stamps seq#s, builds the JSON
+  ``_source`` and writes the segments; the driver uploads and commits);
+- ``synthetic``: the same into a ``source="synthetic"`` index (no JSON ``_source``; what
+  ``fastPath=auto`` picks for such an index);
+- ``python``: ``fastPath=false``: the Python sink (Arrow batches to Python workers);
+
+and a Python Arrow sink that keeps nothing (:mod:`benches.spark_ceiling`).  Median over REPS reps.
+
+Figures: ``sink_rows_per_s`` and ``sink_vs_parquet`` (target >= 0.7, issue 16) of the faster
+fast path (``params.path``), ``parquet_write_rows_per_s``, each path's ratio on its own
+(``fast_sink_vs_parquet``, ``fast_synthetic_sink_vs_parquet``, ``python_sink_vs_parquet``),
+``null_python_sink_vs_parquet`` (the ceiling of any Python sink) and ``sink_vs_null_python_sink``
+(the Python sink's share of it), and bytes stored per path / Parquet bytes (``*_sink_bytes_ratio``).
 """
 
 from __future__ import annotations
@@ -116,7 +123,9 @@ def figures(ctx: Context, spark: Any, table: pa.Table) -> Iterator[Figure]:
         yield ctx.figure("python_sink_vs_parquet", rate["python"] / rate["parquet"], "x", **common)
         # the best any Python Arrow sink can do here (a writer that keeps nothing), and the Python sink's share of it
         yield ctx.figure("null_python_sink_vs_parquet", rate["null"] / rate["parquet"], "x", **common)
-        yield ctx.figure("python_sink_vs_null_python_sink", rate["python"] / rate["null"], "x", **common)
+        yield ctx.figure("sink_vs_null_python_sink", rate["python"] / rate["null"], "x", path="python", **common)
+        yield ctx.figure("sink_bytes_ratio", sizes[best] / max(1, sizes["parquet"]), "x", path=best, **common,
+                         sink_bytes=sizes[best], parquet_bytes=sizes["parquet"])
         for path in PATHS:
             yield ctx.figure(f"{path}_sink_bytes_ratio", sizes[path] / max(1, sizes["parquet"]), "x", **common,
                              sink_bytes=sizes[path], parquet_bytes=sizes["parquet"])
