@@ -275,6 +275,7 @@ def write(spark: Any, df: Any, options: dict[str, str], mode: str) -> bool:
     ``fastPath=true`` takes it for every index, ``false`` never.  Only on a ``local[...]``
     master (the seq# counters live in the driver's JVM).
     """
+    started = time.perf_counter()
     choice = fast_path_option(options)
     if mode.lower() != "append" or choice == "false" or not spark.sparkContext.master.startswith("local"):
         return False
@@ -302,6 +303,7 @@ def write(spark: Any, df: Any, options: dict[str, str], mode: str) -> bool:
     if plan is None:  # the base commits map a column otherwise: the Python sink refuses it with its own error
         writer.abort([])
         return False
+    log.info("spark job %s (fast path): planned and claimed in %.2fs", writer.job, time.perf_counter() - started)
     try:
         _run(spark, df, options, writer, plan, loc.source == "synthetic")
     except BaseException:

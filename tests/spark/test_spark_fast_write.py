@@ -23,6 +23,7 @@ from shardstore.segments.reader import open_commit
 from shardstore.segments.remote_store import latest_commit, latest_term, list_commit_keys, read_metadata
 from shardstore.spark.catalog import resolve_index
 from shardstore.spark.writer import make_writer
+from tests.conftest import CLOUD
 from tests.spark.test_spark_write import INDEX, _engine, _live_docs
 
 SCHEMA = "_id string, n long, name string, score double, flag boolean, at timestamp, small int"
@@ -268,5 +269,39 @@ def test_auto_takes_the_fast_path_for_a_synthetic_source_index(spark, tmp_path: 
         restored.refresh(INDEX)
         assert restored.count(INDEX) == 60
         assert restored.get(INDEX, "y5")["_source"]["n"] == 5  # rebuilt from the fields
+    finally:
+        restored.close()
+
+
+@pytest.mark.parametrize("backend", CLOUD)
+def test_fast_path_on_every_cloud_store(spark, store_factory, tmp_path: Path) -> None:
+    """Store options reach the driver's uploads and commit; an update of an engine document gets version 2."""
+    store_factory()  # starts the emulator, makes the bucket
+    url = store_factory.url(store_factory.new_prefix())
+    options = {k: str(v) for k, v in store_factory.options().items()}
+    cluster = Cluster(store=url, data_dir=str(tmp_path / "a"), nodes=1, recovery_delay=0.05, **store_factory.options())
+    try:
+        cluster.create_index(INDEX, shards=2, replicas=0, mappings={"n": "long", "name": "keyword"})
+        assert not cluster.bulk(INDEX, [{"_id": f"e{i}", "n": i, "name": "engine"} for i in range(20)]).errors
+        cluster.flush(INDEX)
+    finally:
+        cluster.close()
+    df = spark.createDataFrame([(f"s{i}", 1000 + i, "spark") for i in range(12)] + [("e3", -3, "spark")],
+                               "_id string, n long, name string")
+    df.write.format("shardstore").option("store", url).option("index", INDEX).option("fastPath", "true") \
+        .options(**options).mode("append").save()
+    read = spark.read.format("shardstore").option("store", url).option("index", INDEX).options(**options).load()
+    got = {r["_id"]: (r["n"], r["_version"]) for r in read.select("_id", "n", "_version").collect()}
+    assert len(got) == 32 and got["s4"] == (1004, 1) and got["e3"] == (-3, 2) and got["e4"] == (4, 1)
+    store = open_store(url, **store_factory.options())
+    loc = resolve_index(store, INDEX)
+    created = {pq.ParquetFile(r.path).metadata.created_by.split(" ")[0]
+               for s in range(loc.shards) for r, _l in open_commit(store, loc.address(s)).segments()}
+    assert any("parquet-mr" in c for c in created)  # Spark's writer made the new segments
+    restored = Cluster.restore(store=url, data_dir=str(tmp_path / "b"), nodes=1, recovery_delay=0.05,
+                               **store_factory.options())
+    try:
+        restored.refresh(INDEX)
+        assert restored.count(INDEX) == 32 and restored.get(INDEX, "s7")["_source"] == {"n": 1007, "name": "spark"}
     finally:
         restored.close()
