@@ -45,10 +45,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
+
 from shardstore.errors import InvalidError
 from shardstore.segments.mapping import _DATE_RE, METADATA_FIELDS, FieldType, Mapping
 from shardstore.spark.bridge import JVM_PACKAGE, use_fast_path
-from shardstore.spark.catalog import open_from_options, resolve_index
+from shardstore.spark.catalog import IndexLocation, open_from_options, resolve_index
 from shardstore.spark.segment_files import (
     SHARD_COLUMN,
     SparkSegmentMismatch,
@@ -237,17 +239,24 @@ def build_frame(spark: Any, df: Any, plan: ColumnPlan, writer: ShardstoreArrowWr
     )
 
 
-def _base_versions(spark: Any, options: dict[str, str], writer: ShardstoreArrowWriter) -> Any:
-    """The live ids of the base commits and their versions (None when the bases hold no live document)."""
+def _base_versions(spark: Any, options: dict[str, str], writer: ShardstoreArrowWriter, loc: IndexLocation) -> Any:
+    """The live ids of the claimed base commits and their versions (None when they hold no live document).
+
+    Read by the fast read path from exactly the commits the claim found (not the newest ones
+    again): Spark's Parquet reader over the verified cache, deleted rows anti-joined.
+    """
     from pyspark.sql import functions as F
 
-    from shardstore.spark.fast_path import read_options
+    from shardstore.segments.read_plan import CommitPlan
+    from shardstore.spark.fast_path import _read
+    from shardstore.spark.reader import ReadPlan, ShardRead, full_arrow_schema, lower_options
 
-    live = sum(s.live_count for p in writer.plans if p.base is not None for s in p.base.commit.segments)
-    if not live:
+    based = [p for p in writer.plans if p.base is not None and any(s.live_count for s in p.base.commit.segments)]
+    if not based:
         return None
-    opts = {k: v for k, v in options.items() if k.lower() not in ("fastpath", "includetranslog")}
-    base = read_options(spark, opts, "_id string, _version bigint")
+    plan = ReadPlan(loc, tuple(ShardRead(p.shard, CommitPlan(p.shard, p.base)) for p in based), Mapping())
+    schema = pa.schema([f for f in full_arrow_schema(Mapping(), False) if f.name in ("_id", "_version")])
+    base = _read(spark, open_from_options(options), plan, lower_options(options), schema)
     return base.select("_id", F.col("_version").alias(_BASE_VERSION))
 
 
@@ -305,7 +314,7 @@ def write(spark: Any, df: Any, options: dict[str, str], mode: str) -> bool:
         return False
     log.info("spark job %s (fast path): planned and claimed in %.2fs", writer.job, time.perf_counter() - started)
     try:
-        _run(spark, df, options, writer, plan, loc.source == "synthetic")
+        _run(spark, df, options, writer, plan, loc)
     except BaseException:
         writer.abort([])
         raise
@@ -329,11 +338,11 @@ def _session_conf(spark: Any, settings: dict[str, str]) -> Iterator[None]:
 
 
 def _run(spark: Any, df: Any, options: dict[str, str], writer: ShardstoreArrowWriter, plan: ColumnPlan,
-         synthetic: bool) -> None:
+         loc: IndexLocation) -> None:
     """Spark writes the files, then the parts are uploaded, the ledger written and the shards committed."""
     sink = _sink_functions(spark)
     clock = [time.perf_counter()]
-    frame = build_frame(spark, df, plan, writer, synthetic, _base_versions(spark, options, writer))
+    frame = build_frame(spark, df, plan, writer, loc.source == "synthetic", _base_versions(spark, options, writer, loc))
     tmp = tempfile.mkdtemp(prefix="shardstore-fast-sink-", dir=os.environ.get("SHARDSTORE_SPARK_TMP"))
     try:
         gateway = spark.sparkContext._gateway

@@ -19,6 +19,7 @@ import pytest
 from shardstore.blobstores import open_store
 from shardstore.engine.cluster import Cluster
 from shardstore.engine.routing import shard_ids
+from shardstore.segments.errors import CommitNotFound
 from shardstore.segments.reader import open_commit
 from shardstore.segments.remote_store import latest_commit, latest_term, list_commit_keys, read_metadata
 from shardstore.spark.catalog import resolve_index
@@ -305,3 +306,26 @@ def test_fast_path_on_every_cloud_store(spark, store_factory, tmp_path: Path) ->
         assert restored.count(INDEX) == 32 and restored.get(INDEX, "s7")["_source"] == {"n": 1007, "name": "spark"}
     finally:
         restored.close()
+
+
+def test_an_update_when_some_shards_have_no_commit_yet(spark, tmp_path: Path) -> None:
+    """Base versions come from the commits the claim found: a shard nothing was ever written to has none."""
+    url = f"file://{tmp_path / 'remote'}"
+    cluster = Cluster(store=url, data_dir=str(tmp_path / "a"), nodes=1, recovery_delay=0.05)
+    cluster.create_index(INDEX, shards=5, replicas=0)
+    cluster.close()
+    _fast_write(spark, url, _rows("one", 1))
+    store = open_store(url)
+    loc = resolve_index(store, INDEX)
+    with_commit = [s for s in range(5) if list_commit_keys(store, loc.address(s), latest_term(store, loc.address(s)))]
+    assert len(with_commit) == 1  # one document, one shard committed
+    _fast_write(spark, url, _rows("one", 1) + _rows("two", 3))
+    got = {}
+    for s in range(5):  # (the oracle of the other tests needs a commit on every shard)
+        try:
+            reader = open_commit(store, loc.address(s))
+        except CommitNotFound:
+            continue
+        for b in reader.scan(columns=["_id", "_version"]):
+            got.update(zip(b.column(0).to_pylist(), b.column(1).to_pylist()))
+    assert got == {"one0": 2, "two0": 1, "two1": 1, "two2": 1}
