@@ -120,13 +120,18 @@ class PromotionMixin:
                 key = (meta.uuid, shard)
                 live = self.live_nodes()
                 candidates = [n for n in sr.in_sync if n in live and key in self.nodes[n].copies]
-                if not candidates:
-                    if self._recover_red_shard(meta, sr, live):
+                try:
+                    if not candidates:
+                        if self._recover_red_shard(meta, sr, live):
+                            self._schedule_allocation(self.recovery_delay)
+                        continue
+                    if self._promote_or_retry_later(meta, sr, candidates):
+                        log.info("%s/%d: promotion succeeded on retry", name, shard)
                         self._schedule_allocation(self.recovery_delay)
-                    continue
-                if self._promote_or_retry_later(meta, sr, candidates):
-                    log.info("%s/%d: promotion succeeded on retry", name, shard)
-                    self._schedule_allocation(self.recovery_delay)
+                except Exception as exc:  # noqa: BLE001 - the timer thread must never die with a shard still red
+                    self._unpromoted[(name, shard)] = f"retry failed ({type(exc).__name__}: {exc}); retrying"
+                    log.error("%s/%d: %s", name, shard, self._unpromoted[(name, shard)])
+                    self._arm_promotion_retry()
             if not set(self._unpromoted) - self._not_retried:
                 self._promotion_backoff = PROMOTION_RETRY_MIN
 
@@ -152,8 +157,11 @@ class PromotionMixin:
             stale.close()
         spec = self._spec(meta, sr.shard)
         shutil.rmtree(os.path.join(node.data_dir, meta.uuid, str(sr.shard)), ignore_errors=True)
-        term = next_free_term(self.store, spec.address, at_least=sr.primary_term)
+        term = sr.primary_term
         try:
+            # inside the try: a failed LIST of the term markers used to escape and kill the retry timer's
+            # thread, and the shard stayed red for good (fault simulator seed 687, under load)
+            term = next_free_term(self.store, spec.address, at_least=sr.primary_term)
             copy = ShardCopy.recover_from_remote(spec, node.data_dir, self.store, primary_term=term,
                                                  known_term=sr.primary_term, index_name=meta.name,
                                                  acknowledged_max=self._acked_max.get(copy_key, -1))

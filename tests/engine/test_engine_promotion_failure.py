@@ -85,3 +85,30 @@ def test_a_shard_that_lost_every_copy_is_recovered_from_the_store(tmp_path: Path
         cluster.wait_for_health("green", timeout=60)
     finally:
         cluster.close()
+
+
+@pytest.mark.parametrize("crash", [False, True])
+def test_a_store_error_before_a_red_shard_is_rebuilt_is_retried(tmp_path: Path, crash: bool) -> None:
+    """Fault simulator seed 687 (found stuck red under load): a shard that lost every copy is rebuilt from the
+    store by the retry timer; a failed LIST of its term markers there (before the recovery itself) killed the
+    timer thread with the exception, nothing re-armed it, and the shard stayed red for good."""
+    store = FaultyStore(open_store(f"file://{tmp_path / 'remote'}"))
+    cluster = Cluster(store=store, data_dir=str(tmp_path / "a"), nodes=4, recovery_delay=0.05)
+    try:
+        cluster.create_index("docs", shards=1, replicas=1)
+        assert not cluster.bulk("docs", [{"_id": str(i), "v": i} for i in range(N)]).errors
+        cluster.kill_node(cluster.primary_of("docs", 0))
+        cluster.wait_for_health("green", timeout=60)  # the replica promoted, a new replica rebuilt, uploads done
+        holders = cluster.indices["docs"].routing[0].copies
+        assert len(holders) == 2
+        for node in holders:
+            cluster.kill_node(node)
+        assert cluster.health().status == "red"
+        # the retry timer fires PROMOTION_RETRY_MIN (0.1 s) later: its first LIST of the term markers fails
+        store.inject(op="list", key="*primary_terms*", action="crash_before" if crash else "fail", times=1)
+        cluster.wait_for_health("yellow", timeout=30)  # rebuilt from the store despite the failed LIST
+        assert store.fired_total >= 1
+        cluster.refresh("docs")
+        assert cluster.count("docs") == N
+    finally:
+        cluster.close()
