@@ -200,13 +200,12 @@ def build_frame(spark: Any, df: Any, plan: ColumnPlan, writer: ShardstoreArrowWr
     d = d.filter(F.col(_STAMP) >= 0)
     bits = int(sink.SHARD_BITS)
     shard = F.col(_STAMP).bitwiseAND((1 << bits) - 1).cast("int")
-    terms = {p.term for p in writer.plans}
-    if len(terms) == 1:
-        term = F.lit(terms.pop())
-    else:
+    term = F.lit(writer.plans[-1].term)  # a literal or a CASE with an ELSE: never null, as the column must be
+    if len({p.term for p in writer.plans}) > 1:
         term = F.when(shard == 0, F.lit(writer.plans[0].term))
-        for p in writer.plans[1:]:
+        for p in writer.plans[1:-1]:
             term = term.when(shard == p.shard, F.lit(p.term))
+        term = term.otherwise(F.lit(writer.plans[-1].term))
     version = F.lit(1) if base_versions is None else F.coalesce(F.col(_BASE_VERSION) + 1, F.lit(1))
     kinds = dict(plan.columns)
     clean = {}
@@ -303,21 +302,23 @@ def write(spark: Any, df: Any, options: dict[str, str], mode: str) -> bool:
         return False
     writer = make_writer(options, df.schema, False)
     try:
-        merged = declared
-        for p in writer.plans:
-            merged = merged.merged(Mapping.from_dict(p.mapping))
-        plan = plan_columns(df.schema, merged, sample)
-    except InvalidError:
-        plan = None
-    if plan is None:  # the base commits map a column otherwise: the Python sink refuses it with its own error
-        writer.abort([])
-        return False
-    log.info("spark job %s (fast path): planned and claimed in %.2fs", writer.job, time.perf_counter() - started)
-    try:
-        _run(spark, df, options, writer, plan, loc)
+        try:
+            merged = declared
+            for p in writer.plans:
+                merged = merged.merged(Mapping.from_dict(p.mapping))
+            plan = plan_columns(df.schema, merged, sample)
+        except InvalidError:
+            plan = None
+        if plan is not None:
+            log.info("spark job %s (fast path): planned and claimed in %.2fs", writer.job,
+                     time.perf_counter() - started)
+            _run(spark, df, options, writer, plan, loc)
     except BaseException:
         writer.abort([])
         raise
+    if plan is None:  # the base commits map a column otherwise: the Python sink refuses it with its own error
+        writer.abort([])
+        return False
     return True
 
 

@@ -108,7 +108,8 @@ def test_round_trip_through_engine_and_spark_reader(spark, tmp_path: Path) -> No
         assert (info.min_id, info.max_id) == (ids[0], ids[-1]) and info.max_primary_term >= 3
         schema = reader.schema
         assert schema.names[:5] == ["_id", "_seq_no", "_primary_term", "_version", "_source"]
-        assert schema.field("_id").type == pa.string() and not schema.field("_id").nullable
+        assert schema.field("_id").type == pa.string()
+        assert not any(schema.field(c).nullable for c in ("_id", "_seq_no", "_primary_term", "_version"))
         assert schema.field("at").type == pa.timestamp("ms", tz="UTC") and schema.field("small").type == pa.int64()
         stats = {c.name: c for c in info.columns}
         col = reader.take(list(range(info.doc_count)), columns=["n"]).column("n")
@@ -329,3 +330,23 @@ def test_an_update_when_some_shards_have_no_commit_yet(spark, tmp_path: Path) ->
         for b in reader.scan(columns=["_id", "_version"]):
             got.update(zip(b.column(0).to_pylist(), b.column(1).to_pylist()))
     assert got == {"one0": 2, "two0": 1, "two1": 1, "two2": 1}
+
+
+def test_shards_claimed_at_different_terms(spark, tmp_path: Path) -> None:
+    """A job that died after claiming shard 0 leaves it a term ahead: each shard's rows carry their own term."""
+    from shardstore.spark.writer import claim_shard
+
+    url, cluster, _acked = _engine(tmp_path)
+    cluster.close()
+    store = open_store(url)
+    loc = resolve_index(store, INDEX)
+    claim_shard(store, loc.address(0), loc.primary_terms[0], "sparkdiedafteritsclaim", loc.mappings)
+    _fast_write(spark, url, _rows("m", 60))
+    terms = {}
+    for shard, reader in _spark_segments(url):
+        column = reader.take(list(range(reader.info.doc_count)), columns=["_primary_term"]).column(0)
+        assert not reader.schema.field("_primary_term").nullable
+        terms[shard] = set(column.to_pylist())
+        assert terms[shard] == {latest_term(store, loc.address(shard))} == {reader.info.max_primary_term}
+    assert len(terms) == 2 and terms[0] != terms[1]
+    assert _live_docs(url).num_rows == 45 + 60
