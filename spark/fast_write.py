@@ -166,12 +166,17 @@ def new_string_columns(schema: Any, mapping: Mapping) -> list[str]:
     return [n for n, t in cols if t == "string" and n not in mapping]
 
 
-def _sink_functions(spark: Any) -> Any:
-    """The bridge's JVM class ``SinkFunctions`` (Py4J)."""
+def _jvm_class(spark: Any, name: str) -> Any:
+    """A class of the bridge's JVM package (Py4J)."""
     found = spark.sparkContext._gateway.jvm
-    for part in (*JVM_PACKAGE.split("."), "SinkFunctions"):
+    for part in (*JVM_PACKAGE.split("."), name):
         found = getattr(found, part)
     return found
+
+
+def _sink_functions(spark: Any) -> Any:
+    """The bridge's JVM class ``SinkFunctions``."""
+    return _jvm_class(spark, "SinkFunctions")
 
 
 def _q(name: str) -> str:
@@ -361,7 +366,7 @@ def _run(spark: Any, df: Any, options: dict[str, str], writer: ShardstoreArrowWr
         finally:
             ends = sink.finish(writer.job)
         clock.append(time.perf_counter())
-        parts = collect_parts(writer, plan, spark_files(out) if os.path.isdir(out) else [])
+        parts = collect_parts(spark, writer, plan, spark_files(out) if os.path.isdir(out) else [])
         store = open_from_options(writer.options)
         for p in writer.plans:  # the counters' range, as the Python sink's tasks reserve theirs
             count = int(ends[p.shard]) - (p.base_seq_no + 1)
@@ -377,17 +382,19 @@ def _run(spark: Any, df: Any, options: dict[str, str], writer: ShardstoreArrowWr
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def collect_parts(writer: ShardstoreArrowWriter, plan: ColumnPlan, files: list[tuple[int, str]]) -> list[ShardPart]:
+def collect_parts(spark: Any, writer: ShardstoreArrowWriter, plan: ColumnPlan,
+                  files: list[tuple[int, str]]) -> list[ShardPart]:
     """Each file Spark wrote as an uploaded part of its shard (info, remote file, ids, seq#s, old copies)."""
     store = open_from_options(writer.options)
     mapping = plan.mapping.to_dict()
+    footer = _jvm_class(spark, "SegmentFooter").addKeyValue
 
     def one(item: tuple[int, str]) -> ShardPart:
         shard, path = item
         p = writer.plans[shard]
         based = p.base is not None and bool(p.base.commit.segments)
         ids, seqs, versions = read_keys(path, versions=based)
-        info = segment_info(path, new_name(), ids, seqs, p.term)
+        info = segment_info(path, new_name(), ids, seqs, p.term, footer)
         deletes: dict[str, list[int]] = {}
         if based:
             expected, deletes = _versions_and_old_copies(store, p, ids)

@@ -4,16 +4,19 @@
 local directory (``<dir>/<SHARD_COLUMN>=<shard>/part-*.parquet``).  :func:`collect_parts`
 turns each into what :meth:`~shardstore.spark.writer.ShardstoreArrowWriter.commit` takes: the
 file's :class:`~shardstore.segments.segment.SegmentInfo` (row count, row groups, per-column
-min/max/null counts from the Parquet footer, seq# and id bounds, size and CRC32C of the
-bytes), uploaded under a fresh key of the job's term (``if_absent``), with its ids and seq#s
+min/max/null counts from the Parquet footer, seq# and id bounds; also written into the footer's
+key-value metadata under ``shardstore.segment`` by the bridge, as the segment writer keeps it;
+then size and CRC32C of the bytes), uploaded under a fresh key of the job's term (``if_absent``), with its ids and seq#s
 (the commit's cross-file duplicate check) and, for ids the base commit holds live, the rows
 of their old copies (deleted by the commit through live docs).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -25,7 +28,14 @@ import pyarrow.parquet as pq
 from shardstore.blobstores.base import BlobStore
 from shardstore.errors import CorruptError
 from shardstore.segments.remote_metadata import RemoteFile, data_key
-from shardstore.segments.segment import BASE_SCHEMA, FORMAT_VERSION, ColumnStats, SegmentInfo, segment_file_name
+from shardstore.segments.segment import (
+    BASE_SCHEMA,
+    FORMAT_VERSION,
+    METADATA_KEY,
+    ColumnStats,
+    SegmentInfo,
+    segment_file_name,
+)
 
 #: The partition column of the write: Spark names each shard's directory ``<SHARD_COLUMN>=<shard>``.
 SHARD_COLUMN = "__shardstore_shard"
@@ -94,9 +104,14 @@ def _column_stats(pf: pq.ParquetFile, name: str, t: pa.DataType) -> ColumnStats:
     return ColumnStats(name, str(t), lo, hi, nulls)
 
 
-def segment_info(path: str, name: str, ids: pa.Array, seq_nos: pa.Array, term: int) -> SegmentInfo:
-    """The segment info of a file Spark wrote (its ids and seq#s already read, in row order)."""
-    size, crc = file_crc32c(path)
+def segment_info(path: str, name: str, ids: pa.Array, seq_nos: pa.Array, term: int,
+                 add_footer: Callable[[str, str, str], Any] | None = None) -> SegmentInfo:
+    """The segment info of a file Spark wrote (its ids and seq#s already read, in row order).
+
+    ``add_footer(path, key, value)`` (the bridge's ``SegmentFooter.addKeyValue``) stores the
+    size/checksum-free part in the file's key-value metadata under ``shardstore.segment``, as
+    :func:`~shardstore.segments.segment.write_segment` does; size and CRC32C are taken after it.
+    """
     with pq.ParquetFile(path) as pf:
         schema = pf.schema_arrow
         if schema.names[:len(BASE_SCHEMA)] != BASE_SCHEMA.names:
@@ -108,12 +123,19 @@ def segment_info(path: str, name: str, ids: pa.Array, seq_nos: pa.Array, term: i
                                        or pa.types.is_timestamp(t) or pa.types.is_string(t)):
                 continue
             cols.append(_column_stats(pf, f.name, t))
-        n, groups = pf.metadata.num_rows, pf.metadata.num_row_groups
+        md = pf.metadata
+        n, groups = md.num_rows, md.num_row_groups
+        largest = max((md.row_group(g).num_rows for g in range(groups)), default=0)
     seq = pc.min_max(seq_nos)
+    base = {"min_seq_no": seq["min"].as_py(), "max_seq_no": seq["max"].as_py(), "max_primary_term": term,
+            "min_id": ids[0].as_py() if n else None, "max_id": ids[n - 1].as_py() if n else None}
+    if add_footer is not None:
+        meta = {"name": name, "doc_count": n, "row_groups": groups, "format_version": FORMAT_VERSION,
+                "row_group_size": largest, "sorted_by": "_id", "columns": {c.name: c.to_dict() for c in cols}, **base}
+        add_footer(path, METADATA_KEY.decode(), json.dumps(meta))
+    size, crc = file_crc32c(path)
     return SegmentInfo(name=name, file_name=segment_file_name(name), size=size, checksum=crc, doc_count=n,
-                       min_seq_no=seq["min"].as_py(), max_seq_no=seq["max"].as_py(), max_primary_term=term,
-                       min_id=ids[0].as_py() if n else None, max_id=ids[n - 1].as_py() if n else None,
-                       columns=tuple(cols), row_groups=groups, format_version=FORMAT_VERSION)
+                       columns=tuple(cols), row_groups=groups, format_version=FORMAT_VERSION, **base)
 
 
 def read_keys(path: str, versions: bool = True) -> tuple[pa.Array, pa.Array, pa.Array | None]:

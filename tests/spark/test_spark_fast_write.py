@@ -111,6 +111,17 @@ def test_round_trip_through_engine_and_spark_reader(spark, tmp_path: Path) -> No
         assert schema.field("_id").type == pa.string()
         assert not any(schema.field(c).nullable for c in ("_id", "_seq_no", "_primary_term", "_version"))
         assert schema.field("at").type == pa.timestamp("ms", tz="UTC") and schema.field("small").type == pa.int64()
+        import duckdb  # the footer rewrite kept the bloom filter on _id where readers find it
+
+        con = duckdb.connect()
+        probe = "SELECT bool_and(bloom_filter_excludes) FROM parquet_bloom_probe(?, '_id', ?)"
+        assert con.execute(probe, [reader.path, "no-such-id"]).fetchone()[0] is True
+        assert con.execute(probe, [reader.path, ids[0]]).fetchone()[0] is False
+        meta = reader.read_metadata_info()  # the footer's copy of the segment info, as the segment writer keeps it
+        assert meta["sorted_by"] == "_id" and meta["name"] == info.name
+        assert {k: meta[k] for k in ("doc_count", "row_groups", "min_seq_no", "max_seq_no", "min_id", "max_id")} == \
+            {k: getattr(info, k) for k in ("doc_count", "row_groups", "min_seq_no", "max_seq_no", "min_id", "max_id")}
+        assert meta["columns"] == {c.name: c.to_dict() for c in info.columns}
         stats = {c.name: c for c in info.columns}
         col = reader.take(list(range(info.doc_count)), columns=["n"]).column("n")
         assert (stats["n"].min, stats["n"].max) == (pa.compute.min(col).as_py(), pa.compute.max(col).as_py())
