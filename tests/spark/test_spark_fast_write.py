@@ -117,6 +117,8 @@ def test_round_trip_through_engine_and_spark_reader(spark, tmp_path: Path) -> No
         probe = "SELECT bool_and(bloom_filter_excludes) FROM parquet_bloom_probe(?, '_id', ?)"
         assert con.execute(probe, [reader.path, "no-such-id"]).fetchone()[0] is True
         assert con.execute(probe, [reader.path, ids[0]]).fetchone()[0] is False
+        footer = pq.ParquetFile(reader.path).metadata
+        assert all(footer.row_group(g).sorting_columns == (pq.SortingColumn(0),) for g in range(footer.num_row_groups))
         meta = reader.read_metadata_info()  # the footer's copy of the segment info, as the segment writer keeps it
         assert meta["sorted_by"] == "_id" and meta["name"] == info.name
         assert {k: meta[k] for k in ("doc_count", "row_groups", "min_seq_no", "max_seq_no", "min_id", "max_id")} == \

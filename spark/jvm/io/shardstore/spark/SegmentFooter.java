@@ -5,10 +5,13 @@ import java.io.IOException;
 import java.io.RandomAccessFile;
 import java.nio.charset.StandardCharsets;
 import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Map;
 
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.Path;
+import org.apache.parquet.format.RowGroup;
+import org.apache.parquet.format.SortingColumn;
 import org.apache.parquet.format.Util;
 import org.apache.parquet.format.converter.ParquetMetadataConverter;
 import org.apache.parquet.hadoop.ParquetFileReader;
@@ -17,8 +20,9 @@ import org.apache.parquet.hadoop.metadata.ParquetMetadata;
 
 /**
  * Adds a key-value entry to the footer of a Parquet file Spark wrote (the segment info a segment
- * file keeps under {@code shardstore.segment}, see segments/segment.py): the footer is read,
- * the entry added, and the footer written again in place of the old one. Data pages, column
+ * file keeps under {@code shardstore.segment}, see segments/segment.py) and declares its rows
+ * sorted by the first column ({@code _id}), as segment files do: the footer is read, the entry
+ * and the sorting columns added, and the footer written again in place of the old one. Data pages, column
  * and offset indexes and bloom filters sit before the footer and keep their offsets.
  */
 public final class SegmentFooter {
@@ -26,7 +30,7 @@ public final class SegmentFooter {
 
   private SegmentFooter() {}
 
-  /** Rewrite the footer of the local file {@code path} with {@code key = value} added. */
+  /** Rewrite the footer of the local file {@code path} with {@code key = value} and the sort order added. */
   public static void addKeyValue(String path, String key, String value) throws IOException {
     ParquetMetadata md = ParquetFileReader.readFooter(new Configuration(), new Path("file://" + path),
         ParquetMetadataConverter.NO_FILTER);
@@ -35,8 +39,12 @@ public final class SegmentFooter {
     kv.put(key, value);
     ParquetMetadata updated = new ParquetMetadata(new FileMetaData(old.getSchema(), kv, old.getCreatedBy()),
         md.getBlocks());
+    org.apache.parquet.format.FileMetaData thrift = new ParquetMetadataConverter().toParquetMetadata(1, updated);
+    for (RowGroup g : thrift.getRow_groups()) {  // rows sorted by the first column (_id), ascending, as segments are
+      g.setSorting_columns(List.of(new SortingColumn(0, false, false)));
+    }
     ByteArrayOutputStream footer = new ByteArrayOutputStream();
-    Util.writeFileMetaData(new ParquetMetadataConverter().toParquetMetadata(1, updated), footer);
+    Util.writeFileMetaData(thrift, footer);
     try (RandomAccessFile f = new RandomAccessFile(path, "rw")) {
       long size = f.length();
       byte[] tail = new byte[8];
