@@ -66,6 +66,7 @@ from shardstore.engine.restore_check import ShardLoss
 from shardstore.engine.shard import ShardCopy, ShardSpec
 from shardstore.engine.validation import check_create_args, check_index_name, check_mapping, check_source_mode
 from shardstore.errors import LocalDiskError
+from shardstore.segments.directory import INDEX_BUFFER_BYTES
 from shardstore.segments.mapping import Mapping
 from shardstore.segments.remote_store import next_free_term
 from shardstore.transport import Transport
@@ -167,13 +168,16 @@ class Cluster(PromotionMixin, DocumentsMixin):
 
     def __init__(self, store: str | BlobStore, data_dir: str = "./shardstore-data", nodes: int = 3,
                  *, cluster_managers: int = 3, transport: Transport | None = None,
-                 recovery_delay: float = 1.0, accept_data_loss: bool = False, **store_options: Any) -> None:
+                 recovery_delay: float = 1.0, accept_data_loss: bool = False,
+                 index_buffer_bytes: int = INDEX_BUFFER_BYTES, **store_options: Any) -> None:
         if nodes < 1:
             raise InvalidRequest(f"a cluster needs at least one node, got nodes={nodes}")
         if cluster_managers < 1:
             raise InvalidRequest(f"a cluster needs at least one cluster manager, got cluster_managers={cluster_managers}")
         if recovery_delay < 0:
             raise InvalidRequest(f"recovery_delay must be >= 0 seconds, got {recovery_delay}")
+        if isinstance(index_buffer_bytes, bool) or not isinstance(index_buffer_bytes, int) or index_buffer_bytes < 1:
+            raise InvalidRequest(f"index_buffer_bytes must be an int >= 1, got {index_buffer_bytes!r}")
         if store is None:
             raise InvalidRequest("a cluster needs a blob store (store='file:///path', 's3://bucket/prefix', ...)")
         if store_options and not isinstance(store, str):
@@ -181,6 +185,8 @@ class Cluster(PromotionMixin, DocumentsMixin):
                                  f"{type(store).__name__}")
         #: after a failover, replica rebuilds and the new primary's re-upload start this many seconds later
         self.recovery_delay = recovery_delay
+        #: a primary whose buffered documents reach this many Arrow bytes refreshes during the bulk's upload
+        self.index_buffer_bytes = index_buffer_bytes
         self._dir_lock = DataDirLock(data_dir)  # before the store: a second cluster on this dir writes nothing
         try:
             self.store = open_store(store, **store_options) if isinstance(store, str) else store
@@ -439,7 +445,8 @@ class Cluster(PromotionMixin, DocumentsMixin):
     def _spec(self, meta: IndexMeta, shard: int) -> ShardSpec:
         return ShardSpec(meta.data_cluster_uuid or self.cluster_uuid, meta.uuid, shard, durability=meta.durability,
                          mapping=meta.mappings,
-                         strategy=meta.strategy, reupload_delay=self.recovery_delay)
+                         strategy=meta.strategy, reupload_delay=self.recovery_delay,
+                         index_buffer_bytes=self.index_buffer_bytes)
 
     def _set_routing(self, meta: IndexMeta, shard: int, **changes: Any) -> None:
         cur = self.indices.get(meta.name)
@@ -670,7 +677,8 @@ class Cluster(PromotionMixin, DocumentsMixin):
 
     @classmethod
     def restore(cls, store: str | BlobStore, data_dir: str, nodes: int = 3, *, recovery_delay: float = 1.0,
-                accept_data_loss: bool = False, **store_options: Any) -> Cluster:
+                accept_data_loss: bool = False, index_buffer_bytes: int = INDEX_BUFFER_BYTES,
+                **store_options: Any) -> Cluster:
         """A new cluster on empty disks from the blob store alone (every index, every shard).
 
         The cluster managers bootstrap from the latest valid cluster state in the store
@@ -681,7 +689,7 @@ class Cluster(PromotionMixin, DocumentsMixin):
         the rest is restored and ``restore_losses`` lists what was dropped.
         """
         cluster = cls(store, data_dir, nodes, recovery_delay=recovery_delay, accept_data_loss=accept_data_loss,
-                      **store_options)
+                      index_buffer_bytes=index_buffer_bytes, **store_options)
         state = cluster.cluster_state()
         if state is None or state.coordination.term == 0 or not (cluster.restored_indices or state.indices):
             location = cluster.store.location

@@ -50,7 +50,7 @@ from shardstore.engine.errors import (
 from shardstore.engine.restore_audit import Evidence, audit
 from shardstore.engine.restore_check import ShardLoss, missing_ranges
 from shardstore.errors import LocalDiskError
-from shardstore.segments.directory import Prepared, ShardDirectory
+from shardstore.segments.directory import INDEX_BUFFER_BYTES, Prepared, ShardDirectory
 from shardstore.segments.errors import CommitConflict, CommitNotFound, UploadCancelled
 from shardstore.segments.mapping import Mapping
 from shardstore.segments.remote_store import (
@@ -95,6 +95,8 @@ class ShardSpec:
     upload_timeout: float = 30.0
     #: after a promotion, the re-upload of the shard under the new term starts this much later
     reupload_delay: float = 0.0
+    #: the indexing buffer: a bulk that fills it refreshes while its upload is in flight (_log_remote)
+    index_buffer_bytes: int = INDEX_BUFFER_BYTES
 
     @property
     def address(self) -> ShardAddress:
@@ -113,7 +115,8 @@ class ShardCopy:
         self.primary = primary
         self.primary_term = primary_term
         self._lock = threading.RLock()
-        self.directory = ShardDirectory(os.path.join(self.path, "index"), mapping=spec.mapping)
+        self.directory = ShardDirectory(os.path.join(self.path, "index"), mapping=spec.mapping,
+                                        index_buffer_bytes=spec.index_buffer_bytes)
         commit = self.directory.last_commit
         self.translog = LocalTranslog(os.path.join(self.path, "translog"), primary_term=primary_term,
                                       durability="request" if spec.durability == "request" else "async")
@@ -301,7 +304,10 @@ class ShardCopy:
         next flush.  Nothing about acknowledgement changes: the call returns only once the
         upload landed, and an upload failure is raised as before (the refresh only made
         buffered, unacknowledged documents searchable earlier, as a periodic refresh does).
-        A failed refresh (a local disk fault) is raised after the upload was waited for.
+        A refresh that fails on the local disk (an ``OSError``: the copy is then failed for
+        good by ``_local_disk``) is raised once the upload settled; any other refresh failure
+        is logged and the write goes on as without the overlap (the documents stay buffered
+        and the next refresh writes them).
         """
         assert self.remote_translog is not None
         if not self.directory.buffer_full:
@@ -309,15 +315,17 @@ class ShardCopy:
             return
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="translog-upload") as pool:
             upload = pool.submit(self.remote_translog.add, stamped, history=history)
-            refresh_error: BaseException | None = None
             try:
                 self.directory.refresh()
-            except BaseException as exc:  # noqa: BLE001 - raised below, once the upload is settled
-                refresh_error = exc
-            if refresh_error is not None:
-                with contextlib.suppress(BaseException):
+            except OSError:  # the local disk: this copy is failed (_local_disk); not acknowledged either way
+                try:
                     upload.result()
-                raise refresh_error
+                except Exception as exc:  # noqa: BLE001 - the disk error is the one raised; this one is logged
+                    log.error("%s: the translog upload failed too (%s: %s)", self.path, type(exc).__name__, exc)
+                raise
+            except Exception:  # noqa: BLE001 - not the disk: the write goes on, the next refresh retries
+                log.exception("%s: a refresh during the translog upload failed; the documents stay buffered",
+                              self.path)
             upload.result()
 
     def _check_not_fenced(self) -> None:

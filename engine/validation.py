@@ -200,7 +200,8 @@ class CheckedDocs:
         """The accepted items' JSON sources (built from the caller's table when they were not built yet)."""
         if self.sources is None:
             assert self.table is not None, "a bulk without sources keeps its table"
-            self.sources = _table_sources(self.table, self.ids)
+            object.__setattr__(self, "sources", _table_sources(self.table, self.ids))  # built once (frozen otherwise)
+        assert self.sources is not None
         return self.sources
 
 

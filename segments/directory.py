@@ -22,6 +22,7 @@ open segment needs.  See docs/design/segments.md, "Local shard directory".
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
@@ -146,8 +147,11 @@ class ShardDirectory:
         merge_policy: TieredMergePolicy | None = None,
         fsync: bool = True,
         warm: bool = True,
+        index_buffer_bytes: int | None = None,
     ) -> None:
         self.path = path
+        #: ``buffer_full`` once the buffered documents hold this many Arrow bytes (default INDEX_BUFFER_BYTES)
+        self.index_buffer_bytes = INDEX_BUFFER_BYTES if index_buffer_bytes is None else index_buffer_bytes
         self._warm = warm  # queue published segments for the row-cache warmer (off for throw-away directories)
         self.dynamic = dynamic
         self.keep_commits = keep_commits
@@ -269,8 +273,8 @@ class ShardDirectory:
 
     @property
     def buffer_full(self) -> bool:
-        """Whether the buffered documents hold at least :data:`INDEX_BUFFER_BYTES` of Arrow data."""
-        return self._buffer.doc_bytes >= INDEX_BUFFER_BYTES
+        """Whether the buffered documents hold at least ``index_buffer_bytes`` of Arrow data."""
+        return self._buffer.doc_bytes >= self.index_buffer_bytes
 
     def refresh(self) -> RefreshResult:
         """Make buffered operations searchable: one new segment, older copies marked deleted."""
@@ -374,7 +378,15 @@ class ShardDirectory:
         if parts == 1:
             return [write(0)]
         with ThreadPoolExecutor(max_workers=parts, thread_name_prefix="segment-write") as pool:
-            return list(pool.map(write, range(parts)))
+            futures = [pool.submit(write, i) for i in range(parts)]
+        failed = next((f.exception() for f in futures if f.exception() is not None), None)
+        if failed is not None:  # none is published: the parts that were written go too
+            for f in futures:
+                if f.exception() is None:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(os.path.join(self.path, f.result().file_name))
+            raise failed
+        return [f.result() for f in futures]
 
     def prune_tombstones(self, up_to_seq_no: int) -> int:
         """Forget delete tombstones at or below ``up_to_seq_no`` (no op at or below it can still arrive)."""

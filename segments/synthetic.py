@@ -87,7 +87,8 @@ def synthesize_sources(fields: pa.Table, rows: int | None = None) -> pa.Array:
     """
     n = fields.num_rows if rows is None else rows
     present = [name for name in fields.column_names if fields.column(name).null_count < n]
-    table = fields.select(present).add_column(0, "_id", pa.nulls(n, pa.string()))
+    table = pa.Table.from_arrays([pa.nulls(n, pa.string()), *(fields.column(p) for p in present)],
+                                 names=["_id", *present])
     return sources_from_table(table)[1]
 
 

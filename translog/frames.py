@@ -61,8 +61,8 @@ Frame kinds (the magic says which, so a frame is read the same in any file):
   typed field values of index operations of a synthetic-source index, which carry
   no JSON ``source`` (issue 16; docs/design/translog.md, "Typed operations").
   The frame carries its own schema, so it decodes wherever a reader starts, and the
-  generation's schema frame stays the operation schema.  A large batch's buffers are
-  LZ4-compressed by Arrow's IPC body compression (:data:`COMPRESS_MIN_BYTES`).
+  generation's schema frame stays the operation schema.  A batch's buffers are
+  LZ4-compressed by Arrow's IPC body compression from :data:`COMPRESS_TYPED_MIN_BYTES` (1 MiB).
 
 Version 3 is version 2 plus ``FT`` frames: a version 2 file holding one is refused as
 corrupt, and a reader of version 2 refuses a version 3 file with
@@ -138,8 +138,10 @@ _CHECKSUM: dict[bytes, Checksum] = {SCHEMA_MAGIC: crc32c, BATCH_MAGIC: crc32c, S
 _PLAIN = ipc.IpcWriteOptions()
 _ZSTD = ipc.IpcWriteOptions(compression=pa.Codec("zstd", compression_level=1))
 _LZ4 = ipc.IpcWriteOptions(compression="lz4", use_threads=True)
-#: Frames of at least this many bytes of Arrow buffers are LZ4-compressed (see the module docstring).
+#: Plain (``FB``) frames of at least this many bytes of Arrow buffers are LZ4-compressed (module docstring).
 COMPRESS_MIN_BYTES = 4 << 20
+#: Typed (``FT``) frames from this many bytes: typed columns compress on several threads at once.
+COMPRESS_TYPED_MIN_BYTES = 1 << 20
 
 Source = Union[bytes, bytearray, memoryview, pa.Buffer, BinaryIO]
 
@@ -346,12 +348,12 @@ def payload_parts(batch: pa.RecordBatch) -> list[Part]:
 def stream_payload_parts(batch: pa.RecordBatch) -> list[Part]:
     """The payload of a typed frame (``FT``): ``batch`` as a whole IPC stream, as the pieces Arrow wrote.
 
-    A batch of at least :data:`COMPRESS_MIN_BYTES` has its buffers LZ4-compressed (Arrow's
+    A batch of at least :data:`COMPRESS_TYPED_MIN_BYTES` has its buffers LZ4-compressed (Arrow's
     IPC body compression, columns in parallel): typed columns shrink ~2.5x for ~0.5 ms per MB,
     less than the write and fsync of the bytes saved, locally and again in the upload.
     """
     sink = _Capture()
-    options = _LZ4 if batch.nbytes >= COMPRESS_MIN_BYTES else _PLAIN
+    options = _LZ4 if batch.nbytes >= COMPRESS_TYPED_MIN_BYTES else _PLAIN
     with ipc.new_stream(pa.PythonFile(sink, mode="w"), batch.schema, options=options) as writer:
         writer.write_batch(batch)
     return sink.parts

@@ -67,7 +67,7 @@ def unify_fields(tables: list[pa.Table]) -> list[pa.Table]:
         try:
             kids = [col.field(have[f.name]).cast(f.type) if f.name in have else pa.nulls(len(col), f.type)
                     for f in members.values()]
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
             raise InvalidOperation(None, None, f"typed operations disagree on a field's type ({exc}); "
                                                f"the index mapping gives each field one type") from None
         mask = col.is_null() if col.null_count else None

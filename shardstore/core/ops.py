@@ -51,6 +51,8 @@ def fields_of(batch: pa.RecordBatch | pa.Table) -> pa.Table | None:
         return None
     col = batch.column(FIELDS_COLUMN)
     struct = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if struct.type.num_fields == 0:  # documents without a field: keep the row count (a table of no columns)
+        return pa.Table.from_struct_array(struct)
     if struct.offset or struct.null_count:  # flatten() applies the parent's offset and validity to each child
         return pa.Table.from_arrays(struct.flatten(), schema=pa.schema(list(struct.type)))
     return pa.Table.from_arrays([struct.field(i) for i in range(struct.type.num_fields)],

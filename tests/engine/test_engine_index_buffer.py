@@ -13,22 +13,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from shardstore.blobstores import open_store
 from shardstore.engine import Cluster
-from shardstore.segments import directory as directory_module
+from shardstore.engine.errors import InvalidRequest
 from shardstore.testing import FaultyStore
 from shardstore.testing.disk import DiskFaults
 
-
-@pytest.fixture(autouse=True)
-def small_buffer(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(directory_module, "INDEX_BUFFER_BYTES", 1)  # every bulk fills it
+SMALL = {"index_buffer_bytes": 1}  # every bulk fills the indexing buffer
 
 
 def _restored_ids(url: str, data_dir: Path) -> dict[str, dict]:
-    restored = Cluster.restore(store=url, data_dir=str(data_dir), nodes=2)
+    restored = Cluster.restore(store=url, data_dir=str(data_dir), nodes=2, **SMALL)
     try:
         restored.refresh("docs")
         return {d["_id"]: d for d in restored.scan("docs", columns=["_id", "v"]).to_pylist()}
@@ -39,7 +37,7 @@ def _restored_ids(url: str, data_dir: Path) -> dict[str, dict]:
 @pytest.mark.parametrize("source", ["stored", "synthetic"])
 def test_a_full_buffer_is_searchable_when_the_bulk_returns(tmp_path: Path, source: str) -> None:
     url = f"file://{tmp_path / 'remote'}"
-    cluster = Cluster(store=url, data_dir=str(tmp_path / "a"), nodes=2, recovery_delay=0.05)
+    cluster = Cluster(store=url, data_dir=str(tmp_path / "a"), nodes=2, recovery_delay=0.05, **SMALL)
     try:
         cluster.create_index("docs", shards=2, replicas=1, source=source)
         for r in range(3):
@@ -54,7 +52,7 @@ def test_a_full_buffer_is_searchable_when_the_bulk_returns(tmp_path: Path, sourc
 
 def _started(store: object, data_dir: Path, nodes: int) -> tuple[Cluster, set[str]]:
     """A cluster with a synthetic-source index of one shard and one replica, and its first 50 acknowledged ids."""
-    cluster = Cluster(store=store, data_dir=str(data_dir), nodes=nodes, recovery_delay=0.05)
+    cluster = Cluster(store=store, data_dir=str(data_dir), nodes=nodes, recovery_delay=0.05, **SMALL)
     cluster.create_index("docs", shards=1, replicas=1, source="synthetic")
     result = cluster.bulk("docs", [{"_id": f"a{i}", "v": 1} for i in range(50)])
     assert not result.errors
@@ -108,7 +106,7 @@ def test_a_failed_refresh_fails_the_primary_and_loses_nothing(tmp_path: Path) ->
 def test_documents_without_fields(tmp_path: Path) -> None:
     """A document with no field (or only nulls) is an empty struct in the translog and {} when read back."""
     url = f"file://{tmp_path / 'remote'}"
-    cluster = Cluster(store=url, data_dir=str(tmp_path / "a"), nodes=1)
+    cluster = Cluster(store=url, data_dir=str(tmp_path / "a"), nodes=1, **SMALL)
     try:
         cluster.create_index("docs", shards=1, replicas=0, source="synthetic")
         assert not cluster.bulk("docs", [{"_id": "a"}, {"_id": "b", "v": None}]).errors
@@ -117,3 +115,26 @@ def test_documents_without_fields(tmp_path: Path) -> None:
     finally:
         cluster.close()
     assert set(_restored_ids(url, tmp_path / "b")) == {"a", "b", "c", "d"}
+
+
+def test_a_bad_index_buffer_size_is_refused(tmp_path: Path) -> None:
+    for bad in (0, -5, 1.5, True, "32MB"):
+        with pytest.raises(InvalidRequest, match="index_buffer_bytes must be an int >= 1"):
+            Cluster(store=f"file://{tmp_path / 'remote'}", data_dir=str(tmp_path / "a"), nodes=1,
+                    index_buffer_bytes=bad)
+
+
+def test_a_table_bulk_that_needs_the_json_parse_on_a_synthetic_index(tmp_path: Path) -> None:
+    """A struct column, or a value that does not fit its mapped type, takes the JSON path: it must work (review)."""
+    cluster = Cluster(store=f"file://{tmp_path / 'remote'}", data_dir=str(tmp_path / "a"), nodes=1)
+    try:
+        cluster.create_index("docs", shards=1, replicas=0, source="synthetic")
+        assert not cluster.bulk("docs", [{"_id": "a", "n": 1}]).errors
+        nested = pa.table({"_id": ["s1"], "obj": pa.array([{"p": 1}], pa.struct([("p", pa.int64())]))})
+        assert not cluster.bulk("docs", nested).errors
+        assert cluster.get("docs", "s1")["_source"] == {"obj": {"p": 1}}
+        clash = cluster.bulk("docs", pa.table({"_id": ["b", "c"], "n": ["x", "y"]}))
+        assert clash.acknowledged == [] and all("n" in e for e in clash.items.column("error").to_pylist())
+        assert cluster.get("docs", "b") is None
+    finally:
+        cluster.close()

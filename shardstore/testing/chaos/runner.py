@@ -36,7 +36,7 @@ from typing import Any
 from shardstore.blobstores import open_store
 from shardstore.blobstores.errors import Throttled, TransientError
 from shardstore.errors import ShardstoreError
-from shardstore.segments import directory as directory_module
+from shardstore.segments.directory import INDEX_BUFFER_BYTES
 from shardstore.testing.chaos.model import ClientModel, Violation
 from shardstore.testing.chaos.schedule import DATA_NODES, MANAGERS, Step, draw_schedule
 from shardstore.testing.disk import DiskFaults
@@ -48,7 +48,7 @@ INDEX = "docs"
 SETTLE_TIMEOUT = 60.0
 #: a step slower than this is counted as a stall (a timeout waited out somewhere)
 SLOW_STEP = 10.0
-#: The indexing buffer of odd seeds' schedules: bulks of a few documents fill it (see Simulation).
+#: The indexing buffer of half the schedules: bulks of a few documents fill it (see Simulation).
 SMALL_INDEX_BUFFER = 1024
 
 
@@ -104,11 +104,10 @@ class Simulation:
     def __init__(self, seed: int, workdir: Path, store_kind: str = "file", source: str = "stored") -> None:
         self.seed = seed
         self.source = source  # the index's source option: "synthetic" logs typed fields, no JSON
-        # odd seeds shrink the indexing buffer so that bulks refresh while their translog upload is in
-        # flight (engine/shard.py _log_remote): the overlap meets the store and disk faults too
-        self._index_buffer = directory_module.INDEX_BUFFER_BYTES
-        if seed % 2:
-            directory_module.INDEX_BUFFER_BYTES = SMALL_INDEX_BUFFER
+        # half the seeds (a bit of its own, not the store's nor the source's) shrink the indexing buffer so
+        # that bulks refresh while their translog upload is in flight (engine/shard.py _log_remote): the
+        # overlap meets the store and disk faults too, on both stores and both source options
+        self.index_buffer_bytes = SMALL_INDEX_BUFFER if (seed // 4) % 2 else INDEX_BUFFER_BYTES
         self.workdir = Path(workdir)
         if store_kind == "file":
             url = f"file://{self.workdir / 'remote'}?fsync=false"
@@ -123,7 +122,6 @@ class Simulation:
         try:
             self._start()
         except BaseException:
-            directory_module.INDEX_BUFFER_BYTES = self._index_buffer
             self.disk.__exit__(None, None, None)
             raise
 
@@ -149,8 +147,9 @@ class Simulation:
 
         if restore:
             return Cluster.restore(store=self.store, data_dir=self._data_dir(), nodes=len(DATA_NODES),
-                                   recovery_delay=0.05)
-        return Cluster(store=self.store, data_dir=self._data_dir(), nodes=len(DATA_NODES), recovery_delay=0.05)
+                                   recovery_delay=0.05, index_buffer_bytes=self.index_buffer_bytes)
+        return Cluster(store=self.store, data_dir=self._data_dir(), nodes=len(DATA_NODES), recovery_delay=0.05,
+                       index_buffer_bytes=self.index_buffer_bytes)
 
     def _error(self, step: Step, exc: BaseException) -> None:
         name = type(exc).__name__
@@ -479,7 +478,6 @@ class Simulation:
 
     def close(self) -> None:
         """Stop the cluster (the store and data directories stay for inspection)."""
-        directory_module.INDEX_BUFFER_BYTES = self._index_buffer
         self.disk.__exit__(None, None, None)
         while self._crashes:
             self._crashes.pop().join()
