@@ -241,9 +241,34 @@ def _looks_valid(s: Summary, current_term: int, max_source_bytes: int) -> bool:
         return False  # an index operation may lack both: the full pass names it
     if s.id_bytes[0] < 1 or s.id_bytes[1] > MAX_ID_BYTES:
         return False
+    if s.typed and not _typed_within(s.batch, max_source_bytes):
+        return False
     if s.source_bytes_max <= max_source_bytes:
         return True
     return pc.max(pc.binary_length(s.batch.column(_COL["source"]))).as_py() <= max_source_bytes
+
+
+def _text_members(batch: pa.RecordBatch) -> list[pa.Array]:
+    """The string and binary members of a typed batch's ``fields`` (the values that can make a document big)."""
+    struct = batch.column(FIELDS_COLUMN)
+    return [struct.field(i) for i, f in enumerate(struct.type)
+            if pa.types.is_string(f.type) or pa.types.is_binary(f.type)]
+
+
+def _typed_text_bytes(batch: pa.RecordBatch) -> pa.Array:
+    """Per operation, the bytes of its typed document's string values (what stands for its source size)."""
+    total = pa.repeat(pa.scalar(0, pa.int64()), batch.num_rows)
+    for member in _text_members(batch):
+        total = pc.add(total, pc.fill_null(pc.binary_length(member).cast(pa.int64()), 0))
+    return total
+
+
+def _typed_within(batch: pa.RecordBatch, max_source_bytes: int) -> bool:
+    """Whether every typed document's string values fit in ``max_source_bytes`` (an O(columns) bound first)."""
+    members = _text_members(batch)
+    if sum(_binary_total(m) for m in members) <= max_source_bytes:
+        return True
+    return pc.max(_typed_text_bytes(batch)).as_py() <= max_source_bytes
 
 
 def _name_first_bad_row(batch: pa.RecordBatch, current_term: int, max_source_bytes: int) -> None:
@@ -251,8 +276,9 @@ def _name_first_bad_row(batch: pa.RecordBatch, current_term: int, max_source_byt
     op = batch.column("op_type")
     ids = batch.column("id")
     needs_id = pc.not_equal(op, OpType.NO_OP)
-    no_fields = (pc.is_null(batch.column(FIELDS_COLUMN)) if FIELDS_COLUMN in batch.schema.names
-                 else pa.repeat(pa.scalar(True), batch.num_rows))
+    typed = FIELDS_COLUMN in batch.schema.names
+    no_fields = pc.is_null(batch.column(FIELDS_COLUMN)) if typed else pa.repeat(pa.scalar(True), batch.num_rows)
+    typed_bytes = _typed_text_bytes(batch) if typed else pa.repeat(pa.scalar(0, pa.int64()), batch.num_rows)
     checks = [
         (pc.invert(pc.is_in(op, pa.array([t.value for t in OpType], pa.int8()))), "unknown operation type"),
         (pc.is_null(batch.column("seq_no")), "no sequence number"),
@@ -266,6 +292,7 @@ def _name_first_bad_row(batch: pa.RecordBatch, current_term: int, max_source_byt
          "index operation without source or fields"),
         (pc.greater(pc.binary_length(batch.column("source")), max_source_bytes),
          f"source larger than {max_source_bytes} bytes"),
+        (pc.greater(typed_bytes, max_source_bytes), f"typed fields larger than {max_source_bytes} bytes"),
     ]
     worst: tuple[int, str] | None = None
     for mask, reason in checks:

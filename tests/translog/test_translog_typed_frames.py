@@ -165,3 +165,16 @@ def test_large_batches_are_compressed_small_ones_are_not(tmp_path: Path) -> None
     assert back.num_rows == n + 100 + 30_000
     assert back.column("source").to_pylist()[:n] == [body] * n
     assert fields_of(back).column("n").to_pylist()[n + 100:] == list(range(n + 100, n + 30_100))
+
+
+def test_a_typed_document_larger_than_the_source_limit_is_refused(tmp_path: Path) -> None:
+    """The source size limit holds for typed documents too: their string values count (review finding)."""
+    base = unstamped_batch([OpType.INDEX] * 3, ["a", "b", "c"], [1] * 3, [None] * 3)
+    fields = pa.table({"k": pa.array(["x" * 10, "y" * 3000, None]), "m": pa.array(["z" * 10, "w" * 3000, "v"])})
+    with LocalTranslog(str(tmp_path), primary_term=1, max_source_bytes=5000) as log:
+        with pytest.raises(InvalidOperation, match="typed fields larger than 5000 bytes") as exc:
+            log.add(stamp(with_fields(base, fields), 0, 1))
+        assert exc.value.doc_id == "b"
+        log.add(stamp(with_fields(base, fields.slice(0, 1).append_column("n", pa.array([1])).select(["k", "n"])
+                                  .take([0, 0, 0])), 0, 1))  # within the limit: written
+        assert sum(b.num_rows for b in log.read_operations(0)) == 3
