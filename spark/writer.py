@@ -141,7 +141,7 @@ def make_writer(options: dict[str, str], schema: Any, overwrite: bool) -> Shards
     with ThreadPoolExecutor(max_workers=min(8, loc.shards)) as pool:
         plans = list(pool.map(lambda s: claim_shard(store, loc.address(s), loc.primary_terms[s], job, loc.mappings),
                               range(loc.shards)))
-    return ShardstoreArrowWriter(options, job, plans)
+    return ShardstoreArrowWriter(options, job, plans, source=loc.source)
 
 
 def claim_shard(store: BlobStore, address: ShardAddress, state_term: int, job: str, mapping: dict) -> ShardPlan:
@@ -225,11 +225,13 @@ def ledger_end(store: BlobStore, plan: ShardPlan) -> int:
 class ShardstoreArrowWriter(DataSourceArrowWriter):
     """Writes Arrow batches as per-shard segments (tasks) and commits them once per shard (driver)."""
 
-    def __init__(self, options: dict[str, str], job: str, plans: list[ShardPlan]) -> None:
-        """Hold the options (the store is reopened in each task), the job id and the shards' plans."""
+    def __init__(self, options: dict[str, str], job: str, plans: list[ShardPlan], source: str = "stored") -> None:
+        """Hold the options (the store is reopened in each task), the job id, the shards' plans and the source mode."""
         self.options = dict(options)
         self.job = job
         self.plans = plans
+        #: the index's source option: "synthetic" segments keep no JSON _source (the JSON only feeds the typing)
+        self.source = source
 
     # -- tasks ------------------------------------------------------------------------------
 
@@ -282,6 +284,8 @@ class ShardstoreArrowWriter(DataSourceArrowWriter):
         n = len(ids)
         self._check_open(store, plan)  # an aborted job's late task uploads nothing
         start = reserve_seq_nos(store, plan, n, attempt)  # (the ledger is deleted whole by commit/abort)
+        if getattr(self, "source", "stored") == "synthetic":
+            sources = pa.nulls(n, pa.binary())  # as the engine and the fast path write a synthetic index
         doc = pa.table([ids, pa.array(np.arange(start, start + n, dtype=np.int64)),
                         pa.array(np.full(n, plan.term, dtype=np.int64)), versions, sources] + list(fields.columns),
                        names=["_id", "_seq_no", "_primary_term", "_version", "_source"] + fields.column_names)

@@ -68,3 +68,26 @@ def test_the_changes_feed_rebuilds_each_document(spark, two_indices) -> None:
     assert sum(f[2] == "delete" for f in feeds["synth"]) == 1
     assert all(f[4] is not None for f in feeds["synth"] if f[2] == "index")
 
+
+
+def test_the_python_sink_writes_no_json_into_a_synthetic_index(spark, tmp_path: Path) -> None:
+    """fastPath=false (the Python sink, e.g. on remote executors): the segments keep a null _source, get rebuilds it."""
+    from shardstore.engine.cluster import Cluster as _Cluster
+
+    url = f"file://{tmp_path / 'remote'}"
+    cluster = _Cluster(store=url, data_dir=str(tmp_path / "a"), nodes=1)
+    try:
+        cluster.create_index("synth", shards=2, replicas=0, source="synthetic")
+    finally:
+        cluster.close()
+    df = spark.createDataFrame([(f"p{i}", i, f"s{i % 3}") for i in range(50)], "_id string, n long, s string")
+    (df.write.format("shardstore").option("store", url).option("index", "synth").option("fastPath", "false")
+     .mode("append").save())
+    rows = (spark.read.format("shardstore-arrow").option("store", url).option("index", "synth")
+            .option("includeSource", "true").load().collect())
+    assert len(rows) == 50 and all(r["_source"] is None for r in rows)
+    restored = _Cluster.restore(store=url, data_dir=str(tmp_path / "b"), nodes=1)
+    try:
+        assert restored.get("synth", "p7")["_source"] == {"n": 7, "s": "s1"}
+    finally:
+        restored.close()
