@@ -110,6 +110,7 @@ import pyarrow.ipc as ipc
 from shardstore.core.ops import FIELDS_COLUMN
 from shardstore.core.ops import NO_OPS as NO_OPS_PERFORMED
 from shardstore.translog.errors import TranslogCorruptedError
+from shardstore.translog.operations import SCHEMA
 from shardstore.translog.records import Checksum, check_framing, check_version, checksum_for, crc32c, zlib_crc32
 
 FORMAT_VERSION = 3
@@ -400,7 +401,8 @@ def _decode_schema(payload: memoryview | bytes) -> pa.Schema | str:
         return f"undecodable schema: {exc}"
 
 
-def _decode_payload(payload: memoryview | bytes, count: int, schema: pa.Schema | None) -> pa.RecordBatch | str:
+def _decode_payload(payload: memoryview | bytes, count: int, schema: pa.Schema | None,
+                    typed: bool = False) -> pa.RecordBatch | str:
     """The one batch of a payload, or the reason it is not the batch its frame header describes.
 
     ``schema`` None means a whole IPC stream (a version 1 ``FR`` or a typed ``FT`` payload).  The row count is
@@ -423,7 +425,15 @@ def _decode_payload(payload: memoryview | bytes, count: int, schema: pa.Schema |
         return f"undecodable payload: {exc}"
     if batch.num_rows != count:
         return f"payload holds {batch.num_rows} operations, frame header says {count}"
+    if typed and not _typed_operations(batch.schema):
+        return f"typed frame holds no typed operations (schema {batch.schema.names})"
     return batch
+
+
+def _typed_operations(schema: pa.Schema) -> bool:
+    """Whether ``schema`` is the operation schema plus a last ``fields`` struct column (what an FT frame holds)."""
+    return (len(schema) == len(SCHEMA) + 1 and schema.names[:-1] == SCHEMA.names
+            and schema.names[-1] == FIELDS_COLUMN and pa.types.is_struct(schema.field(FIELDS_COLUMN).type))
 
 
 class _Reader:
@@ -499,16 +509,27 @@ class _Parser:
             self.schema = schema
             return _SchemaFrame(offset + FRAME_HEADER_SIZE + size, schema)
         schema = None  # FR and FT frames carry their own schema
+        if magic == TYPED_MAGIC:
+            version = self._file_version()
+            if version is not None and version < TYPED_FRAMES_VERSION:
+                return f"version {TYPED_FRAMES_VERSION} frame (FT) in a version {version} file"
         if magic == BATCH_MAGIC:
             schema = self.schema if self.schema is not None else self._leading_schema()
             if schema is None:
                 return "batch frame without a schema frame before it"
         decoded = None
         if self.decode:
-            decoded = _decode_payload(payload, count, schema)
+            decoded = _decode_payload(payload, count, schema, typed=magic == TYPED_MAGIC)
             if isinstance(decoded, str):
                 return decoded
         return Frame(offset, FRAME_HEADER_SIZE + size, count, lo, hi, self.path, payload, decoded, schema, magic)
+
+    def _file_version(self) -> int | None:
+        """The format version in the generation header the source starts with, or None (no header there)."""
+        if bytes(self.reader.read(0, len(GENERATION_MAGIC))) != GENERATION_MAGIC:
+            return None
+        raw = bytes(self.reader.read(len(GENERATION_MAGIC), 2))
+        return int.from_bytes(raw, "little") if len(raw) == 2 else None
 
     def _leading_schema(self) -> pa.Schema | None:
         """The schema frame right after the header, if the source is a whole generation file."""

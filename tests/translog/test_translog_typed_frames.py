@@ -178,3 +178,29 @@ def test_a_typed_document_larger_than_the_source_limit_is_refused(tmp_path: Path
         log.add(stamp(with_fields(base, fields.slice(0, 1).append_column("n", pa.array([1])).select(["k", "n"])
                                   .take([0, 0, 0])), 0, 1))  # within the limit: written
         assert sum(b.num_rows for b in log.read_operations(0)) == 3
+
+
+def test_every_reader_refuses_a_typed_frame_in_a_version_2_file(tmp_path: Path) -> None:
+    """iter_frames (the remote translog's upload check and reads, the restore audit) applies the rule scan does."""
+    with LocalTranslog(str(tmp_path), primary_term=1) as log:
+        log.add(typed_ops(0, 3))
+    raw = bytearray((tmp_path / generation_file(1)).read_bytes())
+    struct.pack_into("<H", raw, 4, 2)
+    struct.pack_into("<I", raw, 40, fr.checksum_for(2)(bytes(raw[:40]), 0))
+    with pytest.raises(TranslogCorruptedError, match=r"version 3 frame \(FT\) in a version 2 file"):
+        list(fr.iter_frames(bytes(raw), fr.HEADER_SIZE, None, "gen-1.tlog", decode=True))
+
+
+def test_a_typed_frame_must_hold_typed_operations() -> None:
+    """An FT frame whose intact payload is some other stream (not operations + fields) is refused when decoded."""
+    other = pa.record_batch({"x": pa.array([1, 2])})
+    parts = fr.stream_payload_parts(other)
+    header = fr.frame_header(parts, 2, 0, 1, magic=fr.TYPED_MAGIC)
+    data = header + b"".join(p.to_pybytes() if isinstance(p, pa.Buffer) else bytes(p) for p in parts)
+    with pytest.raises(TranslogCorruptedError, match="typed frame holds no typed operations"):
+        list(fr.iter_frames(data, 0, None, "frame", decode=True))
+    ok = typed_ops(0, 2)
+    parts = fr.stream_payload_parts(ok)
+    data = fr.frame_header(parts, 2, 0, 1, magic=fr.TYPED_MAGIC) + b"".join(
+        p.to_pybytes() if isinstance(p, pa.Buffer) else bytes(p) for p in parts)
+    assert [f.batch().num_rows for f in fr.iter_frames(data, 0, None, "frame", decode=True)] == [2]
