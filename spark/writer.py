@@ -195,8 +195,8 @@ def fold_tail(store: BlobStore, address: ShardAddress, term: int, job: str, base
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def reserve_seq_nos(store: BlobStore, plan: ShardPlan, count: int, token: str) -> int:
-    """Reserve ``count`` consecutive seq#s in the job's ledger (``if_absent`` entries); returns the first."""
+def reserve_seq_nos(store: BlobStore, plan: ShardPlan, count: int, token: str) -> tuple[int, str]:
+    """Reserve ``count`` consecutive seq#s in the job's ledger (``if_absent`` entries); (the first, the entry's key)."""
     prefix = f"{plan.prefix}/{LEDGER}"
     while True:
         keys = sorted(b.key for b in store.list(prefix))
@@ -208,7 +208,7 @@ def reserve_seq_nos(store: BlobStore, plan: ShardPlan, count: int, token: str) -
         body = json.dumps({"start": start, "count": count, "attempt": token}).encode()
         try:
             store.put(f"{prefix}{k:010d}", body, if_absent=True, token=token)
-            return start
+            return start, f"{prefix}{k:010d}"
         except BlobAlreadyExists:
             continue  # another task took entry k: read it and take the next
 
@@ -283,7 +283,12 @@ class ShardstoreArrowWriter(DataSourceArrowWriter):
         versions, deletes = _versions_and_old_copies(store, plan, ids)
         n = len(ids)
         self._check_open(store, plan)  # an aborted job's late task uploads nothing
-        start = reserve_seq_nos(store, plan, n, attempt)  # (the ledger is deleted whole by commit/abort)
+        start, entry = reserve_seq_nos(store, plan, n, attempt)  # (the ledger is deleted whole by commit/abort)
+        try:  # closed meanwhile (the driver writes "closed" before it lists the ledger to delete it)
+            self._check_open(store, plan)
+        except ConcurrentShardWriter:
+            store.delete([entry])  # our entry may have come after that listing: ours to delete
+            raise
         if getattr(self, "source", "stored") == "synthetic":
             sources = pa.nulls(n, pa.binary())  # as the engine and the fast path write a synthetic index
         doc = pa.table([ids, pa.array(np.arange(start, start + n, dtype=np.int64)),

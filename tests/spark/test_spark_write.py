@@ -218,3 +218,29 @@ def test_a_retried_task_never_duplicates(spark, tmp_path: Path) -> None:
         assert {b.key for b in store.list(plan.prefix + "/data/")} <= named
     lost = {p.remote.key for p in first_attempt.parts}
     assert lost and not any(store.exists(k) for k in lost)
+
+
+def test_a_task_that_reserves_seq_nos_as_the_job_aborts_leaves_no_ledger_entry(spark, tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver's abort marks the job closed, then deletes the ledger it lists; a task that reserved its seq#s
+    between the two (found flaky under load: one ledger entry was left behind) deletes its own entry and stops.
+    The interleaving is forced by aborting the job just before the reservation (no scheduler does it on demand)."""
+    import shardstore.spark.writer as writer_module
+
+    url, cluster, _acked = _engine(tmp_path)
+    cluster.close()
+    store = open_store(url)
+    schema = spark.createDataFrame([("x", 1, "y")], "_id string, n long, name string").schema
+    job = make_writer({"store": url, "index": INDEX}, schema, False)
+    real = writer_module.reserve_seq_nos
+
+    def abort_then_reserve(store_, plan, count, token):
+        job.abort([])  # the driver gives up after the task's check: closed, the (empty) ledger listed and deleted
+        return real(store_, plan, count, token)  # ... and only then does the task's reservation land
+
+    monkeypatch.setattr(writer_module, "reserve_seq_nos", abort_then_reserve)
+    batch = pa.record_batch({"_id": ["a", "b", "c"], "n": [1, 2, 3], "name": ["p", "q", "r"]})
+    with pytest.raises(ConcurrentShardWriter, match="already committed or aborted"):
+        job.write(iter([batch]))
+    for plan in job.plans:
+        assert [b.key[len(plan.prefix) + 1:] for b in store.list(plan.prefix + "/spark/")] in ([], ["spark/closed"])
