@@ -165,15 +165,14 @@ class DocumentsMixin:
         meta = self._meta(index)
         if positions is None:
             positions = pa.array(range(ops.num_rows), pa.int64())
+        shards = shard_ids(ops.column("id"), meta.shards)
         subs = []
-        if meta.shards == 1:  # one shard: no routing, no split (the door already refused null and empty ids)
-            subs.append((0, ops, positions, fields))
-        else:
-            shards = shard_ids(ops.column("id"), meta.shards)
-            for s in range(meta.shards):
-                idx = pc.indices_nonzero(pc.equal(shards, s))
-                if len(idx):
-                    subs.append((s, ops.take(idx), positions.take(idx), None if fields is None else fields.take(idx)))
+        for s in range(meta.shards):
+            idx = pc.indices_nonzero(pc.equal(shards, s))
+            if len(idx) == ops.num_rows:  # every row on this shard (one shard, or a small bulk): no copies
+                subs.append((s, ops, positions, fields))
+            elif len(idx):
+                subs.append((s, ops.take(idx), positions.take(idx), None if fields is None else fields.take(idx)))
         # Shards are written in parallel.  Lock order: a shard lock, then the cluster lock
         # (briefly, to fail a replica); the cluster manager never takes a shard lock while it
         # holds the cluster lock (failover promotes, recoveries run on the allocation worker).

@@ -82,8 +82,8 @@ def _utf16le(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return data, before[offsets] * 2
 
 
-def murmur3_hashes(ids: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """Elasticsearch's ``Murmur3HashFunction.hash`` of each id (int32); InvalidRequest on a null id."""
+def _check_ids(ids: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """``ids`` as one string array; InvalidRequest for ids that are not strings or are null."""
     if isinstance(ids, pa.ChunkedArray):
         ids = ids.combine_chunks() if ids.num_chunks != 1 else ids.chunk(0)
     if not isinstance(ids, pa.Array):
@@ -96,6 +96,12 @@ def murmur3_hashes(ids: pa.Array | pa.ChunkedArray) -> pa.Array:
     if ids.null_count:
         first = int(np.flatnonzero(~np.asarray(ids.is_valid()))[0])
         raise InvalidRequest(f"document {first} has a null id")
+    return ids
+
+
+def murmur3_hashes(ids: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """Elasticsearch's ``Murmur3HashFunction.hash`` of each id (int32); InvalidRequest on a null id."""
+    ids = _check_ids(ids)
     data, offsets = _utf16le(ids)
     n = len(ids)
     blobs = pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
@@ -108,6 +114,9 @@ def shard_ids(
 ) -> pa.Array:
     """The shard of each id (int32), equal to :func:`shard_id` row by row."""
     modulus, divisor = _factor(num_shards, routing_num_shards)
+    if modulus == 1:  # every id routes to shard 0: check the ids as the hash would, hash nothing
+        _check_ids(ids)
+        return pa.array(np.zeros(len(ids), dtype=np.int32))
     hashes = murmur3_hashes(ids).to_numpy(zero_copy_only=False).astype(np.int64)
     return pa.array((np.mod(hashes, modulus) // divisor).astype(np.int32), type=pa.int32())
 

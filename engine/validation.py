@@ -197,12 +197,15 @@ class CheckedDocs:
         return CheckedDocs(self.ids.take(keep), sources, self.positions.take(keep), rejected, self.total, None)
 
     def json_sources(self) -> pa.Array:
-        """The accepted items' JSON sources (built from the caller's table when they were not built yet)."""
-        if self.sources is None:
-            assert self.table is not None, "a bulk without sources keeps its table"
-            object.__setattr__(self, "sources", _table_sources(self.table, self.ids))  # built once (frozen otherwise)
-        assert self.sources is not None
-        return self.sources
+        """The accepted items' JSON sources (built from the caller's table when the bulk did not ask for them).
+
+        Built at most once per bulk either way: a stored-source bulk builds them at the door,
+        and a synthetic-source one only when its field parse falls back to the JSON path.
+        """
+        if self.sources is not None:
+            return self.sources
+        assert self.table is not None, "a bulk without sources keeps its table"
+        return _table_sources(self.table, self.ids)
 
 
 class _Bad(Exception):

@@ -32,12 +32,12 @@ import pyarrow.compute as pc
 from shardstore.core.ops import FIELDS_COLUMN, fields_of
 from shardstore.segments.errors import MappingConflict
 from shardstore.segments.mapping import FieldType, Mapping, parse_sources, sources_from_table
+from shardstore.segments.segment import BASE_SCHEMA
 
 __all__ = ["SOURCE_MODES", "conform_fields", "field_type_of", "fill_sources", "index_op_fields", "op_sources",
            "synthesize_sources"]
 
-#: The columns every segment row has besides its fields (segments.segment.BASE_SCHEMA's names).
-_BASE = ("_id", "_seq_no", "_primary_term", "_version", "_source")
+
 
 #: The values of an index's ``source`` option: ``stored`` keeps the JSON document, ``synthetic`` rebuilds it.
 SOURCE_MODES = ("stored", "synthetic")
@@ -125,7 +125,7 @@ def fill_sources(rows: pa.Table) -> pa.Table:
     src = rows.column("_source")
     if src.null_count == 0:
         return rows
-    fields = rows.drop_columns([c for c in rows.column_names if c in _BASE])
+    fields = rows.drop_columns([c for c in rows.column_names if c in BASE_SCHEMA.names])
     rebuilt = pc.coalesce(src, synthesize_sources(fields, rows.num_rows))
     return rows.set_column(rows.schema.get_field_index("_source"), "_source", rebuilt)
 

@@ -44,9 +44,8 @@ from shardstore.core.address import ShardAddress
 from shardstore.core.ops import OP_NAMES, OpType
 from shardstore.errors import InvalidError
 from shardstore.segments.errors import CommitNotFound
-from shardstore.segments.mapping import Mapping
 from shardstore.segments.read_plan import CommitPlan
-from shardstore.segments.remote_metadata import RemoteCommitMetadata
+from shardstore.segments.reader import ShardCommitReader
 from shardstore.segments.remote_store import iter_commits, latest_commit, list_terms
 from shardstore.segments.segment import BASE_SCHEMA
 from shardstore.segments.synthetic import fill_sources, op_sources
@@ -76,6 +75,7 @@ class ShardRange(InputPartition):
     address: ShardAddress
     from_seq_no: int
     to_seq_no: int | None
+    synthetic: bool = False  # a synthetic-source index: segment rows' _source is rebuilt from their fields
 
 
 def _int_option(options: dict[str, str], *names: str, default: int | None) -> int | None:
@@ -90,8 +90,11 @@ def _int_option(options: dict[str, str], *names: str, default: int | None) -> in
 
 
 def shard_operations(store: BlobStore, address: ShardAddress, shard: int, from_seq_no: int,
-                     to_seq_no: int | None = None) -> pa.Table:
-    """The shard's operations with seq# in ``[from_seq_no, to_seq_no]`` (translog, then segments), seq# order."""
+                     to_seq_no: int | None = None, *, synthetic: bool = False) -> pa.Table:
+    """The shard's operations with seq# in ``[from_seq_no, to_seq_no]`` (translog, then segments), seq# order.
+
+    ``synthetic``: the index keeps no JSON ``_source``; segment rows are read with their fields, which rebuild it.
+    """
     top = _TOP if to_seq_no is None else to_seq_no
     prefixes = [address.translog_prefix(t) for t in list_terms(store, address)]
     ops = [b for b in RemoteTranslog.read_operations(store, prefixes, from_seq_no, to_seq_no) if b.num_rows]
@@ -113,10 +116,12 @@ def shard_operations(store: BlobStore, address: ShardAddress, shard: int, from_s
         tasks = CommitPlan(shard, md).tasks(keep=lambda info: info.max_seq_no >= from_seq_no
                                             and info.min_seq_no <= top)
         flt = (pc.field("_seq_no") >= from_seq_no) & (pc.field("_seq_no") <= top)
-        got = [b for t in tasks for b in t.read(store, _SEGMENT_COLUMNS, flt) if b.num_rows]
-        if any(b.column("_source").null_count for b in got):  # a synthetic-source index: rebuild from the fields
+        if synthetic:  # each segment read once, with its fields, which rebuild _source
+            full = ShardCommitReader(store, md).schema()
             got = [fill_sources(pa.Table.from_batches([b])).select(_SEGMENT_COLUMNS.names).to_batches()[0]
-                   for t in tasks for b in t.read(store, _full_schema(md), flt) if b.num_rows]
+                   for t in tasks for b in t.read(store, full, flt) if b.num_rows]
+        else:
+            got = [b for t in tasks for b in t.read(store, _SEGMENT_COLUMNS, flt) if b.num_rows]
         if got:
             d = pa.Table.from_batches(got)
             parts.append(pa.table({
@@ -136,11 +141,6 @@ def shard_operations(store: BlobStore, address: ShardAddress, shard: int, from_s
     first = pa.concat_arrays([pa.array([True]), pc.not_equal(seq.slice(1), seq.slice(0, n - 1))]) if n else seq
     allops = allops.filter(first).drop_columns(["_rank"])
     return allops.append_column("shard", pa.array(np.full(allops.num_rows, shard, dtype=np.int32))).cast(SCHEMA)
-
-
-def _full_schema(md: RemoteCommitMetadata) -> pa.Schema:
-    """Every column of the commit's segments: the base columns and the mapped fields."""
-    return pa.schema(list(_SEGMENT_COLUMNS) + list(Mapping.from_dict(md.commit.mapping).arrow_schema()))
 
 
 def shard_checkpoint(store: BlobStore, address: ShardAddress) -> int:
@@ -190,13 +190,14 @@ class ShardstoreChangesReader(DataSourceReader):
         """One range per shard of the index."""
         store = open_from_options(self.options)
         loc = resolve_index(store, _index(self.options))
-        return [ShardRange(s, loc.address(s), self.from_seq_no, self.to_seq_no) for s in range(loc.shards)]
+        return [ShardRange(s, loc.address(s), self.from_seq_no, self.to_seq_no, loc.source == "synthetic")
+                for s in range(loc.shards)]
 
     def read(self, partition: ShardRange) -> Iterator[pa.RecordBatch]:
         """The shard's operations in the range as Arrow batches."""
         store = open_from_options(self.options)
         yield from _to_batches(shard_operations(store, partition.address, partition.shard, partition.from_seq_no,
-                                                partition.to_seq_no))
+                                                partition.to_seq_no, synthetic=partition.synthetic))
 
 
 class ShardstoreChangesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -250,14 +251,14 @@ class ShardstoreChangesStreamReader(DataSourceStreamReader, SupportsTriggerAvail
     def partitions(self, start: dict, end: dict) -> list[ShardRange]:
         """One range ``(start, end]`` per shard that moved."""
         loc = self._location()
-        return [ShardRange(int(k), loc.address(int(k)), int(start.get(k, -1)) + 1, int(v))
+        return [ShardRange(int(k), loc.address(int(k)), int(start.get(k, -1)) + 1, int(v), loc.source == "synthetic")
                 for k, v in sorted(end.items(), key=lambda kv: int(kv[0])) if int(v) > int(start.get(k, -1))]
 
     def read(self, partition: ShardRange) -> Iterator[pa.RecordBatch]:
         """The shard's operations in the range."""
         store = open_from_options(self.options)
         yield from _to_batches(shard_operations(store, partition.address, partition.shard, partition.from_seq_no,
-                                                partition.to_seq_no))
+                                                partition.to_seq_no, synthetic=partition.synthetic))
 
     def commit(self, end: dict) -> None:
         """Nothing to release: the store keeps no per-consumer state."""

@@ -101,13 +101,6 @@ def stamp(batch: pa.RecordBatch, first_seq_no: int, primary_term: int) -> pa.Rec
     return stamped
 
 
-def without_fields(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """``batch`` with only the operation columns (:data:`SCHEMA`)."""
-    if FIELDS_COLUMN not in batch.schema.names:
-        return batch
-    return batch.drop_columns([FIELDS_COLUMN])
-
-
 def _first(mask: pa.Array) -> int:
     """Index of the first true value of a boolean mask (nulls count as false), or -1."""
     return pc.index(pc.fill_null(mask, False), True).as_py()

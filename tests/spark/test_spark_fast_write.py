@@ -65,6 +65,15 @@ def test_jvm_routing_equals_the_engine(spark) -> None:
     assert len(set(shard_ids(pa.array(ids, pa.string()), 7).to_pylist())) == 7
 
 
+def _empty_index(url: str, tmp_path: Path, shards: int, source: str = "stored") -> None:
+    """Create the index (no documents) with a one-node cluster that is closed again."""
+    cluster = Cluster(store=url, data_dir=str(tmp_path / "a"), nodes=1, recovery_delay=0.05)
+    try:
+        cluster.create_index(INDEX, shards=shards, replicas=0, source=source)
+    finally:
+        cluster.close()
+
+
 def _rows(prefix: str, n: int, start: int = 0) -> list[tuple]:
     base = dt.datetime(2024, 5, 1, 12, 0, 0, 123000, tzinfo=dt.timezone.utc)
     return [(f"{prefix}{i}", i, f"name {i} ü\"q\"", i / 4 if i % 9 else float("nan"), i % 2 == 0,
@@ -156,9 +165,7 @@ def test_round_trip_through_engine_and_spark_reader(spark, tmp_path: Path) -> No
 
 def test_second_append_updates_versions_and_seq_nos(spark, tmp_path: Path) -> None:
     url = f"file://{tmp_path / 'remote'}"
-    cluster = Cluster(store=url, data_dir=str(tmp_path / "a"), nodes=1, recovery_delay=0.05)
-    cluster.create_index(INDEX, shards=2, replicas=0)
-    cluster.close()
+    _empty_index(url, tmp_path, shards=2)
     _fast_write(spark, url, _rows("u", 100))
     first = {r["_id"]: r for r in _live_docs(url).to_pylist()}
     # 30 ids updated (10 of them twice: in both tasks), 10 new
@@ -267,9 +274,7 @@ def test_python_sink_still_writes_when_asked_or_when_the_fast_path_declines(spar
 
 def test_auto_takes_the_fast_path_for_a_synthetic_source_index(spark, tmp_path: Path) -> None:
     url = f"file://{tmp_path / 'remote'}"
-    cluster = Cluster(store=url, data_dir=str(tmp_path / "a"), nodes=1, recovery_delay=0.05)
-    cluster.create_index(INDEX, shards=2, replicas=0, source="synthetic")
-    cluster.close()
+    _empty_index(url, tmp_path, shards=2, source="synthetic")
     _fast_write(spark, url, _rows("y", 60), fastPath="auto")
     written = _spark_segments(url)
     assert written
@@ -325,9 +330,7 @@ def test_fast_path_on_every_cloud_store(spark, store_factory, tmp_path: Path) ->
 def test_an_update_when_some_shards_have_no_commit_yet(spark, tmp_path: Path) -> None:
     """Base versions come from the commits the claim found: a shard nothing was ever written to has none."""
     url = f"file://{tmp_path / 'remote'}"
-    cluster = Cluster(store=url, data_dir=str(tmp_path / "a"), nodes=1, recovery_delay=0.05)
-    cluster.create_index(INDEX, shards=5, replicas=0)
-    cluster.close()
+    _empty_index(url, tmp_path, shards=5)
     _fast_write(spark, url, _rows("one", 1))
     store = open_store(url)
     loc = resolve_index(store, INDEX)
