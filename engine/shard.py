@@ -61,7 +61,7 @@ from shardstore.segments.remote_store import (
     list_terms,
     restore,
 )
-from shardstore.segments.versions import next_versions
+from shardstore.segments.versions import id_order, next_versions
 from shardstore.translog.errors import TranslogCorruptedError
 from shardstore.translog.local import LocalTranslog
 from shardstore.translog.operations import SCHEMA, OpType, stamp, unstamped_batch
@@ -131,6 +131,7 @@ class ShardCopy:
         #: what a restore from the store could not bring back (recover_from_remote), or None
         self.restore_loss: ShardLoss | None = None
         self._upload_lock = threading.Lock()  # one remote segment upload at a time (flush or background)
+        self._ahead: threading.Thread | None = None  # segments uploaded ahead of the commit (_upload_ahead)
         self._closing = threading.Event()
         self._background: threading.Thread | None = None
         self._holds: dict[int, int] = {}  # peer recoveries: token -> first seq# they still need from the translog
@@ -242,13 +243,15 @@ class ShardCopy:
                 prepared = Prepared(ops.num_rows, fields, mapping)  # every op is an index op of the bulk
             else:
                 prepared = self.directory.prepare(ops)  # a rejected batch consumes no seq#
-            ops = self._with_versions(ops, expect)
+            order = id_order(ops.column("id").fill_null(""))  # sorted once: the versions and the refresh use it
+            ops = self._with_versions(ops, expect, order)
             first = self.tracker.generate_seq_nos(ops.num_rows)
             stamped = stamp(ops, first, self.primary_term)
-            self._apply_stamped(stamped, prepared=prepared)
+            self._apply_stamped(stamped, prepared=prepared, order=order)
         return stamped
 
-    def _with_versions(self, ops: pa.RecordBatch, expect: Expectation | None) -> pa.RecordBatch:
+    def _with_versions(self, ops: pa.RecordBatch, expect: Expectation | None,
+                       order: pa.Array | None = None) -> pa.RecordBatch:
         """``ops`` with each index/delete's version set to the id's current version + 1 (+1 per earlier op on it)."""
         ids = ops.column("id")
         current = self.directory.current_versions(ids.fill_null(""))
@@ -258,7 +261,7 @@ class ShardCopy:
             row = current.slice(pos, 1).to_pylist()[0] if pos >= 0 else {"_seq_no": None, "_primary_term": None}
             if (row["_seq_no"], row["_primary_term"]) != (if_seq_no, if_term):
                 raise VersionConflict(doc_id, if_seq_no, if_term, row["_seq_no"], row["_primary_term"])
-        versions = next_versions(ids.fill_null(""), current.column("_version"))
+        versions = next_versions(ids.fill_null(""), current.column("_version"), order)
         op_type = ops.column("op_type")
         if pc.any(pc.equal(op_type, int(OpType.NO_OP))).as_py():
             versions = pc.if_else(pc.equal(op_type, int(OpType.NO_OP)), pa.nulls(len(versions), pa.int64()), versions)
@@ -281,10 +284,11 @@ class ShardCopy:
             return self.local_checkpoint
 
     def _apply_stamped(self, stamped: pa.RecordBatch, *, log_it: bool = True, prepared=None,
-                       history: bool = False) -> None:
+                       history: bool = False, order: pa.Array | None = None) -> None:
         if stamped.num_rows == 0:
             return
-        self.directory.apply(stamped, prepared)  # mapping conflicts refuse the batch before anything is logged
+        # mapping conflicts refuse the batch before anything is logged
+        self.directory.apply(stamped, prepared, id_order=order)
         if log_it:
             if self.remote_translog is not None:
                 self._log_remote(stamped, history)  # returns once the upload covering it landed
@@ -316,7 +320,7 @@ class ShardCopy:
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="translog-upload") as pool:
             upload = pool.submit(self.remote_translog.add, stamped, history=history)
             try:
-                self.directory.refresh()
+                self._upload_ahead(self.directory.refresh().segments)
             except OSError:  # the local disk: this copy is failed (_local_disk); not acknowledged either way
                 try:
                     upload.result()
@@ -327,6 +331,38 @@ class ShardCopy:
                 log.exception("%s: a refresh during the translog upload failed; the documents stay buffered",
                               self.path)
             upload.result()
+
+    def _upload_ahead(self, names: tuple[str, ...]) -> None:
+        """Upload the segments a full indexing buffer's refresh just wrote, on a background thread.
+
+        OpenSearch uploads segments after every refresh; here only these big refreshes do,
+        so the next flush (which joins this thread first) finds them sent and writes only
+        its commit (docs/design/segments.md, "Uploads ahead of the commit").  A failure is
+        logged: the flush uploads whatever is missing, so nothing depends on this upload.
+        """
+        remote = self.remote_segments
+        if remote is None or not names or self._closing.is_set():
+            return
+        files = {r.info.file_name: (r.info.size, r.info.checksum)
+                 for r, _live in self.directory.searchable_segments() if r.info.name in names}
+        self._join_upload_ahead()
+
+        def run() -> None:
+            with self._upload_lock:
+                try:
+                    remote.upload_ahead(self.directory.path, files, cancel=self._closing)
+                except Exception as exc:  # noqa: BLE001 - the next flush uploads what is missing
+                    log.info("%s: uploading %d new segments ahead of the commit failed (%s: %s); the flush "
+                             "uploads them", self.path, len(files), type(exc).__name__, exc)
+
+        self._ahead = threading.Thread(target=run, name=f"upload-ahead-{self.spec.shard}", daemon=True)
+        self._ahead.start()
+
+    def _join_upload_ahead(self, timeout: float | None = None) -> None:
+        """Wait for the upload started by :meth:`_upload_ahead`, if one runs."""
+        t = self._ahead
+        if t is not None:
+            t.join(timeout)
 
     def _check_not_fenced(self) -> None:
         """StalePrimary if a newer term claimed the shard: what we just logged is never acknowledged.
@@ -507,6 +543,7 @@ class ShardCopy:
     def flush(self) -> None:
         """Commit locally, upload the commit, then purge what the (remote) commit covers."""
         with self._lock, self._local_disk("flush"):
+            self._join_upload_ahead()  # none starts while we hold the lock; GC below never races one
             checkpoint = self.local_checkpoint
             self.translog.roll_generation()
             commit = self.directory.flush(
@@ -626,6 +663,7 @@ class ShardCopy:
         """Stop uploads and release files (what is not durable is lost, like a node stop)."""
         self._closing.set()
         self.wait_background_upload(timeout=30)  # it stops before its next file
+        self._join_upload_ahead(timeout=30)  # so does this one
         try:
             if self.remote_translog is not None:
                 self.remote_translog.close()

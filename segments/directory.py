@@ -67,7 +67,7 @@ from shardstore.segments.segment import (
     write_segment,
 )
 from shardstore.segments.synthetic import fill_sources, index_op_fields
-from shardstore.segments.versions import first_of_runs, latest_versions
+from shardstore.segments.versions import first_of_runs, latest_versions, strictly_ascending
 
 log = logging.getLogger(__name__)
 LOCK_FILE = "write.lock"
@@ -129,6 +129,9 @@ class _Buffer:
     docs: list[pa.Table] = field(default_factory=list)
     deletes: list[pa.Table] = field(default_factory=list)
     doc_bytes: int = 0  # Arrow bytes of ``docs``
+    #: per entry of ``docs``, the permutation sorting its ``_id`` column if the writer had it (a hint the
+    #: refresh checks before it trusts it), else None
+    orders: list[pa.Array | None] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return bool(self.docs or self.deletes)
@@ -238,12 +241,15 @@ class ShardDirectory:
                 fields, mapping = index_op_fields(idx, self.mapping, dynamic=self.dynamic)
         return Prepared(table.num_rows, fields, mapping)
 
-    def apply(self, ops: pa.RecordBatch | pa.Table, prepared: Prepared | None = None) -> int:
+    def apply(self, ops: pa.RecordBatch | pa.Table, prepared: Prepared | None = None, *,
+              id_order: pa.Array | None = None) -> int:
         """Buffer a batch of stamped translog operations (index, delete, no-op); returns how many were buffered.
 
         Index sources are parsed against the mapping first (or taken from ``prepared``):
         MappingConflict or InvalidDocument rejects the whole batch and nothing of it is
-        buffered.
+        buffered.  ``id_order``: the permutation sorting the batch's ids, if the caller
+        sorted them already (a primary does, for the versions); kept for the refresh when
+        every operation is an index operation.
         """
         table = ops if isinstance(ops, pa.Table) else pa.Table.from_batches([ops])
         if table.num_rows == 0:
@@ -264,6 +270,8 @@ class ShardDirectory:
                 )
                 self.mapping = self.mapping.with_fields(dict(prepared.mapping.items()))
                 self._buffer.docs.append(docs)
+                self._buffer.orders.append(id_order if id_order is not None and len(id_order) == docs.num_rows
+                                           and docs.num_rows == table.num_rows else None)
                 self._buffer.doc_bytes += docs.nbytes
             if dels.num_rows:
                 self._buffer.deletes.append(pa.table([dels.column("id"), dels.column("seq_no")], schema=_DELETES))
@@ -287,28 +295,13 @@ class ShardDirectory:
                        else _DELETES.empty_table())
             n_docs = docs.num_rows if docs is not None else 0
             # 1. per id, the newest operation wins (deletes and tombstones included)
-            ops = pa.table({
-                "_id": pa.concat_arrays([docs.column("_id").combine_chunks() if docs is not None else pa.array([], pa.string()),
-                                         deletes.column("_id").combine_chunks(),
-                                         self._tombstones.column("_id").combine_chunks()]),
-                "_seq_no": pa.concat_arrays([docs.column("_seq_no").combine_chunks() if docs is not None else pa.array([], pa.int64()),
-                                             deletes.column("_seq_no").combine_chunks(),
-                                             self._tombstones.column("_seq_no").combine_chunks()]),
-                "_row": pa.concat_arrays([pa.array(np.arange(n_docs, dtype=np.int64)),
-                                          pa.nulls(deletes.num_rows + self._tombstones.num_rows, pa.int64())]),
-                "_buffered": pa.array(np.arange(n_docs + deletes.num_rows + self._tombstones.num_rows)
-                                      < n_docs + deletes.num_rows),
-            })
-            order = pc.sort_indices(ops, sort_keys=[("_id", "ascending"), ("_seq_no", "descending")])
-            ops = ops.take(order)
-            ids = ops.column("_id").combine_chunks()
-            first = first_of_runs(ids)
-            winners = ops.filter(first)
+            winners = self._presorted_winners(docs)
+            if winners is None:
+                winners = self._winners(docs, deletes)
             w_ids = winners.column("_id").combine_chunks()
             w_seq = winners.column("_seq_no").combine_chunks()
             # 2. existing live copies
-            stale = pa.array([False] * winners.num_rows) if winners.num_rows else pa.array([], pa.bool_())
-            stale_np = stale.to_numpy(zero_copy_only=False).copy()
+            stale_np = np.zeros(winners.num_rows, dtype=bool)
             marks: dict[str, Any] = {}
             segs = list(self._segments.values())
             all_q, all_s, all_r = lookup_segments([s.reader for s in segs], w_ids) if segs and len(w_ids) else ([], [], [])
@@ -356,6 +349,39 @@ class ShardDirectory:
             n_applied = int(pc.sum(applied.cast(pa.int64())).as_py() or 0)
             return RefreshResult(written[0] if written else None, len(keep_rows), deleted,
                                  n_docs + deletes.num_rows - n_applied, tuple(written))
+
+    def _presorted_winners(self, docs: pa.Table | None) -> pa.Table | None:
+        """The refresh's winners without a sort, when the buffer is one batch of index ops whose writer sorted
+        their ids (``id_order``), there are no deletes or tombstones, and the hint holds: the ids it orders
+        are strictly ascending (so unique, every one a winner); else None (the general path decides)."""
+        buf = self._buffer
+        if docs is None or len(buf.docs) != 1 or buf.orders[0] is None or buf.deletes or self._tombstones.num_rows:
+            return None
+        order = buf.orders[0].cast(pa.int64())
+        ids = docs.column("_id").combine_chunks().take(order)
+        if not strictly_ascending(ids):
+            return None
+        return pa.table({"_id": ids, "_seq_no": docs.column("_seq_no").combine_chunks().take(order), "_row": order,
+                         "_buffered": pa.array(np.ones(len(order), dtype=bool))})
+
+    def _winners(self, docs: pa.Table | None, deletes: pa.Table) -> pa.Table:
+        """Per id of the buffer (documents, deletes) and the tombstones, the newest operation, in ``_id`` order."""
+        n_docs = docs.num_rows if docs is not None else 0
+        ops = pa.table({
+            "_id": pa.concat_arrays([docs.column("_id").combine_chunks() if docs is not None else pa.array([], pa.string()),
+                                     deletes.column("_id").combine_chunks(),
+                                     self._tombstones.column("_id").combine_chunks()]),
+            "_seq_no": pa.concat_arrays([docs.column("_seq_no").combine_chunks() if docs is not None else pa.array([], pa.int64()),
+                                         deletes.column("_seq_no").combine_chunks(),
+                                         self._tombstones.column("_seq_no").combine_chunks()]),
+            "_row": pa.concat_arrays([pa.array(np.arange(n_docs, dtype=np.int64)),
+                                      pa.nulls(deletes.num_rows + self._tombstones.num_rows, pa.int64())]),
+            "_buffered": pa.array(np.arange(n_docs + deletes.num_rows + self._tombstones.num_rows)
+                                  < n_docs + deletes.num_rows),
+        })
+        order = pc.sort_indices(ops, sort_keys=[("_id", "ascending"), ("_seq_no", "descending")])
+        ops = ops.take(order)
+        return ops.filter(first_of_runs(ops.column("_id").combine_chunks()))
 
     def _write_segments(self, docs: pa.Table, rows: pa.Array) -> list[SegmentInfo]:
         """Write the ``rows`` of ``docs`` (in ``_id`` order, one per id) as one segment, or one per core when many.

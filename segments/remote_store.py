@@ -427,20 +427,42 @@ class RemoteSegmentStore:
         missing = self.missing_files(commit)
         total = sum(size for size, _ in missing.values())
         with Progress(f"upload {self.prefix} commit {commit.generation}", total=len(missing), unit="files") as progress:
-            if missing:
-                workers = max(1, min(self.upload_concurrency, len(missing)))
-                with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="segment-upload") as pool:
-                    futures = [pool.submit(self._upload_file, directory, n, s, c, cancel)
-                               for n, (s, c) in missing.items()]
-                    for fut in futures:
-                        remote = fut.result()
-                        progress.advance(bytes_=remote.size)
+            self._send(directory, missing, cancel, progress)
         if cancel is not None and cancel.is_set():
             raise UploadCancelled(f"{self.prefix}: upload of commit {commit.generation} cancelled before its metadata")
         md = self.publish(commit, {n: self._uploaded[(n, c)] for n, (_s, c) in commit.files().items()})
         self._in_flight.clear()
         log.debug("uploaded commit %s (%d new files, %d bytes)", commit.generation, len(missing), total)
         return md
+
+    def upload_ahead(self, directory: str, files: Mapping[str, tuple[int, int]], *,
+                     cancel: threading.Event | None = None) -> int:
+        """Upload files (name: (size, CRC32C)) before the commit naming them exists; returns how many were sent.
+
+        A big refresh's segments go up as soon as they are written, as OpenSearch uploads
+        segments on refresh, so the next flush's :meth:`upload` finds them sent and only
+        writes its metadata (docs/design/segments.md, "Uploads ahead of the commit").
+        Until a commit is published they count as in flight: GC keeps them.  Callers
+        serialise it with :meth:`upload` (the engine's per-copy upload lock).
+        """
+        if not self._claimed:
+            self.claim_term()
+        missing = {n: sc for n, sc in files.items() if (n, sc[1]) not in self._uploaded}
+        self._send(directory, missing, cancel, None)
+        return len(missing)
+
+    def _send(self, directory: str, missing: Mapping[str, tuple[int, int]], cancel: threading.Event | None,
+              progress: Progress | None) -> None:
+        """PUT ``missing`` (name: (size, CRC32C)) from ``directory`` on up to ``upload_concurrency`` threads."""
+        if not missing:
+            return
+        workers = max(1, min(self.upload_concurrency, len(missing)))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="segment-upload") as pool:
+            futures = [pool.submit(self._upload_file, directory, n, s, c, cancel) for n, (s, c) in missing.items()]
+            for fut in futures:
+                remote = fut.result()
+                if progress is not None:
+                    progress.advance(bytes_=remote.size)
 
     def publish(self, commit: CommitPoint, files: Mapping[str, RemoteFile]) -> RemoteCommitMetadata:
         """Write the commit's metadata naming ``files`` (already uploaded): fenced, ``if_absent``, last.

@@ -41,6 +41,17 @@ _DATE = FieldType.DATE.arrow_type
 _MAYBE_DATE = r"^\s*[+-]?\d{4,}-\d{1,2}"
 
 
+def _maybe_dates(col: pa.ChunkedArray) -> bool:
+    """Whether a string column holds a value matching :data:`_MAYBE_DATE`.
+
+    Only a value holding a ``-`` can match, and a plain substring search is ~4x cheaper
+    than the regex (issue 16: the regex over the four string columns of 336,776 flights
+    was 23 ms of a one-go bulk), so the regex runs on those values alone.
+    """
+    dashed = col.filter(pc.fill_null(pc.match_substring(col, "-"), False))
+    return len(dashed) > 0 and bool(pc.any(pc.match_substring_regex(dashed, _MAYBE_DATE)).as_py())
+
+
 def _kind(t: pa.DataType) -> FieldType | None:
     if pa.types.is_boolean(t):
         return FieldType.BOOLEAN
@@ -109,10 +120,8 @@ def fields_from_table(table: pa.Table, mapping: Mapping, *, max_fields: int | No
         if mapped is None:
             if name in mapping.object_paths or any(p in mapping for p in _parents(name)):
                 return None
-            if kind is FieldType.KEYWORD:
-                valid = pc.drop_null(col)
-                if pc.any(pc.match_substring_regex(valid, _MAYBE_DATE)).as_py():
-                    return None  # maybe dates to the JSON path's inference: let it decide
+            if kind is FieldType.KEYWORD and _maybe_dates(col):
+                return None  # maybe dates to the JSON path's inference: let it decide
             new[name] = kind
             mapped = kind
         out = _column(col, kind, mapped)

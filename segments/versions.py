@@ -83,15 +83,24 @@ def latest_versions(ids: pa.Array, buffered_docs: Sequence[pa.Table], buffered_d
                     schema=VERSIONS_SCHEMA)
 
 
-def next_versions(ids: pa.Array, current: pa.Array) -> pa.Array:
-    """Versions for a batch of index/delete ops: current (null = 0) + 1, +1 more per earlier op on the same id."""
+def id_order(ids: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """The permutation putting ``ids`` in ascending order (stable): computed once per bulk by the primary,
+    for :func:`next_versions` and, as a hint, for the refresh that sorts the same ids again."""
+    return pc.array_sort_indices(ids)
+
+
+def next_versions(ids: pa.Array, current: pa.Array, order: pa.Array | None = None) -> pa.Array:
+    """Versions for a batch of index/delete ops: current (null = 0) + 1, +1 more per earlier op on the same id.
+
+    ``order``: :func:`id_order` of ``ids`` if the caller has it (else it is computed here).
+    """
     if isinstance(ids, pa.ChunkedArray):
         ids = ids.combine_chunks()
     n = len(ids)
     if n == 0:
         return pa.array([], pa.int64())
     base = np.asarray(pc.fill_null(current, 0).to_numpy(zero_copy_only=False), dtype=np.int64)
-    if not _has_repeats(ids):  # no id twice in the batch (the common bulk): no ranks to count
+    if not _has_repeats(ids, order):  # no id twice in the batch (the common bulk): no ranks to count
         return pa.array(base + 1, pa.int64())
     codes = ids.dictionary_encode().indices.to_numpy(zero_copy_only=False).astype(np.int64)
     order = np.argsort(codes, kind="stable")
@@ -103,13 +112,21 @@ def next_versions(ids: pa.Array, current: pa.Array) -> pa.Array:
     return pa.array(base + rank + 1, pa.int64())
 
 
-def _has_repeats(ids: pa.Array) -> bool:
+def _has_repeats(ids: pa.Array, order: pa.Array | None = None) -> bool:
     """Whether some id occurs twice: neighbours compared after a sort (a string sort beats a hash pass here)."""
     n = len(ids)
     if n < 2:
         return False
-    ordered = ids.take(pc.array_sort_indices(ids))
-    return bool(pc.any(pc.equal(ordered.slice(1), ordered.slice(0, n - 1))).as_py())
+    ordered = ids.take(id_order(ids) if order is None else order)
+    return not strictly_ascending(ordered)
+
+
+def strictly_ascending(values: pa.Array) -> bool:
+    """Whether every value is greater than the one before it: sorted, and no value twice (no nulls)."""
+    n = len(values)
+    if values.null_count:
+        return False
+    return n < 2 or bool(pc.all(pc.less(values.slice(0, n - 1), values.slice(1))).as_py())
 
 
 def _from_buffer(t: pa.Table, uniq: pa.Array, *, deleted: bool) -> pa.Table:

@@ -18,6 +18,7 @@ import struct
 import threading
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -56,7 +57,7 @@ def _arange(n: int) -> pa.Array:
     with _ARANGE_LOCK:
         if len(_ARANGE) < n:
             size = max(n, 2 * len(_ARANGE), 1024)
-            _ARANGE = pa.array(range(size), pa.int64())
+            _ARANGE = pa.array(np.arange(size, dtype=np.int64))
         return _ARANGE.slice(0, n)
 
 

@@ -138,3 +138,54 @@ def test_a_table_bulk_that_needs_the_json_parse_on_a_synthetic_index(tmp_path: P
         assert cluster.get("docs", "b") is None
     finally:
         cluster.close()
+
+
+def _wait_for(check, timeout: float = 20.0) -> bool:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_a_full_buffers_segments_are_uploaded_before_the_flush(tmp_path: Path) -> None:
+    """The segments a full buffer's refresh wrote go up at once (as OpenSearch uploads on refresh): the flush
+    that follows sends no segment file again, only its commit, and a restore from that commit has every doc."""
+    url = f"file://{tmp_path / 'remote'}"
+    store = FaultyStore(open_store(url))
+    data_puts = store.inject(op=("put", "put_stream"), key="*/segments/data/seg_*", action="delay", delay=0.0,
+                             times=None)  # counts the segment file PUTs, delays nothing
+    cluster = Cluster(store=store, data_dir=str(tmp_path / "a"), nodes=1, **SMALL)
+    try:
+        cluster.create_index("docs", shards=1, replicas=0, source="synthetic")
+        assert not cluster.bulk("docs", [{"_id": f"d{i}", "v": i} for i in range(300)]).errors
+        assert _wait_for(lambda: data_puts.seen >= 1), "the refresh's segment was not uploaded before any flush"
+        cluster.flush("docs")
+        assert data_puts.seen == 1, "the flush uploaded the segment again"
+    finally:
+        cluster.close()
+    got = _restored_ids(url, tmp_path / "b")
+    assert len(got) == 300 and got["d17"]["v"] == 17
+
+
+def test_a_failed_upload_ahead_is_made_good_by_the_flush(tmp_path: Path) -> None:
+    """An upload ahead of the commit that fails is only logged: the bulk is acknowledged (its translog landed),
+    and the next flush uploads the segment itself."""
+    url = f"file://{tmp_path / 'remote'}"
+    store = FaultyStore(open_store(url))
+    cluster = Cluster(store=store, data_dir=str(tmp_path / "a"), nodes=1, **SMALL)
+    try:
+        cluster.create_index("docs", shards=1, replicas=0, source="synthetic")
+        failing = store.inject(op=("put", "put_stream"), key="*/segments/data/seg_*", action="fail", times=50)
+        result = cluster.bulk("docs", [{"_id": f"d{i}", "v": i} for i in range(300)])
+        assert not result.errors and len(result.acknowledged) == 300
+        assert _wait_for(lambda: failing.fired >= 1)
+        store.clear()
+        cluster.flush("docs")
+    finally:
+        cluster.close()
+    got = _restored_ids(url, tmp_path / "b")
+    assert len(got) == 300 and got["d299"]["v"] == 299

@@ -252,3 +252,44 @@ def test_a_big_refresh_is_written_as_one_segment_per_core(tmp_path, monkeypatch)
         assert shard.get("k00999")["n"] == 0 and shard.get("k00000")["n"] == 999
         got = pa.concat_tables(pa.Table.from_batches(list(r.scan(live=lv))) for r, lv in shard.searchable_segments())
         assert sorted(got.column("_id").to_pylist()) == sorted(ids)
+
+
+def _ordered_ids(shard: object) -> list[str]:
+    """Every live id of the shard's segments, segment by segment, in file order."""
+    out: list[str] = []
+    for reader, live in shard.searchable_segments():  # type: ignore[attr-defined]
+        out += pa.Table.from_batches(list(reader.scan(live=live))).column("_id").to_pylist()
+    return out
+
+
+def test_a_refresh_takes_the_writers_id_order_and_checks_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A primary hands its bulk's id sort to ``apply`` (issue 16): the refresh uses it instead of sorting again,
+    but only once the ids it orders are strictly ascending; a wrong or stale hint is ignored, never trusted."""
+    general: list[int] = []
+    sort_all = ShardDirectory._winners
+    monkeypatch.setattr(ShardDirectory, "_winners", lambda self, *a: general.append(1) or sort_all(self, *a))
+    ids = [f"k{i}" for i in range(300)][::-1]
+    sources = [f'{{"n":{i}}}'.encode() for i in range(300)]
+    right = pc.array_sort_indices(pa.array(ids))
+    wrong = pa.array(list(range(300)), pa.uint64())  # the identity: these ids are not in that order
+    for name, hint, sorts in (("right", right, 0), ("wrong", wrong, 1), ("none", None, 1)):
+        general.clear()
+        with ShardDirectory(str(tmp_path / name)) as shard:
+            shard.apply(stamp(index_batch(ids, sources), 0, 1), id_order=hint)
+            assert shard.refresh().indexed == 300
+            assert len(general) == sorts, name
+            assert _ordered_ids(shard) == sorted(ids), name
+            assert shard.get("k7")["n"] == 292
+    # an id twice in the batch: the hint's order is not strictly ascending, the newest op wins as always
+    twice = ["b", "a", "b"]
+    with ShardDirectory(str(tmp_path / "twice")) as shard:
+        shard.apply(stamp(index_batch(twice, [b'{"n":0}', b'{"n":1}', b'{"n":2}']), 0, 1),
+                    id_order=pc.array_sort_indices(pa.array(twice)))
+        assert shard.refresh().indexed == 2
+        assert _ordered_ids(shard) == ["a", "b"] and shard.get("b")["n"] == 2
+    # a delete buffered beside the hinted batch: the general path decides
+    with ShardDirectory(str(tmp_path / "deleted")) as shard:
+        shard.apply(stamp(index_batch(ids, sources), 0, 1), id_order=right)
+        shard.apply(stamp(unstamped_batch([OpType.DELETE], ["k5"], [None], [None]), 300, 1))
+        shard.refresh()
+        assert "k5" not in _ordered_ids(shard) and len(_ordered_ids(shard)) == 299

@@ -98,3 +98,12 @@ def test_it_answers_for_the_plain_cases() -> None:
     assert big is not None and big[0].column("d")[0].as_py() == float(2 ** 53)
     assert fields_from_table(pa.table({"_id": ["a"], "s": ["2024-01-01"]}), Mapping(())) is None  # maybe a date
     assert fields_from_table(t, Mapping.from_dict({"n": "keyword"})) is None  # a conflict: the JSON path names it
+
+
+def test_a_single_date_among_many_strings_sends_the_table_the_json_way() -> None:
+    """The ``-`` prefilter before the date regex (issue 16) still finds one date among non-dates and nulls."""
+    plain = ["UA", None, "N-14228", "-5", "12-3"] * 1000  # dashes, but no date
+    assert fields_from_table(pa.table({"_id": [str(i) for i in range(len(plain))], "s": plain}), Mapping(())) is not None
+    chunks = pa.chunked_array([pa.array(plain), pa.array([None, " 2024-1"]), pa.array(plain)])
+    t = pa.table({"_id": [str(i) for i in range(len(chunks))], "s": chunks})
+    assert fields_from_table(t, Mapping(())) is None
