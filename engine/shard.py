@@ -50,6 +50,7 @@ from shardstore.engine.errors import (
 from shardstore.engine.restore_audit import Evidence, audit
 from shardstore.engine.restore_check import ShardLoss, missing_ranges
 from shardstore.errors import LocalDiskError
+from shardstore.segments import row_cache
 from shardstore.segments.directory import INDEX_BUFFER_BYTES, Prepared, ShardDirectory
 from shardstore.segments.errors import CommitConflict, CommitNotFound, UploadCancelled
 from shardstore.segments.mapping import Mapping
@@ -233,7 +234,7 @@ class ShardCopy:
         coordinator's parse of the index ops against it, used instead of parsing again when
         this copy's mapping is exactly ``mapping``.
         """
-        with self._lock, self._local_disk("write"):
+        with self._lock, self._local_disk("write"), row_cache.warmer.foreground():
             if not self.primary:
                 raise StalePrimary(f"{self.path}: not a primary (term {self.primary_term}); nothing was applied")
             if mapping is not None:
@@ -270,7 +271,7 @@ class ShardCopy:
     def replica_apply(self, stamped: pa.RecordBatch, term: int, global_checkpoint: int,
                       mapping: Mapping | None = None) -> int:
         """Apply a batch the primary stamped (taking in the index ``mapping`` first); returns the local checkpoint."""
-        with self._lock, self._local_disk("write"):
+        with self._lock, self._local_disk("write"), row_cache.warmer.foreground():
             if mapping is not None:
                 self.directory.merge_mapping(mapping)
             if term < self.primary_term:
@@ -542,7 +543,7 @@ class ShardCopy:
 
     def flush(self) -> None:
         """Commit locally, upload the commit, then purge what the (remote) commit covers."""
-        with self._lock, self._local_disk("flush"):
+        with self._lock, self._local_disk("flush"), row_cache.warmer.foreground():
             self._join_upload_ahead()  # none starts while we hold the lock; GC below never races one
             checkpoint = self.local_checkpoint
             self.translog.roll_generation()

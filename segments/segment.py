@@ -320,7 +320,9 @@ def write_segment(
 
     directory = os.path.dirname(os.path.abspath(path))
     tmp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
-    no_dict = {"_id", "_source", "_seq_no", "_version"}
+    # unique per row: no dictionary (_version is mostly 1: a dictionary page, and the
+    # writer falls back to plain pages by itself where an index rewrote its ids often)
+    no_dict = {"_id", "_source", "_seq_no"}
     in_memory = table.nbytes <= IN_MEMORY_WRITE_BYTES
     try:
         with open(tmp, "wb") as raw:

@@ -172,3 +172,33 @@ def test_the_warmer_never_reads_through_the_readers_own_file(tmp_path: Path, war
     misses = warm.cache.misses
     assert reader.get("id000042").to_pylist()[0]["_id"] == "id000042"  # index installed, row group warm
     assert warm.cache.misses == misses
+
+
+def test_the_warmer_yields_to_writes_but_is_not_starved_by_them(tmp_path: Path, warm: row_cache.Warmer,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """While a shard copy applies or flushes (``foreground``) nothing new is decoded; when the writes end the
+    segment is warmed, and writes that never end delay each row group by at most WARM_YIELD_MAX."""
+    import time
+
+    d = _directory_with(tmp_path, 20_000)
+    try:
+        with warm.foreground():
+            d.refresh()
+            time.sleep(0.3)
+            assert warm.warmed_groups == 0, "the warmer decoded while a write was in flight"
+        assert warm.wait_idle(60)
+        (reader, _live), = d.searchable_segments()
+        assert warm.warmed_groups == reader.info.row_groups
+    finally:
+        d.close()
+    monkeypatch.setattr(row_cache, "WARM_YIELD_MAX", 0.05)
+    d = _directory_with(tmp_path / "again", 20_000)
+    try:
+        with warm.foreground():  # a write that outlasts the whole warming
+            before = warm.warmed_groups
+            d.refresh()
+            assert warm.wait_idle(60)
+            (reader, _live), = d.searchable_segments()
+            assert warm.warmed_groups - before == reader.info.row_groups
+    finally:
+        d.close()
