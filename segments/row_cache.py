@@ -23,8 +23,8 @@ after a flush: p99 7.45 ms without warming, 0.50 ms with it; docs/design/segment
 Warming never evicts to make room: it stops at the fill mark (the LRU itself may still evict
 anything once point reads fill the budget).  ``SHARDSTORE_ROW_CACHE_WARM=0`` turns it off; a segment gone
 before its turn (merged, its copy closed) is skipped.  It yields to writes: while a shard copy applies a
-bulk or flushes (:meth:`Warmer.foreground`) it decodes nothing new, for at most :data:`WARM_YIELD_MAX`
-per row group (issue 16: warming the segments of a one-go bulk while its translog upload and flush
+bulk or flushes (:meth:`Warmer.foreground`), and for :data:`WARM_QUIET` after, it decodes nothing new, for
+at most :data:`WARM_YIELD_MAX` per row group (issue 16: warming the segments of a one-go bulk while its translog upload and flush
 were still running cost that bulk about 7 ms of 210 on two cores).
 """
 
@@ -54,6 +54,8 @@ WARM_PAUSE_MAX = 0.05
 #: While a foreground write is in flight the warmer waits before its next decode, at most this long (then it
 #: decodes one row group anyway: writes that never stop do not starve warming).
 WARM_YIELD_MAX = 0.5
+#: ... and once the last write ended, waits this long more: writes come in bursts (a bulk, then its flush).
+WARM_QUIET = 0.05
 
 def _default_bytes() -> int:
     """An eighth of physical memory, at most 4 GiB (256 MiB where the size is unknown)."""
@@ -169,6 +171,7 @@ class Warmer:
         self._current_gone = False
         self._thread: threading.Thread | None = None
         self._writes = 0  # foreground writes in flight (foreground())
+        self._last_write = 0.0  # time.monotonic() when the last one ended
         self.warmed_groups = 0
 
     def submit(self, reader: _Warmable) -> None:
@@ -200,13 +203,25 @@ class Warmer:
         finally:
             with self._cond:
                 self._writes -= 1
+                self._last_write = time.monotonic()
                 if not self._writes:
                     self._cond.notify_all()
 
     def _yield_to_writes(self) -> None:
-        """Wait while foreground writes are in flight, at most WARM_YIELD_MAX (or until the segment goes)."""
+        """Wait until no foreground write has been in flight for WARM_QUIET, at most WARM_YIELD_MAX in all."""
+        deadline = time.monotonic() + WARM_YIELD_MAX
         with self._cond:
-            self._cond.wait_for(lambda: not self._writes or self._current_gone, WARM_YIELD_MAX)
+            while not self._current_gone:
+                now = time.monotonic()
+                if now >= deadline:
+                    return
+                if self._writes:
+                    self._cond.wait(deadline - now)  # the end of the last write wakes us
+                    continue
+                quiet_at = self._last_write + WARM_QUIET
+                if now >= quiet_at:
+                    return
+                self._cond.wait(min(quiet_at, deadline) - now)
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Block until the queue is empty and nothing is being warmed (False on timeout)."""
@@ -279,7 +294,7 @@ def _after_fork_in_child() -> None:
     warmer._cond = threading.Condition()
     warmer._queue.clear()
     warmer._busy, warmer._current, warmer._current_gone, warmer._thread = False, None, False, None
-    warmer._writes = 0
+    warmer._writes, warmer._last_write = 0, 0.0
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

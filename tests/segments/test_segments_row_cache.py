@@ -202,3 +202,27 @@ def test_the_warmer_yields_to_writes_but_is_not_starved_by_them(tmp_path: Path, 
             assert warm.warmed_groups - before == reader.info.row_groups
     finally:
         d.close()
+
+
+def test_the_warmer_waits_for_a_quiet_moment_after_writes(tmp_path: Path, warm: row_cache.Warmer,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Writes come in bursts (a bulk, then its flush): the warmer starts only WARM_QUIET after the last one."""
+    import time
+
+    monkeypatch.setattr(row_cache, "WARM_QUIET", 0.4)
+    monkeypatch.setattr(row_cache, "WARM_YIELD_MAX", 5.0)
+    d = _directory_with(tmp_path, 20_000)
+    try:
+        with warm.foreground():
+            d.refresh()
+        time.sleep(0.15)
+        assert warm.warmed_groups == 0, "the warmer started right after a write"
+        with warm.foreground():  # the next write of the burst restarts the quiet period
+            time.sleep(0.3)
+        time.sleep(0.15)
+        assert warm.warmed_groups == 0
+        assert warm.wait_idle(60)
+        (reader, _live), = d.searchable_segments()
+        assert warm.warmed_groups == reader.info.row_groups
+    finally:
+        d.close()
