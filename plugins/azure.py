@@ -16,6 +16,7 @@ scrubbed from every log record and from client-setup errors: see
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 from urllib.parse import parse_qs
@@ -135,11 +136,15 @@ class AzureStore(FsspecStore):
         """upload_blob of bytes or a stream; ``if_absent`` sends If-None-Match: * (on the commit for blocks)."""
         self._check(key)
         meta = {WRITER_METADATA: token} if token else None
+        # The SDK sizes a regular file by its whole length, wherever it is positioned: a file read part-way
+        # then sends fewer bytes than it announced and the request hangs until it times out (seen on
+        # Azurite).  A seekable stream's length is what is left of it.
+        length = None if isinstance(source, (bytes, bytearray, memoryview)) else _remaining(source)
 
         async def upload() -> dict[str, Any]:
             async with self._blob(key) as bc:
                 return await bc.upload_blob(
-                    source, overwrite=not if_absent, metadata=meta, max_concurrency=4, **self._hook
+                    source, length=length, overwrite=not if_absent, metadata=meta, max_concurrency=4, **self._hook
                 )
 
         return self._call(key, self._run, upload)
@@ -268,3 +273,16 @@ def _single_attempt_adlfs() -> type:
 
         _ADLFS = type("SingleAttemptAzureBlobFileSystem", (adlfs.AzureBlobFileSystem,), {"do_connect": do_connect})
     return _ADLFS
+
+
+def _remaining(readable: Any) -> int | None:
+    """How many bytes a seekable stream holds from its position on (None if it cannot say)."""
+    try:
+        if not readable.seekable():
+            return None
+        here = readable.tell()
+        end = readable.seek(0, os.SEEK_END)
+        readable.seek(here)
+    except (AttributeError, OSError, ValueError):
+        return None
+    return end - here

@@ -285,8 +285,9 @@ class LocalStore(BackendStore):
     def put_stream(
         self, key: str, readable: BinaryIO, *, if_absent: bool = False, token: str | None = None
     ) -> BlobInfo:
-        """Copy the stream into a temp file in 8 MiB chunks, then publish it atomically."""
-        return self._put(key, lambda f: shutil.copyfileobj(readable, f, COPY_CHUNK), if_absent)
+        """Copy the stream into a temp file (in the kernel from a regular file, else in 8 MiB chunks), then publish
+        it atomically."""
+        return self._put(key, lambda f: _copy_stream(readable, f), if_absent)
 
     def get(self, key: str) -> bytes:
         """Read the whole file."""
@@ -414,3 +415,31 @@ class LocalStore(BackendStore):
                 except OSError:
                     break
                 parent = os.path.dirname(parent)
+
+
+def _copy_stream(readable: BinaryIO, out: BinaryIO) -> None:
+    """Copy the rest of ``readable`` to ``out``: ``os.copy_file_range`` when it is a regular file (no copy through
+    user space, no buffer per call: a 22 MB translog generation or segment moves page cache to page cache),
+    else ``shutil.copyfileobj`` in 8 MiB chunks.  ``readable`` is left at its end, as after a read."""
+    try:
+        src = readable.fileno()
+        regular = S_ISREG(os.fstat(src).st_mode)
+        start = readable.tell()  # the logical position: a buffered reader's descriptor may be ahead of it
+    except (AttributeError, OSError, ValueError):
+        regular = False
+    if not regular or not hasattr(os, "copy_file_range"):
+        shutil.copyfileobj(readable, out, COPY_CHUNK)
+        return
+    out.flush()
+    dst = out.fileno()
+    offset = start
+    try:
+        while n := os.copy_file_range(src, dst, COPY_CHUNK, offset):
+            offset += n
+    except OSError as exc:
+        if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL) or offset != start:
+            raise
+        readable.seek(start)  # this kernel or filesystem pair cannot: copy through user space
+        shutil.copyfileobj(readable, out, COPY_CHUNK)
+        return
+    readable.seek(offset)

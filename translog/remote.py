@@ -35,6 +35,9 @@ all at once, and only when a remote segment commit covers every generation there
 
 from __future__ import annotations
 
+import contextlib
+import mmap
+import os
 import threading
 import time
 import uuid
@@ -120,6 +123,14 @@ def read_generation(store: BlobStore, entry: RemoteGeneration) -> bytes:
             f"metadata says generation {entry.generation} term {entry.primary_term}"
         )
     return data
+
+
+def _checked(view: memoryview, path: str, end: int) -> tuple[GenerationHeader, int]:
+    """The header and whole-blob checksum of a sealed generation's bytes, every frame's CRC checked first."""
+    header = GenerationHeader.decode(view, path)
+    for _frame in iter_frames(view, HEADER_SIZE, end, path):
+        pass
+    return header, generation_checksum(view)
 
 
 def apply_trims(entry: RemoteGeneration, trims: list[tuple[int, int]]) -> RemoteGeneration:
@@ -280,25 +291,43 @@ class RemoteTranslog:
             return md
 
     def _put_generation(self, generation: int) -> RemoteGeneration:
+        """Upload one sealed generation file: every frame CRC-checked before the bytes leave the node.
+
+        The file is checked through a read-only memory map and then streamed to the store
+        (a large generation, e.g. one 22 MB frame of a whole-table bulk, is neither copied
+        into a Python buffer nor held twice); a file longer than its sealed checkpoint is
+        read into memory up to it, as before.
+        """
         cp = read_checkpoint(self.local.directory, sealed_checkpoint_file(generation))
         path = f"{self.local.directory}/{generation_file(generation)}"
         with open(path, "rb") as f:
-            data = f.read(cp.offset)
-        if len(data) != cp.offset:
-            raise TranslogCorruptedError(path, len(data), f"short sealed generation: sealed checkpoint covers {cp.offset}")
-        header = GenerationHeader.decode(data, path)
-        for _ in iter_frames(data, HEADER_SIZE, cp.offset, path):  # CRC-check before the bytes leave the node
-            pass
-        key = self._data_keys.setdefault(
-            generation, _join(self.prefix, data_key(header.primary_term, generation, uuid.uuid4().hex)))
-        try:
-            self.store.put(key, data, if_absent=True, token=self.writer)
-        except BlobAlreadyExists:  # an earlier attempt of ours landed although it reported failure
-            if self.store.stat(key).size != len(data):
-                raise TranslogError(f"{key}: a different data blob already exists") from None
+            size = os.fstat(f.fileno()).st_size
+            if size < cp.offset:
+                raise TranslogCorruptedError(path, size, f"short sealed generation: sealed checkpoint covers {cp.offset}")
+            if size != cp.offset or size < HEADER_SIZE:
+                data: bytes | mmap.mmap = f.read(cp.offset)
+            else:
+                data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            try:
+                header, checksum = _checked(memoryview(data), path, cp.offset)
+                key = self._data_keys.setdefault(
+                    generation, _join(self.prefix, data_key(header.primary_term, generation, uuid.uuid4().hex)))
+                try:
+                    if isinstance(data, bytes):
+                        self.store.put(key, data, if_absent=True, token=self.writer)
+                    else:
+                        f.seek(0)
+                        self.store.put_stream(key, f, if_absent=True, token=self.writer)
+                except BlobAlreadyExists:  # an earlier attempt of ours landed although it reported failure
+                    if self.store.stat(key).size != cp.offset:
+                        raise TranslogError(f"{key}: a different data blob already exists") from None
+            finally:
+                if isinstance(data, mmap.mmap):
+                    with contextlib.suppress(BufferError):  # a view kept by a traceback: unmapped when collected
+                        data.close()
         return RemoteGeneration(
-            generation=generation, primary_term=header.primary_term, blob_key=key, size=len(data),
-            crc32=generation_checksum(data), min_seq_no=cp.min_seq_no, max_seq_no=cp.max_seq_no,
+            generation=generation, primary_term=header.primary_term, blob_key=key, size=cp.offset,
+            crc32=checksum, min_seq_no=cp.min_seq_no, max_seq_no=cp.max_seq_no,
             num_ops=cp.num_ops, trimmed_above_seq_no=cp.trimmed_above_seq_no,
         )
 

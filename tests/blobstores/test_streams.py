@@ -154,3 +154,19 @@ def test_store_check_command_against_the_emulator(store_factory: StoreFactory, c
     assert out.count("PASS") == 7 and "FAIL" not in out
     assert "7/7 checks passed" in out
     assert [i.key for i in store_factory(prefix=url.rsplit("/", 1)[1]).list()] == []  # scratch removed
+
+
+def test_a_file_streams_from_where_it_was_read_to(store_factory: StoreFactory, tmp_path) -> None:
+    """A regular file handed to put_stream after a partial read (its buffered reader ahead of the caller's
+    position): the blob is exactly the rest of it (the local store copies it in the kernel), and the reader
+    ends at the file's end."""
+    store = store_factory()
+    data = os.urandom(9 * MIB + 5)
+    path = tmp_path / "src.bin"
+    path.write_bytes(data)
+    with open(path, "rb") as f:
+        assert f.read(100) == data[:100]  # the buffered reader has read further ahead on its descriptor
+        info = store.put_stream("rest", f, if_absent=True)
+        assert f.read() == b""
+    assert info.size == len(data) - 100
+    assert store.get("rest") == data[100:]
