@@ -49,6 +49,11 @@ T = TypeVar("T")
 
 #: Block size of streamed reads and writes (multipart part size for writes).
 STREAM_BLOCK = 16 * 1024 * 1024
+#: A stream of at most this many bytes is sent as one conditional PUT, not a multipart/resumable upload
+#: (3+ requests, one after the other): 64 MiB, the Azure SDK's single-put limit and the size above which
+#: the segment store streams a file instead of holding it (a 22 MB translog generation of a whole-table
+#: bulk took 4 requests on moto S3 as a multipart upload).
+SINGLE_PUT_MAX = 64 * 1024 * 1024
 
 
 class RangeNotSatisfiable(Exception):
@@ -256,8 +261,8 @@ class FsspecStore(BackendStore):
         ever published.
         """
         path = self._path(key)
-        first = read_full(readable, STREAM_BLOCK)
-        if len(first) < STREAM_BLOCK:
+        first = read_full(readable, SINGLE_PUT_MAX)
+        if len(first) < SINGLE_PUT_MAX:
             # Small enough to hold: the native conditional put, with the writer token.
             # (This also avoids the s3fs trap where an empty "xb" upload truncates.)
             return self.put(key, first, if_absent=if_absent, token=token)

@@ -49,9 +49,9 @@ def test_short_reads_are_not_truncation(store_factory: StoreFactory) -> None:
 
 def test_a_stream_failing_part_way_publishes_nothing(store_factory: StoreFactory) -> None:
     store = store_factory(raw=True)
-    data = os.urandom(40 * MIB)
+    data = os.urandom(80 * MIB)  # above the single-PUT size: a multipart/resumable upload dies part-way
     with pytest.raises(TransientError, match="died part-way"):
-        store.put_stream("partial", Trickle(data, 4 * MIB, fail_at=20 * MIB), if_absent=True)  # type: ignore[arg-type]
+        store.put_stream("partial", Trickle(data, 4 * MIB, fail_at=72 * MIB), if_absent=True)  # type: ignore[arg-type]
     assert not store.exists("partial")
     assert [i.key for i in store.list()] == []
 
@@ -65,11 +65,13 @@ def test_a_stream_failing_part_way_publishes_nothing(store_factory: StoreFactory
     ),
     indirect=True,
 )
-def test_the_key_is_still_free_after_a_failed_stream(store_factory: StoreFactory) -> None:
+def test_the_key_is_still_free_after_a_failed_stream(store_factory: StoreFactory, backend: str) -> None:
     store = store_factory(raw=True)
-    data = os.urandom(40 * MIB)
+    # past the single-PUT size of the fsspec stores, so that parts were sent; Azure's SDK stages blocks from 4 MiB
+    size, fail_at = (40 * MIB, 20 * MIB) if backend == "azure" else (80 * MIB, 72 * MIB)
+    data = os.urandom(size)
     with pytest.raises(TransientError):
-        store.put_stream("again", Trickle(data, 4 * MIB, fail_at=20 * MIB), if_absent=True)  # type: ignore[arg-type]
+        store.put_stream("again", Trickle(data, 4 * MIB, fail_at=fail_at), if_absent=True)  # type: ignore[arg-type]
     store.put_stream("again", io.BytesIO(data), if_absent=True)
     assert store.stat("again").size == len(data)
 
@@ -87,7 +89,7 @@ def test_conditional_stream_loses_to_an_existing_blob(store_factory: StoreFactor
     store = store_factory()
     store.put("taken", b"first")
     with pytest.raises(BlobAlreadyExists):
-        store.put_stream("taken", io.BytesIO(os.urandom(20 * MIB)), if_absent=True)
+        store.put_stream("taken", io.BytesIO(os.urandom(80 * MIB)), if_absent=True)  # multipart/resumable
     assert store.get("taken") == b"first"
 
 
@@ -120,7 +122,7 @@ def test_memory_and_file_readers_keep_the_opened_version(store_factory: StoreFac
 def test_large_operations_count_every_request(store_factory: StoreFactory) -> None:
     proxy = store_factory.proxy()
     store = store_factory(via=proxy)
-    data = os.urandom(40 * MIB)
+    data = os.urandom(80 * MIB)  # streamed in parts, put in one request
     for step in (
         lambda: store.put_stream("big", io.BytesIO(data)),
         lambda: store.put("big2", data),
@@ -170,3 +172,18 @@ def test_a_file_streams_from_where_it_was_read_to(store_factory: StoreFactory, t
         assert f.read() == b""
     assert info.size == len(data) - 100
     assert store.get("rest") == data[100:]
+
+
+@pytest.mark.parametrize("backend", CLOUD, indirect=True)
+def test_a_stream_below_the_single_put_size_is_one_request(store_factory: StoreFactory) -> None:
+    """A 22 MB stream (a whole-table bulk's translog generation) is one conditional PUT, not a multipart
+    upload of several requests one after the other."""
+    proxy = store_factory.proxy()
+    store = store_factory(via=proxy)
+    data = os.urandom(22 * MIB)
+    store.reset_metrics()
+    proxy.reset_counts()
+    store.put_stream("one", io.BytesIO(data), if_absent=True)
+    writes = [r for r in proxy.log if r[0] in ("PUT", "POST")]
+    assert len(writes) == 1, proxy.log  # (the Azure store then reads the blob's properties: one HEAD)
+    assert store.get("one") == data
