@@ -45,6 +45,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from shardstore.core.arrays import one_array
 from shardstore.engine.errors import DocumentRejected, InvalidIndexName, InvalidRequest
 from shardstore.errors import ShardstoreError
 from shardstore.segments.mapping import (
@@ -493,7 +494,7 @@ def docs_from_table(table: pa.Table, *, sources: bool = True) -> CheckedDocs:
     """
     _table_schema_checks(table)
     n = table.num_rows
-    ids = table.column("_id").combine_chunks()
+    ids = one_array(table.column("_id"))
     if pa.types.is_dictionary(ids.type):
         ids = ids.cast(ids.type.value_type)
     ids = ids.cast(pa.string())

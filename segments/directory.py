@@ -37,6 +37,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from shardstore.core.arrays import one_array
 from shardstore.core.ops import NO_OPS, OpType
 from shardstore.core.records import crc32c
 from shardstore.errors import InvalidError
@@ -263,7 +264,7 @@ class ShardDirectory:
             if idx.num_rows:
                 assert prepared.fields is not None
                 docs = pa.table(
-                    [idx.column("id").combine_chunks(), idx.column("seq_no"), idx.column("primary_term"),
+                    [one_array(idx.column("id")), idx.column("seq_no"), idx.column("primary_term"),
                      pc.fill_null(idx.column("version"), 1), idx.column("source")]
                     + list(prepared.fields.columns),
                     schema=pa.schema(list(BASE_SCHEMA) + list(prepared.fields.schema)),
@@ -298,8 +299,8 @@ class ShardDirectory:
             winners = self._presorted_winners(docs)
             if winners is None:
                 winners = self._winners(docs, deletes)
-            w_ids = winners.column("_id").combine_chunks()
-            w_seq = winners.column("_seq_no").combine_chunks()
+            w_ids = one_array(winners.column("_id"))
+            w_seq = one_array(winners.column("_seq_no"))
             # 2. existing live copies
             stale_np = np.zeros(winners.num_rows, dtype=bool)
             marks: dict[str, Any] = {}
@@ -331,7 +332,7 @@ class ShardDirectory:
                 seg.dirty = seg.dirty or seg.live.deleted_count != before
                 deleted += seg.live.deleted_count - before
             # 3. the surviving index operations become one segment
-            keep_rows = winners.column("_row").combine_chunks().filter(
+            keep_rows = one_array(winners.column("_row")).filter(
                 pc.and_(pc.is_valid(winners.column("_row")), pc.invert(stale)))
             written: list[str] = []
             if len(keep_rows):
@@ -358,22 +359,22 @@ class ShardDirectory:
         if docs is None or len(buf.docs) != 1 or buf.orders[0] is None or buf.deletes or self._tombstones.num_rows:
             return None
         order = buf.orders[0].cast(pa.int64())
-        ids = docs.column("_id").combine_chunks().take(order)
+        ids = one_array(docs.column("_id")).take(order)
         if not strictly_ascending(ids):
             return None
-        return pa.table({"_id": ids, "_seq_no": docs.column("_seq_no").combine_chunks().take(order), "_row": order,
+        return pa.table({"_id": ids, "_seq_no": one_array(docs.column("_seq_no")).take(order), "_row": order,
                          "_buffered": pa.array(np.ones(len(order), dtype=bool))})
 
     def _winners(self, docs: pa.Table | None, deletes: pa.Table) -> pa.Table:
         """Per id of the buffer (documents, deletes) and the tombstones, the newest operation, in ``_id`` order."""
         n_docs = docs.num_rows if docs is not None else 0
         ops = pa.table({
-            "_id": pa.concat_arrays([docs.column("_id").combine_chunks() if docs is not None else pa.array([], pa.string()),
-                                     deletes.column("_id").combine_chunks(),
-                                     self._tombstones.column("_id").combine_chunks()]),
-            "_seq_no": pa.concat_arrays([docs.column("_seq_no").combine_chunks() if docs is not None else pa.array([], pa.int64()),
-                                         deletes.column("_seq_no").combine_chunks(),
-                                         self._tombstones.column("_seq_no").combine_chunks()]),
+            "_id": pa.concat_arrays([one_array(docs.column("_id")) if docs is not None else pa.array([], pa.string()),
+                                     one_array(deletes.column("_id")),
+                                     one_array(self._tombstones.column("_id"))]),
+            "_seq_no": pa.concat_arrays([one_array(docs.column("_seq_no")) if docs is not None else pa.array([], pa.int64()),
+                                         one_array(deletes.column("_seq_no")),
+                                         one_array(self._tombstones.column("_seq_no"))]),
             "_row": pa.concat_arrays([pa.array(np.arange(n_docs, dtype=np.int64)),
                                       pa.nulls(deletes.num_rows + self._tombstones.num_rows, pa.int64())]),
             "_buffered": pa.array(np.arange(n_docs + deletes.num_rows + self._tombstones.num_rows)
@@ -381,7 +382,7 @@ class ShardDirectory:
         })
         order = pc.sort_indices(ops, sort_keys=[("_id", "ascending"), ("_seq_no", "descending")])
         ops = ops.take(order)
-        return ops.filter(first_of_runs(ops.column("_id").combine_chunks()))
+        return ops.filter(first_of_runs(one_array(ops.column("_id"))))
 
     def _write_segments(self, docs: pa.Table, rows: pa.Array) -> list[SegmentInfo]:
         """Write the ``rows`` of ``docs`` (in ``_id`` order, one per id) as one segment, or one per core when many.

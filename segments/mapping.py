@@ -56,6 +56,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pajson
 
+from shardstore.core.arrays import one_array
+
 from .errors import InvalidDocument, MappingConflict
 
 __all__ = [
@@ -276,9 +278,9 @@ class _SlowPath(Exception):
 
 def _check_ids(ids: pa.Array, sources: pa.Array) -> tuple[pa.Array, pa.Array]:
     if isinstance(ids, pa.ChunkedArray):
-        ids = ids.combine_chunks()
+        ids = one_array(ids)
     if isinstance(sources, pa.ChunkedArray):
-        sources = sources.combine_chunks()
+        sources = one_array(sources)
     if len(ids) != len(sources):
         raise InvalidDocument(None, None, f"{len(ids)} ids for {len(sources)} sources")
     if not (pa.types.is_string(ids.type) or pa.types.is_large_string(ids.type)):

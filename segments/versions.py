@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from shardstore.core.arrays import one_array
 from shardstore.segments.livedocs import LiveDocs
 from shardstore.segments.segment import SegmentReader, lookup_segments
 
@@ -36,7 +37,7 @@ def latest_versions(ids: pa.Array, buffered_docs: Sequence[pa.Table], buffered_d
                     segments: Sequence[tuple[SegmentReader, LiveDocs]]) -> pa.Table:
     """Per id of ``ids`` (duplicates allowed, order kept): seq#, term and version of its newest live copy."""
     if isinstance(ids, pa.ChunkedArray):
-        ids = ids.combine_chunks()
+        ids = one_array(ids)
     if not buffered_docs and not buffered_deletes and not segments:  # nothing to find (a fresh shard)
         return pa.table([pa.nulls(len(ids), pa.int64()) for _ in VERSIONS_SCHEMA.names], schema=VERSIONS_SCHEMA)
     uniq = pc.unique(ids)
@@ -95,7 +96,7 @@ def next_versions(ids: pa.Array, current: pa.Array, order: pa.Array | None = Non
     ``order``: :func:`id_order` of ``ids`` if the caller has it (else it is computed here).
     """
     if isinstance(ids, pa.ChunkedArray):
-        ids = ids.combine_chunks()
+        ids = one_array(ids)
     n = len(ids)
     if n == 0:
         return pa.array([], pa.int64())

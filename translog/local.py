@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shardstore import fileio
+from shardstore.core.arrays import one_array
 from shardstore.core.ops import NO_OPS
 from shardstore.errors import LocalDiskError
 from shardstore.translog.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
@@ -260,7 +261,7 @@ class LocalTranslog:
     def _mark_recovered(self) -> None:
         seqs = [b.column("seq_no") for b in self.read_operations(0)]
         if seqs:
-            arr = pa.concat_arrays([s.combine_chunks() if isinstance(s, pa.ChunkedArray) else s for s in seqs])
+            arr = pa.concat_arrays([one_array(s) for s in seqs])
             self.tracker.advance_max_seq_no(pc.max(arr).as_py())
             self.tracker.mark_processed(arr)
             self.tracker.mark_persisted(arr)

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from shardstore.core.arrays import one_array
 from shardstore.core.ops import FIELDS_COLUMN
 from shardstore.translog.checkpoint import UNASSIGNED
 from shardstore.translog.errors import InvalidOperation
@@ -32,7 +33,7 @@ def resolve(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     if not tables:
         return iter(())
     merged = pa.concat_tables(tables).sort_by([("seq_no", "ascending"), ("primary_term", "descending")])
-    seq = merged.column("seq_no").combine_chunks()
+    seq = one_array(merged.column("seq_no"))
     if len(seq) > 1:
         first = pc.not_equal(seq.slice(1), seq.slice(0, len(seq) - 1))
         merged = merged.filter(pa.concat_arrays([pa.array([True]), first]))
@@ -59,7 +60,7 @@ def unify_fields(tables: list[pa.Table]) -> list[pa.Table]:
         if FIELDS_COLUMN not in t.schema.names:
             out.append(t.append_column(FIELDS_COLUMN, pa.nulls(t.num_rows, struct_type)))
             continue
-        col = t.column(FIELDS_COLUMN).combine_chunks()
+        col = one_array(t.column(FIELDS_COLUMN))
         if col.type == struct_type:
             out.append(t)
             continue

@@ -40,6 +40,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from shardstore.core.arrays import one_array
 from shardstore.core.ops import NO_OPS as NO_OPS_PERFORMED
 from shardstore.errors import InvalidError
 from shardstore.translog.errors import TranslogError
@@ -62,7 +63,7 @@ def _as_int64(seq_nos: SeqNos) -> pa.Array:
     """The batch as one int64 Arrow array without nulls; InvalidSeqNo otherwise."""
     try:
         if isinstance(seq_nos, pa.ChunkedArray):
-            arr = seq_nos.combine_chunks()
+            arr = one_array(seq_nos)
         elif isinstance(seq_nos, pa.Array):
             arr = seq_nos
         else:
