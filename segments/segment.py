@@ -258,31 +258,64 @@ def _row_group_rows(table: pa.Table) -> int:
     return int(min(MAX_ROW_GROUP_ROWS, max(MIN_ROW_GROUP_ROWS, TARGET_ROW_GROUP_BYTES // per_row)))
 
 
-def _stats(table: pa.Table, order: pa.Array | None) -> tuple[tuple[ColumnStats, ...], dict[str, Any]]:
-    cols = []
-    for name in table.column_names:
-        if name in _BASE_NAMES:
-            continue
-        col = table.column(name)
-        t = col.type
-        if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
-                or pa.types.is_timestamp(t) or pa.types.is_string(t) or pa.types.is_large_string(t)):
-            continue
-        mm = pc.min_max(col)
-        cols.append(ColumnStats(name, str(t), _json_value(mm["min"]), _json_value(mm["max"]), col.null_count))
+def _stat_columns(table: pa.Table) -> list[str]:
+    """The field columns a segment info keeps min/max/null counts of (scalar types)."""
+    out = []
+    for f in table.schema:
+        t = f.type
+        if f.name not in _BASE_NAMES and (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+                                          or pa.types.is_timestamp(t) or pa.types.is_string(t)
+                                          or pa.types.is_large_string(t)):
+            out.append(f.name)
+    return out
+
+
+def stat_value(t: pa.DataType, st: Any, which: str) -> Any:
+    """A Parquet row group's min or max as the segment info keeps it (timestamps as epoch ms, NaN/inf as None)."""
+    if pa.types.is_timestamp(t):
+        raw = getattr(st, which + "_raw")
+        return int(raw) if t.unit == "ms" else int(pa.scalar(raw, pa.int64()).cast(t).cast(pa.timestamp("ms")).value)
+    v = getattr(st, which)
+    if isinstance(v, bytes):
+        v = v.decode("utf-8")
+    if isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))):
+        return None
+    return v
+
+
+def footer_column_stats(md: pq.FileMetaData, index: int, name: str, t: pa.DataType,
+                        values: Callable[[], pa.ChunkedArray | pa.Array]) -> ColumnStats:
+    """A column's stats from the row groups' Parquet statistics (what the writer computed anyway); ``values()``
+    gives the column's data for a file whose statistics lack them (a string over the writer's statistics size)."""
+    lo = hi = None
+    nulls = 0
+    for g in range(md.num_row_groups):
+        cc = md.row_group(g).column(index)
+        st = cc.statistics
+        if st is None or not st.has_null_count or (not st.has_min_max and st.null_count < cc.num_values):
+            col = values()
+            mm = pc.min_max(col)
+            return ColumnStats(name, str(t), _json_value(mm["min"]), _json_value(mm["max"]), col.null_count)
+        nulls += st.null_count
+        if st.has_min_max:
+            a, b = stat_value(t, st, "min"), stat_value(t, st, "max")
+            lo = a if lo is None or (a is not None and a < lo) else lo
+            hi = b if hi is None or (b is not None and b > hi) else hi
+    return ColumnStats(name, str(t), lo, hi, nulls)
+
+
+def _base_stats(table: pa.Table, order: pa.Array | None) -> dict[str, Any]:
     n = table.num_rows
-    if n:
-        seq = pc.min_max(table.column("_seq_no"))
-        base = {
-            "min_seq_no": seq["min"].as_py(),
-            "max_seq_no": seq["max"].as_py(),
-            "max_primary_term": pc.max(table.column("_primary_term")).as_py(),
-            "min_id": table.column("_id")[0 if order is None else order[0].as_py()].as_py(),
-            "max_id": table.column("_id")[n - 1 if order is None else order[n - 1].as_py()].as_py(),
-        }
-    else:
-        base = {"min_seq_no": -1, "max_seq_no": -1, "max_primary_term": 0, "min_id": None, "max_id": None}
-    return tuple(cols), base
+    if not n:
+        return {"min_seq_no": -1, "max_seq_no": -1, "max_primary_term": 0, "min_id": None, "max_id": None}
+    seq = pc.min_max(table.column("_seq_no"))
+    return {
+        "min_seq_no": seq["min"].as_py(),
+        "max_seq_no": seq["max"].as_py(),
+        "max_primary_term": pc.max(table.column("_primary_term")).as_py(),
+        "min_id": table.column("_id")[0 if order is None else order[0].as_py()].as_py(),
+        "max_id": table.column("_id")[n - 1 if order is None else order[n - 1].as_py()].as_py(),
+    }
 
 
 def write_segment(
@@ -310,11 +343,13 @@ def write_segment(
         if not pc.all(pc.less_equal(ids.slice(0, n - 1), ids.slice(1))).as_py():  # already sorted: no sort, no copy
             order = pc.array_sort_indices(ids)  # stable: rows of one id keep their input order
     rg = row_group_size or _row_group_rows(table)
-    columns, base = _stats(table, order)
+    base = _base_stats(table, order)
     n_groups = max(1, (n + rg - 1) // rg)  # an empty table still makes one (empty) row group
+    # the field columns' min/max/null counts come from the Parquet statistics once the file is written (the
+    # footer is their copy in the file; the key-value copy of the info leaves them out)
     meta_info = {"name": name, "doc_count": n, "row_groups": n_groups,
                  "format_version": FORMAT_VERSION, "row_group_size": rg, "sorted_by": "_id" if (sort or n < 2) else None,
-                 "columns": {c.name: c.to_dict() for c in columns}, **base}
+                 **base}
     schema = table.schema.with_metadata({**(table.schema.metadata or {}), METADATA_KEY: json.dumps(meta_info).encode()})
     table = table.replace_schema_metadata(schema.metadata)
 
@@ -344,6 +379,7 @@ def write_segment(
                 # (one take of the whole table: per-row-group takes on a helper thread
                 # measured slower on 2 cores)
                 writer.write_table(table if order is None else table.take(order), row_group_size=rg)
+            md = writer.writer.metadata
             if in_memory:
                 buf = sink.getvalue()
                 size, crc = buf.size, google_crc32c.value(buf)
@@ -362,6 +398,9 @@ def write_segment(
         except FileNotFoundError:
             pass
         raise
+    columns = tuple(footer_column_stats(md, table.schema.get_field_index(c), c, table.schema.field(c).type,
+                                        lambda c=c: table.column(c))
+                    for c in _stat_columns(table))
     return SegmentInfo(
         name=name,
         file_name=os.path.basename(path),

@@ -34,6 +34,7 @@ from shardstore.segments.segment import (
     METADATA_KEY,
     ColumnStats,
     SegmentInfo,
+    footer_column_stats,
     segment_file_name,
 )
 
@@ -68,40 +69,10 @@ def file_crc32c(path: str) -> tuple[int, int]:
     return size, crc
 
 
-def _stat_value(t: pa.DataType, st: Any, which: str) -> Any:
-    """A row group's min or max as the segment info keeps it (timestamps as epoch ms, NaN/inf as None)."""
-    if pa.types.is_timestamp(t):
-        raw = getattr(st, which + "_raw")
-        return int(raw) if t.unit == "ms" else int(pa.scalar(raw, pa.int64()).cast(t).cast(pa.timestamp("ms")).value)
-    v = getattr(st, which)
-    if isinstance(v, bytes):
-        v = v.decode("utf-8")
-    if isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))):
-        return None
-    return v
-
-
 def _column_stats(pf: pq.ParquetFile, name: str, t: pa.DataType) -> ColumnStats:
     """Min/max/null count of one field column from the footer (read from the data when a row group lacks them)."""
-    md = pf.metadata
-    i = pf.schema_arrow.get_field_index(name)
-    lo = hi = None
-    nulls = 0
-    for g in range(md.num_row_groups):
-        cc = md.row_group(g).column(i)
-        st = cc.statistics
-        if st is None or not st.has_null_count or (not st.has_min_max and st.null_count < cc.num_values):
-            col = pf.read(columns=[name]).column(name)
-            mm = pc.min_max(col)
-            from shardstore.segments.segment import _json_value  # the writer's own conversion of a scalar
-
-            return ColumnStats(name, str(t), _json_value(mm["min"]), _json_value(mm["max"]), col.null_count)
-        nulls += st.null_count
-        if st.has_min_max:
-            a, b = _stat_value(t, st, "min"), _stat_value(t, st, "max")
-            lo = a if lo is None or (a is not None and a < lo) else lo
-            hi = b if hi is None or (b is not None and b > hi) else hi
-    return ColumnStats(name, str(t), lo, hi, nulls)
+    return footer_column_stats(pf.metadata, pf.schema_arrow.get_field_index(name), name, t,
+                               lambda: pf.read(columns=[name]).column(name))
 
 
 def segment_info(path: str, name: str, ids: pa.Array, seq_nos: pa.Array, term: int,

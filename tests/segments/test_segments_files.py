@@ -6,6 +6,7 @@ import json
 import os
 import pickle
 import struct
+from pathlib import Path
 
 import google_crc32c
 import pyarrow as pa
@@ -155,7 +156,9 @@ def test_segment_round_trip_and_stats(seg):
     r = SegmentReader(path, info)
     r.verify()
     meta = r.read_metadata_info()
-    assert meta["doc_count"] == 5000 and meta["min_id"] == "id000000" and meta["columns"]["a"]["max"] == 4999
+    assert meta["doc_count"] == 5000 and meta["min_id"] == "id000000"
+    assert "columns" not in meta  # the Parquet footer's statistics are the file's copy of the column stats
+    assert [c.to_dict() for c in info.columns] == [c.to_dict() for c in _stats_from_data(t)]
     # sorted by _id, and every row there
     back = pq.read_table(path)
     assert back.column("_id").to_pylist() == sorted(t.column("_id").to_pylist())
@@ -382,3 +385,46 @@ def test_lookup_segments_across_segments(tmp_path):
     got = {(q, s, readers[s].take([r], ["_id"]).column("_id")[0].as_py()) for q, s, r in zip(qp.to_pylist(), segs.to_pylist(), rows.to_pylist())}
     want = {(j, k, q) for j, q in enumerate(queries) for k in range(3) if q.startswith("id") and k * 50 <= int(q[2:]) < k * 50 + 100}
     assert got == want
+
+
+def _stats_from_data(t: pa.Table) -> list:
+    """Every scalar field column's min/max/null count computed from the data itself (what the info must say)."""
+    from shardstore.segments.segment import _BASE_NAMES, ColumnStats, _json_value
+
+    out = []
+    for name in t.column_names:
+        col = t.column(name)
+        if name in _BASE_NAMES or not (pa.types.is_integer(col.type) or pa.types.is_floating(col.type)
+                                       or pa.types.is_boolean(col.type) or pa.types.is_timestamp(col.type)
+                                       or pa.types.is_string(col.type)):
+            continue
+        mm = pc.min_max(col)
+        out.append(ColumnStats(name, str(col.type), _json_value(mm["min"]), _json_value(mm["max"]), col.null_count))
+    return out
+
+
+@pytest.mark.parametrize("rows", [0, 1, 3, 20_000])
+def test_the_column_stats_from_the_footer_are_those_of_the_data(tmp_path: Path, rows: int) -> None:
+    """The segment info's per-column stats are read from the Parquet statistics the writer computed; they equal
+    min/max/null counts over the data for every scalar type, nulls, all-null columns, and strings too long
+    for Parquet statistics (which then come from the data)."""
+    import datetime as dt
+
+    rng = range(rows)
+    t = pa.table({
+        "_id": [f"d{i:06d}" for i in rng], "_seq_no": pa.array(list(rng), pa.int64()),
+        "_primary_term": pa.array([1] * rows, pa.int64()), "_version": pa.array([1] * rows, pa.int64()),
+        "_source": pa.nulls(rows, pa.binary()),
+        "l": pa.array([(i * 7919) % 1000 - 500 if i % 5 else None for i in rng], pa.int64()),
+        "i": pa.array([i % 300 for i in rng], pa.int32()),
+        "f": pa.array([i / 3 - 7 if i % 4 else None for i in rng], pa.float64()),
+        "b": pa.array([i % 3 == 0 for i in rng], pa.bool_()),
+        "k": pa.array([f"v{(i * 31) % 977}" for i in rng], pa.string()),
+        "long": pa.array([("z" * 5000 + str(i)) if i % 2 else "a" for i in rng], pa.string()),
+        "n": pa.nulls(rows, pa.int64()),
+        "d": pa.array([dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(minutes=i) for i in rng],
+                      pa.timestamp("ms", "UTC")),
+    })
+    info = write_segment(str(tmp_path / "s.parquet"), t, name="s")
+    assert [c.to_dict() for c in info.columns] == [c.to_dict() for c in _stats_from_data(t)]
+    assert SegmentInfo.from_dict(json.loads(json.dumps(info.to_dict()))) == info
