@@ -6,6 +6,8 @@ from enum import IntEnum
 
 import pyarrow as pa
 
+from shardstore.core.arrays import one_array
+
 __all__ = ["FIELDS_COLUMN", "NO_OPS", "OP_NAMES", "OpType", "fields_of", "with_fields"]
 
 #: The seq# (and checkpoint) of a shard that holds no operation yet.
@@ -38,7 +40,7 @@ def with_fields(batch: pa.RecordBatch, fields: pa.Table) -> pa.RecordBatch:
     elif fields.num_rows != batch.num_rows:
         raise ValueError(f"{fields.num_rows} rows of fields for {batch.num_rows} operations")
     else:
-        arrays = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in fields.columns]
+        arrays = [one_array(c) for c in fields.columns]
         struct = pa.StructArray.from_arrays(arrays, fields=list(fields.schema))
     if FIELDS_COLUMN in batch.schema.names:
         return batch.set_column(batch.schema.get_field_index(FIELDS_COLUMN), FIELDS_COLUMN, struct)
@@ -50,7 +52,7 @@ def fields_of(batch: pa.RecordBatch | pa.Table) -> pa.Table | None:
     if FIELDS_COLUMN not in batch.schema.names:
         return None
     col = batch.column(FIELDS_COLUMN)
-    struct = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    struct = one_array(col)
     if struct.type.num_fields == 0:  # documents without a field: keep the row count (a table of no columns)
         return pa.Table.from_struct_array(struct)
     if struct.offset or struct.null_count:  # flatten() applies the parent's offset and validity to each child
