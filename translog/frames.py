@@ -68,6 +68,17 @@ Version 3 is version 2 plus ``FT`` frames: a version 2 file holding one is refus
 corrupt, and a reader of version 2 refuses a version 3 file with
 :class:`~shardstore.errors.UnsupportedFormatVersion` instead of misreading it.
 
+Version 4 is version 3 plus narrowed integers in large typed frames: in an ``FT`` frame
+that is LZ4-compressed (from :data:`COMPRESS_TYPED_MIN_BYTES`), an ``int64``/``int32``
+child of ``fields`` whose values all fit a narrower integer type is written as the
+narrowest of ``int8``, ``int16``, ``int32``, with field metadata :data:`WIDE_KEY` naming
+the type it had; every reader casts it back (exactly: the values fit) before anything
+else sees the batch.  Flights' typed columns are small integers: the 336,776-row frame
+shrinks from 62 MB of Arrow buffers to 35 MB before compression, and its LZ4 time from
+45 to 28 ms of CPU (issue 16).  A reader of version 3 refuses a version 4 file with
+:class:`~shardstore.errors.UnsupportedFormatVersion`; version 3 frames carry no such
+metadata and are read as they are.
+
 Writing the schema once per generation instead of once per frame saves ~450 bytes and
 an IPC stream writer per append.  :func:`payload_parts` hands a large batch's payload
 out as the pieces Arrow writes (message metadata, the batch's own buffers, padding), so
@@ -113,9 +124,14 @@ from shardstore.translog.errors import TranslogCorruptedError
 from shardstore.translog.operations import SCHEMA
 from shardstore.translog.records import Checksum, check_framing, check_version, checksum_for, crc32c, zlib_crc32
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 #: The first format version whose files may hold typed (``FT``) frames.
 TYPED_FRAMES_VERSION = 3
+#: The first format version whose typed frames may hold narrowed integer fields (module docstring).
+NARROW_INTS_VERSION = 4
+#: Field metadata key of a narrowed integer child of ``fields``: the type it is widened back to.
+WIDE_KEY = b"shardstore.wide"
+_NARROWER = (pa.int8(), pa.int16(), pa.int32())
 GENERATION_MAGIC = b"SSTL"
 SCHEMA_MAGIC = b"FS"
 BATCH_MAGIC = b"FB"
@@ -209,7 +225,7 @@ class Frame:
         """The frame's batch; TranslogCorruptedError if the payload is not the batch the header describes."""
         if self.decoded is not None:
             return self.decoded
-        result = _decode_payload(self.payload, self.count, self.schema)
+        result = _decode_payload(self.payload, self.count, self.schema, typed=self.kind == TYPED_MAGIC)
         if isinstance(result, str):
             raise TranslogCorruptedError(self.path, self.offset, result)
         return result
@@ -354,10 +370,80 @@ def stream_payload_parts(batch: pa.RecordBatch) -> list[Part]:
     less than the write and fsync of the bytes saved, locally and again in the upload.
     """
     sink = _Capture()
-    options = _LZ4 if batch.nbytes >= COMPRESS_TYPED_MIN_BYTES else _PLAIN
+    big = batch.nbytes >= COMPRESS_TYPED_MIN_BYTES
+    if big:
+        batch = narrowed(batch)
+    options = _LZ4 if big else _PLAIN
     with ipc.new_stream(pa.PythonFile(sink, mode="w"), batch.schema, options=options) as writer:
         writer.write_batch(batch)
     return sink.parts
+
+
+def narrowed(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``batch`` with each int64/int32 child of ``fields`` cast to the narrowest integer type holding its values,
+    marked with :data:`WIDE_KEY` (format version 4; :func:`widened` undoes it exactly)."""
+    i = batch.schema.get_field_index(FIELDS_COLUMN)
+    struct = batch.column(i)
+    if struct.offset or struct.null_count:  # children carry the struct's offset and validity: flatten applies them
+        children = struct.flatten()
+    else:
+        children = [struct.field(k) for k in range(struct.type.num_fields)]
+    out, fields, changed = [], [], False
+    for f, child in zip(struct.type, children):
+        target = _narrowest(child) if f.type in (pa.int64(), pa.int32()) else None
+        if target is not None:
+            child = child.cast(target)
+            f = pa.field(f.name, target, f.nullable, {**(f.metadata or {}), WIDE_KEY: str(f.type).encode()})
+            changed = True
+        out.append(child)
+        fields.append(f)
+    if not changed:
+        return batch
+    narrow = pa.StructArray.from_arrays(out, fields=fields, mask=pc.is_null(struct) if struct.null_count else None)
+    return batch.set_column(i, batch.schema.field(i).with_type(narrow.type), narrow)
+
+
+def _narrowest(col: pa.Array) -> pa.DataType | None:
+    """The narrowest integer type narrower than ``col``'s holding all its values (None: none, or all null)."""
+    mm = pc.min_max(col)
+    lo, hi = mm["min"].as_py(), mm["max"].as_py()
+    if lo is None:
+        return None
+    for t in _NARROWER:
+        if t.bit_width >= col.type.bit_width:
+            return None
+        bound = 1 << (t.bit_width - 1)
+        if -bound <= lo and hi < bound:
+            return t
+    return None
+
+
+def widened(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """A typed batch with its narrowed ``fields`` children (:data:`WIDE_KEY`) cast back to their own types."""
+    i = batch.schema.get_field_index(FIELDS_COLUMN)
+    if i < 0:
+        return batch
+    ftype = batch.schema.field(i).type
+    if not any(f.metadata and WIDE_KEY in f.metadata for f in ftype):
+        return batch
+    struct = batch.column(i)
+    children = struct.flatten() if struct.offset or struct.null_count else [struct.field(k) for k in range(ftype.num_fields)]
+    out, fields = [], []
+    for f, child in zip(ftype, children):
+        wide = (f.metadata or {}).get(WIDE_KEY)
+        if wide is not None:
+            target = _WIDE_TYPES.get(wide)
+            if target is None:
+                raise ValueError(f"field {f.name!r} of a typed frame names an unknown integer type {wide!r}")
+            meta = {k: v for k, v in f.metadata.items() if k != WIDE_KEY}
+            child, f = child.cast(target), pa.field(f.name, target, f.nullable, meta or None)
+        out.append(child)
+        fields.append(f)
+    wide_struct = pa.StructArray.from_arrays(out, fields=fields, mask=pc.is_null(struct) if struct.null_count else None)
+    return batch.set_column(i, batch.schema.field(i).with_type(wide_struct.type), wide_struct)
+
+
+_WIDE_TYPES = {b"int64": pa.int64(), b"int32": pa.int32()}
 
 
 def frame_parts(batch: pa.RecordBatch) -> tuple[bytes, list[Part]]:
@@ -427,6 +513,11 @@ def _decode_payload(payload: memoryview | bytes, count: int, schema: pa.Schema |
         return f"payload holds {batch.num_rows} operations, frame header says {count}"
     if typed and not _typed_operations(batch.schema):
         return f"typed frame holds no typed operations (schema {batch.schema.names})"
+    if typed:
+        try:
+            batch = widened(batch)
+        except (pa.ArrowException, ValueError) as exc:
+            return f"undecodable typed fields: {exc}"
     return batch
 
 

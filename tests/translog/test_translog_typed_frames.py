@@ -54,7 +54,7 @@ def test_typed_operations_round_trip_through_the_local_translog(tmp_path: Path) 
         log.add(plain_ops(50, 5))
         log.add(typed_ops(55, 10))
     assert frame_kinds(tmp_path / generation_file(1)) == [fr.TYPED_MAGIC, fr.BATCH_MAGIC, fr.TYPED_MAGIC]
-    assert fr.scan(tmp_path / generation_file(1), fr.HEADER_SIZE).header.version == fr.FORMAT_VERSION == 3
+    assert fr.scan(tmp_path / generation_file(1), fr.HEADER_SIZE).header.version == fr.FORMAT_VERSION == 4
     with LocalTranslog(str(tmp_path), primary_term=1) as log:  # reopened: recovered from disk
         got = pa.Table.from_batches(list(log.read_operations(0)))
     assert got.num_rows == 65 and got.column("seq_no").to_pylist() == list(range(65))
@@ -204,3 +204,76 @@ def test_a_typed_frame_must_hold_typed_operations() -> None:
     data = fr.frame_header(parts, 2, 0, 1, magic=fr.TYPED_MAGIC) + b"".join(
         p.to_pybytes() if isinstance(p, pa.Buffer) else bytes(p) for p in parts)
     assert [f.batch().num_rows for f in fr.iter_frames(data, 0, None, "frame", decode=True)] == [2]
+
+
+def _wide_ops(first: int, n: int) -> pa.RecordBatch:
+    """A typed batch big enough to be compressed (and narrowed), with integers of every width and nulls."""
+    ids = [f"w{first + i}" for i in range(n)]
+    base = unstamped_batch([OpType.INDEX] * n, ids, [1] * n, [None] * n)
+    fields = pa.table({
+        "tiny": pa.array([i % 100 - 50 for i in range(n)], pa.int64()),
+        "small": pa.array([None if i % 7 == 0 else i % 30_000 for i in range(n)], pa.int64()),
+        "mid": pa.array([i * 40_000 - 2**31 + 1 for i in range(n)], pa.int64()),
+        "big": pa.array([2**40 + i for i in range(n)], pa.int64()),
+        "int32": pa.array([i % 120 for i in range(n)], pa.int32()),
+        "edge": pa.array([-(2**15) if i % 2 else 2**15 - 1 for i in range(n)], pa.int64()),
+        "none": pa.nulls(n, pa.int64()),
+        "f": pa.array([i / 4 for i in range(n)], pa.float64()),
+        "k": pa.array([f"k{i % 9}" for i in range(n)], pa.string()),
+    })
+    return stamp(with_fields(base, fields), first, 1)
+
+
+def test_large_typed_frames_narrow_their_integers_and_read_back_exactly(tmp_path: Path) -> None:
+    """Format version 4: the integers of a compressed typed frame are stored in the narrowest type holding them,
+    marked with their own type, and every reader gets the batch back exactly as it was written."""
+    batch = _wide_ops(0, 60_000)
+    assert batch.nbytes >= fr.COMPRESS_TYPED_MIN_BYTES
+    with LocalTranslog(str(tmp_path), primary_term=1) as log:
+        log.add(batch)
+        log.add(typed_ops(60_000, 5))  # small: neither compressed nor narrowed
+    data = (tmp_path / generation_file(1)).read_bytes()
+    frames = list(fr.iter_frames(data, fr.HEADER_SIZE, None, tmp_path))
+    stored = pa.ipc.open_stream(pa.py_buffer(frames[0].payload)).schema.field(FIELDS_COLUMN).type
+    narrow = {f.name: (f.type, (f.metadata or {}).get(fr.WIDE_KEY)) for f in stored}
+    assert narrow["tiny"] == (pa.int8(), b"int64") and narrow["small"] == (pa.int16(), b"int64")
+    assert narrow["mid"] == (pa.int32(), b"int64") and narrow["int32"] == (pa.int8(), b"int32")
+    assert narrow["edge"] == (pa.int16(), b"int64")
+    assert narrow["big"] == (pa.int64(), None) and narrow["none"] == (pa.int64(), None)  # nothing narrower holds them
+    decoded = next(fr.iter_frames(data, fr.HEADER_SIZE, None, tmp_path, decode=True)).batch()
+    lazy = next(fr.iter_frames(data, fr.HEADER_SIZE, None, tmp_path)).batch()  # decoded on first use
+    assert lazy.schema.equals(batch.schema, check_metadata=True) and lazy.equals(batch)
+    assert decoded.schema.equals(batch.schema, check_metadata=True) and decoded.equals(batch)
+    with LocalTranslog(str(tmp_path), primary_term=1) as log:  # the log's own reader (merging both frames)
+        got = pa.Table.from_batches(list(log.read_operations(0)))
+    back = fields_of(got)
+    assert back is not None and got.num_rows == 60_005
+    for name in ("tiny", "small", "mid", "big", "int32", "edge", "none"):
+        assert back.column(name).type == fields_of(batch).column(name).type
+        assert back.column(name).slice(0, 60_000).to_pylist() == fields_of(batch).column(name).to_pylist()
+    sliced = batch.slice(1000, 30_000)  # a struct with an offset, some rows null as a whole
+    sliced = sliced.set_column(sliced.schema.get_field_index(FIELDS_COLUMN), FIELDS_COLUMN,
+                               pa.StructArray.from_arrays(
+                                   sliced.column(FIELDS_COLUMN).flatten(), fields=list(sliced.schema.field(FIELDS_COLUMN).type),
+                                   mask=pa.array([i % 11 == 0 for i in range(30_000)])))
+    assert fr.widened(fr.narrowed(sliced)).equals(sliced)
+
+
+def test_a_version_4_file_is_refused_by_a_version_3_reader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from shardstore.errors import UnsupportedFormatVersion
+
+    with LocalTranslog(str(tmp_path), primary_term=1) as log:
+        log.add(_wide_ops(0, 40_000))
+    monkeypatch.setattr(fr, "FORMAT_VERSION", 3)
+    with pytest.raises(UnsupportedFormatVersion):
+        fr.scan(tmp_path / generation_file(1), fr.HEADER_SIZE)
+
+
+def test_a_narrowed_field_naming_an_unknown_type_is_refused() -> None:
+    batch = fr.narrowed(_wide_ops(0, 40_000))
+    i = batch.schema.get_field_index(FIELDS_COLUMN)
+    ftype = batch.schema.field(i).type
+    forged = pa.struct([f.with_metadata({fr.WIDE_KEY: b"int128"}) if f.name == "tiny" else f for f in ftype])
+    bad = batch.set_column(i, pa.field(FIELDS_COLUMN, forged), batch.column(i).cast(forged))
+    with pytest.raises(ValueError, match="tiny.*int128"):
+        fr.widened(bad)
