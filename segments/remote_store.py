@@ -28,12 +28,14 @@ zombie's metadata under its own older term is never chosen.
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import threading
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from shardstore.blobstores.base import BlobStore
 from shardstore.blobstores.errors import BlobAlreadyExists, BlobNotFound
@@ -77,6 +79,18 @@ class RestoreResult:
     skipped: tuple[tuple[str, str], ...] = ()  # (metadata key, reason)
     files: int = 0
     bytes: int = 0
+
+
+def _mapped_crc32c(f: BinaryIO, size: int) -> int:
+    """CRC32C of an open file's ``size`` bytes, read through a memory map (an empty file: 0)."""
+    if size == 0:
+        return crc32c(b"")
+    with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        view = memoryview(mapped)
+        try:
+            return crc32c(view)
+        finally:
+            view.release()
 
 
 def _join(prefix: str, key: str) -> str:
@@ -498,23 +512,15 @@ class RemoteSegmentStore:
         key = self._keys.setdefault(ident, _join(self.prefix, data_key(name, uuid.uuid4().hex)))
         self._in_flight.add(key)
         path = os.path.join(directory, name)
-        if size <= _STREAM_OVER:
-            with open(path, "rb") as f:
-                data = f.read()
-            actual = crc32c(data)
-            if len(data) != size or actual != checksum:
-                raise SegmentCorrupted(path, f"local file has size/CRC32C {len(data)}/{actual:#010x}, "
+        with open(path, "rb") as f:
+            # checked through a read-only memory map (no copy of the file in memory), then streamed: the
+            # local store copies it in the kernel, an object store sends up to 64 MiB in one PUT
+            actual_size = os.fstat(f.fileno()).st_size
+            actual = _mapped_crc32c(f, actual_size)
+            if actual_size != size or actual != checksum:
+                raise SegmentCorrupted(path, f"local file has size/CRC32C {actual_size}/{actual:#010x}, "
                                              f"the commit says {size}/{checksum:#010x}; not uploading it")
-            self._put(key, data, None)
-        else:
-            actual = 0
-            with open(path, "rb") as f:
-                while block := f.read(8 * 1024 * 1024):
-                    actual = crc32c(block, actual)
-            if actual != checksum:
-                raise SegmentCorrupted(path, f"local file CRC32C {actual:#010x}, the commit says {checksum:#010x}")
-            with open(path, "rb") as f:
-                self._put(key, None, f)
+            self._put(key, None, f)
         remote = RemoteFile(key, size, checksum)
         self._uploaded[ident] = remote
         return remote

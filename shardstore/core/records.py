@@ -28,6 +28,7 @@ import struct
 from typing import Any
 
 import google_crc32c
+import pyarrow as pa
 import zstandard
 
 from shardstore.errors import CorruptError, UnsupportedFormatVersion
@@ -50,9 +51,9 @@ class RecordCorrupted(CorruptError):
 
 
 def crc32c(data: bytes | bytearray | memoryview, crc: int = 0) -> int:
-    """CRC32C of ``data``, continuing from ``crc``."""
-    if isinstance(data, memoryview):
-        data = data.tobytes()  # the C extension takes bytes-like objects but not memoryviews
+    """CRC32C of ``data``, continuing from ``crc`` (no copy of ``data``)."""
+    if not isinstance(data, (bytes, pa.Buffer)):  # the C extension takes read-only buffers only: wrapped, not copied
+        data = pa.py_buffer(data)
     return google_crc32c.extend(crc, data) if crc else google_crc32c.value(data)
 
 

@@ -371,3 +371,23 @@ def test_gc_under_a_stale_listing_keeps_every_file_of_the_commits_it_wrote(tmp_p
     for f in newest.files.values():
         assert store.exists(f.key), f"{f.key}: a file of the newest commit was deleted"
     restore(store, ADDR, str(tmp_path / "restored"))
+
+
+@REMOTE
+def test_a_local_segment_that_changed_since_its_commit_is_not_uploaded(store_factory, tmp_path: Path) -> None:
+    """A segment file whose bytes no longer match its commit (a flipped byte on the local disk) is refused before
+    it leaves the node, naming the file; nothing of the commit is written (its other files may be)."""
+    store = store_factory()
+    shard = Shard(tmp_path / "local")
+    c = shard.commit()
+    seg = next(n for n in c.files() if n.endswith(".parquet"))
+    path = Path(shard.path) / seg
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 2] ^= 0x01
+    path.write_bytes(bytes(raw))
+    remote = RemoteSegmentStore(store, ADDR, 1)
+    with pytest.raises(SegmentCorrupted, match=f"{seg}.*CRC32C.*not uploading it"):
+        remote.upload(shard.path, c)
+    with pytest.raises(CommitNotFound):
+        latest_commit(store, ADDR)
+    assert not [b.key for b in store.list() if seg in b.key]
