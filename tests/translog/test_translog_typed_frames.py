@@ -277,3 +277,23 @@ def test_a_narrowed_field_naming_an_unknown_type_is_refused() -> None:
     bad = batch.set_column(i, pa.field(FIELDS_COLUMN, forged), batch.column(i).cast(forged))
     with pytest.raises(ValueError, match="tiny.*int128"):
         fr.widened(bad)
+
+
+def test_a_version_3_generation_is_sealed_and_narrowed_frames_go_to_a_new_file(tmp_path: Path) -> None:
+    """Reopening a log whose current generation is version 3 rolls it: no narrowed (version 4) frame is ever
+    appended to a file a version 3 reader would read without widening."""
+    with LocalTranslog(str(tmp_path), primary_term=1) as log:
+        log.add(typed_ops(0, 5))
+    path = tmp_path / generation_file(1)
+    raw = bytearray(path.read_bytes())
+    struct.pack_into("<H", raw, 4, 3)  # the file as version 3 wrote it (the same bytes, version 3 in the header)
+    struct.pack_into("<I", raw, 40, fr.checksum_for(3)(bytes(raw[:40]), 0))
+    path.write_bytes(bytes(raw))
+    big = _wide_ops(5, 40_000)
+    with LocalTranslog(str(tmp_path), primary_term=1) as log:
+        log.add(big)
+        got = pa.Table.from_batches(list(log.read_operations(0)))
+    assert fr.scan(path, fr.HEADER_SIZE).header.version == 3
+    assert fr.scan(tmp_path / generation_file(2), fr.HEADER_SIZE).header.version == 4
+    assert got.num_rows == 40_005 and got.column("seq_no").to_pylist() == list(range(40_005))
+    assert fields_of(got).column("tiny").type == pa.int64()
