@@ -398,9 +398,9 @@ class ShardDirectory:
         def write(i: int) -> SegmentInfo:
             lo, hi = n * i // parts, n * (i + 1) // parts
             name = f"seg_{uuid.uuid4().hex[:16]}"
-            part = docs.take(rows.slice(lo, hi - lo))  # on the writer's thread: the takes run in parallel too
-            return write_segment(os.path.join(self.path, segment_file_name(name)), part, name=name,
-                                 fsync=self._fsync)
+            # the writer takes its rows one row group at a time, on its own thread
+            return write_segment(os.path.join(self.path, segment_file_name(name)), docs, rows=rows.slice(lo, hi - lo),
+                                 name=name, fsync=self._fsync)
 
         if parts == 1:
             return [write(0)]

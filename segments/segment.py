@@ -54,6 +54,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from shardstore.core.arrays import one_array
 from shardstore.errors import UnsupportedFormatVersion
 from shardstore.fileio import disk_fault, fsync_dir
 from shardstore.fileio import fsync as fsync_file
@@ -323,6 +324,7 @@ def write_segment(
     table: pa.Table,
     *,
     name: str,
+    rows: pa.Array | None = None,
     row_group_size: int | None = None,
     compression_level: int = ZSTD_LEVEL,
     sort: bool = True,
@@ -332,18 +334,32 @@ def write_segment(
 
     Rows are sorted by ``_id`` (stable: rows of one id keep their input order, which
     is ``_seq_no`` order when the caller appends in that order) unless ``sort=False``
-    (the caller then guarantees ``_id`` order).  Atomic: a reader sees the whole file or nothing.
+    (the caller then guarantees ``_id`` order).  ``rows``: write only these rows of
+    ``table``, in this order, which must be ``_id`` order (ValueError otherwise); they are
+    taken one row group at a time, so a sorted copy of a big table is never whole in
+    memory (a refresh's rows: issue 16).  Atomic: a reader sees the whole file or nothing.
     Returns the :class:`SegmentInfo` with the file's size and CRC32C.
     """
     table = _normalize(table).combine_chunks()
-    n = table.num_rows
-    order = None
-    if sort and n > 1:
-        ids = table.column("_id")
-        if not pc.all(pc.less_equal(ids.slice(0, n - 1), ids.slice(1))).as_py():  # already sorted: no sort, no copy
-            order = pc.array_sort_indices(ids)  # stable: rows of one id keep their input order
     rg = row_group_size or _row_group_rows(table)
-    base = _base_stats(table, order)
+    order = None
+    if rows is not None:
+        rows = one_array(rows).cast(pa.int64())
+        picked = pa.table({c: table.column(c).take(rows) for c in ("_id", "_seq_no", "_primary_term")})
+        ids = picked.column("_id")
+        n = len(rows)
+        if n > 1 and not pc.all(pc.less_equal(ids.slice(0, n - 1), ids.slice(1))).as_py():
+            raise ValueError(f"segment {name}: the rows to write are not in _id order")
+        base = _base_stats(picked, None)
+        nbytes = table.nbytes * n // max(1, table.num_rows)
+    else:
+        n = table.num_rows
+        if sort and n > 1:
+            ids = table.column("_id")
+            if not pc.all(pc.less_equal(ids.slice(0, n - 1), ids.slice(1))).as_py():  # already sorted: no copy
+                order = pc.array_sort_indices(ids)  # stable: rows of one id keep their input order
+        base = _base_stats(table, order)
+        nbytes = table.nbytes
     n_groups = max(1, (n + rg - 1) // rg)  # an empty table still makes one (empty) row group
     # the field columns' min/max/null counts come from the Parquet statistics once the file is written (the
     # footer is their copy in the file; the key-value copy of the info leaves them out)
@@ -358,7 +374,7 @@ def write_segment(
     # unique per row: no dictionary (_version is mostly 1: a dictionary page, and the
     # writer falls back to plain pages by itself where an index rewrote its ids often)
     no_dict = {"_id", "_source", "_seq_no"}
-    in_memory = table.nbytes <= IN_MEMORY_WRITE_BYTES
+    in_memory = nbytes <= IN_MEMORY_WRITE_BYTES
     try:
         with open(tmp, "wb") as raw:
             disk_fault("write", path)  # an injected disk full (the simulator); a torn tmp file is removed below
@@ -376,9 +392,15 @@ def write_segment(
                 bloom_filter_options={"_id": {"ndv": max(1, min(n, rg)), "fpp": 0.01}},
                 store_schema=True,
             ) as writer:
-                # (one take of the whole table: per-row-group takes on a helper thread
-                # measured slower on 2 cores)
-                writer.write_table(table if order is None else table.take(order), row_group_size=rg)
+                if rows is not None and n:
+                    # one row group at a time: each take is ~4 MB, reused while it is hot in the caches
+                    for start in range(0, n, rg):
+                        writer.write_table(table.take(rows.slice(start, rg)), row_group_size=rg)
+                else:
+                    # (one take of the whole table: per-row-group takes on a helper thread
+                    # measured slower on 2 cores)
+                    whole = table if order is None else table.take(order)
+                    writer.write_table(whole if rows is None else whole.take(rows), row_group_size=rg)
             md = writer.writer.metadata
             if in_memory:
                 buf = sink.getvalue()
@@ -399,7 +421,7 @@ def write_segment(
             pass
         raise
     columns = tuple(footer_column_stats(md, table.schema.get_field_index(c), c, table.schema.field(c).type,
-                                        lambda c=c: table.column(c))
+                                        lambda c=c: table.column(c) if rows is None else table.column(c).take(rows))
                     for c in _stat_columns(table))
     return SegmentInfo(
         name=name,

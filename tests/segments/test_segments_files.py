@@ -428,3 +428,28 @@ def test_the_column_stats_from_the_footer_are_those_of_the_data(tmp_path: Path, 
     info = write_segment(str(tmp_path / "s.parquet"), t, name="s")
     assert [c.to_dict() for c in info.columns] == [c.to_dict() for c in _stats_from_data(t)]
     assert SegmentInfo.from_dict(json.loads(json.dumps(info.to_dict()))) == info
+
+
+def test_a_segment_of_some_rows_taken_a_row_group_at_a_time(tmp_path: Path) -> None:
+    """``write_segment(rows=...)`` (a refresh's rows, in _id order) writes what writing those rows taken first
+    would, one row group at a time; rows out of _id order are refused, no rows make an empty segment."""
+    n = 30_000
+    t = pa.table({
+        "_id": [f"d{(i * 7919) % n:06d}" for i in range(n)], "_seq_no": pa.array(range(n), pa.int64()),
+        "_primary_term": pa.array([2] * n, pa.int64()), "_version": pa.array([1] * n, pa.int64()),
+        "_source": pa.nulls(n, pa.binary()), "v": pa.array([i % 1000 for i in range(n)], pa.int64()),
+        "k": pa.array([f"k{i % 13}" for i in range(n)]),
+    })
+    order = pc.array_sort_indices(t.column("_id"))
+    rows = order.filter(pc.not_equal(pc.bit_wise_and(order.cast(pa.int64()), 3), 0))  # 3 of 4, still in _id order
+    got = write_segment(str(tmp_path / "a.parquet"), t, rows=rows, name="a", row_group_size=4096)
+    ref = write_segment(str(tmp_path / "b.parquet"), t.take(rows), name="b", row_group_size=4096)
+    assert got.doc_count == ref.doc_count == len(rows) and got.row_groups == ref.row_groups > 1
+    assert (got.min_id, got.max_id, got.min_seq_no, got.max_seq_no) == (ref.min_id, ref.max_id, ref.min_seq_no,
+                                                                        ref.max_seq_no)
+    assert got.columns == ref.columns
+    assert pq.read_table(tmp_path / "a.parquet").equals(pq.read_table(tmp_path / "b.parquet"))
+    with pytest.raises(ValueError, match="not in _id order"):
+        write_segment(str(tmp_path / "c.parquet"), t, rows=pa.array(range(100)), name="c")
+    empty = write_segment(str(tmp_path / "d.parquet"), t, rows=pa.array([], pa.int64()), name="d")
+    assert empty.doc_count == 0 and pq.read_table(tmp_path / "d.parquet").num_rows == 0
