@@ -74,6 +74,8 @@ log = logging.getLogger(__name__)
 Expectation = tuple[str, int | None, int | None]
 #: Remote segment GC runs after this many uploaded commits (it reads every commit's metadata).
 GC_EVERY_FLUSHES = 5
+#: The term of a new index's first primary: no term below it ever held a primary (next_free_term starts above 0).
+FIRST_TERM = 1
 KEEP_REMOTE_COMMITS = 10
 #: After a failover, older terms' remote commits are collected once the new term has this many.
 OWN_COMMITS_BEFORE_DROPPING_OLDER = 2
@@ -196,7 +198,8 @@ class ShardCopy:
             return
         addr = self.spec.address
         self.remote_segments = RemoteSegmentStore(self.store, addr, self.primary_term)
-        self._older_terms_pending = True  # checked (and collected) at the first flush
+        # checked (and collected) at the first flush; a term-1 primary has no older term (terms start at 1)
+        self._older_terms_pending = self.primary_term > FIRST_TERM
         self.remote_segments.claim_term()  # fences every older-term primary's next commit
         if self.spec.durability == "request":
             # Every operation this copy logged before now is durable under an older term's prefix:
@@ -603,6 +606,8 @@ class ShardCopy:
         outlives the segment upload that makes it unnecessary (seed 001).
         """
         assert self.remote_translog is not None and self.store is not None
+        if self.primary_term <= FIRST_TERM:  # no older term: no LIST of the term markers at every flush
+            return
         for term in list_terms(self.store, self.spec.address):
             if term < self.primary_term:
                 self.remote_translog.purge_older_term(self.spec.address.translog_prefix(term), checkpoint,

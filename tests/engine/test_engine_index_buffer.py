@@ -189,3 +189,22 @@ def test_a_failed_upload_ahead_is_made_good_by_the_flush(tmp_path: Path) -> None
         cluster.close()
     got = _restored_ids(url, tmp_path / "b")
     assert len(got) == 300 and got["d299"]["v"] == 299
+
+
+def test_a_new_indexs_first_flush_makes_no_older_term_requests(tmp_path: Path) -> None:
+    """A term-1 primary has no older term: its first flush lists no term markers and runs no GC pass over the
+    store (issue 16: 8 LISTs and a GET became 2 LISTs, ~20 ms on moto S3); its commit is there."""
+    url = f"file://{tmp_path / 'remote'}"
+    cluster = Cluster(store=url, data_dir=str(tmp_path / "a"), nodes=1)
+    try:
+        cluster.create_index("docs", shards=1, replicas=0)
+        assert not cluster.bulk("docs", [{"_id": str(i), "v": i} for i in range(100)]).errors
+        before = dict(cluster.store.metrics()["requests"])
+        cluster.flush("docs")
+        after = dict(cluster.store.metrics()["requests"])
+        made = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+        assert made.get("list", 0) <= 2 and made.get("get", 0) == 0, made  # fencing checks only
+        assert made.get("put", 0) >= 2, made  # the segment and the commit
+    finally:
+        cluster.close()
+    assert len(_restored_ids(url, tmp_path / "b")) == 100
