@@ -28,21 +28,19 @@ zombie's metadata under its own older term is never chosen.
 from __future__ import annotations
 
 import logging
-import mmap
 import os
 import threading
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import BinaryIO
 
 from shardstore.blobstores.base import BlobStore
 from shardstore.blobstores.errors import BlobAlreadyExists, BlobNotFound
 from shardstore.core.address import ShardAddress
 from shardstore.core.path_strategy import PathStrategy, PlainPathStrategy, parse_term_marker_key
 from shardstore.core.records import crc32c, decode_record, encode_record
-from shardstore.fileio import write_atomic
+from shardstore.fileio import mapped, write_atomic
 from shardstore.progress import Progress
 from shardstore.segments.commit import CommitPoint, write_commit
 from shardstore.segments.errors import (
@@ -79,18 +77,6 @@ class RestoreResult:
     skipped: tuple[tuple[str, str], ...] = ()  # (metadata key, reason)
     files: int = 0
     bytes: int = 0
-
-
-def _mapped_crc32c(f: BinaryIO, size: int) -> int:
-    """CRC32C of an open file's ``size`` bytes, read through a memory map (an empty file: 0)."""
-    if size == 0:
-        return crc32c(b"")
-    with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-        view = memoryview(mapped)
-        try:
-            return crc32c(view)
-        finally:
-            view.release()
 
 
 def _join(prefix: str, key: str) -> str:
@@ -516,7 +502,8 @@ class RemoteSegmentStore:
             # checked through a read-only memory map (no copy of the file in memory), then streamed: the
             # local store copies it in the kernel, an object store sends up to 64 MiB in one PUT
             actual_size = os.fstat(f.fileno()).st_size
-            actual = _mapped_crc32c(f, actual_size)
+            with mapped(f) as view:
+                actual = crc32c(view)
             if actual_size != size or actual != checksum:
                 raise SegmentCorrupted(path, f"local file has size/CRC32C {actual_size}/{actual:#010x}, "
                                              f"the commit says {size}/{checksum:#010x}; not uploading it")

@@ -305,6 +305,12 @@ def footer_column_stats(md: pq.FileMetaData, index: int, name: str, t: pa.DataTy
     return ColumnStats(name, str(t), lo, hi, nulls)
 
 
+def _in_id_order(ids: pa.Array | pa.ChunkedArray) -> bool:
+    """Whether ``ids`` never decrease (equal neighbours allowed: rows of one id)."""
+    n = len(ids)
+    return n < 2 or bool(pc.all(pc.less_equal(ids.slice(0, n - 1), ids.slice(1))).as_py())
+
+
 def _base_stats(table: pa.Table, order: pa.Array | None) -> dict[str, Any]:
     n = table.num_rows
     if not n:
@@ -348,16 +354,14 @@ def write_segment(
         picked = pa.table({c: table.column(c).take(rows) for c in ("_id", "_seq_no", "_primary_term")})
         ids = picked.column("_id")
         n = len(rows)
-        if n > 1 and not pc.all(pc.less_equal(ids.slice(0, n - 1), ids.slice(1))).as_py():
+        if not _in_id_order(ids):
             raise ValueError(f"segment {name}: the rows to write are not in _id order")
         base = _base_stats(picked, None)
         nbytes = table.nbytes * n // max(1, table.num_rows)
     else:
         n = table.num_rows
-        if sort and n > 1:
-            ids = table.column("_id")
-            if not pc.all(pc.less_equal(ids.slice(0, n - 1), ids.slice(1))).as_py():  # already sorted: no copy
-                order = pc.array_sort_indices(ids)  # stable: rows of one id keep their input order
+        if sort and not _in_id_order(table.column("_id")):  # already sorted: no sort, no copy
+            order = pc.array_sort_indices(table.column("_id"))  # stable: rows of one id keep their input order
         base = _base_stats(table, order)
         nbytes = table.nbytes
     n_groups = max(1, (n + rg - 1) // rg)  # an empty table still makes one (empty) row group
@@ -392,15 +396,13 @@ def write_segment(
                 bloom_filter_options={"_id": {"ndv": max(1, min(n, rg)), "fpp": 0.01}},
                 store_schema=True,
             ) as writer:
-                if rows is not None and n:
-                    # one row group at a time: each take is ~4 MB, reused while it is hot in the caches
-                    for start in range(0, n, rg):
-                        writer.write_table(table.take(rows.slice(start, rg)), row_group_size=rg)
-                else:
+                if rows is None:
                     # (one take of the whole table: per-row-group takes on a helper thread
                     # measured slower on 2 cores)
-                    whole = table if order is None else table.take(order)
-                    writer.write_table(whole if rows is None else whole.take(rows), row_group_size=rg)
+                    writer.write_table(table if order is None else table.take(order), row_group_size=rg)
+                else:  # one row group at a time (no rows: one empty group), each take reused while hot in the caches
+                    for start in range(0, max(n, 1), rg):
+                        writer.write_table(table.take(rows.slice(start, rg)), row_group_size=rg)
             md = writer.writer.metadata
             if in_memory:
                 buf = sink.getvalue()

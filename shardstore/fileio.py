@@ -10,10 +10,13 @@ such ``OSError`` as fatal for itself (docs/design/engine.md, "Local disk faults"
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import mmap
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import BinaryIO
 
 #: set by the fault simulator only (see the module docstring); called as ``hook(op, path)``
 _fault_hook: Callable[[str, str], None] | None = None
@@ -86,3 +89,23 @@ def write_atomic(directory: str, name: str, data: bytes, *, fsync: bool = True, 
         raise
     if fsync:
         fsync_dir(directory)
+
+
+@contextlib.contextmanager
+def mapped(f: BinaryIO) -> Iterator[memoryview]:
+    """A read-only memory map of an open file's bytes as a memoryview (an empty file: an empty view).
+
+    For checksumming a file before it is streamed elsewhere without copying it into memory.
+    Unmapped on exit; a view still held (e.g. by a traceback) leaves the map to the collector.
+    """
+    if os.fstat(f.fileno()).st_size == 0:
+        yield memoryview(b"")
+        return
+    m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    view = memoryview(m)
+    try:
+        yield view
+    finally:
+        view.release()
+        with contextlib.suppress(BufferError):
+            m.close()

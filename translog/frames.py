@@ -110,7 +110,7 @@ import os
 import struct
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO, Union
 
@@ -118,7 +118,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
-from shardstore.core.ops import FIELDS_COLUMN
+from shardstore.core.arrays import one_array
+from shardstore.core.ops import FIELDS_COLUMN, fields_of
 from shardstore.core.ops import NO_OPS as NO_OPS_PERFORMED
 from shardstore.translog.errors import TranslogCorruptedError
 from shardstore.translog.operations import SCHEMA
@@ -382,25 +383,36 @@ def stream_payload_parts(batch: pa.RecordBatch) -> list[Part]:
 def narrowed(batch: pa.RecordBatch) -> pa.RecordBatch:
     """``batch`` with each int64/int32 child of ``fields`` cast to the narrowest integer type holding its values,
     marked with :data:`WIDE_KEY` (format version 4; :func:`widened` undoes it exactly)."""
-    i = batch.schema.get_field_index(FIELDS_COLUMN)
-    struct = batch.column(i)
-    if struct.offset or struct.null_count:  # children carry the struct's offset and validity: flatten applies them
-        children = struct.flatten()
-    else:
-        children = [struct.field(k) for k in range(struct.type.num_fields)]
-    out, fields, changed = [], [], False
-    for f, child in zip(struct.type, children):
+
+    def narrow(f: pa.Field, child: pa.Array) -> tuple[pa.Field, pa.Array] | None:
         target = _narrowest(child) if f.type in (pa.int64(), pa.int32()) else None
-        if target is not None:
-            child = child.cast(target)
-            f = pa.field(f.name, target, f.nullable, {**(f.metadata or {}), WIDE_KEY: str(f.type).encode()})
-            changed = True
-        out.append(child)
+        if target is None:
+            return None
+        return pa.field(f.name, target, f.nullable, {**(f.metadata or {}), WIDE_KEY: str(f.type).encode()}), \
+            child.cast(target)
+
+    return _recast_fields(batch, narrow)
+
+
+def _recast_fields(batch: pa.RecordBatch,
+                   recast: Callable[[pa.Field, pa.Array], tuple[pa.Field, pa.Array] | None]) -> pa.RecordBatch:
+    """``batch`` with each ``fields`` child that ``recast`` gives a new (field, values) for replaced, the struct's
+    own nulls kept; ``batch`` itself when none is."""
+    i = batch.schema.get_field_index(FIELDS_COLUMN)
+    struct = one_array(batch.column(i))
+    children = fields_of(batch)  # the struct's offset and validity applied to each child
+    assert children is not None
+    out, fields, changed = [], [], False
+    for f, child in zip(struct.type, children.columns):
+        new = recast(f, one_array(child))
+        changed = changed or new is not None
+        f, values = new if new is not None else (f, one_array(child))
+        out.append(values)
         fields.append(f)
     if not changed:
         return batch
-    narrow = pa.StructArray.from_arrays(out, fields=fields, mask=pc.is_null(struct) if struct.null_count else None)
-    return batch.set_column(i, batch.schema.field(i).with_type(narrow.type), narrow)
+    rebuilt = pa.StructArray.from_arrays(out, fields=fields, mask=pc.is_null(struct) if struct.null_count else None)
+    return batch.set_column(i, batch.schema.field(i).with_type(rebuilt.type), rebuilt)
 
 
 def _narrowest(col: pa.Array) -> pa.DataType | None:
@@ -421,26 +433,20 @@ def _narrowest(col: pa.Array) -> pa.DataType | None:
 def widened(batch: pa.RecordBatch) -> pa.RecordBatch:
     """A typed batch with its narrowed ``fields`` children (:data:`WIDE_KEY`) cast back to their own types."""
     i = batch.schema.get_field_index(FIELDS_COLUMN)
-    if i < 0:
+    if i < 0 or not any(f.metadata and WIDE_KEY in f.metadata for f in batch.schema.field(i).type):
         return batch
-    ftype = batch.schema.field(i).type
-    if not any(f.metadata and WIDE_KEY in f.metadata for f in ftype):
-        return batch
-    struct = batch.column(i)
-    children = struct.flatten() if struct.offset or struct.null_count else [struct.field(k) for k in range(ftype.num_fields)]
-    out, fields = [], []
-    for f, child in zip(ftype, children):
+
+    def widen(f: pa.Field, child: pa.Array) -> tuple[pa.Field, pa.Array] | None:
         wide = (f.metadata or {}).get(WIDE_KEY)
-        if wide is not None:
-            target = _WIDE_TYPES.get(wide)
-            if target is None:
-                raise ValueError(f"field {f.name!r} of a typed frame names an unknown integer type {wide!r}")
-            meta = {k: v for k, v in f.metadata.items() if k != WIDE_KEY}
-            child, f = child.cast(target), pa.field(f.name, target, f.nullable, meta or None)
-        out.append(child)
-        fields.append(f)
-    wide_struct = pa.StructArray.from_arrays(out, fields=fields, mask=pc.is_null(struct) if struct.null_count else None)
-    return batch.set_column(i, batch.schema.field(i).with_type(wide_struct.type), wide_struct)
+        if wide is None:
+            return None
+        target = _WIDE_TYPES.get(wide)
+        if target is None:
+            raise ValueError(f"field {f.name!r} of a typed frame names an unknown integer type {wide!r}")
+        meta = {k: v for k, v in f.metadata.items() if k != WIDE_KEY}
+        return pa.field(f.name, target, f.nullable, meta or None), child.cast(target)
+
+    return _recast_fields(batch, widen)
 
 
 _WIDE_TYPES = {b"int64": pa.int64(), b"int32": pa.int32()}

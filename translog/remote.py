@@ -35,13 +35,11 @@ all at once, and only when a remote segment commit covers every generation there
 
 from __future__ import annotations
 
-import contextlib
-import mmap
 import os
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 
 import pyarrow as pa
@@ -50,6 +48,7 @@ from shardstore.blobstores.base import BlobStore
 from shardstore.blobstores.errors import BlobAlreadyExists, BlobNotFound
 from shardstore.core.ops import NO_OPS
 from shardstore.errors import LocalDiskError
+from shardstore.fileio import mapped
 from shardstore.translog.checkpoint import read_checkpoint
 from shardstore.translog.errors import TranslogCorruptedError, TranslogError, TranslogUnavailable
 from shardstore.translog.frames import HEADER_SIZE, GenerationHeader, iter_frames
@@ -304,32 +303,33 @@ class RemoteTranslog:
             size = os.fstat(f.fileno()).st_size
             if size < cp.offset:
                 raise TranslogCorruptedError(path, size, f"short sealed generation: sealed checkpoint covers {cp.offset}")
-            if size != cp.offset or size < HEADER_SIZE:
-                data: bytes | mmap.mmap = f.read(cp.offset)
-            else:
-                data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-            try:
+            if size == cp.offset:  # checked through a memory map, then streamed from the file
+                with mapped(f) as view:
+                    header, checksum = _checked(view, path, cp.offset)
+                f.seek(0)
+                key = self._put_data(generation, header, lambda k: self.store.put_stream(
+                    k, f, if_absent=True, token=self.writer), cp.offset)
+            else:  # longer than its sealed checkpoint: the sealed bytes only
+                data = f.read(cp.offset)
                 header, checksum = _checked(memoryview(data), path, cp.offset)
-                key = self._data_keys.setdefault(
-                    generation, _join(self.prefix, data_key(header.primary_term, generation, uuid.uuid4().hex)))
-                try:
-                    if isinstance(data, bytes):
-                        self.store.put(key, data, if_absent=True, token=self.writer)
-                    else:
-                        f.seek(0)
-                        self.store.put_stream(key, f, if_absent=True, token=self.writer)
-                except BlobAlreadyExists:  # an earlier attempt of ours landed although it reported failure
-                    if self.store.stat(key).size != cp.offset:
-                        raise TranslogError(f"{key}: a different data blob already exists") from None
-            finally:
-                if isinstance(data, mmap.mmap):
-                    with contextlib.suppress(BufferError):  # a view kept by a traceback: unmapped when collected
-                        data.close()
+                key = self._put_data(generation, header, lambda k: self.store.put(
+                    k, data, if_absent=True, token=self.writer), cp.offset)
         return RemoteGeneration(
             generation=generation, primary_term=header.primary_term, blob_key=key, size=cp.offset,
             crc32=checksum, min_seq_no=cp.min_seq_no, max_seq_no=cp.max_seq_no,
             num_ops=cp.num_ops, trimmed_above_seq_no=cp.trimmed_above_seq_no,
         )
+
+    def _put_data(self, generation: int, header: GenerationHeader, put: Callable[[str], object], size: int) -> str:
+        """PUT a generation's data blob under its key (chosen once, reused on retry); returns the key."""
+        key = self._data_keys.setdefault(
+            generation, _join(self.prefix, data_key(header.primary_term, generation, uuid.uuid4().hex)))
+        try:
+            put(key)
+        except BlobAlreadyExists:  # an earlier attempt of ours landed although it reported failure
+            if self.store.stat(key).size != size:
+                raise TranslogError(f"{key}: a different data blob already exists") from None
+        return key
 
     def _loop(self) -> None:
         pause = self.retry_pause

@@ -174,6 +174,13 @@ def test_the_warmer_never_reads_through_the_readers_own_file(tmp_path: Path, war
     assert warm.cache.misses == misses
 
 
+def _assert_all_warmed(warm: row_cache.Warmer, d, before: int = 0) -> None:
+    """Once the warmer is idle, it decoded every row group of the directory's one segment (counted from ``before``)."""
+    assert warm.wait_idle(60)
+    (reader, _live), = d.searchable_segments()
+    assert warm.warmed_groups - before == reader.info.row_groups
+
+
 def test_the_warmer_yields_to_writes_but_is_not_starved_by_them(tmp_path: Path, warm: row_cache.Warmer,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """While a shard copy applies or flushes (``foreground``) nothing new is decoded; when the writes end the
@@ -186,9 +193,7 @@ def test_the_warmer_yields_to_writes_but_is_not_starved_by_them(tmp_path: Path, 
             d.refresh()
             time.sleep(0.3)
             assert warm.warmed_groups == 0, "the warmer decoded while a write was in flight"
-        assert warm.wait_idle(60)
-        (reader, _live), = d.searchable_segments()
-        assert warm.warmed_groups == reader.info.row_groups
+        _assert_all_warmed(warm, d)
     finally:
         d.close()
     monkeypatch.setattr(row_cache, "WARM_YIELD_MAX", 0.05)
@@ -197,9 +202,7 @@ def test_the_warmer_yields_to_writes_but_is_not_starved_by_them(tmp_path: Path, 
         with warm.foreground():  # a write that outlasts the whole warming
             before = warm.warmed_groups
             d.refresh()
-            assert warm.wait_idle(60)
-            (reader, _live), = d.searchable_segments()
-            assert warm.warmed_groups - before == reader.info.row_groups
+            _assert_all_warmed(warm, d, before)
     finally:
         d.close()
 
@@ -221,8 +224,6 @@ def test_the_warmer_waits_for_a_quiet_moment_after_writes(tmp_path: Path, warm: 
             time.sleep(0.3)
         time.sleep(0.15)
         assert warm.warmed_groups == 0
-        assert warm.wait_idle(60)
-        (reader, _live), = d.searchable_segments()
-        assert warm.warmed_groups == reader.info.row_groups
+        _assert_all_warmed(warm, d)
     finally:
         d.close()
