@@ -12,7 +12,12 @@ Design:
 * rows are **sorted by ``_id``** (stable: rows of one id keep their input order;
   declared as the file's sorting column).  Row groups then cover disjoint ``_id``
   ranges, so a cold ``get`` reads the ``_id`` chunk of the one row group whose
-  statistics can hold the id, then that row group's columns only.
+  statistics can hold the id, then that row group's columns only.  That is format
+  version 1 (:data:`FORMAT_VERSION`), what the engine writes.  Format version 2
+  (:data:`UNSORTED_FORMAT_VERSION`, the Spark sink's fast path) holds its rows in any
+  order, an id possibly twice: every lookup goes through the id index, as Lucene finds
+  an id through its terms index in a segment kept in insertion order
+  (docs/design/segments.md, "Unsorted segments").
 * row groups are sized by bytes: about :data:`TARGET_ROW_GROUP_BYTES` of Arrow data
   (uncompressed), between :data:`MIN_ROW_GROUP_ROWS` and :data:`MAX_ROW_GROUP_ROWS`
   rows; small enough that a ``get`` decompresses little, big enough for scans.
@@ -68,6 +73,8 @@ __all__ = [
     "BASE_SCHEMA",
     "ColumnStats",
     "FORMAT_VERSION",
+    "MAX_FORMAT_VERSION",
+    "UNSORTED_FORMAT_VERSION",
     "SegmentInfo",
     "SegmentReader",
     "write_segment",
@@ -77,7 +84,12 @@ __all__ = [
     "fingerprints",
 ]
 
+#: Format of the segments the engine writes: rows sorted by ``_id``.
 FORMAT_VERSION = 1
+#: Format of a segment whose rows are in any order (an id may repeat; live docs say which copy counts).
+UNSORTED_FORMAT_VERSION = 2
+#: The newest segment format this code reads (a newer one: ``UnsupportedFormatVersion``).
+MAX_FORMAT_VERSION = UNSORTED_FORMAT_VERSION
 METADATA_KEY = b"shardstore.segment"
 TARGET_ROW_GROUP_BYTES = 4 << 20
 MIN_ROW_GROUP_ROWS = 1024
@@ -151,6 +163,11 @@ class SegmentInfo:
     row_groups: int = 0
     format_version: int = FORMAT_VERSION
 
+    @property
+    def id_sorted(self) -> bool:
+        """Whether the rows are in ``_id`` order (format 1); format 2 rows are in any order."""
+        return self.format_version < UNSORTED_FORMAT_VERSION
+
     def column(self, name: str) -> ColumnStats | None:
         for c in self.columns:
             if c.name == name:
@@ -178,8 +195,8 @@ class SegmentInfo:
     def from_dict(cls, d: dict[str, Any], where: str = "segment info") -> SegmentInfo:
         try:
             version = int(d["format_version"])
-            if version > FORMAT_VERSION:
-                raise UnsupportedFormatVersion(where, version, FORMAT_VERSION)
+            if version > MAX_FORMAT_VERSION:
+                raise UnsupportedFormatVersion(where, version, MAX_FORMAT_VERSION)
             return cls(
                 name=str(d["name"]),
                 file_name=str(d["file_name"]),
@@ -311,17 +328,23 @@ def _in_id_order(ids: pa.Array | pa.ChunkedArray) -> bool:
     return n < 2 or bool(pc.all(pc.less_equal(ids.slice(0, n - 1), ids.slice(1))).as_py())
 
 
-def _base_stats(table: pa.Table, order: pa.Array | None) -> dict[str, Any]:
+def _base_stats(table: pa.Table, order: pa.Array | None, id_sorted: bool = True) -> dict[str, Any]:
+    """Seq#, term and ``_id`` bounds (ids taken at the ends when the rows, or ``order``, are in id order)."""
     n = table.num_rows
     if not n:
         return {"min_seq_no": -1, "max_seq_no": -1, "max_primary_term": 0, "min_id": None, "max_id": None}
     seq = pc.min_max(table.column("_seq_no"))
+    if id_sorted:
+        lo = table.column("_id")[0 if order is None else order[0].as_py()].as_py()
+        hi = table.column("_id")[n - 1 if order is None else order[n - 1].as_py()].as_py()
+    else:
+        lo, hi = (v.as_py() for v in pc.min_max(table.column("_id")).values())
     return {
         "min_seq_no": seq["min"].as_py(),
         "max_seq_no": seq["max"].as_py(),
         "max_primary_term": pc.max(table.column("_primary_term")).as_py(),
-        "min_id": table.column("_id")[0 if order is None else order[0].as_py()].as_py(),
-        "max_id": table.column("_id")[n - 1 if order is None else order[n - 1].as_py()].as_py(),
+        "min_id": lo,
+        "max_id": hi,
     }
 
 
@@ -339,8 +362,9 @@ def write_segment(
     """Write ``table`` (base columns + field columns) as the segment file ``path``.
 
     Rows are sorted by ``_id`` (stable: rows of one id keep their input order, which
-    is ``_seq_no`` order when the caller appends in that order) unless ``sort=False``
-    (the caller then guarantees ``_id`` order).  ``rows``: write only these rows of
+    is ``_seq_no`` order when the caller appends in that order) unless ``sort=False``:
+    rows then stay in the given order, and rows not in ``_id`` order make an unsorted
+    segment (format :data:`UNSORTED_FORMAT_VERSION`).  ``rows``: write only these rows of
     ``table``, in this order, which must be ``_id`` order (ValueError otherwise); they are
     taken one row group at a time, so a sorted copy of a big table is never whole in
     memory (a refresh's rows: issue 16).  Atomic: a reader sees the whole file or nothing.
@@ -358,17 +382,21 @@ def write_segment(
             raise ValueError(f"segment {name}: the rows to write are not in _id order")
         base = _base_stats(picked, None)
         nbytes = table.nbytes * n // max(1, table.num_rows)
+        id_sorted = True
     else:
         n = table.num_rows
-        if sort and not _in_id_order(table.column("_id")):  # already sorted: no sort, no copy
+        id_sorted = _in_id_order(table.column("_id"))
+        if sort and not id_sorted:  # already sorted: no sort, no copy
             order = pc.array_sort_indices(table.column("_id"))  # stable: rows of one id keep their input order
-        base = _base_stats(table, order)
+            id_sorted = True
+        base = _base_stats(table, order, id_sorted)
         nbytes = table.nbytes
+    version = FORMAT_VERSION if id_sorted else UNSORTED_FORMAT_VERSION
     n_groups = max(1, (n + rg - 1) // rg)  # an empty table still makes one (empty) row group
     # the field columns' min/max/null counts come from the Parquet statistics once the file is written (the
     # footer is their copy in the file; the key-value copy of the info leaves them out)
     meta_info = {"name": name, "doc_count": n, "row_groups": n_groups,
-                 "format_version": FORMAT_VERSION, "row_group_size": rg, "sorted_by": "_id" if (sort or n < 2) else None,
+                 "format_version": version, "row_group_size": rg, "sorted_by": "_id" if id_sorted else None,
                  **base}
     schema = table.schema.with_metadata({**(table.schema.metadata or {}), METADATA_KEY: json.dumps(meta_info).encode()})
     table = table.replace_schema_metadata(schema.metadata)
@@ -390,7 +418,7 @@ def write_segment(
                 compression_level=compression_level,
                 use_dictionary=[c for c in schema.names if c not in no_dict],
                 write_statistics=[c for c in schema.names if c != "_source"],
-                sorting_columns=[pq.SortingColumn(0)] if (sort or n < 2) else None,
+                sorting_columns=[pq.SortingColumn(0)] if id_sorted else None,
                 # a Parquet bloom filter on _id: Spark/DuckDB prune row groups on
                 # ``_id = x`` with it (measured free next to the encoding)
                 bloom_filter_options={"_id": {"ndv": max(1, min(n, rg)), "fpp": 0.01}},
@@ -433,6 +461,7 @@ def write_segment(
         doc_count=n,
         columns=columns,
         row_groups=n_groups,
+        format_version=version,
         **base,
     )
 
@@ -550,7 +579,7 @@ class SegmentReader:
 
     # -- ids ------------------------------------------------------------------------
     def ids(self) -> pa.Array:
-        """All ``_id`` values in row order (sorted), cached."""
+        """All ``_id`` values in row order (sorted by id in a format 1 segment), cached."""
         if self._index is None:
             self._load_index()
         assert self._index is not None
@@ -609,10 +638,11 @@ class SegmentReader:
         ascending by query position then row; an id present twice gives two pairs).
 
         Queries outside the segment's ``[min_id, max_id]`` are dropped first.  Few
-        remaining queries (<= :attr:`SMALL_LOOKUP`, index not loaded): the ``_id``
-        chunk of each row group whose min/max can hold them is read and binary
-        searched.  Otherwise the fingerprint index (built once per reader) is searched
-        with ``numpy.searchsorted``.
+        remaining queries (<= :attr:`SMALL_LOOKUP`, index not loaded) in a sorted
+        segment: the ``_id`` chunk of each row group whose min/max can hold them is read
+        and binary searched.  Otherwise, and always in an unsorted (format 2) segment,
+        the fingerprint index (built once per reader) is searched with
+        ``numpy.searchsorted``.
 
         ``id_fingerprints`` (:func:`fingerprints` of ``ids``) saves recomputing them
         when the same ids are looked up in many segments (:func:`lookup_segments`).
@@ -643,6 +673,8 @@ class SegmentReader:
             if qpos.size == 0:
                 return empty
             keys = [qs[i] for i in qpos]
+            if not self.info.id_sorted:  # rows in any order: only the id index finds them
+                return self._indexed(pa.array(keys, pa.string()), qpos)
             if self._index is not None:
                 qp, rows = _bisect_all(self._index.ids, keys, 0)
             else:
@@ -657,23 +689,27 @@ class SegmentReader:
         if qpos.size == 0:
             return empty
         q = ids.take(pa.array(qpos)) if qpos.size != len(ids) else ids
-        if self._index is not None and qpos.size <= self.SMALL_LOOKUP:
+        if self.info.id_sorted and self._index is not None and qpos.size <= self.SMALL_LOOKUP:
             qp, rows = _bisect_all(self._index.ids, q.to_pylist(), 0)
             qp = qpos[qp] if qp.size else qp
-        elif self._index is None and qpos.size <= self.SMALL_LOOKUP:
+        elif self.info.id_sorted and self._index is None and qpos.size <= self.SMALL_LOOKUP:
             qp, rows = self._lookup_small(q.to_pylist())
             qp = qpos[qp] if qp.size else qp
         else:
-            if self._index is None:
-                self._load_index()
-            assert self._index is not None
-            qh = None if id_fingerprints is None else id_fingerprints[qpos]
-            qp, rows = self._index.lookup(q, qpos, qh)
+            return self._indexed(q, qpos, None if id_fingerprints is None else id_fingerprints[qpos])
+        return pa.array(qp, pa.int64()), pa.array(rows, pa.int64())
+
+    def _indexed(self, q: pa.Array, qpos: np.ndarray, qh: np.ndarray | None = None) -> tuple[pa.Array, pa.Array]:
+        """``lookup`` through the fingerprint index (built on first use): any row order, an id any number of times."""
+        if self._index is None:
+            self._load_index()
+        assert self._index is not None
+        qp, rows = self._index.lookup(q, qpos, qh)
         return pa.array(qp, pa.int64()), pa.array(rows, pa.int64())
 
     def _lookup_small(self, qs: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """Binary search in the ``_id`` chunks of the row groups whose bounds can hold
-        each id (rows are sorted by ``_id``)."""
+        each id (rows are sorted by ``_id``: format 1 only)."""
         mins, maxs, starts = self._row_group_bounds()
         out_q: list[int] = []
         out_r: list[int] = []

@@ -1,0 +1,90 @@
+"""Unsorted segments (format 2): rows in any order, an id possibly twice; every lookup goes through the id index."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from shardstore.errors import UnsupportedFormatVersion
+from shardstore.segments.segment import (
+    FORMAT_VERSION,
+    MAX_FORMAT_VERSION,
+    UNSORTED_FORMAT_VERSION,
+    SegmentInfo,
+    SegmentReader,
+    write_segment,
+)
+
+
+def _table(ids: list[str]) -> pa.Table:
+    n = len(ids)
+    return pa.table({
+        "_id": pa.array(ids, pa.string()),
+        "_seq_no": pa.array(range(n), pa.int64()),
+        "_primary_term": pa.array([1] * n, pa.int64()),
+        "_version": pa.array([1] * n, pa.int64()),
+        "_source": pa.nulls(n, pa.binary()),
+        "n": pa.array(range(n), pa.int64()),
+    })
+
+
+def test_unsorted_write_records_format_2_and_true_id_bounds(tmp_path) -> None:
+    ids = ["m", "b", "z", "a", "b", "q"]
+    path = str(tmp_path / "u.parquet")
+    info = write_segment(path, _table(ids), name="u", sort=False, row_group_size=2, fsync=False)
+    assert info.format_version == UNSORTED_FORMAT_VERSION and not info.id_sorted
+    assert (info.min_id, info.max_id) == ("a", "z")  # not the first and last rows
+    r = SegmentReader(path, info)
+    assert r.take(list(range(6)), ["_id"]).column("_id").to_pylist() == ids  # the given order is kept
+    meta = r.read_metadata_info()
+    assert meta["format_version"] == UNSORTED_FORMAT_VERSION and meta["sorted_by"] is None
+    md = pq.ParquetFile(path).metadata
+    assert not any(md.row_group(g).sorting_columns for g in range(md.num_row_groups))  # declares no order
+    back = SegmentInfo.from_dict(json.loads(json.dumps(info.to_dict())))
+    assert back == info and not back.id_sorted
+
+
+def test_sorted_input_stays_format_1(tmp_path) -> None:
+    path = str(tmp_path / "s.parquet")
+    info = write_segment(path, _table(["a", "b", "b", "c"]), name="s", sort=False, fsync=False)
+    assert info.format_version == FORMAT_VERSION and info.id_sorted
+    info = write_segment(str(tmp_path / "t.parquet"), _table(["c", "a"]), name="t", fsync=False)  # sorted here
+    assert info.format_version == FORMAT_VERSION and info.id_sorted
+
+
+def test_a_newer_format_is_refused_with_its_version() -> None:
+    d = SegmentInfo("x", "x.parquet", 1, 0, 0, -1, -1, 0, None, None).to_dict()
+    d["format_version"] = MAX_FORMAT_VERSION + 1
+    with pytest.raises(UnsupportedFormatVersion, match=str(MAX_FORMAT_VERSION + 1)):
+        SegmentInfo.from_dict(d, "commit c")
+
+
+_ids = st.text(alphabet="abcé\x00z", min_size=1, max_size=5)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(_ids, min_size=2, max_size=200), st.lists(_ids, max_size=90), st.integers(1, 40),
+       st.sampled_from(["cold", "loaded"]))
+def test_unsorted_lookup_matches_brute_force(tmp_path, seg_ids, queries, rg, mode) -> None:
+    """Every row of every queried id, small (a get) and batch lookups, index cold or loaded.
+
+    Through the sorted format's binary searches these rows are missed (seen failing before
+    lookups checked the format).
+    """
+    path = str(tmp_path / f"h{abs(hash((tuple(seg_ids), rg)))}.parquet")
+    info = write_segment(path, _table(seg_ids), name="h", sort=False, row_group_size=rg, fsync=False)
+    r = SegmentReader(path, info)
+    if mode == "loaded":
+        assert r.ids().to_pylist() == seg_ids  # row order, as written
+    qp, rows = r.lookup(pa.array(queries, pa.string()))
+    got = sorted(zip(qp.to_pylist(), rows.to_pylist()))
+    want = sorted((k, row) for k, q in enumerate(queries) for row, i in enumerate(seg_ids) if i == q)
+    assert got == want
+    assert qp.to_pylist() == sorted(qp.to_pylist())
+    for q in queries[:3]:  # get: every copy of the id
+        assert sorted(r.get(q, ["n"]).column("n").to_pylist()) == [k for k, i in enumerate(seg_ids) if i == q]
