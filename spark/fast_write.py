@@ -1,4 +1,4 @@
-"""The sink's fast write path: Spark SQL routes, dedupes, sorts and writes the segment files; Python commits them.
+"""The sink's fast write path: Spark SQL routes, stamps and writes the segment files; Python commits them.
 
 ``df.write.format("shardstore")`` with the JVM bridge loaded reaches :func:`write` (through the
 bridge's planner).  Measured, a Python sink that does no work at all already moves rows out of
@@ -7,19 +7,21 @@ the JVM at about the cost of Spark's whole Parquet write, so the per-row work st
 1. **Claim** (driver): :func:`~shardstore.spark.writer.make_writer`, as the Python sink (term
    claim fencing live primaries, base commit with the translog tail folded into C0).
 2. **Plan** (driver, Spark SQL): ``__shardstore_shard`` = ES murmur3 routing of ``_id`` (the
-   bridge's ``Routing``, equal to engine/routing.py); rows sorted within each task by (shard,
-   ``_id``, input position descending) and the first row of each (shard, id) run kept (the
-   task's last write of an id, as the Python sink keeps it); ``_seq_no`` from per-shard counters
-   in the driver's JVM started at each shard's first free seq# (contiguous per shard; only a
-   failed task attempt leaves a gap); ``_primary_term`` the job's term; ``_version`` the live
+   bridge's ``Routing``, equal to engine/routing.py); ``_seq_no`` from per-shard counters
+   in the driver's JVM started at each shard's first free seq#, taken in each task's input
+   order (contiguous per shard; only a failed task attempt leaves a gap; a later write of an
+   id gets the higher seq#); no sort: the files are unsorted segments (format 2) unless the
+   rows came in ``_id`` order; ``_primary_term`` the job's term; ``_version`` the live
    base copy's + 1 (a join with the base's live ids, only when the base holds documents) else
    1; ``_source`` JSON by ``to_json`` (null for a ``source="synthetic"`` index); one typed
    column per mapped field; written by Spark's Parquet writer (zstd, ~4 MB row groups, bloom
    filter on ``_id``) partitioned by shard into a local temp directory: one file per task and
-   shard, sorted by ``_id``.
+   shard.
 3. **Parts** (driver): per file its segment info from the footer, CRC32C, upload under the
-   job's term, ids and seq#s (cross-file duplicates: the highest seq# wins), old copies in the
-   base (deleted through live docs; their versions checked against the file's).
+   job's term, ids and seq#s (checked inside the counters' range; an id written more than
+   once, in one file or in two: the highest seq# wins, the others are deleted through live
+   docs), old copies in the base (deleted through live docs; their versions checked against
+   the file's).
 4. **Commit**: one ledger entry per shard recording the seq# range the counters handed out,
    then the Python sink's own commit (owner check, one commit metadata per shard written last,
    ``if_absent``), or on any failure its abort (job closed, every upload and the ledger deleted).
@@ -97,18 +99,19 @@ PARQUET_OPTIONS = {
     "parquet.bloom.filter.enabled#_id": "true",
     "parquet.bloom.filter.expected.ndv#_id": str(128 * 1024),
     "parquet.bloom.filter.fpp#_id": "0.01",
+    # data page v2 encodings: _seq_no (no dictionary) as DELTA_BINARY_PACKED, a few bytes per row group;
+    # _version and _primary_term (mostly one value) by dictionary: ~10% of the write (docs/design/spark.md)
+    "parquet.writer.version": "v2",
     "parquet.enable.dictionary#_id": "false",
     "parquet.enable.dictionary#_seq_no": "false",
-    "parquet.enable.dictionary#_version": "false",
     "parquet.enable.dictionary#_source": "false",
 }
-_ORD = "__shardstore_ord"
 _BASE_VERSION = "__shardstore_base_version"
 _STAMP = "__shardstore_stamp"
 #: Most shards the fast path writes: Spark keeps one open Parquet writer (one row group buffer) per shard and task.
 MAX_SHARDS = 128
-#: Session settings of the write: each task writes every shard's file at once, in the rows' ``_id`` order (no
-#: sort by shard, which would not keep that order); a writer per shard, so Spark never falls back to sorting.
+#: Session settings of the write: each task writes every shard's file at once, in its input order (no sort by
+#: shard, which costs a sort of the rows); a writer per shard, so Spark never falls back to sorting.
 WRITE_CONF = {"spark.sql.optimizer.plannedWrite.enabled": "false"}
 _DATE_PY = re.compile(_DATE_RE)
 
@@ -187,9 +190,10 @@ def build_frame(spark: Any, df: Any, plan: ColumnPlan, writer: ShardstoreArrowWr
                 base_versions: Any) -> Any:
     """The DataFrame Spark writes: segment columns in segment order plus the shard (the partition column).
 
-    Per task: rows sorted by (``_id``, input position descending); one stateful JVM call per row
-    (``SinkFunctions.stamp``, in a projection of its own) drops the older rows of an id and
-    gives each kept row its shard and its shard's next seq#.
+    Per task, in its input order (no sort): one stateful JVM call per row
+    (``SinkFunctions.stamp``, in a projection of its own, before the join with the base's
+    versions, which may reorder rows) gives each row its shard and its shard's next seq#, so a
+    later write of an id has the higher seq#; the commit deletes the older copies.
     """
     from pyspark.sql import functions as F
     from pyspark.sql.classic.column import Column
@@ -197,12 +201,10 @@ def build_frame(spark: Any, df: Any, plan: ColumnPlan, writer: ShardstoreArrowWr
     sink = _sink_functions(spark)
     shards = len(writer.plans)
     keep = ["_id"] + [n for n, _t in plan.columns]
-    d = df.select(*(F.col(_q(c)) for c in keep)).withColumn(_ORD, F.monotonically_increasing_id())
+    d = df.select(*(F.col(_q(c)) for c in keep))
+    d = d.select("*", Column(sink.stamp(writer.job, F.col("_id")._jc, shards)).alias(_STAMP))
     if base_versions is not None:
         d = d.join(base_versions, on="_id", how="left")
-    d = d.sortWithinPartitions("_id", F.col(_ORD).desc()).drop(_ORD)
-    d = d.select("*", Column(sink.stamp(writer.job, F.col("_id")._jc, shards)).alias(_STAMP))
-    d = d.filter(F.col(_STAMP) >= 0)
     bits = int(sink.SHARD_BITS)
     shard = F.col(_STAMP).bitwiseAND((1 << bits) - 1).cast("int")
     term = F.lit(writer.plans[-1].term)  # a literal or a CASE with an ELSE: never null, as the column must be
@@ -366,7 +368,7 @@ def _run(spark: Any, df: Any, options: dict[str, str], writer: ShardstoreArrowWr
         finally:
             ends = sink.finish(writer.job)
         clock.append(time.perf_counter())
-        parts = collect_parts(spark, writer, plan, spark_files(out) if os.path.isdir(out) else [])
+        parts = collect_parts(spark, writer, plan, spark_files(out) if os.path.isdir(out) else [], ends)
         store = open_from_options(writer.options)
         for p in writer.plans:  # the counters' range, as the Python sink's tasks reserve theirs
             count = int(ends[p.shard]) - (p.base_seq_no + 1)
@@ -383,8 +385,11 @@ def _run(spark: Any, df: Any, options: dict[str, str], writer: ShardstoreArrowWr
 
 
 def collect_parts(spark: Any, writer: ShardstoreArrowWriter, plan: ColumnPlan,
-                  files: list[tuple[int, str]]) -> list[ShardPart]:
-    """Each file Spark wrote as an uploaded part of its shard (info, remote file, ids, seq#s, old copies)."""
+                  files: list[tuple[int, str]], ends: Any) -> list[ShardPart]:
+    """Each file Spark wrote as an uploaded part of its shard (info, remote file, ids, seq#s, old copies).
+
+    ``ends[shard]``: the seq# after the last one the job's counters handed out for the shard.
+    """
     store = open_from_options(writer.options)
     mapping = plan.mapping.to_dict()
     footer = _jvm_class(spark, "SegmentFooter").addKeyValue
@@ -393,7 +398,7 @@ def collect_parts(spark: Any, writer: ShardstoreArrowWriter, plan: ColumnPlan,
         shard, path = item
         p = writer.plans[shard]
         based = p.base is not None and bool(p.base.commit.segments)
-        ids, seqs, versions = read_keys(path, versions=based)
+        ids, seqs, versions = read_keys(path, p.base_seq_no + 1, ends[shard], versions=based)
         info = segment_info(path, new_name(), ids, seqs, p.term, footer)
         deletes: dict[str, list[int]] = {}
         if based:

@@ -7,8 +7,10 @@ file's :class:`~shardstore.segments.segment.SegmentInfo` (row count, row groups,
 min/max/null counts from the Parquet footer, seq# and id bounds; also written into the footer's
 key-value metadata under ``shardstore.segment`` by the bridge, as the segment writer keeps it;
 then size and CRC32C of the bytes), uploaded under a fresh key of the job's term (``if_absent``), with its ids and seq#s
-(the commit's cross-file duplicate check) and, for ids the base commit holds live, the rows
-of their old copies (deleted by the commit through live docs).
+(the commit's duplicate check: an id written more than once keeps its highest seq#) and, for ids
+the base commit holds live, the rows of their old copies (deleted by the commit through live docs).
+Spark writes the rows in the task's input order: a file in ``_id`` order makes a format 1
+segment, any other an unsorted one (format 2; docs/design/segments.md, "Unsorted segments").
 """
 
 from __future__ import annotations
@@ -32,9 +34,11 @@ from shardstore.segments.segment import (
     BASE_SCHEMA,
     FORMAT_VERSION,
     METADATA_KEY,
+    UNSORTED_FORMAT_VERSION,
     ColumnStats,
     SegmentInfo,
     footer_column_stats,
+    in_id_order,
     segment_file_name,
 )
 
@@ -76,12 +80,15 @@ def _column_stats(pf: pq.ParquetFile, name: str, t: pa.DataType) -> ColumnStats:
 
 
 def segment_info(path: str, name: str, ids: pa.Array, seq_nos: pa.Array, term: int,
-                 add_footer: Callable[[str, str, str], Any] | None = None) -> SegmentInfo:
+                 add_footer: Callable[[str, str, str, bool], Any] | None = None) -> SegmentInfo:
     """The segment info of a file Spark wrote (its ids and seq#s already read, in row order).
 
-    ``add_footer(path, key, value)`` (the bridge's ``SegmentFooter.addKeyValue``) stores the
-    size/checksum-free part in the file's key-value metadata under ``shardstore.segment``, as
-    :func:`~shardstore.segments.segment.write_segment` does; size and CRC32C are taken after it.
+    Rows in ``_id`` order make a format 1 segment, any other order an unsorted one (format
+    :data:`~shardstore.segments.segment.UNSORTED_FORMAT_VERSION`, its id bounds from a
+    min/max).  ``add_footer(path, key, value, sorted_by_id)`` (the bridge's
+    ``SegmentFooter.addKeyValue``) stores the size/checksum-free part in the file's key-value
+    metadata under ``shardstore.segment``, as :func:`~shardstore.segments.segment.write_segment`
+    does, and declares a sorted file's sorting column; size and CRC32C are taken after it.
     """
     with pq.ParquetFile(path) as pf:
         schema = pf.schema_arrow
@@ -98,25 +105,35 @@ def segment_info(path: str, name: str, ids: pa.Array, seq_nos: pa.Array, term: i
         n, groups = md.num_rows, md.num_row_groups
         largest = max((md.row_group(g).num_rows for g in range(groups)), default=0)
     seq = pc.min_max(seq_nos)
+    id_sorted = in_id_order(ids)
+    lo, hi = (ids[0].as_py(), ids[n - 1].as_py()) if id_sorted and n else (v.as_py() for v in pc.min_max(ids).values())
+    version = FORMAT_VERSION if id_sorted else UNSORTED_FORMAT_VERSION
     base = {"min_seq_no": seq["min"].as_py(), "max_seq_no": seq["max"].as_py(), "max_primary_term": term,
-            "min_id": ids[0].as_py() if n else None, "max_id": ids[n - 1].as_py() if n else None}
+            "min_id": lo, "max_id": hi}
     if add_footer is not None:
-        meta = {"name": name, "doc_count": n, "row_groups": groups, "format_version": FORMAT_VERSION,
-                "row_group_size": largest, "sorted_by": "_id", "columns": {c.name: c.to_dict() for c in cols}, **base}
-        add_footer(path, METADATA_KEY.decode(), json.dumps(meta))
+        meta = {"name": name, "doc_count": n, "row_groups": groups, "format_version": version,
+                "row_group_size": largest, "sorted_by": "_id" if id_sorted else None,
+                "columns": {c.name: c.to_dict() for c in cols}, **base}
+        add_footer(path, METADATA_KEY.decode(), json.dumps(meta), id_sorted)
     size, crc = file_crc32c(path)
     return SegmentInfo(name=name, file_name=segment_file_name(name), size=size, checksum=crc, doc_count=n,
-                       columns=tuple(cols), row_groups=groups, format_version=FORMAT_VERSION, **base)
+                       columns=tuple(cols), row_groups=groups, format_version=version, **base)
 
 
-def read_keys(path: str, versions: bool = True) -> tuple[pa.Array, pa.Array, pa.Array | None]:
-    """A file's ``_id``, ``_seq_no`` and (``versions``) ``_version`` columns, checked sorted by id with no id twice."""
+def read_keys(path: str, first: int, end: int, versions: bool = True) -> tuple[pa.Array, pa.Array, pa.Array | None]:
+    """A file's ``_id``, ``_seq_no`` and (``versions``) ``_version`` columns, its seq#s checked inside ``[first, end)``.
+
+    The seq#s are the range the job's counters handed out for the file's shard; one outside it
+    (a file of another job or shard, a counter not started where the claim said) refuses the file.
+    """
     names = ["_id", "_seq_no", "_version"] if versions else ["_id", "_seq_no"]
     t = pq.read_table(path, columns=names, use_threads=False)
     ids, seqs = t.column("_id").combine_chunks(), t.column("_seq_no").combine_chunks()
-    n = len(ids)
-    if n > 1 and not pc.all(pc.less(ids.slice(0, n - 1), ids.slice(1))).as_py():
-        raise SparkSegmentMismatch(f"{path}: ids are not sorted and unique")
+    if len(seqs):
+        lo, hi = (v.as_py() for v in pc.min_max(seqs).values())
+        if lo < first or hi >= end:
+            raise SparkSegmentMismatch(f"{path}: seq#s {lo}..{hi} are outside the job's range [{first}, {end}) "
+                                       f"for this shard")
     return ids, seqs, t.column("_version").combine_chunks() if versions else None
 
 

@@ -68,14 +68,15 @@ def typed_fields(rows: pa.Table, ids: pa.Array, sources: pa.Array, mapping: Mapp
     return pa.table(out, schema=mapped.arrow_schema()), mapped
 
 
-def cross_task_duplicates(parts: list[Any]) -> dict[int, list[int]]:
-    """Part index -> rows of its segment superseded by a higher-seq# copy of the same id in another part."""
-    if len(parts) < 2:
+def superseded_copies(parts: list[Any]) -> dict[int, list[int]]:
+    """Part index -> rows of its segment superseded by a higher-seq# copy of the same id (in another part or its own).
+
+    An id two tasks wrote, or one task wrote twice (the fast path keeps every write, each with
+    its own seq#): the copy with the highest seq# wins, as the engine's refresh decides.
+    """
+    ids = pa.chunked_array([p.ids for p in parts], type=pa.string())
+    if len(ids) < 2 or len(pc.unique(ids)) == len(ids):  # the common case, no id twice: one hash pass
         return {}
-    if len(parts) == 2:  # the common case, two disjoint parts: one hash probe instead of a group-by (~2x faster)
-        a, b = sorted((p.ids for p in parts), key=len)
-        if not pc.any(pc.is_in(a, value_set=b)).as_py():
-            return {}
     t = pa.table({
         "_id": pa.concat_arrays([p.ids for p in parts]),
         "_seq_no": pa.concat_arrays([p.seq_nos for p in parts]),
@@ -93,4 +94,4 @@ def cross_task_duplicates(parts: list[Any]) -> dict[int, list[int]]:
     return {int(k): row_np[part_np == k].tolist() for k in np.unique(part_np)}
 
 
-__all__ = ["SAMPLE_ROWS", "cross_task_duplicates", "last_per_id", "typed_fields"]
+__all__ = ["SAMPLE_ROWS", "last_per_id", "superseded_copies", "typed_fields"]

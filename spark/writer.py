@@ -68,7 +68,8 @@ from shardstore.segments.remote_store import (
 )
 from shardstore.segments.segment import SegmentInfo, lookup_segments, segment_file_name, write_segment
 from shardstore.spark.catalog import open_from_options, resolve_index
-from shardstore.spark.sink_rows import cross_task_duplicates, last_per_id, typed_fields
+from shardstore.spark.segment_files import in_parallel
+from shardstore.spark.sink_rows import last_per_id, superseded_copies, typed_fields
 from shardstore.translog.remote import RemoteTranslog
 
 log = logging.getLogger(__name__)
@@ -317,8 +318,10 @@ class ShardstoreArrowWriter(DataSourceArrowWriter):
                 by_shard[p.shard].append(p)
         for s in sorted(by_shard):  # every check before any commit: a conflict leaves no shard half-written
             self._check_owner(store, self.plans[s])
-        for s in sorted(by_shard):
-            self._commit_shard(store, self.plans[s], by_shard[s])
+        shards = sorted(by_shard)  # each shard's duplicate check (a hash pass over its ids) on a thread of its own
+        dups = dict(zip(shards, in_parallel(lambda s: superseded_copies(by_shard[s]), shards)))
+        for s in shards:
+            self._commit_shard(store, self.plans[s], by_shard[s], dups[s])
         self._close(store)
         self._cleanup(store)
 
@@ -354,8 +357,12 @@ class ShardstoreArrowWriter(DataSourceArrowWriter):
                                         f"this job's term {plan.term} of shard {plan.shard}; nothing of this job was "
                                         f"committed")
 
-    def _commit_shard(self, store: BlobStore, plan: ShardPlan, parts: list[ShardPart]) -> RemoteCommitMetadata:
-        """Merge the task segments into the base commit and PUT the one new commit metadata (``if_absent``)."""
+    def _commit_shard(self, store: BlobStore, plan: ShardPlan, parts: list[ShardPart],
+                      dup: dict[int, list[int]]) -> RemoteCommitMetadata:
+        """Merge the task segments into the base commit and PUT the one new commit metadata (``if_absent``).
+
+        ``dup``: :func:`~shardstore.spark.sink_rows.superseded_copies` of ``parts``.
+        """
         base = plan.base
         files: dict[str, RemoteFile] = dict(base.files) if base else {}
         mapping = Mapping.from_dict(plan.mapping)
@@ -371,8 +378,7 @@ class ShardstoreArrowWriter(DataSourceArrowWriter):
         for p in parts:
             for seg, rows in p.deletes.items():
                 doomed[seg].append(rows)
-        # an id two tasks both wrote: the copy with the highest seq# wins
-        dup = cross_task_duplicates(parts)
+        # an id written more than once (two tasks, or twice in one fast-path task): the highest seq# wins (dup)
         segments: list[CommittedSegment] = []
         for cs in (base.commit.segments if base else ()):
             rows = [r for rs in doomed.get(cs.info.name, []) for r in rs]

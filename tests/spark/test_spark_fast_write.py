@@ -22,6 +22,7 @@ from shardstore.engine.routing import shard_ids
 from shardstore.segments.errors import CommitNotFound
 from shardstore.segments.reader import open_commit
 from shardstore.segments.remote_store import latest_commit, latest_term, list_commit_keys, read_metadata
+from shardstore.segments.segment import FORMAT_VERSION, UNSORTED_FORMAT_VERSION
 from shardstore.spark.catalog import resolve_index
 from shardstore.spark.writer import make_writer
 from tests.conftest import CLOUD
@@ -108,13 +109,18 @@ def test_round_trip_through_engine_and_spark_reader(spark, tmp_path: Path) -> No
                 + rows, partitions=2)
     written = _spark_segments(url)
     assert written, "the fast path did not write the segments"
+    # rows stay in the tasks' input order ("f10" before "f2"): unsorted segments (format 2)
+    assert any(not reader.info.id_sorted for _s, reader in written)
+    twice = 0
     for shard, reader in written:
         reader.verify()  # size and CRC32C as the commit records them
         info = reader.info
         ids = reader.ids().to_pylist()
-        assert ids == sorted(ids) and len(set(ids)) == len(ids) == info.doc_count
+        assert len(ids) == info.doc_count and info.id_sorted == (ids == sorted(ids))
+        assert info.format_version == (FORMAT_VERSION if info.id_sorted else UNSORTED_FORMAT_VERSION)
+        twice += ids.count("twice")  # both writes are rows; the commit deleted the older one (below)
         assert shard_ids(pa.array(ids, pa.string()), 2).to_pylist() == [shard] * len(ids)
-        assert (info.min_id, info.max_id) == (ids[0], ids[-1]) and info.max_primary_term >= 3
+        assert (info.min_id, info.max_id) == (min(ids), max(ids)) and info.max_primary_term >= 3
         schema = reader.schema
         assert schema.names[:5] == ["_id", "_seq_no", "_primary_term", "_version", "_source"]
         assert schema.field("_id").type == pa.string()
@@ -126,16 +132,18 @@ def test_round_trip_through_engine_and_spark_reader(spark, tmp_path: Path) -> No
         probe = "SELECT bool_and(bloom_filter_excludes) FROM parquet_bloom_probe(?, '_id', ?)"
         assert con.execute(probe, [reader.path, "no-such-id"]).fetchone()[0] is True
         assert con.execute(probe, [reader.path, ids[0]]).fetchone()[0] is False
-        footer = pq.ParquetFile(reader.path).metadata
-        assert all(footer.row_group(g).sorting_columns == (pq.SortingColumn(0),) for g in range(footer.num_row_groups))
+        footer = pq.ParquetFile(reader.path).metadata  # a sorting column declared only where the rows are sorted
+        declared = (pq.SortingColumn(0),) if info.id_sorted else ()
+        assert all(tuple(footer.row_group(g).sorting_columns or ()) == declared for g in range(footer.num_row_groups))
         meta = reader.read_metadata_info()  # the footer's copy of the segment info, as the segment writer keeps it
-        assert meta["sorted_by"] == "_id" and meta["name"] == info.name
-        assert {k: meta[k] for k in ("doc_count", "row_groups", "min_seq_no", "max_seq_no", "min_id", "max_id")} == \
-            {k: getattr(info, k) for k in ("doc_count", "row_groups", "min_seq_no", "max_seq_no", "min_id", "max_id")}
+        assert meta["sorted_by"] == ("_id" if info.id_sorted else None) and meta["name"] == info.name
+        keys = ("doc_count", "row_groups", "min_seq_no", "max_seq_no", "min_id", "max_id", "format_version")
+        assert {k: meta[k] for k in keys} == {k: getattr(info, k) for k in keys}
         assert meta["columns"] == {c.name: c.to_dict() for c in info.columns}
         stats = {c.name: c for c in info.columns}
         col = reader.take(list(range(info.doc_count)), columns=["n"]).column("n")
         assert (stats["n"].min, stats["n"].max) == (pa.compute.min(col).as_py(), pa.compute.max(col).as_py())
+    assert twice == 2
     docs = _live_docs(url)
     by_id = {r["_id"]: r for r in docs.to_pylist()}
     assert len(by_id) == docs.num_rows == 45 + 300 + 1

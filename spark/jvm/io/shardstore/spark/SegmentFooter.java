@@ -20,18 +20,19 @@ import org.apache.parquet.hadoop.metadata.ParquetMetadata;
 
 /**
  * Adds a key-value entry to the footer of a Parquet file Spark wrote (the segment info a segment
- * file keeps under {@code shardstore.segment}, see segments/segment.py) and declares its rows
- * sorted by the first column ({@code _id}), as segment files do: the footer is read, the entry
- * and the sorting columns added, and the footer written again in place of the old one. Data pages, column
- * and offset indexes and bloom filters sit before the footer and keep their offsets.
+ * file keeps under {@code shardstore.segment}, see segments/segment.py) and, for a file whose rows
+ * are in {@code _id} order (a format 1 segment), declares them sorted by the first column, as segment
+ * files do: the footer is read, the entry (and the sorting columns) added, and the footer written
+ * again in place of the old one. Data pages, column and offset indexes and bloom filters sit before
+ * the footer and keep their offsets.
  */
 public final class SegmentFooter {
   private static final byte[] MAGIC = "PAR1".getBytes(StandardCharsets.US_ASCII);
 
   private SegmentFooter() {}
 
-  /** Rewrite the footer of the local file {@code path} with {@code key = value} and the sort order added. */
-  public static void addKeyValue(String path, String key, String value) throws IOException {
+  /** Rewrite the footer of the local file {@code path} with {@code key = value} (and the sort order when {@code sortedById}). */
+  public static void addKeyValue(String path, String key, String value, boolean sortedById) throws IOException {
     ParquetMetadata md = ParquetFileReader.readFooter(new Configuration(), new Path("file://" + path),
         ParquetMetadataConverter.NO_FILTER);
     FileMetaData old = md.getFileMetaData();
@@ -40,8 +41,10 @@ public final class SegmentFooter {
     ParquetMetadata updated = new ParquetMetadata(new FileMetaData(old.getSchema(), kv, old.getCreatedBy()),
         md.getBlocks());
     org.apache.parquet.format.FileMetaData thrift = new ParquetMetadataConverter().toParquetMetadata(1, updated);
-    for (RowGroup g : thrift.getRow_groups()) {  // rows sorted by the first column (_id), ascending, as segments are
-      g.setSorting_columns(List.of(new SortingColumn(0, false, false)));
+    if (sortedById) {
+      for (RowGroup g : thrift.getRow_groups()) {  // rows sorted by the first column (_id), ascending
+        g.setSorting_columns(List.of(new SortingColumn(0, false, false)));
+      }
     }
     ByteArrayOutputStream footer = new ByteArrayOutputStream();
     Util.writeFileMetaData(thrift, footer);

@@ -14,10 +14,11 @@ import org.apache.spark.sql.types.DataTypes;
  *
  * <ul>
  *   <li>{@link #route}: the shard of each {@code _id} ({@link Routing}; a null id fails the task);
- *   <li>{@link #stamp}: in a task's rows sorted by (id, input position descending), drops all but
- *       the first row of each id (the task's last write of it) and gives each kept row its shard
- *       and that shard's next seq# from the job's counters, which the driver starts at each
- *       shard's first free seq# ({@link #start}) and reads back after the job ({@link #finish}).
+ *   <li>{@link #stamp}: gives each row, in the task's input order, its shard and that shard's next
+ *       seq# from the job's counters, which the driver starts at each shard's first free seq#
+ *       ({@link #start}) and reads back after the job ({@link #finish}). An id written twice gets
+ *       two seq#s, the later write the higher one; the driver deletes the older copy through live
+ *       docs, as it does for an id two tasks wrote.
  *       Stateful, so nondeterministic: the optimizer never moves it below the sort nor evaluates
  *       it twice. The counters live in the driver's JVM: only tasks running in it (a
  *       {@code local[...]} master) find them; anywhere else the task fails.
@@ -54,10 +55,9 @@ public final class SinkFunctions {
   public static final int SHARD_BITS = 16;
 
   /**
-   * One call per row, in a task's rows sorted by (id, input position descending): -1 for a row
-   * whose id equals the previous row's (an older write of the id in this task, dropped), else
-   * {@code seqNo << SHARD_BITS | shard} with the shard's next seq# from the job's counters.
-   * Nondeterministic (stateful): evaluate it once per row, in a projection of its own.
+   * One call per row, in the task's input order: {@code seqNo << SHARD_BITS | shard} with the
+   * shard's next seq# from the job's counters. Nondeterministic (stateful): evaluate it once per
+   * row, in a projection of its own, before anything that may reorder the rows.
    */
   public static Column stamp(String job, Column id, int shards) {
     if (shards < 1 || shards > (1 << SHARD_BITS)) {
@@ -72,7 +72,6 @@ public final class SinkFunctions {
     private final String job;
     private final int shards;
     private transient AtomicLongArray counters;
-    private transient String previous;
 
     Stamp(String job, int shards) {
       this.job = job;
@@ -84,8 +83,6 @@ public final class SinkFunctions {
       if (id == null) {
         throw new IllegalArgumentException("shardstore sink: a row has a null _id; every row needs an id");
       }
-      if (id.equals(previous)) return -1L;
-      previous = id;
       if (counters == null) counters = counters(job);
       int shard = Routing.shard(id, shards);
       return (counters.getAndIncrement(shard) << SHARD_BITS) | shard;
