@@ -158,6 +158,11 @@ def test_round_trip_through_engine_and_spark_reader(spark, tmp_path: Path) -> No
                        "at": "2024-05-01T12:05:00.123Z", "small": 5}
         assert "score" not in restored.get(INDEX, "f9")["_source"]  # NaN: absent from the source, null field
         assert restored.get(INDEX, "e1")["_source"]["name"] == "updated"
+        # the id written twice in one task: one segment holds both rows, the older deleted through live docs
+        assert restored.get(INDEX, "twice")["_source"]["name"] == "second"
+        assert restored.bulk(INDEX, [{"_id": "twice", "n": 3}]).acknowledged and restored.get(INDEX, "twice")["_version"] == 2
+        restored.refresh(INDEX)
+        assert restored.get(INDEX, "twice")["_source"] == {"n": 3} and restored.count(INDEX) == 346
         assert restored.get(INDEX, "t2")["_source"]["n"] == 1002  # acknowledged only in the translog: kept
         res = restored.bulk(INDEX, [{"_id": "f5", "n": 1, "name": "after"}])
         assert len(res.acknowledged) == 1 and restored.get(INDEX, "f5")["_version"] == 2
