@@ -82,6 +82,7 @@ __all__ = [
     "scan_segments",
     "lookup_segments",
     "fingerprints",
+    "in_id_order",
 ]
 
 #: Format of the segments the engine writes: rows sorted by ``_id``.
@@ -322,7 +323,7 @@ def footer_column_stats(md: pq.FileMetaData, index: int, name: str, t: pa.DataTy
     return ColumnStats(name, str(t), lo, hi, nulls)
 
 
-def _in_id_order(ids: pa.Array | pa.ChunkedArray) -> bool:
+def in_id_order(ids: pa.Array | pa.ChunkedArray) -> bool:
     """Whether ``ids`` never decrease (equal neighbours allowed: rows of one id)."""
     n = len(ids)
     return n < 2 or bool(pc.all(pc.less_equal(ids.slice(0, n - 1), ids.slice(1))).as_py())
@@ -378,14 +379,14 @@ def write_segment(
         picked = pa.table({c: table.column(c).take(rows) for c in ("_id", "_seq_no", "_primary_term")})
         ids = picked.column("_id")
         n = len(rows)
-        if not _in_id_order(ids):
+        if not in_id_order(ids):
             raise ValueError(f"segment {name}: the rows to write are not in _id order")
         base = _base_stats(picked, None)
         nbytes = table.nbytes * n // max(1, table.num_rows)
         id_sorted = True
     else:
         n = table.num_rows
-        id_sorted = _in_id_order(table.column("_id"))
+        id_sorted = in_id_order(table.column("_id"))
         if sort and not id_sorted:  # already sorted: no sort, no copy
             order = pc.array_sort_indices(table.column("_id"))  # stable: rows of one id keep their input order
             id_sorted = True
