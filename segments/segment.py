@@ -198,6 +198,8 @@ class SegmentInfo:
             version = int(d["format_version"])
             if version > MAX_FORMAT_VERSION:
                 raise UnsupportedFormatVersion(where, version, MAX_FORMAT_VERSION)
+            if version < FORMAT_VERSION:
+                raise ValueError(f"format version {version}")
             return cls(
                 name=str(d["name"]),
                 file_name=str(d["file_name"]),
@@ -324,8 +326,10 @@ def footer_column_stats(md: pq.FileMetaData, index: int, name: str, t: pa.DataTy
 
 
 def in_id_order(ids: pa.Array | pa.ChunkedArray) -> bool:
-    """Whether ``ids`` never decrease (equal neighbours allowed: rows of one id)."""
+    """Whether ``ids`` never decrease (equal neighbours allowed: rows of one id); never with a null among them."""
     n = len(ids)
+    if ids.null_count:
+        return False
     return n < 2 or bool(pc.all(pc.less_equal(ids.slice(0, n - 1), ids.slice(1))).as_py())
 
 
@@ -476,8 +480,9 @@ class SegmentReader:
     Parquet footer, row-group bounds and id index are loaded lazily and cached."""
 
     #: Above this many candidate ids a lookup loads the segment's whole ``_id``
-    #: column and fingerprint index; below it reads the ``_id`` chunks of the row
-    #: groups whose bounds can hold them and binary-searches them.
+    #: column and fingerprint index; below it, in a sorted (format 1) segment, reads the
+    #: ``_id`` chunks of the row groups whose bounds can hold them and binary-searches
+    #: them.  An unsorted (format 2) segment always uses the index.
     SMALL_LOOKUP = 64
 
     def __init__(self, path: str, info: SegmentInfo) -> None:

@@ -56,6 +56,7 @@ from shardstore.spark.catalog import IndexLocation, open_from_options, resolve_i
 from shardstore.spark.segment_files import (
     SHARD_COLUMN,
     SparkSegmentMismatch,
+    check_unique_seq_nos,
     in_parallel,
     new_name,
     read_keys,
@@ -371,6 +372,8 @@ def _run(spark: Any, df: Any, options: dict[str, str], writer: ShardstoreArrowWr
             ends = sink.finish(writer.job)
         clock.append(time.perf_counter())
         parts = collect_parts(spark, writer, plan, spark_files(out) if os.path.isdir(out) else [], ends)
+        for p in writer.plans:
+            check_unique_seq_nos(p.shard, [part.seq_nos for part in parts if part.shard == p.shard])
         store = open_from_options(writer.options)
         for p in writer.plans:  # the counters' range, as the Python sink's tasks reserve theirs
             count = int(ends[p.shard]) - (p.base_seq_no + 1)

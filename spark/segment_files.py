@@ -137,6 +137,18 @@ def read_keys(path: str, first: int, end: int, versions: bool = True) -> tuple[p
     return ids, seqs, t.column("_version").combine_chunks() if versions else None
 
 
+def check_unique_seq_nos(shard: int, seq_nos: list[pa.Array]) -> None:
+    """SparkSegmentMismatch if a seq# appears twice in a shard's files (each row must have taken its own).
+
+    The job's counters hand every stamped row a new seq#; a row seen twice in the files (a row
+    duplicated after the stamp, e.g. by a join that matched two rows) would publish one seq#
+    for two documents.
+    """
+    seqs = pa.chunked_array(seq_nos, type=pa.int64())
+    if len(seqs) > 1 and len(pc.unique(seqs)) != len(seqs):
+        raise SparkSegmentMismatch(f"shard {shard}: a seq# appears on more than one row of the files Spark wrote")
+
+
 def upload(store: BlobStore, prefix: str, path: str, info: SegmentInfo, token: str) -> RemoteFile:
     """Upload one segment file under a fresh key of ``prefix`` (``if_absent``), as its info describes it."""
     key = f"{prefix}/{data_key(info.file_name, uuid.uuid4().hex)}"
@@ -158,5 +170,5 @@ def in_parallel(fn: Any, items: list[Any], workers: int = 4) -> list[Any]:
         return list(pool.map(fn, items))
 
 
-__all__ = ["SHARD_COLUMN", "SparkSegmentMismatch", "file_crc32c", "in_parallel", "new_name", "read_keys",
+__all__ = ["SHARD_COLUMN", "SparkSegmentMismatch", "check_unique_seq_nos", "file_crc32c", "in_parallel", "new_name", "read_keys",
            "segment_info", "spark_files", "upload"]

@@ -70,6 +70,7 @@ from shardstore.segments.segment import SegmentInfo, lookup_segments, segment_fi
 from shardstore.spark.catalog import open_from_options, resolve_index
 from shardstore.spark.segment_files import in_parallel
 from shardstore.spark.sink_rows import last_per_id, superseded_copies, typed_fields
+from shardstore.translog.operations import MAX_ID_BYTES
 from shardstore.translog.remote import RemoteTranslog
 
 log = logging.getLogger(__name__)
@@ -112,7 +113,7 @@ class ShardPart:
     shard: int
     info: dict
     remote: RemoteFile
-    ids: pa.Array  # the segment's ids in row order (sorted, unique)
+    ids: pa.Array  # the segment's ids in row order (the fast path's: any order, an id possibly twice)
     seq_nos: pa.Array
     deletes: dict[str, list[int]]  # base segment name -> rows of old copies
     mapping: dict
@@ -249,6 +250,9 @@ class ShardstoreArrowWriter(DataSourceArrowWriter):
         if not pa.types.is_string(ids.type):
             ids = ids.cast(pa.string())
             table = table.set_column(table.schema.get_field_index("_id"), "_id", ids)
+        longest = pc.max(pc.binary_length(ids)).as_py() if len(ids) else 0
+        if longest > MAX_ID_BYTES:  # as the engine refuses it (and an id index cannot take ids of 32 KiB)
+            raise InvalidError(f"an _id of {longest} bytes is longer than the {MAX_ID_BYTES} bytes an id may have")
         shards = shard_ids(ids, len(self.plans))
         store = open_from_options(self.options)
         attempt = f"{self.job}-{uuid.uuid4().hex[:12]}"

@@ -7,16 +7,19 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from shardstore.errors import UnsupportedFormatVersion
+from shardstore.segments.errors import SegmentCorrupted
 from shardstore.segments.segment import (
     FORMAT_VERSION,
     MAX_FORMAT_VERSION,
     UNSORTED_FORMAT_VERSION,
     SegmentInfo,
     SegmentReader,
+    in_id_order,
+    lookup_segments,
     write_segment,
 )
 
@@ -57,11 +60,18 @@ def test_sorted_input_stays_format_1(tmp_path) -> None:
     assert info.format_version == FORMAT_VERSION and info.id_sorted
 
 
-def test_a_newer_format_is_refused_with_its_version() -> None:
+def test_a_newer_format_is_refused_with_its_version_and_one_below_1_as_corrupt() -> None:
     d = SegmentInfo("x", "x.parquet", 1, 0, 0, -1, -1, 0, None, None).to_dict()
     d["format_version"] = MAX_FORMAT_VERSION + 1
     with pytest.raises(UnsupportedFormatVersion, match=str(MAX_FORMAT_VERSION + 1)):
         SegmentInfo.from_dict(d, "commit c")
+    d["format_version"] = 0
+    with pytest.raises(SegmentCorrupted, match="format version 0"):
+        SegmentInfo.from_dict(d, "commit c")
+
+
+def test_ids_with_a_null_are_never_in_order() -> None:
+    assert in_id_order(pa.array(["a", "b"])) and not in_id_order(pa.array(["a", None, "b"]))
 
 
 _ids = st.text(alphabet="abcé\x00z", min_size=1, max_size=5)
@@ -76,15 +86,34 @@ def test_unsorted_lookup_matches_brute_force(tmp_path, seg_ids, queries, rg, mod
     Through the sorted format's binary searches these rows are missed (seen failing before
     lookups checked the format).
     """
+    assume(not in_id_order(pa.array(seg_ids, pa.string())))  # an unsorted segment
     path = str(tmp_path / f"h{abs(hash((tuple(seg_ids), rg)))}.parquet")
     info = write_segment(path, _table(seg_ids), name="h", sort=False, row_group_size=rg, fsync=False)
+    assert not info.id_sorted
     r = SegmentReader(path, info)
     if mode == "loaded":
         assert r.ids().to_pylist() == seg_ids  # row order, as written
     qp, rows = r.lookup(pa.array(queries, pa.string()))
-    got = sorted(zip(qp.to_pylist(), rows.to_pylist()))
+    got = list(zip(qp.to_pylist(), rows.to_pylist()))
     want = sorted((k, row) for k, q in enumerate(queries) for row, i in enumerate(seg_ids) if i == q)
-    assert got == want
-    assert qp.to_pylist() == sorted(qp.to_pylist())
+    assert got == want  # every pair, ascending by query position then row
     for q in queries[:3]:  # get: every copy of the id
         assert sorted(r.get(q, ["n"]).column("n").to_pylist()) == [k for k, i in enumerate(seg_ids) if i == q]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(_ids, min_size=2, max_size=120), st.lists(_ids, min_size=2, max_size=120),
+       st.lists(_ids, min_size=65, max_size=150))
+def test_lookup_segments_over_unsorted_segments_matches_brute_force(tmp_path, a, b, queries) -> None:
+    """Over SMALL_LOOKUP ids over two unsorted segments: the queries' fingerprints computed once, as a refresh does."""
+    readers = []
+    for k, seg_ids in enumerate((a, b)):
+        path = str(tmp_path / f"m{k}{abs(hash((tuple(a), tuple(b))))}.parquet")
+        readers.append(SegmentReader(path, write_segment(path, _table(seg_ids), name=f"m{k}", sort=False,
+                                                         row_group_size=7, fsync=False)))
+    q = pa.array(queries, pa.string())
+    qpos, seg, rows = lookup_segments(readers, q)
+    got = sorted(zip(qpos.to_pylist(), seg.to_pylist(), rows.to_pylist()))
+    want = sorted((p, k, row) for p, x in enumerate(queries) for k, seg_ids in enumerate((a, b))
+                  for row, i in enumerate(seg_ids) if i == x)
+    assert got == want

@@ -1,4 +1,4 @@
-"""The sink's pure Arrow helpers against plain-Python references (no Spark needed)."""
+"""The sink's pure Arrow helpers against plain-Python references, and its checks of Spark's files (no Spark needed)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,11 @@ import random
 from types import SimpleNamespace
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
+from shardstore.errors import CorruptError
+from shardstore.spark.segment_files import SparkSegmentMismatch, check_unique_seq_nos, read_keys
 from shardstore.spark.sink_rows import last_per_id, superseded_copies
 
 
@@ -53,3 +56,23 @@ def test_superseded_copies_leaves_only_each_ids_highest_seq_no(seed: int) -> Non
     assert got == want
     if seed % 4 == 0:
         assert got == {}
+
+
+def test_a_seq_no_on_two_rows_of_a_shard_refuses_the_files(tmp_path) -> None:
+    """Each row Spark wrote took its own seq#; one seen twice (a row duplicated after the stamp) is refused."""
+    check_unique_seq_nos(0, [pa.array([5, 7], pa.int64()), pa.array([6, 8], pa.int64())])
+    check_unique_seq_nos(0, [])
+    with pytest.raises(SparkSegmentMismatch, match="shard 3: a seq# appears on more than one row"):
+        check_unique_seq_nos(3, [pa.array([5, 7], pa.int64()), pa.array([6, 7], pa.int64())])
+    with pytest.raises(CorruptError):  # a kind a caller can act on
+        check_unique_seq_nos(1, [pa.array([2, 2], pa.int64())])
+
+
+def test_read_keys_refuses_seq_nos_outside_the_jobs_range(tmp_path) -> None:
+    path = str(tmp_path / "part.parquet")
+    pq.write_table(pa.table({"_id": ["a", "b"], "_seq_no": pa.array([10, 12], pa.int64())}), path)
+    ids, seqs, versions = read_keys(path, 10, 13, versions=False)
+    assert ids.to_pylist() == ["a", "b"] and seqs.to_pylist() == [10, 12] and versions is None
+    for first, end in ((11, 13), (10, 12)):
+        with pytest.raises(SparkSegmentMismatch, match=r"seq#s 10\.\.12 are outside the job's range"):
+            read_keys(path, first, end, versions=False)

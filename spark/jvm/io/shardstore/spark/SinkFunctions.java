@@ -83,9 +83,24 @@ public final class SinkFunctions {
       if (id == null) {
         throw new IllegalArgumentException("shardstore sink: a row has a null _id; every row needs an id");
       }
+      checkLength(id);
       if (counters == null) counters = counters(job);
       int shard = Routing.shard(id, shards);
       return (counters.getAndIncrement(shard) << SHARD_BITS) | shard;
+    }
+  }
+
+  /** The engine's limit on an id's UTF-8 bytes (translog/operations.py MAX_ID_BYTES). */
+  public static final int MAX_ID_BYTES = 512;
+
+  /** IllegalArgumentException naming the size if {@code id} is longer than {@link #MAX_ID_BYTES} in UTF-8. */
+  static void checkLength(String id) {
+    int n = id.length();
+    if (n * 3 <= MAX_ID_BYTES) return;  // at most 3 UTF-8 bytes per UTF-16 code unit
+    int bytes = id.getBytes(java.nio.charset.StandardCharsets.UTF_8).length;
+    if (bytes > MAX_ID_BYTES) {
+      throw new IllegalArgumentException("shardstore sink: an _id of " + bytes + " bytes (starting "
+          + id.substring(0, 32) + "...) is longer than the " + MAX_ID_BYTES + " bytes an id may have");
     }
   }
 
