@@ -117,3 +117,51 @@ def test_lookup_segments_over_unsorted_segments_matches_brute_force(tmp_path, a,
     want = sorted((p, k, row) for p, x in enumerate(queries) for k, seg_ids in enumerate((a, b))
                   for row, i in enumerate(seg_ids) if i == x)
     assert got == want
+
+
+def test_a_shard_directory_over_an_unsorted_segment_updates_deletes_and_merges_it_sorted(tmp_path) -> None:
+    """What the engine does with a Spark fast-path segment: gets, a refresh's version lookups, a merge back to format 1."""
+    import os
+
+    from shardstore.core.records import crc32c
+    from shardstore.segments.commit import CommitPoint, CommittedSegment, write_commit
+    from shardstore.segments.directory import ShardDirectory
+    from shardstore.segments.livedocs import LiveDocs, livedocs_file_name
+    from shardstore.segments.segment import segment_file_name
+    from tests.segments.test_segments_directory import deletes, docs, live_ids
+
+    ids = [f"k{i}" for i in range(40, 0, -1)] + ["k7", "k3"]  # descending, then k7 and k3 again (their later writes)
+    n = len(ids)
+    t = _table(ids).drop_columns(["_source", "n"])
+    t = t.append_column("_source", pa.array([json.dumps({"n": s}).encode() for s in range(n)], pa.binary()))
+    t = t.append_column("n", pa.array(range(n), pa.int64()))
+    directory = str(tmp_path / "shard")
+    os.makedirs(directory)
+    info = write_segment(os.path.join(directory, segment_file_name("seg_spark")), t, name="seg_spark", sort=False,
+                         row_group_size=8, fsync=False)
+    assert not info.id_sorted
+    live = LiveDocs.all_live(n).delete([ids.index("k7"), ids.index("k3")])  # the older copies, as the sink commits
+    data = live.encode()
+    lname = livedocs_file_name("seg_spark", 1)
+    with open(os.path.join(directory, lname), "wb") as f:
+        f.write(data)
+    cs = CommittedSegment(info, 1, lname, len(data), crc32c(data), live.deleted_count)
+    write_commit(directory, CommitPoint(1, 1, (cs,), n - 1, n - 1, "", 0, "h", {"n": "long"}, {}))
+
+    sd = ShardDirectory(directory, fsync=False, warm=False)
+    try:
+        assert sd.count() == 40 and sd.get("k7")["n"] == n - 2 and sd.get("k3")["n"] == n - 1  # the later writes
+        assert sd.get("k40")["n"] == 0 and sd.get("nope") is None
+        sd.apply(docs(n, ["k7", "k20", "new"]))  # updates: the live copies are found in the unsorted segment
+        sd.apply(deletes(n + 3, ["k3", "k40"]))
+        r = sd.refresh()
+        assert (r.indexed, r.deleted, r.stale) == (3, 4, 0)  # old copies of k7, k20; k3, k40 deleted
+        got = live_ids(sd)  # one live copy per id
+        assert len(got) == 39 and got["k7"] == n and got["k20"] == n + 1 and "k3" not in got and "k40" not in got
+        merged = sd.force_merge(1)
+        assert len(merged) == 1 and live_ids(sd) == got
+        [(reader, _live)] = sd.searchable_segments()
+        assert reader.info.id_sorted and reader.ids().to_pylist() == sorted(got)  # merged back into format 1
+        assert sd.get("k7")["n"] == n and sd.get("k3") is None
+    finally:
+        sd.close()
