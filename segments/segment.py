@@ -60,8 +60,9 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from shardstore.core.arrays import one_array
+from shardstore.core.records import crc32c
 from shardstore.errors import UnsupportedFormatVersion
-from shardstore.fileio import disk_fault, fsync_dir
+from shardstore.fileio import disk_fault, fsync_dir, mapped
 from shardstore.fileio import fsync as fsync_file
 
 from . import row_cache
@@ -83,6 +84,10 @@ __all__ = [
     "lookup_segments",
     "fingerprints",
     "in_id_order",
+    "id_bounds",
+    "file_crc32c",
+    "format_version_of",
+    "metadata_info",
 ]
 
 #: Format of the segments the engine writes: rows sorted by ``_id``.
@@ -333,17 +338,49 @@ def in_id_order(ids: pa.Array | pa.ChunkedArray) -> bool:
     return n < 2 or bool(pc.all(pc.less_equal(ids.slice(0, n - 1), ids.slice(1))).as_py())
 
 
+def id_bounds(ids: pa.Array | pa.ChunkedArray, id_sorted: bool) -> tuple[str | None, str | None]:
+    """The smallest and largest id: the ends of ids in id order, else a min/max pass (None, None when empty)."""
+    n = len(ids)
+    if not n:
+        return None, None
+    if id_sorted:
+        return ids[0].as_py(), ids[n - 1].as_py()
+    lo, hi = pc.min_max(ids).values()
+    return lo.as_py(), hi.as_py()
+
+
+def format_version_of(id_sorted: bool) -> int:
+    """The segment format of a file whose rows are (or are not) in ``_id`` order."""
+    return FORMAT_VERSION if id_sorted else UNSORTED_FORMAT_VERSION
+
+
+def metadata_info(name: str, doc_count: int, row_groups: int, row_group_size: int, id_sorted: bool,
+                  base: dict[str, Any], columns: Sequence[ColumnStats] | None = None) -> dict[str, Any]:
+    """The size/checksum-free segment info a segment file keeps under ``shardstore.segment`` (``base``: seq#,
+    term and id bounds; ``columns``: field stats, left out where the footer's statistics are their copy)."""
+    meta = {"name": name, "doc_count": doc_count, "row_groups": row_groups, "format_version": format_version_of(id_sorted),
+            "row_group_size": row_group_size, "sorted_by": "_id" if id_sorted else None}
+    if columns is not None:
+        meta["columns"] = {c.name: c.to_dict() for c in columns}
+    return {**meta, **base}
+
+
+def file_crc32c(path: str) -> tuple[int, int]:
+    """(size, CRC32C) of a local file's bytes, read through a memory map (no copy in memory)."""
+    with open(path, "rb") as f, mapped(f) as view:
+        return len(view), crc32c(view)
+
+
 def _base_stats(table: pa.Table, order: pa.Array | None, id_sorted: bool = True) -> dict[str, Any]:
     """Seq#, term and ``_id`` bounds (ids taken at the ends when the rows, or ``order``, are in id order)."""
     n = table.num_rows
     if not n:
         return {"min_seq_no": -1, "max_seq_no": -1, "max_primary_term": 0, "min_id": None, "max_id": None}
     seq = pc.min_max(table.column("_seq_no"))
-    if id_sorted:
-        lo = table.column("_id")[0 if order is None else order[0].as_py()].as_py()
-        hi = table.column("_id")[n - 1 if order is None else order[n - 1].as_py()].as_py()
-    else:
-        lo, hi = (v.as_py() for v in pc.min_max(table.column("_id")).values())
+    ids = table.column("_id")
+    if order is not None:  # the ends of the order: the smallest and the largest id
+        ids = ids.take(pa.array([order[0].as_py(), order[n - 1].as_py()], pa.int64()))
+    lo, hi = id_bounds(ids, id_sorted)
     return {
         "min_seq_no": seq["min"].as_py(),
         "max_seq_no": seq["max"].as_py(),
@@ -396,13 +433,10 @@ def write_segment(
             id_sorted = True
         base = _base_stats(table, order, id_sorted)
         nbytes = table.nbytes
-    version = FORMAT_VERSION if id_sorted else UNSORTED_FORMAT_VERSION
     n_groups = max(1, (n + rg - 1) // rg)  # an empty table still makes one (empty) row group
     # the field columns' min/max/null counts come from the Parquet statistics once the file is written (the
     # footer is their copy in the file; the key-value copy of the info leaves them out)
-    meta_info = {"name": name, "doc_count": n, "row_groups": n_groups,
-                 "format_version": version, "row_group_size": rg, "sorted_by": "_id" if id_sorted else None,
-                 **base}
+    meta_info = metadata_info(name, n, n_groups, rg, id_sorted, base)
     schema = table.schema.with_metadata({**(table.schema.metadata or {}), METADATA_KEY: json.dumps(meta_info).encode()})
     table = table.replace_schema_metadata(schema.metadata)
 
@@ -466,7 +500,7 @@ def write_segment(
         doc_count=n,
         columns=columns,
         row_groups=n_groups,
-        format_version=version,
+        format_version=format_version_of(id_sorted),
         **base,
     )
 
@@ -568,10 +602,7 @@ class SegmentReader:
             raise SegmentCorrupted(self._where, "segment file is missing") from None
         if size != self.info.size:
             raise SegmentCorrupted(self._where, f"file has {size} bytes, the segment info says {self.info.size}")
-        crc = 0
-        with open(self.path, "rb") as f:
-            while chunk := f.read(4 << 20):
-                crc = google_crc32c.extend(crc, chunk)
+        _size, crc = file_crc32c(self.path)
         if crc != self.info.checksum:
             raise SegmentCorrupted(self._where, f"checksum {crc:#010x} != {self.info.checksum:#010x} in the segment info")
 

@@ -22,7 +22,6 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import google_crc32c
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -32,13 +31,15 @@ from shardstore.errors import CorruptError
 from shardstore.segments.remote_metadata import RemoteFile, data_key
 from shardstore.segments.segment import (
     BASE_SCHEMA,
-    FORMAT_VERSION,
     METADATA_KEY,
-    UNSORTED_FORMAT_VERSION,
     ColumnStats,
     SegmentInfo,
+    file_crc32c,
     footer_column_stats,
+    format_version_of,
+    id_bounds,
     in_id_order,
+    metadata_info,
     segment_file_name,
 )
 
@@ -61,16 +62,6 @@ def spark_files(directory: str) -> list[tuple[int, str]]:
         sub = os.path.join(directory, entry)
         out += [(shard, os.path.join(sub, f)) for f in sorted(os.listdir(sub)) if f.endswith(".parquet")]
     return out
-
-
-def file_crc32c(path: str) -> tuple[int, int]:
-    """(size, CRC32C) of a file's bytes."""
-    crc, size = 0, 0
-    with open(path, "rb") as f:
-        while chunk := f.read(8 << 20):
-            crc = google_crc32c.extend(crc, chunk)
-            size += len(chunk)
-    return size, crc
 
 
 def _column_stats(pf: pq.ParquetFile, name: str, t: pa.DataType) -> ColumnStats:
@@ -106,18 +97,15 @@ def segment_info(path: str, name: str, ids: pa.Array, seq_nos: pa.Array, term: i
         largest = max((md.row_group(g).num_rows for g in range(groups)), default=0)
     seq = pc.min_max(seq_nos)
     id_sorted = in_id_order(ids)
-    lo, hi = (ids[0].as_py(), ids[n - 1].as_py()) if id_sorted and n else (v.as_py() for v in pc.min_max(ids).values())
-    version = FORMAT_VERSION if id_sorted else UNSORTED_FORMAT_VERSION
+    lo, hi = id_bounds(ids, id_sorted)
     base = {"min_seq_no": seq["min"].as_py(), "max_seq_no": seq["max"].as_py(), "max_primary_term": term,
             "min_id": lo, "max_id": hi}
     if add_footer is not None:
-        meta = {"name": name, "doc_count": n, "row_groups": groups, "format_version": version,
-                "row_group_size": largest, "sorted_by": "_id" if id_sorted else None,
-                "columns": {c.name: c.to_dict() for c in cols}, **base}
+        meta = metadata_info(name, n, groups, largest, id_sorted, base, cols)
         add_footer(path, METADATA_KEY.decode(), json.dumps(meta), id_sorted)
     size, crc = file_crc32c(path)
     return SegmentInfo(name=name, file_name=segment_file_name(name), size=size, checksum=crc, doc_count=n,
-                       columns=tuple(cols), row_groups=groups, format_version=version, **base)
+                       columns=tuple(cols), row_groups=groups, format_version=format_version_of(id_sorted), **base)
 
 
 def read_keys(path: str, first: int, end: int, versions: bool = True) -> tuple[pa.Array, pa.Array, pa.Array | None]:

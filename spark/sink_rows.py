@@ -78,7 +78,7 @@ def superseded_copies(parts: list[Any]) -> dict[int, list[int]]:
     if len(ids) < 2 or len(pc.unique(ids)) == len(ids):  # the common case, no id twice: one hash pass
         return {}
     t = pa.table({
-        "_id": pa.concat_arrays([p.ids for p in parts]),
+        "_id": ids,
         "_seq_no": pa.concat_arrays([p.seq_nos for p in parts]),
         "part": pa.concat_arrays([pa.array(np.full(len(p.ids), k, dtype=np.int64)) for k, p in enumerate(parts)]),
         "row": pa.concat_arrays([pa.array(np.arange(len(p.ids), dtype=np.int64)) for p in parts]),

@@ -92,8 +92,7 @@ def _directory_with(tmp_path: Path, n: int):
 
 def test_a_refreshed_segment_is_warmed_so_its_first_get_decodes_nothing(tmp_path: Path,
                                                                          warm: row_cache.Warmer) -> None:
-    d = _directory_with(tmp_path, 20_000)
-    try:
+    with _directory_with(tmp_path, 20_000) as d:
         d.refresh()
         assert warm.wait_idle(60)
         (reader, _live), = d.searchable_segments()
@@ -102,8 +101,6 @@ def test_a_refreshed_segment_is_warmed_so_its_first_get_decodes_nothing(tmp_path
         for i in (0, 7_777, 19_999):  # one id per region of the segment: every row group is warm
             assert d.get(f"d{i:05d}", realtime=False)["_id"] == f"d{i:05d}"
         assert warm.cache.misses == misses, "a first get after a refresh decoded a row group"
-    finally:
-        d.close()
     assert warm.cache.size_bytes == 0  # a closed copy's row groups do not keep budget
 
 
@@ -113,8 +110,7 @@ def test_warming_stops_short_of_the_budget_and_a_merged_segment_is_forgotten(tmp
     w = row_cache.Warmer(small, enabled=True)
     monkeypatch.setattr(row_cache, "row_groups", small)
     monkeypatch.setattr(row_cache, "warmer", w)
-    d = _directory_with(tmp_path, 60_000)
-    try:
+    with _directory_with(tmp_path, 60_000) as d:
         d.refresh()
         assert w.wait_idle(60)
         (reader, _live), = d.searchable_segments()
@@ -126,8 +122,6 @@ def test_warming_stops_short_of_the_budget_and_a_merged_segment_is_forgotten(tmp
         d.force_merge(1)
         assert w.wait_idle(60)
         assert not any(k[0] == first for k in list(small._items))  # the merged-away segment is gone from the cache
-    finally:
-        d.close()
 
 
 def _more(start: int, n: int):
@@ -187,24 +181,18 @@ def test_the_warmer_yields_to_writes_but_is_not_starved_by_them(tmp_path: Path, 
     segment is warmed, and writes that never end delay each row group by at most WARM_YIELD_MAX."""
     import time
 
-    d = _directory_with(tmp_path, 20_000)
-    try:
+    with _directory_with(tmp_path, 20_000) as d:
         with warm.foreground():
             d.refresh()
             time.sleep(0.3)
             assert warm.warmed_groups == 0, "the warmer decoded while a write was in flight"
         _assert_all_warmed(warm, d)
-    finally:
-        d.close()
     monkeypatch.setattr(row_cache, "WARM_YIELD_MAX", 0.05)
-    d = _directory_with(tmp_path / "again", 20_000)
-    try:
+    with _directory_with(tmp_path / "again", 20_000) as d:
         with warm.foreground():  # a write that outlasts the whole warming
             before = warm.warmed_groups
             d.refresh()
             _assert_all_warmed(warm, d, before)
-    finally:
-        d.close()
 
 
 def test_the_warmer_waits_for_a_quiet_moment_after_writes(tmp_path: Path, warm: row_cache.Warmer,
@@ -214,8 +202,7 @@ def test_the_warmer_waits_for_a_quiet_moment_after_writes(tmp_path: Path, warm: 
 
     monkeypatch.setattr(row_cache, "WARM_QUIET", 0.4)
     monkeypatch.setattr(row_cache, "WARM_YIELD_MAX", 5.0)
-    d = _directory_with(tmp_path, 20_000)
-    try:
+    with _directory_with(tmp_path, 20_000) as d:
         with warm.foreground():
             d.refresh()
         time.sleep(0.15)
@@ -225,5 +212,3 @@ def test_the_warmer_waits_for_a_quiet_moment_after_writes(tmp_path: Path, warm: 
         time.sleep(0.15)
         assert warm.warmed_groups == 0
         _assert_all_warmed(warm, d)
-    finally:
-        d.close()

@@ -148,8 +148,7 @@ def test_a_shard_directory_over_an_unsorted_segment_updates_deletes_and_merges_i
     cs = CommittedSegment(info, 1, lname, len(data), crc32c(data), live.deleted_count)
     write_commit(directory, CommitPoint(1, 1, (cs,), n - 1, n - 1, "", 0, "h", {"n": "long"}, {}))
 
-    sd = ShardDirectory(directory, fsync=False, warm=False)
-    try:
+    with ShardDirectory(directory, fsync=False, warm=False) as sd:
         assert sd.count() == 40 and sd.get("k7")["n"] == n - 2 and sd.get("k3")["n"] == n - 1  # the later writes
         assert sd.get("k40")["n"] == 0 and sd.get("nope") is None
         sd.apply(docs(n, ["k7", "k20", "new"]))  # updates: the live copies are found in the unsorted segment
@@ -163,5 +162,3 @@ def test_a_shard_directory_over_an_unsorted_segment_updates_deletes_and_merges_i
         [(reader, _live)] = sd.searchable_segments()
         assert reader.info.id_sorted and reader.ids().to_pylist() == sorted(got)  # merged back into format 1
         assert sd.get("k7")["n"] == n and sd.get("k3") is None
-    finally:
-        sd.close()
