@@ -6,17 +6,18 @@ the JVM at about the cost of Spark's whole Parquet write, so the per-row work st
 
 1. **Claim** (driver): :func:`~shardstore.spark.writer.make_writer`, as the Python sink (term
    claim fencing live primaries, base commit with the translog tail folded into C0).
-2. **Plan** (driver, Spark SQL): ``__shardstore_shard`` = ES murmur3 routing of ``_id`` (the
-   bridge's ``Routing``, equal to engine/routing.py); ``_seq_no`` from per-shard counters
-   in the driver's JVM started at each shard's first free seq#, taken in each task's input
-   order (contiguous per shard; only a failed task attempt leaves a gap; a later write of an
-   id gets the higher seq#); no sort: the files are unsorted segments (format 2) unless the
-   rows came in ``_id`` order; ``_primary_term`` the job's term; ``_version`` the live
-   base copy's + 1 (a join with the base's live ids, only when the base holds documents) else
-   1; ``_source`` JSON by ``to_json`` (null for a ``source="synthetic"`` index); one typed
-   column per mapped field; written by Spark's Parquet writer (zstd, ~4 MB row groups, bloom
-   filter on ``_id``) partitioned by shard into a local temp directory: one file per task and
-   shard.
+2. **Write** (Spark SQL builds the columns, the bridge's ``SegmentWriter`` writes them): each
+   task routes its rows by ES murmur3 of ``_id`` (the bridge's ``Routing``, equal to
+   engine/routing.py) and hands each row, in its input order, to its shard's open Parquet
+   writer (no partitioned write, no sort); ``_seq_no`` from per-shard counters in the driver's
+   JVM started at each shard's first free seq#, taken in each task's input order (contiguous
+   per shard; only a failed task attempt leaves a gap; a later write of an id gets the higher
+   seq#); the files are unsorted segments (format 2) unless the rows came in ``_id`` order;
+   ``_primary_term`` the job's term; ``_version`` the live base copy's + 1 (a join with the
+   base's live ids, only when the base holds documents; the seq#s are then taken before the
+   join) else 1; ``_source`` JSON by ``to_json`` (null for a ``source="synthetic"`` index); one
+   typed column per mapped field; Spark's Parquet writer (zstd, ~4 MB row groups, bloom filter
+   on ``_id``) into a local temp directory: one file per task and shard.
 3. **Parts** (driver): per file its segment info from the footer, CRC32C, upload under the
    job's term, ids and seq#s (checked inside the counters' range; an id written more than
    once, in one file or in two: the highest seq# wins, the others are deleted through live
@@ -54,14 +55,12 @@ from shardstore.segments.mapping import _DATE_RE, METADATA_FIELDS, FieldType, Ma
 from shardstore.spark.bridge import JVM_PACKAGE, use_fast_path
 from shardstore.spark.catalog import IndexLocation, open_from_options, resolve_index
 from shardstore.spark.segment_files import (
-    SHARD_COLUMN,
     SparkSegmentMismatch,
     check_unique_seq_nos,
     in_parallel,
     new_name,
     read_keys,
     segment_info,
-    spark_files,
     upload,
 )
 from shardstore.spark.writer import (
@@ -109,13 +108,9 @@ PARQUET_OPTIONS = {
 }
 _BASE_VERSION = "__shardstore_base_version"
 _STAMP = "__shardstore_stamp"
-#: Most shards the fast path writes: Spark keeps one open Parquet writer (one row group buffer) per shard and task.
+#: Most shards the fast path writes: each task keeps one open Parquet writer (one row group buffer) per shard it
+#: routes rows to (parquet-mr's memory manager shrinks the row groups when they would not fit the heap).
 MAX_SHARDS = 128
-#: Session settings of the write: no planned sort by shard; with ``maxConcurrentOutputFileWriters`` = the shard
-#: count (set per write), Spark's concurrent writer sorts the rest of a task's rows by shard once it holds that
-#: many writers and writes one file at a time, which measured faster than every shard's file open at once
-#: (1.04 s against 1.19 s, 2M rows; docs/design/spark.md, "The fast write path").
-WRITE_CONF = {"spark.sql.optimizer.plannedWrite.enabled": "false"}
 _DATE_PY = re.compile(_DATE_RE)
 
 
@@ -191,31 +186,25 @@ def _q(name: str) -> str:
 
 def build_frame(spark: Any, df: Any, plan: ColumnPlan, writer: ShardstoreArrowWriter, synthetic: bool,
                 base_versions: Any) -> Any:
-    """The DataFrame Spark writes: segment columns in segment order plus the shard (the partition column).
+    """The DataFrame the JVM ``SegmentWriter`` writes: the segment columns in segment order.
 
-    Per task, in its input order (no sort): one stateful JVM call per row
-    (``SinkFunctions.stamp``, in a projection of its own, before the join with the base's
-    versions, which may reorder rows) gives each row its shard and its shard's next seq#, so a
-    later write of an id has the higher seq#; the commit deletes the older copies.
+    ``_seq_no`` and ``_primary_term`` are placeholders the writer fills per row, in each task's
+    input order, with its shard's next seq# and term.  With base versions to join, the join may
+    reorder rows, so the seq#s are taken before it (``SinkFunctions.stamp``, one stateful JVM
+    call per row in a projection of its own) and the writer keeps them: either way a later
+    write of an id has the higher seq#, and the commit deletes the older copies.
     """
     from pyspark.sql import functions as F
     from pyspark.sql.classic.column import Column
 
-    sink = _sink_functions(spark)
-    shards = len(writer.plans)
     keep = ["_id"] + [n for n, _t in plan.columns]
     d = df.select(*(F.col(_q(c)) for c in keep))
-    d = d.select("*", Column(sink.stamp(writer.job, F.col("_id")._jc, shards)).alias(_STAMP))
+    seq_no = F.lit(0).cast("bigint")
     if base_versions is not None:
+        sink = _sink_functions(spark)
+        d = d.select("*", Column(sink.stamp(writer.job, F.col("_id")._jc, len(writer.plans))).alias(_STAMP))
         d = d.join(base_versions, on="_id", how="left")
-    bits = int(sink.SHARD_BITS)
-    shard = F.col(_STAMP).bitwiseAND((1 << bits) - 1).cast("int")
-    term = F.lit(writer.plans[-1].term)  # a literal or a CASE with an ELSE: never null, as the column must be
-    if len({p.term for p in writer.plans}) > 1:
-        term = F.when(shard == 0, F.lit(writer.plans[0].term))
-        for p in writer.plans[1:-1]:
-            term = term.when(shard == p.shard, F.lit(p.term))
-        term = term.otherwise(F.lit(writer.plans[-1].term))
+        seq_no = F.shiftright(F.col(_STAMP), int(sink.SHARD_BITS))
     version = F.lit(1) if base_versions is None else F.coalesce(F.col(_BASE_VERSION) + 1, F.lit(1))
     kinds = dict(plan.columns)
     clean = {}
@@ -238,13 +227,12 @@ def build_frame(spark: Any, df: Any, plan: ColumnPlan, writer: ShardstoreArrowWr
         else:
             fields.append(F.lit(None).cast(SPARK_TYPES[ftype]).alias(name))
     return d.select(
-        F.coalesce(F.col("_id"), F.lit("")).alias("_id"),
-        F.shiftright(F.col(_STAMP), bits).alias("_seq_no"),
-        term.cast("bigint").alias("_primary_term"),
+        F.col("_id"),  # a null id fails the writer's task; the writer declares the column required
+        seq_no.alias("_seq_no"),
+        F.lit(0).cast("bigint").alias("_primary_term"),  # the writer sets the shard's term
         version.cast("bigint").alias("_version"),
         source.alias("_source"),
         *fields,
-        shard.alias(SHARD_COLUMN),
     )
 
 
@@ -353,25 +341,32 @@ def _run(spark: Any, df: Any, options: dict[str, str], writer: ShardstoreArrowWr
     """Spark writes the files, then the parts are uploaded, the ledger written and the shards committed."""
     sink = _sink_functions(spark)
     clock = [time.perf_counter()]
-    frame = build_frame(spark, df, plan, writer, loc.source == "synthetic", _base_versions(spark, options, writer, loc))
+    base_versions = _base_versions(spark, options, writer, loc)
+    frame = build_frame(spark, df, plan, writer, loc.source == "synthetic", base_versions)
     tmp = tempfile.mkdtemp(prefix="shardstore-fast-sink-", dir=os.environ.get("SHARDSTORE_SPARK_TMP"))
     try:
         gateway = spark.sparkContext._gateway
         firsts = gateway.new_array(gateway.jvm.long, len(writer.plans))
         for p in writer.plans:
             firsts[p.shard] = p.base_seq_no + 1
-        conf = {**WRITE_CONF, "spark.sql.maxConcurrentOutputFileWriters": str(len(writer.plans))}
+        terms = gateway.new_array(gateway.jvm.long, len(writer.plans))
+        for p in writer.plans:
+            terms[p.shard] = p.term
+        conf = {}
         if any(t is FieldType.DATE for _n, t in plan.mapping.items()):
             conf["spark.sql.parquet.outputTimestampType"] = "TIMESTAMP_MILLIS"  # date fields: timestamp[ms, UTC]
         out = os.path.join(tmp, "out")
+        os.makedirs(out)
         sink.start(writer.job, firsts)
         try:
             with _session_conf(spark, conf):
-                frame.write.options(**PARQUET_OPTIONS).partitionBy(SHARD_COLUMN).parquet("file://" + out)
+                written = _jvm_class(spark, "SegmentWriter").write(frame._jdf, out, writer.job, terms,
+                                                                    base_versions is None, PARQUET_OPTIONS)
         finally:
             ends = sink.finish(writer.job)
+        files = sorted((int(shard), path) for shard, path in (str(f).split("\t", 1) for f in written))
         clock.append(time.perf_counter())
-        parts = collect_parts(spark, writer, plan, spark_files(out) if os.path.isdir(out) else [], ends)
+        parts = collect_parts(spark, writer, plan, files, ends)
         for p in writer.plans:
             check_unique_seq_nos(p.shard, [part.seq_nos for part in parts if part.shard == p.shard])
         store = open_from_options(writer.options)

@@ -1,7 +1,7 @@
 """Segment files written by Spark's own Parquet writer, made into committed parts (the sink's fast write path).
 
-:mod:`shardstore.spark.fast_write` has Spark write one Parquet file per task and shard into a
-local directory (``<dir>/<SHARD_COLUMN>=<shard>/part-*.parquet``).  :func:`collect_parts`
+:mod:`shardstore.spark.fast_write` has Spark's tasks write one Parquet file per task and shard into a
+local directory (the bridge's ``SegmentWriter``, which returns each file's shard and path).  :func:`collect_parts`
 turns each into what :meth:`~shardstore.spark.writer.ShardstoreArrowWriter.commit` takes: the
 file's :class:`~shardstore.segments.segment.SegmentInfo` (row count, row groups, per-column
 min/max/null counts from the Parquet footer, seq# and id bounds; also written into the footer's
@@ -9,14 +9,13 @@ key-value metadata under ``shardstore.segment`` by the bridge, as the segment wr
 then size and CRC32C of the bytes), uploaded under a fresh key of the job's term (``if_absent``), with its ids and seq#s
 (the commit's duplicate check: an id written more than once keeps its highest seq#) and, for ids
 the base commit holds live, the rows of their old copies (deleted by the commit through live docs).
-Spark writes the rows in the task's input order: a file in ``_id`` order makes a format 1
+The writer keeps the rows in the task's input order: a file in ``_id`` order makes a format 1
 segment, any other an unsorted one (format 2; docs/design/segments.md, "Unsorted segments").
 """
 
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -43,25 +42,11 @@ from shardstore.segments.segment import (
     segment_file_name,
 )
 
-#: The partition column of the write: Spark names each shard's directory ``<SHARD_COLUMN>=<shard>``.
-SHARD_COLUMN = "__shardstore_shard"
 _BASE = frozenset(BASE_SCHEMA.names)
 
 
 class SparkSegmentMismatch(CorruptError):
     """A file Spark wrote does not hold what the fast path asked for (a bug, never a user error)."""
-
-
-def spark_files(directory: str) -> list[tuple[int, str]]:
-    """``(shard, path)`` of every Parquet file Spark's partitioned write left under ``directory``."""
-    out = []
-    for entry in sorted(os.listdir(directory)):
-        if not entry.startswith(SHARD_COLUMN + "="):
-            continue
-        shard = int(entry.split("=", 1)[1])
-        sub = os.path.join(directory, entry)
-        out += [(shard, os.path.join(sub, f)) for f in sorted(os.listdir(sub)) if f.endswith(".parquet")]
-    return out
 
 
 def _column_stats(pf: pq.ParquetFile, name: str, t: pa.DataType) -> ColumnStats:
@@ -158,5 +143,5 @@ def in_parallel(fn: Any, items: list[Any], workers: int = 4) -> list[Any]:
         return list(pool.map(fn, items))
 
 
-__all__ = ["SHARD_COLUMN", "SparkSegmentMismatch", "check_unique_seq_nos", "file_crc32c", "in_parallel", "new_name", "read_keys",
-           "segment_info", "spark_files", "upload"]
+__all__ = ["SparkSegmentMismatch", "check_unique_seq_nos", "file_crc32c", "in_parallel", "new_name", "read_keys",
+           "segment_info", "upload"]

@@ -66,6 +66,34 @@ def test_jvm_routing_equals_the_engine(spark) -> None:
     assert len(set(shard_ids(pa.array(ids, pa.string()), 7).to_pylist())) == 7
 
 
+def test_the_segment_writer_routes_every_id_as_the_engine(spark, tmp_path: Path) -> None:
+    """Each task routes its rows from their UTF-8 bytes (ASCII) or Java strings (the rest): every id lands in its shard."""
+    ids = _ids()
+    url = f"file://{tmp_path / 'remote'}"
+    _empty_index(url, tmp_path, shards=7)
+    rows = [(i, k, None, None, None, None, None) for k, i in enumerate(ids)]
+    _fast_write(spark, url, rows, partitions=3)
+    expected = dict(zip(ids, shard_ids(pa.array(ids, pa.string()), 7).to_pylist()))
+    seen: dict[str, int] = {}
+    for shard, reader in _spark_segments(url):
+        got = reader.take(list(range(reader.info.doc_count)), columns=["_id", "n"])
+        for doc_id, n in zip(got.column("_id").to_pylist(), got.column("n").to_pylist()):
+            assert expected[doc_id] == shard and ids[n] == doc_id, doc_id
+            seen[doc_id] = shard
+    assert seen == expected and len(set(seen.values())) == 7
+
+
+def test_the_segment_writer_refuses_a_frame_without_the_key_columns(spark, tmp_path: Path) -> None:
+    """The JVM writer fills _seq_no and _primary_term in place: a frame whose first columns are not those refuses."""
+    gateway = spark.sparkContext._gateway
+    terms = gateway.new_array(gateway.jvm.long, 2)
+    frame = spark.createDataFrame([("a", 1, 2)], "_id string, _primary_term long, _seq_no long")
+    writer = gateway.jvm.io.shardstore.spark.SegmentWriter
+    with pytest.raises(Exception, match=r"do not start with _id \(string\), _seq_no \(bigint\)"):
+        writer.write(frame._jdf, str(tmp_path), "job", terms, False, {})
+    assert list(tmp_path.iterdir()) == []
+
+
 def _empty_index(url: str, tmp_path: Path, shards: int, source: str = "stored") -> None:
     """Create the index (no documents) with a one-node cluster that is closed again."""
     cluster = Cluster(store=url, data_dir=str(tmp_path / "a"), nodes=1, recovery_delay=0.05)

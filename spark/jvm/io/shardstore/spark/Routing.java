@@ -32,13 +32,53 @@ public final class Routing {
       k *= C2;
       h ^= k;
     }
-    h ^= 2 * n;
+    return mix(h, n);
+  }
+
+  /**
+   * {@link #murmur3(String)} of an id as Spark holds it: hashed from its UTF-8 bytes while they are
+   * ASCII (one byte is then one code unit), else from its Java string.
+   */
+  public static int murmur3(org.apache.spark.unsafe.types.UTF8String id) {
+    int n = id.numBytes();
+    int h = 0;
+    int i = 0;
+    for (; i + 1 < n; i += 2) {
+      int b0 = id.getByte(i);
+      int b1 = id.getByte(i + 1);
+      if ((b0 | b1) < 0) return murmur3(id.toString());  // a byte >= 0x80: not ASCII
+      int k = b0 | (b1 << 16);
+      k *= C1;
+      k = Integer.rotateLeft(k, 15);
+      k *= C2;
+      h ^= k;
+      h = Integer.rotateLeft(h, 13);
+      h = h * 5 + 0xe6546b64;
+    }
+    if (i < n) {
+      int k = id.getByte(i);
+      if (k < 0) return murmur3(id.toString());
+      k *= C1;
+      k = Integer.rotateLeft(k, 15);
+      k *= C2;
+      h ^= k;
+    }
+    return mix(h, n);
+  }
+
+  private static int mix(int h, int units) {
+    h ^= 2 * units;
     h ^= h >>> 16;
     h *= 0x85ebca6b;
     h ^= h >>> 13;
     h *= 0xc2b2ae35;
     h ^= h >>> 16;
     return h;
+  }
+
+  /** The shard of an id as Spark holds it. */
+  public static int shard(org.apache.spark.unsafe.types.UTF8String id, int shards) {
+    return Math.floorMod(murmur3(id), shards);
   }
 
   /** The shard of {@code id} in an index of {@code shards} shards. */

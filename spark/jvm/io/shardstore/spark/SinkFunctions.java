@@ -104,6 +104,11 @@ public final class SinkFunctions {
     }
   }
 
+  /** As {@link #checkLength(String)}, for an id as Spark holds it (UTF-8 bytes). */
+  static void checkLength(org.apache.spark.unsafe.types.UTF8String id) {
+    if (id.numBytes() > MAX_ID_BYTES) checkLength(id.toString());
+  }
+
   static AtomicLongArray counters(String job) {
     AtomicLongArray a = COUNTERS.get(job);
     if (a == null) {
