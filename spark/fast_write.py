@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from shardstore.errors import InvalidError
 from shardstore.segments.mapping import _DATE_RE, METADATA_FIELDS, FieldType, Mapping
@@ -56,8 +57,12 @@ from shardstore.spark.bridge import JVM_PACKAGE, use_fast_path
 from shardstore.spark.catalog import IndexLocation, open_from_options, resolve_index
 from shardstore.spark.segment_files import (
     SparkSegmentMismatch,
+    check_seq_no_range,
     check_unique_seq_nos,
+    fingerprints_repeat,
+    footer_key_bounds,
     in_parallel,
+    key_bounds,
     new_name,
     read_keys,
     segment_info,
@@ -364,11 +369,18 @@ def _run(spark: Any, df: Any, options: dict[str, str], writer: ShardstoreArrowWr
                                                                     base_versions is None, PARQUET_OPTIONS)
         finally:
             ends = sink.finish(writer.job)
-        files = sorted((int(shard), path) for shard, path in (str(f).split("\t", 1) for f in written))
+        files = sorted((int(shard), path, flag == "1") for shard, path, flag in (str(f).split("\t") for f in written))
         clock.append(time.perf_counter())
-        parts = collect_parts(spark, writer, plan, files, ends)
+        parts = collect_parts(spark, writer, plan, files, ends, stamped=base_versions is None)
         for p in writer.plans:
-            check_unique_seq_nos(p.shard, [part.seq_nos for part in parts if part.shard == p.shard])
+            mine = [part for part in parts if part.shard == p.shard]
+            if any(part.seq_nos is None for part in mine):  # screened: the writer took every row's seq# once
+                rows = sum(part.info["doc_count"] for part in mine)
+                if rows > int(ends[p.shard]) - (p.base_seq_no + 1):
+                    raise SparkSegmentMismatch(f"shard {p.shard}: {rows} rows in the files Spark wrote, more than "
+                                               f"the {int(ends[p.shard]) - (p.base_seq_no + 1)} seq#s it handed out")
+            else:
+                check_unique_seq_nos(p.shard, [part.seq_nos for part in mine])
         store = open_from_options(writer.options)
         for p in writer.plans:  # the counters' range, as the Python sink's tasks reserve theirs
             count = int(ends[p.shard]) - (p.base_seq_no + 1)
@@ -384,27 +396,53 @@ def _run(spark: Any, df: Any, options: dict[str, str], writer: ShardstoreArrowWr
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def collect_parts(spark: Any, writer: ShardstoreArrowWriter, plan: ColumnPlan,
-                  files: list[tuple[int, str]], ends: Any) -> list[ShardPart]:
+def collect_parts(spark: Any, writer: ShardstoreArrowWriter, plan: ColumnPlan, files: list[tuple[int, str, bool]],
+                  ends: Any, stamped: bool = False) -> list[ShardPart]:
     """Each file Spark wrote as an uploaded part of its shard (info, remote file, ids, seq#s, old copies).
 
-    ``ends[shard]``: the seq# after the last one the job's counters handed out for the shard.
+    ``files``: ``(shard, path, ids never decrease)`` from the JVM writer; ``ends[shard]``: the
+    seq# after the last one the job's counters handed out for the shard.  ``stamped``: the
+    writer took the seq#s itself (no base join).  A shard whose base holds no segment is then
+    first screened by its files' id fingerprints (:func:`fingerprints_repeat`): with no repeat,
+    every id is unique and its parts carry no ids (``ids``/``seq_nos`` None; the key bounds
+    come from the footer).  Every other file has its ids and seq#s read back and checked.
     """
     store = open_from_options(writer.options)
     mapping = plan.mapping.to_dict()
     footer = _jvm_class(spark, "SegmentFooter").addKeyValue
 
-    def one(item: tuple[int, str]) -> ShardPart:
-        shard, path = item
+    def based(shard: int) -> bool:
         p = writer.plans[shard]
-        based = p.base is not None and bool(p.base.commit.segments)
-        ids, seqs, versions = read_keys(path, p.base_seq_no + 1, ends[shard], versions=based)
-        info = segment_info(path, new_name(), ids, seqs, p.term, footer)
+        return p.base is not None and bool(p.base.commit.segments)
+
+    paths: dict[int, list[str]] = {}
+    for shard, path, _sorted in files:
+        paths.setdefault(shard, []).append(path)
+    candidates = [s for s in sorted(paths) if stamped and not based(s)]
+    repeats = in_parallel(lambda s: fingerprints_repeat(paths[s], [pq.read_metadata(f).num_rows for f in paths[s]]),
+                          candidates)
+    unique = {s for s, rep in zip(candidates, repeats) if not rep}
+
+    def one(item: tuple[int, str, bool]) -> ShardPart:
+        shard, path, id_sorted = item
+        p = writer.plans[shard]
+        first, end = p.base_seq_no + 1, ends[shard]
         deletes: dict[str, list[int]] = {}
-        if based:
-            expected, deletes = _versions_and_old_copies(store, p, ids)
-            if not expected.equals(versions):
-                raise SparkSegmentMismatch(f"{path}: versions differ from the base commit's live copies + 1")
+        if shard in unique:
+            ids = seqs = None
+            keys = footer_key_bounds(path, id_sorted)
+            check_seq_no_range(path, keys.min_seq_no, keys.max_seq_no, first, end)
+        else:
+            ids, seqs, versions = read_keys(path, first, end, versions=based(shard))
+            keys = key_bounds(ids, seqs)
+            if keys.id_sorted != id_sorted:
+                raise SparkSegmentMismatch(f"{path}: the writer saw its ids {'' if id_sorted else 'not '}in order, "
+                                           f"the file has them {'' if keys.id_sorted else 'not '}in order")
+            if based(shard):
+                expected, deletes = _versions_and_old_copies(store, p, ids)
+                if not expected.equals(versions):
+                    raise SparkSegmentMismatch(f"{path}: versions differ from the base commit's live copies + 1")
+        info = segment_info(path, new_name(), keys, p.term, footer)
         remote = upload(store, p.prefix, path, info, writer.job)
         return ShardPart(shard, info.to_dict(), remote, ids, seqs, deletes, mapping)
 

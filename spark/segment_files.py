@@ -19,8 +19,10 @@ import json
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -55,16 +57,46 @@ def _column_stats(pf: pq.ParquetFile, name: str, t: pa.DataType) -> ColumnStats:
                                lambda: pf.read(columns=[name]).column(name))
 
 
-def segment_info(path: str, name: str, ids: pa.Array, seq_nos: pa.Array, term: int,
+@dataclass(frozen=True)
+class KeyBounds:
+    """A file's id order and the bounds of its ids and seq#s (what its segment info needs of them)."""
+
+    id_sorted: bool  # the ids never decrease in row order (a format 1 segment)
+    min_id: str | None
+    max_id: str | None
+    min_seq_no: int | None
+    max_seq_no: int | None
+
+
+def key_bounds(ids: pa.Array, seq_nos: pa.Array) -> KeyBounds:
+    """The key bounds of a file from its ids and seq#s, read back in row order."""
+    seq = pc.min_max(seq_nos)
+    id_sorted = in_id_order(ids)
+    return KeyBounds(id_sorted, *id_bounds(ids, id_sorted), seq["min"].as_py(), seq["max"].as_py())
+
+
+def footer_key_bounds(path: str, id_sorted: bool) -> KeyBounds:
+    """The key bounds of a file from its footer's ``_id`` / ``_seq_no`` statistics (``id_sorted`` as its writer saw it).
+
+    A row group without statistics has its column read instead (footer_column_stats).
+    """
+    with pq.ParquetFile(path) as pf:
+        md = pf.metadata
+        ids = footer_column_stats(md, 0, "_id", pa.string(), lambda: pf.read(columns=["_id"]).column(0))
+        seqs = footer_column_stats(md, 1, "_seq_no", pa.int64(), lambda: pf.read(columns=["_seq_no"]).column(0))
+    return KeyBounds(id_sorted, ids.min, ids.max, seqs.min, seqs.max)
+
+
+def segment_info(path: str, name: str, keys: KeyBounds, term: int,
                  add_footer: Callable[[str, str, str, bool], Any] | None = None) -> SegmentInfo:
-    """The segment info of a file Spark wrote (its ids and seq#s already read, in row order).
+    """The segment info of a file Spark wrote, given its key bounds.
 
     Rows in ``_id`` order make a format 1 segment, any other order an unsorted one (format
-    :data:`~shardstore.segments.segment.UNSORTED_FORMAT_VERSION`, its id bounds from a
-    min/max).  ``add_footer(path, key, value, sorted_by_id)`` (the bridge's
-    ``SegmentFooter.addKeyValue``) stores the size/checksum-free part in the file's key-value
-    metadata under ``shardstore.segment``, as :func:`~shardstore.segments.segment.write_segment`
-    does, and declares a sorted file's sorting column; size and CRC32C are taken after it.
+    :data:`~shardstore.segments.segment.UNSORTED_FORMAT_VERSION`).  ``add_footer(path, key,
+    value, sorted_by_id)`` (the bridge's ``SegmentFooter.addKeyValue``) stores the
+    size/checksum-free part in the file's key-value metadata under ``shardstore.segment``, as
+    :func:`~shardstore.segments.segment.write_segment` does, and declares a sorted file's
+    sorting column; size and CRC32C are taken after it.
     """
     with pq.ParquetFile(path) as pf:
         schema = pf.schema_arrow
@@ -80,17 +112,49 @@ def segment_info(path: str, name: str, ids: pa.Array, seq_nos: pa.Array, term: i
         md = pf.metadata
         n, groups = md.num_rows, md.num_row_groups
         largest = max((md.row_group(g).num_rows for g in range(groups)), default=0)
-    seq = pc.min_max(seq_nos)
-    id_sorted = in_id_order(ids)
-    lo, hi = id_bounds(ids, id_sorted)
-    base = {"min_seq_no": seq["min"].as_py(), "max_seq_no": seq["max"].as_py(), "max_primary_term": term,
-            "min_id": lo, "max_id": hi}
+    base = {"min_seq_no": keys.min_seq_no, "max_seq_no": keys.max_seq_no, "max_primary_term": term,
+            "min_id": keys.min_id, "max_id": keys.max_id}
     if add_footer is not None:
-        meta = metadata_info(name, n, groups, largest, id_sorted, base, cols)
-        add_footer(path, METADATA_KEY.decode(), json.dumps(meta), id_sorted)
+        meta = metadata_info(name, n, groups, largest, keys.id_sorted, base, cols)
+        add_footer(path, METADATA_KEY.decode(), json.dumps(meta), keys.id_sorted)
     size, crc = file_crc32c(path)
     return SegmentInfo(name=name, file_name=segment_file_name(name), size=size, checksum=crc, doc_count=n,
-                       columns=tuple(cols), row_groups=groups, format_version=format_version_of(id_sorted), **base)
+                       columns=tuple(cols), row_groups=groups, format_version=format_version_of(keys.id_sorted),
+                       **base)
+
+
+def check_seq_no_range(path: str, lo: int | None, hi: int | None, first: int, end: int) -> None:
+    """SparkSegmentMismatch unless a file's seq#s ``lo..hi`` lie inside ``[first, end)``, the range its shard handed out.
+
+    One outside it is a file of another job or shard, or a counter not started where the claim said.
+    """
+    if lo is not None and (lo < first or hi is None or hi >= end):
+        raise SparkSegmentMismatch(f"{path}: seq#s {lo}..{hi} are outside the job's range [{first}, {end}) "
+                                   f"for this shard")
+
+
+#: Suffix of the file of 64-bit id fingerprints the JVM writer leaves next to each segment file (``SegmentWriter``).
+FINGERPRINTS = ".ids64"
+
+
+def fingerprints_repeat(paths: list[str], rows: list[int]) -> bool:
+    """Whether a 64-bit id fingerprint appears twice over the files' fingerprint files (then an id may repeat).
+
+    ``rows[k]``: the row count of ``paths[k]``; a fingerprint file of another length refuses
+    (a short one could hide a repeated id).  No repeat means every id is unique, and the
+    commit needs neither the ids nor a duplicate check; a repeat (an id written twice, or a
+    fingerprint collision) sends the caller to read the ids and decide exactly.
+    """
+    arrays = []
+    for path, n in zip(paths, rows):
+        prints = np.fromfile(path + FINGERPRINTS, dtype="<u8")
+        if len(prints) != n:
+            raise SparkSegmentMismatch(f"{path}{FINGERPRINTS}: {len(prints)} id fingerprints for {n} rows")
+        arrays.append(prints)
+    if sum(rows) < 2:
+        return False
+    prints = np.sort(np.concatenate(arrays))
+    return bool((prints[1:] == prints[:-1]).any())
 
 
 def read_keys(path: str, first: int, end: int, versions: bool = True) -> tuple[pa.Array, pa.Array, pa.Array | None]:
@@ -104,9 +168,7 @@ def read_keys(path: str, first: int, end: int, versions: bool = True) -> tuple[p
     ids, seqs = t.column("_id").combine_chunks(), t.column("_seq_no").combine_chunks()
     if len(seqs):
         lo, hi = (v.as_py() for v in pc.min_max(seqs).values())
-        if lo < first or hi >= end:
-            raise SparkSegmentMismatch(f"{path}: seq#s {lo}..{hi} are outside the job's range [{first}, {end}) "
-                                       f"for this shard")
+        check_seq_no_range(path, lo, hi, first, end)
     return ids, seqs, t.column("_version").combine_chunks() if versions else None
 
 
@@ -143,5 +205,6 @@ def in_parallel(fn: Any, items: list[Any], workers: int = 4) -> list[Any]:
         return list(pool.map(fn, items))
 
 
-__all__ = ["SparkSegmentMismatch", "check_unique_seq_nos", "file_crc32c", "in_parallel", "new_name", "read_keys",
+__all__ = ["FINGERPRINTS", "KeyBounds", "SparkSegmentMismatch", "check_seq_no_range", "check_unique_seq_nos",
+           "file_crc32c", "fingerprints_repeat", "footer_key_bounds", "in_parallel", "key_bounds", "new_name", "read_keys",
            "segment_info", "upload"]

@@ -50,7 +50,7 @@ from shardstore.blobstores.errors import BlobAlreadyExists
 from shardstore.core.address import ShardAddress
 from shardstore.core.records import crc32c
 from shardstore.engine.routing import shard_ids
-from shardstore.errors import ConflictError, InvalidError
+from shardstore.errors import ConflictError, CorruptError, InvalidError
 from shardstore.segments.commit import CommitPoint, CommittedSegment
 from shardstore.segments.errors import CommitConflict, CommitNotFound, TermAlreadyClaimed
 from shardstore.segments.livedocs import LiveDocs, livedocs_file_name
@@ -113,8 +113,10 @@ class ShardPart:
     shard: int
     info: dict
     remote: RemoteFile
-    ids: pa.Array  # the segment's ids in row order (the fast path's: any order, an id possibly twice)
-    seq_nos: pa.Array
+    # the segment's ids and seq#s in row order (the fast path's: any order, an id possibly twice); None when the
+    # fast path's fingerprint screen found no id twice in the shard (segment_files.fingerprints_repeat)
+    ids: pa.Array | None
+    seq_nos: pa.Array | None
     deletes: dict[str, list[int]]  # base segment name -> rows of old copies
     mapping: dict
 
@@ -124,6 +126,17 @@ class ShardstoreCommitMessage(WriterCommitMessage):
     """What a task attempt wrote: one part per shard it touched."""
 
     parts: list[ShardPart] = field(default_factory=list)
+
+
+def _superseded(parts: list[ShardPart]) -> dict[int, list[int]]:
+    """superseded_copies of a shard's parts; none when the fast path's screen found every id unique (ids None)."""
+    screened = [p.ids is None for p in parts]
+    if all(screened):
+        return {}
+    if any(screened):
+        raise CorruptError("a shard's parts mix screened and read-back ids (a bug of the sink's fast path); "
+                           "nothing was committed")
+    return superseded_copies(parts)
 
 
 def make_writer(options: dict[str, str], schema: Any, overwrite: bool) -> ShardstoreArrowWriter:
@@ -323,7 +336,7 @@ class ShardstoreArrowWriter(DataSourceArrowWriter):
         for s in sorted(by_shard):  # every check before any commit: a conflict leaves no shard half-written
             self._check_owner(store, self.plans[s])
         shards = sorted(by_shard)  # each shard's duplicate check (a hash pass over its ids) on a thread of its own
-        dups = dict(zip(shards, in_parallel(lambda s: superseded_copies(by_shard[s]), shards)))
+        dups = dict(zip(shards, in_parallel(lambda s: _superseded(by_shard[s]), shards)))
         for s in shards:
             self._commit_shard(store, self.plans[s], by_shard[s], dups[s])
         self._close(store)

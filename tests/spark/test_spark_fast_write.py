@@ -83,6 +83,32 @@ def test_the_segment_writer_routes_every_id_as_the_engine(spark, tmp_path: Path)
     assert seen == expected and len(set(seen.values())) == 7
 
 
+def test_a_new_index_with_repeated_ids_reads_them_back(spark, tmp_path: Path) -> None:
+    """A fresh index (no base): the fingerprint screen sees the repeats, the ids are read back, the last write wins."""
+    url = f"file://{tmp_path / 'remote'}"
+    _empty_index(url, tmp_path, shards=2)
+    first_task = _rows("a", 100) + [("dup", 1, "first", 1.0, True, None, 1), ("dup", 2, "second", 1.0, True, None, 1)]
+    first_task += _rows("a", 99, 100)
+    second_task = _rows("b", 200) + [("a7", 70, "again", 1.0, True, None, 1)]  # "a7" also in the first task
+    _fast_write(spark, url, first_task + second_task, partitions=2)
+    docs = _live_docs(url)
+    by_id = {r["_id"]: r for r in docs.to_pylist()}
+    assert docs.num_rows == len(by_id) == 400  # a0..a198, dup, b0..b199
+    assert by_id["dup"]["name"] == "second" and by_id["a8"]["n"] == 8  # in one task the later row wins
+    assert by_id["a7"]["n"] in (7, 70)  # across tasks the higher seq# (either task's copy), and only one copy
+    # and a fresh index without a repeat: screened, no id read back, the same documents
+    url2 = f"file://{tmp_path / 'remote2'}"
+    _empty_index(url2, tmp_path / "two", shards=2)
+    _fast_write(spark, url2, _rows("a", 200) + _rows("b", 200), partitions=2)
+    docs2 = _live_docs(url2)
+    assert docs2.num_rows == 400 and len(set(docs2.column("_id").to_pylist())) == 400
+    for _shard, reader in _spark_segments(url2):
+        info = reader.info
+        ids = reader.take(list(range(info.doc_count)), columns=["_id", "_seq_no"])
+        assert (info.min_id, info.max_id) == (min(ids.column(0).to_pylist()), max(ids.column(0).to_pylist()))
+        assert (info.min_seq_no, info.max_seq_no) == (min(ids.column(1).to_pylist()), max(ids.column(1).to_pylist()))
+
+
 def test_the_segment_writer_refuses_a_frame_without_the_key_columns(spark, tmp_path: Path) -> None:
     """The JVM writer fills _seq_no and _primary_term in place: a frame whose first columns are not those refuses."""
     gateway = spark.sparkContext._gateway

@@ -5,12 +5,21 @@ from __future__ import annotations
 import random
 from types import SimpleNamespace
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from shardstore.errors import CorruptError
-from shardstore.spark.segment_files import SparkSegmentMismatch, check_unique_seq_nos, read_keys
+from shardstore.spark.segment_files import (
+    FINGERPRINTS,
+    SparkSegmentMismatch,
+    check_unique_seq_nos,
+    fingerprints_repeat,
+    footer_key_bounds,
+    key_bounds,
+    read_keys,
+)
 from shardstore.spark.sink_rows import last_per_id, superseded_copies
 
 
@@ -76,3 +85,42 @@ def test_read_keys_refuses_seq_nos_outside_the_jobs_range(tmp_path) -> None:
     for first, end in ((11, 13), (10, 12)):
         with pytest.raises(SparkSegmentMismatch, match=r"seq#s 10\.\.12 are outside the job's range"):
             read_keys(path, first, end, versions=False)
+
+
+def _prints(tmp_path, name: str, values: list[int]) -> str:
+    path = str(tmp_path / name)
+    np.array(values, dtype="<u8").tofile(path + FINGERPRINTS)
+    return path
+
+
+def test_fingerprints_repeat_within_and_across_files(tmp_path) -> None:
+    """The screen finds a fingerprint twice in one file or in two; none in distinct values; refuses a short file."""
+    a = _prints(tmp_path, "a", [5, 1, 2**64 - 1, 9])
+    b = _prints(tmp_path, "b", [7, 3])
+    c = _prints(tmp_path, "c", [4, 2**64 - 1])  # repeats a's last-but-one across files
+    d = _prints(tmp_path, "d", [8, 6, 8])  # repeats within itself
+    e = _prints(tmp_path, "e", [])
+    assert not fingerprints_repeat([a, b, e], [4, 2, 0])
+    assert fingerprints_repeat([a, b, c], [4, 2, 2]) and fingerprints_repeat([d], [3])
+    assert not fingerprints_repeat([], []) and not fingerprints_repeat([e], [0])
+    with pytest.raises(SparkSegmentMismatch, match=r"b\.ids64: 2 id fingerprints for 3 rows"):
+        fingerprints_repeat([a, b], [4, 3])  # a short fingerprint file could hide a repeated id
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_footer_key_bounds_equal_the_read_back_bounds(tmp_path, seed: int) -> None:
+    """What a screened part takes from the footer equals what reading the ids and seq#s back gives (several row groups)."""
+    rng = random.Random(seed)
+    n = rng.choice([1, 5, 3000])
+    ids = [rng.choice(["", "a", "zz", "é", "日本", "😀"]) + str(rng.randint(0, 10**6)) for _ in range(n)]
+    if seed % 2:
+        ids.sort()
+    seqs = rng.sample(range(10**9), n)
+    path = str(tmp_path / "f.parquet")
+    pq.write_table(pa.table({"_id": pa.array(ids, pa.string()), "_seq_no": pa.array(seqs, pa.int64())}), path,
+                   row_group_size=700)
+    sorted_ = ids == sorted(ids)
+    want = key_bounds(pa.array(ids, pa.string()), pa.array(seqs, pa.int64()))
+    assert want.id_sorted == sorted_
+    assert footer_key_bounds(path, sorted_) == want
+    assert (want.min_id, want.max_id, want.min_seq_no, want.max_seq_no) == (min(ids), max(ids), min(seqs), max(seqs))

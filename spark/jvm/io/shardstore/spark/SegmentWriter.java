@@ -18,6 +18,7 @@ import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.UnsafeProjection;
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
+import org.apache.spark.sql.catalyst.expressions.XXH64;
 import org.apache.spark.sql.execution.datasources.OutputWriter;
 import org.apache.spark.sql.execution.datasources.OutputWriterFactory;
 import org.apache.spark.sql.execution.datasources.parquet.ParquetFileFormat;
@@ -42,13 +43,23 @@ import org.apache.spark.util.SerializableConfiguration;
  * counters ({@link SinkFunctions#start}; a later write of an id gets the higher seq#), without
  * it the frame's own {@code _seq_no} (stamped by {@link SinkFunctions#stamp} before a join that
  * may reorder rows), and the shard's term. A null {@code _id} or one over 512 UTF-8 bytes fails
- * the task. Each task returns {@code "<shard>\t<path>"} of its files; a failed attempt's files
+ * the task. Each task returns {@code "<shard>\t<path>\t<sorted>"} of its files ({@code sorted}: 1 when
+ * the file's ids never decrease, as segments.segment.in_id_order says); a failed attempt's files
  * are never returned, so the driver commits only what the successful attempts wrote.
+ *
+ * <p>Next to each file, {@code <path>.ids64} holds a 64-bit fingerprint of every row's id (XXH64 of
+ * its UTF-8 bytes, seed {@link #FINGERPRINT_SEED}, little-endian, row order): the driver sorts a
+ * shard's fingerprints to learn that no id repeats without reading the ids back; only where a
+ * fingerprint repeats does it read them (shardstore.spark.segment_files.fingerprints_repeat).
  */
 public final class SegmentWriter {
   static final int ID = 0;
   static final int SEQ_NO = 1;
   static final int PRIMARY_TERM = 2;
+  /** Seed of the ids' fingerprints (any fixed value: only equality matters). */
+  public static final long FINGERPRINT_SEED = 16L;
+  /** Suffix of a file's fingerprint file. */
+  public static final String FINGERPRINTS = ".ids64";
 
   private SegmentWriter() {}
 
@@ -113,7 +124,10 @@ public final class SegmentWriter {
       TaskAttemptContextImpl context = new TaskAttemptContextImpl(conf.value(),
           new TaskAttemptID("shardstore", 0, TaskType.MAP, partition, attempt));
       OutputWriter[] writers = new OutputWriter[shards];
-      List<String> files = new ArrayList<>();
+      String[] paths = new String[shards];
+      Fingerprints[] prints = new Fingerprints[shards];
+      UTF8String[] last = new UTF8String[shards];  // the previous id of each file while its ids never decrease
+      boolean[] unsorted = new boolean[shards];
       UnsafeProjection toUnsafe = null;
       boolean written = false;
       try {
@@ -140,9 +154,18 @@ public final class SegmentWriter {
           row.setLong(PRIMARY_TERM, terms[shard]);
           OutputWriter w = writers[shard];
           if (w == null) {
-            String path = dir + "/shard-" + shard + "-part-" + partition + "-attempt-" + attempt + ".parquet";
-            w = writers[shard] = factory.newInstance(path, schema, context);
-            files.add(shard + "\t" + path);
+            paths[shard] = dir + "/shard-" + shard + "-part-" + partition + "-attempt-" + attempt + ".parquet";
+            w = writers[shard] = factory.newInstance(paths[shard], schema, context);
+            prints[shard] = new Fingerprints();
+          }
+          prints[shard].add(XXH64.hashUnsafeBytes(id.getBaseObject(), id.getBaseOffset(), id.numBytes(), FINGERPRINT_SEED));
+          if (!unsorted[shard]) {
+            if (last[shard] != null && id.compareTo(last[shard]) < 0) {
+              unsorted[shard] = true;
+              last[shard] = null;
+            } else {
+              last[shard] = id.clone();  // the row's bytes are reused for the next row
+            }
           }
           w.write(row);
         }
@@ -159,7 +182,33 @@ public final class SegmentWriter {
         }
         if (written && first != null) throw new java.io.IOException("shardstore sink: closing a segment file failed", first);
       }
+      List<String> files = new ArrayList<>();
+      for (int shard = 0; shard < shards; shard++) {
+        if (paths[shard] == null) continue;
+        prints[shard].writeTo(paths[shard] + FINGERPRINTS);
+        files.add(shard + "\t" + paths[shard] + "\t" + (unsorted[shard] ? 0 : 1));
+      }
       return files.iterator();
+    }
+  }
+
+  /** A growing array of one file's id fingerprints, written out little-endian when the file is done. */
+  static final class Fingerprints {
+    private long[] values = new long[1 << 14];
+    private int size;
+
+    void add(long value) {
+      if (size == values.length) values = java.util.Arrays.copyOf(values, size * 2);
+      values[size++] = value;
+    }
+
+    void writeTo(String path) throws java.io.IOException {
+      java.nio.ByteBuffer bytes = java.nio.ByteBuffer.allocate(size * 8).order(java.nio.ByteOrder.LITTLE_ENDIAN);
+      bytes.asLongBuffer().put(values, 0, size);
+      try (java.nio.channels.FileChannel out = java.nio.channels.FileChannel.open(java.nio.file.Path.of(path),
+          java.nio.file.StandardOpenOption.CREATE_NEW, java.nio.file.StandardOpenOption.WRITE)) {
+        while (bytes.hasRemaining()) out.write(bytes);
+      }
     }
   }
 }
