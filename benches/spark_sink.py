@@ -15,8 +15,9 @@ per rep, timed: ``df.write.parquet(fresh dir)`` (Spark's default Parquet writer)
 :data:`PATHS`:
 
 - ``fast``: ``fastPath=true`` into a stored-source index: the fast write path
-  (:mod:`shardstore.spark.fast_write`: Spark routes, sorts, stamps seq#s, builds the JSON
-  ``_source`` and writes the segments; the driver uploads and commits);
+  (:mod:`shardstore.spark.fast_write`: Spark SQL builds the JSON ``_source`` and the typed
+  columns, the bridge's ``SegmentWriter`` routes, stamps seq#s and writes one segment file per
+  task and shard; the driver screens the id fingerprints, uploads and commits);
 - ``synthetic``: the same into a ``source="synthetic"`` index (no JSON ``_source``; what
   ``fastPath=auto`` picks for such an index);
 - ``python``: ``fastPath=false``: the Python sink (Arrow batches to Python workers);
