@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import random
 from pathlib import Path
 
@@ -107,6 +108,27 @@ def test_a_new_index_with_repeated_ids_reads_them_back(spark, tmp_path: Path) ->
         ids = reader.take(list(range(info.doc_count)), columns=["_id", "_seq_no"])
         assert (info.min_id, info.max_id) == (min(ids.column(0).to_pylist()), max(ids.column(0).to_pylist()))
         assert (info.min_seq_no, info.max_seq_no) == (min(ids.column(1).to_pylist()), max(ids.column(1).to_pylist()))
+
+
+def test_a_task_that_fails_half_way_and_is_retried_commits_only_the_retry(tmp_path: Path) -> None:
+    """A task attempt that wrote part of its files, then failed: its files are never committed, its seq#s stay a gap.
+
+    Runs tests/spark/retry_job.py in a Spark of its own (``local[2,2]``: a task gets a second
+    attempt; the shared session's ``local[2]`` fails the job on the first task failure).
+    """
+    import subprocess
+    import sys
+
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+    done = subprocess.run([sys.executable, str(Path(__file__).with_name("retry_job.py")), str(tmp_path)],
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert sorted(got["ids"]) == sorted(f"d{i}" for i in range(4000))  # every row once, the failed attempt's none
+    assert got["rows"] == 4000  # no segment of the failed attempt was committed (not even as deleted rows)
+    assert all("parquet-mr" in c for c in got["created_by"])  # the fast path wrote them
+    # the failed attempt took seq#s for the rows it wrote before failing: a gap, as documented
+    assert sum(m + 1 for m in got["max_seq_no"]) > 4000 + 500
 
 
 def test_the_segment_writer_refuses_a_frame_without_the_key_columns(spark, tmp_path: Path) -> None:
