@@ -113,9 +113,11 @@ PARQUET_OPTIONS = {
 }
 _BASE_VERSION = "__shardstore_base_version"
 _STAMP = "__shardstore_stamp"
-#: Most shards the fast path writes: each task keeps one open Parquet writer (one row group buffer) per shard it
-#: routes rows to (parquet-mr's memory manager shrinks the row groups when they would not fit the heap).
+#: Most shards the fast path writes.
 MAX_SHARDS = 128
+#: Most shards whose files a task keeps open at once (each buffers a row group: 128 shards x 2 tasks ran a 1 GiB
+#: driver out of heap); the rows of an index of more shards are sorted by shard in each task first, one file open.
+MAX_OPEN_SHARDS = 16
 _DATE_PY = re.compile(_DATE_RE)
 
 
@@ -194,10 +196,11 @@ def build_frame(spark: Any, df: Any, plan: ColumnPlan, writer: ShardstoreArrowWr
     """The DataFrame the JVM ``SegmentWriter`` writes: the segment columns in segment order.
 
     ``_seq_no`` and ``_primary_term`` are placeholders the writer fills per row, in each task's
-    input order, with its shard's next seq# and term.  With base versions to join, the join may
-    reorder rows, so the seq#s are taken before it (``SinkFunctions.stamp``, one stateful JVM
-    call per row in a projection of its own) and the writer keeps them: either way a later
-    write of an id has the higher seq#, and the commit deletes the older copies.
+    input order, with its shard's next seq# and term.  With base versions to join, or more than
+    :data:`MAX_OPEN_SHARDS` shards (each task's rows are then sorted by shard), the join or the
+    sort may reorder rows, so the seq#s are taken before it (``SinkFunctions.stamp``, one
+    stateful JVM call per row in a projection of its own) and the writer keeps them: either way
+    a later write of an id has the higher seq#, and the commit deletes the older copies.
     """
     from pyspark.sql import functions as F
     from pyspark.sql.classic.column import Column
@@ -205,10 +208,14 @@ def build_frame(spark: Any, df: Any, plan: ColumnPlan, writer: ShardstoreArrowWr
     keep = ["_id"] + [n for n, _t in plan.columns]
     d = df.select(*(F.col(_q(c)) for c in keep))
     seq_no = F.lit(0).cast("bigint")
-    if base_versions is not None:
+    shards = len(writer.plans)
+    if base_versions is not None or shards > MAX_OPEN_SHARDS:
         sink = _sink_functions(spark)
-        d = d.select("*", Column(sink.stamp(writer.job, F.col("_id")._jc, len(writer.plans))).alias(_STAMP))
-        d = d.join(base_versions, on="_id", how="left")
+        d = d.select("*", Column(sink.stamp(writer.job, F.col("_id")._jc, shards)).alias(_STAMP))
+        if base_versions is not None:
+            d = d.join(base_versions, on="_id", how="left")
+        if shards > MAX_OPEN_SHARDS:  # each task's rows grouped by shard: the writer keeps one file open
+            d = d.sortWithinPartitions(F.col(_STAMP).bitwiseAND((1 << int(sink.SHARD_BITS)) - 1))
         seq_no = F.shiftright(F.col(_STAMP), int(sink.SHARD_BITS))
     version = F.lit(1) if base_versions is None else F.coalesce(F.col(_BASE_VERSION) + 1, F.lit(1))
     kinds = dict(plan.columns)
@@ -348,6 +355,8 @@ def _run(spark: Any, df: Any, options: dict[str, str], writer: ShardstoreArrowWr
     clock = [time.perf_counter()]
     base_versions = _base_versions(spark, options, writer, loc)
     frame = build_frame(spark, df, plan, writer, loc.source == "synthetic", base_versions)
+    grouped = len(writer.plans) > MAX_OPEN_SHARDS  # rows sorted by shard within each task (build_frame)
+    stamped = base_versions is None and not grouped  # the writer takes the seq#s (else the frame carries them)
     tmp = tempfile.mkdtemp(prefix="shardstore-fast-sink-", dir=os.environ.get("SHARDSTORE_SPARK_TMP"))
     try:
         gateway = spark.sparkContext._gateway
@@ -365,13 +374,13 @@ def _run(spark: Any, df: Any, options: dict[str, str], writer: ShardstoreArrowWr
         sink.start(writer.job, firsts)
         try:
             with _session_conf(spark, conf):
-                written = _jvm_class(spark, "SegmentWriter").write(frame._jdf, out, writer.job, terms,
-                                                                    base_versions is None, PARQUET_OPTIONS)
+                written = _jvm_class(spark, "SegmentWriter").write(
+                    frame._jdf, out, writer.job, terms, stamped, 1 if grouped else len(writer.plans), PARQUET_OPTIONS)
         finally:
             ends = sink.finish(writer.job)
         files = sorted((int(shard), path, flag == "1") for shard, path, flag in (str(f).split("\t") for f in written))
         clock.append(time.perf_counter())
-        parts = collect_parts(spark, writer, plan, files, ends, stamped=base_versions is None)
+        parts = collect_parts(spark, writer, plan, files, ends, stamped=stamped)
         for p in writer.plans:
             mine = [part for part in parts if part.shard == p.shard]
             if any(part.seq_nos is None for part in mine):  # screened: the writer took every row's seq# once

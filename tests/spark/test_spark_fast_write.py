@@ -25,6 +25,7 @@ from shardstore.segments.reader import open_commit
 from shardstore.segments.remote_store import latest_commit, latest_term, list_commit_keys, read_metadata
 from shardstore.segments.segment import FORMAT_VERSION, UNSORTED_FORMAT_VERSION
 from shardstore.spark.catalog import resolve_index
+from shardstore.spark.fast_write import MAX_OPEN_SHARDS
 from shardstore.spark.writer import make_writer
 from tests.conftest import CLOUD
 from tests.spark.test_spark_write import INDEX, _engine, _live_docs
@@ -67,21 +68,32 @@ def test_jvm_routing_equals_the_engine(spark) -> None:
     assert len(set(shard_ids(pa.array(ids, pa.string()), 7).to_pylist())) == 7
 
 
-def test_the_segment_writer_routes_every_id_as_the_engine(spark, tmp_path: Path) -> None:
-    """Each task routes its rows from their UTF-8 bytes (ASCII) or Java strings (the rest): every id lands in its shard."""
+@pytest.mark.parametrize("shards", [7, MAX_OPEN_SHARDS + 4])
+def test_the_segment_writer_routes_every_id_as_the_engine(spark, tmp_path: Path, shards: int) -> None:
+    """Each task routes its rows from their UTF-8 bytes (ASCII) or Java strings (the rest): every id lands in its shard.
+
+    With more than MAX_OPEN_SHARDS shards each task's rows are sorted by shard first and the
+    writer keeps one file open: still one file per task and shard, seq#s unique per shard.
+    """
     ids = _ids()
     url = f"file://{tmp_path / 'remote'}"
-    _empty_index(url, tmp_path, shards=7)
+    _empty_index(url, tmp_path, shards=shards)
     rows = [(i, k, None, None, None, None, None) for k, i in enumerate(ids)]
     _fast_write(spark, url, rows, partitions=3)
-    expected = dict(zip(ids, shard_ids(pa.array(ids, pa.string()), 7).to_pylist()))
+    expected = dict(zip(ids, shard_ids(pa.array(ids, pa.string()), shards).to_pylist()))
     seen: dict[str, int] = {}
+    files: dict[int, int] = {}
+    seqs: dict[int, list[int]] = {}
     for shard, reader in _spark_segments(url):
-        got = reader.take(list(range(reader.info.doc_count)), columns=["_id", "n"])
+        got = reader.take(list(range(reader.info.doc_count)), columns=["_id", "n", "_seq_no"])
         for doc_id, n in zip(got.column("_id").to_pylist(), got.column("n").to_pylist()):
             assert expected[doc_id] == shard and ids[n] == doc_id, doc_id
             seen[doc_id] = shard
-    assert seen == expected and len(set(seen.values())) == 7
+        files[shard] = files.get(shard, 0) + 1
+        seqs.setdefault(shard, []).extend(got.column("_seq_no").to_pylist())
+    assert seen == expected and len(set(seen.values())) == shards
+    assert max(files.values()) <= 3  # one file per task and shard
+    assert all(len(v) == len(set(v)) for v in seqs.values())
 
 
 def test_a_new_index_with_repeated_ids_reads_them_back(spark, tmp_path: Path) -> None:
@@ -132,13 +144,16 @@ def test_a_task_that_fails_half_way_and_is_retried_commits_only_the_retry(tmp_pa
 
 
 def test_the_segment_writer_refuses_a_frame_without_the_key_columns(spark, tmp_path: Path) -> None:
-    """The JVM writer fills _seq_no and _primary_term in place: a frame whose first columns are not those refuses."""
+    """The JVM writer fills _seq_no and _primary_term in place: a frame whose first columns are not those refuses (and no open file)."""
     gateway = spark.sparkContext._gateway
     terms = gateway.new_array(gateway.jvm.long, 2)
     frame = spark.createDataFrame([("a", 1, 2)], "_id string, _primary_term long, _seq_no long")
     writer = gateway.jvm.io.shardstore.spark.SegmentWriter
     with pytest.raises(Exception, match=r"do not start with _id \(string\), _seq_no \(bigint\)"):
-        writer.write(frame._jdf, str(tmp_path), "job", terms, False, {})
+        writer.write(frame._jdf, str(tmp_path), "job", terms, False, 2, {})
+    good = spark.createDataFrame([("a", 1, 2)], "_id string, _seq_no long, _primary_term long")
+    with pytest.raises(Exception, match="maxOpen 0 must be at least 1"):
+        writer.write(good._jdf, str(tmp_path), "job", terms, False, 0, {})
     assert list(tmp_path.iterdir()) == []
 
 

@@ -34,7 +34,8 @@ import org.apache.spark.util.SerializableConfiguration;
  *
  * <p>Spark's partitioned write measured about 1.5 s of a 4.5 s write of 5M rows: once a task
  * holds one writer per shard it sorts the rest of its rows by shard. Here a task keeps one
- * {@link OutputWriter} per shard open and hands each row to its shard's writer, in input order,
+ * {@link OutputWriter} per shard open (up to {@code maxOpen}; an index of more shards gets its
+ * rows sorted by shard first, and one open file) and hands each row to its shard's writer, in input order,
  * so there is no sort and no partition column (docs/design/spark.md, "The fast write path").
  *
  * <p>The frame's first three columns are {@code _id}, {@code _seq_no} and {@code _primary_term}
@@ -63,9 +64,15 @@ public final class SegmentWriter {
 
   private SegmentWriter() {}
 
-  /** Write {@code frame} into {@code dir}: per task, one Parquet file per shard it routes rows to. */
-  public static String[] write(Dataset<Row> frame, String dir, String job, long[] terms, boolean stamp,
+  /**
+   * Write {@code frame} into {@code dir}: per task, one Parquet file per shard it routes rows to, with at
+   * most {@code maxOpen} open at once (when a task needs another, the file written to longest ago is
+   * closed; a later row of its shard starts a new file). Give rows sorted by shard within each task
+   * and {@code maxOpen} 1 for an index of many shards: every open file buffers a row group.
+   */
+  public static String[] write(Dataset<Row> frame, String dir, String job, long[] terms, boolean stamp, int maxOpen,
       Map<String, String> options) throws java.io.IOException {
+    if (maxOpen < 1) throw new IllegalArgumentException("shardstore sink: maxOpen " + maxOpen + " must be at least 1");
     StructType schema = requiredKeys(frame.schema());
     if (stamp) SinkFunctions.counters(job);  // fail here, not in every task, when the counters were not started
     SparkSession spark = frame.sparkSession();
@@ -74,7 +81,7 @@ public final class SegmentWriter {
     Job hadoop = Job.getInstance(spark.sessionState().newHadoopConfWithOptions(opts));
     OutputWriterFactory factory = new ParquetFileFormat().prepareWrite(spark, hadoop, opts, schema);
     Task task = new Task(factory, new SerializableConfiguration(hadoop.getConfiguration()), schema, dir, job,
-        terms.clone(), stamp);
+        terms.clone(), stamp, maxOpen);
     List<String> files = frame.queryExecution().toRdd().toJavaRDD().mapPartitionsWithIndex(task, false).collect();
     return files.toArray(new String[0]);
   }
@@ -94,7 +101,7 @@ public final class SegmentWriter {
     return new StructType(fields);
   }
 
-  /** One task: route, stamp and write its rows, one open writer per shard. */
+  /** One task: route, stamp and write its rows, at most {@code maxOpen} files open at once. */
   static final class Task implements Function2<Integer, Iterator<InternalRow>, Iterator<String>> {
     private static final long serialVersionUID = 1L;
     private final OutputWriterFactory factory;
@@ -104,9 +111,10 @@ public final class SegmentWriter {
     private final String job;
     private final long[] terms;
     private final boolean stamp;
+    private final int maxOpen;
 
     Task(OutputWriterFactory factory, SerializableConfiguration conf, StructType schema, String dir, String job,
-        long[] terms, boolean stamp) {
+        long[] terms, boolean stamp, int maxOpen) {
       this.factory = factory;
       this.conf = conf;
       this.schema = schema;
@@ -114,6 +122,7 @@ public final class SegmentWriter {
       this.job = job;
       this.terms = terms;
       this.stamp = stamp;
+      this.maxOpen = maxOpen;
     }
 
     @Override
@@ -123,13 +132,13 @@ public final class SegmentWriter {
       AtomicLongArray counters = stamp ? SinkFunctions.counters(job) : null;
       TaskAttemptContextImpl context = new TaskAttemptContextImpl(conf.value(),
           new TaskAttemptID("shardstore", 0, TaskType.MAP, partition, attempt));
-      OutputWriter[] writers = new OutputWriter[shards];
-      String[] paths = new String[shards];
-      Fingerprints[] prints = new Fingerprints[shards];
-      UTF8String[] last = new UTF8String[shards];  // the previous id of each file while its ids never decrease
-      boolean[] unsorted = new boolean[shards];
+      SegmentFile[] open = new SegmentFile[shards];  // each shard's open file, if any
+      int opened = 0;
+      int fileNo = 0;
+      List<String> files = new ArrayList<>();
       UnsafeProjection toUnsafe = null;
       boolean written = false;
+      long n = 0;
       try {
         while (rows.hasNext()) {
           InternalRow next = rows.next();
@@ -152,43 +161,82 @@ public final class SegmentWriter {
             throw new IllegalStateException("shardstore sink: a row reached the writer without its seq#");
           }
           row.setLong(PRIMARY_TERM, terms[shard]);
-          OutputWriter w = writers[shard];
-          if (w == null) {
-            paths[shard] = dir + "/shard-" + shard + "-part-" + partition + "-attempt-" + attempt + ".parquet";
-            w = writers[shard] = factory.newInstance(paths[shard], schema, context);
-            prints[shard] = new Fingerprints();
-          }
-          prints[shard].add(XXH64.hashUnsafeBytes(id.getBaseObject(), id.getBaseOffset(), id.numBytes(), FINGERPRINT_SEED));
-          if (!unsorted[shard]) {
-            if (last[shard] != null && id.compareTo(last[shard]) < 0) {
-              unsorted[shard] = true;
-              last[shard] = null;
-            } else {
-              last[shard] = id.clone();  // the row's bytes are reused for the next row
+          SegmentFile f = open[shard];
+          if (f == null) {
+            if (opened == maxOpen) {  // close the file written to longest ago (rows sorted by shard: the previous one)
+              int oldest = -1;
+              for (int s = 0; s < shards; s++) {
+                if (open[s] != null && (oldest < 0 || open[s].lastRow < open[oldest].lastRow)) oldest = s;
+              }
+              files.add(open[oldest].close());
+              open[oldest] = null;
+              opened--;
             }
+            String path = dir + "/shard-" + shard + "-part-" + partition + "-attempt-" + attempt + "-file-"
+                + (fileNo++) + ".parquet";
+            f = open[shard] = new SegmentFile(shard, path, factory.newInstance(path, schema, context));
+            opened++;
           }
-          w.write(row);
+          f.write(row, id, n++);
+        }
+        for (int s = 0; s < shards; s++) {
+          if (open[s] != null) {
+            SegmentFile done = open[s];
+            open[s] = null;
+            files.add(done.close());
+          }
         }
         written = true;
       } finally {
-        Throwable first = null;
-        for (OutputWriter w : writers) {
-          if (w == null) continue;
-          try {
-            w.close();
-          } catch (Throwable t) {  // a failed write's files are never returned; report the first close error only
-            if (first == null) first = t;
+        if (!written) {
+          for (SegmentFile f : open) {
+            if (f == null) continue;
+            try {
+              f.writer.close();
+            } catch (Throwable t) {  // a failed task's files are never returned; its first error is what it reports
+            }
           }
         }
-        if (written && first != null) throw new java.io.IOException("shardstore sink: closing a segment file failed", first);
-      }
-      List<String> files = new ArrayList<>();
-      for (int shard = 0; shard < shards; shard++) {
-        if (paths[shard] == null) continue;
-        prints[shard].writeTo(paths[shard] + FINGERPRINTS);
-        files.add(shard + "\t" + paths[shard] + "\t" + (unsorted[shard] ? 0 : 1));
       }
       return files.iterator();
+    }
+  }
+
+  /** One segment file being written: its Parquet writer, its ids' fingerprints, whether its ids never decreased. */
+  static final class SegmentFile {
+    final int shard;
+    final String path;
+    final OutputWriter writer;
+    final Fingerprints prints = new Fingerprints();
+    UTF8String last;  // the previous id while the ids never decreased
+    boolean unsorted;
+    long lastRow;
+
+    SegmentFile(int shard, String path, OutputWriter writer) {
+      this.shard = shard;
+      this.path = path;
+      this.writer = writer;
+    }
+
+    void write(UnsafeRow row, UTF8String id, long n) {
+      prints.add(XXH64.hashUnsafeBytes(id.getBaseObject(), id.getBaseOffset(), id.numBytes(), FINGERPRINT_SEED));
+      if (!unsorted) {
+        if (last != null && id.compareTo(last) < 0) {
+          unsorted = true;
+          last = null;
+        } else {
+          last = id.clone();  // the row's bytes are reused for the next row
+        }
+      }
+      lastRow = n;
+      writer.write(row);
+    }
+
+    /** Close the file, write its fingerprints beside it, and return {@code "<shard>\t<path>\t<sorted>"}. */
+    String close() throws java.io.IOException {
+      writer.close();
+      prints.writeTo(path + FINGERPRINTS);
+      return shard + "\t" + path + "\t" + (unsorted ? 0 : 1);
     }
   }
 
