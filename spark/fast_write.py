@@ -1,4 +1,4 @@
-"""The sink's fast write path: Spark SQL routes, stamps and writes the segment files; Python commits them.
+"""The sink's fast write path: Spark SQL builds the segment columns, the bridge's JVM writer routes, stamps and writes them.
 
 ``df.write.format("shardstore")`` with the JVM bridge loaded reaches :func:`write` (through the
 bridge's planner).  Measured, a Python sink that does no work at all already moves rows out of
@@ -9,20 +9,23 @@ the JVM at about the cost of Spark's whole Parquet write, so the per-row work st
 2. **Write** (Spark SQL builds the columns, the bridge's ``SegmentWriter`` writes them): each
    task routes its rows by ES murmur3 of ``_id`` (the bridge's ``Routing``, equal to
    engine/routing.py) and hands each row, in its input order, to its shard's open Parquet
-   writer (no partitioned write, no sort); ``_seq_no`` from per-shard counters in the driver's
-   JVM started at each shard's first free seq#, taken in each task's input order (contiguous
-   per shard; only a failed task attempt leaves a gap; a later write of an id gets the higher
-   seq#); the files are unsorted segments (format 2) unless the rows came in ``_id`` order;
-   ``_primary_term`` the job's term; ``_version`` the live base copy's + 1 (a join with the
-   base's live ids, only when the base holds documents; the seq#s are then taken before the
-   join) else 1; ``_source`` JSON by ``to_json`` (null for a ``source="synthetic"`` index); one
-   typed column per mapped field; Spark's Parquet writer (zstd, ~4 MB row groups, bloom filter
-   on ``_id``) into a local temp directory: one file per task and shard.
-3. **Parts** (driver): per file its segment info from the footer, CRC32C, upload under the
-   job's term, ids and seq#s (checked inside the counters' range; an id written more than
-   once, in one file or in two: the highest seq# wins, the others are deleted through live
-   docs), old copies in the base (deleted through live docs; their versions checked against
-   the file's).
+   writer (no partitioned write; no sort for up to :data:`MAX_OPEN_SHARDS` shards, beyond that
+   each task's rows are sorted by shard and one file is open at a time); ``_seq_no`` from
+   per-shard counters in the driver's JVM started at each shard's first free seq#, taken in
+   each task's input order (contiguous per shard; only a failed task attempt leaves a gap; a
+   later write of an id gets the higher seq#); the files are unsorted segments (format 2)
+   unless the rows came in ``_id`` order; ``_primary_term`` the job's term; ``_version`` the
+   live base copy's + 1 (a join with the base's live ids, only when the base holds documents;
+   the seq#s are then taken before the join) else 1; ``_source`` JSON by ``to_json`` (null for
+   a ``source="synthetic"`` index); one typed column per mapped field; Spark's Parquet writer
+   (zstd, ~4 MB row groups, bloom filter on ``_id``) into a local temp directory: one file per
+   task and shard, each with a file of its ids' 64-bit fingerprints beside it.
+3. **Parts** (driver): a shard of a fresh index whose fingerprints do not repeat is taken from
+   its footers alone (:func:`collect_parts`); every other file has its ids and seq#s read back
+   (checked inside the counters' range; an id written more than once, in one file or in two:
+   the highest seq# wins, the others are deleted through live docs) and its old copies in the
+   base looked up (deleted through live docs; their versions checked against the file's).
+   Then per file its segment info from the footer, CRC32C, upload under the job's term.
 4. **Commit**: one ledger entry per shard recording the seq# range the counters handed out,
    then the Python sink's own commit (owner check, one commit metadata per shard written last,
    ``if_absent``), or on any failure its abort (job closed, every upload and the ledger deleted).
@@ -192,15 +195,17 @@ def _q(name: str) -> str:
 
 
 def build_frame(spark: Any, df: Any, plan: ColumnPlan, writer: ShardstoreArrowWriter, synthetic: bool,
-                base_versions: Any) -> Any:
+                base_versions: Any, grouped: bool = False) -> Any:
     """The DataFrame the JVM ``SegmentWriter`` writes: the segment columns in segment order.
 
     ``_seq_no`` and ``_primary_term`` are placeholders the writer fills per row, in each task's
-    input order, with its shard's next seq# and term.  With base versions to join, or more than
-    :data:`MAX_OPEN_SHARDS` shards (each task's rows are then sorted by shard), the join or the
-    sort may reorder rows, so the seq#s are taken before it (``SinkFunctions.stamp``, one
-    stateful JVM call per row in a projection of its own) and the writer keeps them: either way
-    a later write of an id has the higher seq#, and the commit deletes the older copies.
+    input order, with its shard's next seq# and term.  With base versions to join, or
+    ``grouped`` (more than :data:`MAX_OPEN_SHARDS` shards: each task's rows are sorted by shard),
+    the join or the sort may reorder rows, so the seq#s are taken before it
+    (``SinkFunctions.stamp``, one stateful JVM call per row in a projection of its own); the
+    frame's ``_seq_no`` then holds the whole stamp, whose shard bits the writer checks against its
+    own routing before it keeps the seq#.  Either way a later write of an id has the higher
+    seq#, and the commit deletes the older copies.
     """
     from pyspark.sql import functions as F
     from pyspark.sql.classic.column import Column
@@ -208,15 +213,14 @@ def build_frame(spark: Any, df: Any, plan: ColumnPlan, writer: ShardstoreArrowWr
     keep = ["_id"] + [n for n, _t in plan.columns]
     d = df.select(*(F.col(_q(c)) for c in keep))
     seq_no = F.lit(0).cast("bigint")
-    shards = len(writer.plans)
-    if base_versions is not None or shards > MAX_OPEN_SHARDS:
+    if base_versions is not None or grouped:
         sink = _sink_functions(spark)
-        d = d.select("*", Column(sink.stamp(writer.job, F.col("_id")._jc, shards)).alias(_STAMP))
+        d = d.select("*", Column(sink.stamp(writer.job, F.col("_id")._jc, len(writer.plans))).alias(_STAMP))
         if base_versions is not None:
             d = d.join(base_versions, on="_id", how="left")
-        if shards > MAX_OPEN_SHARDS:  # each task's rows grouped by shard: the writer keeps one file open
+        if grouped:  # each task's rows grouped by shard: the writer keeps one file open
             d = d.sortWithinPartitions(F.col(_STAMP).bitwiseAND((1 << int(sink.SHARD_BITS)) - 1))
-        seq_no = F.shiftright(F.col(_STAMP), int(sink.SHARD_BITS))
+        seq_no = F.col(_STAMP)  # the whole stamp: the writer checks its shard bits against its own routing
     version = F.lit(1) if base_versions is None else F.coalesce(F.col(_BASE_VERSION) + 1, F.lit(1))
     kinds = dict(plan.columns)
     clean = {}
@@ -354,9 +358,9 @@ def _run(spark: Any, df: Any, options: dict[str, str], writer: ShardstoreArrowWr
     sink = _sink_functions(spark)
     clock = [time.perf_counter()]
     base_versions = _base_versions(spark, options, writer, loc)
-    frame = build_frame(spark, df, plan, writer, loc.source == "synthetic", base_versions)
-    grouped = len(writer.plans) > MAX_OPEN_SHARDS  # rows sorted by shard within each task (build_frame)
+    grouped = len(writer.plans) > MAX_OPEN_SHARDS  # rows sorted by shard within each task, one file open
     stamped = base_versions is None and not grouped  # the writer takes the seq#s (else the frame carries them)
+    frame = build_frame(spark, df, plan, writer, loc.source == "synthetic", base_versions, grouped)
     tmp = tempfile.mkdtemp(prefix="shardstore-fast-sink-", dir=os.environ.get("SHARDSTORE_SPARK_TMP"))
     try:
         gateway = spark.sparkContext._gateway
@@ -383,7 +387,10 @@ def _run(spark: Any, df: Any, options: dict[str, str], writer: ShardstoreArrowWr
         parts = collect_parts(spark, writer, plan, files, ends, stamped=stamped)
         for p in writer.plans:
             mine = [part for part in parts if part.shard == p.shard]
-            if any(part.seq_nos is None for part in mine):  # screened: the writer took every row's seq# once
+            screened = [part.seq_nos is None for part in mine]
+            if any(screened) and not all(screened):
+                raise SparkSegmentMismatch(f"shard {p.shard}: some parts were screened and some read back")
+            if mine and all(screened):  # screened: the writer took every row's seq# once
                 rows = sum(part.info["doc_count"] for part in mine)
                 if rows > int(ends[p.shard]) - (p.base_seq_no + 1):
                     raise SparkSegmentMismatch(f"shard {p.shard}: {rows} rows in the files Spark wrote, more than "
@@ -411,7 +418,8 @@ def collect_parts(spark: Any, writer: ShardstoreArrowWriter, plan: ColumnPlan, f
 
     ``files``: ``(shard, path, ids never decrease)`` from the JVM writer; ``ends[shard]``: the
     seq# after the last one the job's counters handed out for the shard.  ``stamped``: the
-    writer took the seq#s itself (no base join).  A shard whose base holds no segment is then
+    writer took the seq#s itself (no base join, at most MAX_OPEN_SHARDS shards).  A shard whose
+    base holds no segment is then
     first screened by its files' id fingerprints (:func:`fingerprints_repeat`): with no repeat,
     every id is unique and its parts carry no ids (``ids``/``seq_nos`` None; the key bounds
     come from the footer).  Every other file has its ids and seq#s read back and checked.

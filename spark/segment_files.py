@@ -16,6 +16,7 @@ segment, any other an unsorted one (format 2; docs/design/segments.md, "Unsorted
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -147,10 +148,11 @@ def fingerprints_repeat(paths: list[str], rows: list[int]) -> bool:
     """
     arrays = []
     for path, n in zip(paths, rows):
-        prints = np.fromfile(path + FINGERPRINTS, dtype="<u8")
-        if len(prints) != n:
-            raise SparkSegmentMismatch(f"{path}{FINGERPRINTS}: {len(prints)} id fingerprints for {n} rows")
-        arrays.append(prints)
+        size = os.path.getsize(path + FINGERPRINTS)
+        if size != 8 * n:
+            raise SparkSegmentMismatch(f"{path}{FINGERPRINTS}: {size} bytes of id fingerprints for {n} rows "
+                                       f"(8 bytes a row)")
+        arrays.append(np.fromfile(path + FINGERPRINTS, dtype="<u8"))
     if sum(rows) < 2:
         return False
     prints = np.sort(np.concatenate(arrays))

@@ -378,7 +378,7 @@ class ShardstoreArrowWriter(DataSourceArrowWriter):
                       dup: dict[int, list[int]]) -> RemoteCommitMetadata:
         """Merge the task segments into the base commit and PUT the one new commit metadata (``if_absent``).
 
-        ``dup``: :func:`~shardstore.spark.sink_rows.superseded_copies` of ``parts``.
+        ``dup``: :func:`_superseded` of ``parts`` (the rows a higher-seq# copy of their id supersedes).
         """
         base = plan.base
         files: dict[str, RemoteFile] = dict(base.files) if base else {}

@@ -155,6 +155,66 @@ def test_the_segment_writer_refuses_a_frame_without_the_key_columns(spark, tmp_p
     with pytest.raises(Exception, match="maxOpen 0 must be at least 1"):
         writer.write(good._jdf, str(tmp_path), "job", terms, False, 0, {})
     assert list(tmp_path.iterdir()) == []
+    # a frame that carries stamps: a stamp taken for another shard than the row routes to fails the task
+    wrong = 1 - shard_ids(pa.array(["a"], pa.string()), 2).to_pylist()[0]
+    stamped = spark.createDataFrame([("a", (5 << 16) | wrong, 0)], "_id string, _seq_no long, _primary_term long")
+    with pytest.raises(Exception, match=f"a row stamped for shard {wrong} routes to shard {1 - wrong}"):
+        writer.write(stamped._jdf, str(tmp_path / "w"), "job", terms, False, 2, {})
+
+
+def test_the_segment_writer_closes_the_oldest_file_when_too_many_are_open(spark, tmp_path: Path) -> None:
+    """maxOpen below the shards a task routes unsorted rows to: files are closed and reopened, every row written once."""
+    import numpy as np
+
+    from shardstore.spark.segment_files import FINGERPRINTS
+
+    gateway = spark.sparkContext._gateway
+    sink = gateway.jvm.io.shardstore.spark.SinkFunctions
+    writer = gateway.jvm.io.shardstore.spark.SegmentWriter
+    assert writer.FINGERPRINTS == FINGERPRINTS  # the driver reads what the writer writes
+    shards, n = 3, 300
+    ids = [f"r{i}" for i in range(n)]
+    frame = spark.createDataFrame(spark.sparkContext.parallelize([(i, 0, 0, k) for k, i in enumerate(ids)], 2),
+                                  "_id string, _seq_no long, _primary_term long, k long")
+    firsts = gateway.new_array(gateway.jvm.long, shards)
+    terms = gateway.new_array(gateway.jvm.long, shards)
+    for s in range(shards):
+        firsts[s], terms[s] = 10 * (s + 1), 7
+    sink.start("lru-job", firsts)
+    try:
+        written = [str(f).split("\t") for f in writer.write(frame._jdf, str(tmp_path), "lru-job", terms, True, 1, {})]
+    finally:
+        ends = list(sink.finish("lru-job"))
+    assert len(written) > 2 * shards  # one open file per task: the shards' files were closed and reopened
+    expected = dict(zip(ids, shard_ids(pa.array(ids, pa.string()), shards).to_pylist()))
+    seen, seqs = [], {s: [] for s in range(shards)}
+    for shard, path, _sorted in written:
+        t = pq.read_table(path)
+        assert np.fromfile(path + FINGERPRINTS, dtype="<u8").size == t.num_rows
+        assert set(t.column("_primary_term").to_pylist()) == {7}
+        for doc_id, seq in zip(t.column("_id").to_pylist(), t.column("_seq_no").to_pylist()):
+            assert expected[doc_id] == int(shard)
+            seen.append(doc_id)
+            seqs[int(shard)].append(seq)
+    assert sorted(seen) == sorted(ids)
+    for s in range(shards):  # every row took its shard's next seq#: contiguous from the counter's start
+        assert sorted(seqs[s]) == list(range(10 * (s + 1), ends[s]))
+
+
+def test_many_shards_with_a_base_join(spark, tmp_path: Path) -> None:
+    """More than MAX_OPEN_SHARDS shards and an update: stamped before the join, sorted by shard, versions right."""
+    url = f"file://{tmp_path / 'remote'}"
+    shards = MAX_OPEN_SHARDS + 4
+    _empty_index(url, tmp_path, shards=shards)
+    _fast_write(spark, url, _rows("u", 100))
+    _fast_write(spark, url, _rows("u", 30, 50) + _rows("new", 10), partitions=3)
+    docs = _live_docs(url)
+    by_id = {r["_id"]: r for r in docs.to_pylist()}
+    assert docs.num_rows == len(by_id) == 110
+    routed = dict(zip(by_id, shard_ids(pa.array(list(by_id), pa.string()), shards).to_pylist()))
+    for doc_id, r in by_id.items():
+        assert r["shard"] == routed[doc_id]
+        assert r["_version"] == (2 if doc_id.startswith("u") and 50 <= int(doc_id[1:]) < 80 else 1), doc_id
 
 
 def _empty_index(url: str, tmp_path: Path, shards: int, source: str = "stored") -> None:

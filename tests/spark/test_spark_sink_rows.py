@@ -103,8 +103,12 @@ def test_fingerprints_repeat_within_and_across_files(tmp_path) -> None:
     assert not fingerprints_repeat([a, b, e], [4, 2, 0])
     assert fingerprints_repeat([a, b, c], [4, 2, 2]) and fingerprints_repeat([d], [3])
     assert not fingerprints_repeat([], []) and not fingerprints_repeat([e], [0])
-    with pytest.raises(SparkSegmentMismatch, match=r"b\.ids64: 2 id fingerprints for 3 rows"):
+    with pytest.raises(SparkSegmentMismatch, match=r"b\.ids64: 16 bytes of id fingerprints for 3 rows"):
         fingerprints_repeat([a, b], [4, 3])  # a short fingerprint file could hide a repeated id
+    with open(b + FINGERPRINTS, "ab") as f:
+        f.write(b"\x01\x02\x03")  # a torn last record
+    with pytest.raises(SparkSegmentMismatch, match=r"b\.ids64: 19 bytes of id fingerprints for 2 rows"):
+        fingerprints_repeat([a, b], [4, 2])
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -17,20 +17,10 @@ public final class Routing {
     int h = 0;
     int i = 0;
     for (; i + 1 < n; i += 2) {  // one 4-byte block: two code units, little-endian
-      int k = (id.charAt(i) & 0xffff) | (id.charAt(i + 1) << 16);
-      k *= C1;
-      k = Integer.rotateLeft(k, 15);
-      k *= C2;
-      h ^= k;
-      h = Integer.rotateLeft(h, 13);
-      h = h * 5 + 0xe6546b64;
+      h = block(h, (id.charAt(i) & 0xffff) | (id.charAt(i + 1) << 16));
     }
     if (i < n) {  // a 2-byte tail: the last code unit
-      int k = id.charAt(i) & 0xffff;
-      k *= C1;
-      k = Integer.rotateLeft(k, 15);
-      k *= C2;
-      h ^= k;
+      h ^= mixK(id.charAt(i) & 0xffff);
     }
     return mix(h, n);
   }
@@ -47,23 +37,26 @@ public final class Routing {
       int b0 = id.getByte(i);
       int b1 = id.getByte(i + 1);
       if ((b0 | b1) < 0) return murmur3(id.toString());  // a byte >= 0x80: not ASCII
-      int k = b0 | (b1 << 16);
-      k *= C1;
-      k = Integer.rotateLeft(k, 15);
-      k *= C2;
-      h ^= k;
-      h = Integer.rotateLeft(h, 13);
-      h = h * 5 + 0xe6546b64;
+      h = block(h, b0 | (b1 << 16));
     }
     if (i < n) {
       int k = id.getByte(i);
       if (k < 0) return murmur3(id.toString());
-      k *= C1;
-      k = Integer.rotateLeft(k, 15);
-      k *= C2;
-      h ^= k;
+      h ^= mixK(k);
     }
     return mix(h, n);
+  }
+
+  private static int mixK(int k) {
+    k *= C1;
+    k = Integer.rotateLeft(k, 15);
+    return k * C2;
+  }
+
+  private static int block(int h, int k) {
+    h ^= mixK(k);
+    h = Integer.rotateLeft(h, 13);
+    return h * 5 + 0xe6546b64;
   }
 
   private static int mix(int h, int units) {

@@ -82,7 +82,11 @@ public final class SegmentWriter {
     OutputWriterFactory factory = new ParquetFileFormat().prepareWrite(spark, hadoop, opts, schema);
     Task task = new Task(factory, new SerializableConfiguration(hadoop.getConfiguration()), schema, dir, job,
         terms.clone(), stamp, maxOpen);
-    List<String> files = frame.queryExecution().toRdd().toJavaRDD().mapPartitionsWithIndex(task, false).collect();
+    org.apache.spark.sql.execution.QueryExecution qe = frame.queryExecution();
+    scala.Function0<List<String>> run = () -> qe.toRdd().toJavaRDD().mapPartitionsWithIndex(task, false).collect();
+    // as Spark's own writers: one SQL execution (the session's SQL settings reach the tasks; the UI shows the write)
+    List<String> files = org.apache.spark.sql.execution.SQLExecution.withNewExecutionId(qe,
+        scala.Option.apply("shardstore sink " + job), run);
     return files.toArray(new String[0]);
   }
 
@@ -128,20 +132,23 @@ public final class SegmentWriter {
     @Override
     public Iterator<String> call(Integer partition, Iterator<InternalRow> rows) throws Exception {
       int shards = terms.length;
-      int attempt = TaskContext.get() == null ? 0 : TaskContext.get().attemptNumber();
+      TaskContext task = TaskContext.get();
+      long attempt = task == null ? 0 : task.taskAttemptId();  // unique in the SparkContext, across stage attempts
       AtomicLongArray counters = stamp ? SinkFunctions.counters(job) : null;
       TaskAttemptContextImpl context = new TaskAttemptContextImpl(conf.value(),
-          new TaskAttemptID("shardstore", 0, TaskType.MAP, partition, attempt));
+          new TaskAttemptID("shardstore", 0, TaskType.MAP, partition, (int) attempt));
       SegmentFile[] open = new SegmentFile[shards];  // each shard's open file, if any
       int opened = 0;
       int fileNo = 0;
       List<String> files = new ArrayList<>();
       UnsafeProjection toUnsafe = null;
-      boolean written = false;
       long n = 0;
       try {
         while (rows.hasNext()) {
           InternalRow next = rows.next();
+          if (next.isNullAt(ID)) {
+            throw new IllegalArgumentException("shardstore sink: a row has a null _id; every row needs an id");
+          }
           UnsafeRow row;
           if (next instanceof UnsafeRow u) {
             row = u;
@@ -149,16 +156,18 @@ public final class SegmentWriter {
             if (toUnsafe == null) toUnsafe = UnsafeProjection.create(schema);
             row = toUnsafe.apply(next);
           }
-          if (row.isNullAt(ID)) {
-            throw new IllegalArgumentException("shardstore sink: a row has a null _id; every row needs an id");
-          }
           UTF8String id = row.getUTF8String(ID);
           SinkFunctions.checkLength(id);
           int shard = Routing.shard(id, shards);
           if (stamp) {
             row.setLong(SEQ_NO, counters.getAndIncrement(shard));
-          } else if (row.isNullAt(SEQ_NO)) {
-            throw new IllegalStateException("shardstore sink: a row reached the writer without its seq#");
+          } else {  // the frame carries SinkFunctions.stamp's whole value: the seq# and the shard it was taken for
+            long stamped = row.getLong(SEQ_NO);
+            if ((int) (stamped & ((1L << SinkFunctions.SHARD_BITS) - 1)) != shard) {
+              throw new IllegalStateException("shardstore sink: a row stamped for shard "
+                  + (stamped & ((1L << SinkFunctions.SHARD_BITS) - 1)) + " routes to shard " + shard);
+            }
+            row.setLong(SEQ_NO, stamped >>> SinkFunctions.SHARD_BITS);
           }
           row.setLong(PRIMARY_TERM, terms[shard]);
           SegmentFile f = open[shard];
@@ -168,35 +177,34 @@ public final class SegmentWriter {
               for (int s = 0; s < shards; s++) {
                 if (open[s] != null && (oldest < 0 || open[s].lastRow < open[oldest].lastRow)) oldest = s;
               }
-              files.add(open[oldest].close());
+              SegmentFile done = open[oldest];
               open[oldest] = null;
               opened--;
+              files.add(done.close());
             }
-            String path = dir + "/shard-" + shard + "-part-" + partition + "-attempt-" + attempt + "-file-"
-                + (fileNo++) + ".parquet";
-            f = open[shard] = new SegmentFile(shard, path, factory.newInstance(path, schema, context));
+            String path = dir + "/shard-" + shard + "-part-" + partition + "-task-" + attempt + "-file-" + (fileNo++)
+                + ".parquet";
+            f = open[shard] = new SegmentFile(shard, path, factory, schema, context);
             opened++;
           }
           f.write(row, id, n++);
         }
         for (int s = 0; s < shards; s++) {
-          if (open[s] != null) {
-            SegmentFile done = open[s];
-            open[s] = null;
-            files.add(done.close());
+          SegmentFile done = open[s];
+          if (done == null) continue;
+          open[s] = null;
+          files.add(done.close());
+        }
+      } catch (Throwable error) {  // close what is still open (its files are never returned) and report the error
+        for (SegmentFile f : open) {
+          if (f == null) continue;
+          try {
+            f.close();
+          } catch (Throwable t) {
+            error.addSuppressed(t);
           }
         }
-        written = true;
-      } finally {
-        if (!written) {
-          for (SegmentFile f : open) {
-            if (f == null) continue;
-            try {
-              f.writer.close();
-            } catch (Throwable t) {  // a failed task's files are never returned; its first error is what it reports
-            }
-          }
-        }
+        throw error;
       }
       return files.iterator();
     }
@@ -207,21 +215,33 @@ public final class SegmentWriter {
     final int shard;
     final String path;
     final OutputWriter writer;
-    final Fingerprints prints = new Fingerprints();
+    final java.io.DataOutputStream prints;  // the ids' fingerprints, streamed to <path>.ids64
     UTF8String last;  // the previous id while the ids never decreased
     boolean unsorted;
     long lastRow;
 
-    SegmentFile(int shard, String path, OutputWriter writer) {
+    SegmentFile(int shard, String path, OutputWriterFactory factory, StructType schema,
+        TaskAttemptContextImpl context) throws java.io.IOException {
       this.shard = shard;
       this.path = path;
-      this.writer = writer;
+      this.prints = new java.io.DataOutputStream(new java.io.BufferedOutputStream(java.nio.file.Files.newOutputStream(
+          java.nio.file.Path.of(path + FINGERPRINTS), java.nio.file.StandardOpenOption.CREATE_NEW,
+          java.nio.file.StandardOpenOption.WRITE), 1 << 16));
+      OutputWriter w;
+      try {  // a local file whatever the session's default file system
+        w = factory.newInstance(new java.io.File(path).toURI().toString(), schema, context);
+      } catch (Throwable t) {
+        prints.close();
+        throw t;
+      }
+      this.writer = w;
     }
 
-    void write(UnsafeRow row, UTF8String id, long n) {
-      prints.add(XXH64.hashUnsafeBytes(id.getBaseObject(), id.getBaseOffset(), id.numBytes(), FINGERPRINT_SEED));
+    void write(UnsafeRow row, UTF8String id, long n) throws java.io.IOException {
+      long print = XXH64.hashUnsafeBytes(id.getBaseObject(), id.getBaseOffset(), id.numBytes(), FINGERPRINT_SEED);
+      prints.writeLong(Long.reverseBytes(print));  // little-endian
       if (!unsorted) {
-        if (last != null && id.compareTo(last) < 0) {
+        if (last != null && id.binaryCompare(last) < 0) {  // unsigned byte order, as Arrow compares strings
           unsorted = true;
           last = null;
         } else {
@@ -232,31 +252,14 @@ public final class SegmentWriter {
       writer.write(row);
     }
 
-    /** Close the file, write its fingerprints beside it, and return {@code "<shard>\t<path>\t<sorted>"}. */
+    /** Close the file and its fingerprints; return {@code "<shard>\t<path>\t<sorted>"}. */
     String close() throws java.io.IOException {
-      writer.close();
-      prints.writeTo(path + FINGERPRINTS);
-      return shard + "\t" + path + "\t" + (unsorted ? 0 : 1);
-    }
-  }
-
-  /** A growing array of one file's id fingerprints, written out little-endian when the file is done. */
-  static final class Fingerprints {
-    private long[] values = new long[1 << 14];
-    private int size;
-
-    void add(long value) {
-      if (size == values.length) values = java.util.Arrays.copyOf(values, size * 2);
-      values[size++] = value;
-    }
-
-    void writeTo(String path) throws java.io.IOException {
-      java.nio.ByteBuffer bytes = java.nio.ByteBuffer.allocate(size * 8).order(java.nio.ByteOrder.LITTLE_ENDIAN);
-      bytes.asLongBuffer().put(values, 0, size);
-      try (java.nio.channels.FileChannel out = java.nio.channels.FileChannel.open(java.nio.file.Path.of(path),
-          java.nio.file.StandardOpenOption.CREATE_NEW, java.nio.file.StandardOpenOption.WRITE)) {
-        while (bytes.hasRemaining()) out.write(bytes);
+      try {
+        writer.close();
+      } finally {
+        prints.close();
       }
+      return shard + "\t" + path + "\t" + (unsorted ? 0 : 1);
     }
   }
 }

@@ -10,18 +10,23 @@ import org.apache.spark.sql.functions;
 import org.apache.spark.sql.types.DataTypes;
 
 /**
- * The columns of the sink's fast write path (shardstore.spark.fast_write builds the plan with them).
+ * The seq# counters and the per-row functions of the sink's fast write path
+ * (shardstore.spark.fast_write; {@link SegmentWriter} writes the rows).
  *
  * <ul>
- *   <li>{@link #route}: the shard of each {@code _id} ({@link Routing}; a null id fails the task);
- *   <li>{@link #stamp}: gives each row, in the task's input order, its shard and that shard's next
- *       seq# from the job's counters, which the driver starts at each shard's first free seq#
- *       ({@link #start}) and reads back after the job ({@link #finish}). An id written twice gets
- *       two seq#s, the later write the higher one; the driver deletes the older copy through live
- *       docs, as it does for an id two tasks wrote.
- *       Stateful, so nondeterministic: the optimizer never moves it below the sort nor evaluates
- *       it twice. The counters live in the driver's JVM: only tasks running in it (a
- *       {@code local[...]} master) find them; anywhere else the task fails.
+ *   <li>{@link #start} / {@link #finish}: the job's per-shard seq# counters, which the driver
+ *       starts at each shard's first free seq# and reads back after the job. {@link SegmentWriter}
+ *       takes each row's seq# from them as it writes the row, in the task's input order.
+ *   <li>{@link #stamp}: the same, as a column, for a frame whose rows are reordered before the
+ *       writer (a join with the base's versions, a sort by shard): gives each row, in the task's
+ *       input order, its shard and that shard's next seq#. An id written twice gets two seq#s,
+ *       the later write the higher one; the driver deletes the older copy through live docs, as
+ *       it does for an id two tasks wrote. Stateful, so nondeterministic: the optimizer never
+ *       moves it below the sort nor evaluates it twice. The counters live in the driver's JVM:
+ *       only tasks running in it (a {@code local[...]} master) find them; anywhere else the task
+ *       fails.
+ *   <li>{@link #route}: the shard of each {@code _id} as a column ({@link Routing}; a null id
+ *       fails the task; the tests compare it with the engine's routing through Spark rows).
  * </ul>
  */
 public final class SinkFunctions {
