@@ -195,7 +195,7 @@ def _q(name: str) -> str:
 
 
 def build_frame(spark: Any, df: Any, plan: ColumnPlan, writer: ShardstoreArrowWriter, synthetic: bool,
-                base_versions: Any, grouped: bool = False) -> Any:
+                base_versions: Any, *, grouped: bool) -> Any:
     """The DataFrame the JVM ``SegmentWriter`` writes: the segment columns in segment order.
 
     ``_seq_no`` and ``_primary_term`` are placeholders the writer fills per row, in each task's
@@ -360,7 +360,7 @@ def _run(spark: Any, df: Any, options: dict[str, str], writer: ShardstoreArrowWr
     base_versions = _base_versions(spark, options, writer, loc)
     grouped = len(writer.plans) > MAX_OPEN_SHARDS  # rows sorted by shard within each task, one file open
     stamped = base_versions is None and not grouped  # the writer takes the seq#s (else the frame carries them)
-    frame = build_frame(spark, df, plan, writer, loc.source == "synthetic", base_versions, grouped)
+    frame = build_frame(spark, df, plan, writer, loc.source == "synthetic", base_versions, grouped=grouped)
     tmp = tempfile.mkdtemp(prefix="shardstore-fast-sink-", dir=os.environ.get("SHARDSTORE_SPARK_TMP"))
     try:
         gateway = spark.sparkContext._gateway
@@ -373,7 +373,7 @@ def _run(spark: Any, df: Any, options: dict[str, str], writer: ShardstoreArrowWr
         conf = {}
         if any(t is FieldType.DATE for _n, t in plan.mapping.items()):
             conf["spark.sql.parquet.outputTimestampType"] = "TIMESTAMP_MILLIS"  # date fields: timestamp[ms, UTC]
-        out = os.path.join(tmp, "out")
+        out = os.path.abspath(os.path.join(tmp, "out"))  # the JVM resolves a relative path on its own
         os.makedirs(out)
         sink.start(writer.job, firsts)
         try:

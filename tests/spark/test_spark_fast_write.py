@@ -143,6 +143,19 @@ def test_a_task_that_fails_half_way_and_is_retried_commits_only_the_retry(tmp_pa
     assert sum(m + 1 for m in got["max_seq_no"]) > 4000 + 500
 
 
+def test_a_temp_directory_with_a_space_percent_and_hash(spark, tmp_path: Path, monkeypatch) -> None:
+    """The writer's files are named by plain local paths: a space, % or # in the temp directory changes nothing."""
+    odd = tmp_path / "a b%20#c"
+    odd.mkdir()
+    monkeypatch.setenv("SHARDSTORE_SPARK_TMP", str(odd))
+    url = f"file://{tmp_path / 'remote'}"
+    _empty_index(url, tmp_path, shards=2)
+    _fast_write(spark, url, _rows("t", 50))
+    assert _live_docs(url).num_rows == 50 and _spark_segments(url)
+    assert list(odd.iterdir()) == []  # the job's directory is gone, nothing was written anywhere else
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "a b%20#c", "remote"]
+
+
 def test_the_segment_writer_refuses_a_frame_without_the_key_columns(spark, tmp_path: Path) -> None:
     """The JVM writer fills _seq_no and _primary_term in place: a frame whose first columns are not those refuses (and no open file)."""
     gateway = spark.sparkContext._gateway
@@ -162,8 +175,22 @@ def test_the_segment_writer_refuses_a_frame_without_the_key_columns(spark, tmp_p
         writer.write(stamped._jdf, str(tmp_path / "w"), "job", terms, False, 2, {})
 
 
+def _lru_files(shards: list[int], max_open: int) -> int:
+    """How many files a task writes for rows routed to ``shards`` (in order), closing the least recently written."""
+    open_at: dict[int, int] = {}
+    files = 0
+    for n, s in enumerate(shards):
+        if s not in open_at:
+            if len(open_at) == max_open:
+                del open_at[min(open_at, key=open_at.get)]
+            files += 1
+        open_at[s] = n
+    return files
+
+
 def test_the_segment_writer_closes_the_oldest_file_when_too_many_are_open(spark, tmp_path: Path) -> None:
-    """maxOpen below the shards a task routes unsorted rows to: files are closed and reopened, every row written once."""
+    """maxOpen below the shards a task routes unsorted rows to: the least recently written file is closed, a later
+    row of its shard starts a new one (file counts equal a reference LRU), and every row is written once."""
     import numpy as np
 
     from shardstore.spark.segment_files import FINGERPRINTS
@@ -172,7 +199,7 @@ def test_the_segment_writer_closes_the_oldest_file_when_too_many_are_open(spark,
     sink = gateway.jvm.io.shardstore.spark.SinkFunctions
     writer = gateway.jvm.io.shardstore.spark.SegmentWriter
     assert writer.FINGERPRINTS == FINGERPRINTS  # the driver reads what the writer writes
-    shards, n = 3, 300
+    shards, n, max_open = 3, 300, 2
     ids = [f"r{i}" for i in range(n)]
     frame = spark.createDataFrame(spark.sparkContext.parallelize([(i, 0, 0, k) for k, i in enumerate(ids)], 2),
                                   "_id string, _seq_no long, _primary_term long, k long")
@@ -182,11 +209,14 @@ def test_the_segment_writer_closes_the_oldest_file_when_too_many_are_open(spark,
         firsts[s], terms[s] = 10 * (s + 1), 7
     sink.start("lru-job", firsts)
     try:
-        written = [str(f).split("\t") for f in writer.write(frame._jdf, str(tmp_path), "lru-job", terms, True, 1, {})]
+        written = [str(f).split("\t") for f in writer.write(frame._jdf, str(tmp_path), "lru-job", terms, True,
+                                                              max_open, {})]
     finally:
         ends = list(sink.finish("lru-job"))
-    assert len(written) > 2 * shards  # one open file per task: the shards' files were closed and reopened
-    expected = dict(zip(ids, shard_ids(pa.array(ids, pa.string()), shards).to_pylist()))
+    routed = shard_ids(pa.array(ids, pa.string()), shards).to_pylist()
+    assert len(written) == _lru_files(routed[:n // 2], max_open) + _lru_files(routed[n // 2:], max_open)
+    assert len(written) > 2 * shards  # files were closed and reopened
+    expected = dict(zip(ids, routed))
     seen, seqs = [], {s: [] for s in range(shards)}
     for shard, path, _sorted in written:
         t = pq.read_table(path)
@@ -207,6 +237,7 @@ def test_many_shards_with_a_base_join(spark, tmp_path: Path) -> None:
     shards = MAX_OPEN_SHARDS + 4
     _empty_index(url, tmp_path, shards=shards)
     _fast_write(spark, url, _rows("u", 100))
+    first = {shard: reader.info.max_seq_no for shard, reader in _spark_segments(url)}
     _fast_write(spark, url, _rows("u", 30, 50) + _rows("new", 10), partitions=3)
     docs = _live_docs(url)
     by_id = {r["_id"]: r for r in docs.to_pylist()}
@@ -215,6 +246,17 @@ def test_many_shards_with_a_base_join(spark, tmp_path: Path) -> None:
     for doc_id, r in by_id.items():
         assert r["shard"] == routed[doc_id]
         assert r["_version"] == (2 if doc_id.startswith("u") and 50 <= int(doc_id[1:]) < 80 else 1), doc_id
+    second: dict[int, list[int]] = {}
+    for shard, reader in _spark_segments(url):  # the fast path wrote both jobs (parquet-mr segments)
+        if reader.info.min_seq_no > first.get(shard, -1):
+            second.setdefault(shard, []).append(reader)
+    assert second
+    tasks = max(3, int(spark.conf.get("spark.sql.shuffle.partitions")))  # 3 input partitions, or the join's shuffle
+    for shard, readers in second.items():
+        assert len(readers) <= tasks  # sorted by shard in each task: one file per task and shard
+        seqs = sorted(s for r in readers for s in r.take(list(range(r.info.doc_count)), columns=["_seq_no"])
+                      .column(0).to_pylist())
+        assert seqs == list(range(first.get(shard, -1) + 1, first.get(shard, -1) + 1 + len(seqs)))  # contiguous
 
 
 def _empty_index(url: str, tmp_path: Path, shards: int, source: str = "stored") -> None:

@@ -42,8 +42,9 @@ import org.apache.spark.util.SerializableConfiguration;
  * (the last two placeholders the writer fills in place): per row, in the task's input order,
  * the shard ({@link Routing}), then with {@code stamp} the shard's next seq# from the job's
  * counters ({@link SinkFunctions#start}; a later write of an id gets the higher seq#), without
- * it the frame's own {@code _seq_no} (stamped by {@link SinkFunctions#stamp} before a join that
- * may reorder rows), and the shard's term. A null {@code _id} or one over 512 UTF-8 bytes fails
+ * it the seq# of the frame's {@code _seq_no}, which then holds {@link SinkFunctions#stamp}'s whole
+ * value, taken before a join or a sort that may reorder rows (the task fails unless the stamp's
+ * shard is the one the row routes to), and the shard's term. A null {@code _id} or one over 512 UTF-8 bytes fails
  * the task. Each task returns {@code "<shard>\t<path>\t<sorted>"} of its files ({@code sorted}: 1 when
  * the file's ids never decrease, as segments.segment.in_id_order says); a failed attempt's files
  * are never returned, so the driver commits only what the successful attempts wrote.
@@ -136,7 +137,7 @@ public final class SegmentWriter {
       long attempt = task == null ? 0 : task.taskAttemptId();  // unique in the SparkContext, across stage attempts
       AtomicLongArray counters = stamp ? SinkFunctions.counters(job) : null;
       TaskAttemptContextImpl context = new TaskAttemptContextImpl(conf.value(),
-          new TaskAttemptID("shardstore", 0, TaskType.MAP, partition, (int) attempt));
+          new TaskAttemptID("shardstore", 0, TaskType.MAP, partition, (int) (attempt & Integer.MAX_VALUE)));
       SegmentFile[] open = new SegmentFile[shards];  // each shard's open file, if any
       int opened = 0;
       int fileNo = 0;
@@ -162,6 +163,9 @@ public final class SegmentWriter {
           if (stamp) {
             row.setLong(SEQ_NO, counters.getAndIncrement(shard));
           } else {  // the frame carries SinkFunctions.stamp's whole value: the seq# and the shard it was taken for
+            if (row.isNullAt(SEQ_NO)) {
+              throw new IllegalStateException("shardstore sink: a row reached the writer without its seq#");
+            }
             long stamped = row.getLong(SEQ_NO);
             if ((int) (stamped & ((1L << SinkFunctions.SHARD_BITS) - 1)) != shard) {
               throw new IllegalStateException("shardstore sink: a row stamped for shard "
@@ -201,7 +205,7 @@ public final class SegmentWriter {
           try {
             f.close();
           } catch (Throwable t) {
-            error.addSuppressed(t);
+            if (t != error) error.addSuppressed(t);
           }
         }
         throw error;
@@ -228,8 +232,9 @@ public final class SegmentWriter {
           java.nio.file.Path.of(path + FINGERPRINTS), java.nio.file.StandardOpenOption.CREATE_NEW,
           java.nio.file.StandardOpenOption.WRITE), 1 << 16));
       OutputWriter w;
-      try {  // a local file whatever the session's default file system
-        w = factory.newInstance(new java.io.File(path).toURI().toString(), schema, context);
+      try {  // a local file whatever the session's default file system (a Hadoop path string: no percent-encoding)
+        w = factory.newInstance(new org.apache.hadoop.fs.Path(new java.io.File(path).getAbsoluteFile().toURI()).toString(),
+            schema, context);
       } catch (Throwable t) {
         prints.close();
         throw t;
@@ -256,9 +261,15 @@ public final class SegmentWriter {
     String close() throws java.io.IOException {
       try {
         writer.close();
-      } finally {
-        prints.close();
+      } catch (Throwable t) {
+        try {
+          prints.close();
+        } catch (Throwable u) {
+          if (u != t) t.addSuppressed(u);
+        }
+        throw t;
       }
+      prints.close();
       return shard + "\t" + path + "\t" + (unsorted ? 0 : 1);
     }
   }
