@@ -61,7 +61,7 @@ from shardstore.spark.catalog import IndexLocation, open_from_options, resolve_i
 from shardstore.spark.segment_files import (
     SparkSegmentMismatch,
     check_seq_no_range,
-    check_unique_seq_nos,
+    check_shard_seq_nos,
     fingerprints_repeat,
     footer_key_bounds,
     in_parallel,
@@ -365,11 +365,9 @@ def _run(spark: Any, df: Any, options: dict[str, str], writer: ShardstoreArrowWr
     try:
         gateway = spark.sparkContext._gateway
         firsts = gateway.new_array(gateway.jvm.long, len(writer.plans))
-        for p in writer.plans:
-            firsts[p.shard] = p.base_seq_no + 1
         terms = gateway.new_array(gateway.jvm.long, len(writer.plans))
         for p in writer.plans:
-            terms[p.shard] = p.term
+            firsts[p.shard], terms[p.shard] = p.base_seq_no + 1, p.term
         conf = {}
         if any(t is FieldType.DATE for _n, t in plan.mapping.items()):
             conf["spark.sql.parquet.outputTimestampType"] = "TIMESTAMP_MILLIS"  # date fields: timestamp[ms, UTC]
@@ -387,16 +385,8 @@ def _run(spark: Any, df: Any, options: dict[str, str], writer: ShardstoreArrowWr
         parts = collect_parts(spark, writer, plan, files, ends, stamped=stamped)
         for p in writer.plans:
             mine = [part for part in parts if part.shard == p.shard]
-            screened = [part.seq_nos is None for part in mine]
-            if any(screened) and not all(screened):
-                raise SparkSegmentMismatch(f"shard {p.shard}: some parts were screened and some read back")
-            if mine and all(screened):  # screened: the writer took every row's seq# once
-                rows = sum(part.info["doc_count"] for part in mine)
-                if rows > int(ends[p.shard]) - (p.base_seq_no + 1):
-                    raise SparkSegmentMismatch(f"shard {p.shard}: {rows} rows in the files Spark wrote, more than "
-                                               f"the {int(ends[p.shard]) - (p.base_seq_no + 1)} seq#s it handed out")
-            else:
-                check_unique_seq_nos(p.shard, [part.seq_nos for part in mine])
+            check_shard_seq_nos(p.shard, [part.seq_nos for part in mine], sum(part.info["doc_count"] for part in mine),
+                                int(ends[p.shard]) - (p.base_seq_no + 1))
         store = open_from_options(writer.options)
         for p in writer.plans:  # the counters' range, as the Python sink's tasks reserve theirs
             count = int(ends[p.shard]) - (p.base_seq_no + 1)

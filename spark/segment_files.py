@@ -82,9 +82,7 @@ def footer_key_bounds(path: str, id_sorted: bool) -> KeyBounds:
     A row group without statistics has its column read instead (footer_column_stats).
     """
     with pq.ParquetFile(path) as pf:
-        md = pf.metadata
-        ids = footer_column_stats(md, 0, "_id", pa.string(), lambda: pf.read(columns=["_id"]).column(0))
-        seqs = footer_column_stats(md, 1, "_seq_no", pa.int64(), lambda: pf.read(columns=["_seq_no"]).column(0))
+        ids, seqs = _column_stats(pf, "_id", pa.string()), _column_stats(pf, "_seq_no", pa.int64())
     return KeyBounds(id_sorted, ids.min, ids.max, seqs.min, seqs.max)
 
 
@@ -174,6 +172,20 @@ def read_keys(path: str, first: int, end: int, versions: bool = True) -> tuple[p
     return ids, seqs, t.column("_version").combine_chunks() if versions else None
 
 
+def check_shard_seq_nos(shard: int, seq_nos: list[pa.Array | None], rows: int, handed_out: int) -> None:
+    """SparkSegmentMismatch unless every row of a shard's files took its own seq#.
+
+    ``seq_nos``: each part's seq#s as read back, None for a part the fingerprint screen took
+    from its footer (its writer took each row's seq# as it wrote the row, so its rows must
+    merely not outnumber the ``handed_out`` seq#s); ``rows``: the rows of all the parts.
+    """
+    read = [s for s in seq_nos if s is not None]
+    if len(read) < len(seq_nos) and rows > handed_out:
+        raise SparkSegmentMismatch(f"shard {shard}: {rows} rows in the files Spark wrote, more than the "
+                                   f"{handed_out} seq#s it handed out")
+    check_unique_seq_nos(shard, read)
+
+
 def check_unique_seq_nos(shard: int, seq_nos: list[pa.Array]) -> None:
     """SparkSegmentMismatch if a seq# appears twice in a shard's files (each row must have taken its own).
 
@@ -207,6 +219,7 @@ def in_parallel(fn: Any, items: list[Any], workers: int = 4) -> list[Any]:
         return list(pool.map(fn, items))
 
 
-__all__ = ["FINGERPRINTS", "KeyBounds", "SparkSegmentMismatch", "check_seq_no_range", "check_unique_seq_nos",
+__all__ = ["FINGERPRINTS", "KeyBounds", "SparkSegmentMismatch", "check_seq_no_range", "check_shard_seq_nos",
+           "check_unique_seq_nos",
            "file_crc32c", "fingerprints_repeat", "footer_key_bounds", "in_parallel", "key_bounds", "new_name", "read_keys",
            "segment_info", "upload"]

@@ -148,7 +148,7 @@ public final class SegmentWriter {
         while (rows.hasNext()) {
           InternalRow next = rows.next();
           if (next.isNullAt(ID)) {
-            throw new IllegalArgumentException("shardstore sink: a row has a null _id; every row needs an id");
+            throw new IllegalArgumentException(SinkFunctions.NULL_ID);
           }
           UnsafeRow row;
           if (next instanceof UnsafeRow u) {

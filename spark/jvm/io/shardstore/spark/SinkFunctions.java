@@ -86,7 +86,7 @@ public final class SinkFunctions {
     @Override
     public Long call(String id) {
       if (id == null) {
-        throw new IllegalArgumentException("shardstore sink: a row has a null _id; every row needs an id");
+        throw new IllegalArgumentException(NULL_ID);
       }
       checkLength(id);
       if (counters == null) counters = counters(job);
@@ -94,6 +94,9 @@ public final class SinkFunctions {
       return (counters.getAndIncrement(shard) << SHARD_BITS) | shard;
     }
   }
+
+  /** The error of a row without an {@code _id} (every writer of the fast path refuses it). */
+  static final String NULL_ID = "shardstore sink: a row has a null _id; every row needs an id";
 
   /** The engine's limit on an id's UTF-8 bytes (translog/operations.py MAX_ID_BYTES). */
   public static final int MAX_ID_BYTES = 512;
@@ -134,7 +137,7 @@ public final class SinkFunctions {
     @Override
     public Integer call(String id) {
       if (id == null) {
-        throw new IllegalArgumentException("shardstore sink: a row has a null _id; every row needs an id");
+        throw new IllegalArgumentException(NULL_ID);
       }
       return Routing.shard(id, shards);
     }
