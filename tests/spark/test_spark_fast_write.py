@@ -231,6 +231,40 @@ def test_the_segment_writer_closes_the_oldest_file_when_too_many_are_open(spark,
         assert sorted(seqs[s]) == list(range(10 * (s + 1), ends[s]))
 
 
+def test_rows_batched_per_file_keep_their_order_with_rows_bigger_than_a_batch(spark, tmp_path: Path) -> None:
+    """Each file batches its rows (BATCH_BYTES) before the Parquet writer: rows of every size, small ones and ones
+    bigger than a whole batch, reach each shard's file whole and in input order (seq#s rise along the file)."""
+    gateway = spark.sparkContext._gateway
+    sink = gateway.jvm.io.shardstore.spark.SinkFunctions
+    writer = gateway.jvm.io.shardstore.spark.SegmentWriter
+    batch = int(writer.BATCH_BYTES)
+    rng = random.Random(7)
+    sizes = [rng.choice([1, 10, 500, batch // 3, batch - 64, batch + 1, 2 * batch]) for _ in range(300)]
+    rows = [(f"b{i}", 0, 0, i, chr(97 + i % 26) * size) for i, size in enumerate(sizes)]
+    frame = spark.createDataFrame(spark.sparkContext.parallelize(rows, 1),
+                                  "_id string, _seq_no long, _primary_term long, k long, body string")
+    shards = 2
+    firsts = gateway.new_array(gateway.jvm.long, shards)
+    terms = gateway.new_array(gateway.jvm.long, shards)
+    sink.start("batch-job", firsts)
+    try:
+        written = [str(f).split("\t") for f in writer.write(frame._jdf, str(tmp_path), "batch-job", terms, True,
+                                                              shards, {})]
+    finally:
+        sink.finish("batch-job")
+    routed = dict(zip((r[0] for r in rows), shard_ids(pa.array([r[0] for r in rows], pa.string()), shards).to_pylist()))
+    assert len(written) == shards
+    seen = 0
+    for shard, path, _sorted in written:
+        t = pq.read_table(path)
+        ks, bodies, seqs = (t.column(c).to_pylist() for c in ("k", "body", "_seq_no"))
+        assert ks == sorted(ks) and [routed[f"b{k}"] for k in ks] == [int(shard)] * len(ks)  # input order, its shard
+        assert seqs == list(range(len(seqs)))  # the file's rows in the order their seq#s were taken
+        assert bodies == [rows[k][4] for k in ks]  # whole
+        seen += len(ks)
+    assert seen == len(rows)
+
+
 def test_many_shards_with_a_base_join(spark, tmp_path: Path) -> None:
     """More than MAX_OPEN_SHARDS shards and an update: stamped before the join, sorted by shard, versions right."""
     url = f"file://{tmp_path / 'remote'}"
