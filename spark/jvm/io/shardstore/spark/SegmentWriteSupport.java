@@ -1,0 +1,144 @@
+package io.shardstore.spark;
+
+import org.apache.hadoop.conf.Configuration;
+import org.apache.parquet.hadoop.api.WriteSupport;
+import org.apache.parquet.io.api.Binary;
+import org.apache.parquet.io.api.RecordConsumer;
+import org.apache.parquet.schema.LogicalTypeAnnotation;
+import org.apache.parquet.schema.MessageType;
+import org.apache.parquet.schema.PrimitiveType;
+import org.apache.parquet.schema.Type;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
+import org.apache.spark.sql.execution.datasources.parquet.ParquetWriteSupport;
+import org.apache.spark.sql.internal.SQLConf;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.unsafe.Platform;
+
+/**
+ * Spark's Parquet write support with a leaner row loop for the segment columns' types
+ * ({@link SegmentWriter} installs it in place of Spark's {@link ParquetWriteSupport}).
+ *
+ * <p>The file is Spark's: {@link #init} and {@link #finalizeWrite} are Spark's own, so the Parquet
+ * schema, the footer's metadata and every writer setting are unchanged. Only {@link #write} differs:
+ * a switch over the columns' kinds instead of one Scala closure per value, and strings and binaries
+ * handed to parquet-mr as slices of the row's own bytes (Spark copies each into a new array first).
+ * Parquet-mr copies what it keeps (dictionary entries, statistics, the previous value of a delta
+ * encoding), as it must for Spark's reused arrays too. Any column of another type or representation
+ * (an INT96 or micros timestamp with a legacy rebase mode, a decimal, a nested type) makes the
+ * whole file go through Spark's own row loop.
+ */
+public final class SegmentWriteSupport extends WriteSupport<InternalRow> {
+  static final byte LONG = 0;
+  static final byte INT = 1;
+  static final byte DOUBLE = 2;
+  static final byte BOOLEAN = 3;
+  static final byte BYTES = 4;  // string (UTF-8) or binary
+  static final byte MILLIS = 5;  // Spark's microseconds written as Parquet milliseconds
+  static final byte SHORT = 6;
+  static final byte BYTE = 7;
+  static final byte FLOAT = 8;
+
+  private final ParquetWriteSupport spark = new ParquetWriteSupport();
+  private RecordConsumer out;
+  private String[] names;
+  private byte[] kinds;  // null: every row through Spark's own loop
+
+  /** Public, without arguments: parquet-mr makes it by reflection (ParquetOutputFormat's write support class). */
+  public SegmentWriteSupport() {}
+
+  @Override
+  public WriteContext init(Configuration conf) {
+    WriteContext context = spark.init(conf);
+    StructType schema = (StructType) DataType.fromJson(conf.get(ParquetWriteSupport.SPARK_ROW_SCHEMA()));
+    kinds = kinds(schema, context.getSchema());
+    names = schema.fieldNames();
+    return context;
+  }
+
+  /** Each column's kind, or null when one of them is written only by Spark's own loop. */
+  public static byte[] kinds(StructType schema, MessageType parquet) {
+    byte[] kinds = new byte[schema.length()];
+    for (int i = 0; i < kinds.length; i++) {
+      DataType t = schema.fields()[i].dataType();
+      Type p = parquet.getType(i);
+      if (!p.isPrimitive() || !p.getName().equals(schema.fields()[i].name())) return null;
+      PrimitiveType.PrimitiveTypeName physical = p.asPrimitiveType().getPrimitiveTypeName();
+      if (t.equals(DataTypes.LongType) && physical == PrimitiveType.PrimitiveTypeName.INT64) {
+        kinds[i] = LONG;
+      } else if (t.equals(DataTypes.IntegerType) && physical == PrimitiveType.PrimitiveTypeName.INT32) {
+        kinds[i] = INT;
+      } else if (t.equals(DataTypes.ShortType) && physical == PrimitiveType.PrimitiveTypeName.INT32) {
+        kinds[i] = SHORT;
+      } else if (t.equals(DataTypes.ByteType) && physical == PrimitiveType.PrimitiveTypeName.INT32) {
+        kinds[i] = BYTE;
+      } else if (t.equals(DataTypes.DoubleType) && physical == PrimitiveType.PrimitiveTypeName.DOUBLE) {
+        kinds[i] = DOUBLE;
+      } else if (t.equals(DataTypes.FloatType) && physical == PrimitiveType.PrimitiveTypeName.FLOAT) {
+        kinds[i] = FLOAT;
+      } else if (t.equals(DataTypes.BooleanType) && physical == PrimitiveType.PrimitiveTypeName.BOOLEAN) {
+        kinds[i] = BOOLEAN;
+      } else if ((t.equals(DataTypes.StringType) || t.equals(DataTypes.BinaryType))
+          && physical == PrimitiveType.PrimitiveTypeName.BINARY) {
+        kinds[i] = BYTES;
+      } else if (t.equals(DataTypes.TimestampType) && physical == PrimitiveType.PrimitiveTypeName.INT64
+          && p.getLogicalTypeAnnotation() instanceof LogicalTypeAnnotation.TimestampLogicalTypeAnnotation ts
+          && ts.getUnit() == LogicalTypeAnnotation.TimeUnit.MILLIS
+          && "CORRECTED".equals(SQLConf.get().getConfString("spark.sql.parquet.datetimeRebaseModeInWrite", "CORRECTED"))) {
+        kinds[i] = MILLIS;  // Spark rebases nothing in CORRECTED mode: milliseconds = floorDiv(micros, 1000)
+      } else {
+        return null;
+      }
+    }
+    return kinds;
+  }
+
+  @Override
+  public void prepareForWrite(RecordConsumer consumer) {
+    out = consumer;
+    spark.prepareForWrite(consumer);
+  }
+
+  @Override
+  public FinalizedWriteContext finalizeWrite() {
+    return spark.finalizeWrite();
+  }
+
+  @Override
+  public void write(InternalRow row) {
+    if (kinds == null) {
+      spark.write(row);
+      return;
+    }
+    UnsafeRow u = row instanceof UnsafeRow r && r.getBaseObject() instanceof byte[] ? r : null;
+    RecordConsumer c = out;
+    c.startMessage();
+    for (int i = 0; i < kinds.length; i++) {
+      if (row.isNullAt(i)) continue;  // parquet-mr writes the null at the end of the message
+      c.startField(names[i], i);
+      switch (kinds[i]) {
+        case LONG -> c.addLong(row.getLong(i));
+        case INT -> c.addInteger(row.getInt(i));
+        case SHORT -> c.addInteger(row.getShort(i));
+        case BYTE -> c.addInteger(row.getByte(i));
+        case DOUBLE -> c.addDouble(row.getDouble(i));
+        case FLOAT -> c.addFloat(row.getFloat(i));
+        case BOOLEAN -> c.addBoolean(row.getBoolean(i));
+        case MILLIS -> c.addLong(Math.floorDiv(row.getLong(i), 1000L));
+        default -> c.addBinary(bytes(row, u, i));
+      }
+      c.endField(names[i], i);
+    }
+    c.endMessage();
+  }
+
+  /** A string or binary value: a slice of an UnsafeRow's byte array, else a copy. */
+  private static Binary bytes(InternalRow row, UnsafeRow u, int i) {
+    if (u == null) return Binary.fromReusedByteArray(row.getBinary(i));
+    long offsetAndSize = u.getLong(i);
+    int start = (int) (u.getBaseOffset() - Platform.BYTE_ARRAY_OFFSET) + (int) (offsetAndSize >>> 32);
+    return Binary.fromReusedByteArray((byte[]) u.getBaseObject(), start, (int) offsetAndSize);
+  }
+}
