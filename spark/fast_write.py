@@ -107,12 +107,17 @@ PARQUET_OPTIONS = {
     "parquet.bloom.filter.enabled#_id": "true",
     "parquet.bloom.filter.expected.ndv#_id": str(128 * 1024),
     "parquet.bloom.filter.fpp#_id": "0.01",
-    # data page v2 encodings: _seq_no (no dictionary) as DELTA_BINARY_PACKED, a few bytes per row group;
-    # _version and _primary_term (mostly one value) by dictionary: ~10% of the write (docs/design/spark.md)
+    # data page v2 encodings: _seq_no, _version and _primary_term (no dictionary) as DELTA_BINARY_PACKED, a few
+    # bytes per block of 128 values; a dictionary's lookup per value cost 0.1 s of a 2.6 s write (docs/design/spark.md)
     "parquet.writer.version": "v2",
     "parquet.enable.dictionary#_id": "false",
     "parquet.enable.dictionary#_seq_no": "false",
+    "parquet.enable.dictionary#_version": "false",
+    "parquet.enable.dictionary#_primary_term": "false",
     "parquet.enable.dictionary#_source": "false",
+    # as segments/segment.py's writer: no statistics on _source, no size statistics (nothing reads them; 0.1 s)
+    "parquet.column.statistics.enabled#_source": "false",
+    "parquet.size.statistics.enabled": "false",
 }
 _BASE_VERSION = "__shardstore_base_version"
 _STAMP = "__shardstore_stamp"

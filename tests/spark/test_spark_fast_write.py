@@ -360,6 +360,9 @@ def test_round_trip_through_engine_and_spark_reader(spark, tmp_path: Path) -> No
         assert con.execute(probe, [reader.path, "no-such-id"]).fetchone()[0] is True
         assert con.execute(probe, [reader.path, ids[0]]).fetchone()[0] is False
         footer = pq.ParquetFile(reader.path).metadata  # a sorting column declared only where the rows are sorted
+        chunks = {footer.schema.column(c).name: footer.row_group(0).column(c) for c in range(footer.num_columns)}
+        assert all(chunks[c].encodings == ("DELTA_BINARY_PACKED",) for c in ("_seq_no", "_primary_term", "_version"))
+        assert not chunks["_source"].is_stats_set and chunks["name"].is_stats_set  # as the segment writer's
         declared = (pq.SortingColumn(0),) if info.id_sorted else ()
         assert all(tuple(footer.row_group(g).sorting_columns or ()) == declared for g in range(footer.num_row_groups))
         meta = reader.read_metadata_info()  # the footer's copy of the segment info, as the segment writer keeps it
