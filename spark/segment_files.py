@@ -144,17 +144,22 @@ def fingerprints_repeat(paths: list[str], rows: list[int]) -> bool:
     commit needs neither the ids nor a duplicate check; a repeat (an id written twice, or a
     fingerprint collision) sends the caller to read the ids and decide exactly.
     """
-    arrays = []
+    prints = np.empty(sum(rows), dtype="<u8")  # every file read into one array, sorted in place (no copies)
+    at = 0
     for path, n in zip(paths, rows):
         size = os.path.getsize(path + FINGERPRINTS)
         if size != 8 * n:
             raise SparkSegmentMismatch(f"{path}{FINGERPRINTS}: {size} bytes of id fingerprints for {n} rows "
                                        f"(8 bytes a row)")
-        arrays.append(np.fromfile(path + FINGERPRINTS, dtype="<u8"))
-    if sum(rows) < 2:
+        with open(path + FINGERPRINTS, "rb") as f:
+            got = f.readinto(memoryview(prints[at:at + n]).cast("B"))
+        if got != size:
+            raise SparkSegmentMismatch(f"{path}{FINGERPRINTS}: read {got} of its {size} bytes")
+        at += n
+    if at < 2:
         return False
-    prints = np.sort(np.concatenate(arrays))
-    return bool((prints[1:] == prints[:-1]).any())
+    prints.sort()
+    return bool(np.any(prints[1:] == prints[:-1]))
 
 
 def read_keys(path: str, first: int, end: int, versions: bool = True) -> tuple[pa.Array, pa.Array, pa.Array | None]:
