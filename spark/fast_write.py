@@ -376,6 +376,8 @@ def _run(spark: Any, df: Any, options: dict[str, str], writer: ShardstoreArrowWr
         conf = {}
         if any(t is FieldType.DATE for _n, t in plan.mapping.items()):
             conf["spark.sql.parquet.outputTimestampType"] = "TIMESTAMP_MILLIS"  # date fields: timestamp[ms, UTC]
+            # proleptic Gregorian, as every other segment writer: a session's LEGACY mode would shift dates before 1582
+            conf["spark.sql.parquet.datetimeRebaseModeInWrite"] = "CORRECTED"
         out = os.path.abspath(os.path.join(tmp, "out"))  # the JVM resolves a relative path on its own
         os.makedirs(out)
         sink.start(writer.job, firsts)

@@ -265,6 +265,31 @@ def test_rows_batched_per_file_keep_their_order_with_rows_bigger_than_a_batch(sp
     assert seen == len(rows)
 
 
+def test_dates_before_1582_in_a_session_with_legacy_rebase(spark, tmp_path: Path) -> None:
+    """A session writing Parquet dates in LEGACY (Julian) mode: the fast path still writes proleptic Gregorian
+    timestamps, as the Python sink and the engine do, and leaves the session's setting as it was."""
+    url = f"file://{tmp_path / 'remote'}"
+    _empty_index(url, tmp_path, shards=2, source="synthetic")
+    old = dt.datetime(1000, 1, 1, 12, 0, tzinfo=dt.timezone.utc)
+    rows = [("old", 1, "a", 1.0, True, old, 1), ("recent", 2, "b", 2.0, False, old.replace(year=2024), 2)]
+    key = "spark.sql.parquet.datetimeRebaseModeInWrite"
+    before = spark.conf.get(key)
+    spark.conf.set(key, "LEGACY")
+    try:
+        _fast_write(spark, url, rows)
+        assert spark.conf.get(key) == "LEGACY"
+    finally:
+        spark.conf.set(key, before)
+    assert _spark_segments(url), "the fast path did not write the segments"
+    store = open_store(url)
+    loc = resolve_index(store, INDEX)
+    at = {}
+    for s in range(loc.shards):
+        for batch in open_commit(store, loc.address(s)).scan(columns=["_id", "at"]):
+            at.update(zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()))
+    assert at == {"old": old, "recent": old.replace(year=2024)}
+
+
 def test_many_shards_with_a_base_join(spark, tmp_path: Path) -> None:
     """More than MAX_OPEN_SHARDS shards and an update: stamped before the join, sorted by shard, versions right."""
     url = f"file://{tmp_path / 'remote'}"
