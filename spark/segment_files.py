@@ -144,6 +144,8 @@ def fingerprints_repeat(paths: list[str], rows: list[int]) -> bool:
     commit needs neither the ids nor a duplicate check; a repeat (an id written twice, or a
     fingerprint collision) sends the caller to read the ids and decide exactly.
     """
+    if len(paths) != len(rows):
+        raise ValueError(f"fingerprints_repeat: {len(paths)} files but {len(rows)} row counts")
     prints = np.empty(sum(rows), dtype="<u8")  # every file read into one array, sorted in place (no copies)
     at = 0
     for path, n in zip(paths, rows):

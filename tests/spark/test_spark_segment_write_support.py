@@ -68,7 +68,11 @@ def _comparable(v):
     return v
 
 
-def _segment_writer(spark, frame, out: Path, job: str) -> list[str]:
+#: Small row groups, so that parquet-mr makes a new record consumer (and the loop finds its column writers) many times.
+OPTIONS = {**PARQUET_OPTIONS, "parquet.block.row.count.limit": "50"}
+
+
+def _segment_writer(spark, frame, out: Path, job: str, options: dict[str, str]) -> list[str]:
     gateway = spark.sparkContext._gateway
     sink = gateway.jvm.io.shardstore.spark.SinkFunctions
     writer = gateway.jvm.io.shardstore.spark.SegmentWriter
@@ -77,7 +81,7 @@ def _segment_writer(spark, frame, out: Path, job: str) -> list[str]:
     out.mkdir()
     sink.start(job, firsts)
     try:
-        return [str(f).split("\t")[1] for f in writer.write(frame._jdf, str(out), job, terms, True, 1, PARQUET_OPTIONS)]
+        return [str(f).split("\t")[1] for f in writer.write(frame._jdf, str(out), job, terms, True, 1, options)]
     finally:
         sink.finish(job)
 
@@ -91,23 +95,37 @@ def _lean(spark, frame) -> bool:
     return jvm.io.shardstore.spark.SegmentWriteSupport.kinds(schema, parquet) is not None
 
 
-@pytest.mark.parametrize("extra", ["", "dec"])
+@pytest.mark.parametrize("extra", ["", "dec", "validating"])
 def test_the_segment_write_support_writes_what_spark_writes(spark, tmp_path: Path, extra: str) -> None:
-    """Every column type of a segment (and a decimal, which takes Spark's own loop) reads back the same from both."""
+    """Every column type of a segment reads back the same from both writers, over many row groups: straight to the
+    column writers (""), through parquet-mr's record consumer when it hides them (a validating consumer), and
+    through Spark's own loop for a type the lean loop does not take (a decimal)."""
     from pyspark.sql import functions as F
 
+    support = spark.sparkContext._gateway.jvm.io.shardstore.spark.SegmentWriteSupport
     frame = spark.createDataFrame(spark.sparkContext.parallelize(_rows(), 2), SCHEMA)
     if extra == "dec":
         frame = frame.withColumn("dec", (F.col("i") / 100).cast("decimal(12,2)"))
+    options = {**OPTIONS, **({"parquet.validation": "true"} if extra == "validating" else {})}
     before = spark.conf.get("spark.sql.parquet.outputTimestampType")
     spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MILLIS")  # as the fast path writes dates
     try:
-        assert _lean(spark, frame) == (extra == "")
-        files = _segment_writer(spark, frame, tmp_path / "lean", f"ws-{extra}")
-        frame.write.options(**PARQUET_OPTIONS).parquet(str(tmp_path / "spark"))
+        assert _lean(spark, frame) == (extra != "dec")
+        direct, consumer = int(support.DIRECT_ROW_GROUPS), int(support.CONSUMER_ROW_GROUPS)
+        files = _segment_writer(spark, frame, tmp_path / "lean", f"ws-{extra}", options)
+        direct, consumer = int(support.DIRECT_ROW_GROUPS) - direct, int(support.CONSUMER_ROW_GROUPS) - consumer
+        frame.write.options(**options).parquet(str(tmp_path / "spark"))
     finally:
         spark.conf.set("spark.sql.parquet.outputTimestampType", before)
     assert len(files) == 2  # one file per task (one shard)
+    groups = sum(pq.ParquetFile(f).metadata.num_row_groups for f in files)
+    assert groups >= 4  # 240 rows in row groups of 50
+    # parquet-mr makes a consumer per row group (and one more after a last full one): each counted by its way
+    if extra == "dec":  # Spark's loop: neither of ours
+        assert (direct, consumer) == (0, 0)
+    else:
+        ours, other = (direct, consumer) if extra == "" else (consumer, direct)
+        assert ours >= groups and other == 0
     lean, theirs = _read(str(tmp_path / "lean" / "*.parquet")), _read(str(tmp_path / "spark" / "*.parquet"))
     assert len(lean) == len(_rows())
     assert lean == theirs

@@ -45,11 +45,15 @@ public final class SegmentWriteSupport extends WriteSupport<InternalRow> {
   static final byte INT = 1;
   static final byte DOUBLE = 2;
   static final byte BOOLEAN = 3;
-  static final byte BYTES = 4;  // string (UTF-8) or binary
+  static final byte BYTES = 4;  // string (UTF-8)
   static final byte MILLIS = 5;  // Spark's microseconds written as Parquet milliseconds
   static final byte SHORT = 6;
   static final byte BYTE = 7;
   static final byte FLOAT = 8;
+  static final byte BINARY = 9;
+  /** Row groups written straight to the column writers, and through parquet-mr's record consumer (diagnostics). */
+  public static final java.util.concurrent.atomic.AtomicLong DIRECT_ROW_GROUPS = new java.util.concurrent.atomic.AtomicLong();
+  public static final java.util.concurrent.atomic.AtomicLong CONSUMER_ROW_GROUPS = new java.util.concurrent.atomic.AtomicLong();
 
   private final ParquetWriteSupport spark = new ParquetWriteSupport();
   private RecordConsumer out;
@@ -95,9 +99,10 @@ public final class SegmentWriteSupport extends WriteSupport<InternalRow> {
         kinds[i] = FLOAT;
       } else if (t.equals(DataTypes.BooleanType) && physical == PrimitiveType.PrimitiveTypeName.BOOLEAN) {
         kinds[i] = BOOLEAN;
-      } else if ((t.equals(DataTypes.StringType) || t.equals(DataTypes.BinaryType))
-          && physical == PrimitiveType.PrimitiveTypeName.BINARY) {
+      } else if (t.equals(DataTypes.StringType) && physical == PrimitiveType.PrimitiveTypeName.BINARY) {
         kinds[i] = BYTES;
+      } else if (t.equals(DataTypes.BinaryType) && physical == PrimitiveType.PrimitiveTypeName.BINARY) {
+        kinds[i] = BINARY;
       } else if (t.equals(DataTypes.TimestampType) && physical == PrimitiveType.PrimitiveTypeName.INT64
           && p.getLogicalTypeAnnotation() instanceof LogicalTypeAnnotation.TimestampLogicalTypeAnnotation ts
           && ts.getUnit() == LogicalTypeAnnotation.TimeUnit.MILLIS
@@ -115,6 +120,7 @@ public final class SegmentWriteSupport extends WriteSupport<InternalRow> {
     out = consumer;
     spark.prepareForWrite(consumer);
     store = kinds == null ? null : columnStore(consumer);
+    if (kinds != null) (store != null ? DIRECT_ROW_GROUPS : CONSUMER_ROW_GROUPS).incrementAndGet();
     if (store != null) {
       List<ColumnDescriptor> columns = parquet.getColumns();
       writers = new ColumnWriter[columns.size()];
@@ -170,7 +176,7 @@ public final class SegmentWriteSupport extends WriteSupport<InternalRow> {
         case FLOAT -> c.addFloat(row.getFloat(i));
         case BOOLEAN -> c.addBoolean(row.getBoolean(i));
         case MILLIS -> c.addLong(Math.floorDiv(row.getLong(i), 1000L));
-        default -> c.addBinary(bytes(row, u, i));
+        default -> c.addBinary(bytes(row, u, i, kinds[i]));
       }
       c.endField(names[i], i);
     }
@@ -196,15 +202,15 @@ public final class SegmentWriteSupport extends WriteSupport<InternalRow> {
         case FLOAT -> w.write(row.getFloat(i), 0, d);
         case BOOLEAN -> w.write(row.getBoolean(i), 0, d);
         case MILLIS -> w.write(Math.floorDiv(row.getLong(i), 1000L), 0, d);
-        default -> w.write(bytes(row, u, i), 0, d);
+        default -> w.write(bytes(row, u, i, kinds[i]), 0, d);
       }
     }
     store.endRecord();
   }
 
   /** A string or binary value: a slice of an UnsafeRow's byte array, else a copy. */
-  private static Binary bytes(InternalRow row, UnsafeRow u, int i) {
-    if (u == null) return Binary.fromReusedByteArray(row.getBinary(i));
+  private static Binary bytes(InternalRow row, UnsafeRow u, int i, byte kind) {
+    if (u == null) return Binary.fromReusedByteArray(kind == BINARY ? row.getBinary(i) : row.getUTF8String(i).getBytes());
     long offsetAndSize = u.getLong(i);
     int start = (int) (u.getBaseOffset() - Platform.BYTE_ARRAY_OFFSET) + (int) (offsetAndSize >>> 32);
     return Binary.fromReusedByteArray((byte[]) u.getBaseObject(), start, (int) offsetAndSize);

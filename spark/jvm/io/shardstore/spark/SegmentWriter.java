@@ -299,18 +299,28 @@ public final class SegmentWriter {
 
     /** Close the file and its fingerprints; return {@code "<shard>\t<path>\t<sorted>"}. */
     String close() throws java.io.IOException {
+      Throwable error = null;
       try {
         flush();
+      } catch (Throwable t) {
+        error = t;
+      }
+      try {  // closed whatever the flush did: its stream, its buffers and its share of parquet-mr's memory pool
         writer.close();
       } catch (Throwable t) {
-        try {
-          prints.close();
-        } catch (Throwable u) {
-          if (u != t) t.addSuppressed(u);
-        }
-        throw t;
+        if (error == null) error = t;
+        else if (t != error) error.addSuppressed(t);
       }
-      prints.close();
+      try {
+        prints.close();
+      } catch (Throwable t) {
+        if (error == null) error = t;
+        else if (t != error) error.addSuppressed(t);
+      }
+      if (error instanceof java.io.IOException e) throw e;
+      if (error instanceof RuntimeException e) throw e;
+      if (error instanceof Error e) throw e;
+      if (error != null) throw new java.io.IOException(error);
       return shard + "\t" + path + "\t" + (unsorted ? 0 : 1);
     }
   }
