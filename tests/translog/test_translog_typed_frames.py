@@ -147,7 +147,8 @@ def test_a_version_2_generation_is_read_and_new_frames_go_to_a_version_3_file(tm
 
 
 def test_large_batches_are_compressed_small_ones_are_not(tmp_path: Path) -> None:
-    """A batch of at least COMPRESS_MIN_BYTES (plain or typed) is LZ4-compressed; it reads back the same."""
+    """A batch of at least COMPRESS_MIN_BYTES (plain) is LZ4-compressed, a typed one of COMPRESS_TYPED_MIN_BYTES
+    zstd-compressed (each codec's frames in the payload); every frame reads back the same."""
     n = 6000
     body = b'{"text":"' + b"abcdefgh" * 120 + b'"}'  # ~1 KiB of JSON, compressible as real documents are
     big = stamp(index_batch([f"b{i}" for i in range(n)], [body] * n), 0, 1)
@@ -162,6 +163,9 @@ def test_large_batches_are_compressed_small_ones_are_not(tmp_path: Path) -> None
     assert [f.kind for f in frames] == [fr.BATCH_MAGIC, fr.BATCH_MAGIC, fr.TYPED_MAGIC]
     assert frames[0].length < big.nbytes / 4  # compressed
     assert frames[1].length > small.nbytes  # not compressed (the frame carries the buffers as they are)
+    lz4, zstd = b"\x04\x22\x4d\x18", b"\x28\xb5\x2f\xfd"  # the LZ4 frame and zstd frame magic numbers
+    assert lz4 in bytes(frames[0].payload) and zstd not in bytes(frames[0].payload)
+    assert zstd in bytes(frames[2].payload) and lz4 not in bytes(frames[2].payload)
     assert back.num_rows == n + 100 + 30_000
     assert back.column("source").to_pylist()[:n] == [body] * n
     assert fields_of(back).column("n").to_pylist()[n + 100:] == list(range(n + 100, n + 30_100))
