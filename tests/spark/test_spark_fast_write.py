@@ -296,7 +296,9 @@ def test_many_shards_with_a_base_join(spark, tmp_path: Path) -> None:
     shards = MAX_OPEN_SHARDS + 4
     _empty_index(url, tmp_path, shards=shards)
     _fast_write(spark, url, _rows("u", 100))
-    first = {shard: reader.info.max_seq_no for shard, reader in _spark_segments(url)}
+    first: dict[int, int] = {}  # each shard's highest seq# of the first job, over all its files
+    for shard, reader in _spark_segments(url):
+        first[shard] = max(first.get(shard, -1), reader.info.max_seq_no)
     _fast_write(spark, url, _rows("u", 30, 50) + _rows("new", 10), partitions=3)
     docs = _live_docs(url)
     by_id = {r["_id"]: r for r in docs.to_pylist()}
