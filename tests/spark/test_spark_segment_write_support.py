@@ -98,8 +98,8 @@ def _lean(spark, frame) -> bool:
 @pytest.mark.parametrize("extra", ["", "dec", "validating"])
 def test_the_segment_write_support_writes_what_spark_writes(spark, tmp_path: Path, extra: str) -> None:
     """Every column type of a segment reads back the same from both writers, over many row groups: straight to the
-    column writers (""), through parquet-mr's record consumer when it hides them (a validating consumer), and
-    through Spark's own loop for a type the lean loop does not take (a decimal)."""
+    column writers (""), by Spark's own loop for a row group whose record consumer hides them (a validating
+    consumer), and by Spark's own loop for a file of a type the lean loop does not take (a decimal)."""
     from pyspark.sql import functions as F
 
     support = spark.sparkContext._gateway.jvm.io.shardstore.spark.SegmentWriteSupport

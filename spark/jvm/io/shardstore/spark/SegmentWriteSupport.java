@@ -1,6 +1,7 @@
 package io.shardstore.spark;
 
 import java.util.List;
+import java.util.Map;
 
 import org.apache.hadoop.conf.Configuration;
 import org.apache.parquet.column.ColumnDescriptor;
@@ -34,10 +35,10 @@ import org.apache.spark.unsafe.Platform;
  * encoding), as it must for Spark's reused arrays too. The schema is flat, so each value goes
  * straight to its column's writer (repetition level 0, a value at its column's definition level, a
  * null at 0, then the store's end of record), as parquet-mr's record consumer would pass it on after
- * its per-field bookkeeping; when that consumer does not expose its column store (another parquet-mr),
- * the values go through the consumer. Any column of another type or representation (a decimal, a
- * nested type, an INT96 or micros timestamp, a legacy rebase mode) makes the whole file go through
- * Spark's own row loop. Measured on 5.05M rows x 16 columns: Spark's loop 3.32 s, the switch through
+ * its per-field bookkeeping. Spark's own row loop writes the row group instead when that consumer does
+ * not expose its column store (another parquet-mr, a validating consumer), and the whole file when a
+ * column has another type or representation (a decimal, a nested type, an INT96 or micros timestamp,
+ * a legacy rebase mode). Measured on 5.05M rows x 16 columns: Spark's loop 3.32 s, the switch through
  * the consumer 2.77 s, straight to the column writers 2.43 s (docs/design/spark.md).
  */
 public final class SegmentWriteSupport extends WriteSupport<InternalRow> {
@@ -51,12 +52,26 @@ public final class SegmentWriteSupport extends WriteSupport<InternalRow> {
   static final byte BYTE = 7;
   static final byte FLOAT = 8;
   static final byte BINARY = 9;
-  /** Row groups written straight to the column writers, and through parquet-mr's record consumer (diagnostics). */
+  /** Row groups written straight to the column writers, and by Spark's loop through parquet-mr's record consumer
+   * because it hid them (diagnostics; a file of a type the lean loop does not take counts in neither). */
   public static final java.util.concurrent.atomic.AtomicLong DIRECT_ROW_GROUPS = new java.util.concurrent.atomic.AtomicLong();
   public static final java.util.concurrent.atomic.AtomicLong CONSUMER_ROW_GROUPS = new java.util.concurrent.atomic.AtomicLong();
 
+  /** Spark type -> the Parquet physical type Spark writes it as, and its kind (timestamps apart: their unit). */
+  private static final Map<DataType, Simple> SIMPLE = Map.of(
+      DataTypes.LongType, new Simple(PrimitiveType.PrimitiveTypeName.INT64, LONG),
+      DataTypes.IntegerType, new Simple(PrimitiveType.PrimitiveTypeName.INT32, INT),
+      DataTypes.ShortType, new Simple(PrimitiveType.PrimitiveTypeName.INT32, SHORT),
+      DataTypes.ByteType, new Simple(PrimitiveType.PrimitiveTypeName.INT32, BYTE),
+      DataTypes.DoubleType, new Simple(PrimitiveType.PrimitiveTypeName.DOUBLE, DOUBLE),
+      DataTypes.FloatType, new Simple(PrimitiveType.PrimitiveTypeName.FLOAT, FLOAT),
+      DataTypes.BooleanType, new Simple(PrimitiveType.PrimitiveTypeName.BOOLEAN, BOOLEAN),
+      DataTypes.StringType, new Simple(PrimitiveType.PrimitiveTypeName.BINARY, BYTES),
+      DataTypes.BinaryType, new Simple(PrimitiveType.PrimitiveTypeName.BINARY, BINARY));
+
+  private record Simple(PrimitiveType.PrimitiveTypeName physical, byte kind) {}
+
   private final ParquetWriteSupport spark = new ParquetWriteSupport();
-  private RecordConsumer out;
   private String[] names;
   private byte[] kinds;  // null: every row through Spark's own loop
   private MessageType parquet;
@@ -85,24 +100,9 @@ public final class SegmentWriteSupport extends WriteSupport<InternalRow> {
       Type p = parquet.getType(i);
       if (!p.isPrimitive() || !p.getName().equals(schema.fields()[i].name())) return null;
       PrimitiveType.PrimitiveTypeName physical = p.asPrimitiveType().getPrimitiveTypeName();
-      if (t.equals(DataTypes.LongType) && physical == PrimitiveType.PrimitiveTypeName.INT64) {
-        kinds[i] = LONG;
-      } else if (t.equals(DataTypes.IntegerType) && physical == PrimitiveType.PrimitiveTypeName.INT32) {
-        kinds[i] = INT;
-      } else if (t.equals(DataTypes.ShortType) && physical == PrimitiveType.PrimitiveTypeName.INT32) {
-        kinds[i] = SHORT;
-      } else if (t.equals(DataTypes.ByteType) && physical == PrimitiveType.PrimitiveTypeName.INT32) {
-        kinds[i] = BYTE;
-      } else if (t.equals(DataTypes.DoubleType) && physical == PrimitiveType.PrimitiveTypeName.DOUBLE) {
-        kinds[i] = DOUBLE;
-      } else if (t.equals(DataTypes.FloatType) && physical == PrimitiveType.PrimitiveTypeName.FLOAT) {
-        kinds[i] = FLOAT;
-      } else if (t.equals(DataTypes.BooleanType) && physical == PrimitiveType.PrimitiveTypeName.BOOLEAN) {
-        kinds[i] = BOOLEAN;
-      } else if (t.equals(DataTypes.StringType) && physical == PrimitiveType.PrimitiveTypeName.BINARY) {
-        kinds[i] = BYTES;
-      } else if (t.equals(DataTypes.BinaryType) && physical == PrimitiveType.PrimitiveTypeName.BINARY) {
-        kinds[i] = BINARY;
+      Simple simple = SIMPLE.get(t);
+      if (simple != null && simple.physical() == physical) {
+        kinds[i] = simple.kind();
       } else if (t.equals(DataTypes.TimestampType) && physical == PrimitiveType.PrimitiveTypeName.INT64
           && p.getLogicalTypeAnnotation() instanceof LogicalTypeAnnotation.TimestampLogicalTypeAnnotation ts
           && ts.getUnit() == LogicalTypeAnnotation.TimeUnit.MILLIS
@@ -117,7 +117,6 @@ public final class SegmentWriteSupport extends WriteSupport<InternalRow> {
 
   @Override
   public void prepareForWrite(RecordConsumer consumer) {
-    out = consumer;
     spark.prepareForWrite(consumer);
     store = kinds == null ? null : columnStore(consumer);
     if (kinds != null) (store != null ? DIRECT_ROW_GROUPS : CONSUMER_ROW_GROUPS).incrementAndGet();
@@ -141,7 +140,7 @@ public final class SegmentWriteSupport extends WriteSupport<InternalRow> {
       java.lang.reflect.Field f = consumer.getClass().getDeclaredField("columns");
       f.setAccessible(true);
       return f.get(consumer) instanceof ColumnWriteStore s ? s : null;
-    } catch (ReflectiveOperationException | RuntimeException e) {  // another parquet-mr: the consumer's way
+    } catch (ReflectiveOperationException | RuntimeException e) {  // another parquet-mr: Spark's loop
       return null;
     }
   }
@@ -153,38 +152,11 @@ public final class SegmentWriteSupport extends WriteSupport<InternalRow> {
 
   @Override
   public void write(InternalRow row) {
-    if (kinds == null) {
+    if (store == null) {  // a type the lean loop does not take, or column writers it cannot reach
       spark.write(row);
       return;
     }
     UnsafeRow u = row instanceof UnsafeRow r && r.getBaseObject() instanceof byte[] ? r : null;
-    if (store != null) {
-      direct(row, u);
-      return;
-    }
-    RecordConsumer c = out;
-    c.startMessage();
-    for (int i = 0; i < kinds.length; i++) {
-      if (row.isNullAt(i)) continue;  // parquet-mr writes the null at the end of the message
-      c.startField(names[i], i);
-      switch (kinds[i]) {
-        case LONG -> c.addLong(row.getLong(i));
-        case INT -> c.addInteger(row.getInt(i));
-        case SHORT -> c.addInteger(row.getShort(i));
-        case BYTE -> c.addInteger(row.getByte(i));
-        case DOUBLE -> c.addDouble(row.getDouble(i));
-        case FLOAT -> c.addFloat(row.getFloat(i));
-        case BOOLEAN -> c.addBoolean(row.getBoolean(i));
-        case MILLIS -> c.addLong(Math.floorDiv(row.getLong(i), 1000L));
-        default -> c.addBinary(bytes(row, u, i, kinds[i]));
-      }
-      c.endField(names[i], i);
-    }
-    c.endMessage();
-  }
-
-  /** One row straight into the column writers (a flat schema: repetition level 0; a value at its definition level). */
-  private void direct(InternalRow row, UnsafeRow u) {
     for (int i = 0; i < kinds.length; i++) {
       ColumnWriter w = writers[i];
       int d = defined[i];
@@ -205,7 +177,7 @@ public final class SegmentWriteSupport extends WriteSupport<InternalRow> {
         default -> w.write(bytes(row, u, i, kinds[i]), 0, d);
       }
     }
-    store.endRecord();
+    store.endRecord();  // a flat schema: repetition level 0, a value at its column's definition level, a null at 0
   }
 
   /** A string or binary value: a slice of an UnsafeRow's byte array, else a copy. */

@@ -219,13 +219,20 @@ public final class SegmentWriter {
             f.count = 0;  // its rows are not written: the file is never returned
             f.close();
           } catch (Throwable t) {
-            if (t != error) error.addSuppressed(t);
+            first(error, t);
           }
         }
         throw error;
       }
       return files.iterator();
     }
+  }
+
+  /** The first error of a clean-up, the later one suppressed into it (never into itself). */
+  static Throwable first(Throwable error, Throwable later) {
+    if (error == null) return later;
+    if (later != error) error.addSuppressed(later);
+    return error;
   }
 
   /** One segment file being written: its Parquet writer, its ids' fingerprints, whether its ids never decreased. */
@@ -308,14 +315,12 @@ public final class SegmentWriter {
       try {  // closed whatever the flush did: its stream, its buffers and its share of parquet-mr's memory pool
         writer.close();
       } catch (Throwable t) {
-        if (error == null) error = t;
-        else if (t != error) error.addSuppressed(t);
+        error = first(error, t);
       }
       try {
         prints.close();
       } catch (Throwable t) {
-        if (error == null) error = t;
-        else if (t != error) error.addSuppressed(t);
+        error = first(error, t);
       }
       if (error instanceof java.io.IOException e) throw e;
       if (error instanceof RuntimeException e) throw e;
