@@ -45,7 +45,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from shardstore.core.arrays import one_array
+from shardstore.core.arrays import one_array, validate_full
 from shardstore.engine.errors import DocumentRejected, InvalidIndexName, InvalidRequest
 from shardstore.errors import ShardstoreError
 from shardstore.segments.mapping import (
@@ -440,7 +440,7 @@ def _table_schema_checks(table: pa.Table) -> None:
     if len(set(table.column_names)) != len(table.column_names):
         raise InvalidRequest("the table has two columns of the same name")
     try:
-        table.validate(full=True)  # string columns hold valid UTF-8 (one bad value poisoned its shard)
+        validate_full(table)  # string columns hold valid UTF-8 (one bad value poisoned its shard)
     except pa.ArrowInvalid as exc:
         raise InvalidRequest(f"the table is not valid Arrow data: {exc}") from None
     leaves: list[tuple[str, pa.DataType, list[str]]] = []
@@ -499,7 +499,7 @@ def docs_from_table(table: pa.Table, *, sources: bool = True) -> CheckedDocs:
         ids = ids.cast(ids.type.value_type)
     ids = ids.cast(pa.string())
     try:
-        ids.validate(full=True)
+        validate_full(ids)
     except pa.ArrowInvalid as exc:
         raise InvalidRequest(f"the _id column is not valid UTF-8: {exc}") from None
     bad = np.zeros(n, dtype=bool)

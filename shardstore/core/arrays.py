@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 
-__all__ = ["one_array"]
+__all__ = ["may_hold_byte", "one_array", "validate_full"]
 
 
 def one_array(values: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -17,3 +18,74 @@ def one_array(values: pa.Array | pa.ChunkedArray) -> pa.Array:
     if isinstance(values, pa.ChunkedArray):
         return values.chunk(0) if values.num_chunks == 1 else values.combine_chunks()
     return values
+
+
+def validate_full(values: pa.Table | pa.RecordBatch | pa.ChunkedArray | pa.Array) -> None:
+    """Arrow's full validation of ``values`` (``ArrowInvalid`` if broken), an ASCII string column checked at once.
+
+    ``validate(full=True)`` checks a string column's UTF-8 one value at a time: 1.1 ms for each
+    string column of the 336,776 flights rows, 5.5 ms of a one-go bulk (issue 16).  The
+    bytes of a string array with monotonic, in-bounds offsets that are all ASCII are valid
+    UTF-8 whatever the value bounds, and that is one pass over the bytes; any other
+    string array (and every other type) gets Arrow's own full validation, and its message.
+    """
+    if isinstance(values, (pa.Table, pa.RecordBatch)):
+        values.validate()  # the columns' lengths agree with the table's
+        for col in values.columns:
+            validate_full(col)
+        return
+    chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
+    for chunk in chunks:
+        if not _ascii_strings(chunk):
+            chunk.validate(full=True)
+
+
+def may_hold_byte(values: pa.ChunkedArray | pa.Array, byte: int) -> bool:
+    """False only if no value of a string/binary column holds ``byte``: one pass over the value bytes.
+
+    The bytes under null slots are looked at too, so True may be a false alarm (a caller then
+    runs its exact per-value check); other types always say True.  ``pc.match_substring`` over
+    the four string columns of the 336,776 flights rows took 5.5 ms, this 0.3 ms (issue 16).
+    """
+    chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
+    for arr in chunks:
+        t = arr.type
+        if pa.types.is_string(t) or pa.types.is_binary(t):
+            width: type = np.int32
+        elif pa.types.is_large_string(t) or pa.types.is_large_binary(t):
+            width = np.int64
+        else:
+            return True
+        n = len(arr)
+        if n == 0:
+            continue
+        _validity, off_buf, data_buf = arr.buffers()
+        offsets = np.frombuffer(off_buf, width, n + 1, arr.offset * np.dtype(width).itemsize)
+        lo, hi = int(offsets[0]), int(offsets[-1])
+        if hi > lo and bool((np.frombuffer(data_buf, np.uint8, hi - lo, lo) == byte).any()):
+            return True
+    return False
+
+
+def _ascii_strings(arr: pa.Array) -> bool:
+    """Whether ``arr`` is a string array with sound offsets whose bytes are all ASCII (so valid UTF-8)."""
+    if pa.types.is_string(arr.type):
+        width = np.int32
+    elif pa.types.is_large_string(arr.type):
+        width = np.int64
+    else:
+        return False
+    arr.validate()  # buffer sizes agree with the length (what the reads below rely on)
+    n = len(arr)
+    if n == 0:
+        return True
+    _validity, off_buf, data_buf = arr.buffers()
+    offsets = np.frombuffer(off_buf, width, n + 1, arr.offset * np.dtype(width).itemsize)
+    if offsets[0] < 0 or offsets[-1] > (data_buf.size if data_buf is not None else 0):
+        return False
+    if n > 1 and bool((offsets[1:] < offsets[:-1]).any()):
+        return False
+    if offsets[-1] == offsets[0]:
+        return True
+    data = np.frombuffer(data_buf, np.uint8, int(offsets[-1] - offsets[0]), int(offsets[0]))
+    return int(data.max()) < 0x80
