@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import pickle
+import threading
 
 import pyarrow as pa
 import pytest
@@ -255,7 +256,7 @@ def test_sources_from_table_round_trip():
 @pytest.mark.parametrize("chunked", [False, True])
 def test_sources_from_table_long_keyword_columns_escape_through_their_dictionary(chunked):
     """A long column of few distinct strings (the dictionary route) gives the same JSON as the direct one."""
-    from shardstore.segments import mapping as mp
+    from shardstore.segments import source_json as mp
 
     words = ['a "q"', "back \\ slash", "nl \n tab \t ctl \x01", "ü", "", "plain", None]
     n = mp._DICT_MIN_ROWS * 2
@@ -274,6 +275,42 @@ def test_sources_from_table_long_keyword_columns_escape_through_their_dictionary
 def test_sources_from_table_needs_id():
     with pytest.raises(InvalidDocument):
         sources_from_table(pa.table({"a": [1]}))
+
+
+@pytest.mark.parametrize("rows", [7, 8, 9, 31])
+def test_a_large_table_built_by_slices_on_threads_gives_the_same_bytes(monkeypatch, rows):
+    """Cut into slices (one per core, here 3 of ~rows/3), each built on its own thread: the same sources,
+    byte for byte, in row order, as the whole table on one thread; a bad column is still refused."""
+    import os
+
+    from shardstore.segments import source_json
+
+    words = ['a "q"', "nl \n", None, "ü", "plain"]
+    t = pa.table({
+        "_id": [f"id{i}" for i in range(rows)],
+        "n": pa.array([None if i % 4 == 0 else i * 7 for i in range(rows)], pa.int64()),
+        "s": [words[i % len(words)] for i in range(rows)],
+        "f": [i / 3 for i in range(rows)],
+        "d": pa.array([1_700_000_000_000 + i for i in range(rows)], pa.timestamp("ms", tz="UTC")),
+        "o.x": [None if i % 3 else i for i in range(rows)],
+        "o.y": [f"y{i}" for i in range(rows)],
+    })
+    whole_ids, whole = sources_from_table(t)
+    seen: set[str] = set()
+    build = source_json._object_json
+
+    def spy(items, n):
+        seen.add(threading.current_thread().name)
+        return build(items, n)
+
+    monkeypatch.setattr(source_json, "_object_json", spy)
+    monkeypatch.setattr(source_json, "PARALLEL_ROWS", rows // 3)
+    monkeypatch.setattr(os, "cpu_count", lambda: 3)
+    ids, src = sources_from_table(t)
+    assert src.equals(whole) and ids.equals(whole_ids) and len(src) == rows
+    assert len([name for name in seen if name.startswith("source-json")]) >= 2  # really on threads
+    with pytest.raises(InvalidDocument, match="sits below"):
+        sources_from_table(t.append_column("n.z", pa.array(range(rows))))
 
 
 # -- the fast path agrees with the Python reference path --------------------------------------
