@@ -74,10 +74,6 @@ class BlobStore(abc.ABC):
     scheme: str = ""
     #: Whether the store keeps a put's writer token with the blob (``BlobInfo.writer``).
     keeps_writer_tokens: bool = True
-    #: Whether a blob's bytes go no further than this machine (files on its disks, or memory):
-    #: writing them costs a copy and an fsync, not a transfer, so the translog does not compress
-    #: what it uploads there (docs/design/translog.md, "Typed operations").
-    local: bool = False
 
     @property
     @abc.abstractmethod

@@ -21,7 +21,6 @@ class ReadOnlyStore(BlobStore):
         self.inner = inner
         self.scheme = inner.scheme
         self.keeps_writer_tokens = inner.keeps_writer_tokens
-        self.local = inner.local
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (ReadOnlyStore, (self.inner,))

@@ -69,7 +69,6 @@ class RetryingStore(BlobStore):
         self.writer_id = writer_id or default_writer_id()
         self.scheme = inner.scheme
         self.keeps_writer_tokens = inner.keeps_writer_tokens
-        self.local = inner.local
         self._sleep = sleep
         self._rng = random.Random()
         self._metrics = Metrics()

@@ -121,11 +121,8 @@ class ShardCopy:
         self.directory = ShardDirectory(os.path.join(self.path, "index"), mapping=spec.mapping,
                                         index_buffer_bytes=spec.index_buffer_bytes)
         commit = self.directory.last_commit
-        # a translog uploaded to a store on this machine (or to none) writes typed frames uncompressed: the bytes
-        # cost a copy and an fsync, less than compressing them (docs/design/translog.md, "Typed operations")
         self.translog = LocalTranslog(os.path.join(self.path, "translog"), primary_term=primary_term,
-                                      durability="request" if spec.durability == "request" else "async",
-                                      compress_typed=store is not None and not store.local)
+                                      durability="request" if spec.durability == "request" else "async")
         start = commit.local_checkpoint if commit else NO_OPS_PERFORMED
         self.tracker = LocalCheckpointTracker(max_seq_no=start, local_checkpoint=start)
         self._replay_local_translog(start)

@@ -66,7 +66,6 @@ class LocalStore(BackendStore):
 
     scheme = "file"
     keeps_writer_tokens = False  # no user metadata: ambiguous retries compare bytes
-    local = True  # files on this machine
     OPTIONS = {
         "fsync": Option("fsync", bool, True, "fsync files and directories on put (off only for scratch data)"),
         "create": Option("create", bool, True, "create the root directory if it is missing"),

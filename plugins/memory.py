@@ -46,7 +46,6 @@ class MemoryStore(BackendStore):
     """A process-local store kept in a dict; the reference implementation of the contract."""
 
     scheme = "memory"
-    local = True  # this process's memory
     OPTIONS = {"page_size": Option("page_size", int, PAGE, "keys per list page")}
 
     def __init__(self, url: str, **options: Any) -> None:

@@ -70,7 +70,7 @@ corrupt, and a reader of version 2 refuses a version 3 file with
 :class:`~shardstore.errors.UnsupportedFormatVersion` instead of misreading it.
 
 Version 4 is version 3 plus narrowed integers in large typed frames: in an ``FT`` frame
-of at least :data:`COMPRESS_TYPED_MIN_BYTES` (compressed or not), an ``int64``/``int32``
+that is compressed (from :data:`COMPRESS_TYPED_MIN_BYTES`), an ``int64``/``int32``
 child of ``fields`` whose values all fit a narrower integer type is written as the
 narrowest of ``int8``, ``int16``, ``int32``, with field metadata :data:`WIDE_KEY` naming
 the type it had; every reader casts it back (exactly: the values fit) before anything
@@ -97,11 +97,7 @@ rows as typed fields: 62 MB -> 22 MB under LZ4, the file-store upload 0.17 s -> 
 A typed frame is zstd-compressed at level 1 and a plain one LZ4-compressed: on the 336,776
 typed rows, zstd against LZ4 measured the same on the file store (one go 0.185 s against
 0.182 s, medians of 6) and 10% faster on moto S3 (0.315 s against 0.351 s), where every
-byte goes through an HTTP server on the same cores.  A translog whose uploads stay on this
-machine (``LocalTranslog(compress_typed=False)``: a local or memory store, or none) writes
-its large typed frames narrowed but uncompressed: a copy and an fsync of 33 MB cost less
-than the zstd CPU the segment writes beside it wait for (one go 0.203 s -> 0.184 s; plain
-frames stay LZ4, faster even there: docs/design/translog.md, "Typed operations").
+byte goes through an HTTP server on the same cores.
 ``encode_frame(batch, compress=True)`` (zstd) is there for bandwidth-bound stores.
 
 Torn tails.  The checkpoint file records how many bytes of the current generation
@@ -374,19 +370,18 @@ def payload_parts(batch: pa.RecordBatch) -> list[Part]:
     return writer.parts(batch)
 
 
-def stream_payload_parts(batch: pa.RecordBatch, *, compress: bool = True) -> list[Part]:
+def stream_payload_parts(batch: pa.RecordBatch) -> list[Part]:
     """The payload of a typed frame (``FT``): ``batch`` as a whole IPC stream, as the pieces Arrow wrote.
 
-    A batch of at least :data:`COMPRESS_TYPED_MIN_BYTES` has its integers narrowed and, if
-    ``compress``, its buffers zstd-compressed at level 1 (Arrow's IPC body compression, columns
-    in parallel): less than the write and fsync of the bytes saved, locally and again in the
-    upload, when the upload crosses a network (module docstring, "Compression").
+    A batch of at least :data:`COMPRESS_TYPED_MIN_BYTES` has its integers narrowed and its buffers
+    zstd-compressed at level 1 (Arrow's IPC body compression, columns in parallel): less than
+    the write and fsync of the bytes saved, locally and again in the upload.
     """
     sink = _Capture()
     big = batch.nbytes >= COMPRESS_TYPED_MIN_BYTES
     if big:
         batch = narrowed(batch)
-    options = _ZSTD_THREADS if big and compress else _PLAIN
+    options = _ZSTD_THREADS if big else _PLAIN
     with ipc.new_stream(pa.PythonFile(sink, mode="w"), batch.schema, options=options) as writer:
         writer.write_batch(batch)
     return sink.parts
@@ -464,14 +459,10 @@ def widened(batch: pa.RecordBatch) -> pa.RecordBatch:
 _WIDE_TYPES = {b"int64": pa.int64(), b"int32": pa.int32()}
 
 
-def frame_parts(batch: pa.RecordBatch, *, compress_typed: bool = True) -> tuple[bytes, list[Part]]:
-    """(magic, payload parts) of the frame that holds ``batch``: ``FB`` for the operation schema, else ``FT``.
-
-    ``compress_typed=False`` writes a large typed batch uncompressed (a translog whose uploads
-    stay on this machine: module docstring, "Compression").
-    """
+def frame_parts(batch: pa.RecordBatch) -> tuple[bytes, list[Part]]:
+    """(magic, payload parts) of the frame that holds ``batch``: ``FB`` for the operation schema, else ``FT``."""
     if batch.schema.names[-1] == FIELDS_COLUMN:
-        return TYPED_MAGIC, stream_payload_parts(batch, compress=compress_typed)
+        return TYPED_MAGIC, stream_payload_parts(batch)
     if batch.nbytes >= COMPRESS_MIN_BYTES:  # JSON sources shrink ~4x under LZ4: less to write, fsync and upload
         return BATCH_MAGIC, [_compressed_payload(batch, _LZ4)]
     return BATCH_MAGIC, payload_parts(batch)

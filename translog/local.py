@@ -146,7 +146,6 @@ class LocalTranslog:
         generation_bytes: int = 64 * 1024 * 1024,
         max_source_bytes: int = DEFAULT_MAX_SOURCE_BYTES,
         fsync: bool = True,
-        compress_typed: bool = True,
     ) -> None:
         if durability not in ("request", "async"):
             raise TranslogError(f"durability must be 'request' or 'async', not {durability!r}")
@@ -155,8 +154,6 @@ class LocalTranslog:
         self.generation_bytes = generation_bytes
         self.max_source_bytes = max_source_bytes
         self._fsync = fsync
-        #: whether large typed frames are compressed (False: every upload of this log stays on this machine)
-        self.compress_typed = compress_typed
         self._write_lock = threading.Lock()
         self._sync_lock = threading.Lock()
         self._synced: tuple[int, int] = (0, 0)  # (generation, offset) covered by translog.ckp
@@ -307,8 +304,7 @@ class LocalTranslog:
         batch = check(summary, current_term=0 if history else self.primary_term, max_source_bytes=self.max_source_bytes)
         assert summary.seq_no is not None  # check() refused null seq#s
         lo, hi = summary.seq_no
-        # a large batch's own buffers, not a copy; FT for typed operations
-        magic, parts = frame_parts(batch, compress_typed=self.compress_typed)
+        magic, parts = frame_parts(batch)  # a large batch's own buffers, not a copy; FT for typed operations
         header = frame_header(parts, batch.num_rows, lo, hi, magic=magic)
         size = int.from_bytes(header[2:6], "little")
         with self._write_lock:

@@ -113,7 +113,6 @@ class FaultyStore(BlobStore):
         self.inner = inner
         self.scheme = inner.scheme
         self.keeps_writer_tokens = inner.keeps_writer_tokens
-        self.local = inner.local
         self.rules: list[FaultRule] = list(rules)
         self.seed = seed
         self._rng = random.Random(seed)

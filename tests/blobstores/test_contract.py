@@ -810,24 +810,3 @@ def test_pickle_round_trip(store_factory: StoreFactory) -> None:
     assert len(raw_blob) < 4096
     assert pickle.loads(raw_blob).get("p/y") == b"from the clone"
     assert pickle.loads(raw_blob).metrics()["requests"]["get"] == 0
-
-
-def test_a_store_says_whether_its_blobs_stay_on_this_machine_through_every_wrapper(
-        store_factory: StoreFactory, tmp_path: Path) -> None:
-    """``local``: True for the file and memory stores only; the retrying, read-only and faulty wrappers say
-    what the store they wrap says.  A shard's translog compresses its large typed frames exactly when it is False."""
-    from shardstore.blobstores.readonly import ReadOnlyStore
-    from shardstore.engine.cluster import Cluster
-
-    local = store_factory.backend not in CLOUD
-    raw = store_factory(raw=True)
-    wrapped = store_factory()
-    assert raw.local is local and wrapped.local is local
-    assert ReadOnlyStore(wrapped).local is local and FaultyStore(wrapped).local is local
-    cluster = Cluster(FaultyStore(wrapped), data_dir=str(tmp_path / "nodes"), nodes=1)
-    try:
-        cluster.create_index("docs", shards=1, replicas=0)
-        copies = [c for node in cluster.nodes.values() for c in node.copies.values()]
-        assert copies and all(c.translog.compress_typed is not local for c in copies)
-    finally:
-        cluster.close()

@@ -171,29 +171,6 @@ def test_large_batches_are_compressed_small_ones_are_not(tmp_path: Path) -> None
     assert fields_of(back).column("n").to_pylist()[n + 100:] == list(range(n + 100, n + 30_100))
 
 
-def test_a_translog_that_stays_on_this_machine_writes_large_typed_frames_uncompressed(tmp_path: Path) -> None:
-    """compress_typed=False (a shard whose store is local, or none): a large typed batch is written with no
-    codec (still narrowed), a large plain one still LZ4 (JSON shrinks ~4x: measured faster even on a
-    local disk); both read back the same."""
-    n = 6000
-    body = b'{"text":"' + b"abcdefgh" * 120 + b'"}'
-    big = stamp(index_batch([f"b{i}" for i in range(n)], [body] * n), 0, 1)
-    typed = typed_ops(n, 30_000)
-    with LocalTranslog(str(tmp_path), primary_term=1, compress_typed=False) as log:
-        log.add(big)
-        log.add(typed)
-        back = pa.Table.from_batches(list(log.read_operations(0)))
-    frames = list(fr.iter_frames((tmp_path / generation_file(1)).read_bytes(), fr.HEADER_SIZE, None, "gen"))
-    assert [f.kind for f in frames] == [fr.BATCH_MAGIC, fr.TYPED_MAGIC]
-    lz4, zstd = b"\x04\x22\x4d\x18", b"\x28\xb5\x2f\xfd"
-    assert frames[0].length < big.nbytes / 4 and lz4 in bytes(frames[0].payload)
-    assert lz4 not in bytes(frames[1].payload) and zstd not in bytes(frames[1].payload)
-    assert frames[1].length < typed.nbytes  # narrowed integers: int64 n -> int32
-    assert back.column("source").to_pylist()[:n] == [body] * n
-    assert fields_of(back).column("n").to_pylist()[n:] == list(range(n, n + 30_000))
-    assert fields_of(back).schema.field("n").type == pa.int64()
-
-
 def test_a_typed_document_larger_than_the_source_limit_is_refused(tmp_path: Path) -> None:
     """The source size limit holds for typed documents too: their string values count (review finding)."""
     base = unstamped_batch([OpType.INDEX] * 3, ["a", "b", "c"], [1] * 3, [None] * 3)
