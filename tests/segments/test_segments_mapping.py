@@ -279,8 +279,8 @@ def test_sources_from_table_needs_id():
 
 @pytest.mark.parametrize("rows", [7, 8, 9, 31])
 def test_a_large_table_built_by_slices_on_threads_gives_the_same_bytes(monkeypatch, rows):
-    """Cut into slices (one per core, here 3 of ~rows/3), each built on its own thread: the same sources,
-    byte for byte, in row order, as the whole table on one thread; a bad column is still refused."""
+    """Cut into slices (one per core, here 3 of ~rows/3), built on worker threads: the same sources, byte for
+    byte, in row order, as the whole table on the caller's thread; a bad column is still refused."""
     import os
 
     from shardstore.segments import source_json
@@ -295,20 +295,24 @@ def test_a_large_table_built_by_slices_on_threads_gives_the_same_bytes(monkeypat
         "o.x": [None if i % 3 else i for i in range(rows)],
         "o.y": [f"y{i}" for i in range(rows)],
     })
-    whole_ids, whole = sources_from_table(t)
-    seen: set[str] = set()
+    calls: list[str] = []  # the thread of each build of an object (the row's, and the nested "o")
     build = source_json._object_json
 
     def spy(items, n):
-        seen.add(threading.current_thread().name)
+        calls.append(threading.current_thread().name)
         return build(items, n)
 
     monkeypatch.setattr(source_json, "_object_json", spy)
+    whole_ids, whole = sources_from_table(t)
+    on_caller = list(calls)
+    assert on_caller == [threading.current_thread().name] * 2  # below 2 x PARALLEL_ROWS: no thread
+    calls.clear()
     monkeypatch.setattr(source_json, "PARALLEL_ROWS", rows // 3)
     monkeypatch.setattr(os, "cpu_count", lambda: 3)
     ids, src = sources_from_table(t)
     assert src.equals(whole) and ids.equals(whole_ids) and len(src) == rows
-    assert len([name for name in seen if name.startswith("source-json")]) >= 2  # really on threads
+    assert len(calls) == 3 * len(on_caller)  # each of the 3 slices built its objects...
+    assert all(name.startswith("source-json") for name in calls)  # ...on a worker thread
     with pytest.raises(InvalidDocument, match="sits below"):
         sources_from_table(t.append_column("n.z", pa.array(range(rows))))
 
