@@ -17,6 +17,7 @@ import datetime as dt
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -82,8 +83,13 @@ def test_arrow_tables_keep_one_spelling_valid_text_and_float_types(tmp_path: Pat
     try:
         cluster.create_index("docs", shards=2, replicas=1)
         bad_text = pa.array([b"ok", b"\xff"], pa.binary()).view(pa.string())
+        # all-ASCII bytes but offsets that run backwards: the one-pass UTF-8 check must not wave it through
+        backwards = pa.Array.from_buffers(pa.string(), 2, [None, pa.py_buffer(np.array([0, 2, 1], np.int32).tobytes()),
+                                                            pa.py_buffer(b"ab")])
         for table, rule in (
             (pa.table({"_id": ["a", "b"], "s": bad_text}), "not valid Arrow data.*UTF8"),
+            (pa.table({"_id": ["a", "b"], "s": backwards}), "not valid Arrow data.*ffset"),
+            (pa.table({"_id": pa.chunked_array([["a"], bad_text.slice(1)]), "n": [1, 2]}), "not valid Arrow data.*UTF8"),
             (pa.table({"_id": ["a"], "o": pa.array([{"x": 1, "y": 2}]).cast(
                 pa.struct([("x", pa.int64()), ("x", pa.int64())]))}), "given twice"),
             (pa.table({"_id": ["a"], "o.a.b": [1], "o": pa.array([{"a": {"b": "s"}}])}), "given twice"),
