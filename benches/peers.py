@@ -740,6 +740,7 @@ def run(ctx: Context) -> Iterator[Figure]:
     kinds = _stores(ctx)  # a bad name fails before anything is measured
     n = getattr(ctx.args, "peers_docs", None) or plan.docs
     reps = getattr(ctx.args, "peers_reps", None) or plan.reps
+    one_go_reps = getattr(ctx.args, "peers_reps", None) or plan.one_go_reps  # --peers-reps sets every part
     one_go = getattr(ctx.args, "peers_one_go_docs", None) or plan.one_go_docs
     if n < 1 or reps < 1 or one_go < 1:
         raise ValueError(f"--peers-docs, --peers-reps and --peers-one-go-docs must be positive, got {n}, {reps} "
@@ -757,8 +758,7 @@ def run(ctx: Context) -> Iterator[Figure]:
         sizes: dict[tuple[str, str], dict[str, Any]] = {}
         for kind in kinds:
             for gen in (_bulks(ctx, env, kind, inp, reps, peers, sizes),
-                        _one_go(ctx, env, kind, inp, getattr(ctx.args, "peers_reps", None) or plan.one_go_reps,
-                                peers, sizes),
+                        _one_go(ctx, env, kind, inp, one_go_reps, peers, sizes),
                         _gets(ctx, env, kind, inp, plan, reps, peers, sizes)):
                 for fig in gen:
                     figures.append(fig)

@@ -159,10 +159,11 @@ _CHECKSUM: dict[bytes, Checksum] = {SCHEMA_MAGIC: crc32c, BATCH_MAGIC: crc32c, S
 
 # Built once: making a zstd codec per frame costs more than encoding a small batch.
 _PLAIN = ipc.IpcWriteOptions()
-_ZSTD = ipc.IpcWriteOptions(compression=pa.Codec("zstd", compression_level=1))
+_ZSTD_LEVEL_1 = pa.Codec("zstd", compression_level=1)
+_ZSTD = ipc.IpcWriteOptions(compression=_ZSTD_LEVEL_1)
 _LZ4 = ipc.IpcWriteOptions(compression="lz4", use_threads=True)
 #: Large typed frames: zstd level 1, columns in parallel (module docstring, "Compression").
-_ZSTD_THREADS = ipc.IpcWriteOptions(compression=pa.Codec("zstd", compression_level=1), use_threads=True)
+_ZSTD_THREADS = ipc.IpcWriteOptions(compression=_ZSTD_LEVEL_1, use_threads=True)
 #: Plain (``FB``) frames of at least this many bytes of Arrow buffers are LZ4-compressed (module docstring).
 COMPRESS_MIN_BYTES = 4 << 20
 #: Typed (``FT``) frames from this many bytes: typed columns compress on several threads at once.

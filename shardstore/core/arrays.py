@@ -50,37 +50,35 @@ def may_hold_byte(values: pa.ChunkedArray | pa.Array, byte: int) -> bool:
     chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
     for arr in chunks:
         t = arr.type
-        if pa.types.is_string(t) or pa.types.is_binary(t):
-            width: type = np.int32
-        elif pa.types.is_large_string(t) or pa.types.is_large_binary(t):
-            width = np.int64
-        else:
+        if not (pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_large_string(t)
+                or pa.types.is_large_binary(t)):
             return True
-        n = len(arr)
-        if n == 0:
+        if len(arr) == 0:
             continue
-        _validity, off_buf, data_buf = arr.buffers()
-        offsets = np.frombuffer(off_buf, width, n + 1, arr.offset * np.dtype(width).itemsize)
+        offsets, data_buf = _offsets(arr)
         lo, hi = int(offsets[0]), int(offsets[-1])
         if hi > lo and bool((np.frombuffer(data_buf, np.uint8, hi - lo, lo) == byte).any()):
             return True
     return False
 
 
+def _offsets(arr: pa.Array) -> tuple[np.ndarray, pa.Buffer | None]:
+    """A non-empty (large) string or binary array's offsets (its slice's n + 1 of them) and its data buffer."""
+    t = arr.type
+    width = np.int64 if pa.types.is_large_string(t) or pa.types.is_large_binary(t) else np.int32
+    _validity, off_buf, data_buf = arr.buffers()
+    return np.frombuffer(off_buf, width, len(arr) + 1, arr.offset * np.dtype(width).itemsize), data_buf
+
+
 def _ascii_strings(arr: pa.Array) -> bool:
     """Whether ``arr`` is a string array with sound offsets whose bytes are all ASCII (so valid UTF-8)."""
-    if pa.types.is_string(arr.type):
-        width = np.int32
-    elif pa.types.is_large_string(arr.type):
-        width = np.int64
-    else:
+    if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
         return False
     arr.validate()  # buffer sizes agree with the length (what the reads below rely on)
     n = len(arr)
     if n == 0:
         return True
-    _validity, off_buf, data_buf = arr.buffers()
-    offsets = np.frombuffer(off_buf, width, n + 1, arr.offset * np.dtype(width).itemsize)
+    offsets, data_buf = _offsets(arr)
     if offsets[0] < 0 or offsets[-1] > (data_buf.size if data_buf is not None else 0):
         return False
     if n > 1 and bool((offsets[1:] < offsets[:-1]).any()):
