@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -652,6 +653,12 @@ class ShardCopy:
         loss = ShardLoss(index_name or spec.index_uuid, spec.shard, tuple(missing), tuple(faults)) if missing else None
         if loss is not None and not accept_data_loss:
             raise RestoreDataLoss([loss])
+        # A copy this node held before a restart is superseded by the store (which holds every acknowledged
+        # operation): its translog is at an older primary term than the fresh log below would start at, and
+        # reopening it raised StaleTerm on the second restart (issue 29).  Cleared once the restore succeeded.
+        if os.path.exists(os.path.join(path, "translog")):
+            log.info("%s: the local copy left by an earlier run is replaced by the store's", path)
+            shutil.rmtree(os.path.join(path, "translog"))
         # terms only grow along seq#s: start the empty log at term 1, it rolls as replayed terms rise
         copy = cls(spec, data_dir, store, primary_term=1, primary=False)
         copy.restore_loss = loss
