@@ -31,12 +31,14 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from collections.abc import Mapping as MappingABC
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from shardstore.blobstores import open_store
 from shardstore.blobstores.base import BlobStore
@@ -45,7 +47,7 @@ from shardstore.cluster_state.errors import ClusterStateSuperseded, NoClusterSta
 from shardstore.core.path_strategy import PlainPathStrategy
 from shardstore.engine.allocation import AllocationWorker, ClusterHealth, cluster_health, plan_replicas
 from shardstore.engine.datadir import DataDirLock
-from shardstore.engine.documents import BulkResult, DocumentsMixin
+from shardstore.engine.documents import BulkResult, Documents, with_shard_fields
 from shardstore.engine.errors import (
     ClusterClosed,
     HealthTimeout,
@@ -53,6 +55,7 @@ from shardstore.engine.errors import (
     IndexNotCreated,
     IndexNotFound,
     InvalidRequest,
+    MappingNotCommitted,
     NodeNotFound,
     OperationTermTooOld,
     RecoverySourceClosed,
@@ -72,6 +75,7 @@ from shardstore.segments.remote_store import next_free_term
 from shardstore.transport import Transport
 
 log = logging.getLogger(__name__)
+MANAGER = "cluster-manager"  # the sender name of the coordinator's shard requests
 __all__ = ["BulkResult", "Cluster", "Node"]  # BulkResult lives in documents.py; imported from here too
 
 
@@ -158,7 +162,7 @@ class Node:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
 
-class Cluster(PromotionMixin, DocumentsMixin):
+class Cluster(PromotionMixin):
     """An in-process cluster of nodes over one blob store (see the module docstring).
 
     On empty data directories over a store that already holds a cluster state, the
@@ -219,6 +223,7 @@ class Cluster(PromotionMixin, DocumentsMixin):
             self._closed = False
             self._allocation = AllocationWorker(self._allocation_round, name="allocation")
             self._writers = ThreadPoolExecutor(max_workers=8, thread_name_prefix="bulk-shard")
+            self.documents = Documents(self)  # the document API; this cluster is its router
             self.nodes: dict[str, Node] = {}
             for i in range(nodes):
                 self.start_node(f"node-{i}")
@@ -549,7 +554,92 @@ class Cluster(PromotionMixin, DocumentsMixin):
             raise ShardUnavailable(index, shard, "no primary")
         return sr.primary
 
-    # -- documents --------------------------------------------------------------------------
+    # -- documents (the document API is :class:`Documents`; this cluster is its router) --------
+
+    def bulk(self, index: str, docs: pa.Table | Iterable[MappingABC[str, Any]]) -> BulkResult:
+        """Index documents (a table with ``_id`` or dicts with ``_id``); per-item results and the acked ids."""
+        return self.documents.bulk(index, docs)
+
+    def index_doc(self, index: str, doc: MappingABC[str, Any], *, if_seq_no: int | None = None,
+                  if_primary_term: int | None = None) -> BulkResult:
+        """Index one document with optimistic concurrency (VersionConflict when seq#/term moved on)."""
+        return self.documents.index_doc(index, doc, if_seq_no=if_seq_no, if_primary_term=if_primary_term)
+
+    def delete(self, index: str, doc_id: str, *, if_seq_no: int | None = None,
+               if_primary_term: int | None = None) -> BulkResult:
+        """Delete one document (optionally only if its current seq# and term match)."""
+        return self.documents.delete(index, doc_id, if_seq_no=if_seq_no, if_primary_term=if_primary_term)
+
+    def get(self, index: str, doc_id: str) -> dict[str, Any] | None:
+        """The document (realtime: from the primary, refreshed or not), or None."""
+        return self.documents.get(index, doc_id)
+
+    def index_meta(self, index: str) -> IndexMeta:
+        """The index's metadata (IndexNotFound, ClusterClosed)."""
+        return self._meta(index)
+
+    def mapping_of(self, meta: IndexMeta) -> Mapping:
+        """The index mapping of ``meta`` as a :class:`Mapping` (parsed once per mappings dict)."""
+        cached = self._mapping_cache.get(meta.uuid)
+        if cached is not None and cached[0] is meta.mappings:
+            return cached[1]
+        mapping = Mapping.from_dict(meta.mappings)
+        self._mapping_cache[meta.uuid] = (meta.mappings, mapping)
+        return mapping
+
+    def commit_mapping(self, index: str, base: Mapping, proposed: Mapping) -> Mapping:
+        """Publish ``proposed`` as the index mapping unless it moved on from ``base``; the index mapping after.
+
+        Lock order: the mapping lock, then the cluster lock (one index-mapping update at a time).
+        """
+        with self._mapping_lock, self._lock:
+            meta = self._meta(index)
+            current = self.mapping_of(meta)
+            if current != base:
+                return current  # another bulk added fields meanwhile: the caller decides against those
+            updated = replace(meta, mappings=proposed.to_dict())
+            failure = self._try_publish(updated)
+            if isinstance(failure, ClusterStateSuperseded):
+                raise failure
+            if failure is not None:
+                raise MappingNotCommitted(index, [f for f in proposed if f not in current], failure) from failure
+            self.indices[index] = updated
+            return proposed
+
+    def write_shard(self, meta: IndexMeta, shard: int, ops: pa.RecordBatch, expect: tuple | None,
+                    mapping: Mapping | None, fields: pa.Table | None) -> pa.RecordBatch:
+        """Send one shard's operations to its primary (``shard.bulk``); the stamped operations.
+
+        Lock order: a shard lock, then the cluster lock (briefly, to fail a replica); the
+        cluster manager never takes a shard lock while it holds the cluster lock.
+        """
+        key = (meta.uuid, shard)
+        with self._shard_lock(key):
+            primary = self.primary_of(meta.name, shard)
+            stamped = self.transport.send(MANAGER, primary, "shard.bulk",
+                                          {"index_uuid": meta.uuid, "shard": shard, "ops": ops,
+                                           "expect": expect, "mapping": mapping, "fields": fields})["ops"]
+        if stamped.num_rows:
+            top = pc.max(stamped.column("seq_no")).as_py()
+            with self._acked_lock:
+                if top > self._acked_max.get(key, -1):
+                    self._acked_max[key] = top
+        return stamped
+
+    def read_doc(self, meta: IndexMeta, shard: int, doc_id: str) -> dict[str, Any] | None:
+        """The document from the shard's primary copy (realtime), or None."""
+        return self._primary_copy(meta.name, shard).directory.get(doc_id)
+
+    def run_parallel(self, fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+        """``[fn(x) for x in items]`` on the bulk writer threads (ClusterClosed once closed)."""
+        try:
+            return list(self._writers.map(fn, items))
+        except RuntimeError as exc:  # the pool shut down: closed under the caller
+            if not self._closed:
+                raise
+            raise ClusterClosed("bulk") from exc
+
+    # -- reads ------------------------------------------------------------------------------
 
     def _primary_copy(self, index: str, shard: int) -> ShardCopy:
         meta = self._meta(index)
@@ -665,8 +755,9 @@ class Cluster(PromotionMixin, DocumentsMixin):
                 if copy.restore_loss is not None:
                     self.restore_losses.append(copy.restore_loss)
                 routing.append(ShardRouting(sr.shard, target, term, (target,), (target,)))
-            meta = self._with_shard_fields(meta, [self.nodes[r.primary].copies[(meta.uuid, r.shard)].directory.mapping
-                                                  for r in routing if r.primary is not None])
+            meta = with_shard_fields(meta, self.mapping_of(meta),
+                                     [self.nodes[r.primary].copies[(meta.uuid, r.shard)].directory.mapping
+                                      for r in routing if r.primary is not None])
             self.indices[name] = meta.with_all_routing(tuple(routing))
             self._publish(self.indices[name])
             restored.append(name)

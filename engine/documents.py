@@ -1,15 +1,16 @@
 """The document API of the cluster: bulk, index, delete and get, with validation at the door (issue 15).
 
-:class:`DocumentsMixin` is mixed into :class:`~shardstore.engine.cluster.Cluster` (as
-:class:`~shardstore.engine.promotion.PromotionMixin` is): the write path from a caller's
-documents to per-item results.
+:class:`Documents` is the write path from a caller's documents to per-item results, one
+implementation for the embedded :class:`~shardstore.engine.cluster.Cluster` and for a node
+process's coordinator: each is a :class:`DocumentRouter` (where an index's metadata comes
+from, how a mapping is committed, how a shard's operations reach its primary).
 
 1. The door (:mod:`~shardstore.engine.validation`): each item is checked for the limits;
    a bad one is rejected alone (``DocumentRejected``) and never gets a seq#.
-2. One mapping per index (:meth:`DocumentsMixin._map_items`): the accepted items are parsed
+2. One mapping per index (:meth:`Documents._map_items`): the accepted items are parsed
    against the index mapping once; new fields are committed to the cluster state before
    any copy sees an item that needs them (docs/design/engine.md, invariant 15).
-3. Routing and the shard writes (:meth:`DocumentsMixin._write`): per shard, the primary
+3. Routing and the shard writes (:meth:`Documents._write`): per shard, the primary
    stamps, applies (with the coordinator's parsed fields) and replicates.
 4. The result: one row per item, in bulk order.
 """
@@ -18,18 +19,17 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from collections.abc import Mapping as MappingABC
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from shardstore.cluster_state.errors import ClusterStateSuperseded
 from shardstore.core.ops import with_fields
-from shardstore.engine.errors import ClusterClosed, DocumentRejected, MappingNotCommitted, VersionConflict
+from shardstore.engine.errors import DocumentRejected, VersionConflict
 from shardstore.engine.metadata import IndexMeta
 from shardstore.engine.routing import shard_ids
 from shardstore.engine.validation import (
@@ -46,10 +46,9 @@ from shardstore.segments.mapping import Mapping
 from shardstore.segments.table_fields import fields_from_table
 from shardstore.translog.operations import OpType, unstamped_batch
 
-__all__ = ["BulkResult", "DocumentsMixin"]
+__all__ = ["BulkResult", "DocumentRouter", "Documents", "with_shard_fields"]
 
 log = logging.getLogger(__name__)
-MANAGER = "cluster-manager"
 
 
 @dataclass
@@ -74,8 +73,38 @@ class BulkResult:
         return self.items.column("error").null_count != self.items.num_rows
 
 
-class DocumentsMixin:
-    """Cluster methods that take documents in and give them back (see the module docstring)."""
+class DocumentRouter(Protocol):
+    """What the document API needs from where it runs: the embedded :class:`Cluster` or a node's coordinator."""
+
+    def index_meta(self, index: str) -> IndexMeta:
+        """The index's metadata (IndexNotFound, ClusterClosed)."""
+
+    def mapping_of(self, meta: IndexMeta) -> Mapping:
+        """The index mapping of ``meta`` as a :class:`Mapping`."""
+
+    def commit_mapping(self, index: str, base: Mapping, proposed: Mapping) -> Mapping:
+        """Commit ``proposed`` (``base`` plus new fields) unless the index mapping moved on from ``base``; the mapping after."""
+
+    def write_shard(self, meta: IndexMeta, shard: int, ops: pa.RecordBatch, expect: tuple | None,
+                    mapping: Mapping | None, fields: pa.Table | None) -> pa.RecordBatch:
+        """Send one shard's operations to its primary; the stamped operations once acknowledged."""
+
+    def read_doc(self, meta: IndexMeta, shard: int, doc_id: str) -> dict[str, Any] | None:
+        """The document from the shard's primary (realtime), raw ``_source`` bytes, or None."""
+
+    def run_parallel(self, fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+        """``[fn(x) for x in items]``, on worker threads."""
+
+
+class Documents:
+    """The document API (see the module docstring), over a :class:`DocumentRouter`.
+
+    One implementation for both modes: the embedded :class:`~shardstore.engine.cluster.Cluster`
+    is its own router; a node process's coordinator routes over the network.
+    """
+
+    def __init__(self, router: DocumentRouter) -> None:
+        self.router = router
 
     def bulk(self, index: str, docs: pa.Table | Iterable[MappingABC[str, Any]]) -> BulkResult:
         """Index documents (a table with ``_id`` or dicts with ``_id``); per-item results and the acked ids.
@@ -84,7 +113,7 @@ class DocumentsMixin:
         index mapping before it gets a seq#: a bad item is reported with ``DocumentRejected``
         and exists on no copy; the others go on.
         """
-        synthetic = self._meta(index).source == "synthetic"
+        synthetic = self.router.index_meta(index).source == "synthetic"
         if isinstance(docs, pa.RecordBatch):
             docs = pa.Table.from_batches([docs])
         checked = (docs_from_table(docs, sources=not synthetic) if isinstance(docs, pa.Table)
@@ -109,7 +138,7 @@ class DocumentsMixin:
         A document that breaks a rule raises ``DocumentRejected`` (nothing applied).
         """
         check_expectation(if_seq_no, if_primary_term)
-        synthetic = self._meta(index).source == "synthetic"
+        synthetic = self.router.index_meta(index).source == "synthetic"
         checked, mapping, fields = self._map_items(index, docs_from_pylist([doc]))
         if checked.rejected:
             raise checked.rejected[0]
@@ -117,14 +146,15 @@ class DocumentsMixin:
         return self._write(index, ops, _expect(checked.ids[0].as_py(), if_seq_no, if_primary_term), mapping=mapping,
                            fields=fields)
 
-    def _mapping_of(self, meta: IndexMeta) -> Mapping:
-        """The index mapping of ``meta`` as a :class:`Mapping` (parsed once per mappings dict)."""
-        cached = self._mapping_cache.get(meta.uuid)
-        if cached is not None and cached[0] is meta.mappings:
-            return cached[1]
-        mapping = Mapping.from_dict(meta.mappings)
-        self._mapping_cache[meta.uuid] = (meta.mappings, mapping)
-        return mapping
+    def get(self, index: str, doc_id: str) -> dict[str, Any] | None:
+        """The document (realtime: from the primary, refreshed or not), or None."""
+        meta = self.router.index_meta(index)
+        check_doc_id(doc_id)
+        s = shard_ids(pa.array([doc_id], pa.string()), meta.shards)[0].as_py()
+        doc = self.router.read_doc(meta, s, doc_id)
+        if doc is not None and doc.get("_source") is not None:
+            doc = {**doc, "_source": json.loads(doc["_source"])}
+        return doc
 
     def _map_items(self, index: str, checked: CheckedDocs) -> tuple[CheckedDocs, Mapping, pa.Table]:
         """Check the accepted items against the index mapping, decided once per index (not per shard).
@@ -136,23 +166,14 @@ class DocumentsMixin:
         Returns the accepted items, the index mapping and their parsed field columns (the
         primary applies those instead of parsing the sources again).
         """
-        base = self._mapping_of(self._meta(index))
+        base = self.router.mapping_of(self.router.index_meta(index))
         parsed = _parse(checked, base)
-        if parsed.mapping != base:
-            with self._mapping_lock, self._lock:  # lock order: mapping lock, then the cluster lock
-                meta = self._meta(index)
-                current = self._mapping_of(meta)
-                if current != base:  # another bulk added fields meanwhile: decide against those
-                    parsed = _parse(checked, current)
-                if parsed.mapping != current:
-                    updated = replace(meta, mappings=parsed.mapping.to_dict())
-                    failure = self._try_publish(updated)
-                    if isinstance(failure, ClusterStateSuperseded):
-                        raise failure
-                    if failure is not None:
-                        raise MappingNotCommitted(index, [f for f in parsed.mapping if f not in current],
-                                                  failure) from failure
-                    self.indices[index] = updated
+        while parsed.mapping != base:
+            committed = self.router.commit_mapping(index, base, parsed.mapping)
+            if committed == parsed.mapping:
+                break
+            base = committed  # another bulk added fields meanwhile: decide against those (fields only join)
+            parsed = _parse(checked, base)
         if not parsed.failures:
             return checked, parsed.mapping, parsed.fields
         rejected = [DocumentRejected(checked.positions[f.position].as_py(), checked.ids[f.position].as_py(),
@@ -162,7 +183,7 @@ class DocumentsMixin:
     def _write(self, index: str, ops: pa.RecordBatch, expect: tuple | None = None, *,
                mapping: Mapping | None = None, rejected: tuple[DocumentRejected, ...] = (),
                positions: pa.Array | None = None, fields: pa.Table | None = None) -> BulkResult:
-        meta = self._meta(index)
+        meta = self.router.index_meta(index)
         if positions is None:
             positions = pa.array(range(ops.num_rows), pa.int64())
         shards = shard_ids(ops.column("id"), meta.shards)
@@ -173,22 +194,13 @@ class DocumentsMixin:
                 subs.append((s, ops, positions, fields))
             elif len(idx):
                 subs.append((s, ops.take(idx), positions.take(idx), None if fields is None else fields.take(idx)))
-        # Shards are written in parallel.  Lock order: a shard lock, then the cluster lock
-        # (briefly, to fail a replica); the cluster manager never takes a shard lock while it
-        # holds the cluster lock (failover promotes, recoveries run on the allocation worker).
+
+        # Shards are written in parallel (the router's workers).
         def write(sub: tuple[int, pa.RecordBatch, pa.Array, pa.Table | None]) -> pa.Table:
-            part = self._write_shard(index, meta.uuid, sub[0], sub[1], expect=expect, mapping=mapping, fields=sub[3])
+            part = self._write_shard(index, meta, sub[0], sub[1], expect=expect, mapping=mapping, fields=sub[3])
             return part.append_column("item", sub[2])
 
-        if len(subs) == 1:
-            parts = [write(subs[0])]
-        else:
-            try:
-                parts = list(self._writers.map(write, subs))
-            except RuntimeError as exc:  # the pool shut down: closed under the caller
-                if not self._closed:
-                    raise
-                raise ClusterClosed(f"bulk to [{index}]") from exc
+        parts = [write(subs[0])] if len(subs) == 1 else self.router.run_parallel(write, subs)
         if rejected:
             parts.append(_rejected_items(rejected))
         items = pa.concat_tables(parts)
@@ -196,17 +208,13 @@ class DocumentsMixin:
             items = items.sort_by("item")  # in bulk order, as the caller gave them
         return BulkResult(items)
 
-    def _write_shard(self, index: str, index_uuid: str, s: int, sub: pa.RecordBatch,
+    def _write_shard(self, index: str, meta: IndexMeta, s: int, sub: pa.RecordBatch,
                      expect: tuple | None = None, mapping: Mapping | None = None,
                      fields: pa.Table | None = None) -> pa.Table:
-        """Send one shard's part of a bulk to its primary; per-item results (error null = acknowledged)."""
+        """One shard's part of a bulk through the router; per-item results (error null = acknowledged)."""
         error, stamped = None, None
         try:
-            with self._shard_lock((index_uuid, s)):
-                primary = self.primary_of(index, s)
-                stamped = self.transport.send(MANAGER, primary, "shard.bulk",
-                                              {"index_uuid": index_uuid, "shard": s, "ops": sub,
-                                               "expect": expect, "mapping": mapping, "fields": fields})["ops"]
+            stamped = self.router.write_shard(meta, s, sub, expect, mapping, fields)
         except VersionConflict as exc:
             raise VersionConflict(exc.doc_id, exc.expected_seq_no, exc.expected_primary_term, exc.actual_seq_no,
                                   exc.actual_primary_term, index=index, shard=s) from None
@@ -214,11 +222,6 @@ class DocumentsMixin:
             error = f"{type(exc).__name__}: {exc}"
         k = sub.num_rows
         ok = stamped is not None
-        if ok and k:
-            top = pc.max(stamped.column("seq_no")).as_py()
-            with self._acked_lock:
-                if top > self._acked_max.get((index_uuid, s), -1):
-                    self._acked_max[(index_uuid, s)] = top
         return pa.table({
             "_id": sub.column("id"),
             "shard": pa.repeat(pa.scalar(s, pa.int32()), k),
@@ -228,36 +231,27 @@ class DocumentsMixin:
             "error": pa.nulls(k, pa.string()) if ok else pa.repeat(pa.scalar(error, pa.string()), k),
         })
 
-    def get(self, index: str, doc_id: str) -> dict[str, Any] | None:
-        """The document (realtime: from the primary, refreshed or not), or None."""
-        meta = self._meta(index)
-        check_doc_id(doc_id)
-        s = shard_ids(pa.array([doc_id], pa.string()), meta.shards)[0].as_py()
-        doc = self._primary_copy(index, s).directory.get(doc_id)
-        if doc is not None and doc.get("_source") is not None:
-            doc = {**doc, "_source": json.loads(doc["_source"])}
-        return doc
 
-    def _with_shard_fields(self, meta: IndexMeta, shard_mappings: list[Mapping]) -> IndexMeta:
-        """``meta`` with the fields its restored shards' commits map and the index mapping lacks.
+def with_shard_fields(meta: IndexMeta, base: Mapping, shard_mappings: list[Mapping]) -> IndexMeta:
+    """``meta`` with the fields its restored shards' commits map and the index mapping (``base``) lacks.
 
-        Stores written before mappings were decided per index (issue 15) hold fields in the
-        shard commits only; taking them in keeps a later bulk from guessing another type.
-        Shards that disagree on a field (the old per-shard bug) keep the first one's type,
-        logged: the other shard's items then get a mapping error, never a silent cast.
-        """
-        merged = self._mapping_of(meta)
-        for shard_mapping in shard_mappings:
-            try:
-                merged = merged.merged(shard_mapping)
-            except MappingConflict:
-                for field_name, ftype in shard_mapping.items():  # field by field, skipping the clashes
-                    try:
-                        merged = merged.merged(Mapping(((field_name, ftype),)))
-                    except MappingConflict as exc:
-                        log.error("index %s: its shards map a field two ways (%s); the index keeps the first "
-                                  "type", meta.name, exc)
-        return meta if merged == self._mapping_of(meta) else replace(meta, mappings=merged.to_dict())
+    Stores written before mappings were decided per index (issue 15) hold fields in the
+    shard commits only; taking them in keeps a later bulk from guessing another type.
+    Shards that disagree on a field (the old per-shard bug) keep the first one's type,
+    logged: the other shard's items then get a mapping error, never a silent cast.
+    """
+    merged = base
+    for shard_mapping in shard_mappings:
+        try:
+            merged = merged.merged(shard_mapping)
+        except MappingConflict:
+            for field_name, ftype in shard_mapping.items():  # field by field, skipping the clashes
+                try:
+                    merged = merged.merged(Mapping(((field_name, ftype),)))
+                except MappingConflict as exc:
+                    log.error("index %s: its shards map a field two ways (%s); the index keeps the first "
+                              "type", meta.name, exc)
+    return meta if merged == base else replace(meta, mappings=merged.to_dict())
 
 
 def _parse(checked: CheckedDocs, mapping: Mapping) -> ParsedItems:
