@@ -15,6 +15,8 @@ test, ``tests/project/test_layering.py``, forbids that).
   (``start_emulator(kind)``).
 - :mod:`shardstore.testing.fault_proxy`: a reverse proxy that forwards to an emulator
   and answers chosen requests with the service's real throttling response.
+- :mod:`shardstore.testing.tcp_proxy`: a byte-level TCP proxy between two nodes (gRPC /
+  Arrow Flight) that delays, blackholes, resets or refuses connections (``TcpFaultProxy``).
 - :mod:`shardstore.testing.chaos`: the seeded fault simulator of the engine
   (``python -m benches chaos``).
 
