@@ -116,6 +116,17 @@ class ShardUnavailable(EngineError, UnavailableError):
         self.reason = reason
 
 
+class WriteNotAcknowledged(EngineError, UnavailableError):
+    """A primary applied a write but could not acknowledge it (a replica failed and the cluster manager could not
+    be told): it may be in the shard's history.  Not retried by a coordinator; the caller may retry (by id)."""
+
+    def __init__(self, index: str, shard: int, reason: str) -> None:
+        super().__init__(f"[{index}][{shard}] write NOT acknowledged: {reason}; it may have been applied")
+        self.index = index
+        self.shard = shard
+        self.reason = reason
+
+
 class IndexNotCreated(EngineError, UnavailableError):
     """An index could not be created (its metadata was not committed, or no data node is up); it takes no writes."""
 

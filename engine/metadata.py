@@ -125,3 +125,21 @@ def sync_index(meta: IndexMeta):
             state = state.with_routing(meta.name, table)
         return state
     return task
+
+
+def indices_from_state(state: ClusterState) -> dict[str, IndexMeta]:
+    """Every index of ``state`` as the cluster manager knows it: terms, in-sync sets and the routing table.
+
+    A node process reads its routing from the cluster state it applied (issue 29); an index
+    without a routing table (a restored state) has no copy allocated.
+    """
+    out = {}
+    for name, im in state.indices.items():
+        meta = from_index_metadata(im, state.cluster_uuid)
+        table = state.routing.get(name) or {}
+        placed = {int(s): (p, tuple(c)) for s, p, c in table.get("shards", [])}
+        routing = tuple(ShardRouting(r.shard, placed.get(r.shard, (None, ()))[0], r.primary_term,
+                                     placed.get(r.shard, (None, ()))[1], tuple(im.in_sync[r.shard]))
+                        for r in meta.routing)
+        out[name] = meta.with_all_routing(routing)
+    return out

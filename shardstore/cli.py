@@ -104,6 +104,72 @@ def _cmd_cluster_state_show(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+#: node settings: flag -> (settings-file key, environment variable)
+_NODE_KEYS = ("name", "data_dir", "store", "listen", "publish", "seed_hosts", "initial_managers", "roles", "tls_cert", "tls_key",
+              "tls_ca", "mutual_tls", "fd_interval", "fd_timeout", "fd_retries", "log_level")
+
+
+def _node_settings(args: argparse.Namespace) -> Any:
+    """A node's settings: flags first, then the settings file (JSON), then ``SHARDSTORE_NODE_<KEY>``, then defaults."""
+    import json
+
+    from shardstore.engine.fault_detection import FaultDetectionSettings
+    from shardstore.engine.node_process import ROLES, NodeSettings
+    from shardstore.net.security import Security
+
+    from_file: dict[str, Any] = {}
+    if args.config:
+        try:
+            with open(args.config) as f:
+                from_file = json.load(f)
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"node settings file {args.config}: {exc}") from None
+        unknown = set(from_file) - set(_NODE_KEYS) - {"store_options", "secret"}
+        if unknown:
+            raise UsageError(f"node settings file {args.config}: unknown keys {sorted(unknown)}")
+
+    def get(key: str, default: Any = None) -> Any:
+        value = getattr(args, key, None)
+        if value is None:
+            value = from_file.get(key)
+        if value is None:
+            value = os.environ.get(f"SHARDSTORE_NODE_{key.upper()}")
+        return default if value is None else value
+
+    def names(value: Any) -> tuple[str, ...]:
+        return tuple(v.strip() for v in (value.split(",") if isinstance(value, str) else value) if v.strip())
+
+    for required in ("name", "data_dir", "store"):
+        if not get(required):
+            raise UsageError(f"a node needs --{required.replace('_', '-')} (or {required!r} in the settings file, "
+                             f"or SHARDSTORE_NODE_{required.upper()})")
+    secret = from_file.get("secret") or os.environ.get("SHARDSTORE_NODE_SECRET")  # never a flag: ps shows flags
+    security = Security(tls_cert=get("tls_cert"), tls_key=get("tls_key"), tls_ca=get("tls_ca"), secret=secret,
+                        mutual_tls=str(get("mutual_tls", "false")).lower() in ("1", "true", "yes"))
+    try:
+        fd = FaultDetectionSettings(float(get("fd_interval", 0.5)), float(get("fd_timeout", 1.0)),
+                                    int(get("fd_retries", 3)))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return NodeSettings(
+        name=get("name"), data_dir=get("data_dir"), store=get("store"), listen=get("listen", "127.0.0.1:9400"),
+        publish=get("publish"),
+        seed_hosts=names(get("seed_hosts", "")), initial_managers=names(get("initial_managers", "")),
+        roles=frozenset(names(get("roles", ",".join(sorted(ROLES))))), fault_detection=fd, security=security,
+        store_options={**from_file.get("store_options", {}), **_parse_options(args.option)})
+
+
+def _cmd_node(args: argparse.Namespace) -> int:
+    import logging
+
+    from shardstore.engine.node_process import run_node
+
+    settings = _node_settings(args)
+    logging.basicConfig(level=str(args.log_level or os.environ.get("SHARDSTORE_NODE_LOG_LEVEL", "WARNING")).upper(),
+                        format=f"%(asctime)s {settings.name} %(levelname)s %(name)s: %(message)s")
+    return run_node(settings)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``shardstore`` command."""
     parser = argparse.ArgumentParser(prog="shardstore", description=__doc__)
@@ -135,6 +201,31 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--keep", type=int, default=10, help="manifests a purge keeps per UUID (default 10)")
     show.add_argument("--no-verify", action="store_true", help="do not read back the latest state's entities")
     show.set_defaults(func=_cmd_cluster_state_show)
+
+    node = sub.add_parser("node", help="run a node process (data and cluster-manager roles) until SIGTERM")
+    node.add_argument("--name", help="this node's name, unique in the cluster")
+    node.add_argument("--data-dir", dest="data_dir", help="this node's local directory (shard copies, votes)")
+    node.add_argument("--store", help="the cluster's blob store URL, e.g. file:///srv/store or s3://bucket/prefix")
+    node.add_argument("--listen", help="host:port to listen on (default 127.0.0.1:9400; any other host needs TLS "
+                                       "and a cluster secret or mutual TLS)")
+    node.add_argument("--publish", help="host:port other nodes reach this one at (default: the listen address)")
+    node.add_argument("--seed-hosts", dest="seed_hosts", help="host:port,host:port of other nodes to discover")
+    node.add_argument("--initial-managers", dest="initial_managers",
+                      help="names of the cluster-manager-eligible nodes that bootstrap a new cluster")
+    node.add_argument("--roles", help="data,cluster_manager (default both)")
+    node.add_argument("--tls-cert", dest="tls_cert", help="PEM certificate of this node")
+    node.add_argument("--tls-key", dest="tls_key", help="PEM key of this node")
+    node.add_argument("--tls-ca", dest="tls_ca", help="PEM CA that signs the other nodes' certificates")
+    node.add_argument("--mutual-tls", dest="mutual_tls", default=None, help="true: require client certificates")
+    node.add_argument("--fd-interval", dest="fd_interval", help="seconds between fault-detection checks (0.5)")
+    node.add_argument("--fd-timeout", dest="fd_timeout", help="seconds a check may take (1.0)")
+    node.add_argument("--fd-retries", dest="fd_retries", help="failed checks before a node is removed (3)")
+    node.add_argument("--config", help="a JSON settings file (same keys as the flags, plus 'secret' and "
+                                       "'store_options'); the cluster secret comes from there or SHARDSTORE_NODE_SECRET")
+    node.add_argument("--log-level", dest="log_level", help="WARNING (default), INFO, DEBUG")
+    node.add_argument("-o", "--option", action="append", default=[], metavar="NAME=VALUE",
+                      help="store option (repeatable)")
+    node.set_defaults(func=_cmd_node)
     return parser
 
 

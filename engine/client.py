@@ -1,0 +1,158 @@
+"""A client of a cluster of node processes: ``shardstore.connect("h1:9400,h2:9400")`` (issue 29).
+
+:class:`Client` has the document API of the embedded ``Cluster`` (``create_index``,
+``bulk``, ``index_doc``, ``delete``, ``get``, ``scan``, ``count``, ``refresh``, ``flush``,
+``health``, ``wait_for_health``, ``primary_of``).  It holds no routing and no
+document logic of its own: every call is a ``client.*`` action to one node, whose
+coordinator runs the one document API (:class:`~shardstore.engine.documents.Documents`).
+
+A call that did not reach a node (``NodeDisconnected.delivered`` False: the node is
+down) is sent to the next host; so is a read whose answer was lost.  A write whose
+answer was lost is not sent again (it may have been applied): a bulk reports its items
+as not acknowledged, a single-document call raises the ``NodeDisconnected``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from collections.abc import Mapping as MappingABC
+from typing import Any
+
+import pyarrow as pa
+
+from shardstore.engine.allocation import ClusterHealth
+from shardstore.engine.documents import BulkResult
+from shardstore.engine.errors import HealthTimeout, InvalidRequest
+from shardstore.net.flight import ANY_NODE, FlightTransport
+from shardstore.net.security import Security
+from shardstore.transport import NodeDisconnected
+
+_WRITES = frozenset({"client.bulk", "client.index_doc", "client.delete", "client.create_index"})
+
+
+class Client:
+    """The document API over the network (see the module docstring)."""
+
+    def __init__(self, hosts: str | Iterable[str], *, security: Security | None = None,
+                 timeout: float = 60.0) -> None:
+        addresses = [h.strip() for h in (hosts.split(",") if isinstance(hosts, str) else hosts) if h.strip()]
+        if not addresses:
+            raise InvalidRequest("connect() needs at least one host:port")
+        self._transport = FlightTransport(security=security, default_timeout=timeout)
+        self._hosts = [f"{ANY_NODE}{a}" for a in addresses]
+        for name, address in zip(self._hosts, addresses):
+            self._transport.set_peer(name, address)
+        self._next = 0
+
+    def _call(self, action: str, request: dict[str, Any]) -> Any:
+        last: NodeDisconnected | None = None
+        for i in range(len(self._hosts)):
+            host = self._hosts[(self._next + i) % len(self._hosts)]
+            try:
+                answer = self._transport.send("client", host, action, request)
+                self._next = (self._next + i) % len(self._hosts)
+                return answer
+            except NodeDisconnected as exc:
+                if exc.delivered is not False and action in _WRITES:
+                    raise  # it may have been applied: never sent twice
+                last = exc
+        assert last is not None
+        raise last
+
+    def create_index(self, name: str, shards: int = 1, replicas: int = 1, mappings: dict | None = None,
+                     durability: str = "request", source: str = "stored") -> str:
+        """Create an index (through the elected cluster manager); its UUID."""
+        return self._call("client.create_index", {"name": name, "shards": shards, "replicas": replicas,
+                                                  "mappings": mappings, "durability": durability,
+                                                  "source": source})["uuid"]
+
+    def bulk(self, index: str, docs: pa.Table | Iterable[MappingABC[str, Any]]) -> BulkResult:
+        """Index documents; per-item results (a lost answer: every item not acknowledged, with the reason)."""
+        if isinstance(docs, pa.RecordBatch):
+            docs = pa.Table.from_batches([docs])
+        payload = docs if isinstance(docs, pa.Table) else [dict(d) for d in docs]
+        try:
+            return BulkResult(self._call("client.bulk", {"index": index, "docs": payload}))
+        except NodeDisconnected as exc:
+            ids = payload.column("_id").cast(pa.string()) if isinstance(payload, pa.Table) else \
+                pa.array([str(d.get("_id")) for d in payload], pa.string())
+            n = len(ids)
+            return BulkResult(pa.table({
+                "_id": ids, "shard": pa.nulls(n, pa.int32()), "seq_no": pa.nulls(n, pa.int64()),
+                "primary_term": pa.nulls(n, pa.int64()), "version": pa.nulls(n, pa.int64()),
+                "error": pa.repeat(pa.scalar(f"NodeDisconnected: {exc}", pa.string()), n),
+                "item": pa.array(range(n), pa.int64())}))
+
+    def index_doc(self, index: str, doc: MappingABC[str, Any], *, if_seq_no: int | None = None,
+                  if_primary_term: int | None = None) -> BulkResult:
+        """Index one document with optimistic concurrency."""
+        return BulkResult(self._call("client.index_doc", {"index": index, "doc": dict(doc), "if_seq_no": if_seq_no,
+                                                          "if_primary_term": if_primary_term}))
+
+    def delete(self, index: str, doc_id: str, *, if_seq_no: int | None = None,
+               if_primary_term: int | None = None) -> BulkResult:
+        """Delete one document."""
+        return BulkResult(self._call("client.delete", {"index": index, "id": doc_id, "if_seq_no": if_seq_no,
+                                                       "if_primary_term": if_primary_term}))
+
+    def get(self, index: str, doc_id: str) -> dict[str, Any] | None:
+        """The document (realtime, from its primary), or None."""
+        return self._call("client.get", {"index": index, "id": doc_id})
+
+    def refresh(self, index: str) -> None:
+        """Make every copy's buffered documents searchable."""
+        self._call("client.refresh", {"index": index})
+
+    def flush(self, index: str) -> None:
+        """Commit every copy; primaries upload their commit."""
+        self._call("client.flush", {"index": index})
+
+    def count(self, index: str) -> int:
+        """Searchable live documents, over the primaries."""
+        return int(self._call("client.count", {"index": index}))
+
+    def scan(self, index: str, columns: list[str] | None = None) -> pa.Table:
+        """Every searchable live document of the primaries as one table."""
+        return self._call("client.scan", {"index": index, "columns": columns})
+
+    def primary_of(self, index: str, shard: int) -> str:
+        """The node holding the shard's primary."""
+        return self._call("client.primary_of", {"index": index, "shard": shard})
+
+    def health(self) -> ClusterHealth:
+        """The cluster manager's health: green, yellow or red, with shard counts."""
+        d = self._call("client.health", {})
+        return ClusterHealth(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
+
+    def wait_for_health(self, status: str = "green", timeout: float = 120.0) -> ClusterHealth:
+        """Block until health is at least ``status``; HealthTimeout names what is missing."""
+        rank = {"red": 0, "yellow": 1, "green": 2}
+        if status not in ("yellow", "green"):
+            raise InvalidRequest(f"wait_for_health status must be 'yellow' or 'green', not {status!r}")
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                h = self.health()
+                if rank[h.status] >= rank[status]:
+                    return h
+            except Exception as exc:  # noqa: BLE001 - no manager yet (an election): waited out
+                h = exc  # type: ignore[assignment]
+            if time.monotonic() >= deadline:
+                raise HealthTimeout(f"cluster health is not {status} after {timeout}s: {h}")
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        """Drop the connections."""
+        self._transport.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def connect(hosts: str | Iterable[str], *, security: Security | None = None, timeout: float = 60.0) -> Client:
+    """A :class:`Client` of the cluster reachable at ``hosts`` (``"h1:9400,h2:9400"``)."""
+    return Client(hosts, security=security, timeout=timeout)

@@ -1,0 +1,221 @@
+"""The coordinating role of a node process: the document API over the network (issue 29).
+
+Every node answers ``client.*`` actions.  Its :class:`Coordinator` is the
+:class:`~shardstore.engine.documents.DocumentRouter` of the one document API
+(:class:`~shardstore.engine.documents.Documents`, shared with the embedded ``Cluster``):
+it reads routing from the cluster state this node applied, sends each shard's operations
+to the primary's node (``shard.bulk``) and mapping updates to the cluster manager
+(``cm.put_mapping``).
+
+Retries never apply a write twice.  A shard write is retried (after the routing moved
+on, up to ``failover_wait`` seconds) only when it is known not to have been applied:
+the request never reached the primary's node (``NodeDisconnected.delivered`` False), or
+that node answered ``ShardUnavailable`` (it holds no primary of that shard) before
+touching anything.  A lost answer (``delivered`` None or True), or a primary that
+applied but could not acknowledge (``WriteNotAcknowledged``), is reported per item, not
+acknowledged; the caller may retry by id (docs/design/transport.md, "What is retried").
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pyarrow as pa
+
+from shardstore.cluster_state.coordination import ClusterManagerNode
+from shardstore.cluster_state.errors import NotMaster
+from shardstore.engine.documents import BulkResult, Documents
+from shardstore.engine.errors import ClusterClosed, IndexNotFound, InvalidRequest, ShardUnavailable
+from shardstore.engine.metadata import IndexMeta, indices_from_state
+from shardstore.engine.routing import shard_ids
+from shardstore.segments.mapping import Mapping
+from shardstore.transport import NodeDisconnected
+
+#: a coordinator waits this long for a failover before it reports a shard write as failed
+FAILOVER_WAIT = 15.0
+
+
+class Coordinator:
+    """Routes a node's ``client.*`` requests (see the module docstring)."""
+
+    def __init__(self, name: str, coordination: ClusterManagerNode, send: Callable[..., Any], *,
+                 failover_wait: float = FAILOVER_WAIT) -> None:
+        self.name = name
+        self.coordination = coordination
+        self._send = send
+        self.failover_wait = failover_wait
+        self.documents = Documents(self)
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix=f"coord-{name}")
+        self._cache: tuple[Any, dict[str, IndexMeta]] | None = None
+        self._mappings: dict[str, tuple[dict, Mapping]] = {}
+        self.closed = False
+
+    # -- routing ----------------------------------------------------------------------------------
+
+    def _indices(self) -> dict[str, IndexMeta]:
+        state = self.coordination.applied
+        if state is None:
+            return {}
+        cached = self._cache
+        if cached is not None and cached[0] is state:
+            return cached[1]
+        indices = indices_from_state(state)
+        self._cache = (state, indices)
+        return indices
+
+    def index_meta(self, index: str) -> IndexMeta:
+        """The index's metadata from the applied cluster state (IndexNotFound)."""
+        if self.closed:
+            raise ClusterClosed(f"index [{index}]")
+        meta = self._indices().get(index)
+        if meta is None:
+            raise IndexNotFound(index)
+        return meta
+
+    def mapping_of(self, meta: IndexMeta) -> Mapping:
+        """The index mapping of ``meta`` (parsed once per mappings dict)."""
+        cached = self._mappings.get(meta.uuid)
+        if cached is None or cached[0] is not meta.mappings:
+            cached = (meta.mappings, Mapping.from_dict(meta.mappings))
+            self._mappings[meta.uuid] = cached
+        return cached[1]
+
+    def _manager(self, action: str, request: dict[str, Any]) -> Any:
+        """Send to the elected cluster manager, waiting out an election (up to ``failover_wait``)."""
+        deadline = time.monotonic() + self.failover_wait
+        while True:
+            master = self.coordination.master
+            try:
+                if master is None:
+                    raise NotMaster(self.name, None)
+                return self._send(master, action, request)
+            except (NotMaster, NodeDisconnected) as exc:
+                if isinstance(exc, NodeDisconnected) and exc.delivered is not False:
+                    raise
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.05)
+
+    def commit_mapping(self, index: str, base: Mapping, proposed: Mapping) -> Mapping:
+        """Have the cluster manager commit ``proposed`` unless the mapping moved on; the mapping after."""
+        after = self._manager("cm.put_mapping", {"index": index, "base": base.to_dict(),
+                                                 "proposed": proposed.to_dict()})
+        return Mapping.from_dict(after)
+
+    def write_shard(self, meta: IndexMeta, shard: int, ops: pa.RecordBatch, expect: tuple | None,
+                    mapping: Mapping | None, fields: pa.Table | None) -> pa.RecordBatch:
+        """Send one shard's operations to its primary; retried on a failover only when not applied."""
+        deadline = time.monotonic() + self.failover_wait
+        request = {"index_uuid": meta.uuid, "shard": shard, "ops": ops, "fields": fields,
+                   "expect": None if expect is None else list(expect),
+                   "mapping": None if mapping is None else mapping.to_dict()}
+        seen: tuple[str | None, int] | None = None
+        while True:
+            sr = self.index_meta(meta.name).routing[shard]
+            try:
+                if sr.primary is None:
+                    raise ShardUnavailable(meta.name, shard, "no primary")
+                return self._send(sr.primary, "shard.bulk", request)["ops"]
+            except (NodeDisconnected, ShardUnavailable) as exc:
+                if isinstance(exc, NodeDisconnected) and exc.delivered is not False:
+                    raise  # it may have been applied: reported, never sent twice
+                if time.monotonic() >= deadline:
+                    raise
+                seen = (sr.primary, sr.primary_term)
+                self._wait_for_routing(meta.name, shard, seen, deadline)
+
+    def _wait_for_routing(self, index: str, shard: int, seen: tuple[str | None, int], deadline: float) -> None:
+        """Block until the shard's (primary, term) differs from ``seen`` and has a primary, or the deadline."""
+        while time.monotonic() < deadline:
+            sr = self.index_meta(index).routing[shard]
+            if (sr.primary, sr.primary_term) != seen and sr.primary is not None:
+                return
+            time.sleep(0.02)
+
+    def read_doc(self, meta: IndexMeta, shard: int, doc_id: str) -> dict[str, Any] | None:
+        """The document from the shard's primary (realtime)."""
+        return self._on_primary(meta.name, shard, "shard.get", {"id": doc_id})
+
+    def run_parallel(self, fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+        """``[fn(x) for x in items]`` on the coordinator's threads."""
+        return list(self._pool.map(fn, items))
+
+    def _on_primary(self, index: str, shard: int, action: str, extra: dict[str, Any]) -> Any:
+        """A read on the shard's primary, retried on another routing while a failover runs."""
+        deadline = time.monotonic() + self.failover_wait
+        while True:
+            meta = self.index_meta(index)
+            sr = meta.routing[shard]
+            try:
+                if sr.primary is None:
+                    raise ShardUnavailable(index, shard, "no primary")
+                return self._send(sr.primary, action, {"index_uuid": meta.uuid, "shard": shard, **extra})
+            except (NodeDisconnected, ShardUnavailable):
+                if time.monotonic() >= deadline:
+                    raise
+                self._wait_for_routing(index, shard, (sr.primary, sr.primary_term), deadline)
+
+    def _on_copies(self, index: str, action: str) -> None:
+        """``action`` on every copy of every shard (refresh, flush); a copy that left meanwhile is skipped."""
+        meta = self.index_meta(index)
+        for sr in meta.routing:
+            for node in sr.copies:
+                try:
+                    self._send(node, action, {"index_uuid": meta.uuid, "shard": sr.shard})
+                except (NodeDisconnected, ShardUnavailable):
+                    if node == self.index_meta(index).routing[sr.shard].primary:
+                        raise
+
+    # -- client actions -----------------------------------------------------------------------------
+
+    def handle(self, action: str, req: dict[str, Any]) -> Any:
+        """Transport entry point for ``client.*`` actions."""
+        if action == "client.bulk":
+            return self.documents.bulk(req["index"], req["docs"]).items
+        if action == "client.index_doc":
+            return self.documents.index_doc(req["index"], req["doc"], if_seq_no=req.get("if_seq_no"),
+                                            if_primary_term=req.get("if_primary_term")).items
+        if action == "client.delete":
+            return self.documents.delete(req["index"], req["id"], if_seq_no=req.get("if_seq_no"),
+                                         if_primary_term=req.get("if_primary_term")).items
+        if action == "client.get":
+            return self.documents.get(req["index"], req["id"])
+        if action == "client.create_index":
+            return self._manager("cm.create_index", req)
+        if action == "client.refresh":
+            self._on_copies(req["index"], "shard.refresh")
+            return True
+        if action == "client.flush":
+            self._on_copies(req["index"], "shard.flush")
+            return True
+        if action == "client.count":
+            meta = self.index_meta(req["index"])
+            return sum(self._on_primary(req["index"], sr.shard, "shard.count", {}) for sr in meta.routing)
+        if action == "client.scan":
+            meta = self.index_meta(req["index"])
+            tables = [self._on_primary(req["index"], sr.shard, "shard.scan", {"columns": req.get("columns")})
+                      for sr in meta.routing]
+            tables = [t for t in tables if t is not None]
+            return pa.concat_tables(tables, promote_options="default") if tables else pa.table({})
+        if action == "client.health":
+            return self._manager("cm.health", {})
+        if action == "client.primary_of":
+            return self.index_meta(req["index"]).routing[int(req["shard"])].primary
+        if action == "client.index_uuid":
+            return self.index_meta(req["index"]).uuid
+        if action == "client.route":
+            meta = self.index_meta(req["index"])
+            return shard_ids(pa.array([req["id"]], pa.string()), meta.shards)[0].as_py()
+        raise InvalidRequest(f"node {self.name}: unknown client action {action!r}")
+
+    def bulk(self, index: str, docs: Any) -> BulkResult:
+        """The document API's bulk, on this node (tests and the embedded use of a node)."""
+        return self.documents.bulk(index, docs)
+
+    def close(self) -> None:
+        """Stop taking requests."""
+        self.closed = True
+        self._pool.shutdown(wait=False)

@@ -1,0 +1,460 @@
+"""The cluster-manager role of a node process: allocation, promotion and publication (issue 29).
+
+Active only on the elected cluster-manager node (the coordination layer,
+:mod:`shardstore.cluster_state.coordination`, elects it over the transport).  It keeps
+the index metadata (:class:`~shardstore.engine.metadata.IndexMeta`: per shard the primary
+term, the copies and the in-sync set) and the membership (the data nodes that joined and
+still answer the follower checks, :mod:`~shardstore.engine.fault_detection`).  It reaches
+copies only through the data role's actions (:mod:`~shardstore.engine.node_service`) and
+publishes every change of an index through the coordination layer before it acts on it
+(docs/design/transport.md, "Actions"; docs/design/engine.md, invariants 3 and 7).
+
+Its own actions (``cm.*``): ``join``, ``create_index``, ``put_mapping``, ``fail_replica``,
+``replica_started``, ``copy_failed``, ``health``.
+
+When a node leaves, each primary it held is promoted at once: the in-sync copy with the
+highest local checkpoint becomes primary of term + 1 (``shard.promote``; it claims the
+term in the store, which fences the old primary, and resyncs the other copies).  A shard
+with no in-sync copy left is rebuilt from the blob store.  A failed promotion leaves the
+shard red with its cause and is retried at the next :meth:`ManagerRole.tick`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import Any
+
+from shardstore.blobstores.base import BlobStore
+from shardstore.cluster_state.coordination import ClusterManagerNode
+from shardstore.cluster_state.errors import NotMaster
+from shardstore.core.path_strategy import PlainPathStrategy
+from shardstore.engine.allocation import AllocationWorker, ClusterHealth, cluster_health, plan_replicas
+from shardstore.engine.errors import IndexAlreadyExists, IndexNotCreated, IndexNotFound, StalePrimary
+from shardstore.engine.metadata import IndexMeta, ShardRouting, indices_from_state, sync_index
+from shardstore.engine.node_service import spec_to_wire
+from shardstore.engine.shard import ShardSpec
+from shardstore.engine.validation import check_create_args, check_index_name, check_mapping, check_source_mode
+from shardstore.segments.mapping import Mapping
+from shardstore.segments.remote_store import next_free_term
+
+log = logging.getLogger(__name__)
+
+
+class ManagerRole:
+    """The elected cluster manager's metadata, membership and decisions (see the module docstring)."""
+
+    def __init__(self, name: str, coordination: ClusterManagerNode, store: BlobStore,
+                 send: Callable[..., Any], *, recovery_delay: float = 0.5, check_timeout: float = 1.0) -> None:
+        self.name = name
+        self.coordination = coordination
+        self.store = store
+        self._send = send  # send(target, action, request) -> response
+        self.recovery_delay = recovery_delay
+        self.check_timeout = check_timeout  # a member that does not answer in this long at activation is out
+        self._lock = threading.RLock()
+        self.indices: dict[str, IndexMeta] = {}
+        self.members: dict[str, str] = {}  # data node name -> transport address
+        self._ephemeral: dict[str, str] = {}  # member -> the process id it joined with
+        self.active = False
+        self._initializing: set[tuple[str, int]] = set()
+        self._failures: dict[tuple[str, int], int] = {}
+        self._unpromoted: dict[tuple[str, int], str] = {}
+        self._allocation = AllocationWorker(self._allocation_round, name=f"allocation-{name}")
+
+    # -- activation -------------------------------------------------------------------------------
+
+    def activate(self, members: dict[str, str]) -> None:
+        """Take over as cluster manager with the applied state's indices and the candidate ``members``.
+
+        Each candidate is asked which copies it holds (``node.stats``): one that does not answer
+        is not a member, and a copy the routing names but its node no longer holds (the node
+        restarted) is treated as lost, its primary promoted elsewhere.
+        """
+        held: dict[str, set[tuple[str, int]]] = {}
+        ids: dict[str, str] = {}
+
+        def ask(node: str) -> None:
+            try:
+                ids[node] = self._send(node, "fd.follower_check", {"master": self.name,
+                                                                   "term": self.coordination.current_term},
+                                       timeout=self.check_timeout)["ephemeral_id"]
+                copies = self._send(node, "node.stats", {}, timeout=self.check_timeout)["copies"]
+                held[node] = {(k[0], int(k[1])) for k in copies}
+            except Exception as exc:  # noqa: BLE001 - not a member until it joins
+                log.info("%s: %s is not a member at activation: %s", self.name, node, exc)
+        with ThreadPoolExecutor(max_workers=max(1, len(members))) as pool:  # a paused member costs one timeout
+            list(pool.map(ask, members))
+        with self._lock:
+            state = self.coordination.applied
+            self.indices = indices_from_state(state) if state is not None else {}
+            self.members = {n: a for n, a in members.items() if n in held}
+            self._ephemeral = ids
+            self.active = True
+            self._unpromoted.clear()
+            self._publish_members()
+            for name in list(self.indices):
+                for sr in self.indices[name].routing:
+                    key = (self.indices[name].uuid, sr.shard)
+                    for node in [*(c for c in sr.copies if c != sr.primary), *([sr.primary] if sr.primary else [])]:
+                        if key not in held.get(node, set()):
+                            self._node_left_shard(name, sr.shard, node)
+                    if self.indices[name].routing[sr.shard].primary is None:
+                        self._unpromoted.setdefault((name, sr.shard), "no primary")
+            self._publish_members()
+        self._retry_red()
+        self._allocation.schedule()
+        log.info("%s is the cluster manager (term %d), members %s", self.name, self.coordination.current_term,
+                 sorted(self.members))
+
+    def is_member(self, name: str, ephemeral_id: str) -> bool:
+        """Whether ``name`` is a member as the process ``ephemeral_id`` (not an earlier run of it)."""
+        return name in self.members and self._ephemeral.get(name) == ephemeral_id
+
+    def deactivate(self) -> None:
+        """Stop acting as cluster manager (another node was elected, or this one lost its quorum)."""
+        with self._lock:
+            self.active = False
+
+    def close(self) -> None:
+        """Stop the allocation worker."""
+        self.deactivate()
+        self._allocation.close()
+
+    def _check_active(self) -> None:
+        if not self.active or not self.coordination.is_master:
+            self.active = False
+            raise NotMaster(self.name, self.coordination.master)
+
+    # -- dispatch ---------------------------------------------------------------------------------
+
+    def handle(self, action: str, req: dict[str, Any]) -> Any:
+        """Transport entry point for ``cm.*`` actions (NotMaster when this node is not the manager)."""
+        self._check_active()
+        method = {
+            "cm.join": self._join, "cm.create_index": self._create_index, "cm.put_mapping": self._put_mapping,
+            "cm.fail_replica": self._fail_replica, "cm.replica_started": self._replica_started,
+            "cm.copy_failed": self._copy_failed, "cm.health": lambda _r: self.health().__dict__,
+        }.get(action)
+        if method is None:
+            raise NotMaster(self.name, self.coordination.master)
+        return method(req)
+
+    # -- membership ---------------------------------------------------------------------------------
+
+    def _join(self, req: dict[str, Any]) -> dict[str, Any]:
+        name, ephemeral = req["name"], req["ephemeral_id"]
+        if name in self.members and self._ephemeral.get(name) != ephemeral:
+            self.node_left(name, "it restarted (a new process): its copies are gone")
+        with self._lock:
+            fresh = self.members.get(name) != req["address"] or self._ephemeral.get(name) != ephemeral
+            if name not in self.members:
+                self._drop_unrouted(name)
+            self.members[name] = req["address"]
+            self._ephemeral[name] = ephemeral
+            self._failures.clear()
+            if fresh:
+                self._publish_members()
+        self._allocation.schedule()
+        self._retry_red()
+        return {"master": self.name, "term": self.coordination.current_term}
+
+    def _drop_unrouted(self, node: str) -> None:
+        """Have a (re)joining ``node`` discard every copy the routing does not give it (lock held).
+
+        A node removed while it was paused (SIGSTOP) or cut off wakes up with copies, some of
+        them primaries of an older term; they are fenced in the store, and dropped here.
+        """
+        routed = {(m.uuid, r.shard) for m in self.indices.values() for r in m.routing if node in r.copies}
+        try:
+            held = self._send(node, "node.stats", {})["copies"]
+        except Exception as exc:  # noqa: BLE001 - it joins again at its next leader check
+            log.info("%s: copies of joining %s not listed: %r", self.name, node, exc)
+            return
+        for index_uuid, shard, _primary in held:
+            if (index_uuid, int(shard)) not in routed:
+                log.warning("%s: %s rejoined with a copy of %s/%s that is no longer routed to it; discarding it",
+                            self.name, node, index_uuid, shard)
+                self._send(node, "shard.discard", {"index_uuid": index_uuid, "shard": int(shard)})
+
+    def node_left(self, node: str, reason: str) -> None:
+        """A member stopped answering (fault detection): promote its primaries, drop its replicas."""
+        with self._lock:
+            if self.members.pop(node, None) is None:
+                return
+            self._ephemeral.pop(node, None)
+            self.coordination.peers = tuple(n for n in self.members if n != self.name)  # no publication waits on it
+            self._failures.clear()  # recoveries that failed towards it are planned elsewhere now
+            log.warning("%s: node %s left the cluster: %s", self.name, node, reason)
+            for name in list(self.indices):
+                for sr in self.indices[name].routing:
+                    if node in sr.copies or sr.primary == node:
+                        self._node_left_shard(name, sr.shard, node)
+            self._publish_members()
+        self._allocation.schedule(self.recovery_delay)
+
+    def _node_left_shard(self, name: str, shard: int, node: str) -> None:
+        meta = self.indices[name]
+        sr = meta.routing[shard]
+        if sr.primary == node:
+            self._promote(meta, sr, [n for n in sr.in_sync if n != node and n in self.members])
+            return
+        self._set_routing(meta, shard, copies=[c for c in sr.copies if c != node],
+                          in_sync=[c for c in sr.in_sync if c != node])
+        if sr.primary is not None:
+            try:
+                self._send(sr.primary, "shard.group", {"index_uuid": meta.uuid, "shard": shard,
+                                                       "replicas": [n for n in sr.in_sync if n not in (node, sr.primary)]})
+            except Exception as exc:  # noqa: BLE001 - it fails the replica itself at its next write
+                log.info("telling %s of the smaller group of %s/%d: %r", sr.primary, name, shard, exc)
+
+    def _publish_members(self) -> None:
+        """Put the membership (name -> address) in the cluster state: every node's address book.
+
+        Publications go to the members only from now on: a removed node (dead, paused, cut off)
+        costs a publication nothing.
+        """
+        members = dict(sorted(self.members.items()))
+        self.coordination.peers = tuple(n for n in members if n != self.name)
+
+        def task(state):
+            return state if state.nodes == members else state.with_nodes(members)
+        self.coordination.submit(task)
+
+    # -- metadata -----------------------------------------------------------------------------------
+
+    def _spec(self, meta: IndexMeta, shard: int) -> ShardSpec:
+        return ShardSpec(meta.data_cluster_uuid, meta.uuid, shard, durability=meta.durability,
+                         mapping=meta.mappings, strategy=meta.strategy, reupload_delay=self.recovery_delay)
+
+    def _set_routing(self, meta: IndexMeta, shard: int, **changes: Any) -> IndexMeta:
+        cur = self.indices.get(meta.name, meta)
+        new = cur.with_routing(shard, **changes)
+        self.coordination.submit(sync_index(new))  # published (committed on a majority) before it is acted on
+        self.indices[meta.name] = new
+        return new
+
+    def _meta_by_uuid(self, index_uuid: str) -> IndexMeta:
+        meta = next((m for m in self.indices.values() if m.uuid == index_uuid), None)
+        if meta is None:
+            raise IndexNotFound(index_uuid)
+        return meta
+
+    def _create_index(self, req: dict[str, Any]) -> dict[str, Any]:
+        name = check_index_name(req["name"])
+        shards, replicas, durability = check_create_args(req.get("shards", 1), req.get("replicas", 1),
+                                                         req.get("durability", "request"))
+        source = check_source_mode(req.get("source", "stored"))
+        mapping = check_mapping(req.get("mappings"))
+        with self._lock:
+            if name in self.indices:
+                raise IndexAlreadyExists(name)
+            live = sorted(self.members)
+            if not live:
+                raise IndexNotCreated(name, "no live data node to hold its shards")
+            meta = IndexMeta(name=name, uuid=uuid.uuid4().hex, shards=shards, replicas=replicas,
+                             mappings=mapping.to_dict(), durability=durability, strategy=PlainPathStrategy(),
+                             routing=tuple(ShardRouting(s, live[s % len(live)], 1, (live[s % len(live)],),
+                                                        (live[s % len(live)],)) for s in range(shards)),
+                             data_cluster_uuid=self.coordination.applied.cluster_uuid, source=source)
+            try:
+                self.coordination.submit(sync_index(meta))
+            except Exception as exc:
+                raise IndexNotCreated(name, f"its metadata was not committed ({type(exc).__name__}: {exc})") from exc
+            self.indices[name] = meta
+            for sr in meta.routing:
+                self._send(sr.primary, "shard.open", {"spec": spec_to_wire(self._spec(meta, sr.shard)), "term": 1})
+        self._allocation.schedule()
+        return {"uuid": meta.uuid}
+
+    def _put_mapping(self, req: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            meta = self.indices.get(req["index"])
+            if meta is None:
+                raise IndexNotFound(req["index"])
+            current = Mapping.from_dict(meta.mappings)
+            if current != Mapping.from_dict(req["base"]):
+                return current.to_dict()
+            updated = replace(meta, mappings=Mapping.from_dict(req["proposed"]).to_dict())
+            self.coordination.submit(sync_index(updated))
+            self.indices[meta.name] = updated
+            return updated.mappings
+
+    # -- copies failing and joining -----------------------------------------------------------------
+
+    def _fail_replica(self, req: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            meta = self._meta_by_uuid(req["index_uuid"])
+            shard, node = int(req["shard"]), req["node"]
+            sr = meta.routing[shard]
+            if int(req["term"]) < sr.primary_term:
+                raise StalePrimary(f"{meta.name}/{shard}: a primary of term {req['term']} asked to fail {node}, but "
+                                   f"the shard's primary term is {sr.primary_term}", term=int(req["term"]),
+                                   current_term=sr.primary_term)
+            if node in sr.in_sync:
+                log.warning("failing replica %s of %s/%d: %s", node, meta.name, shard, req.get("reason"))
+                sr = self._set_routing(meta, shard, copies=[c for c in sr.copies if c != node],
+                                       in_sync=[c for c in sr.in_sync if c != node]).routing[shard]
+                try:
+                    self._send(node, "shard.discard", {"index_uuid": meta.uuid, "shard": shard})
+                except Exception:  # noqa: BLE001 - an unreachable node drops it when it rejoins
+                    pass
+        self._allocation.schedule()
+        return {"replicas": [n for n in sr.in_sync if n != sr.primary]}
+
+    def _replica_started(self, req: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            meta = self._meta_by_uuid(req["index_uuid"])
+            shard, node = int(req["shard"]), req["node"]
+            sr = meta.routing[shard]
+            if (sr.primary, sr.primary_term) != (req["primary"], int(req["term"])) or node not in self.members:
+                raise StalePrimary(f"{meta.name}/{shard}: recovery on {node} from {req['primary']} (term "
+                                   f"{req['term']}) refused; the primary is now {sr.primary} of term "
+                                   f"{sr.primary_term}", term=int(req["term"]), current_term=sr.primary_term)
+            if node not in sr.in_sync:
+                sr = self._set_routing(meta, shard, copies=[*dict.fromkeys([*sr.copies, node])],
+                                       in_sync=[*sr.in_sync, node]).routing[shard]
+            return {"replicas": [n for n in sr.in_sync if n != sr.primary]}
+
+    def _copy_failed(self, req: dict[str, Any]) -> bool:
+        with self._lock:
+            meta = self._meta_by_uuid(req["index_uuid"])
+            self._node_left_shard(meta.name, int(req["shard"]), req["node"])
+        self._allocation.schedule(self.recovery_delay)
+        return True
+
+    # -- promotion ----------------------------------------------------------------------------------
+
+    def _promote(self, meta: IndexMeta, sr: ShardRouting, candidates: list[str]) -> bool:
+        """Promote the most advanced candidate (lock held); red with the cause on failure; whether it did."""
+        key = (meta.name, sr.shard)
+        if not candidates:
+            self._set_routing(meta, sr.shard, primary=None, copies=[], in_sync=[])
+            self._unpromoted[key] = "no in-sync copy left; recovering it from the blob store"
+            return self._recover_from_store(self.indices[meta.name], sr.shard)
+        term = sr.primary_term + 1
+        try:
+            stats = {}
+            for n in candidates:
+                s = self._send(n, "shard.stats", {"index_uuid": meta.uuid, "shard": sr.shard})
+                if s is not None and s["disk_failure"] is None:
+                    stats[n] = s
+            if not stats:
+                raise IndexNotCreated(meta.name, f"no candidate of shard {sr.shard} answered with a healthy copy")
+            best = max(stats, key=lambda n: stats[n]["local_checkpoint"])
+            answer = self._send(best, "shard.promote", {"index_uuid": meta.uuid, "shard": sr.shard, "term": term,
+                                                        "replicas": [n for n in stats if n != best]})
+        except Exception as exc:  # noqa: BLE001 - red with the cause, retried with a newer term
+            cause = f"promotion to term {term} failed ({type(exc).__name__}: {exc}); retrying"
+            log.error("%s/%d: %s", meta.name, sr.shard, cause)
+            self._unpromoted[key] = cause
+            self._set_routing(meta, sr.shard, primary=None, primary_term=term, copies=candidates, in_sync=candidates)
+            return False
+        kept = [best, *answer["kept"]]
+        self._set_routing(meta, sr.shard, primary=best, primary_term=term, copies=kept, in_sync=kept)
+        for n in candidates:
+            if n not in kept:
+                try:
+                    self._send(n, "shard.discard", {"index_uuid": meta.uuid, "shard": sr.shard})
+                except Exception:  # noqa: BLE001
+                    pass
+        self._unpromoted.pop(key, None)
+        log.info("promoted %s to primary of %s/%d with term %d", best, meta.name, sr.shard, term)
+        return True
+
+    def _recover_from_store(self, meta: IndexMeta, shard: int) -> bool:
+        """Rebuild a shard with no in-sync copy from the blob store on the least loaded member (lock held)."""
+        key = (meta.name, shard)
+        if not self.members:
+            self._unpromoted[key] = "no in-sync copy left and no data node up"
+            return False
+        load = {n: 0 for n in self.members}
+        for m in self.indices.values():
+            for r in m.routing:
+                for c in r.copies:
+                    if c in load:
+                        load[c] += 1
+        target = min(load, key=lambda n: (load[n], n))
+        sr = meta.routing[shard]
+        spec = self._spec(meta, shard)
+        try:
+            term = next_free_term(self.store, spec.address, at_least=sr.primary_term)
+            answer = self._send(target, "shard.recover_from_store", {
+                "spec": spec_to_wire(spec), "term": term, "known_term": sr.primary_term, "index_name": meta.name})
+        except Exception as exc:  # noqa: BLE001 - a store error or a refused (lossy) recovery: red, named
+            self._unpromoted[key] = (f"no in-sync copy left; recovery from the blob store failed "
+                                     f"({type(exc).__name__}: {exc}); retrying")
+            log.error("%s/%d: %s", meta.name, shard, self._unpromoted[key])
+            return False
+        del answer
+        self._set_routing(meta, shard, primary=target, primary_term=term, copies=[target], in_sync=[target])
+        self._unpromoted.pop(key, None)
+        log.warning("%s/%d: recovered from the blob store on %s with term %d", meta.name, shard, target, term)
+        return True
+
+    def _retry_red(self) -> None:
+        """Promote or rebuild every shard left without a primary (a failed promotion, a restore)."""
+        with self._lock:
+            if not self.active:
+                return
+            for (name, shard) in list(self._unpromoted):
+                meta = self.indices.get(name)
+                if meta is None:
+                    self._unpromoted.pop((name, shard), None)
+                    continue
+                sr = meta.routing[shard]
+                if sr.primary is not None and sr.primary in self.members:
+                    self._unpromoted.pop((name, shard), None)
+                    continue
+                self._promote(meta, sr, [n for n in sr.in_sync if n in self.members])
+
+    def tick(self) -> None:
+        """Periodic work of the manager (fault-detection thread): retry red shards."""
+        if self._unpromoted:
+            self._retry_red()
+            self._allocation.schedule()
+
+    # -- allocation -----------------------------------------------------------------------------------
+
+    def _allocation_round(self) -> bool:
+        """Start the next replica recovery the plan asks for; False when there is none (worker thread)."""
+        with self._lock:
+            if not self.active:
+                return False
+            live = sorted(self.members)
+            load = {n: 0 for n in live}
+            for m in self.indices.values():
+                for r in m.routing:
+                    for c in r.copies:
+                        if c in load:
+                            load[c] += 1
+            skip = frozenset(self._initializing | {k for k, n in self._failures.items() if n >= 3})
+            plan = plan_replicas(self.indices, live, load, skip)
+            if not plan:
+                return False
+            a = plan[0]
+            meta = self.indices[a.index]
+            sr = meta.routing[a.shard]
+            self._initializing.add((a.index, a.shard))
+        try:
+            self._send(a.target, "shard.recover_replica", {"spec": spec_to_wire(self._spec(meta, a.shard)),
+                                                           "source": sr.primary})
+            log.info("replica of %s/%d recovered on %s", a.index, a.shard, a.target)
+        except Exception as exc:  # noqa: BLE001 - retried (3 times) by the next rounds
+            with self._lock:
+                self._failures[(a.index, a.shard)] = self._failures.get((a.index, a.shard), 0) + 1
+            log.warning("recovery of %s/%d on %s failed: %s: %s", a.index, a.shard, a.target, type(exc).__name__, exc)
+        finally:
+            with self._lock:
+                self._initializing.discard((a.index, a.shard))
+        return True
+
+    def health(self) -> ClusterHealth:
+        """Green, yellow or red over the members that answer (as :func:`cluster_health`)."""
+        with self._lock:
+            return cluster_health(self.indices, sorted(self.members), frozenset(self._initializing),
+                                  dict(self._unpromoted))

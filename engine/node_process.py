@@ -1,0 +1,319 @@
+"""A node as its own process: the roles assembled behind a network transport (issue 29).
+
+``shardstore node --name n1 --data-dir D --store URL --listen 127.0.0.1:9400 --seed-hosts
+h1:9400,h2:9400`` runs a :class:`NodeProcess` until SIGTERM (then it flushes its primaries,
+leaves the cluster and stops) or SIGKILL.  One process holds:
+
+- the transport (:class:`~shardstore.net.flight.FlightTransport`, Arrow Flight; loopback
+  unless TLS and credentials are configured, docs/design/transport.md, "Security");
+- the coordination node (:class:`~shardstore.cluster_state.coordination.ClusterManagerNode`):
+  votes, accepts and applies published cluster states; master-eligible by default;
+- the data role (:class:`~shardstore.engine.node_service.NodeService`): shard copies;
+- the cluster-manager role (:class:`~shardstore.engine.manager.ManagerRole`), active while
+  this node is the elected manager;
+- the coordinating role (:class:`~shardstore.engine.coordinator.Coordinator`): ``client.*``.
+
+A background thread runs, every ``fd.interval`` seconds: discovery (``discovery.hello`` to
+the seed hosts, addresses from the applied cluster state), joining the elected manager,
+an election when no manager is known, and fault detection
+(:mod:`~shardstore.engine.fault_detection`): the manager checks its followers, the
+followers check the manager.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from shardstore.blobstores import open_store
+from shardstore.cluster_state import coordination
+from shardstore.cluster_state.coordination import ClusterManagerNode
+from shardstore.cluster_state.errors import NotMaster, StaleTerm
+from shardstore.engine.coordinator import Coordinator
+from shardstore.engine.datadir import DataDirLock
+from shardstore.engine.errors import InvalidRequest
+from shardstore.engine.fault_detection import OK, REFUSED, TIMEOUT, FailureCounter, FaultDetectionSettings
+from shardstore.engine.manager import ManagerRole
+from shardstore.engine.node_service import NodeService
+from shardstore.net.flight import ANY_NODE, FlightTransport
+from shardstore.net.security import Security
+from shardstore.net.wire import register_dataclass
+from shardstore.transport import NodeDisconnected
+
+log = logging.getLogger(__name__)
+
+for _cls in (coordination.StartJoin, coordination.Join, coordination.Publish, coordination.PublishAck,
+             coordination.Commit):
+    register_dataclass(_cls)
+
+ROLES = frozenset({"data", "cluster_manager"})
+
+
+@dataclass(frozen=True)
+class NodeSettings:
+    """Everything a node process is started with (flags, a settings file or ``SHARDSTORE_NODE_*``)."""
+
+    name: str
+    data_dir: str
+    store: str
+    listen: str = "127.0.0.1:9400"
+    #: the address other nodes reach this one at (default: the listening address), e.g. a proxy's
+    publish: str | None = None
+    seed_hosts: tuple[str, ...] = ()
+    initial_managers: tuple[str, ...] = ()
+    roles: frozenset[str] = ROLES
+    fault_detection: FaultDetectionSettings = field(default_factory=FaultDetectionSettings)
+    security: Security | None = None
+    store_options: dict[str, Any] = field(default_factory=dict)
+    recovery_delay: float = 0.5
+    #: per-request timeout of node-to-node actions that have no setting of their own
+    request_timeout: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not self.name or not isinstance(self.name, str):
+            raise InvalidRequest(f"a node needs a name (--name), got {self.name!r}")
+        unknown = set(self.roles) - ROLES
+        if unknown or not self.roles:
+            raise InvalidRequest(f"node roles must be a non-empty subset of {sorted(ROLES)}, got {sorted(self.roles)}")
+        if "cluster_manager" in self.roles and self.initial_managers and self.name not in self.initial_managers:
+            raise InvalidRequest(f"node {self.name!r} is cluster-manager-eligible but not in --initial-managers "
+                                 f"{list(self.initial_managers)}")
+
+
+class NodeProcess:
+    """The roles of one node, behind one transport (see the module docstring)."""
+
+    def __init__(self, settings: NodeSettings) -> None:
+        self.settings = settings
+        self.name = settings.name
+        self.ephemeral_id = uuid.uuid4().hex  # a restarted process is a new member: its copies are gone
+        self._dir_lock = DataDirLock(settings.data_dir)
+        fd = settings.fault_detection
+        self.transport = FlightTransport(settings.listen, security=settings.security,
+                                         default_timeout=settings.request_timeout,
+                                         action_timeouts={"fd.*": fd.timeout, "discovery.*": fd.timeout,
+                                                          "cs/*": max(5.0, 4 * fd.timeout)})
+        try:
+            self.store = open_store(settings.store, **settings.store_options)
+            eligible = "cluster_manager" in settings.roles
+            self.cm = ClusterManagerNode(self.name, self.transport, self.store,
+                                         os.path.join(settings.data_dir, "cluster-state"), master_eligible=eligible,
+                                         initial_config=settings.initial_managers or (self.name,), register=False,
+                                         parallel_publish=True)
+            self.node = NodeService(self.name, os.path.join(settings.data_dir, "shards"), self.store, self.send,
+                                    lambda: self.cm.master)
+            self.manager = ManagerRole(self.name, self.cm, self.store, self.send,
+                                       recovery_delay=settings.recovery_delay, check_timeout=fd.timeout)
+            self.coordinator = Coordinator(self.name, self.cm, self.send)
+            self._leader_failures = FailureCounter(fd.retries)
+            self._follower_failures = FailureCounter(fd.retries)
+            self._seeds: dict[str, str | None] = {a: None for a in settings.seed_hosts}  # address -> name
+            self._joined: tuple[str, int] | None = None  # (master, term) this node joined
+            self._stop = threading.Event()
+            self._managing = False
+            self._election_after = time.monotonic() + random.uniform(0, 2 * fd.interval)
+            self.transport.register(self.name, self.handle)
+            self.address = settings.publish or self.transport.address
+        except BaseException:
+            self.transport.close()
+            self._dir_lock.release()
+            raise
+        self._thread = threading.Thread(target=self._run, name=f"node-{self.name}", daemon=True)
+        self._thread.start()
+
+    # -- transport ----------------------------------------------------------------------------------
+
+    def send(self, target: str, action: str, request: Any, timeout: float | None = None) -> Any:
+        """Send ``request`` to node ``target`` (this node included: the same path, in this process)."""
+        if target == self.name:
+            return self.handle(action, request)
+        return self.transport.send(self.name, target, action, request, timeout=timeout)
+
+    def handle(self, action: str, req: Any) -> Any:
+        """Every action this process answers, by prefix."""
+        if action.startswith("cs/"):
+            return self.cm.handle(action, req)
+        if action.startswith(("shard.", "recovery.", "node.")):
+            return self.node.handle(action, req)
+        if action.startswith("cm."):
+            if action == "cm.leave":
+                self.manager._check_active()
+                self.manager.node_left(req["name"], "it left (shutdown)")
+                return True
+            return self.manager.handle(action, req)
+        if action.startswith("client."):
+            return self.coordinator.handle(action, req)
+        if action == "discovery.hello":
+            if req.get("name") and req.get("address"):
+                self.transport.set_peer(req["name"], req["address"])
+            return {"name": self.name, "address": self.address, "master": self.cm.master}
+        if action == "fd.follower_check":
+            if int(req["term"]) < self.cm.current_term:
+                raise StaleTerm(f"node {self.name}: follower check by {req['master']}", int(req["term"]),
+                                self.cm.current_term)
+            return {"ephemeral_id": self.ephemeral_id}
+        if action == "fd.leader_check":
+            if not self.cm.is_master:
+                raise NotMaster(self.name, self.cm.master)
+            return {"member": self.manager.is_member(req["name"], req.get("ephemeral_id", ""))}
+        raise InvalidRequest(f"node {self.name}: unknown action {action!r}")
+
+    # -- the background loop ------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        interval = self.settings.fault_detection.interval
+        while not self._stop.wait(0 if not self._managing and self.cm.master is None else interval):
+            try:
+                self._round()
+            except Exception:  # noqa: BLE001 - the loop must survive anything; the next round retries
+                log.exception("%s: node round failed", self.name)
+            if self.cm.master is None:
+                time.sleep(interval / 2)
+
+    def _round(self) -> None:
+        self._discover()
+        if self.cm.is_master:
+            if not self._managing:
+                self._managing = True
+                self._joined = None
+                self.manager.activate({self.name: self.address, **self._live_members()})
+            self._check_followers()
+            self.manager.tick()
+            return
+        if self._managing:
+            self._managing = False
+            self.manager.deactivate()
+        master = self.cm.master
+        if master is None:
+            self._maybe_elect()
+            return
+        self._check_leader(master)
+
+    def _discover(self) -> None:
+        """Resolve seed addresses to names; learn every member's address from the applied state."""
+        state = self.cm.applied
+        if state is not None:
+            for name, address in state.nodes.items():
+                if name != self.name and isinstance(address, str):
+                    self.transport.set_peer(name, address)
+        for address, name in list(self._seeds.items()):
+            if name is not None or address == self.address:
+                continue
+            seed = f"{ANY_NODE}{address}"  # whatever node listens there, until it says its name
+            self.transport.set_peer(seed, address)
+            try:
+                hello = self.transport.send(self.name, seed, "discovery.hello",
+                                            {"name": self.name, "address": self.address})
+            except Exception:  # noqa: BLE001 - not up yet: the next round tries again
+                continue
+            finally:
+                self.transport.remove_peer(seed)
+            self._seeds[address] = hello["name"]
+            self.transport.set_peer(hello["name"], hello["address"])
+        if self.cm.is_master and self._managing:  # publish to the members only: a removed node costs nothing
+            self.cm.peers = tuple(sorted(n for n in self.manager.members if n != self.name))
+        else:
+            self.cm.peers = tuple(sorted(n for n in self.transport.peers()
+                                         if n != self.name and not n.startswith(ANY_NODE)))
+
+    def _live_members(self) -> dict[str, str]:
+        state = self.cm.applied
+        members = dict(state.nodes) if state is not None else {}
+        members.update({n: a for n, a in self.transport.peers().items() if not n.startswith(ANY_NODE)})
+        members.pop(self.name, None)
+        return members
+
+    def _maybe_elect(self) -> None:
+        if "cluster_manager" not in self.settings.roles or time.monotonic() < self._election_after:
+            return
+        try:
+            state = self.cm.start_election()
+            log.info("%s won the election of term %d", self.name, state.term)
+        except Exception as exc:  # noqa: BLE001 - no quorum yet, or another candidate won: back off
+            log.info("%s: election failed: %s", self.name, exc)
+            interval = self.settings.fault_detection.interval
+            self._election_after = time.monotonic() + random.uniform(interval, 4 * interval)
+
+    def _outcome(self, target: str, action: str, request: dict[str, Any]) -> tuple[str, Any]:
+        try:
+            return OK, self.send(target, action, request, timeout=self.settings.fault_detection.timeout)
+        except NodeDisconnected as exc:
+            return (REFUSED if exc.delivered is False else TIMEOUT), exc
+        except Exception as exc:  # noqa: BLE001 - the peer answered with a refusal
+            return TIMEOUT, exc
+
+    def _check_leader(self, master: str) -> None:
+        outcome, answer = self._outcome(master, "fd.leader_check", {"name": self.name, "address": self.address,
+                                                                    "ephemeral_id": self.ephemeral_id})
+        if outcome == OK:
+            self._leader_failures.forget(master)
+            if not answer["member"]:
+                self._join(master)
+            return
+        if self._leader_failures.record(master, outcome):
+            log.warning("%s: the cluster manager %s failed its leader checks (%s); electing another", self.name,
+                        master, answer)
+            self.cm.master = None
+            self._election_after = time.monotonic() + random.uniform(0, self.settings.fault_detection.interval)
+
+    def _join(self, master: str) -> None:
+        try:
+            self.send(master, "cm.join", {"name": self.name, "address": self.address,
+                                          "ephemeral_id": self.ephemeral_id})
+            self._joined = (master, self.cm.current_term)
+        except Exception as exc:  # noqa: BLE001 - retried at the next round
+            log.info("%s: joining %s failed: %s", self.name, master, exc)
+
+    def _check_followers(self) -> None:
+        for member in sorted(self.manager.members):
+            if member == self.name:
+                continue
+            outcome, answer = self._outcome(member, "fd.follower_check",
+                                            {"master": self.name, "term": self.cm.current_term})
+            if isinstance(answer, StaleTerm):  # a newer term exists: this node is no longer the manager
+                self.cm.is_master = False
+                self.cm.master = None
+                return
+            if self._follower_failures.record(member, outcome):
+                self.manager.node_left(member, f"failed its follower checks ({answer})")
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+
+    def shutdown(self, *, clean: bool = True) -> None:
+        """Stop: with ``clean``, flush the primaries and leave the cluster first (SIGTERM)."""
+        if clean:
+            self.node.flush_all()
+            master = self.cm.master
+            if master is not None and master != self.name:
+                try:
+                    self.send(master, "cm.leave", {"name": self.name}, timeout=5.0)
+                except Exception as exc:  # noqa: BLE001 - fault detection notices it anyway
+                    log.info("%s: leaving via %s failed: %s", self.name, master, exc)
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self.manager.close()
+        self.coordinator.close()
+        self.transport.close()
+        self.node.close()
+        self._dir_lock.release()
+
+
+def run_node(settings: NodeSettings) -> int:
+    """Run a node process until SIGTERM or SIGINT (then a clean shutdown); the exit status."""
+    import signal
+
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    node = NodeProcess(settings)
+    print(f"node {node.name} listening on {node.address}", flush=True)
+    stop.wait()
+    log.info("%s: shutting down", node.name)
+    node.shutdown(clean=True)
+    return 0

@@ -1,0 +1,496 @@
+"""The data role of a node: its shard copies and the transport actions that reach them (issue 29).
+
+A :class:`NodeService` owns the copies on one node's disk and answers the ``shard.*`` and
+``recovery.*`` actions; everything another node, the cluster manager or a coordinator
+does to a copy goes through these actions, so the node can be a separate process behind
+a network transport (docs/design/transport.md, "Actions").  Payloads hold only JSON
+values and Arrow data (the wire codec's kinds).
+
+Per primary copy the node keeps its *replication group* (the in-sync replicas' node
+names) and a *write lock*: a bulk stamps, applies and replicates under it, and the last
+phase of a peer recovery runs under it, so a replica joins the group between two bulks
+and never misses one (docs/design/engine.md, invariant 4).  The group changes only
+
+- under the write lock, from the answer of the cluster manager to ``cm.replica_started``,
+  ``cm.fail_replica`` or from a promotion this node runs, or
+- by ``shard.group`` from the cluster manager, which only ever *removes* names.
+
+A replica that cannot apply a write is failed through the cluster manager before the
+primary answers; a primary that cannot reach the cluster manager to do so does not
+acknowledge (``ShardUnavailable``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+
+from shardstore.blobstores.base import BlobStore
+from shardstore.cluster_state.errors import NotMaster
+from shardstore.core.path_strategy import PathStrategy
+from shardstore.engine.errors import (
+    InvalidRequest,
+    OperationTermTooOld,
+    ResyncRefused,
+    ShardUnavailable,
+    StalePrimary,
+    WriteNotAcknowledged,
+)
+from shardstore.engine.shard import ShardCopy, ShardSpec
+from shardstore.errors import LocalDiskError
+from shardstore.segments.mapping import Mapping
+from shardstore.transport import NodeDisconnected
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, int]
+#: bytes per ``recovery.chunk`` answer when a replica copies its primary's files
+CHUNK_BYTES = 4 * 1024 * 1024
+
+
+def spec_to_wire(spec: ShardSpec) -> dict[str, Any]:
+    """A :class:`ShardSpec` as JSON values."""
+    return {"cluster_uuid": spec.cluster_uuid, "index_uuid": spec.index_uuid, "shard": spec.shard,
+            "durability": spec.durability, "mapping": dict(spec.mapping), "strategy": spec.strategy.to_dict(),
+            "reupload_delay": spec.reupload_delay, "index_buffer_bytes": spec.index_buffer_bytes}
+
+
+def spec_from_wire(d: dict[str, Any]) -> ShardSpec:
+    """The :class:`ShardSpec` of :func:`spec_to_wire`."""
+    return ShardSpec(d["cluster_uuid"], d["index_uuid"], int(d["shard"]), durability=d["durability"],
+                     mapping=dict(d["mapping"]), strategy=PathStrategy.from_dict(d["strategy"]),
+                     reupload_delay=float(d["reupload_delay"]), index_buffer_bytes=int(d["index_buffer_bytes"]))
+
+
+def _mapping(d: dict | None) -> Mapping | None:
+    return None if d is None else Mapping.from_dict(d)
+
+
+class NodeService:
+    """One node's shard copies and their actions (see the module docstring)."""
+
+    def __init__(self, name: str, data_dir: str, store: BlobStore | None, send: Callable[..., Any],
+                 manager: Callable[[], str | None], *, manager_wait: float = 10.0) -> None:
+        self.name = name
+        #: how long a primary waits for an elected cluster manager to report a failed replica to
+        self.manager_wait = manager_wait
+        self.data_dir = data_dir
+        self.store = store
+        self._send = send  # send(target, action, request) -> response
+        self._manager = manager  # the elected cluster manager's node name, or None
+        self.copies: dict[Key, ShardCopy] = {}
+        self.groups: dict[Key, tuple[str, ...]] = {}
+        self._write_locks: dict[Key, threading.RLock] = {}
+        self._lock = threading.RLock()
+        self._recoveries: dict[str, tuple[ShardCopy, contextlib.ExitStack, Any]] = {}
+        self._recovering: dict[Key, ShardCopy] = {}  # replicas being built here (they take the tail)
+        os.makedirs(data_dir, exist_ok=True)
+
+    # -- dispatch -----------------------------------------------------------------------------
+
+    def handle(self, action: str, req: dict[str, Any]) -> Any:
+        """Transport entry point for ``shard.*`` and ``recovery.*`` actions."""
+        method = _ACTIONS.get(action)
+        if method is None:
+            raise InvalidRequest(f"node {self.name}: unknown action {action!r}")
+        return method(self, req)
+
+    def _key(self, req: dict[str, Any]) -> Key:
+        return (str(req["index_uuid"]), int(req["shard"]))
+
+    def _copy(self, req: dict[str, Any], *, primary: bool = False) -> ShardCopy:
+        key = self._key(req)
+        copy = self.copies.get(key)
+        if copy is None or (primary and not copy.primary):
+            raise ShardUnavailable(key[0], key[1], f"{self.name} holds no {'primary' if primary else 'copy'}")
+        return copy
+
+    def write_lock(self, key: Key) -> threading.RLock:
+        """The lock a bulk of ``key`` holds while it stamps, applies and replicates."""
+        with self._lock:
+            return self._write_locks.setdefault(key, threading.RLock())
+
+    def _manager_call(self, action: str, request: dict[str, Any]) -> Any:
+        """Send to the elected cluster manager, waiting out an election (up to ``manager_wait`` seconds)."""
+        deadline = time.monotonic() + self.manager_wait
+        while True:
+            master = self._manager()
+            try:
+                if master is None:
+                    raise NotMaster(self.name, None)
+                return self._send(master, action, request)
+            except (NotMaster, NodeDisconnected) as exc:
+                if isinstance(exc, NodeDisconnected) and exc.delivered is not False:
+                    raise
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.05)
+
+    # -- copies ---------------------------------------------------------------------------------
+
+    def _open(self, req: dict[str, Any]) -> dict[str, Any]:
+        """``shard.open``: a new empty copy (a created index's primary)."""
+        spec = spec_from_wire(req["spec"])
+        key = (spec.index_uuid, spec.shard)
+        with self.write_lock(key):
+            self._discard(key)
+            shutil.rmtree(os.path.join(self.data_dir, spec.index_uuid, str(spec.shard)), ignore_errors=True)
+            self.copies[key] = ShardCopy(spec, self.data_dir, self.store, primary_term=int(req["term"]),
+                                         primary=True)
+            self.groups[key] = ()
+        return {"local_checkpoint": self.copies[key].local_checkpoint}
+
+    def _recover_from_store(self, req: dict[str, Any]) -> dict[str, Any]:
+        """``shard.recover_from_store``: rebuild a primary from the blob store alone (restore, red shard)."""
+        spec = spec_from_wire(req["spec"])
+        key = (spec.index_uuid, spec.shard)
+        with self.write_lock(key):
+            self._discard(key)
+            shutil.rmtree(os.path.join(self.data_dir, spec.index_uuid, str(spec.shard)), ignore_errors=True)
+            assert self.store is not None
+            copy = ShardCopy.recover_from_remote(
+                spec, self.data_dir, self.store, primary_term=int(req["term"]), known_term=int(req["known_term"]),
+                index_name=req.get("index_name"), accept_data_loss=bool(req.get("accept_data_loss", False)),
+                acknowledged_max=int(req.get("acknowledged_max", -1)))
+            self.copies[key] = copy
+            self.groups[key] = ()
+        loss = copy.restore_loss
+        return {"mapping": copy.directory.mapping.to_dict(), "local_checkpoint": copy.local_checkpoint,
+                "loss": None if loss is None else str(loss)}
+
+    def _discard(self, key: Key) -> bool:
+        copy = self.copies.pop(key, None)
+        self.groups.pop(key, None)
+        if copy is None:
+            return False
+        try:
+            copy.close()
+        except Exception as exc:  # noqa: BLE001 - a failed copy's close error is only logged
+            log.warning("closing the copy %s on %s: %r", copy.path, self.name, exc)
+        return True
+
+    def _discard_action(self, req: dict[str, Any]) -> bool:
+        """``shard.discard``: drop this node's copy (failed or moved); whether there was one."""
+        return self._discard(self._key(req))
+
+    def _stats(self, req: dict[str, Any]) -> dict[str, Any] | None:
+        """``shard.stats``: the copy's checkpoints and state, or None when this node holds none."""
+        copy = self.copies.get(self._key(req))
+        if copy is None:
+            return None
+        return {"local_checkpoint": copy.local_checkpoint, "max_seq_no": copy.max_seq_no, "primary": copy.primary,
+                "term": copy.primary_term, "global_checkpoint": copy.global_checkpoint,
+                "disk_failure": None if copy.disk_failure is None else str(copy.disk_failure)}
+
+    def node_stats(self, _req: dict[str, Any] | None = None) -> dict[str, Any]:
+        """``node.stats``: the copies this node holds (index UUID, shard, primary)."""
+        return {"copies": [[k[0], k[1], c.primary] for k, c in list(self.copies.items())]}
+
+    def _group(self, req: dict[str, Any]) -> bool:
+        """``shard.group``: the cluster manager removed replicas; keep only those still named."""
+        key = self._key(req)
+        keep = set(req["replicas"])
+        with self._lock:
+            if key in self.groups:
+                self.groups[key] = tuple(n for n in self.groups[key] if n in keep)
+        return True
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    def _bulk(self, req: dict[str, Any]) -> dict[str, Any]:
+        """``shard.bulk`` on the primary: stamp, apply, make durable, replicate to the group; the stamped ops."""
+        key = self._key(req)
+        mapping = _mapping(req.get("mapping"))
+        expect = None if req.get("expect") is None else tuple(req["expect"])
+        with self.write_lock(key):
+            copy = self._copy(req, primary=True)
+            try:
+                stamped = copy.primary_apply(req["ops"], expect=expect, mapping=mapping, fields=req.get("fields"))
+            except LocalDiskError as exc:
+                self._report_disk_failure(key, copy, exc)
+                raise
+            checkpoints = [copy.local_checkpoint]
+            for replica in self.groups.get(key, ()):
+                try:
+                    checkpoints.append(self._send(replica, "shard.replicate", {
+                        "index_uuid": key[0], "shard": key[1], "ops": stamped, "term": copy.primary_term,
+                        "global_checkpoint": copy.global_checkpoint, "mapping": req.get("mapping")}))
+                except OperationTermTooOld:
+                    raise  # a newer term exists: this primary is stale, the write is not acknowledged
+                except Exception as exc:  # noqa: BLE001 - unreachable, or it refused what the primary applied
+                    self._fail_replica(key, replica, copy.primary_term, f"{type(exc).__name__}: {exc}")
+            copy.update_global_checkpoint(min(checkpoints))
+        return {"ops": stamped}
+
+    def _fail_replica(self, key: Key, replica: str, term: int, reason: str) -> None:
+        """Have the cluster manager take ``replica`` out of the in-sync set before this primary acknowledges."""
+        try:
+            answer = self._manager_call("cm.fail_replica", {"index_uuid": key[0], "shard": key[1], "node": replica,
+                                                            "term": term, "reason": reason})
+        except Exception as exc:  # noqa: BLE001 - no manager, or it refused (a stale primary): not acknowledged
+            if isinstance(exc, OperationTermTooOld | StalePrimary):
+                raise
+            raise WriteNotAcknowledged(key[0], key[1], f"replica {replica} failed ({reason}) and the cluster "
+                                                       f"manager could not be told ({type(exc).__name__}: {exc})") from exc
+        self.groups[key] = tuple(answer["replicas"])
+
+    def _report_disk_failure(self, key: Key, copy: ShardCopy, exc: LocalDiskError) -> None:
+        """Tell the cluster manager this copy's disk failed (it fails over or rebuilds); drop the copy."""
+        self._discard(key)
+        try:
+            self._manager_call("cm.copy_failed", {"index_uuid": key[0], "shard": key[1], "node": self.name,
+                                                  "reason": str(exc)})
+        except Exception as err:  # noqa: BLE001 - fault detection notices the copy missing anyway
+            log.warning("%s: could not report the failed copy %s: %r", self.name, copy.path, err)
+
+    def _replicate(self, req: dict[str, Any]) -> int:
+        """``shard.replicate`` on a replica: apply what the primary stamped; the local checkpoint."""
+        key = self._key(req)
+        copy = self.copies.get(key) or self._recovering.get(key)
+        if copy is None:
+            raise ShardUnavailable(key[0], key[1], f"no copy on {self.name}")
+        return copy.replica_apply(req["ops"], int(req["term"]), int(req["global_checkpoint"]),
+                                  _mapping(req.get("mapping")))
+
+    # -- promotion ------------------------------------------------------------------------------
+
+    def _promote(self, req: dict[str, Any]) -> dict[str, Any]:
+        """``shard.promote``: become primary of ``term``, resync the other in-sync copies; those kept."""
+        key = self._key(req)
+        term = int(req["term"])
+        with self.write_lock(key):
+            copy = self._copy(req)
+            copy.promote(term)
+            kept = []
+            for other in req["replicas"]:
+                if other == self.name:
+                    continue
+                try:
+                    sent = self._resync(key, copy, other, term)
+                    kept.append(other)
+                    log.info("resynced %s/%d on %s: %d operations", key[0], key[1], other, sent)
+                except Exception as exc:  # noqa: BLE001 - rebuilt by peer recovery instead
+                    log.warning("resync of %s/%d on %s failed (%s: %s); it is rebuilt", key[0], key[1], other,
+                                type(exc).__name__, exc)
+            self.groups[key] = tuple(kept)
+        return {"kept": kept, "local_checkpoint": copy.local_checkpoint}
+
+    def _resync(self, key: Key, primary: ShardCopy, other: str, term: int) -> int:
+        stats = self._send(other, "shard.stats", {"index_uuid": key[0], "shard": key[1]})
+        if stats is None:
+            raise ShardUnavailable(key[0], key[1], f"{other} holds no copy")
+        ops = list(primary.translog.read_operations(int(stats["local_checkpoint"]) + 1))
+        return self._send(other, "shard.resync", {
+            "index_uuid": key[0], "shard": key[1], "term": term, "ops": ops, "max_seq_no": primary.max_seq_no,
+            "global_checkpoint": primary.global_checkpoint, "mapping": primary.directory.mapping.to_dict()})
+
+    def _resync_apply(self, req: dict[str, Any]) -> int:
+        """``shard.resync`` on an in-sync copy: the new primary's operations above our checkpoint."""
+        copy = self._copy(req)
+        with copy._lock:
+            if copy.max_seq_no > int(req["max_seq_no"]):
+                raise ResyncRefused(f"{copy.path}: holds seq# up to {copy.max_seq_no}, above the new primary's "
+                                    f"{req['max_seq_no']}; it must be rebuilt")
+            copy.directory.merge_mapping(Mapping.from_dict(req["mapping"]))
+            sent = copy.replay(req["ops"])
+            copy.primary_term = max(copy.primary_term, int(req["term"]))
+            copy.update_global_checkpoint(int(req["global_checkpoint"]))
+            return sent
+
+    # -- reads and maintenance ----------------------------------------------------------------
+
+    def _get(self, req: dict[str, Any]) -> dict[str, Any] | None:
+        return self._copy(req, primary=True).directory.get(req["id"])
+
+    def _count(self, req: dict[str, Any]) -> int:
+        return self._copy(req, primary=True).directory.count()
+
+    def _scan(self, req: dict[str, Any]) -> pa.Table | None:
+        copy = self._copy(req, primary=True)
+        if not copy.directory.count():
+            return None
+        return pa.Table.from_batches(list(copy.directory.scan(columns=req.get("columns"))))
+
+    def _refresh(self, req: dict[str, Any]) -> bool:
+        self._copy(req).refresh()
+        return True
+
+    def _flush(self, req: dict[str, Any]) -> bool:
+        key = self._key(req)
+        with self.write_lock(key):
+            self._copy(req).flush()
+        return True
+
+    # -- peer recovery: the target side ---------------------------------------------------------
+
+    def _recover_replica(self, req: dict[str, Any]) -> bool:
+        """``shard.recover_replica``: build a replica here from ``source``'s primary; True once in sync."""
+        spec = spec_from_wire(req["spec"])
+        key = (spec.index_uuid, spec.shard)
+        source = req["source"]
+        rid = uuid.uuid4().hex
+        dest = os.path.join(self.data_dir, spec.index_uuid, str(spec.shard))
+        self._discard(key)
+        shutil.rmtree(dest, ignore_errors=True)
+        start = self._send(source, "recovery.start", {"index_uuid": key[0], "shard": key[1], "id": rid})
+        replica: ShardCopy | None = None
+        try:
+            os.makedirs(os.path.join(dest, "index"), exist_ok=True)
+            for name, size in start["files"]:
+                self._fetch_file(source, rid, name, int(size), os.path.join(dest, "index", name))
+            replica = ShardCopy(spec, self.data_dir, self.store, primary_term=1, primary=False)
+            replica.replay(self._send(source, "recovery.ops", {"id": rid, "from": replica.local_checkpoint + 1}))
+            self._recovering[key] = replica
+            self._send(source, "recovery.finalize", {"id": rid, "target": self.name,
+                                                     "from": replica.local_checkpoint + 1})
+            self.copies[key] = replica
+            replica = None
+            return True
+        finally:
+            self._recovering.pop(key, None)
+            if replica is not None:
+                replica.close()
+            with contextlib.suppress(Exception):
+                self._send(source, "recovery.end", {"id": rid})
+
+    def _fetch_file(self, source: str, rid: str, name: str, size: int, path: str) -> None:
+        with open(path, "wb") as f:
+            offset = 0
+            while offset < size:
+                chunk = self._send(source, "recovery.chunk", {"id": rid, "name": name, "offset": offset,
+                                                              "length": min(CHUNK_BYTES, size - offset)})
+                if not chunk:
+                    raise ShardUnavailable(source, -1, f"recovery source ended {name} at {offset} of {size} bytes")
+                f.write(chunk)
+                offset += len(chunk)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def _recovery_tail(self, req: dict[str, Any]) -> int:
+        """``recovery.tail``: the last operations, sent by the primary under its write lock."""
+        key = self._key(req)
+        replica = self._recovering.get(key)
+        if replica is None:
+            raise ShardUnavailable(key[0], key[1], f"no recovery of it running on {self.name}")
+        if req.get("mapping") is not None:
+            replica.directory.merge_mapping(Mapping.from_dict(req["mapping"]))
+        replica.replay(req["ops"])
+        replica.primary_term = max(replica.primary_term, int(req["term"]))
+        replica.update_global_checkpoint(int(req["global_checkpoint"]))
+        return replica.local_checkpoint
+
+    # -- peer recovery: the source side (the primary) ------------------------------------------
+
+    def _recovery_start(self, req: dict[str, Any]) -> dict[str, Any]:
+        """``recovery.start``: lock the last commit and hold the translog above it; the files to copy."""
+        copy = self._copy(req, primary=True)
+        stack = contextlib.ExitStack()
+        commit = copy.directory.last_commit
+        start = commit.local_checkpoint if commit is not None else -1
+        stack.enter_context(copy.hold_translog(start + 1))
+        files: list[tuple[str, int]] = []
+        if commit is not None:
+            copy.directory.lock_commit(commit.generation)
+            stack.callback(copy.directory.release_commit, commit.generation)
+            for name in [*commit.files(), commit.file_name]:
+                files.append((name, os.path.getsize(os.path.join(copy.directory.path, name))))
+        self._recoveries[req["id"]] = (copy, stack, commit)
+        return {"files": files, "start": start}
+
+    def _recovery_session(self, rid: str) -> ShardCopy:
+        session = self._recoveries.get(rid)
+        if session is None:
+            raise ShardUnavailable("recovery", -1, f"no recovery {rid} on {self.name}")
+        return session[0]
+
+    def _recovery_chunk(self, req: dict[str, Any]) -> bytes:
+        copy = self._recovery_session(req["id"])
+        name = os.path.basename(req["name"])  # a file of the locked commit, never a path the peer chose
+        with open(os.path.join(copy.directory.path, name), "rb") as f:
+            f.seek(int(req["offset"]))
+            return f.read(int(req["length"]))
+
+    def _recovery_ops(self, req: dict[str, Any]) -> list[pa.RecordBatch]:
+        copy = self._recovery_session(req["id"])
+        return list(copy.translog.read_operations(int(req["from"])))
+
+    def _recovery_finalize(self, req: dict[str, Any]) -> bool:
+        """``recovery.finalize``: under the write lock, send the tail and have the manager mark the copy in sync."""
+        copy = self._recovery_session(req["id"])
+        key = (copy.spec.index_uuid, copy.spec.shard)
+        target = req["target"]
+        with self.write_lock(key):
+            if self.copies.get(key) is not copy or not copy.primary:
+                raise ShardUnavailable(key[0], key[1], f"the primary on {self.name} changed during the recovery")
+            self._send(target, "recovery.tail", {
+                "index_uuid": key[0], "shard": key[1], "ops": list(copy.translog.read_operations(int(req["from"]))),
+                "term": copy.primary_term, "global_checkpoint": copy.global_checkpoint,
+                "mapping": copy.directory.mapping.to_dict()})
+            answer = self._manager_call("cm.replica_started", {"index_uuid": key[0], "shard": key[1],
+                                                               "node": target, "primary": self.name,
+                                                               "term": copy.primary_term})
+            self.groups[key] = tuple(answer["replicas"])
+        return True
+
+    def _recovery_end(self, req: dict[str, Any]) -> bool:
+        session = self._recoveries.pop(req["id"], None)
+        if session is not None:
+            session[1].close()
+        return True
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def flush_all(self) -> None:
+        """Flush every primary copy (a clean shutdown): its commit is uploaded, its translog trimmed."""
+        for key, copy in list(self.copies.items()):
+            if copy.primary:
+                try:
+                    with self.write_lock(key):
+                        copy.flush()
+                except Exception as exc:  # noqa: BLE001 - the remote translog still holds what was acknowledged
+                    log.warning("%s: flush of %s at shutdown failed: %r", self.name, copy.path, exc)
+
+    def close(self) -> None:
+        """Close every copy (what is not in the translog is lost, as in a crash)."""
+        for session in list(self._recoveries.values()):
+            session[1].close()
+        self._recoveries.clear()
+        for key in list(self.copies):
+            self._discard(key)
+
+
+_ACTIONS: dict[str, Callable[[NodeService, dict[str, Any]], Any]] = {
+    "shard.open": NodeService._open,
+    "shard.recover_from_store": NodeService._recover_from_store,
+    "shard.discard": NodeService._discard_action,
+    "shard.stats": NodeService._stats,
+    "shard.group": NodeService._group,
+    "shard.bulk": NodeService._bulk,
+    "shard.replicate": NodeService._replicate,
+    "shard.promote": NodeService._promote,
+    "shard.resync": NodeService._resync_apply,
+    "shard.get": NodeService._get,
+    "shard.count": NodeService._count,
+    "shard.scan": NodeService._scan,
+    "shard.refresh": NodeService._refresh,
+    "shard.flush": NodeService._flush,
+    "shard.recover_replica": NodeService._recover_replica,
+    "recovery.start": NodeService._recovery_start,
+    "recovery.chunk": NodeService._recovery_chunk,
+    "recovery.ops": NodeService._recovery_ops,
+    "recovery.tail": NodeService._recovery_tail,
+    "recovery.finalize": NodeService._recovery_finalize,
+    "recovery.end": NodeService._recovery_end,
+    "node.stats": NodeService.node_stats,
+}
+#: the actions a node's data role answers
+ACTIONS = frozenset(_ACTIONS)

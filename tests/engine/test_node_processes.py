@@ -1,0 +1,152 @@
+"""Nodes as real processes over real sockets (issue 29): failover when a process dies or stops answering.
+
+Every test starts ``shardstore node`` processes on 127.0.0.1 (ports picked by the OS) over
+a file store, and drives them with real signals: SIGKILL, SIGSTOP/SIGCONT, SIGTERM.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from shardstore.engine import Cluster
+from shardstore.errors import ShardstoreError
+from shardstore.testing.node_processes import ProcessCluster
+
+
+@pytest.fixture
+def procs(tmp_path: Path):
+    c = ProcessCluster(str(tmp_path / "nodes"), f"file://{tmp_path / 'store'}?create=true", 3)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def _ids(table: pa.Table) -> set[str]:
+    return set(table.column("_id").to_pylist()) if table.num_rows else set()
+
+
+class Loader:
+    """Bulks of 50 documents in a loop on a thread; remembers every acknowledged id."""
+
+    def __init__(self, client, index: str) -> None:
+        self.client, self.index = client, index
+        self.acked: set[str] = set()
+        self.failed = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        n = 0
+        while not self._stop.is_set():
+            docs = [{"_id": f"d{n + k}", "v": n + k} for k in range(50)]
+            n += 50
+            result = self.client.bulk(self.index, docs)
+            self.acked.update(result.acknowledged)
+            self.failed += len(docs) - len(result.acknowledged)
+
+    def wait_acked(self, count: int, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while len(self.acked) < count and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert len(self.acked) >= count, f"only {len(self.acked)} acknowledged"
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(60)
+
+
+def test_sigkill_of_the_primary_process_mid_bulk_loses_no_acknowledged_write(procs: ProcessCluster,
+                                                                             tmp_path: Path) -> None:
+    client = procs.client()
+    client.wait_for_health("green", timeout=60)
+    client.create_index("flights", shards=2, replicas=1)
+    client.wait_for_health("green", timeout=60)
+    loader = Loader(client, "flights")
+    try:
+        loader.wait_acked(500)
+        victim = client.primary_of("flights", 0)
+        before = len(loader.acked)
+        procs.kill(victim)  # mid-bulk: the loader keeps sending
+        loader.wait_acked(before + 1000)  # writes go on through the promoted copy
+    finally:
+        loader.stop()
+    assert client.primary_of("flights", 0) != victim
+    client.refresh("flights")
+    live = _ids(client.scan("flights", columns=["_id"]))
+    assert loader.acked <= live, f"{len(loader.acked - live)} acknowledged writes missing: {procs.logs()}"
+    assert client.count("flights") == len(live)
+    client.close()
+    procs.close()  # every process gone: the store alone has it all
+    restored = Cluster.restore(store=procs.store, data_dir=str(tmp_path / "restored"), nodes=2)
+    try:
+        restored.refresh("flights")
+        back = _ids(restored.scan("flights", columns=["_id"]))
+        assert loader.acked <= back, f"{len(loader.acked - back)} acknowledged writes missing after restore"
+    finally:
+        restored.close()
+
+
+def test_a_paused_node_is_failed_over_within_the_detection_timeout_and_fenced_when_it_wakes(
+        procs: ProcessCluster) -> None:
+    client = procs.client()
+    client.wait_for_health("green", timeout=60)
+    client.create_index("docs", shards=1, replicas=1)
+    client.wait_for_health("green", timeout=60)
+    assert not client.bulk("docs", [{"_id": str(k), "v": k} for k in range(100)]).errors
+    victim = client.primary_of("docs", 0)
+    others = procs.client_of([n for n in procs.names if n != victim])
+    procs.pause(victim)
+    t0 = time.monotonic()
+    while others.primary_of("docs", 0) == victim and time.monotonic() - t0 < 30:
+        time.sleep(0.05)
+    took = time.monotonic() - t0
+    # default detection: 3 failed checks of (0.5 s interval + 1 s timeout) = 4.5 s at worst, plus the promotion
+    assert took < 4.5 + 2.0, took
+    new_primary = others.primary_of("docs", 0)
+    assert new_primary != victim
+    result = others.bulk("docs", [{"_id": "after", "v": 1}])
+    assert not result.errors, result.items.column("error").to_pylist()
+    index_uuid = procs.call(new_primary, "client.index_uuid", {"index": "docs"})
+    procs.resume(victim)
+    # A stale router sends a write straight to the woken node's old primary: it is refused, never acknowledged
+    # (fenced by the newer term in the store, or its copy already dropped when it rejoined).
+    from shardstore.translog.operations import OpType, unstamped_batch
+    ops = unstamped_batch([int(OpType.INDEX)], ["stale"], [1], [b'{"v": 2}'])
+    with pytest.raises(ShardstoreError):  # fenced (StalePrimary), or the copy is closed or already gone
+        procs.call(victim, "shard.bulk", {"index_uuid": index_uuid, "shard": 0, "ops": ops})
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:  # it rejoins and drops the copy that is no longer routed to it
+        if client.health().status == "green":
+            break
+        time.sleep(0.1)
+    assert client.health().status == "green"
+    client.refresh("docs")
+    assert client.get("docs", "after")["_source"] == {"v": 1}
+    assert client.count("docs") == 101
+    assert client.get("docs", "stale") is None
+
+
+def test_a_node_restarted_on_its_data_dir_rejoins_three_times(procs: ProcessCluster) -> None:
+    client = procs.client()
+    client.wait_for_health("green", timeout=60)
+    client.create_index("i", shards=3, replicas=1)
+    client.wait_for_health("green", timeout=60)
+    assert not client.bulk("i", [{"_id": str(k), "v": k} for k in range(100)]).errors
+    for round_ in range(3):
+        name = procs.names[round_ % 3]
+        assert procs.stop(name) == 0  # SIGTERM: flush, leave, exit 0
+        assert not client.bulk("i", [{"_id": f"r{round_}", "v": round_}]).errors
+        procs.restart(name)
+        client.wait_for_health("green", timeout=60)
+    client.refresh("i")
+    assert client.count("i") == 103
+    got = client.scan("i", columns=["_id", "v"]).sort_by("_id")
+    assert pc.sum(got.column("v")).as_py() == sum(range(100)) + 0 + 1 + 2
