@@ -313,15 +313,7 @@ class ClusterManagerNode:
         with self._task_lock:
             self._raise_if_superseded()
             term = self.disk.current_term + 1
-            joins: list[Join] = []
-            stale = 0
-            for node in sorted(self._voters(self.disk.accepted) | {self.name}):
-                try:
-                    joins.append(self._send(node, START_JOIN, StartJoin(term, self.name)))
-                except StaleTerm as exc:
-                    stale = max(stale, exc.current)
-                except (NodeDisconnected, ShardstoreError):
-                    continue
+            joins, stale = self._gather_joins(StartJoin(term, self.name))
             votes = {j.voter for j in joins}
             if not self._quorum(votes, self.disk.accepted):
                 if stale:
@@ -342,6 +334,37 @@ class ClusterManagerNode:
             self.is_master = True
             self.master = self.name
             return self._publish(adopted.successor(term), previous_cluster_uuid=previous_uuid)
+
+    def _gather_joins(self, request: StartJoin) -> tuple[list[Join], int]:
+        """Ask every voter (and this node) to join; the joins and the highest term refused with.
+
+        In order by default; with ``parallel_publish`` all at once, going on as soon as the joins
+        make a quorum: the highest accepted state of any majority holds every committed state, so
+        a voter that does not answer (paused, cut off) costs the election nothing.
+        """
+        joins: list[Join] = []
+        stale = 0
+        voters = sorted(self._voters(self.disk.accepted) | {self.name})
+        if not self.parallel_publish:
+            for node in voters:
+                try:
+                    joins.append(self._send(node, START_JOIN, request))
+                except StaleTerm as exc:
+                    stale = max(stale, exc.current)
+                except (NodeDisconnected, ShardstoreError):
+                    continue
+            return joins, stale
+        futures = [self._pool().submit(self._send, node, START_JOIN, request) for node in voters]
+        for future in as_completed(futures):
+            try:
+                joins.append(future.result())
+            except StaleTerm as exc:
+                stale = max(stale, exc.current)
+            except (NodeDisconnected, ShardstoreError):
+                pass
+            if self._quorum({j.voter for j in joins}, self.disk.accepted):
+                break
+        return list(joins), stale
 
     def _bootstrap_state(self) -> tuple[ClusterState, str | None]:
         """The first state of a cluster whose voters have empty disks: restored from the store if it holds one.

@@ -21,6 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 import pyarrow as pa
@@ -49,6 +50,7 @@ class Coordinator:
         self.failover_wait = failover_wait
         self.documents = Documents(self)
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix=f"coord-{name}")
+        self._inflight = ThreadPoolExecutor(max_workers=32, thread_name_prefix=f"coord-send-{name}")
         self._cache: tuple[Any, dict[str, IndexMeta]] | None = None
         self._mappings: dict[str, tuple[dict, Mapping]] = {}
         self.closed = False
@@ -118,7 +120,7 @@ class Coordinator:
             try:
                 if sr.primary is None:
                     raise ShardUnavailable(meta.name, shard, "no primary")
-                return self._send(sr.primary, "shard.bulk", request)["ops"]
+                return self._while_routed(meta.name, shard, sr, "shard.bulk", request)["ops"]
             except (NodeDisconnected, ShardUnavailable) as exc:
                 if isinstance(exc, NodeDisconnected) and exc.delivered is not False:
                     raise  # it may have been applied: reported, never sent twice
@@ -126,6 +128,25 @@ class Coordinator:
                     raise
                 seen = (sr.primary, sr.primary_term)
                 self._wait_for_routing(meta.name, shard, seen, deadline)
+
+    def _while_routed(self, index: str, shard: int, sr: Any, action: str, request: dict[str, Any]) -> Any:
+        """Send to the shard's primary; give up (outcome unknown) once the routing moved away from it.
+
+        A primary that stops answering (paused, cut off) would hold the caller for the whole request
+        timeout; once fault detection removed it and the shard's (primary, term) changed, the answer
+        cannot be an acknowledgement any more, so the caller hears at once (the request's thread
+        finishes in the background).
+        """
+        future = self._inflight.submit(self._send, sr.primary, action, request)
+        while True:
+            try:
+                return future.result(timeout=0.05)
+            except FutureTimeout:
+                now = self.index_meta(index).routing[shard]
+                if (now.primary, now.primary_term) != (sr.primary, sr.primary_term):
+                    raise NodeDisconnected(self.name, sr.primary, action, f"the shard's primary moved to "
+                                           f"{now.primary} (term {now.primary_term}) while the request was in "
+                                           f"flight", delivered=None) from None
 
     def _wait_for_routing(self, index: str, shard: int, seen: tuple[str | None, int], deadline: float) -> None:
         """Block until the shard's (primary, term) differs from ``seen`` and has a primary, or the deadline."""
@@ -219,3 +240,4 @@ class Coordinator:
         """Stop taking requests."""
         self.closed = True
         self._pool.shutdown(wait=False)
+        self._inflight.shutdown(wait=False)

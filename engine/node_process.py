@@ -115,6 +115,7 @@ class NodeProcess:
             self._follower_failures = FailureCounter(fd.retries)
             self._seeds: dict[str, str | None] = {a: None for a in settings.seed_hosts}  # address -> name
             self._joined: tuple[str, int] | None = None  # (master, term) this node joined
+            self._failed_leader: str | None = None  # the manager whose leader checks failed last
             self._stop = threading.Event()
             self._managing = False
             self._election_after = time.monotonic() + random.uniform(0, 2 * fd.interval)
@@ -227,6 +228,9 @@ class NodeProcess:
         members = dict(state.nodes) if state is not None else {}
         members.update({n: a for n, a in self.transport.peers().items() if not n.startswith(ANY_NODE)})
         members.pop(self.name, None)
+        if self._failed_leader is not None:
+            members.pop(self._failed_leader, None)
+            self._failed_leader = None
         return members
 
     def _maybe_elect(self) -> None:
@@ -260,6 +264,7 @@ class NodeProcess:
             log.warning("%s: the cluster manager %s failed its leader checks (%s); electing another", self.name,
                         master, answer)
             self.cm.master = None
+            self._failed_leader = master  # not a member candidate if this node wins: it rejoins once it answers
             self._election_after = time.monotonic() + random.uniform(0, self.settings.fault_detection.interval)
 
     def _join(self, master: str) -> None:
@@ -312,7 +317,7 @@ def run_node(settings: NodeSettings) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     node = NodeProcess(settings)
-    print(f"node {node.name} listening on {node.address}", flush=True)
+    print(f"node {node.name} listening on {node.transport.address}", flush=True)
     stop.wait()
     log.info("%s: shutting down", node.name)
     node.shutdown(clean=True)

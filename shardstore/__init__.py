@@ -2,10 +2,11 @@
 
 The public surface is small (issue 17): :func:`open_store` (a blob store for a URL),
 :class:`Cluster` (nodes, shards, replication, failover, restore), :func:`open_commit`
-(read a shard commit from the store as Arrow), the error kinds every error derives from
+(read a shard commit from the store as Arrow), :func:`connect` (a client of a cluster of node
+processes, ``shardstore.connect("h1:9400,h2:9400")``: the same document API), the error kinds every error derives from
 (:class:`ShardstoreError`, :class:`ConflictError`, :class:`CorruptError`,
 :class:`InvalidError`, :class:`NotFoundError`, :class:`UnavailableError`,
-:class:`LocalDiskError`) and ``__version__``.  ``Cluster``, ``open_commit`` and
+:class:`LocalDiskError`) and ``__version__``.  ``Cluster``, ``connect``, ``open_commit`` and
 ``open_store`` are imported on first use (PEP 562), so ``import shardstore`` and
 ``import shardstore.errors`` stay light and load neither the engine nor the segments.
 
@@ -35,6 +36,7 @@ from shardstore.errors import (
 if TYPE_CHECKING:
     from shardstore.blobstores import open_store
     from shardstore.engine import Cluster
+    from shardstore.engine.client import connect
     from shardstore.segments.reader import open_commit
 
 try:
@@ -52,6 +54,7 @@ __all__ = [
     "ShardstoreError",
     "UnavailableError",
     "__version__",
+    "connect",
     "open_commit",
     "open_store",
 ]
@@ -61,6 +64,8 @@ def __getattr__(name: str) -> Any:
     """The heavy names, imported on first access and then cached in the module."""
     if name == "Cluster":
         from shardstore.engine import Cluster as value
+    elif name == "connect":
+        from shardstore.engine.client import connect as value
     elif name == "open_commit":
         from shardstore.segments.reader import open_commit as value
     elif name == "open_store":

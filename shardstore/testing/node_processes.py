@@ -38,7 +38,8 @@ class NodeHandle:
     data_dir: str
     args: list[str]
     proc: subprocess.Popen | None = None
-    address: str = ""
+    address: str = ""  # where others reach it (its publish address)
+    listen: str = ""  # where it listens
     log_path: str = ""
     extra_env: dict[str, str] = field(default_factory=dict)
 
@@ -53,7 +54,8 @@ class ProcessCluster:
 
     def __init__(self, root: str, store: str, nodes: int = 3, *, fd_interval: float = 0.5, fd_timeout: float = 1.0,
                  fd_retries: int = 3, store_options: dict[str, str] | None = None,
-                 extra_args: list[str] | None = None, env: dict[str, str] | None = None) -> None:
+                 extra_args: list[str] | None = None, env: dict[str, str] | None = None,
+                 listen: dict[str, str] | None = None, publish: dict[str, str] | None = None) -> None:
         self.root = root
         self.store = store
         os.makedirs(root, exist_ok=True)
@@ -65,9 +67,10 @@ class ProcessCluster:
                         *[a for k, v in (store_options or {}).items() for a in ("-o", f"{k}={v}")],
                         *(extra_args or [])]
         self._env = {**os.environ, **(env or {})}
+        self._publish = dict(publish or {})  # name -> the address others reach it at (a proxy's)
         try:
             for name in self.names:
-                self._start(name, listen="127.0.0.1:0")
+                self._start(name, listen=(listen or {}).get(name, "127.0.0.1:0"))
         except BaseException:
             self.close()
             raise
@@ -84,6 +87,8 @@ class ProcessCluster:
         seeds = self._seeds(name)
         if seeds:
             args += ["--seed-hosts", seeds]
+        if name in self._publish:
+            args += ["--publish", self._publish[name]]
         handle = self.nodes.get(name) or NodeHandle(name, data_dir, args, log_path=os.path.join(self.root,
                                                                                                f"{name}.log"))
         handle.args = args
@@ -93,7 +98,8 @@ class ProcessCluster:
         handle.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, env=self._env, text=True)
         log.close()
         line = self._first_line(handle)
-        handle.address = line.rsplit(" ", 1)[-1]
+        handle.address = self._publish.get(name) or line.rsplit(" ", 1)[-1]
+        handle.listen = line.rsplit(" ", 1)[-1]
         self.nodes[name] = handle
         return handle
 
@@ -142,7 +148,7 @@ class ProcessCluster:
         h = self.nodes[name]
         if h.alive:
             raise RuntimeError(f"node {name} is running; stop or kill it first")
-        return self._start(name, listen=h.address)
+        return self._start(name, listen=h.listen)
 
     def live(self) -> list[str]:
         """Names of the nodes whose process runs."""
@@ -190,3 +196,12 @@ def process_cluster(root: str, store: str, nodes: int = 3, **options: Any) -> It
         yield cluster
     finally:
         cluster.close()
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (for a node started behind a proxy)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

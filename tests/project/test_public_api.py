@@ -26,6 +26,7 @@ DOCUMENTED = {
     "open_store",
     "Cluster",
     "open_commit",
+    "connect",
     "ShardstoreError",
     "ConflictError",
     "CorruptError",
@@ -35,7 +36,7 @@ DOCUMENTED = {
     "LocalDiskError",
     "__version__",
 }
-LAZY = {"Cluster": "shardstore.engine", "open_commit": "shardstore.segments", "open_store": "shardstore.blobstores"}
+LAZY = {"Cluster": "shardstore.engine", "connect": "shardstore.engine", "open_commit": "shardstore.segments", "open_store": "shardstore.blobstores"}
 #: what a light import must not load
 HEAVY = ("shardstore.engine", "shardstore.segments", "shardstore.translog", "shardstore.cluster_state",
          "shardstore.spark", "shardstore.testing", "pyarrow")
@@ -69,6 +70,9 @@ def test_the_names_are_the_library_objects() -> None:
     assert shardstore.open_store is open_store
     assert shardstore.Cluster is Cluster
     assert shardstore.open_commit is open_commit
+    from shardstore.engine.client import connect
+
+    assert shardstore.connect is connect
     for kind in ("ShardstoreError", "ConflictError", "CorruptError", "InvalidError", "NotFoundError",
                  "UnavailableError", "LocalDiskError"):
         assert getattr(shardstore, kind) is getattr(shardstore.errors, kind)
