@@ -7,6 +7,7 @@ Parses every module's imports (``ast``: module level, inside functions and under
 * ``blobstores`` (the store interface and wrappers) <- ``plugins`` (the backends);
 * ``core`` (operation types, record format, path strategy, ``ShardAddress``);
 * ``translog``, ``segments``, ``cluster_state``: each on core, blobstores and base, none on another;
+* ``net`` (the network transport over Arrow Flight, ``shardstore/net``): on base and core only;
 * ``engine`` on all of the above;
 * ``spark``, ``cli``, ``testing`` (and the ``pyspark_shardstore*`` registration shims) on anything;
 * ``api``: the package front door, ``shardstore/__init__.py`` (``open_store``, ``Cluster``,
@@ -37,6 +38,7 @@ FOLDERS: dict[str, list[Path]] = {
     "translog": sorted((ROOT / "translog").rglob("*.py")),
     "segments": sorted((ROOT / "segments").rglob("*.py")),
     "cluster_state": sorted((ROOT / "cluster_state").rglob("*.py")),
+    "net": sorted((ROOT / "shardstore" / "net").rglob("*.py")),
     "engine": sorted((ROOT / "engine").rglob("*.py")),
     "spark": sorted((ROOT / "spark").rglob("*.py")) + sorted(ROOT.glob("pyspark_shardstore*/*.py")),
     "cli": [ROOT / "shardstore" / "cli.py", ROOT / "shardstore" / "__main__.py"],
@@ -52,6 +54,7 @@ PREFIXES: dict[str, tuple[str, ...]] = {
     "translog": ("shardstore.translog",),
     "segments": ("shardstore.segments",),
     "cluster_state": ("shardstore.cluster_state",),
+    "net": ("shardstore.net",),
     "engine": ("shardstore.engine",),
     "spark": ("shardstore.spark", "pyspark_shardstore", "pyspark_shardstore_changes", "pyspark_shardstore_arrow"),
     "cli": ("shardstore.cli", "shardstore.__main__"),
@@ -71,7 +74,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "translog": frozenset({"base", "blobstores", "core"}),
     "segments": frozenset({"base", "blobstores", "core"}),
     "cluster_state": frozenset({"base", "blobstores", "core"}),
-    "engine": frozenset({"base", "blobstores", "plugins", "core", "translog", "segments", "cluster_state"}),
+    "net": frozenset({"base", "core"}),
+    "engine": frozenset({"base", "blobstores", "plugins", "core", "translog", "segments", "cluster_state", "net"}),
     "spark": _EVERY - {"testing", "cli"},
     "cli": _EVERY - {"testing"},
     "testing": _EVERY - {"cli"},
@@ -155,6 +159,10 @@ def test_the_parser_sees_imports_inside_functions(tmp_path: Path) -> None:
     ("engine", "from shardstore.testing.faulty import FaultyStore\n", "engine -> testing"),
     ("api", "from shardstore.testing import FaultyStore\n", "api -> testing"),
     ("api", "from shardstore.cli import main\n", "api -> cli"),
+    ("net", "from shardstore.engine.cluster import Cluster\n", "net -> engine"),
+    ("net", "from shardstore.blobstores import open_store\n", "net -> blobstores"),
+    ("net", "import shardstore.translog.operations\n", "net -> translog"),
+    ("core", "from shardstore.net.flight import FlightTransport\n", "core -> net"),
 ])
 def test_the_rules_catch_the_edges_that_were_cut(tmp_path: Path, layer: str, source: str, edge: str) -> None:
     (tmp_path / "m.py").write_text(source, encoding="utf-8")
@@ -169,6 +177,7 @@ def test_the_rules_catch_the_edges_that_were_cut(tmp_path: Path, layer: str, sou
     ("shardstore.errors", "base"),
     ("shardstore.errors.ShardstoreError", "base"),
     ("shardstore.engine", "engine"),
+    ("shardstore.net.wire", "net"),
     ("shardstore.testing.faulty", "testing"),
     ("shardstore_demo_plugin", None),
     ("pyarrow", None),
