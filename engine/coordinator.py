@@ -18,6 +18,7 @@ acknowledged; the caller may retry by id (docs/design/transport.md, "What is ret
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -35,6 +36,7 @@ from shardstore.engine.routing import shard_ids
 from shardstore.segments.mapping import Mapping
 from shardstore.transport import NodeDisconnected
 
+log = logging.getLogger(__name__)
 #: a coordinator waits this long for a failover before it reports a shard write as failed
 FAILOVER_WAIT = 15.0
 
@@ -180,15 +182,34 @@ class Coordinator:
                 self._wait_for_routing(index, shard, (sr.primary, sr.primary_term), deadline)
 
     def _on_copies(self, index: str, action: str) -> None:
-        """``action`` on every copy of every shard (refresh, flush); a copy that left meanwhile is skipped."""
+        """``action`` on every copy of every shard (refresh, flush).
+
+        A replica that fails meanwhile is skipped (it is no longer in sync, and rebuilt); a
+        primary that fails is waited out: the action runs on the promoted copy once the routing
+        moved on (up to ``failover_wait``).
+        """
         meta = self.index_meta(index)
-        for sr in meta.routing:
-            for node in sr.copies:
+        for shard in range(meta.shards):
+            deadline = time.monotonic() + self.failover_wait
+            done: set[str] = set()
+            while True:
+                sr = self.index_meta(index).routing[shard]
+                pending = [n for n in sr.copies if n not in done]
+                if not pending:
+                    break
+                node = pending[0]
                 try:
-                    self._send(node, action, {"index_uuid": meta.uuid, "shard": sr.shard})
+                    self._send(node, action, {"index_uuid": meta.uuid, "shard": shard})
                 except (NodeDisconnected, ShardUnavailable):
-                    if node == self.index_meta(index).routing[sr.shard].primary:
+                    if node != sr.primary:
+                        log.info("%s/%d: %s on %s skipped: the copy failed", index, shard, action, node)
+                    elif time.monotonic() >= deadline:
                         raise
+                    else:
+                        self._wait_for_routing(index, shard, (sr.primary, sr.primary_term), deadline)
+                        done.discard(self.index_meta(index).routing[shard].primary)  # again, as the primary
+                        continue
+                done.add(node)
 
     # -- client actions -----------------------------------------------------------------------------
 
