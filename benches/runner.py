@@ -29,6 +29,7 @@ BENCHES: dict[str, str] = {
     "chaos": "benches.chaos",
     "failover": "benches.failover",
     "peers": "benches.peers",
+    "cluster": "benches.cluster",
 }
 
 
