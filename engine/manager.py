@@ -34,7 +34,7 @@ from shardstore.cluster_state.coordination import ClusterManagerNode
 from shardstore.cluster_state.errors import NotMaster
 from shardstore.core.path_strategy import PlainPathStrategy
 from shardstore.engine.allocation import AllocationWorker, ClusterHealth, cluster_health, plan_replicas
-from shardstore.engine.errors import IndexAlreadyExists, IndexNotCreated, IndexNotFound, StalePrimary
+from shardstore.engine.errors import IndexAlreadyExists, IndexNotCreated, IndexNotFound, ShardUnavailable, StalePrimary
 from shardstore.engine.metadata import IndexMeta, ShardRouting, indices_from_state, sync_index
 from shardstore.engine.node_service import spec_to_wire
 from shardstore.engine.shard import ShardSpec
@@ -337,14 +337,21 @@ class ManagerRole:
             self._unpromoted[key] = "no in-sync copy left; recovering it from the blob store"
             return self._recover_from_store(self.indices[meta.name], sr.shard)
         term = sr.primary_term + 1
-        try:
-            stats = {}
-            for n in candidates:
+        stats: dict[str, dict] = {}
+        unreachable = []
+        for n in candidates:
+            try:
                 s = self._send(n, "shard.stats", {"index_uuid": meta.uuid, "shard": sr.shard})
-                if s is not None and s["disk_failure"] is None:
-                    stats[n] = s
+            except Exception:  # noqa: BLE001 - it may come back: the promotion is retried
+                unreachable.append(n)
+                continue
+            if s is not None and s["disk_failure"] is None:
+                stats[n] = s
+        if not stats and not unreachable:  # every in-sync copy is gone (restarted nodes, a restore)
+            return self._promote(meta, sr, [])
+        try:
             if not stats:
-                raise IndexNotCreated(meta.name, f"no candidate of shard {sr.shard} answered with a healthy copy")
+                raise ShardUnavailable(meta.name, sr.shard, f"no in-sync copy answered ({unreachable})")
             best = max(stats, key=lambda n: stats[n]["local_checkpoint"])
             answer = self._send(best, "shard.promote", {"index_uuid": meta.uuid, "shard": sr.shard, "term": term,
                                                         "replicas": [n for n in stats if n != best]})

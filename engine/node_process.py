@@ -116,6 +116,7 @@ class NodeProcess:
             self._seeds: dict[str, str | None] = {a: None for a in settings.seed_hosts}  # address -> name
             self._joined: tuple[str, int] | None = None  # (master, term) this node joined
             self._failed_leader: str | None = None  # the manager whose leader checks failed last
+            self._leader_ok_at = 0.0  # when the manager last answered a leader check
             self._stop = threading.Event()
             self._managing = False
             self._election_after = time.monotonic() + random.uniform(0, 2 * fd.interval)
@@ -139,6 +140,9 @@ class NodeProcess:
     def handle(self, action: str, req: Any) -> Any:
         """Every action this process answers, by prefix."""
         if action.startswith("cs/"):
+            if action == coordination.START_JOIN and self._has_live_leader(req.candidate):
+                # as Elasticsearch's pre-vote: no vote while a manager answers our leader checks
+                raise NotMaster(self.name, self.cm.master)
             return self.cm.handle(action, req)
         if action.startswith(("shard.", "recovery.", "node.")):
             return self.node.handle(action, req)
@@ -192,9 +196,29 @@ class NodeProcess:
             self.manager.deactivate()
         master = self.cm.master
         if master is None:
-            self._maybe_elect()
+            if not self._join_known_leader():
+                self._maybe_elect()
             return
         self._check_leader(master)
+
+    def _join_known_leader(self) -> bool:
+        """Ask the other nodes who leads; join that manager rather than start an election (whether one answered).
+
+        A node that restarts knows no manager; electing at once would depose a healthy one (a new
+        term) and churn the cluster.  It joins the one its peers name; the manager's next
+        publication makes it a follower.
+        """
+        for name in sorted(n for n in self.transport.peers() if not n.startswith(ANY_NODE) and n != self.name):
+            try:
+                hello = self.send(name, "discovery.hello", {"name": self.name, "address": self.address},
+                                  timeout=self.settings.fault_detection.timeout)
+            except Exception:  # noqa: BLE001 - down, or not up yet
+                continue
+            leader = hello.get("master")
+            if leader and leader != self.name:
+                self._join(leader)
+                return True
+        return False
 
     def _discover(self) -> None:
         """Resolve seed addresses to names; learn every member's address from the applied state."""
@@ -233,6 +257,14 @@ class NodeProcess:
             self._failed_leader = None
         return members
 
+    def _has_live_leader(self, candidate: str) -> bool:
+        """Whether this node follows a manager other than ``candidate`` that answered a check lately."""
+        if self.cm.is_master and self._managing:
+            return candidate != self.name
+        master = self.cm.master
+        recent = time.monotonic() - self._leader_ok_at < self.settings.fault_detection.worst_case_seconds
+        return master is not None and master != candidate and recent
+
     def _maybe_elect(self) -> None:
         if "cluster_manager" not in self.settings.roles or time.monotonic() < self._election_after:
             return
@@ -256,6 +288,7 @@ class NodeProcess:
         outcome, answer = self._outcome(master, "fd.leader_check", {"name": self.name, "address": self.address,
                                                                     "ephemeral_id": self.ephemeral_id})
         if outcome == OK:
+            self._leader_ok_at = time.monotonic()
             self._leader_failures.forget(master)
             if not answer["member"]:
                 self._join(master)

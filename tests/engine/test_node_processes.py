@@ -216,3 +216,33 @@ def test_replicated_bulks_of_real_rows_keep_every_node_process_alive(procs: Proc
     client.refresh("flights")
     assert client.count("flights") == 20_000
     assert client.health().status == "green"
+
+
+def test_every_process_killed_then_restarted_or_replaced_recovers_from_the_store(tmp_path: Path) -> None:
+    store = f"file://{tmp_path / 'store'}?create=true"
+    first = ProcessCluster(str(tmp_path / "a"), store, 3)
+    try:
+        client = first.client()
+        client.wait_for_health("green", timeout=60)
+        client.create_index("i", shards=2, replicas=1)
+        client.wait_for_health("green", timeout=60)
+        acked = set(client.bulk("i", [{"_id": str(k), "v": k} for k in range(300)]).acknowledged)
+        assert len(acked) == 300
+        for name in first.names:  # every process SIGKILLed: nothing was flushed, the remote translog has it all
+            first.kill(name)
+        for name in first.names:  # the same nodes on their own data dirs
+            first.restart(name)
+        client.wait_for_health("green", timeout=60)
+        client.refresh("i")
+        assert _ids(client.scan("i", columns=["_id"])) == acked
+        acked |= set(client.bulk("i", [{"_id": "after-restart", "v": 1}]).acknowledged)
+    finally:
+        first.close()
+    second = ProcessCluster(str(tmp_path / "b"), store, 3)  # new machines: empty disks, the store alone
+    try:
+        client = second.client()
+        client.wait_for_health("green", timeout=60)
+        client.refresh("i")
+        assert _ids(client.scan("i", columns=["_id"])) == acked
+    finally:
+        second.close()
