@@ -24,10 +24,15 @@ import pyarrow as pa
 from shardstore.engine.allocation import ClusterHealth
 from shardstore.engine.documents import BulkResult
 from shardstore.engine.errors import HealthTimeout, InvalidRequest
+from shardstore.engine.routing import shard_id
+from shardstore.engine.validation import check_doc_id
+from shardstore.errors import ShardstoreError
 from shardstore.net.flight import ANY_NODE, FlightTransport
 from shardstore.net.security import Security
 from shardstore.transport import NodeDisconnected
 
+#: seconds a client trusts its copy of an index's routing (a moved primary still answers, one hop slower)
+ROUTING_TTL = 1.0
 _WRITES = frozenset({"client.bulk", "client.index_doc", "client.delete", "client.create_index"})
 
 
@@ -44,6 +49,8 @@ class Client:
         for name, address in zip(self._hosts, addresses):
             self._transport.set_peer(name, address)
         self._next = 0
+        self._known = set(self._hosts)
+        self._routing: dict[str, dict[str, Any]] = {}  # index -> shard count and primaries' addresses
 
     def _call(self, action: str, request: dict[str, Any]) -> Any:
         last: NodeDisconnected | None = None
@@ -97,8 +104,40 @@ class Client:
                                                        "if_primary_term": if_primary_term}))
 
     def get(self, index: str, doc_id: str) -> dict[str, Any] | None:
-        """The document (realtime, from its primary), or None."""
-        return self._call("client.get", {"index": index, "id": doc_id})
+        """The document (realtime, from its primary), or None.
+
+        Sent straight to the node holding the shard's primary (the client keeps each index's
+        routing, one ``client.routing`` call, and follows it as it changes): one round trip,
+        no hop between nodes.  Any failure there falls back to a node that routes it.
+        """
+        request = {"index": index, "id": doc_id}
+        node = self._primary_node(index, doc_id)
+        if node is not None:
+            try:
+                return self._transport.send("client", node, "client.get", request)
+            except ShardstoreError:
+                self._routing.pop(index, None)  # moved, or gone: asked again next time
+        return self._call("client.get", request)
+
+    def _primary_node(self, index: str, doc_id: str) -> str | None:
+        """The peer name of the node holding the primary of ``doc_id``'s shard (routing cached), or None."""
+        check_doc_id(doc_id)
+        routing = self._routing.get(index)
+        if routing is None or time.monotonic() - routing["at"] > ROUTING_TTL:
+            try:
+                routing = {**self._call("client.routing", {"index": index}), "at": time.monotonic()}
+            except ShardstoreError:
+                return None
+            self._routing[index] = routing
+        shard = shard_id(doc_id, routing["shards"])
+        address = routing["primaries"][shard]
+        if address is None:
+            return None
+        name = f"{ANY_NODE}{address}"
+        if name not in self._known:
+            self._transport.set_peer(name, address)
+            self._known.add(name)
+        return name
 
     def refresh(self, index: str) -> None:
         """Make every copy's buffered documents searchable."""

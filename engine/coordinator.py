@@ -45,8 +45,9 @@ class Coordinator:
     """Routes a node's ``client.*`` requests (see the module docstring)."""
 
     def __init__(self, name: str, coordination: ClusterManagerNode, send: Callable[..., Any], *,
-                 failover_wait: float = FAILOVER_WAIT) -> None:
+                 failover_wait: float = FAILOVER_WAIT, address: str | None = None) -> None:
         self.name = name
+        self._address = address  # where clients reach this node
         self.coordination = coordination
         self._send = send
         self.failover_wait = failover_wait
@@ -246,6 +247,12 @@ class Coordinator:
             return self._manager("cm.health", {})
         if action == "client.primary_of":
             return self.index_meta(req["index"]).routing[int(req["shard"])].primary
+        if action == "client.routing":
+            meta = self.index_meta(req["index"])
+            nodes = self.coordination.applied.nodes if self.coordination.applied is not None else {}
+            return {"shards": meta.shards,
+                    "primaries": [nodes.get(sr.primary) if sr.primary != self.name else self._address
+                                  for sr in meta.routing]}
         if action == "client.index_uuid":
             return self.index_meta(req["index"]).uuid
         if action == "client.route":

@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 from shardstore.core.ops import with_fields
 from shardstore.engine.errors import DocumentRejected, VersionConflict
 from shardstore.engine.metadata import IndexMeta
-from shardstore.engine.routing import shard_ids
+from shardstore.engine.routing import shard_id, shard_ids
 from shardstore.engine.validation import (
     MAX_INDEX_FIELDS,
     CheckedDocs,
@@ -150,8 +150,7 @@ class Documents:
         """The document (realtime: from the primary, refreshed or not), or None."""
         meta = self.router.index_meta(index)
         check_doc_id(doc_id)
-        s = shard_ids(pa.array([doc_id], pa.string()), meta.shards)[0].as_py()
-        doc = self.router.read_doc(meta, s, doc_id)
+        doc = self.router.read_doc(meta, shard_id(doc_id, meta.shards), doc_id)
         if doc is not None and doc.get("_source") is not None:
             doc = {**doc, "_source": json.loads(doc["_source"])}
         return doc

@@ -110,7 +110,7 @@ class NodeProcess:
                                     lambda: self.cm.master)
             self.manager = ManagerRole(self.name, self.cm, self.store, self.send,
                                        recovery_delay=settings.recovery_delay, check_timeout=fd.timeout)
-            self.coordinator = Coordinator(self.name, self.cm, self.send)
+            self.coordinator = Coordinator(self.name, self.cm, self.send, address=settings.publish)
             self._leader_failures = FailureCounter(fd.retries)
             self._follower_failures = FailureCounter(fd.retries)
             self._seeds: dict[str, str | None] = {a: None for a in settings.seed_hosts}  # address -> name
@@ -122,6 +122,7 @@ class NodeProcess:
             self._election_after = time.monotonic() + random.uniform(0, 2 * fd.interval)
             self.transport.register(self.name, self.handle)
             self.address = settings.publish or self.transport.address
+            self.coordinator._address = self.address
         except BaseException:
             self.transport.close()
             self._dir_lock.release()
