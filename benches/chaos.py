@@ -11,6 +11,13 @@ line
 
 and fails (exit status 1) when any schedule broke a guarantee, naming its seed and step and
 the minimised schedule that still breaks it (``--chaos-minimise``).
+
+``--processes`` runs the process-mode schedules instead (issue 29;
+``shardstore.testing.chaos.process_schedule`` and ``process_runner``): three ``shardstore
+node`` processes per schedule over the local file store, faults as signals (SIGKILL,
+SIGSTOP/SIGCONT, SIGTERM, the elected manager's node killed) and restarts on the node's
+data dir, checked by the same client model; each job has its own processes (ports picked
+by the OS).  A failing or stalled schedule's node logs are copied under ``--chaos-logs``.
 """
 
 from __future__ import annotations
@@ -44,11 +51,17 @@ def add_arguments(group: Any) -> None:
                        help="where the schedules' stores and data dirs live (default /dev/shm when it exists: "
                             "a tmpfs makes the local fsyncs free, half the CPU per schedule)")
     group.add_argument("--chaos-minimise", action="store_true", help="minimise every failing schedule")
+    group.add_argument("--processes", action="store_true",
+                       help="process mode (issue 29): the nodes are real processes, faults are signals")
+    group.add_argument("--chaos-logs", default=None,
+                       help="process mode: where a failing or stalled schedule's node logs are copied (default "
+                            "<tmp>/shardstore-chaos-logs)")
 
 
-def _run_one(seed: int, steps: int, store: str, tmp: str, source: str = "stored") -> Any:
+def _run_one(seed: int, steps: int, store: str, tmp: str, source: str = "stored", logs: str | None = None) -> Any:
     """One seed's schedule, run in a worker (or in this process with one job); a crash of the simulator itself
-    is reported as that seed's *unclean* violation, and the campaign goes on."""
+    is reported as that seed's *unclean* violation, and the campaign goes on.  ``logs``: process mode, where a
+    failing schedule's node logs go."""
     import logging
     import traceback
 
@@ -56,6 +69,10 @@ def _run_one(seed: int, steps: int, store: str, tmp: str, source: str = "stored"
 
     logging.getLogger("shardstore").setLevel(logging.ERROR)  # the faults' expected warnings, once per seed
     try:
+        if logs is not None:
+            from shardstore.testing.chaos.process_runner import run_process_seed
+
+            return run_process_seed(seed, steps, Path(tmp) / f"seed-{seed}", logs_to=Path(logs))
         return run_schedule(seed, draw_schedule(seed, steps), Path(tmp) / f"seed-{seed}", store, source=source)
     except Exception as exc:  # noqa: BLE001 - one broken schedule must not stop the other 9,999
         out = Outcome(seed, 0)
@@ -65,11 +82,11 @@ def _run_one(seed: int, steps: int, store: str, tmp: str, source: str = "stored"
 
 
 def _outcomes(jobs: int, work: list[tuple[int, str, str]], steps: int,
-              tmp: str) -> Iterator[tuple[int, str, str, Any]]:
+              tmp: str, logs: str | None = None) -> Iterator[tuple[int, str, str, Any]]:
     """(seed, store, source, outcome) as schedules finish; at most ``2 * jobs`` queued at a time."""
     if jobs <= 1:
         for seed, store, source in work:
-            yield seed, store, source, _run_one(seed, steps, store, tmp, source)
+            yield seed, store, source, _run_one(seed, steps, store, tmp, source, logs)
         return
     ctx = multiprocessing.get_context("spawn")  # a worker starts clean: no threads inherited
     todo = iter(work)
@@ -80,7 +97,7 @@ def _outcomes(jobs: int, work: list[tuple[int, str, str]], steps: int,
                 nxt = next(todo, None)
                 if nxt is None:
                     break
-                running[pool.submit(_run_one, nxt[0], steps, nxt[1], tmp, nxt[2])] = nxt
+                running[pool.submit(_run_one, nxt[0], steps, nxt[1], tmp, nxt[2], logs)] = nxt
             if not running:
                 return
             done, _ = wait(running, return_when=FIRST_COMPLETED)
@@ -99,6 +116,18 @@ def run(ctx: Context) -> Iterator[Figure]:
     steps = a.chaos_steps or (30 if ctx.quick else 60)
     stores = [s.strip() for s in a.chaos_stores.split(",") if s.strip()]
     sources = [s.strip() for s in a.chaos_sources.split(",") if s.strip()]
+    draw, shorten = draw_schedule, minimise
+    logs = None
+    if a.processes:  # the node processes run over the local file store, an index of stored source
+        from shardstore.testing.chaos.process_runner import minimise_process
+        from shardstore.testing.chaos.process_schedule import draw_process_schedule
+
+        stores, sources = ["file"], ["stored"]
+        logs = a.chaos_logs or str(Path(tempfile.gettempdir()) / "shardstore-chaos-logs")
+        draw = draw_process_schedule
+
+        def shorten(seed: int, schedule: Any, workdir: Path, store: str, source: str) -> Any:
+            return minimise_process(seed, schedule, workdir)
     # every store meets every source option: the source turns once per round of stores
     work = [(seed, stores[n % len(stores)], sources[(n // len(stores)) % len(sources)]) for n, seed in
             enumerate(range(a.chaos_first_seed, a.chaos_first_seed + seeds))]
@@ -108,7 +137,7 @@ def run(ctx: Context) -> Iterator[Figure]:
     t0 = time.monotonic()
     base = a.chaos_dir or ("/dev/shm" if Path("/dev/shm").is_dir() else None)
     with tempfile.TemporaryDirectory(prefix="shardstore-chaos-", dir=base) as tmp:
-        for n, (seed, store, source, out) in enumerate(_outcomes(max(1, a.chaos_jobs), work, steps, tmp), 1):
+        for n, (seed, store, source, out) in enumerate(_outcomes(max(1, a.chaos_jobs), work, steps, tmp, logs), 1):
             totals["acked"] += out.acked
             totals["failed"] += out.failed
             totals["restores"] += out.restores
@@ -119,21 +148,25 @@ def run(ctx: Context) -> Iterator[Figure]:
             for kind in (*LOST, *WRONG, "unclean", "stuck"):
                 totals[kind] += out.count(kind)
             status = "ok" if out.clean else f"{len(out.violations)} violation(s), first: {out.violations[0]}"
-            ctx.progress(f"[{n}/{seeds}] seed {seed} ({store}, {source} source, {steps} steps): {out.acked} acked, "
-                         f"{out.failed} failed, {out.restores} restores, {out.seconds:.1f}s: {status}")
+            mode = "processes" if a.processes else f"{store}, {source} source"
+            faults = f"{out.faults} faults, " if a.processes else ""
+            ctx.progress(f"[{n}/{seeds}] seed {seed} ({mode}, {steps} steps): {out.acked} acked, "
+                         f"{out.failed} failed, {faults}{out.restores} restores, {out.seconds:.1f}s: {status}")
             if not out.clean:
                 failures.append((seed, store, source, out.violations))
         shortened = []
         for seed, store, source, violations in sorted(failures):
-            schedule = draw_schedule(seed, steps)
-            short = (minimise(seed, schedule, Path(tmp) / f"min-{seed}", store, source=source) if a.chaos_minimise
+            schedule = draw(seed, steps)
+            short = (shorten(seed, schedule, Path(tmp) / f"min-{seed}", store, source=source) if a.chaos_minimise
                      else schedule)
-            shortened.append((seed, f"{store}, {source} source", violations, short))
+            shortened.append((seed, "processes, node logs in " + str(Path(logs) / f"seed-{seed}") if a.processes
+                              else f"{store}, {source} source", violations, short))
     seconds = time.monotonic() - t0
     lost = sum(totals[k] for k in LOST)
     wrong = sum(totals[k] for k in WRONG)
     yield ctx.figure("schedules", seeds, "schedules", steps=steps, stores=",".join(stores),
-                     sources=",".join(sources), jobs=a.chaos_jobs)
+                     sources=",".join(sources), jobs=a.chaos_jobs,
+                     **({"processes": True} if a.processes else {}))
     yield ctx.figure("acknowledged writes", totals["acked"], "ops")
     yield ctx.figure("failed writes (documented errors)", totals["failed"], "ops")
     yield ctx.figure("injected faults that fired", totals["faults"], "faults")

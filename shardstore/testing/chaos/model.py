@@ -87,6 +87,14 @@ class ClientModel:
                 out.append(Violation("get", step, f"get({doc_id}) is {gets[doc_id]!r}, the scan has {value!r}"))
         return out
 
+    def check_read(self, step: int, doc_id: str, value: str | None) -> Violation | None:
+        """A read of one id between writes (a realtime ``get``): a violation unless its value is one the model allows."""
+        may = self.possible.get(doc_id, {None})
+        if value in may:
+            return None
+        return Violation(self._kind(doc_id, value), step,
+                         f"get({doc_id}) is {value!r}, the model allows {sorted(may, key=str)}")
+
     def _kind(self, doc_id: str, value: str | None) -> str:
         if value is None:
             return "lost"

@@ -1,0 +1,442 @@
+"""Run a seeded process-mode schedule against real node processes and check it with the client model (issue 29).
+
+:func:`run_process_schedule` starts three ``shardstore node`` processes
+(:class:`~shardstore.testing.node_processes.ProcessCluster`: ``n1``..``n3``, each data and
+cluster-manager-eligible) over the local file store, creates one index (2 shards, 1
+replica) through a :class:`~shardstore.engine.client.Client`, and executes the steps of
+:mod:`~shardstore.testing.chaos.process_schedule` one by one: writes and reads through
+the client, faults as signals (SIGKILL, SIGSTOP/SIGCONT, SIGTERM) and restarts on the
+node's data directory.
+
+It is checked by the same :class:`~shardstore.testing.chaos.model.ClientModel` as the
+in-process runner (:class:`~shardstore.testing.chaos.runner.Simulation`, whose write
+bookkeeping it inherits): an acknowledged item pins its value, anything else, a lost
+answer included (a bulk's items reported ``NodeDisconnected``, a single-document write
+raising it), leaves the id *maybe applied*.  Every exception and per-item error must be a
+documented :class:`~shardstore.errors.ShardstoreError`; a ``RemoteError`` (a node's handler
+raised something that is not one) is *unclean*.  Each ``get`` value must be one the model
+allows.  At the end every node is up again, the cluster must reach yellow within
+``SETTLE_TIMEOUT`` (else *stuck*), the whole index is read through the client and checked;
+then every process is SIGKILLed and an embedded ``Cluster.restore`` from the store alone
+(fresh data dir, 2 nodes) is checked too.  Node logs stay under ``<workdir>/nodes``, next to
+``steps.log`` (each step, signal and restart with the time); a failing or stalled schedule's
+logs are copied to ``logs_to`` when given.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from shardstore.errors import ShardstoreError
+from shardstore.testing.chaos.model import ClientModel, Violation
+from shardstore.testing.chaos.process_schedule import PROCESS_NODES, draw_process_schedule
+from shardstore.testing.chaos.runner import (
+    INDEX,
+    SETTLE_TIMEOUT,
+    Outcome,
+    ScheduleEnded,
+    Simulation,
+    _documented,
+)
+from shardstore.testing.chaos.schedule import Step
+
+log = logging.getLogger(__name__)
+
+#: fault detection of the node processes (ProcessCluster's defaults): a paused node is removed after ~4.5 s
+FD_INTERVAL, FD_TIMEOUT, FD_RETRIES = 0.5, 1.0, 3
+#: a client call's timeout: longer than a coordinator's own worst case (failover wait + a node-to-node
+#: timeout), so the client hears the coordinator's answer rather than giving up while it still works
+CLIENT_TIMEOUT = 60.0
+#: how long a kill_manager step looks for the elected manager
+FIND_MANAGER_TIMEOUT = 10.0
+#: the errors that are not documented although they are ShardstoreErrors: a node's handler raised something else
+UNDOCUMENTED = frozenset({"RemoteError"})
+
+
+def _documented_names() -> set[str]:
+    import shardstore.net.wire  # noqa: F401 - its errors (RemoteError) are walked too, then taken out
+    import shardstore.transport  # noqa: F401
+
+    return _documented() - UNDOCUMENTED
+
+
+class ProcessSimulation(Simulation):
+    """One process-mode schedule's node processes, client, model and outcome (see the module docstring)."""
+
+    def __init__(self, seed: int, workdir: Path) -> None:  # noqa: D107 - no in-process cluster (Simulation's)
+        from shardstore.testing.node_processes import ProcessCluster
+
+        self.seed = seed
+        self.workdir = Path(workdir)
+        self.store_url = f"file://{self.workdir / 'remote'}?fsync=false"
+        self.model = ClientModel()
+        self.outcome = Outcome(seed, 0)
+        self.documented = _documented_names()
+        self._crashes: list[threading.Thread] = []  # Simulation.apply joins these (none here)
+        self._crash_errors: list[BaseException] = []
+        self.ended = False
+        self.down: str | None = None  # the node a fault took down or paused
+        self.down_how: str | None = None  # kill | stop | pause
+        self._resume: threading.Timer | None = None
+        self.procs = ProcessCluster(str(self.workdir / "nodes"), self.store_url, len(PROCESS_NODES),
+                                    fd_interval=FD_INTERVAL, fd_timeout=FD_TIMEOUT, fd_retries=FD_RETRIES)
+        try:
+            self.client = self.procs.client(timeout=CLIENT_TIMEOUT)
+            self.cluster: Any = self.client  # Simulation's write steps call self.cluster; the end restores into it
+            self.cluster.wait_for_health("green", timeout=SETTLE_TIMEOUT)
+            self.cluster.create_index(INDEX, shards=2, replicas=1)
+            self.cluster.wait_for_health("green", timeout=SETTLE_TIMEOUT)
+        except BaseException:
+            self.procs.close()
+            raise
+
+    # -- judging --------------------------------------------------------------------------
+
+    def apply(self, step: Step) -> None:
+        """Execute one step (Simulation.apply), noted with the time in ``nodes/steps.log`` next to the node logs."""
+        before = (self.outcome.acked, self.outcome.failed, len(self.outcome.violations))
+        self._note(f"{step}")
+        super().apply(step)
+        self._note(f"  done #{step.index}: +{self.outcome.acked - before[0]} acked, +{self.outcome.failed - before[1]} "
+                   f"failed, +{len(self.outcome.violations) - before[2]} violations"
+                   + (f" (down: {self.down} {self.down_how})" if self.down else ""))
+
+    def _note(self, text: str) -> None:
+        now = time.time()
+        with open(self.workdir / "nodes" / "steps.log", "a") as f:
+            f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(now))},{int(now * 1000) % 1000:03d} {text}\n")
+
+    def _error(self, step: Step, exc: BaseException) -> None:
+        name = type(exc).__name__
+        if isinstance(exc, ShardstoreError) and name in self.documented:
+            self.outcome.errors[name] += 1
+        else:
+            self.outcome.violations.append(Violation("unclean", step.index, f"{name}: {exc}"))
+
+    # -- writes and reads -----------------------------------------------------------------
+
+    def _clients(self, parts: list[dict[str, str | None]], meanwhile: Any = None) -> list[Any]:
+        """One client (its own connections) per part, bulk-writing it at once; ``meanwhile`` runs on this thread."""
+        results: list[Any] = [None] * len(parts)
+        clients = [self.procs.client(timeout=CLIENT_TIMEOUT) for _ in parts]
+
+        def client(n: int) -> None:
+            docs = [{"_id": i, "v": v} for i, v in parts[n].items()]
+            try:
+                results[n] = clients[n].bulk(INDEX, docs)
+            except BaseException as exc:  # noqa: BLE001 - judged by the caller
+                results[n] = exc
+
+        threads = [threading.Thread(target=client, args=(n,), name=f"chaos-client-{n}") for n in range(len(parts))]
+        try:
+            for t in threads:
+                t.start()
+            if meanwhile is not None:
+                meanwhile()
+        finally:
+            for t in threads:
+                t.join()
+            for c in clients:
+                c.close()
+        return results
+
+    def _do_index_doc(self, step: Step) -> None:
+        doc_id = step.args["id"]
+        value = self._value(step, doc_id)
+        stamp = self.model.last_stamp.get(doc_id) if step.args.get("cas") else None
+        expect: dict[str, Any] = {} if stamp is None else {"if_seq_no": stamp[1], "if_primary_term": stamp[0]}
+        self._guarded_write(step, {doc_id: value},
+                            lambda: self.cluster.index_doc(INDEX, {"_id": doc_id, "v": value}, **expect))
+
+    def _do_get(self, step: Step) -> None:
+        for doc_id in step.args["ids"]:
+            doc = self.cluster.get(INDEX, doc_id)
+            value = None if doc is None else (doc.get("_source") or {}).get("v")
+            v = self.model.check_read(step.index, doc_id, value)
+            if v is not None:
+                self.outcome.violations.append(v)
+
+    def _do_verify(self, step: Step) -> None:
+        """Mid-schedule, with the fault (if any) still active: yellow, then the whole index read and checked."""
+        if self._health(step.index, "yellow", "verify"):
+            self._check_read(step.index)
+
+    # -- faults ---------------------------------------------------------------------------
+
+    def _green_first(self, step: Step) -> bool:
+        """One fault at a time: the node of the last one back (a minimised schedule may have lost its recover
+        step), every node following the one manager, and the cluster green before the next; else *stuck*, and
+        no fault.  (Green alone is not enough: two nodes hold both copies of both shards.)"""
+        self.recover()
+        return self._joined(step.index, "before a fault") and self._health(step.index, "green", "before a fault")
+
+    def _masters(self) -> dict[str, str | None]:
+        """The manager each node follows (``discovery.hello``; None: none, or no answer)."""
+        out: dict[str, str | None] = {}
+        for name in PROCESS_NODES:
+            try:
+                out[name] = self.procs.call(name, "discovery.hello", {}, timeout=2.0).get("master")
+            except Exception:  # noqa: BLE001 - down or busy: not following anyone now
+                out[name] = None
+        return out
+
+    def _joined(self, step: int, when: str) -> bool:
+        """Wait until every node follows the same manager (a restarted node has joined); else *stuck*."""
+        deadline = time.monotonic() + SETTLE_TIMEOUT
+        masters = self._masters()
+        while time.monotonic() < deadline:
+            if None not in masters.values() and len(set(masters.values())) == 1:
+                return True
+            time.sleep(0.1)
+            masters = self._masters()
+        self.outcome.violations.append(Violation("stuck", step, f"{when}: the nodes never agreed on one "
+                                                                f"manager in {SETTLE_TIMEOUT:.0f}s: {masters}"))
+        return False
+
+    def _health(self, step: int, status: str, when: str) -> bool:
+        """Wait for ``status``; else *stuck* (with the causes the manager gives)."""
+        try:
+            self.cluster.wait_for_health(status, timeout=SETTLE_TIMEOUT)
+            return True
+        except ShardstoreError as exc:
+            try:
+                causes = " ".join(self.cluster.health().causes)
+            except Exception as health_exc:  # noqa: BLE001 - no manager answers
+                causes = f"health() failed: {health_exc!r}"
+            self.outcome.violations.append(Violation("stuck", step, f"{when}: {exc}; causes: {causes or 'none'}"))
+            return False
+
+    def _manager(self) -> str | None:
+        """The elected cluster manager, as the live nodes tell it (``discovery.hello``)."""
+        deadline = time.monotonic() + FIND_MANAGER_TIMEOUT
+        while time.monotonic() < deadline:
+            for name in self.procs.live():
+                try:
+                    master = self.procs.call(name, "discovery.hello", {}, timeout=2.0).get("master")
+                except Exception:  # noqa: BLE001 - that node does not answer now; ask another
+                    continue
+                if master in PROCESS_NODES:
+                    return master
+            time.sleep(0.1)
+        return None
+
+    def _fault(self, step: Step, how: str, node: str) -> None:
+        """Signal ``node`` (``how``), with a client's bulk in flight when the step carries ``ids``."""
+        def signal() -> None:
+            if "ids" in step.args:
+                threading.Event().wait(step.args["delay"])
+            self._signal(step, how, node)
+
+        self.outcome.faults += 1
+        self.down, self.down_how = node, how
+        if "ids" in step.args:
+            parts: list[dict[str, str | None]] = [{i: self._value(step, i) for i in step.args["ids"]}]
+            self._judge(step, parts, self._clients(parts, signal))
+        else:
+            signal()
+
+    def _signal(self, step: Step, how: str, node: str) -> None:
+        log.info("seed %d step %d: %s %s", self.seed, step.index, how, node)
+        self._note(f"  signal: {how} {node}")
+        if how == "kill":
+            self.procs.kill(node)
+        elif how == "pause":
+            self.procs.pause(node)
+            self._resume = threading.Timer(step.args["seconds"], self.procs.resume, [node])
+            self._resume.start()
+        elif how == "stop":
+            try:
+                status = self.procs.stop(node)
+            except subprocess.TimeoutExpired:
+                self.procs.kill(node)
+                self.outcome.violations.append(Violation("unclean", step.index,
+                                                         f"SIGTERM: {node} did not shut down in time; killed"))
+                return
+            if status != 0:
+                self.outcome.violations.append(Violation("unclean", step.index,
+                                                         f"SIGTERM: {node} exited with status {status}"))
+
+    def _do_kill(self, step: Step) -> None:
+        if self._green_first(step):
+            self._fault(step, "kill", step.args["node"])
+
+    def _do_stop(self, step: Step) -> None:
+        if self._green_first(step):
+            self._fault(step, "stop", step.args["node"])
+
+    def _do_pause(self, step: Step) -> None:
+        if self._green_first(step):
+            self._fault(step, "pause", step.args["node"])
+
+    def _do_kill_manager(self, step: Step) -> None:
+        if not self._green_first(step):
+            return
+        node = self._manager()
+        if node is None:  # no node names a manager: the primary of shard 0's node instead
+            node = self.cluster.primary_of(INDEX, 0)
+        self._fault(step, "kill", node)
+
+    def _do_recover(self, step: Step) -> None:
+        self.recover()
+
+    def recover(self) -> None:
+        """Bring the node a fault took down back: SIGCONT (the paused one's timer) or a restart on its data dir."""
+        if self._resume is not None:
+            self._resume.join()
+            self._resume = None
+        node, how = self.down, self.down_how
+        self.down = self.down_how = None
+        if node is not None and how in ("kill", "stop") and node not in self.procs.live():
+            self._note(f"  restart {node}")
+            self.procs.restart(node)
+        elif node is not None:
+            self._note(f"  {node} resumed")
+
+    # -- checks ---------------------------------------------------------------------------
+
+    def heal(self) -> None:
+        """No injected faults to clear in process mode (recover brings nodes back)."""
+
+    def settle(self, step: int, status: str = "yellow") -> bool:
+        """Every node up and joined, then ``status``, each within SETTLE_TIMEOUT; else *stuck* (False)."""
+        self.recover()
+        return self._joined(step, "settling") and self._health(step, status, "settling")
+
+    def _restore(self, step: int) -> None:
+        """Kill every process, restore an embedded cluster from the store alone on a fresh data dir, check it."""
+        from shardstore.engine import Cluster
+
+        self.close_processes()
+        self.outcome.restores += 1
+        try:
+            self.cluster = Cluster.restore(store=self.store_url, data_dir=str(self.workdir / "restored"), nodes=2,
+                                           recovery_delay=0.05)
+        except ShardstoreError as exc:
+            self.outcome.violations.append(Violation("lost", step, f"restore refused: {exc}"))
+            raise ScheduleEnded from exc
+        try:
+            self.cluster.wait_for_health("yellow", timeout=SETTLE_TIMEOUT)
+        except ShardstoreError as exc:
+            causes = " ".join(self.cluster.health().causes)
+            self.outcome.violations.append(Violation("stuck", step, f"restored: {exc}; causes: {causes or 'none'}"))
+            return
+        self._check_read(step)
+
+    def finish(self, last_step: int) -> None:
+        """Final checks: the live cluster, then (whatever the live check found) a restore from the store alone."""
+        for check in (self.verify, self._restore):
+            self._note(f"final check: {check.__name__}")
+            try:
+                check(last_step)
+            except ScheduleEnded:
+                return
+            except Exception as exc:  # noqa: BLE001 - every failure of a final check is a violation
+                self.outcome.violations.append(Violation("unclean" if not isinstance(exc, ShardstoreError)
+                                                         else "stuck", last_step, f"{type(exc).__name__}: {exc}"))
+        self._note(f"end: {len(self.outcome.violations)} violations")
+        for v in self.outcome.violations:
+            self._note(f"  {v}")
+
+    def verify(self, step: int) -> None:
+        """Settle, then read the whole index through the client and check it with the model."""
+        if self.settle(step):
+            self._check_read(step)
+
+    def _check_read(self, step: int) -> None:
+        self.cluster.refresh(INDEX)
+        rows = self.cluster.scan(INDEX, columns=["_id", "v"]).to_pylist()
+        count = self.cluster.count(INDEX)
+        gets = {}
+        for doc_id in sorted(self.model.possible):
+            doc = self.cluster.get(INDEX, doc_id)
+            gets[doc_id] = None if doc is None else (doc.get("_source") or {}).get("v")
+        self.outcome.violations.extend(self.model.check(step, rows, count, gets))
+
+    def close_processes(self) -> None:
+        """Drop the client, SIGCONT a paused node's timer early, SIGKILL every node process."""
+        if self._resume is not None:
+            self._resume.cancel()
+            self._resume = None
+        try:
+            self.client.close()
+        except Exception as exc:  # noqa: BLE001 - closing must not hide the outcome
+            log.warning("closing the client: %r", exc)
+        self.procs.close()
+
+    def close(self) -> None:
+        """Stop everything (the store, data dirs and node logs stay for inspection)."""
+        self.close_processes()
+        if self.cluster is not self.client:  # the restored embedded cluster
+            try:
+                self.cluster.close()
+            except Exception as exc:  # noqa: BLE001 - closing after a failure must not hide the outcome
+                log.warning("closing the restored cluster: %r", exc)
+
+
+def run_process_schedule(seed: int, steps: Sequence[Step], workdir: Path, keep: bool = False,
+                         logs_to: Path | None = None) -> Outcome:
+    """Run ``steps`` (drawn from ``seed``) against fresh node processes under ``workdir``; the outcome.
+
+    A failing schedule's node logs (and a stalled one's: a step over SLOW_STEP seconds) are copied to
+    ``logs_to / f"seed-{seed}"`` when given, with ``steps.log``, the steps' timeline.
+    """
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    sim = ProcessSimulation(seed, workdir)
+    try:
+        for step in steps:
+            sim.apply(step)
+            if sim.ended:
+                break
+        else:
+            sim.finish(steps[-1].index + 1 if steps else 0)
+    finally:
+        sim.close()
+        sim.outcome.seconds = time.monotonic() - t0
+        if logs_to is not None and (not sim.outcome.clean or sim.outcome.slow_steps):
+            dest = Path(logs_to) / f"seed-{seed}"
+            dest.mkdir(parents=True, exist_ok=True)
+            for f in (workdir / "nodes").glob("*.log"):
+                shutil.copy(f, dest / f.name)
+        if not keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return sim.outcome
+
+
+def minimise_process(seed: int, steps: list[Step], workdir: Path, budget: int = 20) -> list[Step]:
+    """A shorter schedule that still fails (any violation): chunks removed while it keeps failing, ``budget`` runs.
+
+    Process mode is not deterministic (real processes, real timing): a failure that does not recur keeps the
+    chunk, so the result may be longer than needed, never one that did not fail at least once.
+    """
+    current = list(steps)
+    chunk = max(1, len(current) // 2)
+    runs = 0
+    while chunk >= 1 and runs < budget:
+        i, removed = 0, False
+        while i < len(current) and runs < budget:
+            candidate = current[:i] + current[i + chunk:]
+            runs += 1
+            if candidate and not run_process_schedule(seed, candidate, Path(workdir) / f"min-{runs}").clean:
+                current, removed = candidate, True
+            else:
+                i += chunk
+        if not removed:
+            chunk //= 2
+    return current
+
+
+def run_process_seed(seed: int, length: int, workdir: Path, logs_to: Path | None = None) -> Outcome:
+    """Draw ``seed``'s process-mode schedule of ``length`` steps and run it."""
+    return run_process_schedule(seed, draw_process_schedule(seed, length), workdir, logs_to=logs_to)
+
+
+__all__ = ["ProcessSimulation", "minimise_process", "run_process_schedule", "run_process_seed"]
