@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from shardstore.engine.allocation import ClusterHealth
 from shardstore.engine.documents import BulkResult
-from shardstore.engine.errors import HealthTimeout, InvalidRequest
+from shardstore.engine.errors import HealthTimeout, InvalidRequest, NodeNotReady
 from shardstore.engine.routing import shard_id
 from shardstore.engine.validation import check_doc_id
 from shardstore.errors import ShardstoreError
@@ -53,7 +53,7 @@ class Client:
         self._routing: dict[str, dict[str, Any]] = {}  # index -> shard count and primaries' addresses
 
     def _call(self, action: str, request: dict[str, Any]) -> Any:
-        last: NodeDisconnected | None = None
+        last: NodeDisconnected | NodeNotReady | None = None
         for i in range(len(self._hosts)):
             host = self._hosts[(self._next + i) % len(self._hosts)]
             try:
@@ -63,6 +63,8 @@ class Client:
             except NodeDisconnected as exc:
                 if exc.delivered is not False and action in _WRITES:
                     raise  # it may have been applied: never sent twice
+                last = exc
+            except NodeNotReady as exc:  # it just started: another node serves the call
                 last = exc
         assert last is not None
         raise last

@@ -127,6 +127,16 @@ class WriteNotAcknowledged(EngineError, UnavailableError):
         self.reason = reason
 
 
+class NodeNotReady(EngineError, UnavailableError):
+    """The node asked has not joined an elected cluster manager yet (it just started, or lost its manager);
+    nothing was applied.  Another node, or the same one a moment later, can serve the call."""
+
+    def __init__(self, node: str) -> None:
+        super().__init__(f"node {node!r} has not joined a cluster manager yet; nothing was applied; retry on "
+                         f"another node")
+        self.node = node
+
+
 class IndexNotCreated(EngineError, UnavailableError):
     """An index could not be created (its metadata was not committed, or no data node is up); it takes no writes."""
 

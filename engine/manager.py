@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -43,6 +44,8 @@ from shardstore.segments.mapping import Mapping
 from shardstore.segments.remote_store import next_free_term
 
 log = logging.getLogger(__name__)
+#: a shard whose replica recovery failed 3 times in a row is not tried again for this many seconds
+RECOVERY_PAUSE = 5.0
 
 
 class ManagerRole:
@@ -62,7 +65,8 @@ class ManagerRole:
         self._ephemeral: dict[str, str] = {}  # member -> the process id it joined with
         self.active = False
         self._initializing: set[tuple[str, int]] = set()
-        self._failures: dict[tuple[str, int], int] = {}
+        #: (index, shard) -> (failed recoveries in a row, when the last failed): 3 in a row pause it for a while
+        self._failures: dict[tuple[str, int], tuple[int, float]] = {}
         self._unpromoted: dict[tuple[str, int], str] = {}
         self._allocation = AllocationWorker(self._allocation_round, name=f"allocation-{name}")
 
@@ -152,13 +156,16 @@ class ManagerRole:
             self.node_left(name, "it restarted (a new process): its copies are gone")
         with self._lock:
             fresh = self.members.get(name) != req["address"] or self._ephemeral.get(name) != ephemeral
+            state = self.coordination.applied
+            if state is not None and (req.get("applied") is None or tuple(req["applied"]) < (state.term, state.version)):
+                fresh = True  # it missed a publication (a connection still failing): publish again, to it too
             if name not in self.members:
                 self._drop_unrouted(name)
             self.members[name] = req["address"]
             self._ephemeral[name] = ephemeral
             self._failures.clear()
             if fresh:
-                self._publish_members()
+                self._publish_members(force=True)
         self._allocation.schedule()
         self._retry_red()
         return {"master": self.name, "term": self.coordination.current_term}
@@ -212,7 +219,7 @@ class ManagerRole:
             except Exception as exc:  # noqa: BLE001 - it fails the replica itself at its next write
                 log.info("telling %s of the smaller group of %s/%d: %r", sr.primary, name, shard, exc)
 
-    def _publish_members(self) -> None:
+    def _publish_members(self, force: bool = False) -> None:
         """Put the membership (name -> address) in the cluster state: every node's address book.
 
         Publications go to the members only from now on: a removed node (dead, paused, cut off)
@@ -222,7 +229,11 @@ class ManagerRole:
         self.coordination.peers = tuple(n for n in members if n != self.name)
 
         def task(state):
-            return state if state.nodes == members else state.with_nodes(members)
+            if state.nodes != members:
+                return state.with_nodes(members)
+            if force:  # the same members: a new version all the same, for a node that missed the last one
+                return state.with_custom("membership", {"revision": state.version + 1})
+            return state
         self.coordination.submit(task)
 
     # -- metadata -----------------------------------------------------------------------------------
@@ -420,10 +431,12 @@ class ManagerRole:
                 self._promote(meta, sr, [n for n in sr.in_sync if n in self.members])
 
     def tick(self) -> None:
-        """Periodic work of the manager (fault-detection thread): retry red shards."""
+        """Periodic work of the manager (fault-detection thread): retry red shards and paused recoveries."""
         if self._unpromoted:
             self._retry_red()
             self._allocation.schedule()
+        elif self._failures and self._allocation.idle:
+            self._allocation.schedule()  # a recovery paused after 3 failures is tried again once the pause ends
 
     # -- allocation -----------------------------------------------------------------------------------
 
@@ -439,7 +452,9 @@ class ManagerRole:
                     for c in r.copies:
                         if c in load:
                             load[c] += 1
-            skip = frozenset(self._initializing | {k for k, n in self._failures.items() if n >= 3})
+            now = time.monotonic()
+            skip = frozenset(self._initializing | {k for k, (n, at) in self._failures.items()
+                                                   if n >= 3 and now - at < RECOVERY_PAUSE})
             plan = plan_replicas(self.indices, live, load, skip)
             if not plan:
                 return False
@@ -453,7 +468,8 @@ class ManagerRole:
             log.info("replica of %s/%d recovered on %s", a.index, a.shard, a.target)
         except Exception as exc:  # noqa: BLE001 - retried (3 times) by the next rounds
             with self._lock:
-                self._failures[(a.index, a.shard)] = self._failures.get((a.index, a.shard), 0) + 1
+                n = self._failures.get((a.index, a.shard), (0, 0.0))[0]
+                self._failures[(a.index, a.shard)] = (n + 1, time.monotonic())
             log.warning("recovery of %s/%d on %s failed: %s: %s", a.index, a.shard, a.target, type(exc).__name__, exc)
         finally:
             with self._lock:

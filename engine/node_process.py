@@ -37,7 +37,7 @@ from shardstore.cluster_state.coordination import ClusterManagerNode
 from shardstore.cluster_state.errors import NotMaster, StaleTerm
 from shardstore.engine.coordinator import Coordinator
 from shardstore.engine.datadir import DataDirLock
-from shardstore.engine.errors import InvalidRequest
+from shardstore.engine.errors import InvalidRequest, NodeNotReady
 from shardstore.engine.fault_detection import OK, REFUSED, TIMEOUT, FailureCounter, FaultDetectionSettings
 from shardstore.engine.manager import ManagerRole
 from shardstore.engine.node_service import NodeService
@@ -53,6 +53,8 @@ for _cls in (coordination.StartJoin, coordination.Join, coordination.Publish, co
     register_dataclass(_cls)
 
 ROLES = frozenset({"data", "cluster_manager"})
+#: joins a node sends to the manager its peers name before it stands for election itself
+JOIN_ATTEMPTS = 10
 
 
 @dataclass(frozen=True)
@@ -117,6 +119,7 @@ class NodeProcess:
             self._joined: tuple[str, int] | None = None  # (master, term) this node joined
             self._failed_leader: str | None = None  # the manager whose leader checks failed last
             self._leader_ok_at = 0.0  # when the manager last answered a leader check
+            self._join_attempts = 0  # joins sent since this node last knew a manager
             self._stop = threading.Event()
             self._managing = False
             self._election_after = time.monotonic() + random.uniform(0, 2 * fd.interval)
@@ -148,12 +151,17 @@ class NodeProcess:
         if action.startswith(("shard.", "recovery.", "node.")):
             return self.node.handle(action, req)
         if action.startswith("cm."):
+            if action == "cm.join":  # a restarted peer: a fresh connection, not the failing one in backoff
+                self.transport.set_peer(req["name"], req["address"])
+                self.transport.reconnect(req["name"])
             if action == "cm.leave":
                 self.manager._check_active()
                 self.manager.node_left(req["name"], "it left (shutdown)")
                 return True
             return self.manager.handle(action, req)
         if action.startswith("client."):
+            if self.cm.master is None or self.cm.applied is None:
+                raise NodeNotReady(self.name)
             return self.coordinator.handle(action, req)
         if action == "discovery.hello":
             if req.get("name") and req.get("address"):
@@ -184,6 +192,8 @@ class NodeProcess:
 
     def _round(self) -> None:
         self._discover()
+        if self.cm.master is not None:
+            self._join_attempts = 0
         if self.cm.is_master:
             if not self._managing:
                 self._managing = True
@@ -216,7 +226,8 @@ class NodeProcess:
             except Exception:  # noqa: BLE001 - down, or not up yet
                 continue
             leader = hello.get("master")
-            if leader and leader != self.name:
+            if leader and leader != self.name and self._join_attempts < JOIN_ATTEMPTS:
+                self._join_attempts += 1  # a manager that never publishes to us: elect after all (liveness)
                 self._join(leader)
                 return True
         return False
@@ -302,9 +313,11 @@ class NodeProcess:
             self._election_after = time.monotonic() + random.uniform(0, self.settings.fault_detection.interval)
 
     def _join(self, master: str) -> None:
+        applied = self.cm.applied
         try:
             self.send(master, "cm.join", {"name": self.name, "address": self.address,
-                                          "ephemeral_id": self.ephemeral_id})
+                                          "ephemeral_id": self.ephemeral_id,
+                                          "applied": None if applied is None else [applied.term, applied.version]})
             self._joined = (master, self.cm.current_term)
         except Exception as exc:  # noqa: BLE001 - retried at the next round
             log.info("%s: joining %s failed: %s", self.name, master, exc)

@@ -292,6 +292,14 @@ class FlightTransport:
                 raise NodeNotFound(name)
             self._forget_client(old)
 
+    def reconnect(self, name: str) -> None:
+        """Drop the pooled connection to peer ``name``: the next call dials anew (a restarted peer is reached
+        at once instead of after the failing channel's reconnect backoff).  Calls in flight finish."""
+        with self._lock:
+            address = self._peers.get(name)
+            if address is not None:
+                self._clients.pop(address, None)
+
     def peers(self) -> dict[str, str]:
         """A copy of the address book: node name -> ``"host:port"``."""
         with self._lock:
