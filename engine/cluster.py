@@ -8,6 +8,13 @@ the index metadata (:mod:`~shardstore.engine.metadata`): per shard the primary t
 where each copy lives, and the in-sync set; it alone bumps a term, and publishes every
 change through the elected cluster-manager node.
 
+Roles, each its own class, none a mixin: a node (:class:`~shardstore.engine.local_node.Node`:
+its copies and its ``shard.*`` handler); the cluster manager (this class: allocation,
+failing copies, publication), with its promotions (:class:`~shardstore.engine.promotion.Promotions`:
+new primaries, red shards and their retries); the coordinator (:class:`~shardstore.engine.documents.Documents`:
+routing, per-item results), for which this class is the router.  Neither a node nor the
+promotions import this module: what they need of the cluster manager is passed to them.
+
 Write path (:meth:`Cluster.bulk`): documents are routed to shards with Elasticsearch's
 murmur3 routing; per shard the coordinator sends the unstamped batch to the primary's
 node (``shard.bulk``); the primary stamps, applies and makes it durable, then sends the
@@ -27,7 +34,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import threading
 import time
 import uuid
@@ -57,13 +63,13 @@ from shardstore.engine.errors import (
     InvalidRequest,
     MappingNotCommitted,
     NodeNotFound,
-    OperationTermTooOld,
     RecoverySourceClosed,
     ShardUnavailable,
     StalePrimary,
 )
+from shardstore.engine.local_node import Node
 from shardstore.engine.metadata import IndexMeta, ShardRouting, from_index_metadata, sync_index
-from shardstore.engine.promotion import PROMOTION_RETRY_MIN, PromotionMixin
+from shardstore.engine.promotion import Promotions
 from shardstore.engine.recovery import peer_recover
 from shardstore.engine.restore_check import ShardLoss
 from shardstore.engine.shard import ShardCopy, ShardSpec
@@ -79,90 +85,7 @@ MANAGER = "cluster-manager"  # the sender name of the coordinator's shard reques
 __all__ = ["BulkResult", "Cluster", "Node"]  # BulkResult lives in documents.py; imported from here too
 
 
-class Node:
-    """One in-process node: its disk, its shard copies and its transport handler."""
-
-    def __init__(self, name: str, data_dir: str, store: BlobStore | None, transport: Transport) -> None:
-        self.name = name
-        self.data_dir = data_dir
-        self.store = store
-        self.transport = transport
-        self.copies: dict[tuple[str, int], ShardCopy] = {}
-        self.cluster: Cluster | None = None
-        os.makedirs(data_dir, exist_ok=True)
-
-    def handle(self, action: str, req: dict[str, Any]) -> Any:
-        """Transport entry point."""
-        key = (req["index_uuid"], req["shard"])
-        if action == "shard.bulk":
-            return self._primary_bulk(key, req)
-        copy = self.copies.get(key)
-        if copy is None:
-            raise ShardUnavailable(req["index_uuid"], req["shard"], f"no copy on {self.name}")
-        if action == "shard.replicate":
-            return copy.replica_apply(req["ops"], req["term"], req["global_checkpoint"], req.get("mapping"))
-        raise InvalidRequest(f"unknown action {action!r}")
-
-    def _primary_bulk(self, key: tuple[str, int], req: dict[str, Any]) -> dict[str, Any]:
-        copy = self.copies.get(key)
-        if copy is None or not copy.primary:
-            raise ShardUnavailable(key[0], key[1], f"{self.name} holds no primary")
-        assert self.cluster is not None
-        try:
-            stamped = copy.primary_apply(req["ops"], expect=req.get("expect"), mapping=req.get("mapping"),
-                                         fields=req.get("fields"))
-        except LocalDiskError as exc:
-            self.cluster._fail_copy(key, self.name, copy, str(exc))  # a replica takes over; the client retries
-            raise
-        checkpoints = [copy.local_checkpoint]
-        for replica in self.cluster._in_sync_replicas(key):
-            try:
-                lc = self.transport.send(self.name, replica, "shard.replicate",
-                                         {"index_uuid": key[0], "shard": key[1], "ops": stamped,
-                                          "term": copy.primary_term, "global_checkpoint": copy.global_checkpoint,
-                                          "mapping": req.get("mapping")})
-                checkpoints.append(lc)
-            except OperationTermTooOld:
-                raise  # the replica knows a newer term: this primary is stale, its write is not acknowledged
-            except Exception as exc:  # noqa: BLE001 - unreachable, or it refused ops the primary applied
-                # the cluster manager removes the copy from the in-sync set before we acknowledge: a replica that
-                # cannot apply what the primary applied (a mapping it decided otherwise) is rebuilt, never left
-                # in sync behind the primary (issue 15 review)
-                self.cluster._fail_replica(key, replica, copy.primary_term, f"{type(exc).__name__}: {exc}")
-        copy.update_global_checkpoint(min(checkpoints))
-        return {"ops": stamped}
-
-    def discard(self, key: tuple[str, int]) -> ShardCopy | None:
-        """Take this node's copy of ``key`` out and close it (a failed copy: its close error is only logged)."""
-        copy = self.copies.pop(key, None)
-        if copy is not None:
-            try:
-                copy.close()
-            except Exception as exc:  # noqa: BLE001 - its disk is failing; what matters is that it stops
-                log.warning("closing the failed copy %s on %s: %r", copy.path, self.name, exc)
-        return copy
-
-    def close(self, wipe_disk: bool = False) -> None:
-        """Stop every copy (abruptly: unrefreshed, uncommitted state is lost; the translog stays on disk).
-
-        Safe against a concurrent close of the same node (``Cluster.close`` racing a ``kill_node``) and
-        a copy failed or added meanwhile: each copy is taken out once, atomically, and closed by whoever
-        took it (iterating the dict raised "dictionary changed size during iteration", seed 7220).
-        """
-        while True:
-            try:
-                _key, copy = self.copies.popitem()
-            except KeyError:
-                break
-            try:
-                copy.close()
-            except Exception:  # noqa: BLE001 - a dying node does not report
-                pass
-        if wipe_disk:
-            shutil.rmtree(self.data_dir, ignore_errors=True)
-
-
-class Cluster(PromotionMixin):
+class Cluster:
     """An in-process cluster of nodes over one blob store (see the module docstring).
 
     On empty data directories over a store that already holds a cluster state, the
@@ -211,20 +134,20 @@ class Cluster(PromotionMixin):
             self._shard_locks: dict[tuple[str, int], threading.RLock] = {}
             self._initializing: set[tuple[str, int]] = set()  # (index, shard) with a peer recovery running
             self._recovery_failures: dict[tuple[str, int], int] = {}
-            #: (index, shard) whose promotion failed -> the cause; retried by a timer (_retry_promotions)
-            self._unpromoted: dict[tuple[str, int], str] = {}
             #: (index UUID, shard) -> the highest seq# this cluster acknowledged: a rebuild from the store must bring
             #: back at least that much, whatever its (possibly stale) listings show (docs/design/engine.md, invariant 12)
             self._acked_max: dict[tuple[str, int], int] = {}
             self._acked_lock = threading.Lock()
-            self._not_retried: set[tuple[str, int]] = set()  # claimed by another writer: red until a restore
-            self._promotion_timer: threading.Timer | None = None
-            self._promotion_backoff = PROMOTION_RETRY_MIN
             self._closed = False
             self._allocation = AllocationWorker(self._allocation_round, name="allocation")
             self._writers = ThreadPoolExecutor(max_workers=8, thread_name_prefix="bulk-shard")
             self.documents = Documents(self)  # the document API; this cluster is its router
             self.nodes: dict[str, Node] = {}
+            #: the promotion role: new primaries, red shards (with their causes) and their retry timer
+            self.promotions = Promotions(self._lock, self.store, self.indices, self.nodes, live_nodes=self.live_nodes,
+                                         set_routing=self._set_routing, shard_spec=self._spec,
+                                         schedule_allocation=lambda: self._schedule_allocation(self.recovery_delay),
+                                         acknowledged_max=lambda key: self._acked_max.get(key, -1))
             for i in range(nodes):
                 self.start_node(f"node-{i}")
             #: what a restore dropped, per shard, when it ran with accept_data_loss=True (else it refuses)
@@ -267,14 +190,13 @@ class Cluster(PromotionMixin):
         with self._lock:
             if name in self.nodes and self.transport.is_registered(name):
                 return
-            node = Node(name, os.path.join(self.data_dir, name), self.store, self.transport)
-            node.cluster = self
+            node = Node(name, os.path.join(self.data_dir, name), self.store, self.transport,
+                        in_sync_replicas=self._in_sync_replicas, fail_replica=self._fail_replica,
+                        fail_copy=self._fail_copy)
             self.nodes[name] = node
             self.transport.register(name, node.handle)
             self._schedule_allocation()
-            if set(self._unpromoted) - self._not_retried:  # a red shard may be recoverable now
-                self._promotion_backoff = PROMOTION_RETRY_MIN
-                self._arm_promotion_retry()
+            self.promotions.retry_soon()  # a red shard may be recoverable now
 
     def kill_node(self, name: str, wipe_disk: bool = False) -> None:
         """Stop a node abruptly (like SIGKILL); its primaries fail over at once, its replicas are rebuilt
@@ -300,7 +222,7 @@ class Cluster(PromotionMixin):
                         continue
                     others = [n for n in sr.in_sync if n != name and n in self.live_nodes()]
                     if sr.primary == name:
-                        self._promote_or_retry_later(meta, sr, others)
+                        self.promotions.promote_or_retry_later(meta, sr, others)
                     else:
                         self._set_routing(meta, sr.shard, copies=[c for c in sr.copies if c != name],
                                           in_sync=[c for c in sr.in_sync if c != name])
@@ -339,7 +261,7 @@ class Cluster(PromotionMixin):
             holder.discard(key)
             if sr.primary == node:
                 others = [n for n in sr.in_sync if n != node and n in self.live_nodes()]
-                self._promote_or_retry_later(meta, sr, others)
+                self.promotions.promote_or_retry_later(meta, sr, others)
                 self._schedule_allocation(self.recovery_delay)
                 return True
             self._set_routing(meta, key[1], copies=[c for c in sr.copies if c != node],
@@ -421,7 +343,7 @@ class Cluster(PromotionMixin):
         """Green (every wanted copy in sync), yellow (a replica missing or recovering) or red (no primary)."""
         with self._lock:
             return cluster_health(self.indices, self.live_nodes(), frozenset(self._initializing),
-                                  dict(self._unpromoted))
+                                  self.promotions.causes())
 
     def wait_for_health(self, status: str = "green", timeout: float = 120.0) -> ClusterHealth:
         """Block until health is at least ``status`` ("yellow" or "green"); HealthTimeout names what is missing."""
@@ -721,8 +643,7 @@ class Cluster(PromotionMixin):
         """Stop every node (state not committed or in the translog is lost)."""
         with self._lock:
             self._closed = True
-            if self._promotion_timer is not None:
-                self._promotion_timer.cancel()
+            self.promotions.close()
         self._allocation.close()
         self._writers.shutdown(wait=True)
         for name in self.managers.master_names:

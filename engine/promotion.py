@@ -1,11 +1,13 @@
 """Promotion of a new primary, and what happens when it cannot be done (issue 14, cases 3 and 7d).
 
-:class:`PromotionMixin` holds the cluster manager's promotion logic for :class:`Cluster`:
-promote the most advanced in-sync copy (with primary-replica resync), or, when the promotion
-fails on a store or transport error, leave the shard red with the cause and retry it on a
-timer with a newer term each time; rebuild a shard that lost every in-sync copy from the
-blob store.  Every method here runs with the cluster lock held (docs/design/engine.md,
-invariants 3, 7b and 7d).
+:class:`Promotions` is the cluster manager's promotion role: promote the most advanced
+in-sync copy (with primary-replica resync), or, when the promotion fails on a store or
+transport error, leave the shard red with the cause and retry it on a timer with a newer
+term each time; rebuild a shard that lost every in-sync copy from the blob store.  It holds
+the red shards' causes and the retry timer; what it needs from the cluster manager (the
+index metadata, the nodes' copies, the routing, allocation, the store) is passed to it
+explicitly, so this module imports nothing of the cluster.  Every method here runs with the
+cluster lock held (docs/design/engine.md, invariants 3, 7b and 7d).
 """
 
 from __future__ import annotations
@@ -14,15 +16,14 @@ import logging
 import os
 import shutil
 import threading
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import Protocol
 
+from shardstore.blobstores.base import BlobStore
 from shardstore.engine.metadata import IndexMeta, ShardRouting
-from shardstore.engine.shard import ShardCopy
+from shardstore.engine.shard import ShardCopy, ShardSpec
 from shardstore.errors import ConflictError
 from shardstore.segments.remote_store import next_free_term
-
-if TYPE_CHECKING:
-    from shardstore.engine.cluster import Node
 
 log = logging.getLogger("shardstore.engine.cluster")
 #: a failed promotion is retried after this many seconds, doubling up to PROMOTION_RETRY_MAX
@@ -30,21 +31,63 @@ PROMOTION_RETRY_MIN = 0.1
 PROMOTION_RETRY_MAX = 5.0
 
 
-class PromotionMixin:
-    """The cluster manager's promotions (mixed into :class:`~shardstore.engine.cluster.Cluster`)."""
+class CopyHolder(Protocol):
+    """What a promotion needs of a node: its disk and its shard copies (:class:`~shardstore.engine.local_node.Node`)."""
 
-    # provided by Cluster
-    nodes: dict[str, Node]
-    indices: dict[str, IndexMeta]
-    recovery_delay: float
-    _unpromoted: dict[tuple[str, int], str]
-    _not_retried: set[tuple[str, int]]
-    _promotion_timer: threading.Timer | None
-    _promotion_backoff: float
-    _closed: bool
-    _acked_max: dict[tuple[str, int], int]
+    data_dir: str
+    copies: dict[tuple[str, int], ShardCopy]
 
-    def _promote_or_retry_later(self, meta: IndexMeta, sr: ShardRouting, candidates: list[str]) -> bool:
+    def discard(self, key: tuple[str, int]) -> ShardCopy | None: ...
+
+
+class Promotions:
+    """The cluster manager's promotions and red shards (held by :class:`~shardstore.engine.cluster.Cluster`).
+
+    Its collaborators, all the cluster manager's: ``lock`` (the cluster lock, taken by the
+    retry timer), ``store``, ``indices`` (index name -> metadata, read only: changes go
+    through ``set_routing(meta, shard, **changes)``, which also publishes them), ``nodes``
+    (node name -> its copies), ``live_nodes()``, ``shard_spec(meta, shard)``,
+    ``schedule_allocation()`` (rebuild the missing replicas after the recovery delay) and
+    ``acknowledged_max((index UUID, shard))`` (the highest seq# the cluster acknowledged).
+    """
+
+    def __init__(self, lock: threading.RLock, store: BlobStore, indices: Mapping[str, IndexMeta],
+                 nodes: Mapping[str, CopyHolder], *, live_nodes: Callable[[], list[str]],
+                 set_routing: Callable[..., None], shard_spec: Callable[[IndexMeta, int], ShardSpec],
+                 schedule_allocation: Callable[[], None], acknowledged_max: Callable[[tuple[str, int]], int]) -> None:
+        self._lock = lock
+        self._store = store
+        self._indices = indices
+        self._nodes = nodes
+        self._live_nodes = live_nodes
+        self._set_routing = set_routing
+        self._spec = shard_spec
+        self._schedule_allocation = schedule_allocation
+        self._acknowledged_max = acknowledged_max
+        #: (index, shard) whose promotion failed -> the cause; retried by a timer (_retry_promotions)
+        self._unpromoted: dict[tuple[str, int], str] = {}
+        self._not_retried: set[tuple[str, int]] = set()  # claimed by another writer: red until a restore
+        self._promotion_timer: threading.Timer | None = None
+        self._promotion_backoff = PROMOTION_RETRY_MIN
+        self._closed = False
+
+    def causes(self) -> dict[tuple[str, int], str]:
+        """(index, shard) -> why it has no primary, for every red shard (a copy)."""
+        return dict(self._unpromoted)
+
+    def retry_soon(self) -> None:
+        """A node started: retry the red shards (a shard may be recoverable now) after the shortest backoff."""
+        if set(self._unpromoted) - self._not_retried:
+            self._promotion_backoff = PROMOTION_RETRY_MIN
+            self._arm_promotion_retry()
+
+    def close(self) -> None:
+        """No retry runs after this (cluster lock held)."""
+        self._closed = True
+        if self._promotion_timer is not None:
+            self._promotion_timer.cancel()
+
+    def promote_or_retry_later(self, meta: IndexMeta, sr: ShardRouting, candidates: list[str]) -> bool:
         """Promote, or (a store or transport error) leave the shard red with the cause and retry in the background.
 
         The failed attempt's term counts as used (its claim may have landed): the routing
@@ -63,7 +106,7 @@ class PromotionMixin:
             log.error("%s/%d: %s", meta.name, sr.shard, cause)
             self._unpromoted[key] = cause
             self._not_retried.add(key)
-            self._set_routing(self.indices[meta.name], sr.shard, primary=None, primary_term=sr.primary_term + 1,
+            self._set_routing(self._indices[meta.name], sr.shard, primary=None, primary_term=sr.primary_term + 1,
                               copies=candidates, in_sync=candidates)
             return False
         except Exception as exc:  # noqa: BLE001 - any failure: the shard must not stay routed to a dead node
@@ -73,7 +116,7 @@ class PromotionMixin:
             # so it leaves the in-sync set and the retry promotes another copy or rebuilds from the store
             candidates = [n for n in candidates if not self._drop_if_disk_failed(meta, sr.shard, n)]
             self._unpromoted[key] = cause
-            self._set_routing(self.indices[meta.name], sr.shard, primary=None, primary_term=sr.primary_term + 1,
+            self._set_routing(self._indices[meta.name], sr.shard, primary=None, primary_term=sr.primary_term + 1,
                               copies=candidates, in_sync=candidates)
             self._arm_promotion_retry()
             return False
@@ -84,7 +127,7 @@ class PromotionMixin:
 
     def _drop_if_disk_failed(self, meta: IndexMeta, shard: int, node: str) -> bool:
         """Close and forget ``node``'s copy of the shard if a local disk fault failed it; whether it did."""
-        holder = self.nodes.get(node)
+        holder = self._nodes.get(node)
         copy = holder.copies.get((meta.uuid, shard)) if holder is not None else None
         if copy is None or copy.disk_failure is None:
             return False
@@ -112,22 +155,22 @@ class PromotionMixin:
             for (name, shard) in list(self._unpromoted):
                 if (name, shard) in self._not_retried:
                     continue
-                meta = self.indices.get(name)
+                meta = self._indices.get(name)
                 if meta is None:
                     self._unpromoted.pop((name, shard), None)
                     continue
                 sr = meta.routing[shard]
                 key = (meta.uuid, shard)
-                live = self.live_nodes()
-                candidates = [n for n in sr.in_sync if n in live and key in self.nodes[n].copies]
+                live = self._live_nodes()
+                candidates = [n for n in sr.in_sync if n in live and key in self._nodes[n].copies]
                 try:
                     if not candidates:
                         if self._recover_red_shard(meta, sr, live):
-                            self._schedule_allocation(self.recovery_delay)
+                            self._schedule_allocation()
                         continue
-                    if self._promote_or_retry_later(meta, sr, candidates):
+                    if self.promote_or_retry_later(meta, sr, candidates):
                         log.info("%s/%d: promotion succeeded on retry", name, shard)
-                        self._schedule_allocation(self.recovery_delay)
+                        self._schedule_allocation()
                 except Exception as exc:  # noqa: BLE001 - the timer thread must never die with a shard still red
                     self._unpromoted[(name, shard)] = f"retry failed ({type(exc).__name__}: {exc}); retrying"
                     log.error("%s/%d: %s", name, shard, self._unpromoted[(name, shard)])
@@ -149,8 +192,8 @@ class PromotionMixin:
             self._unpromoted[key] = "no in-sync copy left and no data node up; start a node to recover it from the store"
             self._arm_promotion_retry()
             return False
-        target = min(live, key=lambda n: (len(self.nodes[n].copies), n))
-        node = self.nodes[target]
+        target = min(live, key=lambda n: (len(self._nodes[n].copies), n))
+        node = self._nodes[target]
         copy_key = (meta.uuid, sr.shard)
         stale = node.copies.pop(copy_key, None)
         if stale is not None:
@@ -161,19 +204,19 @@ class PromotionMixin:
         try:
             # inside the try: a failed LIST of the term markers used to escape and kill the retry timer's
             # thread, and the shard stayed red for good (fault simulator seed 687, under load)
-            term = next_free_term(self.store, spec.address, at_least=sr.primary_term)
-            copy = ShardCopy.recover_from_remote(spec, node.data_dir, self.store, primary_term=term,
+            term = next_free_term(self._store, spec.address, at_least=sr.primary_term)
+            copy = ShardCopy.recover_from_remote(spec, node.data_dir, self._store, primary_term=term,
                                                  known_term=sr.primary_term, index_name=meta.name,
-                                                 acknowledged_max=self._acked_max.get(copy_key, -1))
+                                                 acknowledged_max=self._acknowledged_max(copy_key))
         except Exception as exc:  # noqa: BLE001 - a store error or a refused (lossy) recovery: stays red, named
             self._unpromoted[key] = (f"no in-sync copy left; recovery from the blob store failed "
                                      f"({type(exc).__name__}: {exc}); retrying")
             log.error("%s/%d: %s", meta.name, sr.shard, self._unpromoted[key])
-            self._set_routing(self.indices[meta.name], sr.shard, primary_term=term)
+            self._set_routing(self._indices[meta.name], sr.shard, primary_term=term)
             self._arm_promotion_retry()
             return False
         node.copies[copy_key] = copy
-        self._set_routing(self.indices[meta.name], sr.shard, primary=target, primary_term=term, copies=[target],
+        self._set_routing(self._indices[meta.name], sr.shard, primary=target, primary_term=term, copies=[target],
                           in_sync=[target])
         self._unpromoted.pop(key, None)
         log.warning("%s/%d: every in-sync copy was lost; recovered from the blob store on %s with term %d",
@@ -188,9 +231,9 @@ class PromotionMixin:
             self._unpromoted[(meta.name, sr.shard)] = "no in-sync copy left; recovering it from the blob store"
             self._arm_promotion_retry()
             return
-        best = max(candidates, key=lambda n: self.nodes[n].copies[key].local_checkpoint)
+        best = max(candidates, key=lambda n: self._nodes[n].copies[key].local_checkpoint)
         term = sr.primary_term + 1
-        primary = self.nodes[best].copies[key]
+        primary = self._nodes[best].copies[key]
         primary.promote(term)
         # Primary-replica resync (seed 004): the other in-sync copies get the new primary's
         # operations above their local checkpoint.  Replication is in order per shard, so an
@@ -201,7 +244,7 @@ class PromotionMixin:
         for other in candidates:
             if other == best:
                 continue
-            copy = self.nodes[other].copies[key]
+            copy = self._nodes[other].copies[key]
             try:
                 sent = copy.resync_from(primary, term)
                 kept.append(other)
@@ -209,9 +252,9 @@ class PromotionMixin:
             except Exception as exc:  # noqa: BLE001 - rebuilt by peer recovery instead
                 log.warning("resync of %s/%d on %s failed (%s: %s); rebuilding it", meta.name, sr.shard, other,
                             type(exc).__name__, exc)
-                self.nodes[other].copies.pop(key).close()
+                self._nodes[other].copies.pop(key).close()
         self._set_routing(meta, sr.shard, primary=best, primary_term=term, copies=kept, in_sync=kept)
         log.info("promoted %s to primary of %s/%d with term %d", best, meta.name, sr.shard, term)
 
 
-__all__ = ["PROMOTION_RETRY_MAX", "PROMOTION_RETRY_MIN", "PromotionMixin"]
+__all__ = ["PROMOTION_RETRY_MAX", "PROMOTION_RETRY_MIN", "CopyHolder", "Promotions"]
