@@ -112,8 +112,8 @@ def _kill_process(procs, client, log):
     def kill(chunk: pa.Table, retried: int) -> tuple[pa.Table, int]:
         health = client.wait_for_health("green")
         victim = client.primary_of("flights", 0)
-        log(f"health {health.status} ({health.active_shards} active copies); SIGKILL of {victim}'s process "
-            f"(primary of flights/0) while the next bulk is in flight")
+        log(f"health {health.status} ({health.active_shards} active copies); killing {victim}'s process "
+            f"(SIGKILL; primary of flights/0) while the next bulk is in flight")
         out: list = []
         sender = threading.Thread(target=lambda: out.append(_acked_or_retry(client, chunk, retried)))
         sender.start()
