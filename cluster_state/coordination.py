@@ -338,33 +338,12 @@ class ClusterManagerNode:
     def _gather_joins(self, request: StartJoin) -> tuple[list[Join], int]:
         """Ask every voter (and this node) to join; the joins and the highest term refused with.
 
-        In order by default; with ``parallel_publish`` all at once, going on as soon as the joins
-        make a quorum: the highest accepted state of any majority holds every committed state, so
-        a voter that does not answer (paused, cut off) costs the election nothing.
+        With ``parallel_publish`` the election goes on as soon as the joins make a quorum: the
+        highest accepted state of any majority holds every committed state.
         """
-        joins: list[Join] = []
-        stale = 0
         voters = sorted(self._voters(self.disk.accepted) | {self.name})
-        if not self.parallel_publish:
-            for node in voters:
-                try:
-                    joins.append(self._send(node, START_JOIN, request))
-                except StaleTerm as exc:
-                    stale = max(stale, exc.current)
-                except (NodeDisconnected, ShardstoreError):
-                    continue
-            return joins, stale
-        futures = [self._pool().submit(self._send, node, START_JOIN, request) for node in voters]
-        for future in as_completed(futures):
-            try:
-                joins.append(future.result())
-            except StaleTerm as exc:
-                stale = max(stale, exc.current)
-            except (NodeDisconnected, ShardstoreError):
-                pass
-            if self._quorum({j.voter for j in joins}, self.disk.accepted):
-                break
-        return list(joins), stale
+        return self._gather(START_JOIN, request, voters,
+                            lambda joins, _higher: self._quorum({j.voter for j in joins}, self.disk.accepted))
 
     def _bootstrap_state(self) -> tuple[ClusterState, str | None]:
         """The first state of a cluster whose voters have empty disks: restored from the store if it holds one.
@@ -473,35 +452,41 @@ class ClusterManagerNode:
         return self.applied
 
     def _gather_acks(self, request: Publish, new: ClusterState) -> tuple[list[PublishAck], int]:
-        """Send ``request`` to this node and its peers; the acknowledgements and the highest term refused with.
+        """Publish ``request`` to this node and its peers; the acknowledgements and the highest term refused with."""
+        return self._gather(PUBLISH, request, [self.name, *self.peers],
+                            lambda acks, higher: higher > new.term or self._quorum({a.node for a in acks}, new))
+
+    def _gather(self, action: str, request: Any, nodes: list[str],
+                enough: Callable[[list[Any], int], bool]) -> tuple[list[Any], int]:
+        """Send ``request`` to ``nodes``; the answers and the highest term a node refused with (StaleTerm).
 
         In order, one node after the other (the default: an injected fault draws in a fixed order, so
         a fault simulator's seed reproduces); with ``parallel_publish`` to every node at once, returning
-        as soon as the voters that acknowledged make a quorum of ``new`` (a node that does not answer
-        costs nothing once a majority did: node processes, issue 29).
+        as soon as ``enough(answers, higher)`` holds (a node that does not answer costs nothing once a
+        majority did: node processes, issue 29).
         """
-        acks: list[PublishAck] = []
+        answers: list[Any] = []
         higher = 0
         if not self.parallel_publish:
-            for node in (self.name, *self.peers):
+            for node in nodes:
                 try:
-                    acks.append(self._send(node, PUBLISH, request))
+                    answers.append(self._send(node, action, request))
                 except StaleTerm as exc:
                     higher = max(higher, exc.current)
                 except (NodeDisconnected, ShardstoreError):
                     continue
-            return acks, higher
-        futures = [self._pool().submit(self._send, node, PUBLISH, request) for node in (self.name, *self.peers)]
+            return answers, higher
+        futures = [self._pool().submit(self._send, node, action, request) for node in nodes]
         for future in as_completed(futures):
             try:
-                acks.append(future.result())
+                answers.append(future.result())
             except StaleTerm as exc:
                 higher = max(higher, exc.current)
             except (NodeDisconnected, ShardstoreError):
                 pass
-            if higher > new.term or self._quorum({a.node for a in acks}, new):
+            if enough(answers, higher):
                 break
-        return list(acks), higher
+        return list(answers), higher
 
     def _pool(self) -> ThreadPoolExecutor:
         with self._lock:

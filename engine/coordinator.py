@@ -28,10 +28,10 @@ from typing import Any
 import pyarrow as pa
 
 from shardstore.cluster_state.coordination import ClusterManagerNode
-from shardstore.cluster_state.errors import NotMaster
 from shardstore.engine.documents import BulkResult, Documents
 from shardstore.engine.errors import ClusterClosed, IndexNotFound, InvalidRequest, ShardUnavailable
 from shardstore.engine.metadata import IndexMeta, indices_from_state
+from shardstore.engine.node_service import call_manager
 from shardstore.engine.routing import shard_ids
 from shardstore.segments.mapping import Mapping
 from shardstore.transport import NodeDisconnected
@@ -90,19 +90,8 @@ class Coordinator:
 
     def _manager(self, action: str, request: dict[str, Any]) -> Any:
         """Send to the elected cluster manager, waiting out an election (up to ``failover_wait``)."""
-        deadline = time.monotonic() + self.failover_wait
-        while True:
-            master = self.coordination.master
-            try:
-                if master is None:
-                    raise NotMaster(self.name, None)
-                return self._send(master, action, request)
-            except (NotMaster, NodeDisconnected) as exc:
-                if isinstance(exc, NodeDisconnected) and exc.delivered is not False:
-                    raise
-                if time.monotonic() >= deadline:
-                    raise
-                time.sleep(0.05)
+        return call_manager(self._send, lambda: self.coordination.master, self.name, action, request,
+                            self.failover_wait)
 
     def commit_mapping(self, index: str, base: Mapping, proposed: Mapping) -> Mapping:
         """Have the cluster manager commit ``proposed`` unless the mapping moved on; the mapping after."""

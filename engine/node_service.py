@@ -71,6 +71,28 @@ def spec_from_wire(d: dict[str, Any]) -> ShardSpec:
                      reupload_delay=float(d["reupload_delay"]), index_buffer_bytes=int(d["index_buffer_bytes"]))
 
 
+def call_manager(send: Callable[..., Any], manager: Callable[[], str | None], me: str, action: str,
+                 request: dict[str, Any], wait: float) -> Any:
+    """``send(manager(), action, request)``, waiting out an election for up to ``wait`` seconds.
+
+    Retried only while no manager is known, the one asked says it is not the manager, or the
+    request did not reach it (``delivered`` False): never a request that may have been handled.
+    """
+    deadline = time.monotonic() + wait
+    while True:
+        master = manager()
+        try:
+            if master is None:
+                raise NotMaster(me, None)
+            return send(master, action, request)
+        except (NotMaster, NodeDisconnected) as exc:
+            if isinstance(exc, NodeDisconnected) and exc.delivered is not False:
+                raise
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.05)
+
+
 def _mapping(d: dict | None) -> Mapping | None:
     return None if d is None else Mapping.from_dict(d)
 
@@ -121,19 +143,7 @@ class NodeService:
 
     def _manager_call(self, action: str, request: dict[str, Any]) -> Any:
         """Send to the elected cluster manager, waiting out an election (up to ``manager_wait`` seconds)."""
-        deadline = time.monotonic() + self.manager_wait
-        while True:
-            master = self._manager()
-            try:
-                if master is None:
-                    raise NotMaster(self.name, None)
-                return self._send(master, action, request)
-            except (NotMaster, NodeDisconnected) as exc:
-                if isinstance(exc, NodeDisconnected) and exc.delivered is not False:
-                    raise
-                if time.monotonic() >= deadline:
-                    raise
-                time.sleep(0.05)
+        return call_manager(self._send, self._manager, self.name, action, request, self.manager_wait)
 
     # -- copies ---------------------------------------------------------------------------------
 
