@@ -202,8 +202,10 @@ class NodeService:
                 "disk_failure": None if copy.disk_failure is None else str(copy.disk_failure)}
 
     def node_stats(self, _req: dict[str, Any] | None = None) -> dict[str, Any]:
-        """``node.stats``: the copies this node holds (index UUID, shard, primary)."""
-        return {"copies": [[k[0], k[1], c.primary] for k, c in list(self.copies.items())]}
+        """``node.stats``: the copies this node holds (index UUID, shard, primary) and its object-store requests."""
+        metrics = getattr(self.store, "metrics", None)
+        requests = dict(metrics()["requests"]) if callable(metrics) else {}
+        return {"copies": [[k[0], k[1], c.primary] for k, c in list(self.copies.items())], "requests": requests}
 
     def _group(self, req: dict[str, Any]) -> bool:
         """``shard.group``: the cluster manager removed replicas; keep only those still named."""
