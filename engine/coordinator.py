@@ -28,11 +28,10 @@ from typing import Any
 import pyarrow as pa
 
 from shardstore.cluster_state.coordination import ClusterManagerNode
-from shardstore.engine.documents import BulkResult, Documents
+from shardstore.engine.documents import Documents
 from shardstore.engine.errors import ClusterClosed, IndexNotFound, InvalidRequest, ShardUnavailable
 from shardstore.engine.metadata import IndexMeta, indices_from_state
 from shardstore.engine.node_service import call_manager
-from shardstore.engine.routing import shard_ids
 from shardstore.segments.mapping import Mapping
 from shardstore.transport import NodeDisconnected
 
@@ -244,14 +243,7 @@ class Coordinator:
                                   for sr in meta.routing]}
         if action == "client.index_uuid":
             return self.index_meta(req["index"]).uuid
-        if action == "client.route":
-            meta = self.index_meta(req["index"])
-            return shard_ids(pa.array([req["id"]], pa.string()), meta.shards)[0].as_py()
         raise InvalidRequest(f"node {self.name}: unknown client action {action!r}")
-
-    def bulk(self, index: str, docs: Any) -> BulkResult:
-        """The document API's bulk, on this node (tests and the embedded use of a node)."""
-        return self.documents.bulk(index, docs)
 
     def close(self) -> None:
         """Stop taking requests."""

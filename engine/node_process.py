@@ -116,7 +116,6 @@ class NodeProcess:
             self._leader_failures = FailureCounter(fd.retries)
             self._follower_failures = FailureCounter(fd.retries)
             self._seeds: dict[str, str | None] = {a: None for a in settings.seed_hosts}  # address -> name
-            self._joined: tuple[str, int] | None = None  # (master, term) this node joined
             self._failed_leader: str | None = None  # the manager whose leader checks failed last
             self._leader_ok_at = 0.0  # when the manager last answered a leader check
             self._join_attempts = 0  # joins sent since this node last knew a manager
@@ -197,7 +196,6 @@ class NodeProcess:
         if self.cm.is_master:
             if not self._managing:
                 self._managing = True
-                self._joined = None
                 self.manager.activate({self.name: self.address, **self._live_members()})
             self._check_followers()
             self.manager.tick()
@@ -318,7 +316,6 @@ class NodeProcess:
             self.send(master, "cm.join", {"name": self.name, "address": self.address,
                                           "ephemeral_id": self.ephemeral_id,
                                           "applied": None if applied is None else [applied.term, applied.version]})
-            self._joined = (master, self.cm.current_term)
         except Exception as exc:  # noqa: BLE001 - retried at the next round
             log.info("%s: joining %s failed: %s", self.name, master, exc)
 
