@@ -40,7 +40,7 @@ class Client:
     """The document API over the network (see the module docstring)."""
 
     def __init__(self, hosts: str | Iterable[str], *, security: Security | None = None,
-                 timeout: float = 60.0) -> None:
+                 timeout: float = 60.0, ready_wait: float = 15.0) -> None:
         addresses = [h.strip() for h in (hosts.split(",") if isinstance(hosts, str) else hosts) if h.strip()]
         if not addresses:
             raise InvalidRequest("connect() needs at least one host:port")
@@ -49,25 +49,34 @@ class Client:
         for name, address in zip(self._hosts, addresses):
             self._transport.set_peer(name, address)
         self._next = 0
+        #: how long a call waits out an election (every host answering NodeNotReady)
+        self.ready_wait = ready_wait
         self._known = set(self._hosts)
         self._routing: dict[str, dict[str, Any]] = {}  # index -> shard count and primaries' addresses
 
     def _call(self, action: str, request: dict[str, Any]) -> Any:
-        last: NodeDisconnected | NodeNotReady | None = None
-        for i in range(len(self._hosts)):
-            host = self._hosts[(self._next + i) % len(self._hosts)]
-            try:
-                answer = self._transport.send("client", host, action, request)
-                self._next = (self._next + i) % len(self._hosts)
-                return answer
-            except NodeDisconnected as exc:
-                if exc.delivered is not False and action in _WRITES:
-                    raise  # it may have been applied: never sent twice
-                last = exc
-            except NodeNotReady as exc:  # it just started: another node serves the call
-                last = exc
-        assert last is not None
-        raise last
+        """Send to one host after the other; while every reachable host is between managers (an election,
+        ``NodeNotReady``: nothing applied) try them all again, for up to ``ready_wait`` seconds."""
+        deadline = time.monotonic() + self.ready_wait
+        while True:
+            last: NodeDisconnected | NodeNotReady | None = None
+            not_ready: NodeNotReady | None = None
+            for i in range(len(self._hosts)):
+                host = self._hosts[(self._next + i) % len(self._hosts)]
+                try:
+                    answer = self._transport.send("client", host, action, request)
+                    self._next = (self._next + i) % len(self._hosts)
+                    return answer
+                except NodeDisconnected as exc:
+                    if exc.delivered is not False and action in _WRITES:
+                        raise  # it may have been applied: never sent twice
+                    last = exc
+                except NodeNotReady as exc:  # it just started, or its manager is being elected
+                    last = not_ready = exc
+            assert last is not None
+            if not_ready is None or time.monotonic() >= deadline:
+                raise last
+            time.sleep(0.05)
 
     def create_index(self, name: str, shards: int = 1, replicas: int = 1, mappings: dict | None = None,
                      durability: str = "request", source: str = "stored") -> str:
