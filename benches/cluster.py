@@ -54,6 +54,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from benches.engine import acked_bulk
 from benches.runner import Context, Figure, run_cleanups
 
 BULK = 1_000
@@ -102,20 +103,6 @@ def _node_requests(procs: Any) -> dict[str, int]:
 
 def _rounds(xs: list[float], fmt: str = "{:.3f}") -> str:
     return "/".join(fmt.format(x) for x in xs)
-
-
-def _acked_bulk(target: Any, index: str, table: Any, attempts: int = 5) -> int:
-    """Bulk ``table`` into ``index``, sending unacknowledged items again; the attempts it took."""
-    import pyarrow.compute as pc
-
-    for attempt in range(1, attempts + 1):
-        res = target.bulk(index, table)
-        if not res.errors:
-            return attempt
-        failed = pc.is_valid(res.items.column("error"))
-        ids = res.items.filter(failed).column("_id").combine_chunks()
-        table = table.filter(pc.is_in(table.column("_id"), value_set=ids))
-    raise RuntimeError(f"items not acknowledged after {attempts} attempts: {res.items.filter(failed).to_pylist()[:3]}")
 
 
 def _ids_of(table: Any) -> set[str]:
@@ -321,12 +308,12 @@ def run(ctx: Context) -> Iterator[Figure]:
                 target.create_index(index, shards=SHARDS, replicas=REPLICAS, durability="request")
                 target.wait_for_health("green", timeout=120)
                 indices[side].append(index)
-                _acked_bulk(target, index, warm)
+                acked_bulk(target, index=index, table=warm)
                 m0 = inproc.store.metrics()["requests"] if side == "inproc" else _node_requests(procs)
                 b_start = time.perf_counter()
                 for t in slices:
                     b0 = time.perf_counter()
-                    retried[side] += _acked_bulk(target, index, t) - 1
+                    retried[side] += acked_bulk(target, index=index, table=t) - 1
                     lat[side].append(time.perf_counter() - b0)
                 dt = time.perf_counter() - b_start
                 m1 = inproc.store.metrics()["requests"] if side == "inproc" else _node_requests(procs)

@@ -228,12 +228,12 @@ def _new_cluster(base: str, url: str, options: dict[str, Any], cleanups: list[Ca
     return cluster
 
 
-def _acked_bulk(cluster: Any, table: Any, attempts: int = 5) -> int:
-    """Bulk ``table``, retrying unacknowledged items; returns the attempts it took."""
+def acked_bulk(cluster: Any, table: Any, attempts: int = 5, index: str = INDEX) -> int:
+    """Bulk ``table`` into ``index`` (a Cluster or a Client), retrying unacknowledged items; the attempts it took."""
     import pyarrow.compute as pc
 
     for attempt in range(1, attempts + 1):
-        res = cluster.bulk(INDEX, table)
+        res = cluster.bulk(index, table)
         if not res.errors:
             return attempt
         failed = pc.is_valid(res.items.column("error"))
@@ -256,14 +256,14 @@ def _ingest(ctx: Context, base: str, docs: _Docs, kinds: list[str], n_docs: int,
             url, options = stores.fresh(kind)
             cluster = _new_cluster(base, url, options, cleanups)
             cluster.create_index(INDEX, shards=shards, replicas=1, durability="request")
-            _acked_bulk(cluster, tables[0])  # warm-up: first translog uploads, term markers
+            acked_bulk(cluster, tables[0])  # warm-up: first translog uploads, term markers
             m0 = cluster.store.metrics()["requests"]
             lat: list[float] = []
             retries = 0
             last = t0 = time.perf_counter()
             for i, t in enumerate(tables[1:], 1):
                 b0 = time.perf_counter()
-                retries += _acked_bulk(cluster, t) - 1
+                retries += acked_bulk(cluster, t) - 1
                 b1 = time.perf_counter()
                 lat.append(b1 - b0)
                 if b1 - last >= 3:
@@ -298,7 +298,7 @@ def _build(ctx: Context, cluster: Any, docs: _Docs, n: int, bulk: int) -> float:
     done = 0
     while done < n:
         k = min(bulk, n - done)
-        _acked_bulk(cluster, docs.table(k))
+        acked_bulk(cluster, docs.table(k))
         cluster.refresh(INDEX)
         done += k
         now = time.perf_counter()
@@ -333,7 +333,7 @@ def _failover(ctx: Context, base: str, docs: _Docs, sizes: list[int], reps: int,
                 t0 = time.perf_counter()
                 cluster.kill_node(victim)
                 t1 = time.perf_counter()
-                attempts.append(_acked_bulk(cluster, one))
+                attempts.append(acked_bulk(cluster, one))
                 t2 = time.perf_counter()
             cluster.wait_for_health("green", timeout=600)  # the replica rebuild runs in the background
             t3 = time.perf_counter()
