@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from benches.engine import INDEX, _acked_bulk, _Docs
+from benches.engine import INDEX, _Docs, acked_bulk
 from benches.runner import Context, Figure
 
 RATIO_TARGET = 1.5
@@ -59,7 +59,7 @@ def _one(ctx: Context, kind: str, n: int, base: Path, docs: _Docs, emulators: di
         cluster.create_index(INDEX, shards=1, replicas=1)
         t0 = last = time.perf_counter()
         for done in range(0, n, BULK):
-            _acked_bulk(cluster, docs.table(min(BULK, n - done)))
+            acked_bulk(cluster, docs.table(min(BULK, n - done)))
             if time.perf_counter() - last > 3:
                 last = time.perf_counter()
                 ctx.progress(f"{kind}: building {n:,} unflushed docs: {done + BULK:,} in {last - t0:.1f}s")
@@ -69,7 +69,7 @@ def _one(ctx: Context, kind: str, n: int, base: Path, docs: _Docs, emulators: di
         k0 = time.perf_counter()
         cluster.kill_node(cluster.primary_of(INDEX, 0))
         k1 = time.perf_counter()
-        _acked_bulk(cluster, one)
+        acked_bulk(cluster, one)
         k2 = time.perf_counter()
         store.clear()
         return k1 - k0, k2 - k0

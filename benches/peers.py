@@ -67,7 +67,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from benches.engine import INDEX, _acked_bulk
+from benches.engine import INDEX, acked_bulk
 from benches.runner import Context, Figure, run_cleanups
 
 STORES = ("file", "s3")
@@ -256,7 +256,7 @@ class _Shardstore:
 
     def bulk(self, table: Any) -> None:
         # every item must be acknowledged: one that is not is retried, as a client would, inside the clock
-        _acked_bulk(self.cluster, table)
+        acked_bulk(self.cluster, table)
 
     def load(self, table: Any) -> None:
         self.bulk(table)  # the whole table in one Cluster.bulk call
