@@ -134,8 +134,36 @@ class _Buffer:
     #: refresh checks before it trusts it), else None
     orders: list[pa.Array | None] = field(default_factory=list)
 
+    #: per entry of ``docs`` / ``deletes`` indexed so far, id -> the row of its highest seq# in that entry;
+    #: built lazily by :meth:`latest` (a realtime get), so applying a batch does no per-row Python work
+    _doc_maps: list[dict[str, int]] = field(default_factory=list)
+    _del_maps: list[dict[str, int]] = field(default_factory=list)
+
     def __bool__(self) -> bool:
         return bool(self.docs or self.deletes)
+
+    @staticmethod
+    def _id_map(table: pa.Table, id_col: str, seq_col: str) -> dict[str, int]:
+        """id -> row of its highest seq# in ``table`` (rows sorted by seq#: the dict keeps each id's last)."""
+        by_seq = pc.sort_indices(table.column(seq_col))
+        return dict(zip(pc.take(table.column(id_col), by_seq).to_pylist(), by_seq.to_pylist()))
+
+    def latest(self, doc_id: str) -> tuple[int, pa.Table | None, int] | None:
+        """The buffered operation on ``doc_id`` with the highest seq#: (seq#, its docs table or None for a
+        delete, row), or None when nothing buffered names it.  O(entries) dict lookups, no scan."""
+        while len(self._doc_maps) < len(self.docs):
+            self._doc_maps.append(self._id_map(self.docs[len(self._doc_maps)], "_id", "_seq_no"))
+        while len(self._del_maps) < len(self.deletes):
+            self._del_maps.append(self._id_map(self.deletes[len(self._del_maps)], "_id", "_seq_no"))
+        best: tuple[int, pa.Table | None, int] | None = None
+        for tables, maps, is_doc in ((self.docs, self._doc_maps, True), (self.deletes, self._del_maps, False)):
+            for t, m in zip(tables, maps):
+                row = m.get(doc_id)
+                if row is not None:
+                    seq = t.column("_seq_no")[row].as_py()
+                    if best is None or seq > best[0]:
+                        best = (seq, t if is_doc else None, row)
+        return best
 
 
 class ShardDirectory:
@@ -568,20 +596,10 @@ class ShardDirectory:
         """The newest live copy of ``doc_id`` (buffered operations too when ``realtime``), or None."""
         with self._lock:
             if realtime and self._buffer:
-                best_seq, best = -2, None
-                for t in self._buffer.docs:
-                    hit = t.filter(pc.equal(t.column("_id"), doc_id))
-                    if hit.num_rows:
-                        i = pc.index(hit.column("_seq_no"), pc.max(hit.column("_seq_no"))).as_py()
-                        row = fill_sources(hit.slice(i, 1)).to_pylist()[0]
-                        if row["_seq_no"] > best_seq:
-                            best_seq, best = row["_seq_no"], row
-                for t in self._buffer.deletes:
-                    hit = t.filter(pc.equal(t.column("_id"), doc_id))
-                    if hit.num_rows and pc.max(hit.column("_seq_no")).as_py() > best_seq:
-                        best_seq, best = pc.max(hit.column("_seq_no")).as_py(), None
-                if best_seq > -2:
-                    return best
+                hit = self._buffer.latest(doc_id)
+                if hit is not None:
+                    _seq, table, row = hit
+                    return None if table is None else fill_sources(table.slice(row, 1)).to_pylist()[0]
             for seg in self._segments.values():
                 info = seg.reader.info
                 if info.min_id is None or not (info.min_id <= doc_id <= info.max_id):

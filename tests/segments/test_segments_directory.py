@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+import tempfile
 from pathlib import Path
 
 import google_crc32c
@@ -12,6 +13,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from shardstore.errors import UnsupportedFormatVersion
 from shardstore.segments.commit import CommitPoint, list_commit_generations, read_commit
@@ -87,6 +90,47 @@ def test_realtime_get_sees_the_buffer(tmp_path: Path) -> None:
     assert sd.get("x", realtime=False) is None
     sd.apply(deletes(1, ["x"]))
     assert sd.get("x") is None
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(st.tuples(st.booleans(), st.lists(st.sampled_from("abcde"), min_size=1, max_size=4),
+                                st.booleans()), min_size=1, max_size=12), data=st.data())
+def test_realtime_get_of_the_buffer_matches_a_model(tmp_path: Path, steps, data) -> None:
+    """The buffer's lazy id index (built on a get, extended by later batches) gives what a full scan would:
+    per id the operation with the highest seq#, batches applied out of seq# order, a get between any two."""
+    sd = ShardDirectory(tempfile.mkdtemp(dir=tmp_path))
+    try:
+        _check_gets_against_model(sd, steps, data)
+    finally:
+        sd.close()
+
+
+def _check_gets_against_model(sd: ShardDirectory, steps, data) -> None:
+    seqs = data.draw(st.permutations(range(sum(len(ids) for _, ids, _ in steps))))
+    model: dict[str, tuple[int, bool]] = {}  # id -> (seq#, live)
+    pos = 0
+    for is_index, ids, get_after in steps:
+        batch_seqs = seqs[pos:pos + len(ids)]
+        pos += len(ids)
+        for i, s in zip(ids, batch_seqs):
+            srcs = [json.dumps({"n": s}).encode()]
+            one = stamp(index_batch([i], srcs), s, 1) if is_index else deletes(s, [i])
+            sd.apply(one) if len(ids) == 1 else None
+        if len(ids) > 1:  # one batch holding several ops, seq#s not in row order
+            batches = [stamp(index_batch([i], [json.dumps({"n": s}).encode()]), s, 1) if is_index else deletes(s, [i])
+                       for i, s in zip(ids, batch_seqs)]
+            sd.apply(pa.Table.from_batches(batches).combine_chunks().to_batches()[0])
+        for i, s in zip(ids, batch_seqs):
+            if i not in model or s > model[i][0]:
+                model[i] = (s, is_index)
+        if get_after:
+            for i in "abcdef":
+                got = sd.get(i)
+                want = model.get(i)
+                if want is None or not want[1]:
+                    assert got is None, (i, got, want)
+                else:
+                    assert got is not None and got["_seq_no"] == want[0] and got["n"] == want[0], (i, got, want)
 
 
 def test_mapping_conflict_rejects_the_whole_batch(tmp_path: Path) -> None:
