@@ -58,28 +58,31 @@ class Node:
         copy = self.copies.get(key)
         if copy is None or not copy.primary:
             raise ShardUnavailable(key[0], key[1], f"{self.name} holds no primary")
+        checkpoints: list[int] = []
+
+        def replicate(stamped: Any) -> None:  # while the primary's own upload is in flight
+            for replica in self._in_sync_replicas(key):
+                try:
+                    checkpoints.append(self.transport.send(
+                        self.name, replica, "shard.replicate",
+                        {"index_uuid": key[0], "shard": key[1], "ops": stamped, "term": copy.primary_term,
+                         "global_checkpoint": copy.global_checkpoint, "mapping": req.get("mapping")}))
+                except OperationTermTooOld:
+                    raise  # the replica knows a newer term: this primary is stale, its write is not acknowledged
+                except Exception as exc:  # noqa: BLE001 - unreachable, or it refused ops the primary applied
+                    # the cluster manager removes the copy from the in-sync set before we acknowledge: a replica
+                    # that cannot apply what the primary applied (a mapping it decided otherwise) is rebuilt,
+                    # never left in sync behind the primary (issue 15 review)
+                    self._fail_replica(key, replica, copy.primary_term, f"{type(exc).__name__}: {exc}")
+
+        # one bulk of a shard at a time: the cluster holds the shard's lock around shard.bulk (Cluster.write_shard)
         try:
             stamped = copy.primary_apply(req["ops"], expect=req.get("expect"), mapping=req.get("mapping"),
-                                         fields=req.get("fields"))
+                                         fields=req.get("fields"), replicate=replicate)
         except LocalDiskError as exc:
             self._fail_copy(key, self.name, copy, str(exc))  # a replica takes over; the client retries
             raise
-        checkpoints = [copy.local_checkpoint]
-        for replica in self._in_sync_replicas(key):
-            try:
-                lc = self.transport.send(self.name, replica, "shard.replicate",
-                                         {"index_uuid": key[0], "shard": key[1], "ops": stamped,
-                                          "term": copy.primary_term, "global_checkpoint": copy.global_checkpoint,
-                                          "mapping": req.get("mapping")})
-                checkpoints.append(lc)
-            except OperationTermTooOld:
-                raise  # the replica knows a newer term: this primary is stale, its write is not acknowledged
-            except Exception as exc:  # noqa: BLE001 - unreachable, or it refused ops the primary applied
-                # the cluster manager removes the copy from the in-sync set before we acknowledge: a replica that
-                # cannot apply what the primary applied (a mapping it decided otherwise) is rebuilt, never left
-                # in sync behind the primary (issue 15 review)
-                self._fail_replica(key, replica, copy.primary_term, f"{type(exc).__name__}: {exc}")
-        copy.update_global_checkpoint(min(checkpoints))
+        copy.update_global_checkpoint(min([copy.local_checkpoint, *checkpoints]))
         return {"ops": stamped}
 
     def discard(self, key: tuple[str, int]) -> ShardCopy | None:

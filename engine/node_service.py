@@ -225,22 +225,26 @@ class NodeService:
         expect = None if req.get("expect") is None else tuple(req["expect"])
         with self.write_lock(key):
             copy = self._copy(req, primary=True)
+            checkpoints: list[int] = []
+
+            def replicate(stamped: pa.RecordBatch) -> None:  # while the primary's own upload is in flight
+                for replica in self.groups.get(key, ()):
+                    try:
+                        checkpoints.append(self._send(replica, "shard.replicate", {
+                            "index_uuid": key[0], "shard": key[1], "ops": stamped, "term": copy.primary_term,
+                            "global_checkpoint": copy.global_checkpoint, "mapping": req.get("mapping")}))
+                    except OperationTermTooOld:
+                        raise  # a newer term exists: this primary is stale, the write is not acknowledged
+                    except Exception as exc:  # noqa: BLE001 - unreachable, or it refused what the primary applied
+                        self._fail_replica(key, replica, copy.primary_term, f"{type(exc).__name__}: {exc}")
+
             try:
-                stamped = copy.primary_apply(req["ops"], expect=expect, mapping=mapping, fields=req.get("fields"))
+                stamped = copy.primary_apply(req["ops"], expect=expect, mapping=mapping, fields=req.get("fields"),
+                                             replicate=replicate)
             except LocalDiskError as exc:
                 self._report_disk_failure(key, copy, exc)
                 raise
-            checkpoints = [copy.local_checkpoint]
-            for replica in self.groups.get(key, ()):
-                try:
-                    checkpoints.append(self._send(replica, "shard.replicate", {
-                        "index_uuid": key[0], "shard": key[1], "ops": stamped, "term": copy.primary_term,
-                        "global_checkpoint": copy.global_checkpoint, "mapping": req.get("mapping")}))
-                except OperationTermTooOld:
-                    raise  # a newer term exists: this primary is stale, the write is not acknowledged
-                except Exception as exc:  # noqa: BLE001 - unreachable, or it refused what the primary applied
-                    self._fail_replica(key, replica, copy.primary_term, f"{type(exc).__name__}: {exc}")
-            copy.update_global_checkpoint(min(checkpoints))
+            copy.update_global_checkpoint(min([copy.local_checkpoint, *checkpoints]))
         return {"ops": stamped}
 
     def _fail_replica(self, key: Key, replica: str, term: int, reason: str) -> None:

@@ -31,7 +31,6 @@ import os
 import shutil
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -69,6 +68,7 @@ from shardstore.translog.local import LocalTranslog
 from shardstore.translog.operations import SCHEMA, OpType, stamp, unstamped_batch
 from shardstore.translog.remote import RemoteTranslog, apply_trims
 from shardstore.translog.tracker import NO_OPS_PERFORMED, LocalCheckpointTracker
+from shardstore.translog.unconfirmed import not_uploaded, uploaded_tops
 
 log = logging.getLogger(__name__)
 #: Optimistic concurrency on one id: (id, if_seq_no, if_primary_term).
@@ -106,6 +106,16 @@ class ShardSpec:
     def address(self) -> ShardAddress:
         """Where the shard's blobs live."""
         return ShardAddress(self.cluster_uuid, self.index_uuid, self.shard, self.strategy)
+
+
+
+@dataclass(frozen=True)
+class _Staged:
+    """A primary's batch applied and logged locally whose upload is in flight (:meth:`ShardCopy.primary_apply`)."""
+
+    seq_nos: pa.Array | pa.ChunkedArray
+    remote: RemoteTranslog | None  # None: nothing to wait for (no remote translog; already counted processed)
+    generation: int
 
 
 class ShardCopy:
@@ -203,11 +213,13 @@ class ShardCopy:
         self._older_terms_pending = self.primary_term > FIRST_TERM
         self.remote_segments.claim_term()  # fences every older-term primary's next commit
         if self.spec.durability == "request":
-            # Every operation this copy logged before now is durable under an older term's prefix:
-            # a primary uploads before it replicates, and replayed history came from the store.
-            # Failover time must not grow with the retained log (issue 14, case 7), so only the
-            # generation just rolled for this term and later ones are uploaded here; older terms'
-            # logs are purged only once this term's commit covers them (_purge_older_terms).
+            # Every operation this copy logged at or below the global checkpoint is durable under an
+            # older term's prefix (a primary counts its own operation processed only once uploaded), and
+            # replayed history came from the store; a promotion uploads the few above it again
+            # (_upload_unconfirmed).  Failover time must not grow with the retained log (issue 14,
+            # case 7), so only the generation just rolled for this term and later ones are uploaded
+            # here; older terms' logs are purged only once this term's commit covers them
+            # (_purge_older_terms).
             self.remote_translog = RemoteTranslog(
                 self.translog, self.store, addr.translog_prefix(self.primary_term),
                 buffer_interval=self.spec.buffer_interval, upload_timeout=self.spec.upload_timeout,
@@ -226,9 +238,14 @@ class ShardCopy:
         return self.tracker.max_seq_no
 
     def primary_apply(self, ops: pa.RecordBatch, *, expect: Expectation | None = None,
-                      mapping: Mapping | None = None, fields: pa.Table | None = None) -> pa.RecordBatch:
+                      mapping: Mapping | None = None, fields: pa.Table | None = None,
+                      replicate: Callable[[pa.RecordBatch], object] | None = None) -> pa.RecordBatch:
         """Stamp an unstamped bulk with a contiguous seq# range and per-id versions, apply it and make it
         durable; returns it stamped.
+
+        ``replicate(stamped)`` (the primary's replication to its group) runs once the batch is
+        applied and logged locally, while its upload is in flight and with no lock of this copy
+        held; the call returns only once both settled, and raises the replication's error first.
 
         ``expect`` (optimistic concurrency: id, if_seq_no, if_primary_term) is checked
         against the id's current copy under the write lock, so two writers racing on the
@@ -252,8 +269,45 @@ class ShardCopy:
             ops = self._with_versions(ops, expect, order)
             first = self.tracker.generate_seq_nos(ops.num_rows)
             stamped = stamp(ops, first, self.primary_term)
-            self._apply_stamped(stamped, prepared=prepared, order=order)
+            if replicate is None:
+                self._apply_stamped(stamped, prepared=prepared, order=order)
+                return stamped
+            pending = self._stage_stamped(stamped, prepared, order)
+        # The upload is in flight: replicate meanwhile, holding no lock of this copy (docs/design/engine.md,
+        # "Replication overlaps the upload"); acknowledged only once both settled.
+        try:
+            replicate(stamped)
+        except BaseException:
+            try:
+                self._settle(pending)
+            except Exception as exc:  # noqa: BLE001 - the replication error is the one raised; this one is logged
+                log.warning("%s: the upload of a batch whose replication failed failed too: %r", self.path, exc)
+            raise
+        self._settle(pending)
         return stamped
+
+    def _stage_stamped(self, stamped: pa.RecordBatch, prepared: Prepared | None,
+                       order: pa.Array | None) -> _Staged:
+        """Apply and log ``stamped`` locally and start its upload, without waiting for it (under the lock)."""
+        if stamped.num_rows == 0:  # nothing to log: no upload would ever cover an empty append
+            return _Staged(stamped.column("seq_no"), None, 0)
+        self.directory.apply(stamped, prepared, id_order=order)
+        if self.remote_translog is None:
+            self.translog.add(stamped)
+            self.tracker.mark_processed(stamped.column("seq_no"))
+            return _Staged(stamped.column("seq_no"), None, 0)
+        remote = self.remote_translog
+        return _Staged(stamped.column("seq_no"), remote, remote.append(stamped)[0])
+
+    def _settle(self, staged: _Staged) -> None:
+        """Wait for a staged batch's upload, check the fence, then count it processed (its seq#s may
+        advance the local checkpoint, and so the global one, only once the store holds them)."""
+        if staged.remote is None:
+            return
+        with self._local_disk("write"):
+            self._await_upload(staged.remote, staged.generation)
+            self._check_not_fenced()
+        self.tracker.mark_processed(staged.seq_nos)
 
     def _with_versions(self, ops: pa.RecordBatch, expect: Expectation | None,
                        order: pa.Array | None = None) -> pa.RecordBatch:
@@ -304,7 +358,13 @@ class ShardCopy:
         self.tracker.mark_processed(seqs)
 
     def _log_remote(self, stamped: pa.RecordBatch, history: bool) -> None:
-        """Log ``stamped`` to the remote translog; a full indexing buffer is refreshed while the upload is in flight.
+        """Log ``stamped`` to the remote translog and return once the upload covering it landed."""
+        assert self.remote_translog is not None
+        remote = self.remote_translog
+        self._await_upload(remote, remote.append(stamped, history=history)[0])
+
+    def _await_upload(self, remote: RemoteTranslog, generation: int) -> None:
+        """Wait for the upload of ``generation``; a full indexing buffer is refreshed while it is in flight.
 
         The upload waits on I/O (the local write and fsync, then the PUT) while a refresh is
         CPU work (sort, Parquet encoding), so a bulk that fills the buffer
@@ -318,24 +378,20 @@ class ShardCopy:
         is logged and the write goes on as without the overlap (the documents stay buffered
         and the next refresh writes them).
         """
-        assert self.remote_translog is not None
-        if not self.directory.buffer_full:
-            self.remote_translog.add(stamped, history=history)
-            return
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="translog-upload") as pool:
-            upload = pool.submit(self.remote_translog.add, stamped, history=history)
+        if self.directory.buffer_full:
             try:
-                self._upload_ahead(self.directory.refresh().segments)
+                with self._lock:
+                    self._upload_ahead(self.directory.refresh().segments)
             except OSError:  # the local disk: this copy is failed (_local_disk); not acknowledged either way
                 try:
-                    upload.result()
+                    remote.wait_uploaded(generation)
                 except Exception as exc:  # noqa: BLE001 - the disk error is the one raised; this one is logged
                     log.error("%s: the translog upload failed too (%s: %s)", self.path, type(exc).__name__, exc)
                 raise
             except Exception:  # noqa: BLE001 - not the disk: the write goes on, the next refresh retries
                 log.exception("%s: a refresh during the translog upload failed; the documents stay buffered",
                               self.path)
-            upload.result()
+        remote.wait_uploaded(generation)
 
     def _upload_ahead(self, names: tuple[str, ...]) -> None:
         """Upload the segments a full indexing buffer's refresh just wrote, on a background thread.
@@ -431,6 +487,7 @@ class ShardCopy:
                     # recorded in the remote metadata too: readers merging older term prefixes drop
                     # whatever the fenced primary logged above this point
                     self.remote_translog.trim_operations_above(self.max_seq_no, new_term)
+                    self._upload_unconfirmed()
                 else:
                     self.translog.trim_operations_above(self.max_seq_no, new_term)
             except BaseException:
@@ -443,6 +500,20 @@ class ShardCopy:
                 self._abandon_promotion()
             raise
         self._start_background_upload()
+
+    def _upload_unconfirmed(self) -> int:
+        """Upload again, under the new term, the operations above the global checkpoint that no older term's
+        remote translog holds (:mod:`~shardstore.translog.unconfirmed`); returns how many."""
+        assert self.remote_translog is not None and self.store is not None
+        batches = [b for b in self.translog.read_operations(self.global_checkpoint + 1, self.max_seq_no) if b.num_rows]
+        if not batches:
+            return 0
+        ops = pa.Table.from_batches(batches)
+        older = [t for t in pc.unique(ops.column("primary_term")).to_pylist() if t < self.primary_term]
+        ops = not_uploaded(ops, uploaded_tops(self.store, self.spec.address, older))
+        for batch in ops.to_batches():
+            self.remote_translog.add(batch, history=True)
+        return ops.num_rows
 
     def _abandon_promotion(self) -> None:
         """Undo a promotion that failed part-way: a replica again, ready to be promoted to a newer term."""

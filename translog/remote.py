@@ -362,10 +362,20 @@ class RemoteTranslog:
 
     def add(self, batch: pa.RecordBatch, *, history: bool = False) -> tuple[int, int]:
         """Append locally, then return only once an upload covering the batch has landed (``history``: see LocalTranslog.add)."""
-        position = self.local.add(batch, history=history)
+        position = self.append(batch, history=history)
         if batch.num_rows == 0:
             return position
         self.wait_uploaded(position[0])
+        return position
+
+    def append(self, batch: pa.RecordBatch, *, history: bool = False) -> tuple[int, int]:
+        """Append locally and start the upload covering it without waiting; its position (wait with
+        :meth:`wait_uploaded` on ``position[0]`` before acknowledging)."""
+        position = self.local.add(batch, history=history)
+        if batch.num_rows:
+            with self._cond:
+                self._requested = max(self._requested, position[0])
+                self._cond.notify_all()
         return position
 
     def wait_uploaded(self, generation: int, timeout: float | None = None) -> None:

@@ -2,9 +2,10 @@
 
 Before, the promoted replica's whole retained local translog was uploaded under the new
 term inside ``kill_node`` (47 MB at 336k docs), so the first failover's time grew with the
-shard.  Every operation it holds is already durable under the old term's prefix (a primary
-uploads before it replicates), so only the new term's generations are uploaded; restore
-merges the older term's log, which is purged only once a commit of the new term covers it.
+shard.  Every operation it holds is already durable under the old term's prefix (at or below
+the global checkpoint, or within the old term's uploaded generations: docs/design/engine.md,
+invariant 7c), so only the new term's generations are uploaded; restore merges the older
+term's log, which is purged only once a commit of the new term covers it.
 """
 
 from __future__ import annotations
