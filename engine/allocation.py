@@ -152,8 +152,9 @@ class AllocationWorker:
         with self._cond:
             return not (self._pending or self._busy or self._timers)
 
-    def close(self) -> None:
-        """Stop after the round in progress (its recovery finishes or fails on closed copies)."""
+    def close(self, wait: float = 60.0) -> None:
+        """Stop after the round in progress (its recovery finishes or fails on closed copies), waiting for it
+        up to ``wait`` seconds (the worker is a daemon thread: a process that exits does not wait for it)."""
         with self._cond:
             self._closed = True
             for timer in self._timers:
@@ -161,7 +162,7 @@ class AllocationWorker:
             self._timers.clear()
             self._cond.notify_all()
         if self._thread is not threading.current_thread():
-            self._thread.join(timeout=60)
+            self._thread.join(timeout=wait)
 
     def _run(self) -> None:
         while True:

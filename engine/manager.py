@@ -124,10 +124,10 @@ class ManagerRole:
         with self._lock:
             self.active = False
 
-    def close(self) -> None:
-        """Stop the allocation worker."""
+    def close(self, wait: float = 60.0) -> None:
+        """Stop the allocation worker (waiting up to ``wait`` seconds for a round in progress)."""
         self.deactivate()
-        self._allocation.close()
+        self._allocation.close(wait)
 
     def _check_active(self) -> None:
         if not self.active or not self.coordination.is_master:

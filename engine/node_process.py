@@ -55,6 +55,8 @@ for _cls in (coordination.StartJoin, coordination.Join, coordination.Publish, co
 ROLES = frozenset({"data", "cluster_manager"})
 #: joins a node sends to the manager its peers name before it stands for election itself
 JOIN_ATTEMPTS = 10
+#: seconds a clean shutdown waits for the calls its server still serves before the process exits without them
+SHUTDOWN_SERVER_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -346,9 +348,12 @@ class NodeProcess:
                     log.info("%s: leaving via %s failed: %s", self.name, master, exc)
         self._stop.set()
         self._thread.join(timeout=10)
-        self.manager.close()
+        # an allocation round waiting on a peer that stopped answering is not waited out: the process exits
+        self.manager.close(wait=5.0)
         self.coordinator.close()
-        self.transport.close()
+        #: False when a call was still being served (waiting on a peer that stopped answering): run_node
+        #: then exits without waiting for it
+        self.stopped = self.transport.close(wait=SHUTDOWN_SERVER_SECONDS)
         self.node.close()
         self._dir_lock.release()
 
@@ -365,4 +370,10 @@ def run_node(settings: NodeSettings) -> int:
     stop.wait()
     log.info("%s: shutting down", node.name)
     node.shutdown(clean=True)
+    if not node.stopped:
+        # the copies are flushed (or their bulks left to the remote translog) and closed, and the node left the
+        # cluster; a handler still waits on a peer that stopped answering: exit now, not after its timeout
+        log.warning("%s: exiting with a request still in flight (a peer stopped answering)", node.name)
+        logging.shutdown()
+        os._exit(0)
     return 0

@@ -106,7 +106,7 @@ def _cmd_cluster_state_show(args: argparse.Namespace) -> int:
 
 #: node settings: flag -> (settings-file key, environment variable)
 _NODE_KEYS = ("name", "data_dir", "store", "listen", "publish", "seed_hosts", "initial_managers", "roles", "tls_cert", "tls_key",
-              "tls_ca", "mutual_tls", "fd_interval", "fd_timeout", "fd_retries", "log_level")
+              "tls_ca", "mutual_tls", "fd_interval", "fd_timeout", "fd_retries", "request_timeout", "log_level")
 
 
 def _node_settings(args: argparse.Namespace) -> Any:
@@ -149,9 +149,13 @@ def _node_settings(args: argparse.Namespace) -> Any:
     try:
         fd = FaultDetectionSettings(float(get("fd_interval", 0.5)), float(get("fd_timeout", 1.0)),
                                     int(get("fd_retries", 3)))
+        request_timeout = float(get("request_timeout", 30.0))
+        if not request_timeout > 0:
+            raise ValueError(f"--request-timeout must be a positive number of seconds, not {request_timeout}")
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     return NodeSettings(
+        request_timeout=request_timeout,
         name=get("name"), data_dir=get("data_dir"), store=get("store"), listen=get("listen", "127.0.0.1:9400"),
         publish=get("publish"),
         seed_hosts=names(get("seed_hosts", "")), initial_managers=names(get("initial_managers", "")),
@@ -220,6 +224,8 @@ def build_parser() -> argparse.ArgumentParser:
     node.add_argument("--fd-interval", dest="fd_interval", help="seconds between fault-detection checks (0.5)")
     node.add_argument("--fd-timeout", dest="fd_timeout", help="seconds a check may take (1.0)")
     node.add_argument("--fd-retries", dest="fd_retries", help="failed checks before a node is removed (3)")
+    node.add_argument("--request-timeout", dest="request_timeout",
+                      help="seconds a node-to-node request without a timeout of its own waits for its answer (30)")
     node.add_argument("--config", help="a JSON settings file (same keys as the flags, plus 'secret' and "
                                        "'store_options'); the cluster secret comes from there or SHARDSTORE_NODE_SECRET")
     node.add_argument("--log-level", dest="log_level", help="WARNING (default), INFO, DEBUG")

@@ -250,17 +250,26 @@ class FlightTransport:
                 raise ListenFailed(f"node {node!r} cannot listen on {self.listen}: {_flight_reason(exc)}") from exc
             self._local = _Local(node, handler, server, _join(host, server.port))
 
-    def unregister(self, node: str) -> None:
-        """Stop hosting ``node``: new calls are refused, in-flight ones lose their responses; the server stops."""
+    def unregister(self, node: str, wait: float | None = None) -> bool:
+        """Stop hosting ``node``: new calls are refused, in-flight ones lose their responses; the server stops.
+
+        The server's shutdown waits for the calls it is serving; with ``wait`` it runs on a daemon
+        thread and this returns after at most ``wait`` seconds.  True once the server stopped.
+        """
         with self._lock:
             local = self._local
             if local is None or local.node != node:
                 raise NodeNotFound(node)
             self._local = None
-        if getattr(_thread, "serving", False):  # called by a handler: shutdown would wait for this very call
-            threading.Thread(target=local.server.shutdown, name=f"flight-shutdown-{node}", daemon=True).start()
-        else:
-            local.server.shutdown()
+        if getattr(_thread, "serving", False) or wait is not None:  # a handler's own call would never finish
+            stopper = threading.Thread(target=local.server.shutdown, name=f"flight-shutdown-{node}", daemon=True)
+            stopper.start()
+            if wait is None:
+                return False
+            stopper.join(wait)
+            return not stopper.is_alive()
+        local.server.shutdown()
+        return True
 
     def nodes(self) -> frozenset[str]:
         """The names this transport can send to: the local node and the address book."""
@@ -320,18 +329,21 @@ class FlightTransport:
                 self.clients_created += 1
             return client
 
-    def close(self) -> None:
-        """Unregister the local node (if any) and close every pooled connection."""
+    def close(self, wait: float | None = None) -> bool:
+        """Unregister the local node (if any; ``wait``: see :meth:`unregister`) and close every pooled
+        connection.  False when the server still serves a call after ``wait`` seconds (a handler waiting
+        on a peer that stopped answering): the caller may exit without it."""
         local = self._local
-        if local is not None:
-            self.unregister(local.node)
+        stopped = self.unregister(local.node, wait) if local is not None else True
         with self._lock:
             clients, self._clients = list(self._clients.values()), {}
             workers, self._workers = self._workers, None
-        for client in clients:
-            client.close()
+        if stopped:
+            for client in clients:
+                client.close()
         if workers is not None:
             workers.shutdown(wait=False)
+        return stopped
 
     def __enter__(self) -> FlightTransport:
         return self

@@ -136,6 +136,41 @@ def test_a_paused_node_is_failed_over_within_the_detection_timeout_and_fenced_wh
     assert client.get("docs", "stale") is None
 
 
+def test_sigterm_shuts_down_in_bounded_time_while_a_bulk_waits_on_a_paused_replica(tmp_path: Path) -> None:
+    """A bulk whose replica is paused holds its shard's write lock until the replication request times out
+    (here 120 s); a SIGTERM of the primary's process still flushes what it can and exits 0 within the
+    shutdown flush budget (SHUTDOWN_FLUSH_SECONDS) plus the leave, not after the request timeout."""
+    from shardstore.engine.node_service import SHUTDOWN_FLUSH_SECONDS
+
+    procs = ProcessCluster(str(tmp_path / "nodes"), f"file://{tmp_path / 'store'}?create=true", 3,
+                           extra_args=["--request-timeout", "120"])
+    try:
+        client = procs.client()
+        client.wait_for_health("green", timeout=60)
+        client.create_index("docs", shards=1, replicas=1)
+        client.wait_for_health("green", timeout=60)
+        assert not client.bulk("docs", [{"_id": str(k), "v": k} for k in range(100)]).errors
+        primary = client.primary_of("docs", 0)
+        replica = next(n for n in procs.names if n != primary and procs.call(n, "node.stats", {})["copies"])
+        procs.pause(replica)
+        stuck = threading.Thread(target=lambda: procs.client_of([primary]).bulk("docs", [{"_id": "x", "v": 0}]),
+                                 daemon=True)
+        stuck.start()
+        time.sleep(1.0)  # the bulk is applied on the primary and waits for the paused replica
+        t0 = time.monotonic()
+        status = procs.stop(primary, timeout=SHUTDOWN_FLUSH_SECONDS + 40)
+        took = time.monotonic() - t0
+        assert status == 0
+        assert took < SHUTDOWN_FLUSH_SECONDS + 30, took  # not the 120 s request timeout
+        procs.resume(replica)
+        procs.restart(primary)
+        client.wait_for_health("green", timeout=120)
+        client.refresh("docs")
+        assert _ids(client.scan("docs", columns=["_id"])) >= {str(k) for k in range(100)}
+    finally:
+        procs.close()
+
+
 def test_a_node_restarted_on_its_data_dir_rejoins_three_times(procs: ProcessCluster) -> None:
     client = procs.client()
     client.wait_for_health("green", timeout=60)
