@@ -30,6 +30,7 @@ BENCHES: dict[str, str] = {
     "failover": "benches.failover",
     "peers": "benches.peers",
     "cluster": "benches.cluster",
+    "cost": "benches.cost",
 }
 
 

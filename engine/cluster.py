@@ -67,6 +67,7 @@ from shardstore.engine.errors import (
     ShardUnavailable,
     StalePrimary,
 )
+from shardstore.engine.file_budget import check_file_budget
 from shardstore.engine.local_node import Node
 from shardstore.engine.metadata import IndexMeta, ShardRouting, from_index_metadata, sync_index
 from shardstore.engine.promotion import Promotions
@@ -447,6 +448,8 @@ class Cluster:
             live = self.live_nodes()
             if not live:
                 raise IndexNotCreated(name, "no live data node to hold its shards")
+            # every node of this cluster lives in this process: all or nothing, before anything is published
+            check_file_budget(f"create index [{name}]", shards * (1 + min(replicas, len(live) - 1)))
             meta = IndexMeta(name=name, uuid=uuid.uuid4().hex, shards=shards, replicas=replicas,
                              mappings=mapping.to_dict(), durability=durability, strategy=PlainPathStrategy(),
                              routing=tuple(ShardRouting(s, live[s % len(live)], 1, (live[s % len(live)],),

@@ -47,9 +47,10 @@ from shardstore.engine.errors import (
     StalePrimary,
     VersionConflict,
 )
+from shardstore.engine.flush_policy import FlushMark, flush_needed
 from shardstore.engine.restore_audit import Evidence, audit
 from shardstore.engine.restore_check import ShardLoss, missing_ranges
-from shardstore.errors import LocalDiskError
+from shardstore.errors import LocalDiskError, TooManyOpenFiles, is_too_many_open_files
 from shardstore.segments import row_cache
 from shardstore.segments.directory import INDEX_BUFFER_BYTES, Prepared, ShardDirectory
 from shardstore.segments.errors import CommitConflict, CommitNotFound, UploadCancelled
@@ -129,11 +130,20 @@ class ShardCopy:
         self.primary = primary
         self.primary_term = primary_term
         self._lock = threading.RLock()
-        self.directory = ShardDirectory(os.path.join(self.path, "index"), mapping=spec.mapping,
-                                        index_buffer_bytes=spec.index_buffer_bytes)
+        directory: ShardDirectory | None = None
+        try:
+            directory = ShardDirectory(os.path.join(self.path, "index"), mapping=spec.mapping,
+                                       index_buffer_bytes=spec.index_buffer_bytes)
+            self.translog = LocalTranslog(os.path.join(self.path, "translog"), primary_term=primary_term,
+                                          durability="request" if spec.durability == "request" else "async")
+        except OSError as exc:
+            if directory is not None:
+                directory.close()  # its lock file is released: a retry can open the copy
+            if is_too_many_open_files(exc):  # the process's limit, not a disk fault
+                raise TooManyOpenFiles(f"{self.path}: opening the shard copy", exc) from exc
+            raise
+        self.directory = directory
         commit = self.directory.last_commit
-        self.translog = LocalTranslog(os.path.join(self.path, "translog"), primary_term=primary_term,
-                                      durability="request" if spec.durability == "request" else "async")
         start = commit.local_checkpoint if commit else NO_OPS_PERFORMED
         self.tracker = LocalCheckpointTracker(max_seq_no=start, local_checkpoint=start)
         self._replay_local_translog(start)
@@ -142,6 +152,7 @@ class ShardCopy:
         self._older_terms_pending = False
         #: local checkpoints of the last FALLBACK_COMMITS commits this copy uploaded in its term (the purge gate)
         self._remote_checkpoints: list[int] = []
+        self._flushed: FlushMark | None = None  # the state the last successful flush left (flush_policy.py)
         #: what a restore from the store could not bring back (recover_from_remote), or None
         self.restore_loss: ShardLoss | None = None
         self._upload_lock = threading.Lock()  # one remote segment upload at a time (flush or background)
@@ -178,6 +189,8 @@ class ShardCopy:
         except OSError as exc:
             if self.closed:
                 raise
+            if is_too_many_open_files(exc):  # the process's limit, not this disk: nothing is failed
+                raise TooManyOpenFiles(f"{self.path}: local {op}", exc) from exc
             self.disk_failure = LocalDiskError(self.path, op, exc)
             raise self.disk_failure from exc
 
@@ -616,47 +629,61 @@ class ShardCopy:
 
     # -- flush ------------------------------------------------------------------------------
 
-    def flush(self) -> None:
-        """Commit locally, upload the commit, then purge what the (remote) commit covers."""
+    def flush(self) -> bool:
+        """Commit locally, upload the commit, then purge what the (remote) commit covers; False when nothing
+        changed since the last flush (then nothing is written and no request is made: engine/flush_policy.py)."""
         with self._lock, self._local_disk("flush"), row_cache.warmer.foreground():
-            self._join_upload_ahead()  # none starts while we hold the lock; GC below never races one
-            checkpoint = self.local_checkpoint
-            self.translog.roll_generation()
-            commit = self.directory.flush(
-                local_checkpoint=checkpoint, primary_term=self.primary_term,
-                translog_uuid=str(self.translog.translog_uuid), translog_generation=self.translog.generation,
-                user_data={"global_checkpoint": str(self.global_checkpoint)})
-            if self.remote_segments is not None:
-                self.directory.lock_commit(commit.generation)
-                try:
-                    with self._upload_lock:  # after a background re-upload: only what it did not send
-                        self.remote_segments.upload(self.directory.path, commit)
-                except CommitConflict as exc:
-                    raise StalePrimary(f"{self.path}: {exc}; this primary was superseded") from exc
-                finally:
-                    self.directory.release_commit(commit.generation)
-                if self.remote_translog is not None:
-                    self.remote_translog.upload()
-                    # checkpoint-gated purge: keep the translog above the commit before this one, so a
-                    # restore that must fall back past one lost or corrupt commit still finds every
-                    # operation above the commit it falls back to (docs/design/engine.md, "Restore
-                    # never returns less"; issue 14, case 1)
-                    self._remote_checkpoints = [*self._remote_checkpoints, checkpoint][-FALLBACK_COMMITS:]
-                    gate = (self._remote_checkpoints[0] if len(self._remote_checkpoints) == FALLBACK_COMMITS
-                            else NO_OPS_PERFORMED)
-                    self.remote_translog.purge(gate, self.primary_term)
-                    self._purge_older_terms(gate)
-                self._flushes_since_gc += 1
-                if self._older_terms_pending or self._flushes_since_gc >= GC_EVERY_FLUSHES:
-                    self._collect_remote_garbage()
-            retention = min(checkpoint, self.global_checkpoint) if not self.primary else checkpoint
-            held = self._held_from()
-            if held is not None:  # a peer recovery still reads the translog from there
-                retention = min(retention, held - 1)
-            self.translog.purge(
-                last_commit_local_checkpoint=checkpoint, retention_seq_no=retention,
-                min_unuploaded_generation=(self.remote_translog.min_unuploaded_generation
-                                           if self.remote_translog is not None else None))
+            mark = self._flush_mark()
+            if not flush_needed(self._flushed, mark, older_terms_pending=self._older_terms_pending):
+                return False
+            self._flush()
+            self._flushed = mark
+            return True
+
+    def _flush_mark(self) -> FlushMark:
+        return FlushMark(self.primary_term, self.primary, self.max_seq_no, self.local_checkpoint,
+                         self.global_checkpoint)
+
+    def _flush(self) -> None:
+        """The flush itself (under the copy lock)."""
+        self._join_upload_ahead()  # none starts while we hold the lock; GC below never races one
+        checkpoint = self.local_checkpoint
+        self.translog.roll_generation()
+        commit = self.directory.flush(
+            local_checkpoint=checkpoint, primary_term=self.primary_term,
+            translog_uuid=str(self.translog.translog_uuid), translog_generation=self.translog.generation,
+            user_data={"global_checkpoint": str(self.global_checkpoint)})
+        if self.remote_segments is not None:
+            self.directory.lock_commit(commit.generation)
+            try:
+                with self._upload_lock:  # after a background re-upload: only what it did not send
+                    self.remote_segments.upload(self.directory.path, commit)
+            except CommitConflict as exc:
+                raise StalePrimary(f"{self.path}: {exc}; this primary was superseded") from exc
+            finally:
+                self.directory.release_commit(commit.generation)
+            if self.remote_translog is not None:
+                # one metadata blob seals what the flush rolled and drops what the commit covers; the
+                # checkpoint-gated purge: keep the translog above the commit before this one, so a
+                # restore that must fall back past one lost or corrupt commit still finds every
+                # operation above the commit it falls back to (docs/design/engine.md, "Restore
+                # never returns less"; issue 14, case 1)
+                self._remote_checkpoints = [*self._remote_checkpoints, checkpoint][-FALLBACK_COMMITS:]
+                gate = (self._remote_checkpoints[0] if len(self._remote_checkpoints) == FALLBACK_COMMITS
+                        else NO_OPS_PERFORMED)
+                self.remote_translog.purge(gate, self.primary_term)
+                self._purge_older_terms(gate)
+            self._flushes_since_gc += 1
+            if self._older_terms_pending or self._flushes_since_gc >= GC_EVERY_FLUSHES:
+                self._collect_remote_garbage()
+        retention = min(checkpoint, self.global_checkpoint) if not self.primary else checkpoint
+        held = self._held_from()
+        if held is not None:  # a peer recovery still reads the translog from there
+            retention = min(retention, held - 1)
+        self.translog.purge(
+            last_commit_local_checkpoint=checkpoint, retention_seq_no=retention,
+            min_unuploaded_generation=(self.remote_translog.min_unuploaded_generation
+                                       if self.remote_translog is not None else None))
 
     def _collect_remote_garbage(self) -> None:
         """Remote segment GC; older terms' commits go once this term has OWN_COMMITS_BEFORE_DROPPING_OLDER of its own.

@@ -66,6 +66,42 @@ class LocalDiskError(UnavailableError):
         self.op = op
 
 
+class TooManyOpenFiles(UnavailableError):
+    """The process reached its open-file limit (``EMFILE``/``ENFILE``): not a disk fault, nothing is failed.
+
+    Retry once files are released (fewer shard copies on this node), or raise the limit
+    (``ulimit -n``; ``LimitNOFILE`` under systemd).  The message names the limit.
+    """
+
+    def __init__(self, what: str, cause: BaseException | None = None, *, needed: int | None = None) -> None:
+        soft, hard = open_file_limit()
+        need = f"; it needs about {needed} more" if needed is not None else ""
+        why = f" ({cause})" if cause is not None else ""
+        super().__init__(f"{what}: too many open files{why}: this process may open {soft} (hard limit {hard}){need}; "
+                         f"raise it with `ulimit -n` (LimitNOFILE under systemd) or put fewer shard copies on "
+                         f"this node, then retry")
+        self.limit = soft
+
+
+def open_file_limit() -> tuple[int, int]:
+    """(soft, hard) open-file limit of this process (-1 where unknown or unlimited)."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError, ValueError):
+        return -1, -1
+    inf = resource.RLIM_INFINITY
+    return (-1 if soft == inf else soft), (-1 if hard == inf else hard)
+
+
+def is_too_many_open_files(exc: BaseException) -> bool:
+    """Whether ``exc`` is the process (EMFILE) or the system (ENFILE) running out of file descriptors."""
+    import errno
+
+    return isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE)
+
+
 class UnsupportedFormatVersion(CorruptError):
     """A record was written in a format version this build does not understand."""
 

@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 from shardstore import fileio
 from shardstore.core.arrays import one_array
 from shardstore.core.ops import NO_OPS
-from shardstore.errors import LocalDiskError
+from shardstore.errors import LocalDiskError, TooManyOpenFiles, is_too_many_open_files
 from shardstore.translog.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from shardstore.translog.errors import StaleTerm, TranslogError
 from shardstore.translog.frames import (
@@ -333,9 +333,15 @@ class LocalTranslog:
         if self._closed.is_set():
             raise TranslogError(f"{self.directory}: the translog is closed")
 
-    def _tragedy(self, op: str, exc: OSError) -> LocalDiskError:
+    def _tragedy(self, op: str, exc: OSError) -> LocalDiskError | TooManyOpenFiles:
         """A failed local write or fsync: the log is failed for good (a torn frame may sit in the file, and
-        after a failed fsync the page cache cannot be trusted); every later call raises the same error."""
+        after a failed fsync the page cache cannot be trusted); every later call raises the same error.
+
+        Out of file descriptors (EMFILE/ENFILE) is no tragedy: a file could not be opened, so nothing
+        was written or synced through it; the call fails (TooManyOpenFiles) and a later one may succeed.
+        """
+        if is_too_many_open_files(exc):
+            return TooManyOpenFiles(f"{self.directory}: local {op}", exc)
         if self._tragic is None:
             self._tragic = LocalDiskError(self.directory, op, exc)
         return self._tragic

@@ -179,6 +179,8 @@ class RemoteTranslog:
         self._data_keys: dict[int, str] = {}  # key chosen per generation (stable across retries)
         self._metadata: RemoteTranslogMetadata | None = None
         self._trim: tuple[int, int] | None = None
+        self._metadata_keys: set[str] = set()  # metadata blobs known to exist under the prefix (purge deletes old)
+        self._listed_metadata = False  # whether those of earlier processes were listed once
         first_local = min(g.generation for g in local.generations())
         self._uploaded_through = first_local - 1  # every local generation <= this is covered remotely
         if covered_through is not None:
@@ -282,6 +284,7 @@ class RemoteTranslog:
                 if existing != md:
                     raise TranslogError(f"{key}: a different metadata blob already exists") from None
             with self._cond:
+                self._metadata_keys.add(key)
                 self._entries = entries
                 self._metadata = md
                 self._uploaded_through = sealed_through
@@ -412,10 +415,12 @@ class RemoteTranslog:
     # -- purging ----------------------------------------------------------------------------
 
     def purge(self, remote_commit_local_checkpoint: int, remote_commit_primary_term: int) -> set[int]:
-        """Drop uploaded generations a durably uploaded remote segment commit covers; returns them.
+        """Upload what is sealed and drop uploaded generations a durably uploaded remote segment commit covers,
+        in one metadata blob; returns the dropped generations.
 
-        Order: new metadata without them first, then their data blobs, then metadata
-        blobs older than the newest ``keep_metadata``.
+        Order: the new metadata without them first, then, in one delete request, their data
+        blobs and the metadata blobs older than the newest ``keep_metadata`` (a flush of one
+        changed shard: one metadata PUT and one DELETE, no LIST once the old keys are known).
         """
         entries = self.uploaded_generations
         infos = [GenerationInfo(e.generation, e.primary_term, e.min_seq_no, e.max_seq_no, e.num_ops) for e in entries]
@@ -426,19 +431,34 @@ class RemoteTranslog:
             remote_commit_primary_term=remote_commit_primary_term,
             current_generation=current,
         )
-        if doomed:
-            keys = [e.blob_key for e in entries if e.generation in doomed]
-            self._upload(force=True, drop=frozenset(doomed))
+        keys = [e.blob_key for e in entries if e.generation in doomed]
+        self._upload(force=bool(doomed), drop=frozenset(doomed))
+        keys += self._old_metadata_keys()
+        if keys:
             self.store.delete(keys)
-        self.delete_old_metadata()
+            with self._cond:
+                self._metadata_keys.difference_update(keys)
         return doomed
 
+    def _old_metadata_keys(self) -> list[str]:
+        """Metadata blobs after the newest ``keep_metadata``: the keys this instance wrote, plus one LIST the
+        first time (blobs of an earlier process or writer of this prefix)."""
+        if not self._listed_metadata:
+            listed = [b.key for b in self.store.list(_join(self.prefix, METADATA_DIR))]
+            with self._cond:
+                self._metadata_keys.update(listed)
+                self._listed_metadata = True
+        with self._cond:
+            known = sorted(self._metadata_keys)  # keys sort newest first (inverted term and generation)
+        return known[self.keep_metadata:]
+
     def delete_old_metadata(self) -> list[str]:
-        """Delete metadata blobs after the newest ``keep_metadata`` in the listing."""
-        keys = [b.key for b in self.store.list(_join(self.prefix, METADATA_DIR))]
-        old = keys[self.keep_metadata:]
+        """Delete metadata blobs after the newest ``keep_metadata`` (see :meth:`purge`); the keys deleted."""
+        old = self._old_metadata_keys()
         if old:
             self.store.delete(old)
+            with self._cond:
+                self._metadata_keys.difference_update(old)
         return old
 
     # -- reading ----------------------------------------------------------------------------

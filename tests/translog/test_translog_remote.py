@@ -599,3 +599,33 @@ def test_a_wait_nothing_can_cover_does_not_spin_the_uploader(tmp_path: Path) -> 
         remote.add(ops(5, 5))  # and it still uploads what comes next
     local.close()
     assert len(seqs(RemoteTranslog.read_operations(store, PREFIX, 0))) == 10
+
+
+def test_a_purge_writes_one_metadata_deletes_in_one_request_and_lists_only_the_first_time(tmp_path: Path) -> None:
+    """Issue 30: each flush's purge seals, drops and deletes with 1 metadata PUT and 1 DELETE; the metadata
+    beyond ``keep_metadata`` is found without a LIST once the instance knows its prefix (and an earlier
+    process's metadata blobs are found by the first purge's one LIST)."""
+    from shardstore.blobstores import open_store
+
+    store = open_store(f"memory://purge-{uuid.uuid4().hex[:8]}/r")
+    first = LocalTranslog(str(tmp_path / "tl"), primary_term=1)
+    with RemoteTranslog(first, store, PREFIX, buffer_interval=0.0, keep_metadata=2) as remote:
+        for i in range(4):
+            remote.add(ops(i * 10, 10))  # 4 metadata blobs, one per upload, no purge yet
+    first.close()
+    local = LocalTranslog(str(tmp_path / "tl"), primary_term=1)
+    with RemoteTranslog(local, store, PREFIX, buffer_interval=0.0, keep_metadata=2) as remote:
+        lists = []
+        for i in range(4, 10):
+            remote.add(ops(i * 10, 10))
+            local.roll_generation()  # what a flush does before it purges
+            before = dict(store.metrics()["requests"])
+            remote.purge(remote_commit_local_checkpoint=i * 10 - 1, remote_commit_primary_term=1)
+            after = store.metrics()["requests"]
+            delta = {k: after[k] - before.get(k, 0) for k in after if after[k] - before.get(k, 0)}
+            assert delta.get("put", 0) <= 1 and delta.get("delete", 0) <= 1, delta
+            lists.append(delta.get("list", 0))
+            assert len(metadata_keys(store)) <= 3  # the newest 2, and the one the next purge drops
+        assert lists[0] == 1 and sum(lists[1:]) == 0, lists  # one LIST, by the first purge of this process
+        assert seqs(RemoteTranslog.read_operations(store, PREFIX, 0)) == list(range(90, 100))  # above 89
+    local.close()
