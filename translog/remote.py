@@ -70,6 +70,8 @@ from shardstore.translog.replay import filter_batch, resolve
 UNASSIGNED = -2
 _TOP = 2**63 - 1
 KEEP_METADATA = 10
+#: seconds an uploader thread waits for the next append before it ends (a later append starts another)
+UPLOADER_IDLE_SECONDS = 5.0
 _READ_ATTEMPTS = 3
 
 
@@ -186,8 +188,9 @@ class RemoteTranslog:
         if covered_through is not None:
             self._uploaded_through = max(self._uploaded_through, covered_through)
         self._recover()
-        self._thread = threading.Thread(target=self._loop, daemon=True, name=f"translog-upload-{self.prefix}")
-        self._thread.start()
+        #: the uploader thread, started by the first append and ended after UPLOADER_IDLE_SECONDS without
+        #: one, so threads grow with the shards being written, not with the shards a node holds (issue 30)
+        self._thread: threading.Thread | None = None
 
     # -- state ------------------------------------------------------------------------------
 
@@ -334,12 +337,20 @@ class RemoteTranslog:
                 raise TranslogError(f"{key}: a different data blob already exists") from None
         return key
 
+    def _ensure_uploader(self) -> None:
+        """Start the uploader thread if none runs (called holding ``_cond``)."""
+        if self._thread is None and not self._closed:
+            self._thread = threading.Thread(target=self._loop, daemon=True, name=f"translog-upload-{self.prefix}")
+            self._thread.start()
+
     def _loop(self) -> None:
         pause = self.retry_pause
         while True:
             with self._cond:
                 while not self._closed and self._requested <= self._uploaded_through:
-                    self._cond.wait()
+                    if not self._cond.wait(UPLOADER_IDLE_SECONDS) and self._requested <= self._uploaded_through:
+                        self._thread = None  # idle: the next append starts another
+                        return
                 if self._closed:
                     return
             if self.buffer_interval > 0:
@@ -378,6 +389,7 @@ class RemoteTranslog:
         if batch.num_rows:
             with self._cond:
                 self._requested = max(self._requested, position[0])
+                self._ensure_uploader()
                 self._cond.notify_all()
         return position
 
@@ -388,6 +400,8 @@ class RemoteTranslog:
             if self._closed:
                 raise TranslogError(f"{self.prefix}: the remote translog is closed")
             self._requested = max(self._requested, generation)
+            if self._uploaded_through < generation:
+                self._ensure_uploader()
             self._cond.notify_all()
             while self._uploaded_through < generation:
                 if isinstance(self._last_error, LocalDiskError):
@@ -559,7 +573,9 @@ class RemoteTranslog:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-        self._thread.join()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
 
     def __enter__(self) -> RemoteTranslog:
         return self

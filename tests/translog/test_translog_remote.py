@@ -629,3 +629,24 @@ def test_a_purge_writes_one_metadata_deletes_in_one_request_and_lists_only_the_f
         assert lists[0] == 1 and sum(lists[1:]) == 0, lists  # one LIST, by the first purge of this process
         assert seqs(RemoteTranslog.read_operations(store, PREFIX, 0)) == list(range(90, 100))  # above 89
     local.close()
+
+
+def test_the_uploader_thread_ends_when_idle_and_the_next_append_starts_another(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 30: upload threads grow with the shards being written, not with the shards a node holds."""
+    import shardstore.translog.remote as remote_module
+    from shardstore.blobstores import open_store
+
+    monkeypatch.setattr(remote_module, "UPLOADER_IDLE_SECONDS", 0.2)
+    store = open_store(f"memory://idle-{uuid.uuid4().hex[:8]}/r")
+    local = LocalTranslog(str(tmp_path / "tl"), primary_term=1)
+    with RemoteTranslog(local, store, PREFIX, buffer_interval=0.0) as remote:
+        assert remote._thread is None  # nothing appended: no thread
+        remote.add(ops(0, 5))
+        first = remote._thread
+        assert first is not None and first.is_alive()
+        first.join(5)
+        assert not first.is_alive() and remote._thread is None  # idle: ended
+        remote.add(ops(5, 5))  # a new append starts another and is uploaded
+        assert seqs(RemoteTranslog.read_operations(store, PREFIX, 0)) == list(range(10))
+    local.close()
