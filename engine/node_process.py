@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import sys
 import threading
 import time
 import uuid
@@ -359,7 +360,7 @@ class NodeProcess:
 
 
 def run_node(settings: NodeSettings) -> int:
-    """Run a node process until SIGTERM or SIGINT (then a clean shutdown); the exit status."""
+    """Run a node process until SIGTERM or SIGINT, then shut down cleanly and end the process with status 0."""
     import signal
 
     stop = threading.Event()
@@ -371,9 +372,12 @@ def run_node(settings: NodeSettings) -> int:
     log.info("%s: shutting down", node.name)
     node.shutdown(clean=True)
     if not node.stopped:
-        # the copies are flushed (or their bulks left to the remote translog) and closed, and the node left the
-        # cluster; a handler still waits on a peer that stopped answering: exit now, not after its timeout
         log.warning("%s: exiting with a request still in flight (a peer stopped answering)", node.name)
-        logging.shutdown()
-        os._exit(0)
-    return 0
+    # The copies are flushed (or their bulks left to the remote translog) and closed, the data dir released and
+    # the cluster left.  Exit now: the interpreter's own exit would join every worker thread still waiting on a
+    # peer that stopped answering (concurrent.futures joins its workers at exit), up to a request timeout each
+    # (process simulator: "did not shut down in time").
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
