@@ -164,8 +164,8 @@ def test_one_bad_blob_restores_everything_or_refuses_naming_it(golden, tmp_path,
 
 
 def test_a_segment_file_every_commit_shares_is_named_when_it_is_lost(tmp_path: Path) -> None:
-    """One segment file, referenced by both retained commits (the second flush added nothing but a commit),
-    and the translog under it purged: truncating it loses seq# 0-9 for real.  The refusal must name the file;
+    """One segment file, referenced by every retained commit (the later flushes added only deletes of absent
+    ids), and the translog under it purged: truncating it loses seq# 0-11 for real.  The refusal must name the file;
     it said "no blob was found damaged" (every commit refused, and why each was, was dropped; found by the
     fault simulator, seed 5111)."""
     remote = tmp_path / "remote"
@@ -173,8 +173,12 @@ def test_a_segment_file_every_commit_shares_is_named_when_it_is_lost(tmp_path: P
     try:
         cluster.create_index("docs", shards=1, replicas=0)
         assert not cluster.bulk("docs", [{"_id": str(i), "r": 0} for i in range(10)]).errors
-        for _ in range(3):
+        for k in range(3):
             cluster.flush("docs")
+            # a delete of an id that does not exist: a new seq# (so the next flush is not skipped as unchanged,
+            # engine/flush_policy.py, and moves the translog's purge gate) and no new segment file
+            cluster.delete("docs", f"absent-{k}")
+        cluster.flush("docs")
     finally:
         cluster.close()
     victim = _pick(_keys(remote), "/segments/data/")
@@ -183,4 +187,5 @@ def test_a_segment_file_every_commit_shares_is_named_when_it_is_lost(tmp_path: P
     with pytest.raises(RestoreDataLoss) as info:
         Cluster.restore(store=f"file://{remote}", data_dir=str(tmp_path / "fresh"), nodes=1)
     text = str(info.value)
-    assert "seq# 0-9" in text and victim.rsplit("/", 1)[-1] in text, text
+    # the 10 documents (seq# 0-9) and the two deletes the purged translog held (10-11): every commit names the file
+    assert "seq# 0-11" in text and victim.rsplit("/", 1)[-1] in text, text
