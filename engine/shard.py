@@ -302,13 +302,10 @@ class ShardCopy:
     def _stage_stamped(self, stamped: pa.RecordBatch, prepared: Prepared | None,
                        order: pa.Array | None) -> _Staged:
         """Apply and log ``stamped`` locally and start its upload, without waiting for it (under the lock)."""
-        if stamped.num_rows == 0:  # nothing to log: no upload would ever cover an empty append
+        if stamped.num_rows == 0 or self.remote_translog is None:  # nothing to wait for: the usual apply
+            self._apply_stamped(stamped, prepared=prepared, order=order)
             return _Staged(stamped.column("seq_no"), None, 0)
         self.directory.apply(stamped, prepared, id_order=order)
-        if self.remote_translog is None:
-            self.translog.add(stamped)
-            self.tracker.mark_processed(stamped.column("seq_no"))
-            return _Staged(stamped.column("seq_no"), None, 0)
         remote = self.remote_translog
         return _Staged(stamped.column("seq_no"), remote, remote.append(stamped)[0])
 

@@ -466,15 +466,6 @@ class RemoteTranslog:
             known = sorted(self._metadata_keys)  # keys sort newest first (inverted term and generation)
         return known[self.keep_metadata:]
 
-    def delete_old_metadata(self) -> list[str]:
-        """Delete metadata blobs after the newest ``keep_metadata`` (see :meth:`purge`); the keys deleted."""
-        old = self._old_metadata_keys()
-        if old:
-            self.store.delete(old)
-            with self._cond:
-                self._metadata_keys.difference_update(old)
-        return old
-
     # -- reading ----------------------------------------------------------------------------
 
     @staticmethod
