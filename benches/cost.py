@@ -7,7 +7,8 @@ random ids at ``request`` durability; every index has 0 replicas unless said.
 
 1. ``bulk_requests`` (``shards`` 1 / 10 / 100): requests of one bulk of 1,000 documents
    spread over every shard of a 1-node index (target: <= 3 PUT and <= 1 LIST whatever the
-   shard count), and ``bulk_seconds`` for it.
+   shard count), and ``bulk_seconds`` for it.  ``bulk_puts_per_node``: the same bulk over
+   100 shards on 3 nodes with 1 replica, PUTs per node (target <= 3).
 2. ``concurrent_puts_per_bulk``: 4 client threads each sending bulks of 1,000 into one
    shard; PUTs per bulk (target < 1: the uploads are shared).
 3. ``flush_requests`` (``changed`` 0 / 1 of 100 shards): the requests of a flush of a
@@ -153,6 +154,22 @@ def run(ctx: Context) -> Iterator[Figure]:
                             ctx.progress(f"{kind}: a flush of {shards} shards, {changed} changed: {d}")
                 finally:
                     c.close()
+            # 1b. the same over 3 nodes with 1 replica: PUTs per node (every node holds primaries)
+            c = cluster(kind, 100, replicas=1, nodes=3)
+            try:
+                per = []
+                for _ in range(bulks):
+                    m0 = _requests(c)
+                    assert not c.bulk("i", _docs(BULK, rng)).errors
+                    per.append(_delta(m0, _requests(c)))
+                puts = statistics.median(p.get("put", 0) for p in per) / 3
+                lists = statistics.median(p.get("list", 0) for p in per) / 3
+                yield ctx.figure("bulk_puts_per_node", puts, "PUT", target="<= 3", met=puts <= 3, store=kind,
+                                 shards=100, nodes=3, replicas=1, bulk=BULK, lists_per_node=lists)
+                ctx.progress(f"{kind}: a bulk of {BULK} over 100 shards, 3 nodes, 1 replica: {puts:.1f} PUT and "
+                             f"{lists:.1f} LIST per node")
+            finally:
+                c.close()
             # 2. four clients on one shard
             c = cluster(kind, 1)
             try:

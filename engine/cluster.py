@@ -317,7 +317,8 @@ class Cluster:
 
         t0 = time.monotonic()
         try:
-            done = peer_recover(primary, spec, target.data_dir, self.store, shard_lock=self._shard_lock(key),
+            done = peer_recover(primary, spec, target.data_dir, self.store, node_remote=target.remote,
+                                shard_lock=self._shard_lock(key),
                                 finalize=finalize)
             if done is None:
                 log.info("recovery of %s/%d on %s abandoned: routing changed", a.index, a.shard, a.target)
@@ -467,7 +468,8 @@ class Cluster:
             for sr in meta.routing:
                 node = self.nodes[sr.primary]
                 node.copies[(meta.uuid, sr.shard)] = ShardCopy(self._spec(meta, sr.shard), node.data_dir, self.store,
-                                                               primary_term=1, primary=True)
+                                                               primary_term=1, primary=True,
+                                                               node_remote=node.remote)
             self._schedule_allocation()
         self.wait_for_allocation()  # empty shards: the replicas are there when create_index returns
         return self.indices[name]
@@ -674,7 +676,8 @@ class Cluster:
                 term = next_free_term(self.store, spec.address, at_least=sr.primary_term)
                 copy = ShardCopy.recover_from_remote(spec, node.data_dir, self.store, primary_term=term,
                                                      known_term=sr.primary_term, index_name=name,
-                                                     accept_data_loss=self._accept_data_loss)
+                                                     accept_data_loss=self._accept_data_loss,
+                                                     node_remote=node.remote)
                 node.copies[(meta.uuid, sr.shard)] = copy
                 if copy.restore_loss is not None:
                     self.restore_losses.append(copy.restore_loss)

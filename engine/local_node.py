@@ -17,6 +17,7 @@ from typing import Any
 
 from shardstore.blobstores.base import BlobStore
 from shardstore.engine.errors import InvalidRequest, OperationTermTooOld, ShardUnavailable
+from shardstore.engine.node_remote import NodeRemote
 from shardstore.engine.shard import ShardCopy
 from shardstore.errors import LocalDiskError
 from shardstore.transport import Transport
@@ -37,6 +38,8 @@ class Node:
         self.store = store
         self.transport = transport
         self.copies: dict[tuple[str, int], ShardCopy] = {}
+        #: the node-level translog and claim watch every primary copy here shares (issue 30)
+        self.remote = NodeRemote(store, name) if store is not None else None
         self._in_sync_replicas = in_sync_replicas
         self._fail_replica = fail_replica
         self._fail_copy = fail_copy
@@ -111,5 +114,8 @@ class Node:
                 copy.close()
             except Exception:  # noqa: BLE001 - a dying node does not report
                 pass
+        if self.remote is not None:  # its stream ends with it; a node started again writes a new one
+            self.remote.close()
+            self.remote = NodeRemote(self.store, self.name) if self.store is not None else None
         if wipe_disk:
             shutil.rmtree(self.data_dir, ignore_errors=True)

@@ -45,6 +45,7 @@ from shardstore.engine.errors import (
     StalePrimary,
     WriteNotAcknowledged,
 )
+from shardstore.engine.node_remote import NodeRemote
 from shardstore.engine.shard import ShardCopy, ShardSpec
 from shardstore.errors import LocalDiskError
 from shardstore.segments.mapping import Mapping
@@ -112,6 +113,8 @@ class NodeService:
         self._send = send  # send(target, action, request) -> response
         self._manager = manager  # the elected cluster manager's node name, or None
         self.copies: dict[Key, ShardCopy] = {}
+        #: the node-level translog and claim watch every primary copy here shares (issue 30)
+        self.remote = NodeRemote(store, name) if store is not None else None
         self.groups: dict[Key, tuple[str, ...]] = {}
         self._write_locks: dict[Key, threading.RLock] = {}
         self._lock = threading.RLock()
@@ -157,7 +160,7 @@ class NodeService:
             self._discard(key)
             shutil.rmtree(os.path.join(self.data_dir, spec.index_uuid, str(spec.shard)), ignore_errors=True)
             self.copies[key] = ShardCopy(spec, self.data_dir, self.store, primary_term=int(req["term"]),
-                                         primary=True)
+                                         primary=True, node_remote=self.remote)
             self.groups[key] = ()
         return {"local_checkpoint": self.copies[key].local_checkpoint}
 
@@ -172,7 +175,7 @@ class NodeService:
             copy = ShardCopy.recover_from_remote(
                 spec, self.data_dir, self.store, primary_term=int(req["term"]), known_term=int(req["known_term"]),
                 index_name=req.get("index_name"), accept_data_loss=bool(req.get("accept_data_loss", False)),
-                acknowledged_max=int(req.get("acknowledged_max", -1)))
+                acknowledged_max=int(req.get("acknowledged_max", -1)), node_remote=self.remote)
             self.copies[key] = copy
             self.groups[key] = ()
         loss = copy.restore_loss
@@ -366,7 +369,8 @@ class NodeService:
             os.makedirs(os.path.join(dest, "index"), exist_ok=True)
             for name, size in start["files"]:
                 self._fetch_file(source, rid, name, int(size), os.path.join(dest, "index", name))
-            replica = ShardCopy(spec, self.data_dir, self.store, primary_term=1, primary=False)
+            replica = ShardCopy(spec, self.data_dir, self.store, primary_term=1, primary=False,
+                                node_remote=self.remote)
             replica.replay(self._send(source, "recovery.ops", {"id": rid, "from": replica.local_checkpoint + 1}))
             self._recovering[key] = replica
             self._send(source, "recovery.finalize", {"id": rid, "target": self.name,
@@ -498,6 +502,8 @@ class NodeService:
         self._recoveries.clear()
         for key in list(self.copies):
             self._discard(key)
+        if self.remote is not None:
+            self.remote.close()
 
 
 _ACTIONS: dict[str, Callable[[NodeService, dict[str, Any]], Any]] = {

@@ -207,7 +207,8 @@ class Promotions:
             term = next_free_term(self._store, spec.address, at_least=sr.primary_term)
             copy = ShardCopy.recover_from_remote(spec, node.data_dir, self._store, primary_term=term,
                                                  known_term=sr.primary_term, index_name=meta.name,
-                                                 acknowledged_max=self._acknowledged_max(copy_key))
+                                                 acknowledged_max=self._acknowledged_max(copy_key),
+                                                 node_remote=node.remote)
         except Exception as exc:  # noqa: BLE001 - a store error or a refused (lossy) recovery: stays red, named
             self._unpromoted[key] = (f"no in-sync copy left; recovery from the blob store failed "
                                      f"({type(exc).__name__}: {exc}); retrying")

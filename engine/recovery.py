@@ -24,26 +24,28 @@ from collections.abc import Callable
 
 from shardstore.blobstores.base import BlobStore
 from shardstore.engine.errors import RecoverySourceClosed
+from shardstore.engine.node_remote import NodeRemote
 from shardstore.engine.shard import ShardCopy, ShardSpec
 from shardstore.translog.tracker import NO_OPS_PERFORMED
 
 
 def peer_recover(primary: ShardCopy, spec: ShardSpec, data_dir: str, store: BlobStore | None, *,
-                 shard_lock: contextlib.AbstractContextManager,
+                 node_remote: NodeRemote | None = None, shard_lock: contextlib.AbstractContextManager,
                  finalize: Callable[[ShardCopy], bool]) -> ShardCopy | None:
     """Build a replica of ``primary`` under ``data_dir``; returns it once ``finalize`` accepted it, else None.
 
     RecoverySourceClosed (retryable) when ``primary`` closes meanwhile (issue 14, case 6b).
     """
     try:
-        return _recover(primary, spec, data_dir, store, shard_lock=shard_lock, finalize=finalize)
+        return _recover(primary, spec, data_dir, store, node_remote, shard_lock=shard_lock, finalize=finalize)
     except (OSError, ValueError) as exc:
         if primary.closed:
             raise RecoverySourceClosed(primary.path, exc) from exc
         raise
 
 
-def _recover(primary: ShardCopy, spec: ShardSpec, data_dir: str, store: BlobStore | None, *,
+def _recover(primary: ShardCopy, spec: ShardSpec, data_dir: str, store: BlobStore | None,
+             node_remote: NodeRemote | None, *,
              shard_lock: contextlib.AbstractContextManager,
              finalize: Callable[[ShardCopy], bool]) -> ShardCopy | None:
     dest = os.path.join(data_dir, spec.index_uuid, str(spec.shard))
@@ -59,7 +61,7 @@ def _recover(primary: ShardCopy, spec: ShardSpec, data_dir: str, store: BlobStor
                     shutil.copy2(os.path.join(primary.directory.path, name), os.path.join(dest, "index", name))
             finally:
                 primary.directory.release_commit(commit.generation)
-        replica = ShardCopy(spec, data_dir, store, primary_term=1, primary=False)
+        replica = ShardCopy(spec, data_dir, store, primary_term=1, primary=False, node_remote=node_remote)
         try:
             # phase 1: concurrent with writes
             replica.replay(primary.translog.read_operations(replica.local_checkpoint + 1))

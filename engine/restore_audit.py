@@ -7,6 +7,11 @@ translog generations to replay, and the blobs found damaged on the way.  The dec
 
 - The newest *readable* translog metadata of each term is used; a newer one that cannot be
   read is a fault (named), and the one before it is used instead.
+- Node-level translog (issue 30): the sections of the shard in every node stream of the
+  cluster are read too (not only the streams its newest metadata names), so a lost or
+  damaged per-shard metadata hides nothing; a round whose index blob is lost is read from
+  its data blob's trailer, and a round whose data blob is lost keeps its sections, whose
+  read then fails naming the blob (and so the seq# range it held).
 - A data blob under a term's ``data/`` of a generation newer than every generation that
   metadata names is an *orphan*: its metadata blob was lost (or its metadata PUT failed, in
   which case its operations were never acknowledged and may come back, as any
@@ -26,6 +31,7 @@ from shardstore.errors import ShardstoreError
 from shardstore.segments.remote_metadata import RemoteCommitMetadata
 from shardstore.segments.remote_store import iter_commits, read_metadata
 from shardstore.translog.frames import HEADER_SIZE, GenerationHeader, iter_frames
+from shardstore.translog.node_read import cluster_streams, shard_entries
 from shardstore.translog.remote import UNASSIGNED
 from shardstore.translog.remote_metadata import (
     DATA_DIR,
@@ -118,11 +124,22 @@ def _translog(store: BlobStore, address: ShardAddress, term: int, ev: Evidence) 
         ev.entries.append(orphan)
 
 
+def _streams(store: BlobStore, address: ShardAddress, ev: Evidence) -> None:
+    """Add the shard's sections in every node-level translog stream of the cluster (each named once)."""
+    seen = {(e.blob_key, e.offset) for e in ev.entries}
+    streams = [(s, 0) for s in cluster_streams(store, address.cluster_uuid)]
+    for e in shard_entries(store, streams, address.index_uuid, address.shard, ev.faults):
+        if (e.blob_key, e.offset) not in seen:
+            seen.add((e.blob_key, e.offset))
+            ev.entries.append(e)
+
+
 def audit(store: BlobStore, address: ShardAddress, terms: list[int]) -> Evidence:
     """Read every term's translog and commit metadata of the shard: what it must restore (see the module)."""
     ev = Evidence()
     for term in terms:
         _translog(store, address, term, ev)
+    _streams(store, address, ev)
     for e in ev.entries:
         if e.num_ops:
             top = e.max_seq_no if e.trimmed_above_seq_no == UNASSIGNED else min(e.max_seq_no, e.trimmed_above_seq_no)

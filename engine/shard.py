@@ -48,6 +48,7 @@ from shardstore.engine.errors import (
     VersionConflict,
 )
 from shardstore.engine.flush_policy import FlushMark, flush_needed
+from shardstore.engine.node_remote import NodeRemote
 from shardstore.engine.restore_audit import Evidence, audit
 from shardstore.engine.restore_check import ShardLoss, missing_ranges
 from shardstore.errors import LocalDiskError, TooManyOpenFiles, is_too_many_open_files
@@ -66,8 +67,9 @@ from shardstore.segments.remote_store import (
 from shardstore.segments.versions import id_order, next_versions
 from shardstore.translog.errors import TranslogCorruptedError
 from shardstore.translog.local import LocalTranslog
+from shardstore.translog.node_translog import NodeShardTranslog
 from shardstore.translog.operations import SCHEMA, OpType, stamp, unstamped_batch
-from shardstore.translog.remote import RemoteTranslog, apply_trims
+from shardstore.translog.remote import RemoteTranslog, apply_trims, section_path
 from shardstore.translog.tracker import NO_OPS_PERFORMED, LocalCheckpointTracker
 from shardstore.translog.unconfirmed import not_uploaded, uploaded_tops
 
@@ -115,7 +117,7 @@ class _Staged:
     """A primary's batch applied and logged locally whose upload is in flight (:meth:`ShardCopy.primary_apply`)."""
 
     seq_nos: pa.Array | pa.ChunkedArray
-    remote: RemoteTranslog | None  # None: nothing to wait for (no remote translog; already counted processed)
+    remote: RemoteTranslog | NodeShardTranslog | None  # None: nothing to wait for (no remote translog; already counted processed)
     generation: int
 
 
@@ -123,9 +125,14 @@ class ShardCopy:
     """One copy (primary or replica) of one shard on one node's disk."""
 
     def __init__(self, spec: ShardSpec, data_dir: str, store: BlobStore | None, *, primary_term: int,
-                 primary: bool) -> None:
+                 primary: bool, node_remote: NodeRemote | None = None) -> None:
+        """``node_remote``: the node's shared translog uploads and claim watch (issue 30); without one, the
+        copy uploads its own per-shard remote translog and LISTs its term markers per write."""
         self.spec = spec
         self.store = store
+        self.node_remote = node_remote
+        #: the claim-log epoch up to which this primary knows it is not fenced (segments/claim_rule.py)
+        self._verified_epoch: int | None = None
         self.path = os.path.join(data_dir, spec.index_uuid, str(spec.shard))
         self.primary = primary
         self.primary_term = primary_term
@@ -163,7 +170,7 @@ class ShardCopy:
         self._holds_lock = threading.Lock()
         #: the local write or fsync that failed this copy for good (docs/design/engine.md, "Local disk faults")
         self.disk_failure: LocalDiskError | None = None
-        self.remote_translog: RemoteTranslog | None = None
+        self.remote_translog: RemoteTranslog | NodeShardTranslog | None = None
         self.remote_segments: RemoteSegmentStore | None = None
         if primary:
             self._start_remote()
@@ -225,7 +232,14 @@ class ShardCopy:
         # checked (and collected) at the first flush; a term-1 primary has no older term (terms start at 1)
         self._older_terms_pending = self.primary_term > FIRST_TERM
         self.remote_segments.claim_term()  # fences every older-term primary's next commit
-        if self.spec.durability == "request":
+        self._verified_epoch = self.remote_segments.claim_epoch
+        if self.spec.durability == "request" and self.node_remote is not None:
+            # the node-level translog (issue 30): this copy's operations go in its node's upload rounds;
+            # covered_through as below
+            self.remote_translog = self.node_remote.translog(addr.cluster_uuid).open_shard(
+                self.translog, addr.translog_prefix(self.primary_term), self.spec.index_uuid, self.spec.shard,
+                upload_timeout=self.spec.upload_timeout, covered_through=self.translog.generation - 1)
+        elif self.spec.durability == "request":
             # Every operation this copy logged at or below the global checkpoint is durable under an
             # older term's prefix (a primary counts its own operation processed only once uploaded), and
             # replayed history came from the store; a promotion uploads the few above it again
@@ -282,10 +296,13 @@ class ShardCopy:
             ops = self._with_versions(ops, expect, order)
             first = self.tracker.generate_seq_nos(ops.num_rows)
             stamped = stamp(ops, first, self.primary_term)
-            if replicate is None:
+            if replicate is None and self.remote_translog is None:
                 self._apply_stamped(stamped, prepared=prepared, order=order)
                 return stamped
             pending = self._stage_stamped(stamped, prepared, order)
+        if replicate is None:  # the upload is waited for without the lock: concurrent bulks share a round
+            self._settle(pending)
+            return stamped
         # The upload is in flight: replicate meanwhile, holding no lock of this copy (docs/design/engine.md,
         # "Replication overlaps the upload"); acknowledged only once both settled.
         try:
@@ -373,7 +390,7 @@ class ShardCopy:
         remote = self.remote_translog
         self._await_upload(remote, remote.append(stamped, history=history)[0])
 
-    def _await_upload(self, remote: RemoteTranslog, generation: int) -> None:
+    def _await_upload(self, remote: RemoteTranslog | NodeShardTranslog, generation: int) -> None:
         """Wait for the upload of ``generation``; a full indexing buffer is refreshed while it is in flight.
 
         The upload waits on I/O (the local write and fsync, then the PUT) while a refresh is
@@ -445,11 +462,33 @@ class ShardCopy:
         fails it is dropped by every reader (docs/design/engine.md, "Fencing").
         """
         if self.primary and self.store is not None:
-            newest = latest_term(self.store, self.spec.address)
+            newest = self._newest_claim()
             if newest is not None and newest > self.primary_term:
                 self.primary = False
                 raise StalePrimary(f"{self.path}: shard claimed by primary term {newest}; this primary (term "
                                    f"{self.primary_term}) is stale", term=self.primary_term, current_term=newest)
+
+    def _newest_claim(self) -> int | None:
+        """The newest term that claimed this shard, as far as fencing needs to know.
+
+        With a node-level translog the round that uploaded our write listed the claim log
+        once for every shard of the node after it landed, so the answer needs no request
+        (docs/design/translog.md, "Fencing without a LIST per shard"); a copy that slept
+        through more claims than the log keeps LISTs its term markers, as without one.
+        """
+        if self.node_remote is not None and self._verified_epoch is not None:
+            verdict = self.node_remote.claims(self.spec.cluster_uuid).verdict(
+                self.spec.index_uuid, self.spec.shard, self.primary_term, self._verified_epoch)
+            if verdict.fenced_by is not None:
+                return verdict.fenced_by
+            if not verdict.check_markers:
+                self._verified_epoch = verdict.verified_epoch
+                return None
+            newest = latest_term(self.store, self.spec.address)
+            if newest is None or newest <= self.primary_term:
+                self._verified_epoch = verdict.verified_epoch
+            return newest
+        return latest_term(self.store, self.spec.address)
 
     def update_global_checkpoint(self, seq_no: int) -> None:
         """Learn a newer global checkpoint (never lowers it)."""
@@ -714,7 +753,8 @@ class ShardCopy:
     @classmethod
     def recover_from_remote(cls, spec: ShardSpec, data_dir: str, store: BlobStore, *, primary_term: int,
                             primary: bool = True, known_term: int = 0, accept_data_loss: bool = False,
-                            index_name: str | None = None, acknowledged_max: int = NO_OPS_PERFORMED) -> ShardCopy:
+                            index_name: str | None = None, acknowledged_max: int = NO_OPS_PERFORMED,
+                            node_remote: NodeRemote | None = None) -> ShardCopy:
         """Rebuild a copy on an empty disk: newest valid remote commit, then the remote translog above it.
 
         Every seq# the store says was acknowledged must come back (docs/design/engine.md,
@@ -755,7 +795,7 @@ class ShardCopy:
             log.info("%s: the local copy left by an earlier run is replaced by the store's", path)
             shutil.rmtree(os.path.join(path, "translog"))
         # terms only grow along seq#s: start the empty log at term 1, it rolls as replayed terms rise
-        copy = cls(spec, data_dir, store, primary_term=1, primary=False)
+        copy = cls(spec, data_dir, store, primary_term=1, primary=False, node_remote=node_remote)
         copy.restore_loss = loss
         copy.replay(batches)  # logged in its own translog
         if primary:
@@ -784,16 +824,18 @@ class ShardCopy:
 
 def _read_translog(store: BlobStore, evidence: Evidence, from_seq_no: int, faults: list[str]) -> list[pa.RecordBatch]:
     """The audited generations' operations from ``from_seq_no``; a generation that cannot be read is left out and named."""
-    entries = {e.blob_key: apply_trims(e, evidence.trims) for e in evidence.entries}
+    entries = {(e.blob_key, e.offset): apply_trims(e, evidence.trims) for e in evidence.entries}
     while True:
         try:
             return list(RemoteTranslog.read_entries(store, entries.values(), from_seq_no))
         except TranslogCorruptedError as exc:
-            key = next((k for k in entries if k in str(exc)), None)
-            if key is None:
+            # a node-level round's section is named "<data blob>@<offset>" (remote.section_path)
+            bad = [k for k in entries if section_path(k[0], k[1]) == exc.path]
+            if not bad:
                 raise
-            faults.append(f"{key}: {exc}")
-            del entries[key]
+            for k in bad:
+                e = entries.pop(k)
+                faults.append(f"{k[0]}: {exc}" if e.offset < 0 else f"{k[0]} (seq# {e.min_seq_no}-{e.max_seq_no}): {exc}")
 
 
 def split_by_term(batch: pa.RecordBatch) -> list[pa.RecordBatch]:

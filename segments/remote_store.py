@@ -42,6 +42,7 @@ from shardstore.core.path_strategy import PathStrategy, PlainPathStrategy, parse
 from shardstore.core.records import crc32c, decode_record, encode_record
 from shardstore.fileio import mapped, write_atomic
 from shardstore.progress import Progress
+from shardstore.segments.claim_log import append_claim
 from shardstore.segments.commit import CommitPoint, write_commit
 from shardstore.segments.errors import (
     CommitConflict,
@@ -341,6 +342,8 @@ class RemoteSegmentStore:
         self.writer = writer or uuid.uuid4().hex
         self.prefix = address.segments_prefix(primary_term)
         self._claimed = False
+        #: the claim log epoch of this primary's claim (claim_log.py): it verified the log up to there
+        self.claim_epoch: int | None = None
         self._uploaded: dict[tuple[str, int], RemoteFile] = {}  # (name, crc) -> blob, known to exist
         self._keys: dict[tuple[str, int], str] = {}  # key chosen per file (stable across retries)
         self._last: RemoteCommitMetadata | None = None
@@ -377,6 +380,10 @@ class RemoteSegmentStore:
                                      f"{self.address.index_uuid}/{self.address.shard} was claimed by another "
                                      f"writer") from None
             # else: this term was claimed before (by us, restarting, or our earlier attempt)
+        # into the claim log after the marker and before the marker LIST below: a node's one LIST of the
+        # log per translog round then fences this shard's older primaries (claim_log.py, issue 30)
+        self.claim_epoch = append_claim(self.store, self.address.cluster_uuid, self.address.index_uuid,
+                                        self.address.shard, self.primary_term, self.writer)
         self.check_not_fenced()
         self._claimed = True
         self._adopt_latest_own_commit()

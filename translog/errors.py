@@ -31,6 +31,7 @@ class TranslogCorruptedError(TranslogError, CorruptError):
         super().__init__(f"{path} at offset {offset}: {reason}")
         self.path = path
         self.offset = offset
+        self.reason = reason
 
 
 class TranslogUnavailable(TranslogError, UnavailableError):

@@ -53,6 +53,7 @@ from shardstore.translog.checkpoint import read_checkpoint
 from shardstore.translog.errors import TranslogCorruptedError, TranslogError, TranslogUnavailable
 from shardstore.translog.frames import HEADER_SIZE, GenerationHeader, iter_frames
 from shardstore.translog.local import LocalTranslog, generation_file, sealed_checkpoint_file
+from shardstore.translog.node_read import shard_entries
 from shardstore.translog.purge import GenerationInfo, remote_deletable
 from shardstore.translog.remote_metadata import (
     DATA_DIR,
@@ -109,14 +110,15 @@ def read_generation(store: BlobStore, entry: RemoteGeneration) -> bytes:
     """A data blob's bytes after checking size, CRC32 and header (TranslogCorruptedError names the key)."""
     key = entry.blob_key
     try:
-        data = store.get(key)
+        # a section of a node-level round (offset >= 0) is a range of its data blob (node_format.py)
+        data = store.get(key) if entry.offset < 0 else store.get_range(key, entry.offset, entry.size)
     except BlobNotFound:
         raise _MissingBlob(key, 0, "data blob named by the metadata is missing") from None
     if len(data) != entry.size:
         raise TranslogCorruptedError(key, min(len(data), entry.size), f"size {len(data)}, metadata says {entry.size}")
     crc = generation_checksum(data)
     if crc != entry.crc32:
-        raise TranslogCorruptedError(key, 0, f"checksum mismatch (metadata {entry.crc32:#010x}, computed {crc:#010x})")
+        raise TranslogCorruptedError(key, max(entry.offset, 0), f"checksum mismatch (metadata {entry.crc32:#010x}, computed {crc:#010x})")
     header = GenerationHeader.decode(data, key)
     if header.generation != entry.generation or header.primary_term != entry.primary_term:
         raise TranslogCorruptedError(
@@ -491,12 +493,12 @@ class RemoteTranslog:
             if seen is not None and keys == seen:
                 break  # nothing newer to retry with: the blob is really missing
             seen = keys
-            entries: dict[str, RemoteGeneration] = {}
+            entries: dict[tuple[str, int], RemoteGeneration] = {}
             trims = [f[1].trim for f in found if f is not None and f[1].trim is not None]
             for f in found:
                 if f is not None:
-                    for e in f[1].entries:
-                        entries.setdefault(e.blob_key, apply_trims(e, trims))
+                    for e in (*f[1].entries, *stream_entries(store, f[1])):
+                        entries.setdefault((e.blob_key, e.offset), apply_trims(e, trims))
             try:
                 return RemoteTranslog.read_entries(store, entries.values(), from_seq_no, to_seq_no)
             except _MissingBlob as exc:
@@ -513,49 +515,26 @@ class RemoteTranslog:
         for e in entries:
             if e.num_ops == 0 or e.max_seq_no < from_seq_no or e.min_seq_no > top:
                 continue
-            data = read_generation(store, e)
-            for frame in iter_frames(data, HEADER_SIZE, None, e.blob_key, decode=True):
-                if frame.max_seq_no < from_seq_no or frame.min_seq_no > top:
-                    continue
-                out.append(filter_batch(frame.batch(), from_seq_no, top, e.trimmed_above_seq_no))
+            try:
+                data = read_generation(store, e)
+                for frame in iter_frames(data, HEADER_SIZE, None, e.blob_key, decode=True):
+                    if frame.max_seq_no < from_seq_no or frame.min_seq_no > top:
+                        continue
+                    out.append(filter_batch(frame.batch(), from_seq_no, top, e.trimmed_above_seq_no))
+            except TranslogCorruptedError as exc:
+                if e.offset < 0:
+                    raise
+                # a section: named by its blob and offset, so a caller leaves out only this one
+                raise type(exc)(section_path(e.blob_key, e.offset), exc.offset, exc.reason) from None
         return resolve(out)
 
     def purge_older_term(self, prefix: str, remote_commit_local_checkpoint: int, remote_commit_primary_term: int) -> list[str]:
-        """Delete an older term's whole remote translog once a remote commit covers all of it; returns the keys.
-
-        All or nothing: while any generation under ``prefix`` still holds an operation
-        the remote commit does not cover (same rule as :meth:`purge`), nothing there is
-        deleted, so the older prefix stays readable by :meth:`read_operations`.  Blobs
-        this translog's own metadata names are never deleted.  Data blobs go before the
-        metadata naming them.
-        """
-        prefix = prefix.rstrip("/")
-        if prefix == self.prefix:
-            raise TranslogError(f"{prefix}: purge_older_term is for older term prefixes; use purge() for the own one")
-        found = latest_metadata(self.store, prefix)
-        if found is not None:
-            _key, md = found
-            if md.primary_term >= self.local.primary_term:
-                raise TranslogError(
-                    f"{prefix}: holds term {md.primary_term}, not older than this translog's term {self.local.primary_term}"
-                )
-            infos = [GenerationInfo(e.generation, e.primary_term, e.min_seq_no, e.max_seq_no, e.num_ops) for e in md.entries]
-            doomed = remote_deletable(
-                infos,
-                remote_commit_local_checkpoint=remote_commit_local_checkpoint,
-                remote_commit_primary_term=remote_commit_primary_term,
-                current_generation=max([md.generation + 1, *(e.generation + 1 for e in md.entries)]),
-            )
-            if len(doomed) < len(infos):
-                return []
+        """Delete an older term's whole remote translog once a remote commit covers all of it; returns the keys
+        (:func:`purge_older_prefix`)."""
         own = {e.blob_key for e in self.uploaded_generations}
-        data = [b.key for b in self.store.list(_join(prefix, DATA_DIR)) if b.key not in own]
-        meta = [b.key for b in self.store.list(_join(prefix, METADATA_DIR))]
-        if data:
-            self.store.delete(data)
-        if meta:
-            self.store.delete(meta)
-        return data + meta
+        return purge_older_prefix(self.store, prefix, own_prefix=self.prefix, own_keys=own,
+                                  term=self.local.primary_term, checkpoint=remote_commit_local_checkpoint,
+                                  commit_term=remote_commit_primary_term)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -575,4 +554,55 @@ class RemoteTranslog:
         self.close()
 
 
-__all__ = ["RemoteTranslog", "filter_batch", "latest_metadata", "latest_metadata_key", "read_generation", "resolve"]
+def section_path(blob_key: str, offset: int) -> str:
+    """How a read error names an uploaded generation: its blob key, and ``@<offset>`` for a node round's section."""
+    return blob_key if offset < 0 else f"{blob_key}@{offset}"
+
+
+def stream_entries(store: BlobStore, md: RemoteTranslogMetadata) -> list[RemoteGeneration]:
+    """The sections a version 3 metadata's node streams hold beyond its entries (none for the per-shard format)."""
+    if not md.streams:
+        return []
+    out: list[RemoteGeneration] = []
+    for stream, first, index_uuid, shard in md.streams:
+        out += shard_entries(store, [(stream, first)], index_uuid, shard)
+    return out
+
+
+def purge_older_prefix(store: BlobStore, prefix: str, *, own_prefix: str, own_keys: set[str], term: int,
+                       checkpoint: int, commit_term: int) -> list[str]:
+    """Delete an older term's whole per-shard remote translog once a remote commit covers all of it; the keys.
+
+    All or nothing: while any generation under ``prefix`` still holds an operation the
+    remote commit does not cover (same rule as a purge), nothing there is deleted, so the
+    older prefix stays readable.  Blobs the current translog names (``own_keys``) are never
+    deleted.  Data blobs go before the metadata naming them.  Sections of node-level rounds
+    the older metadata names are not deleted here: their rounds are reference counted by the
+    node that wrote them.
+    """
+    prefix = prefix.rstrip("/")
+    if prefix == own_prefix:
+        raise TranslogError(f"{prefix}: purge_older_term is for older term prefixes; use purge() for the own one")
+    found = latest_metadata(store, prefix)
+    if found is not None:
+        _key, md = found
+        if md.primary_term >= term:
+            raise TranslogError(f"{prefix}: holds term {md.primary_term}, not older than this translog's term {term}")
+        listed = [*md.entries, *stream_entries(store, md)]
+        infos = [GenerationInfo(e.generation, e.primary_term, e.min_seq_no, e.max_seq_no, e.num_ops) for e in listed]
+        doomed = remote_deletable(
+            infos, remote_commit_local_checkpoint=checkpoint, remote_commit_primary_term=commit_term,
+            current_generation=max([md.generation + 1, *(e.generation + 1 for e in listed)]))
+        if len(doomed) < len({i.generation for i in infos}):
+            return []
+    data = [b.key for b in store.list(_join(prefix, DATA_DIR)) if b.key not in own_keys]
+    meta = [b.key for b in store.list(_join(prefix, METADATA_DIR))]
+    if data:
+        store.delete(data)
+    if meta:
+        store.delete(meta)
+    return data + meta
+
+
+__all__ = ["RemoteTranslog", "filter_batch", "latest_metadata", "latest_metadata_key", "purge_older_prefix",
+           "read_generation", "resolve", "section_path", "stream_entries"]

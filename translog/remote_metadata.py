@@ -17,19 +17,26 @@ The unique suffix means a new primary never overwrites an older one's bytes.  Th
 metadata records each data blob's key relative to the STORE ROOT (prefix included), so
 a newer term's metadata may still name blobs under an older term's prefix.
 
-Byte layout of a metadata blob (format version 2, little-endian; version 1 has the same
-layout with a CRC32 (zlib) and is still read):
+Byte layout of a metadata blob (format version 3, little-endian; version 1 has the same
+layout with a CRC32 (zlib), version 2 neither sections nor streams, and both are still read):
 
 ======  ====  ======  ==========================================================
 offset  size  type    field
 ======  ====  ======  ==========================================================
 0       4     bytes   magic ``b"SSRM"``
-4       2     u16     format version (2; 1 is still read)
+4       2     u16     format version (3; 2 and 1 are still read)
 6       2     u16     flags (0)
 8       4     u32     body length ``n``
 12      n     bytes   body: UTF-8 JSON object (see :func:`encode_metadata`)
 12+n    4     u32     CRC32C of bytes 0..12+n-1 (version 1: CRC32 (zlib))
 ======  ====  ======  ==========================================================
+
+Version 3 (issue 30) adds what the node-level translog needs: an entry may carry a 10th
+field, its ``offset`` (the generation is ``size`` bytes of a node round's data blob from
+there, see :mod:`node_format`), and the body may hold ``streams``: ``[[stream prefix,
+first round, index_uuid, shard], ...]``, the node streams whose rounds from that round on hold this
+translog's later generations.  A version 2 reader refuses a version 3 blob
+(:class:`~shardstore.errors.UnsupportedFormatVersion`) instead of missing those.
 
 As with the generation header, the checksum is picked by the version field and checked
 before the version is believed: a flipped bit
@@ -48,7 +55,7 @@ from shardstore.translog.errors import TranslogCorruptedError
 from shardstore.translog.records import check_framing, check_version, checksum_for
 
 MAGIC = b"SSRM"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 _HEAD = struct.Struct("<4sHHI")
 _CRC = struct.Struct("<I")
 _MAX = 2**63 - 1
@@ -70,6 +77,9 @@ class RemoteGeneration:
     max_seq_no: int
     num_ops: int
     trimmed_above_seq_no: int
+    #: -1: the whole blob is this generation (per-shard format); else the generation is the ``size`` bytes
+    #: of ``blob_key`` from here on, a section of a node-level round's data blob (issue 30, node_format.py)
+    offset: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +98,10 @@ class RemoteTranslogMetadata:
     #: operations of terms below ``term`` above ``seq_no`` are void, in ANY prefix a reader
     #: merges with this one (a new primary that never held the old term's blobs).
     trim: tuple[int, int] | None = None
+    #: (stream prefix, first round, index_uuid, shard): this translog's generations uploaded after ``entries``
+    #: were written are sections of that shard in those node-level streams' rounds from that round on
+    #: (format version 3, issue 30)
+    streams: tuple[tuple[str, int, str, int], ...] = ()
 
     def encode(self) -> bytes:
         """The framed bytes of this record."""
@@ -110,10 +124,13 @@ def encode_metadata(md: RemoteTranslogMetadata) -> bytes:
         "max_seq_no": md.max_seq_no,
         "global_checkpoint": md.global_checkpoint,
         "min_translog_generation": md.min_translog_generation,
-        "entries": [[getattr(e, f) for f in _ENTRY_FIELDS] for e in md.entries],
+        "entries": [[getattr(e, f) for f in _ENTRY_FIELDS] + ([e.offset] if e.offset >= 0 else [])
+                    for e in md.entries],
     }
     if md.trim is not None:
         body["trim"] = list(md.trim)
+    if md.streams:
+        body["streams"] = [list(s) for s in md.streams]
     raw = json.dumps(body, separators=(",", ":")).encode()
     head = _HEAD.pack(MAGIC, FORMAT_VERSION, 0, len(raw)) + raw
     return head + _CRC.pack(checksum_for(FORMAT_VERSION)(head, 0))
@@ -134,9 +151,10 @@ def decode_metadata(data: bytes | bytearray | memoryview, key: str) -> RemoteTra
         raise TranslogCorruptedError(key, 6, f"unknown metadata flags {flags:#06x}")
     try:
         body = json.loads(bytes(mv[_HEAD.size:end]))
-        entries = tuple(RemoteGeneration(*e) for e in body["entries"])
-        if any(len(e) != len(_ENTRY_FIELDS) for e in body["entries"]):
+        widths = (len(_ENTRY_FIELDS), len(_ENTRY_FIELDS) + 1) if version >= 3 else (len(_ENTRY_FIELDS),)
+        if any(len(e) not in widths for e in body["entries"]):
             raise ValueError("entry with the wrong number of fields")
+        entries = tuple(RemoteGeneration(*e) for e in body["entries"])
         return RemoteTranslogMetadata(
             primary_term=int(body["primary_term"]),
             generation=int(body["generation"]),
@@ -147,6 +165,7 @@ def decode_metadata(data: bytes | bytearray | memoryview, key: str) -> RemoteTra
             min_translog_generation=int(body["min_translog_generation"]),
             entries=entries,
             trim=(int(body["trim"][0]), int(body["trim"][1])) if body.get("trim") is not None else None,
+            streams=tuple((str(p), int(r), str(i), int(n)) for p, r, i, n in body.get("streams", ())),
         )
     except (ValueError, KeyError, TypeError) as exc:
         raise TranslogCorruptedError(key, _HEAD.size, f"undecodable metadata body: {exc}") from None

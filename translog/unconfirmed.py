@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 from shardstore.blobstores.base import BlobStore
 from shardstore.core.address import ShardAddress
 from shardstore.errors import ShardstoreError
-from shardstore.translog.remote import latest_metadata
+from shardstore.translog.remote import latest_metadata, stream_entries
 
 __all__ = ["not_uploaded", "uploaded_tops"]
 
@@ -53,11 +53,12 @@ def uploaded_tops(store: BlobStore, address: ShardAddress, terms: Iterable[int])
     for term in terms:
         try:
             found = latest_metadata(store, address.translog_prefix(term))
+            listed = [*found[1].entries, *stream_entries(store, found[1])] if found else []
         except ShardstoreError as exc:
             log.info("%s: reading term %d's translog metadata failed (%r); its operations are uploaded again",
                      address.translog_prefix(term), term, exc)
             continue
-        maxes = [e.max_seq_no for e in (found[1].entries if found else ()) if e.primary_term == term]
+        maxes = [e.max_seq_no for e in listed if e.primary_term == term]
         if maxes:
             tops[term] = max(maxes)
     return tops

@@ -1,15 +1,16 @@
 """A write that failed half-way, then a failover: the shard stays restorable (issue 14, case 2).
 
 A bulk that the primary applied and uploaded but could not acknowledge (here: its fencing
-check's LIST of the term markers fails once) is never replicated.  The next bulk is, so the
+check's LIST of the claim log keeps failing until the upload times out) may not be replicated.  The next bulk is, so the
 replica holds a gap at the failed op's seq#.  When that replica is promoted it fills the gap
 with a no-op of the new term, below the older-term op above it: history in seq# order no
 longer has non-decreasing terms.  Restore and peer recovery used to refuse that history
 (``InvalidOperation: primary term lower than the log's current term``), leaving acknowledged
 documents unrestorable and the shard yellow for good.
 
-The LIST failure is injected with FaultyStore: a real store cannot fail one chosen LIST on
-demand (a mock of exactly one fault, as the project's rules allow).
+The LIST failures are injected with FaultyStore: a real store cannot fail chosen LISTs on
+demand (a mock of exactly one fault, as the project's rules allow).  The node-level translog
+retries a failed fence listing until the upload timeout, so the test shortens it.
 """
 
 from __future__ import annotations
@@ -28,9 +29,13 @@ def test_failed_write_then_failover_restores_and_recovers(tmp_path: Path) -> Non
     try:
         cluster.create_index("docs", shards=1, replicas=1)
         assert not cluster.bulk("docs", [{"_id": "a", "v": 1}, {"_id": "b", "v": 1}]).errors
-        store.inject(op="list", key="*primary_terms*", action="fail", times=1)
+        primary = cluster.nodes[cluster.primary_of("docs", 0)].copies[(cluster.indices["docs"].uuid, 0)]
+        primary.remote_translog.upload_timeout = 0.5
+        store.inject(op="list", key="*claims*", action="fail", times=1000)
         failed = cluster.bulk("docs", [{"_id": "c", "v": 1}])
-        assert failed.errors, "the injected LIST failure must fail the bulk"
+        store.clear()
+        primary.remote_translog.upload_timeout = 30.0
+        assert failed.errors, "the injected LIST failures must fail the bulk"
         assert not cluster.bulk("docs", [{"_id": "d", "v": 1}, {"_id": "e", "v": 1}]).errors
         cluster.kill_node(cluster.primary_of("docs", 0))
         assert not cluster.bulk("docs", [{"_id": "f", "v": 2}]).errors

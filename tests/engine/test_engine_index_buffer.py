@@ -64,7 +64,7 @@ def test_a_failed_upload_is_not_acknowledged_and_a_retry_is(tmp_path: Path) -> N
     store = FaultyStore(open_store(url))
     cluster, acked = _started(store, tmp_path / "a", nodes=2)
     try:
-        store.inject(op="put", key="*/translog/*", action="fail", times=50)  # outlasts the uploader's retries
+        store.inject(op="put", key="*translog/*", action="fail", times=50)  # outlasts the uploader's retries
         failed = cluster.bulk("docs", [{"_id": f"b{i}", "v": 2} for i in range(50)])
         assert failed.errors and failed.acknowledged == []
         store.clear()

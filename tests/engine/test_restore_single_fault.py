@@ -16,6 +16,7 @@ metadata, or corrupting a segment file, returned normally with 0 to 100 of the 1
 
 from __future__ import annotations
 
+import fnmatch
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -67,7 +68,8 @@ def _term(key: str) -> int:
 
 def _pick(keys: list[str], part: str, newest: bool = True) -> str:
     """The newest (or oldest) key holding ``part``: highest term first, then the names' own order (inverted: newest first)."""
-    found = sorted((k for k in keys if part in k), key=lambda k: (-_term(k), k))
+    found = sorted((k for k in keys if (fnmatch.fnmatch(k, part) if "*" in part else part in k)),
+                   key=lambda k: (-_term(k), k))
     assert found, f"no blob with {part!r}"
     return found[0] if newest else found[-1]
 
@@ -103,8 +105,13 @@ CASES: list[tuple[str, str, bool, Callable[[Path], None], bool]] = [
     ("oldest translog metadata deleted", "/translog/metadata/", False, _delete, True),
     ("newest translog metadata deleted", "/translog/metadata/", True, _delete, True),
     ("newest translog metadata corrupt", "/translog/metadata/", True, _flip, True),
-    ("translog data corrupt", "/translog/data/", True, _flip, False),
-    ("translog data deleted", "/translog/data/", True, _delete, False),
+    # the node-level translog (issue 30): a round's data blob, and its index blob (also in the data blob)
+    ("translog data corrupt", "*/node_translog/*/data/*", True, _flip, False),
+    ("translog data deleted", "*/node_translog/*/data/*", True, _delete, False),
+    ("oldest translog data truncated", "*/node_translog/*/data/*", False, _truncate, False),
+    ("newest translog round index deleted", "*/node_translog/*/index/*", True, _delete, True),
+    ("newest translog round index corrupt", "*/node_translog/*/index/*", True, _flip, True),
+    ("oldest translog round index truncated", "*/node_translog/*/index/*", False, _truncate, True),
     ("newest cluster-state manifest deleted", "/cluster-state/manifest/", True, _delete, True),
     ("newest cluster-state manifest corrupt", "/cluster-state/manifest/", True, _flip, True),
     ("newest index entity corrupt", "/cluster-state/index/", False, _flip, True),

@@ -661,16 +661,35 @@ def test_remote_metadata_versions() -> None:
 
     md = rm.RemoteTranslogMetadata(3, 7, TL_UUID, 0, 9, 5, 6, (rm.RemoteGeneration(7, 3, "k/7", 100, 1, 0, 9, 10, -2),))
     raw = md.encode()
-    assert struct.unpack_from("<H", raw, 4)[0] == 2 and struct.unpack_from("<I", raw, len(raw) - 4)[0] == crc32c(raw[:-4])
+    assert struct.unpack_from("<H", raw, 4)[0] == 3 and struct.unpack_from("<I", raw, len(raw) - 4)[0] == crc32c(raw[:-4])
     v1 = bytearray(raw[:-4])
     struct.pack_into("<H", v1, 4, 1)
     assert rm.decode_metadata(bytes(v1) + struct.pack("<I", zlib.crc32(v1)), "k") == md  # version 1 still reads
-    v3 = bytearray(raw[:-4])
-    struct.pack_into("<H", v3, 4, 3)
+    v2 = bytearray(raw[:-4])
+    struct.pack_into("<H", v2, 4, 2)
+    assert rm.decode_metadata(bytes(v2) + struct.pack("<I", crc32c(v2)), "k") == md  # version 2 still reads
+    v4 = bytearray(raw[:-4])
+    struct.pack_into("<H", v4, 4, 4)
     with pytest.raises(UnsupportedFormatVersion):
-        rm.decode_metadata(bytes(v3) + struct.pack("<I", crc32c(v3)), "k")
+        rm.decode_metadata(bytes(v4) + struct.pack("<I", crc32c(v4)), "k")
     with pytest.raises(TranslogCorruptedError, match="CRC32C"):
         rm.decode_metadata(raw[:-4] + struct.pack("<I", zlib.crc32(raw[:-4])), "k")
+
+
+def test_remote_metadata_version_3_carries_sections_and_streams() -> None:
+    from shardstore.translog import remote_metadata as rm
+
+    section = rm.RemoteGeneration(8, 3, "c/node_translog/s/data/x.ntl", 50, 2, 10, 19, 10, -2, offset=120)
+    md = rm.RemoteTranslogMetadata(3, 8, TL_UUID, 0, 19, 5, 7,
+                                   (rm.RemoteGeneration(7, 3, "k/7", 100, 1, 0, 9, 10, -2), section),
+                                   streams=(("c/node_translog/s", 4, "idx", 0),))
+    raw = md.encode()
+    assert rm.decode_metadata(raw, "k") == md
+    # a version 2 body never holds a section's offset: refused as corrupt, not misread as a whole blob
+    v2 = bytearray(raw[:-4])
+    struct.pack_into("<H", v2, 4, 2)
+    with pytest.raises(TranslogCorruptedError, match="wrong number of fields"):
+        rm.decode_metadata(bytes(v2) + struct.pack("<I", crc32c(v2)), "k")
 
 
 def test_generation_checksum_follows_the_generation_format() -> None:

@@ -1,0 +1,215 @@
+"""The node-level translog (translog/node_translog.py) on real stores: one data blob per round for many shards,
+group commit across shards and clients, readers through the per-shard metadata, purge by reference count,
+lost blobs, restarts."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from shardstore.translog.errors import TranslogCorruptedError, TranslogUnavailable
+from shardstore.translog.local import LocalTranslog
+from shardstore.translog.node_read import cluster_streams, shard_entries
+from shardstore.translog.node_translog import NodeTranslog
+from shardstore.translog.operations import index_batch, stamp
+from shardstore.translog.remote import RemoteTranslog
+
+REMOTE = pytest.mark.parametrize("backend", ["memory", "file", "s3"], indirect=True)
+CLUSTER = "c-uuid"
+
+
+def ops(first: int, n: int, term: int = 1, tag: str = "") -> pa.RecordBatch:
+    ids = [f"d{first + i}" for i in range(n)]
+    return stamp(index_batch(ids, [f'{{"v":"{tag}{first + i}"}}'.encode() for i in range(n)]), first, term)
+
+
+def seqs(batches) -> list[int]:
+    return sorted(s for b in batches for s in b.column("seq_no").to_pylist())
+
+
+def prefix(shard: int, term: int = 1) -> str:
+    return f"{CLUSTER}/{term}/idx/{shard}/translog"
+
+
+def requests(store) -> dict[str, int]:
+    return dict(store.metrics()["requests"])
+
+
+class Shards:
+    """``n`` shards' local logs and their handles in one NodeTranslog."""
+
+    def __init__(self, store, tmp: Path, n: int, *, after_round=None) -> None:
+        self.node = NodeTranslog(store, CLUSTER, node="n1", after_round=after_round)
+        self.locals = [LocalTranslog(str(tmp / f"tl{i}"), primary_term=1) for i in range(n)]
+        self.handles = [self.node.open_shard(loc, prefix(i), "idx", i) for i, loc in enumerate(self.locals)]
+
+    def close(self) -> None:
+        for h in self.handles:
+            h.close()
+        self.node.close()
+        for loc in self.locals:
+            loc.close()
+
+
+def _bulk_all(shards: Shards, first: int, n: int) -> None:
+    """One append per shard from concurrent threads, each waiting for its upload (as bulks over every shard do)."""
+    errors: list[BaseException] = []
+
+    def one(h) -> None:
+        try:
+            h.add(ops(first, n))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one, args=(h,)) for h in shards.handles]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+@REMOTE
+def test_many_shards_share_rounds_and_read_back_exactly(store_factory, tmp_path: Path) -> None:
+    store = store_factory()
+    shards = Shards(store, tmp_path, 20)
+    try:
+        store.reset_metrics()
+        _bulk_all(shards, 0, 10)
+        got = requests(store)
+        # 20 shards, 20 waiting appends: a handful of rounds of 2 PUTs each, never one upload per shard
+        assert got.get("put", 0) <= 8, got
+        assert got.get("put", 0) == 2 * shards.node.rounds
+        _bulk_all(shards, 10, 5)
+        for i in range(20):
+            assert seqs(RemoteTranslog.read_operations(store, prefix(i), 0)) == list(range(15)), i
+    finally:
+        shards.close()
+
+
+@REMOTE
+def test_a_round_waits_for_the_fence_listing_and_its_failure_acknowledges_nothing(store_factory,
+                                                                                   tmp_path: Path) -> None:
+    store = store_factory()
+    calls: list[int] = []
+    fail = threading.Event()
+
+    def after_round() -> None:
+        calls.append(1)
+        if fail.is_set():
+            raise OSError("the fence listing failed")
+
+    shards = Shards(store, tmp_path, 2, after_round=after_round)
+    try:
+        shards.handles[0].add(ops(0, 3))
+        assert calls
+        fail.set()
+        generation = shards.handles[0].append(ops(3, 3))[0]
+        with pytest.raises(TranslogUnavailable, match="NOT acknowledged"):
+            shards.handles[0].wait_uploaded(generation, timeout=0.5)
+        fail.clear()
+        shards.handles[0].wait_uploaded(shards.locals[0].generation - 1, timeout=10)  # the retry lands it
+        assert seqs(RemoteTranslog.read_operations(store, prefix(0), 0)) == list(range(6))
+    finally:
+        shards.close()
+
+
+@REMOTE
+def test_concurrent_clients_on_one_shard_share_rounds(store_factory, tmp_path: Path) -> None:
+    store = store_factory()
+    shards = Shards(store, tmp_path, 1)
+    h = shards.handles[0]
+    lock = threading.Lock()
+    next_seq = [0]
+
+    def client() -> None:
+        for _ in range(10):
+            with lock:  # stamping and the local append are ordered, as under the engine's copy lock
+                first = next_seq[0]
+                next_seq[0] += 5
+                gen = h.append(ops(first, 5))[0]
+            h.wait_uploaded(gen)
+
+    try:
+        store.reset_metrics()
+        threads = [threading.Thread(target=client) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert shards.node.rounds < 40  # 40 bulks: some shared a round
+        assert seqs(RemoteTranslog.read_operations(store, prefix(0), 0)) == list(range(200))
+    finally:
+        shards.close()
+
+
+@REMOTE
+def test_a_round_is_deleted_only_once_no_shard_retains_it(store_factory, tmp_path: Path) -> None:
+    store = store_factory()
+    shards = Shards(store, tmp_path, 3)
+    try:
+        _bulk_all(shards, 0, 4)  # rounds holding sections of all three
+        stream = shards.node.prefix
+        rounds_before = {b.key for b in store.list(stream + "/")}
+        assert rounds_before
+        holding_2 = {e.blob_key for e in shard_entries(store, [(stream, 0)], "idx", 2)}
+        for i in (0, 1):
+            shards.handles[i].purge(3, 1)  # a remote commit at seq# 3 covers shards 0 and 1
+        left = {b.key for b in store.list(stream + "/data/")}
+        assert left == holding_2  # exactly the rounds shard 2 still needs are kept
+        assert shards.node.retained_rounds == len(holding_2)
+        store.reset_metrics()
+        shards.handles[2].purge(3, 1)
+        assert {b.key for b in store.list(stream + "/")} == set()  # the last reference gone: rounds deleted
+        assert shards.node.retained_rounds == 0
+        for i in range(3):
+            assert seqs(RemoteTranslog.read_operations(store, prefix(i), 0)) == []
+    finally:
+        shards.close()
+
+
+@REMOTE
+def test_a_lost_index_blob_is_read_from_the_data_blob_and_a_lost_data_blob_is_named(store_factory,
+                                                                                     tmp_path: Path) -> None:
+    store = store_factory()
+    shards = Shards(store, tmp_path, 2)
+    try:
+        _bulk_all(shards, 0, 5)
+        stream = shards.node.prefix
+        index_keys = [b.key for b in store.list(f"{stream}/index/")]
+        store.delete(index_keys)
+        for i in range(2):
+            assert seqs(RemoteTranslog.read_operations(store, prefix(i), 0)) == list(range(5))
+        shards.handles[0].add(ops(5, 5))
+        newest = [b.key for b in store.list(f"{stream}/data/")][0]
+        store.delete([newest])
+        with pytest.raises(TranslogCorruptedError, match=newest.rsplit("/", 1)[-1]):
+            list(RemoteTranslog.read_operations(store, prefix(0), 0))
+        faults: list[str] = []
+        entries = shard_entries(store, [(s, 0) for s in cluster_streams(store, CLUSTER)], "idx", 0, faults)
+        assert any(e.blob_key == newest and (e.min_seq_no, e.max_seq_no) == (5, 9) for e in entries)
+    finally:
+        shards.close()
+
+
+@REMOTE
+def test_a_restarted_node_adopts_the_sections_of_its_earlier_stream(store_factory, tmp_path: Path) -> None:
+    store = store_factory()
+    shards = Shards(store, tmp_path, 1)
+    shards.handles[0].add(ops(0, 5))
+    old_stream = shards.node.prefix
+    shards.handles[0].close()
+    shards.node.close()
+    node = NodeTranslog(store, CLUSTER, node="n1")
+    try:
+        h = node.open_shard(shards.locals[0], prefix(0), "idx", 0)
+        assert [e.blob_key.startswith(old_stream) for e in h.uploaded_generations] == [True]
+        h.add(ops(5, 5))
+        assert seqs(RemoteTranslog.read_operations(store, prefix(0), 0)) == list(range(10))
+        h.close()
+    finally:
+        node.close()
+        shards.locals[0].close()

@@ -1,0 +1,534 @@
+"""The node-level remote translog: one upload round puts every changed shard's operations in one blob (issue 30).
+
+:class:`NodeTranslog` is one per node (process) and store; :meth:`NodeTranslog.open_shard`
+gives each primary copy a :class:`NodeShardTranslog`, which the engine uses exactly like
+a per-shard :class:`~shardstore.translog.remote.RemoteTranslog` (append, wait, trim,
+purge).  Layout and byte formats: :mod:`node_format`; design and the fencing argument:
+docs/design/translog.md, "Node-level translog".
+
+**A round** (one uploader thread per node, started by an append, ended when idle):
+
+1. take every shard whose appends wait; for each, under its own upload lock only, roll
+   the local generation and read the sealed generations not uploaded yet (every frame
+   CRC-checked) -- no copy lock of the engine is held at any point;
+2. PUT one data blob (the sections, then the index) and one index blob, both ``if_absent``;
+3. run ``after_round`` (the engine's claim-log listing: one LIST, the fence);
+4. only then count the sections uploaded and wake the waiting appends, which the engine
+   acknowledges after its per-shard fence verdict (no request).
+
+Appends arriving during a round go in the next one, which starts as soon as this one ends
+(group commit across shards and clients, no timer).  Steady state: 2 PUT + 1 LIST per round,
+whatever the number of shards or clients in it.
+
+**Readers** find a shard's sections through its per-shard metadata (format version 3,
+:mod:`remote_metadata`): its ``entries`` (sections with an offset) and its ``streams``,
+``(stream, first round, index_uuid, shard)``: rounds of that stream from that round on may
+hold more of it.  That metadata is written when a copy opens (it names the stream before
+the first round can hold the shard), at a trim (promotion) and at a purge (flush): never
+per round.
+
+**Purge** stays per shard (the pure rule of :mod:`purge`); a round's blobs are deleted once
+no shard still retains a section of it (reference counted per round).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import pyarrow as pa
+
+from shardstore.blobstores.base import BlobStore
+from shardstore.blobstores.errors import BlobAlreadyExists
+from shardstore.core.ops import NO_OPS
+from shardstore.errors import LocalDiskError
+from shardstore.translog.checkpoint import read_checkpoint
+from shardstore.translog.errors import TranslogCorruptedError, TranslogError, TranslogUnavailable
+from shardstore.translog.local import LocalTranslog, generation_file, sealed_checkpoint_file
+from shardstore.translog.node_format import RoundIndex, Section, data_key, index_key, stream_prefix, trailer
+from shardstore.translog.node_read import forget_cached, shard_entries
+from shardstore.translog.purge import GenerationInfo, remote_deletable
+from shardstore.translog.remote import KEEP_METADATA, UNASSIGNED, _checked, latest_metadata, purge_older_prefix
+from shardstore.translog.remote_metadata import (
+    METADATA_DIR,
+    RemoteGeneration,
+    RemoteTranslogMetadata,
+    metadata_key,
+    parse_metadata_key,
+)
+
+log = logging.getLogger(__name__)
+
+#: seconds the uploader waits for the next append before it ends (a later append starts another)
+UPLOADER_IDLE_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class _Sealed:
+    """One sealed local generation read for a round."""
+
+    generation: int
+    primary_term: int
+    data: bytes
+    crc32: int
+    min_seq_no: int
+    max_seq_no: int
+    num_ops: int
+    trimmed_above_seq_no: int
+
+
+class NodeTranslog:
+    """One node's translog uploads: a round puts the new sealed generations of all its shards in one data blob."""
+
+    def __init__(self, store: BlobStore, cluster_uuid: str, *, node: str = "node",
+                 after_round: Callable[[], None] | None = None, retry_pause: float = 0.05) -> None:
+        """``after_round``: run after a round landed and before its writes count as uploaded (the fence)."""
+        self.store = store
+        self.node = node
+        self.stream = uuid.uuid4().hex
+        self.prefix = stream_prefix(cluster_uuid, self.stream)
+        self.writer = uuid.uuid4().hex
+        self.after_round = after_round
+        self.retry_pause = retry_pause
+        self._cond = threading.Condition()
+        self._pending: dict[int, NodeShardTranslog] = {}
+        self._next_round = 0
+        self._refs: dict[int, set[tuple[int, int]]] = {}  # round -> {(id(handle), generation)} still retained
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self.rounds = 0  # rounds that landed
+
+    @property
+    def next_round(self) -> int:
+        """The number the next round will get: a shard opened now is in no earlier round."""
+        with self._cond:
+            return self._next_round
+
+    def open_shard(self, local: LocalTranslog, prefix: str, index_uuid: str, shard: int, *,
+                   upload_timeout: float = 30.0, covered_through: int | None = None,
+                   keep_metadata: int = KEEP_METADATA) -> NodeShardTranslog:
+        """The remote translog of one primary copy on this node (writes its per-shard metadata naming the stream)."""
+        return NodeShardTranslog(self, local, prefix, index_uuid, shard, upload_timeout=upload_timeout,
+                                 covered_through=covered_through, keep_metadata=keep_metadata)
+
+    # -- rounds ---------------------------------------------------------------------------------
+
+    def _request(self, handle: NodeShardTranslog) -> None:
+        with self._cond:
+            if self._closed:
+                return
+            self._pending[id(handle)] = handle
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, daemon=True, name=f"node-translog-{self.node}")
+                self._thread.start()
+            self._cond.notify_all()
+
+    def _forget(self, handle: NodeShardTranslog) -> None:
+        with self._cond:
+            self._pending.pop(id(handle), None)
+
+    def _loop(self) -> None:
+        pause = self.retry_pause
+        while True:
+            with self._cond:
+                while not self._closed and not self._pending:
+                    if not self._cond.wait(UPLOADER_IDLE_SECONDS) and not self._pending:
+                        self._thread = None  # idle: the next append starts another
+                        return
+                if self._closed:
+                    self._thread = None
+                    return
+                handles = list(self._pending.values())
+                self._pending.clear()
+            try:
+                self._round(handles)
+                pause = self.retry_pause
+            except BaseException as exc:  # noqa: BLE001 - reported to the waiting appends, then retried
+                for h in handles:
+                    h._failed(exc)
+                with self._cond:
+                    for h in handles:
+                        if not h._closed:
+                            self._pending.setdefault(id(h), h)
+                    self._cond.wait(pause)  # close() wakes us
+                pause = min(pause * 2, 1.0)
+
+    def _round(self, handles: list[NodeShardTranslog]) -> None:
+        """One upload round over ``handles`` (see the module)."""
+        with self._cond:
+            round_no = self._next_round
+            self._next_round += 1  # a failed attempt's number is never reused: its PUT may have landed
+        parts: list[bytes] = []
+        sections: list[Section] = []
+        owners: list[tuple[NodeShardTranslog, list[Section]]] = []
+        offset = 0
+        for h in handles:
+            mine: list[Section] = []
+            for s in h._seal(round_no):
+                mine.append(Section(h.index_uuid, h.shard, s.generation, s.primary_term, offset, len(s.data),
+                                    s.crc32, s.min_seq_no, s.max_seq_no, s.num_ops, s.trimmed_above_seq_no))
+                parts.append(s.data)
+                offset += len(s.data)
+            sections.extend(mine)
+            owners.append((h, mine))
+        if sections:
+            index = RoundIndex(self.prefix, round_no, self.node, tuple(sections)).encode()
+            parts.append(trailer(index))
+            self._put(data_key(self.prefix, round_no), b"".join(parts))
+            self._put(index_key(self.prefix, round_no), index)
+            with self._cond:
+                self._refs[round_no] = {(id(h), s.generation) for h, mine in owners for s in mine}
+        for h, mine in owners:
+            h._landed(round_no, mine)
+        if self.after_round is not None:
+            self.after_round()  # the fence listing: after the round landed, before anything counts as uploaded
+        for h, _mine in owners:
+            h._confirm()
+        if sections:
+            with self._cond:
+                self.rounds += 1
+
+    def _put(self, key: str, data: bytes) -> None:
+        try:
+            self.store.put(key, data, if_absent=True, token=self.writer)
+        except BlobAlreadyExists:  # an earlier attempt of ours landed although it reported failure
+            if self.store.stat(key).size != len(data):
+                raise TranslogError(f"{key}: a different node translog blob already exists") from None
+
+    def release(self, handle: NodeShardTranslog, released: list[tuple[int, int]]) -> list[str]:
+        """Drop ``handle``'s (round, generation) references; the keys of rounds no shard retains any more."""
+        keys: list[str] = []
+        with self._cond:
+            for round_no, generation in released:
+                refs = self._refs.get(round_no)
+                if refs is None:
+                    continue
+                refs.discard((id(handle), generation))
+                if not refs:
+                    del self._refs[round_no]
+                    keys += [data_key(self.prefix, round_no), index_key(self.prefix, round_no)]
+        forget_cached(self.store, keys)
+        return keys
+
+    @property
+    def retained_rounds(self) -> int:
+        """Rounds some shard still retains a section of."""
+        with self._cond:
+            return len(self._refs)
+
+    def close(self) -> None:
+        """Stop the uploader (waiting appends get TranslogUnavailable)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=30)
+
+
+class NodeShardTranslog:
+    """One primary copy's remote translog inside a :class:`NodeTranslog` (the interface of RemoteTranslog)."""
+
+    def __init__(self, node: NodeTranslog, local: LocalTranslog, prefix: str, index_uuid: str, shard: int, *,
+                 upload_timeout: float = 30.0, covered_through: int | None = None,
+                 keep_metadata: int = KEEP_METADATA) -> None:
+        self.node = node
+        self.local = local
+        self.store = node.store
+        self.prefix = prefix.rstrip("/")
+        self.index_uuid = index_uuid
+        self.shard = shard
+        self.upload_timeout = upload_timeout
+        self.keep_metadata = keep_metadata
+        self.writer = uuid.uuid4().hex
+        self._upload_lock = threading.Lock()  # sealing, metadata writes and purges of this shard, one at a time
+        self._cond = threading.Condition()
+        self._requested = 0
+        self._closed = False
+        self._last_error: BaseException | None = None
+        self.uploads = 0
+        self._entries: dict[int, RemoteGeneration] = {}
+        self._rounds: dict[int, int] = {}  # generation -> round of this node holding it
+        self._sealing: tuple[int, int] | None = None  # (round, sealed through) of a round in flight
+        self._landed_through = min(g.generation for g in local.generations()) - 1
+        if covered_through is not None:
+            self._landed_through = max(self._landed_through, covered_through)
+        self._uploaded_through = self._landed_through
+        self._metadata: RemoteTranslogMetadata | None = None
+        self._metadata_generation = -1  # the last metadata key's generation (keys must keep sorting newest first)
+        self._metadata_keys: set[str] = set()
+        self._listed_metadata = False
+        self._trim: tuple[int, int] | None = None
+        self._recover()
+        with self._upload_lock:
+            self._write_metadata()  # names this node's stream before any round can hold this shard
+
+    # -- state ----------------------------------------------------------------------------------
+
+    def _recover(self) -> None:
+        """Adopt this translog's newest metadata (a restart), its sections in earlier streams included."""
+        found = latest_metadata(self.store, self.prefix)
+        if found is None:
+            return
+        key, md = found
+        term, gen, _ = parse_metadata_key(key)
+        self._metadata_generation = gen
+        if md.translog_uuid != self.local.translog_uuid:
+            if (term, gen) >= (self.local.primary_term, self.local.generation - 1):
+                raise TranslogError(
+                    f"{self.prefix}: holds metadata {key} of translog {md.translog_uuid} at term {term} generation "
+                    f"{gen}; translog {self.local.translog_uuid} (term {self.local.primary_term}, generation "
+                    f"{self.local.generation}) would not sort ahead of it")
+            return
+        entries = {e.generation: e for e in md.entries}
+        earlier = [(s[0], s[1]) for s in md.streams]
+        for e in shard_entries(self.store, earlier, self.index_uuid, self.shard):
+            entries.setdefault(e.generation, e)  # sections of an earlier process: kept, never released by us
+        self._entries = entries
+        self._trim = md.trim
+        self._metadata = md
+        top = max([md.generation, *entries])
+        self._landed_through = self._uploaded_through = max(self._uploaded_through, top)
+
+    @property
+    def uploaded_generations(self) -> list[RemoteGeneration]:
+        """The retained uploaded generations."""
+        with self._cond:
+            return [self._entries[g] for g in sorted(self._entries) if g <= self._uploaded_through]
+
+    @property
+    def uploaded_through(self) -> int:
+        """Every local generation <= this has landed remotely and passed the round's fence listing."""
+        return self._uploaded_through
+
+    @property
+    def min_unuploaded_generation(self) -> int:
+        """For LocalTranslog.purge(min_unuploaded_generation=...)."""
+        return self._uploaded_through + 1
+
+    @property
+    def metadata(self) -> RemoteTranslogMetadata | None:
+        """The last per-shard metadata written or adopted."""
+        return self._metadata
+
+    # -- the round's side -----------------------------------------------------------------------
+
+    def _seal(self, round_no: int) -> list[_Sealed]:
+        """Roll the local generation and read the sealed ones not landed yet (called by the round)."""
+        with self._upload_lock:
+            if self._closed:
+                return []
+            gens = self.local.generations()
+            if gens[-1].num_ops > 0:
+                self.local.roll_generation()
+                gens = self.local.generations()
+            sealed_through = gens[-1].generation - 1
+            out = []
+            for info in gens[:-1]:
+                if info.generation <= self._landed_through or info.num_ops == 0:
+                    continue
+                out.append(self._read_sealed(info.generation))
+            self._sealing = (round_no, sealed_through)
+            return out
+
+    def _read_sealed(self, generation: int) -> _Sealed:
+        cp = read_checkpoint(self.local.directory, sealed_checkpoint_file(generation))
+        path = f"{self.local.directory}/{generation_file(generation)}"
+        with open(path, "rb") as f:
+            data = f.read(cp.offset)
+        if len(data) < cp.offset:
+            raise TranslogCorruptedError(path, len(data), f"short sealed generation: sealed checkpoint covers {cp.offset}")
+        header, checksum = _checked(memoryview(data), path, cp.offset)
+        return _Sealed(generation, header.primary_term, data, checksum, cp.min_seq_no, cp.max_seq_no, cp.num_ops,
+                       cp.trimmed_above_seq_no)
+
+    def _landed(self, round_no: int, sections: list[Section]) -> None:
+        """The round's blobs landed: its sections are retained (not acknowledged before :meth:`_confirm`)."""
+        with self._upload_lock:
+            key = data_key(self.node.prefix, round_no)
+            with self._cond:
+                for s in sections:
+                    self._entries[s.generation] = s.entry(key)
+                    self._rounds[s.generation] = round_no
+                if self._sealing is not None and self._sealing[0] == round_no:
+                    self._landed_through = max(self._landed_through, self._sealing[1])
+                    self._sealing = None
+
+    def _confirm(self) -> None:
+        """The round passed the fence listing: what landed counts as uploaded."""
+        with self._cond:
+            if self._landed_through > self._uploaded_through:
+                self._uploaded_through = self._landed_through
+                self.uploads += 1
+            self._last_error = None
+            self._cond.notify_all()
+
+    def _failed(self, exc: BaseException) -> None:
+        with self._upload_lock, self._cond:
+            self._sealing = None
+            self._last_error = exc
+            self._cond.notify_all()
+
+    # -- appending ------------------------------------------------------------------------------
+
+    def add(self, batch: pa.RecordBatch, *, history: bool = False) -> tuple[int, int]:
+        """Append locally, then return once a round covering the batch landed and passed the fence listing."""
+        position = self.append(batch, history=history)
+        if batch.num_rows:
+            self.wait_uploaded(position[0])
+        return position
+
+    def append(self, batch: pa.RecordBatch, *, history: bool = False) -> tuple[int, int]:
+        """Append locally and ask for a round covering it; its position (wait with :meth:`wait_uploaded`)."""
+        position = self.local.add(batch, history=history)
+        if batch.num_rows:
+            with self._cond:
+                self._requested = max(self._requested, position[0])
+            self.node._request(self)
+        return position
+
+    def wait_uploaded(self, generation: int, timeout: float | None = None) -> None:
+        """Block until local ``generation`` is uploaded; TranslogUnavailable after the timeout."""
+        deadline = time.monotonic() + (self.upload_timeout if timeout is None else timeout)
+        with self._cond:
+            if self._closed:
+                raise TranslogError(f"{self.prefix}: the remote translog is closed")
+            if self._uploaded_through >= generation:
+                return
+            self._requested = max(self._requested, generation)
+        self.node._request(self)
+        with self._cond:
+            while self._uploaded_through < generation:
+                if isinstance(self._last_error, LocalDiskError):
+                    raise self._last_error  # the local log failed for good: no round will ever cover it
+                left = deadline - time.monotonic()
+                if left <= 0 or self._closed:
+                    err = self._last_error
+                    raise TranslogUnavailable(
+                        f"{self.store.location}/{self.node.prefix}: generation {generation} of {self.prefix} not "
+                        f"uploaded within {self.upload_timeout}s; last error: {err!r}; the operations are NOT "
+                        f"acknowledged") from err
+                self._cond.wait(left)
+
+    def _sync_all(self) -> None:
+        """Wait until everything logged locally is uploaded."""
+        gens = self.local.generations()
+        if gens[-1].num_ops > 0 or any(g.generation > self._uploaded_through and g.num_ops for g in gens[:-1]):
+            self.wait_uploaded(gens[-1].generation)
+
+    def upload(self) -> RemoteTranslogMetadata:
+        """Upload everything logged locally, then write this shard's metadata."""
+        self._sync_all()
+        with self._upload_lock:
+            return self._write_metadata()
+
+    def trim_operations_above(self, seq_no: int, term: int) -> RemoteTranslogMetadata:
+        """Trim locally, upload what is logged, then write a metadata blob recording the trim."""
+        self.local.trim_operations_above(seq_no, term)
+        self._sync_all()
+        with self._upload_lock:
+            with self._cond:
+                self._trim = (seq_no, term) if self._trim is None or term >= self._trim[1] else self._trim
+                for g, e in list(self._entries.items()):
+                    if e.primary_term < term:
+                        t = seq_no if e.trimmed_above_seq_no == UNASSIGNED else min(seq_no, e.trimmed_above_seq_no)
+                        self._entries[g] = replace(e, trimmed_above_seq_no=t)
+            return self._write_metadata()
+
+    # -- per-shard metadata and purge -----------------------------------------------------------
+
+    def _write_metadata(self) -> RemoteTranslogMetadata:
+        """PUT this shard's metadata: retained sections plus the stream rounds that may hold more (upload lock held)."""
+        first = self._sealing[0] if self._sealing is not None else self.node.next_round
+        with self._cond:
+            entries = dict(self._entries)
+        cp = read_checkpoint(self.local.directory)
+        live = [e for e in entries.values() if e.num_ops > 0]
+        generation = max(self._metadata_generation + 1, self._uploaded_through)
+        md = RemoteTranslogMetadata(
+            primary_term=self.local.primary_term,
+            generation=generation,
+            translog_uuid=self.local.translog_uuid,
+            min_seq_no=min((e.min_seq_no for e in live), default=NO_OPS),
+            max_seq_no=max((e.max_seq_no for e in live), default=NO_OPS),
+            global_checkpoint=cp.global_checkpoint,
+            min_translog_generation=min(entries, default=self._uploaded_through + 1),
+            entries=tuple(entries[g] for g in sorted(entries)),
+            trim=self._trim,
+            streams=((self.node.prefix, first, self.index_uuid, self.shard),),
+        )
+        key = f"{self.prefix}/{metadata_key(md.primary_term, generation, self.writer)}"
+        self.store.put(key, md.encode(), if_absent=True, token=self.writer)
+        with self._cond:
+            self._metadata_generation = generation
+            self._metadata_keys.add(key)
+            self._metadata = md
+        return md
+
+    def purge(self, remote_commit_local_checkpoint: int, remote_commit_primary_term: int) -> set[int]:
+        """Drop uploaded generations a durably uploaded remote commit covers: one metadata PUT, then one DELETE of
+        the rounds no shard retains any more and of metadata beyond the newest ``keep_metadata``."""
+        with self._upload_lock:
+            entries = self.uploaded_generations
+            infos = [GenerationInfo(e.generation, e.primary_term, e.min_seq_no, e.max_seq_no, e.num_ops)
+                     for e in entries]
+            doomed = remote_deletable(
+                infos, remote_commit_local_checkpoint=remote_commit_local_checkpoint,
+                remote_commit_primary_term=remote_commit_primary_term,
+                current_generation=max([self._uploaded_through + 1, *(e.generation + 1 for e in entries)]))
+            released = []
+            with self._cond:
+                for g in doomed:
+                    self._entries.pop(g, None)
+                    if g in self._rounds:
+                        released.append((self._rounds.pop(g), g))
+            if not doomed and self._metadata is not None and self._metadata.streams \
+                    and self._metadata.entries == tuple(self._entries[g] for g in sorted(self._entries)):
+                return doomed  # nothing changed since the last metadata: no request
+            self._write_metadata()
+        keys = self.node.release(self, released) + self._old_metadata_keys()
+        if keys:
+            self.store.delete(keys)
+            with self._cond:
+                self._metadata_keys.difference_update(keys)
+        return doomed
+
+    def _old_metadata_keys(self) -> list[str]:
+        if not self._listed_metadata:
+            listed = [b.key for b in self.store.list(f"{self.prefix}/{METADATA_DIR}")]
+            with self._cond:
+                self._metadata_keys.update(listed)
+                self._listed_metadata = True
+        with self._cond:
+            known = sorted(self._metadata_keys)  # newest first
+        return known[self.keep_metadata:]
+
+    def purge_older_term(self, prefix: str, remote_commit_local_checkpoint: int,
+                         remote_commit_primary_term: int) -> list[str]:
+        """Delete an older term's per-shard remote translog once a remote commit covers all of it (see remote.py)."""
+        own = {e.blob_key for e in self.uploaded_generations}
+        return purge_older_prefix(self.store, prefix, own_prefix=self.prefix, own_keys=own,
+                                  term=self.local.primary_term, checkpoint=remote_commit_local_checkpoint,
+                                  commit_term=remote_commit_primary_term)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Leave the node's rounds (waiting appends get TranslogUnavailable); the local log stays open."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self.node._forget(self)
+
+    def __enter__(self) -> NodeShardTranslog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+__all__ = ["NodeShardTranslog", "NodeTranslog"]
