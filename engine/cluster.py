@@ -52,6 +52,7 @@ from shardstore.cluster_state.coordination import LocalCluster
 from shardstore.cluster_state.errors import ClusterStateSuperseded, NoClusterState, NotMaster
 from shardstore.core.path_strategy import PlainPathStrategy
 from shardstore.engine.allocation import AllocationWorker, ClusterHealth, cluster_health, plan_replicas
+from shardstore.engine.bulk_parts import PartFailed, group_by_node
 from shardstore.engine.datadir import DataDirLock
 from shardstore.engine.documents import BulkResult, Documents, with_shard_fields
 from shardstore.engine.errors import (
@@ -62,6 +63,7 @@ from shardstore.engine.errors import (
     IndexNotFound,
     InvalidRequest,
     MappingNotCommitted,
+    NodeDisconnected,
     NodeNotFound,
     RecoverySourceClosed,
     ShardUnavailable,
@@ -193,7 +195,7 @@ class Cluster:
                 return
             node = Node(name, os.path.join(self.data_dir, name), self.store, self.transport,
                         in_sync_replicas=self._in_sync_replicas, fail_replica=self._fail_replica,
-                        fail_copy=self._fail_copy)
+                        fail_copy=self._fail_copy, shard_lock=self._shard_lock)
             self.nodes[name] = node
             self.transport.register(name, node.handle)
             self._schedule_allocation()
@@ -537,21 +539,70 @@ class Cluster:
                     mapping: Mapping | None, fields: pa.Table | None) -> pa.RecordBatch:
         """Send one shard's operations to its primary (``shard.bulk``); the stamped operations.
 
-        Lock order: a shard lock, then the cluster lock (briefly, to fail a replica); the
-        cluster manager never takes a shard lock while it holds the cluster lock.
+        Lock order: the node takes the shard lock (stage and replicate), then the cluster lock
+        (briefly, to fail a replica); the cluster manager never takes a shard lock while it
+        holds the cluster lock.
         """
-        key = (meta.uuid, shard)
-        with self._shard_lock(key):
-            primary = self.primary_of(meta.name, shard)
-            stamped = self.transport.send(MANAGER, primary, "shard.bulk",
-                                          {"index_uuid": meta.uuid, "shard": shard, "ops": ops,
-                                           "expect": expect, "mapping": mapping, "fields": fields})["ops"]
+        primary = self.primary_of(meta.name, shard)
+        stamped = self.transport.send(MANAGER, primary, "shard.bulk",
+                                      {"index_uuid": meta.uuid, "shard": shard, "ops": ops,
+                                       "expect": expect, "mapping": mapping, "fields": fields})["ops"]
+        self._note_acked(meta.uuid, shard, stamped)
+        return stamped
+
+    def _note_acked(self, index_uuid: str, shard: int, stamped: pa.RecordBatch) -> None:
         if stamped.num_rows:
             top = pc.max(stamped.column("seq_no")).as_py()
             with self._acked_lock:
-                if top > self._acked_max.get(key, -1):
-                    self._acked_max[key] = top
-        return stamped
+                if top > self._acked_max.get((index_uuid, shard), -1):
+                    self._acked_max[(index_uuid, shard)] = top
+
+    def write_shards(self, meta: IndexMeta, parts: list[tuple[int, pa.RecordBatch, pa.Table | None]],
+                     mapping: Mapping | None) -> list[pa.RecordBatch | BaseException]:
+        """One bulk's parts, one ``shard.bulk_many`` per primary node (in parallel); per part the stamped
+        operations or the error (engine/bulk_parts.py)."""
+        out: list[pa.RecordBatch | BaseException | None] = [None] * len(parts)
+        groups = group_by_node([p[0] for p in parts], lambda s: self.primary_of(meta.name, s))
+
+        def send(node: str | None, positions: list[int]) -> None:
+            if node is None or len(positions) == 1:
+                for i in positions:
+                    out[i] = self._one_part(meta, parts[i], mapping)
+                return
+            try:
+                answer = self.transport.send(MANAGER, node, "shard.bulk_many", {"shards": [
+                    {"index_uuid": meta.uuid, "shard": parts[i][0], "ops": parts[i][1], "mapping": mapping,
+                     "fields": parts[i][2]} for i in positions]})["results"]
+            except Exception as exc:  # noqa: BLE001 - the node is gone: each part on its own (or its error)
+                unsent = isinstance(exc, ShardUnavailable) or (isinstance(exc, NodeDisconnected)
+                                                                and exc.delivered is False)
+                if not unsent:  # it may have been applied: reported, never sent twice
+                    for i in positions:
+                        out[i] = exc
+                    return
+                answer = [{"error": "", "retry": True}] * len(positions)
+            for i, result in zip(positions, answer, strict=True):
+                if "ops" in result:
+                    self._note_acked(meta.uuid, parts[i][0], result["ops"])
+                    out[i] = result["ops"]
+                elif result.get("retry"):
+                    out[i] = self._one_part(meta, parts[i], mapping)
+                else:
+                    out[i] = PartFailed(result["error"])
+
+        items = list(groups.items())
+        if len(items) == 1:
+            send(*items[0])
+        else:
+            self.run_parallel(lambda item: send(*item), items)
+        return out  # type: ignore[return-value]
+
+    def _one_part(self, meta: IndexMeta, part: tuple[int, pa.RecordBatch, pa.Table | None],
+                  mapping: Mapping | None) -> pa.RecordBatch | BaseException:
+        try:
+            return self.write_shard(meta, part[0], part[1], None, mapping, part[2])
+        except Exception as exc:  # noqa: BLE001 - reported for this part
+            return exc
 
     def read_doc(self, meta: IndexMeta, shard: int, doc_id: str) -> dict[str, Any] | None:
         """The document from the shard's primary copy (realtime), or None."""

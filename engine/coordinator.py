@@ -28,6 +28,7 @@ from typing import Any
 import pyarrow as pa
 
 from shardstore.cluster_state.coordination import ClusterManagerNode
+from shardstore.engine.bulk_parts import PartFailed, group_by_node
 from shardstore.engine.documents import Documents
 from shardstore.engine.errors import ClusterClosed, IndexNotFound, InvalidRequest, ShardUnavailable
 from shardstore.engine.metadata import IndexMeta, indices_from_state
@@ -119,6 +120,67 @@ class Coordinator:
                     raise
                 seen = (sr.primary, sr.primary_term)
                 self._wait_for_routing(meta.name, shard, seen, deadline)
+
+    def write_shards(self, meta: IndexMeta, parts: list[tuple[int, pa.RecordBatch, pa.Table | None]],
+                     mapping: Mapping | None) -> list[pa.RecordBatch | BaseException]:
+        """One bulk's parts, one ``shard.bulk_many`` per primary node (in parallel); per part the stamped
+        operations or the error.  A part whose node held no primary, or a request that never reached its
+        node, goes through :meth:`write_shard`, which waits out a failover (engine/bulk_parts.py)."""
+        out: list[pa.RecordBatch | BaseException | None] = [None] * len(parts)
+        routing = self.index_meta(meta.name).routing
+        groups = group_by_node([p[0] for p in parts], lambda s: routing[s].primary)
+        wire_mapping = None if mapping is None else mapping.to_dict()
+
+        def one(i: int) -> pa.RecordBatch | BaseException:
+            try:
+                return self.write_shard(meta, parts[i][0], parts[i][1], None, mapping, parts[i][2])
+            except Exception as exc:  # noqa: BLE001 - reported for this part
+                return exc
+
+        def send(node: str | None, positions: list[int]) -> None:
+            if node is None or len(positions) == 1:
+                for i in positions:
+                    out[i] = one(i)
+                return
+            request = {"shards": [{"index_uuid": meta.uuid, "shard": parts[i][0], "ops": parts[i][1],
+                                   "fields": parts[i][2], "mapping": wire_mapping} for i in positions]}
+            try:
+                answer = self._while_routed_many(meta.name, [parts[i][0] for i in positions], node, request)
+            except Exception as exc:  # noqa: BLE001 - sent again part by part only if it never arrived
+                unsent = isinstance(exc, ShardUnavailable) or (isinstance(exc, NodeDisconnected)
+                                                               and exc.delivered is False)
+                for i in positions:
+                    out[i] = one(i) if unsent else exc
+                return
+            for i, result in zip(positions, answer, strict=True):
+                if result.get("ops") is not None:
+                    out[i] = result["ops"]
+                elif result.get("retry"):
+                    out[i] = one(i)
+                else:
+                    out[i] = PartFailed(result["error"])
+
+        items = list(groups.items())
+        if len(items) == 1:
+            send(*items[0])
+        else:
+            list(self._inflight.map(lambda item: send(*item), items))
+        return out  # type: ignore[return-value]
+
+    def _while_routed_many(self, index: str, shards: list[int], node: str, request: dict[str, Any]) -> list[Any]:
+        """``shard.bulk_many`` to ``node``; given up (outcome unknown) once any of the shards' primary moved."""
+        routing = self.index_meta(index).routing
+        seen = {s: (routing[s].primary, routing[s].primary_term) for s in shards}
+        future = self._inflight.submit(self._send, node, "shard.bulk_many", request)
+        while True:
+            try:
+                return future.result(timeout=0.05)["results"]
+            except FutureTimeout:
+                now = self.index_meta(index).routing
+                moved = [s for s in shards if (now[s].primary, now[s].primary_term) != seen[s]]
+                if moved:
+                    raise NodeDisconnected(self.name, node, "shard.bulk_many", f"the primary of shard {moved[0]} "
+                                           f"moved while the request was in flight", delivered=None) from None
 
     def _while_routed(self, index: str, shard: int, sr: Any, action: str, request: dict[str, Any]) -> Any:
         """Send to the shard's primary; give up (outcome unknown) once the routing moved away from it.

@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shardstore.core.ops import with_fields
+from shardstore.engine.bulk_parts import PartFailed
 from shardstore.engine.errors import DocumentRejected, VersionConflict
 from shardstore.engine.metadata import IndexMeta
 from shardstore.engine.routing import shard_id, shard_ids
@@ -91,6 +92,11 @@ class DocumentRouter(Protocol):
 
     def read_doc(self, meta: IndexMeta, shard: int, doc_id: str) -> dict[str, Any] | None:
         """The document from the shard's primary (realtime), raw ``_source`` bytes, or None."""
+
+    def write_shards(self, meta: IndexMeta, parts: list[tuple[int, pa.RecordBatch, pa.Table | None]],
+                     mapping: Mapping | None) -> list[pa.RecordBatch | BaseException]:
+        """One bulk's parts for several shards (no expectation), one request per primary node; per part the
+        stamped operations or the error (engine/bulk_parts.py)."""
 
     def run_parallel(self, fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
         """``[fn(x) for x in items]``, on worker threads."""
@@ -199,7 +205,16 @@ class Documents:
             part = self._write_shard(index, meta, sub[0], sub[1], expect=expect, mapping=mapping, fields=sub[3])
             return part.append_column("item", sub[2])
 
-        parts = [write(subs[0])] if len(subs) == 1 else self.router.run_parallel(write, subs)
+        if len(subs) > 1 and expect is None:
+            # one request per primary node for all its shards: the node stages them all before its
+            # translog upload round, so the bulk costs one round per node, not one per shard (issue 30)
+            results = self.router.write_shards(meta, [(sub[0], sub[1], sub[3]) for sub in subs], mapping)
+            parts = [_items(sub[0], sub[1], res if not isinstance(res, BaseException) else None,
+                            None if not isinstance(res, BaseException) else f"{type(res).__name__}: {res}"
+                            if not isinstance(res, PartFailed) else str(res)).append_column("item", sub[2])
+                     for sub, res in zip(subs, results, strict=True)]
+        else:
+            parts = [write(subs[0])] if len(subs) == 1 else self.router.run_parallel(write, subs)
         if rejected:
             parts.append(_rejected_items(rejected))
         items = pa.concat_tables(parts)
@@ -219,16 +234,21 @@ class Documents:
                                   exc.actual_primary_term, index=index, shard=s) from None
         except Exception as exc:  # noqa: BLE001 - reported per item, never acknowledged
             error = f"{type(exc).__name__}: {exc}"
-        k = sub.num_rows
-        ok = stamped is not None
-        return pa.table({
-            "_id": sub.column("id"),
-            "shard": pa.repeat(pa.scalar(s, pa.int32()), k),
-            "seq_no": stamped.column("seq_no") if ok else pa.nulls(k, pa.int64()),
-            "primary_term": stamped.column("primary_term") if ok else pa.nulls(k, pa.int64()),
-            "version": stamped.column("version") if ok else pa.nulls(k, pa.int64()),
-            "error": pa.nulls(k, pa.string()) if ok else pa.repeat(pa.scalar(error, pa.string()), k),
-        })
+        return _items(s, sub, stamped, error)
+
+
+def _items(s: int, sub: pa.RecordBatch, stamped: pa.RecordBatch | None, error: str | None) -> pa.Table:
+    """Per-item results of one shard's part: its stamped seq#s, or ``error`` on every item."""
+    k = sub.num_rows
+    ok = stamped is not None
+    return pa.table({
+        "_id": sub.column("id"),
+        "shard": pa.repeat(pa.scalar(s, pa.int32()), k),
+        "seq_no": stamped.column("seq_no") if ok else pa.nulls(k, pa.int64()),
+        "primary_term": stamped.column("primary_term") if ok else pa.nulls(k, pa.int64()),
+        "version": stamped.column("version") if ok else pa.nulls(k, pa.int64()),
+        "error": pa.nulls(k, pa.string()) if ok else pa.repeat(pa.scalar(error, pa.string()), k),
+    })
 
 
 def with_shard_fields(meta: IndexMeta, base: Mapping, shard_mappings: list[Mapping]) -> IndexMeta:

@@ -9,6 +9,7 @@ failed, is passed to it as callables: this module imports nothing of the cluster
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from shardstore.blobstores.base import BlobStore
+from shardstore.engine.bulk_parts import part_failure
 from shardstore.engine.errors import InvalidRequest, OperationTermTooOld, ShardUnavailable
 from shardstore.engine.node_remote import NodeRemote
 from shardstore.engine.shard import ShardCopy
@@ -32,7 +34,8 @@ class Node:
     def __init__(self, name: str, data_dir: str, store: BlobStore | None, transport: Transport, *,
                  in_sync_replicas: Callable[[tuple[str, int]], list[str]],
                  fail_replica: Callable[[tuple[str, int], str, int, str], None],
-                 fail_copy: Callable[[tuple[str, int], str, ShardCopy, str], bool]) -> None:
+                 fail_copy: Callable[[tuple[str, int], str, ShardCopy, str], bool],
+                 shard_lock: Callable[[tuple[str, int]], contextlib.AbstractContextManager[Any]]) -> None:
         self.name = name
         self.data_dir = data_dir
         self.store = store
@@ -43,10 +46,15 @@ class Node:
         self._in_sync_replicas = in_sync_replicas
         self._fail_replica = fail_replica
         self._fail_copy = fail_copy
+        #: the cluster's per-shard write lock: bulks of a shard stage and replicate one at a time, and a peer
+        #: recovery's hand-off excludes them
+        self._shard_lock = shard_lock
         os.makedirs(data_dir, exist_ok=True)
 
     def handle(self, action: str, req: dict[str, Any]) -> Any:
         """Transport entry point."""
+        if action == "shard.bulk_many":
+            return self._primary_bulk_many(req)
         key = (req["index_uuid"], req["shard"])
         if action == "shard.bulk":
             return self._primary_bulk(key, req)
@@ -57,36 +65,108 @@ class Node:
             return copy.replica_apply(req["ops"], req["term"], req["global_checkpoint"], req.get("mapping"))
         raise InvalidRequest(f"unknown action {action!r}")
 
-    def _primary_bulk(self, key: tuple[str, int], req: dict[str, Any]) -> dict[str, Any]:
+    def _replicate(self, key: tuple[str, int], copy: ShardCopy, stamped: Any, mapping: Any,
+                   checkpoints: list[int]) -> None:
+        """Send ``stamped`` to every in-sync replica (while the primary's own upload is in flight)."""
+        for replica in self._in_sync_replicas(key):
+            try:
+                checkpoints.append(self.transport.send(
+                    self.name, replica, "shard.replicate",
+                    {"index_uuid": key[0], "shard": key[1], "ops": stamped, "term": copy.primary_term,
+                     "global_checkpoint": copy.global_checkpoint, "mapping": mapping}))
+            except OperationTermTooOld:
+                raise  # the replica knows a newer term: this primary is stale, its write is not acknowledged
+            except Exception as exc:  # noqa: BLE001 - unreachable, or it refused ops the primary applied
+                # the cluster manager removes the copy from the in-sync set before we acknowledge: a replica
+                # that cannot apply what the primary applied (a mapping it decided otherwise) is rebuilt,
+                # never left in sync behind the primary (issue 15 review)
+                self._fail_replica(key, replica, copy.primary_term, f"{type(exc).__name__}: {exc}")
+
+    def _primary(self, key: tuple[str, int]) -> ShardCopy:
         copy = self.copies.get(key)
         if copy is None or not copy.primary:
             raise ShardUnavailable(key[0], key[1], f"{self.name} holds no primary")
+        return copy
+
+    def _primary_bulk(self, key: tuple[str, int], req: dict[str, Any]) -> dict[str, Any]:
+        """Stage, replicate (both under the shard's lock: replicas get a shard's bulks in order), then wait
+        for the upload without the lock, so concurrent bulks of the shard share an upload round."""
         checkpoints: list[int] = []
-
-        def replicate(stamped: Any) -> None:  # while the primary's own upload is in flight
-            for replica in self._in_sync_replicas(key):
-                try:
-                    checkpoints.append(self.transport.send(
-                        self.name, replica, "shard.replicate",
-                        {"index_uuid": key[0], "shard": key[1], "ops": stamped, "term": copy.primary_term,
-                         "global_checkpoint": copy.global_checkpoint, "mapping": req.get("mapping")}))
-                except OperationTermTooOld:
-                    raise  # the replica knows a newer term: this primary is stale, its write is not acknowledged
-                except Exception as exc:  # noqa: BLE001 - unreachable, or it refused ops the primary applied
-                    # the cluster manager removes the copy from the in-sync set before we acknowledge: a replica
-                    # that cannot apply what the primary applied (a mapping it decided otherwise) is rebuilt,
-                    # never left in sync behind the primary (issue 15 review)
-                    self._fail_replica(key, replica, copy.primary_term, f"{type(exc).__name__}: {exc}")
-
-        # one bulk of a shard at a time: the cluster holds the shard's lock around shard.bulk (Cluster.write_shard)
-        try:
-            stamped = copy.primary_apply(req["ops"], expect=req.get("expect"), mapping=req.get("mapping"),
-                                         fields=req.get("fields"), replicate=replicate)
-        except LocalDiskError as exc:
-            self._fail_copy(key, self.name, copy, str(exc))  # a replica takes over; the client retries
-            raise
+        with self._shard_lock(key):
+            copy = self._primary(key)
+            try:
+                stamped, pending = copy.primary_stage(req["ops"], expect=req.get("expect"),
+                                                      mapping=req.get("mapping"), fields=req.get("fields"))
+                copy.replicate_staged(stamped, pending,
+                                      lambda st: self._replicate(key, copy, st, req.get("mapping"), checkpoints))
+            except LocalDiskError as exc:
+                self._fail_copy(key, self.name, copy, str(exc))  # a replica takes over; the client retries
+                raise
+        self._settle(key, copy, pending)
         copy.update_global_checkpoint(min([copy.local_checkpoint, *checkpoints]))
         return {"ops": stamped}
+
+    def _settle(self, key: tuple[str, int], copy: ShardCopy, pending: Any) -> None:
+        try:
+            copy.settle(pending)
+        except LocalDiskError as exc:
+            self._fail_copy(key, self.name, copy, str(exc))
+            raise
+
+    def _primary_bulk_many(self, req: dict[str, Any]) -> dict[str, Any]:
+        """``shard.bulk_many``: one bulk's parts for several shards whose primaries are here; per part
+        ``{"ops": stamped}`` or ``{"error": "Type: message", "retry": bool}`` (``retry``: nothing was applied).
+
+        Every part is staged first, inside one hold of the node's upload round, so their uploads
+        share one data blob (issue 30); then each is replicated; then, the shard locks released,
+        each waits for the round.
+        """
+        parts: list[dict[str, Any]] = req["shards"]
+        results: list[dict[str, Any] | None] = [None] * len(parts)
+        staged: list[tuple[int, tuple[str, int], ShardCopy, Any, Any, list[int]]] = []
+        keys = sorted({(p["index_uuid"], p["shard"]) for p in parts})
+        with contextlib.ExitStack() as held:
+            for k in keys:
+                held.enter_context(self._shard_lock(k))
+            with self._staging(keys):
+                for i, part in enumerate(parts):
+                    key = (part["index_uuid"], part["shard"])
+                    try:
+                        copy = self._primary(key)
+                        stamped, pending = copy.primary_stage(part["ops"], mapping=part.get("mapping"),
+                                                              fields=part.get("fields"))
+                    except Exception as exc:  # noqa: BLE001 - reported for this part only
+                        if isinstance(exc, LocalDiskError):
+                            self._fail_copy(key, self.name, self.copies[key], str(exc))
+                        results[i] = part_failure(exc)
+                        continue
+                    staged.append((i, key, copy, stamped, pending, []))
+            replicated = []
+            for i, key, copy, stamped, pending, checkpoints in staged:
+                mapping = parts[i].get("mapping")
+                try:
+                    copy.replicate_staged(stamped, pending, lambda st, k=key, c=copy, m=mapping, cp=checkpoints:
+                                          self._replicate(k, c, st, m, cp))
+                except Exception as exc:  # noqa: BLE001 - reported for this part only
+                    results[i] = part_failure(exc)
+                    continue
+                replicated.append((i, key, copy, stamped, pending, checkpoints))
+        for i, key, copy, stamped, pending, checkpoints in replicated:
+            try:
+                self._settle(key, copy, pending)
+            except Exception as exc:  # noqa: BLE001 - reported for this part only
+                results[i] = part_failure(exc)
+                continue
+            copy.update_global_checkpoint(min([copy.local_checkpoint, *checkpoints]))
+            results[i] = {"ops": stamped}
+        return {"results": results}
+
+    def _staging(self, keys: list[tuple[str, int]]) -> contextlib.AbstractContextManager[None]:
+        """Hold this node's upload round while the parts are staged (no-op without a remote store)."""
+        first = next((self.copies[k] for k in keys if k in self.copies), None)
+        if self.remote is None or first is None:
+            return contextlib.nullcontext()
+        return self.remote.staging(first.spec.cluster_uuid)
 
     def discard(self, key: tuple[str, int]) -> ShardCopy | None:
         """Take this node's copy of ``key`` out and close it (a failed copy: its close error is only logged)."""

@@ -9,6 +9,7 @@ without one keeps the per-shard remote translog (docs/design/translog.md).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 from shardstore.blobstores.base import BlobStore
@@ -43,6 +44,10 @@ class NodeRemote:
                 tl = self._translogs[cluster_uuid] = NodeTranslog(self.store, cluster_uuid, node=self.node,
                                                                   after_round=watch.refresh)
             return tl
+
+    def staging(self, cluster_uuid: str) -> contextlib.AbstractContextManager[None]:
+        """Hold this node's next upload round while one bulk's parts for many shards are staged."""
+        return self.translog(cluster_uuid).staging()
 
     def rounds(self) -> int:
         """Rounds that landed, over every cluster."""

@@ -37,6 +37,7 @@ import pyarrow as pa
 from shardstore.blobstores.base import BlobStore
 from shardstore.cluster_state.errors import NotMaster
 from shardstore.core.path_strategy import PathStrategy
+from shardstore.engine.bulk_parts import part_failure
 from shardstore.engine.errors import (
     InvalidRequest,
     OperationTermTooOld,
@@ -223,35 +224,95 @@ class NodeService:
 
     # -- writes ---------------------------------------------------------------------------------
 
+    def _replicate_to_group(self, key: Key, copy: ShardCopy, stamped: pa.RecordBatch, mapping: Any,
+                            checkpoints: list[int]) -> None:
+        """Send ``stamped`` to the shard's group (while the primary's own upload is in flight)."""
+        for replica in self.groups.get(key, ()):
+            try:
+                checkpoints.append(self._send(replica, "shard.replicate", {
+                    "index_uuid": key[0], "shard": key[1], "ops": stamped, "term": copy.primary_term,
+                    "global_checkpoint": copy.global_checkpoint, "mapping": mapping}))
+            except OperationTermTooOld:
+                raise  # a newer term exists: this primary is stale, the write is not acknowledged
+            except Exception as exc:  # noqa: BLE001 - unreachable, or it refused what the primary applied
+                self._fail_replica(key, replica, copy.primary_term, f"{type(exc).__name__}: {exc}")
+
     def _bulk(self, req: dict[str, Any]) -> dict[str, Any]:
-        """``shard.bulk`` on the primary: stamp, apply, make durable, replicate to the group; the stamped ops."""
+        """``shard.bulk`` on the primary: stamp, apply and replicate under the shard's write lock (replicas get
+        a shard's bulks in order), then wait for the upload without it (concurrent bulks share a round)."""
         key = self._key(req)
         mapping = _mapping(req.get("mapping"))
         expect = None if req.get("expect") is None else tuple(req["expect"])
+        checkpoints: list[int] = []
         with self.write_lock(key):
             copy = self._copy(req, primary=True)
-            checkpoints: list[int] = []
-
-            def replicate(stamped: pa.RecordBatch) -> None:  # while the primary's own upload is in flight
-                for replica in self.groups.get(key, ()):
-                    try:
-                        checkpoints.append(self._send(replica, "shard.replicate", {
-                            "index_uuid": key[0], "shard": key[1], "ops": stamped, "term": copy.primary_term,
-                            "global_checkpoint": copy.global_checkpoint, "mapping": req.get("mapping")}))
-                    except OperationTermTooOld:
-                        raise  # a newer term exists: this primary is stale, the write is not acknowledged
-                    except Exception as exc:  # noqa: BLE001 - unreachable, or it refused what the primary applied
-                        self._fail_replica(key, replica, copy.primary_term, f"{type(exc).__name__}: {exc}")
-
             try:
-                stamped = copy.primary_apply(req["ops"], expect=expect, mapping=mapping, fields=req.get("fields"),
-                                             replicate=replicate)
+                stamped, pending = copy.primary_stage(req["ops"], expect=expect, mapping=mapping,
+                                                      fields=req.get("fields"))
+                copy.replicate_staged(stamped, pending, lambda st: self._replicate_to_group(
+                    key, copy, st, req.get("mapping"), checkpoints))
             except LocalDiskError as exc:
                 self._report_disk_failure(key, copy, exc)
                 raise
-            copy.update_global_checkpoint(min([copy.local_checkpoint, *checkpoints]))
+        self._settle(key, copy, pending)
+        copy.update_global_checkpoint(min([copy.local_checkpoint, *checkpoints]))
         # the coordinator reads only these of the stamped batch: sending back its sources would double the bytes
         return {"ops": stamped.select(["seq_no", "primary_term", "version"])}
+
+    def _settle(self, key: Key, copy: ShardCopy, pending: Any) -> None:
+        try:
+            copy.settle(pending)
+        except LocalDiskError as exc:
+            self._report_disk_failure(key, copy, exc)
+            raise
+
+    def _bulk_many(self, req: dict[str, Any]) -> dict[str, Any]:
+        """``shard.bulk_many``: one bulk's parts for several shards whose primaries are here, staged together
+        inside one hold of this node's upload round (issue 30), replicated, then settled; per part
+        ``{"ops"}`` or ``{"error", "retry"}`` (engine/bulk_parts.py)."""
+        parts: list[dict[str, Any]] = req["shards"]
+        results: list[dict[str, Any] | None] = [None] * len(parts)
+        staged: list[tuple[int, Key, ShardCopy, Any, Any, list[int]]] = []
+        keys = sorted({(str(p["index_uuid"]), int(p["shard"])) for p in parts})
+        with contextlib.ExitStack() as held:
+            for k in keys:
+                held.enter_context(self.write_lock(k))
+            first = next((self.copies[k] for k in keys if k in self.copies), None)
+            hold = (self.remote.staging(first.spec.cluster_uuid) if self.remote is not None and first is not None
+                    else contextlib.nullcontext())
+            with hold:
+                for i, part in enumerate(parts):
+                    key = self._key(part)
+                    copy = None
+                    try:
+                        copy = self._copy(part, primary=True)
+                        stamped, pending = copy.primary_stage(part["ops"], mapping=_mapping(part.get("mapping")),
+                                                              fields=part.get("fields"))
+                    except Exception as exc:  # noqa: BLE001 - reported for this part only
+                        if isinstance(exc, LocalDiskError) and copy is not None:
+                            self._report_disk_failure(key, copy, exc)
+                        results[i] = part_failure(exc)
+                        continue
+                    staged.append((i, key, copy, stamped, pending, []))
+            replicated = []
+            for i, key, copy, stamped, pending, checkpoints in staged:
+                wire = parts[i].get("mapping")
+                try:
+                    copy.replicate_staged(stamped, pending, lambda st, k=key, c=copy, m=wire, cp=checkpoints:
+                                          self._replicate_to_group(k, c, st, m, cp))
+                except Exception as exc:  # noqa: BLE001 - reported for this part only
+                    results[i] = part_failure(exc)
+                    continue
+                replicated.append((i, key, copy, stamped, pending, checkpoints))
+        for i, key, copy, stamped, pending, checkpoints in replicated:
+            try:
+                self._settle(key, copy, pending)
+            except Exception as exc:  # noqa: BLE001 - reported for this part only
+                results[i] = part_failure(exc)
+                continue
+            copy.update_global_checkpoint(min([copy.local_checkpoint, *checkpoints]))
+            results[i] = {"ops": stamped.select(["seq_no", "primary_term", "version"])}
+        return {"results": results}
 
     def _fail_replica(self, key: Key, replica: str, term: int, reason: str) -> None:
         """Have the cluster manager take ``replica`` out of the in-sync set before this primary acknowledges."""
@@ -513,6 +574,7 @@ _ACTIONS: dict[str, Callable[[NodeService, dict[str, Any]], Any]] = {
     "shard.stats": NodeService._stats,
     "shard.group": NodeService._group,
     "shard.bulk": NodeService._bulk,
+    "shard.bulk_many": NodeService._bulk_many,
     "shard.replicate": NodeService._replicate,
     "shard.promote": NodeService._promote,
     "shard.resync": NodeService._resync_apply,

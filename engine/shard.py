@@ -239,6 +239,9 @@ class ShardCopy:
             self.remote_translog = self.node_remote.translog(addr.cluster_uuid).open_shard(
                 self.translog, addr.translog_prefix(self.primary_term), self.spec.index_uuid, self.spec.shard,
                 upload_timeout=self.spec.upload_timeout, covered_through=self.translog.generation - 1)
+            # every round rolls (and so fsyncs, sealed) what it uploads before anything is acknowledged: an
+            # append's own fsync would only be paid twice
+            self.translog.set_durability("remote")
         elif self.spec.durability == "request":
             # Every operation this copy logged at or below the global checkpoint is durable under an
             # older term's prefix (a primary counts its own operation processed only once uploaded), and
@@ -273,6 +276,7 @@ class ShardCopy:
         ``replicate(stamped)`` (the primary's replication to its group) runs once the batch is
         applied and logged locally, while its upload is in flight and with no lock of this copy
         held; the call returns only once both settled, and raises the replication's error first.
+        It is :meth:`primary_stage`, ``replicate``, then :meth:`settle`.
 
         ``expect`` (optimistic concurrency: id, if_seq_no, if_primary_term) is checked
         against the id's current copy under the write lock, so two writers racing on the
@@ -281,6 +285,21 @@ class ShardCopy:
         takes it in first, so no copy decides a field's type on its own); ``fields``: the
         coordinator's parse of the index ops against it, used instead of parsing again when
         this copy's mapping is exactly ``mapping``.
+        """
+        stamped, pending = self.primary_stage(ops, expect=expect, mapping=mapping, fields=fields)
+        if replicate is not None:
+            self.replicate_staged(stamped, pending, replicate)
+        self.settle(pending)
+        return stamped
+
+    def primary_stage(self, ops: pa.RecordBatch, *, expect: Expectation | None = None,
+                      mapping: Mapping | None = None, fields: pa.Table | None = None
+                      ) -> tuple[pa.RecordBatch, _Staged]:
+        """Stamp, apply and log a bulk locally and start its upload, without waiting for it; (stamped, pending).
+
+        Nothing is acknowledged before :meth:`settle` of ``pending`` returned.  A node staging the
+        bulks of many shards before it settles any of them puts them all in one upload round
+        (issue 30; ``NodeTranslog.staging``).
         """
         with self._lock, self._local_disk("write"), row_cache.warmer.foreground():
             if not self.primary:
@@ -296,25 +315,26 @@ class ShardCopy:
             ops = self._with_versions(ops, expect, order)
             first = self.tracker.generate_seq_nos(ops.num_rows)
             stamped = stamp(ops, first, self.primary_term)
-            if replicate is None and self.remote_translog is None:
-                self._apply_stamped(stamped, prepared=prepared, order=order)
-                return stamped
-            pending = self._stage_stamped(stamped, prepared, order)
-        if replicate is None:  # the upload is waited for without the lock: concurrent bulks share a round
-            self._settle(pending)
-            return stamped
-        # The upload is in flight: replicate meanwhile, holding no lock of this copy (docs/design/engine.md,
-        # "Replication overlaps the upload"); acknowledged only once both settled.
+            return stamped, self._stage_stamped(stamped, prepared, order)
+
+    def replicate_staged(self, stamped: pa.RecordBatch, pending: _Staged,
+                         replicate: Callable[[pa.RecordBatch], object]) -> None:
+        """Run ``replicate(stamped)`` while the staged upload is in flight, holding no lock of this copy
+        (docs/design/engine.md, "Replication overlaps the upload"); on its failure the upload is still
+        settled (logged) and the replication's error raised."""
         try:
             replicate(stamped)
         except BaseException:
             try:
-                self._settle(pending)
+                self.settle(pending)
             except Exception as exc:  # noqa: BLE001 - the replication error is the one raised; this one is logged
                 log.warning("%s: the upload of a batch whose replication failed failed too: %r", self.path, exc)
             raise
-        self._settle(pending)
-        return stamped
+
+    def settle(self, staged: _Staged) -> None:
+        """Wait for a staged batch's upload, check the fence, then count it processed (its seq#s may
+        advance the local checkpoint, and so the global one, only once the store holds them)."""
+        self._settle(staged)
 
     def _stage_stamped(self, stamped: pa.RecordBatch, prepared: Prepared | None,
                        order: pa.Array | None) -> _Staged:
@@ -568,6 +588,8 @@ class ShardCopy:
         """Undo a promotion that failed part-way: a replica again, ready to be promoted to a newer term."""
         self.primary = False
         remote, self.remote_translog, self.remote_segments = self.remote_translog, None, None
+        if self.translog.durability == "remote":
+            self.translog.set_durability("request")
         if remote is not None:
             try:
                 remote.close()

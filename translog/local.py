@@ -11,6 +11,9 @@ as one frame and writes it.  A *sync* flushes, fsyncs the generation file and th
 replaces ``translog.ckp``; only bytes the checkpoint covers count as durable.  Under
 ``request`` durability an append returns after a sync covering it; concurrent appenders
 share one fsync (group commit: whoever syncs covers everything flushed before it).
+Under ``remote`` durability (a primary whose node-level remote translog uploads every sealed
+generation, issue 30) an append does not sync: the upload round rolls the generation, which
+fsyncs it sealed, before it uploads it, and nothing is acknowledged before that.
 Under ``async`` durability a background thread syncs every ``sync_interval`` seconds,
 and also rolls a full generation (so an append never waits for the roll's fsyncs).
 
@@ -141,14 +144,14 @@ class LocalTranslog:
         *,
         primary_term: int,
         translog_uuid: uuid.UUID | None = None,
-        durability: Literal["request", "async"] = "request",
+        durability: Literal["request", "async", "remote"] = "request",
         sync_interval: float = 5.0,
         generation_bytes: int = 64 * 1024 * 1024,
         max_source_bytes: int = DEFAULT_MAX_SOURCE_BYTES,
         fsync: bool = True,
     ) -> None:
-        if durability not in ("request", "async"):
-            raise TranslogError(f"durability must be 'request' or 'async', not {durability!r}")
+        if durability not in ("request", "async", "remote"):
+            raise TranslogError(f"durability must be 'request', 'async' or 'remote', not {durability!r}")
         self.directory = directory
         self.durability = durability
         self.generation_bytes = generation_bytes
@@ -326,6 +329,16 @@ class LocalTranslog:
             else:
                 self.roll_generation()
         return position
+
+    def set_durability(self, durability: Literal["request", "remote"]) -> None:
+        """Switch between ``request`` and ``remote`` durability (a copy promoted to, or leaving, a primary
+        whose node-level remote translog rolls and seals, with fsyncs, every generation it uploads)."""
+        if durability not in ("request", "remote") or self.durability == "async":
+            raise TranslogError(f"{self.directory}: cannot switch durability from {self.durability!r} to "
+                                f"{durability!r}")
+        if durability == "request" and self.durability == "remote":
+            self.sync()  # what was appended without a sync is made durable before the log promises it again
+        self.durability = durability
 
     def _check_open(self) -> None:
         if self._tragic is not None:

@@ -33,11 +33,12 @@ no shard still retains a section of it (reference counted per round).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 import pyarrow as pa
@@ -100,6 +101,7 @@ class NodeTranslog:
         self._refs: dict[int, set[tuple[int, int]]] = {}  # round -> {(id(handle), generation)} still retained
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._holds = 0  # callers staging several shards' appends (staging())
         self.rounds = 0  # rounds that landed
 
     @property
@@ -114,6 +116,23 @@ class NodeTranslog:
         """The remote translog of one primary copy on this node (writes its per-shard metadata naming the stream)."""
         return NodeShardTranslog(self, local, prefix, index_uuid, shard, upload_timeout=upload_timeout,
                                  covered_through=covered_through, keep_metadata=keep_metadata)
+
+    @contextlib.contextmanager
+    def staging(self) -> Iterator[None]:
+        """Hold the next round while the caller appends to several shards, so one round takes them all.
+
+        A node writing one bulk's parts for many shards stages them all (CPU work, no waiting)
+        inside this, then waits: their uploads share one data blob instead of the first part
+        starting a round alone.  Rounds already running are not held.
+        """
+        with self._cond:
+            self._holds += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._holds -= 1
+                self._cond.notify_all()
 
     # -- rounds ---------------------------------------------------------------------------------
 
@@ -135,7 +154,7 @@ class NodeTranslog:
         pause = self.retry_pause
         while True:
             with self._cond:
-                while not self._closed and not self._pending:
+                while not self._closed and (not self._pending or self._holds):
                     if not self._cond.wait(UPLOADER_IDLE_SECONDS) and not self._pending:
                         self._thread = None  # idle: the next append starts another
                         return
