@@ -50,7 +50,7 @@ from shardstore.segments.remote_store import iter_commits, latest_commit, list_t
 from shardstore.segments.segment import BASE_SCHEMA
 from shardstore.segments.synthetic import fill_sources, op_sources
 from shardstore.spark.catalog import open_from_options, resolve_index
-from shardstore.translog.remote import RemoteTranslog, latest_metadata_key
+from shardstore.translog.remote import RemoteTranslog, translog_state_key
 
 SCHEMA = pa.schema([
     pa.field("op_type", pa.string()), pa.field("_id", pa.string()), pa.field("_seq_no", pa.int64()),
@@ -161,15 +161,16 @@ def shard_checkpoint(store: BlobStore, address: ShardAddress) -> int:
 
 
 def shard_state_key(store: BlobStore, address: ShardAddress) -> tuple:
-    """What :func:`shard_checkpoint` reads, named by LISTs alone: the newest commit key and each term's newest translog metadata key.
+    """What :func:`shard_checkpoint` reads, named by LISTs alone: the newest commit key and each term's
+    translog state key (its newest metadata key and the newest round of each node stream it names).
 
-    Commit and translog metadata blobs are written once under unique keys, so an
+    Commit, translog metadata and round blobs are written once under unique keys, so an
     unchanged state key means an unchanged checkpoint: an idle stream polls with LISTs
-    only instead of reading the retained translog.
+    only (and one GET per new metadata blob) instead of reading the retained translog.
     """
     newest_commit = next(iter(iter_commits(store, address)), None)
     terms = list_terms(store, address)
-    return newest_commit, tuple((t, latest_metadata_key(store, address.translog_prefix(t))) for t in terms)
+    return newest_commit, tuple((t, translog_state_key(store, address.translog_prefix(t))) for t in terms)
 
 
 def _to_batches(table: pa.Table) -> Iterator[pa.RecordBatch]:

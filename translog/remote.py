@@ -53,6 +53,7 @@ from shardstore.translog.checkpoint import read_checkpoint
 from shardstore.translog.errors import TranslogCorruptedError, TranslogError, TranslogUnavailable
 from shardstore.translog.frames import HEADER_SIZE, GenerationHeader, iter_frames
 from shardstore.translog.local import LocalTranslog, generation_file, sealed_checkpoint_file
+from shardstore.translog.node_format import DATA_DIR as NODE_DATA_DIR
 from shardstore.translog.node_read import shard_entries
 from shardstore.translog.purge import GenerationInfo, remote_deletable
 from shardstore.translog.remote_metadata import (
@@ -91,6 +92,27 @@ def latest_metadata_key(store: BlobStore, prefix: str) -> str | None:
     """
     first = next(iter(store.list(_join(prefix, METADATA_DIR))), None)
     return None if first is None else first.key
+
+
+_STATE_CACHE: dict[tuple[str, str], RemoteTranslogMetadata] = {}
+
+
+def translog_state_key(store: BlobStore, prefix: str) -> tuple:
+    """What names the translog under ``prefix`` as it is now, by LISTs alone once its newest metadata was read:
+    that metadata's key and, for a node-level translog, the newest round key of each stream it names (the
+    per-shard metadata is not rewritten per round, issue 30).  Equal keys mean equal operations."""
+    key = latest_metadata_key(store, prefix)
+    if key is None:
+        return (None,)
+    md = _STATE_CACHE.get((store.location, key))
+    if md is None:  # metadata blobs are written once under unique keys: read once per process
+        md = decode_metadata(store.get(key), key)
+        if len(_STATE_CACHE) > 4096:
+            _STATE_CACHE.clear()
+        _STATE_CACHE[(store.location, key)] = md
+    rounds = tuple(next((b.key for b in store.list(f"{stream}/{NODE_DATA_DIR}")), None)
+                   for stream, _first, _index, _shard in md.streams)
+    return (key, rounds)
 
 
 def latest_metadata(store: BlobStore, prefix: str) -> tuple[str, RemoteTranslogMetadata] | None:
@@ -605,4 +627,4 @@ def purge_older_prefix(store: BlobStore, prefix: str, *, own_prefix: str, own_ke
 
 
 __all__ = ["RemoteTranslog", "filter_batch", "latest_metadata", "latest_metadata_key", "purge_older_prefix",
-           "read_generation", "resolve", "section_path", "stream_entries"]
+           "read_generation", "resolve", "section_path", "stream_entries", "translog_state_key"]

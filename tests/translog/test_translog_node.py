@@ -213,3 +213,23 @@ def test_a_restarted_node_adopts_the_sections_of_its_earlier_stream(store_factor
     finally:
         node.close()
         shards.locals[0].close()
+
+
+@REMOTE
+def test_the_state_key_moves_with_every_round_and_rests_when_idle(store_factory, tmp_path: Path) -> None:
+    """Spark's change stream polls with it: a per-shard metadata key alone no longer moves per round."""
+    from shardstore.translog.remote import translog_state_key
+
+    store = store_factory()
+    shards = Shards(store, tmp_path, 2)
+    try:
+        shards.handles[0].add(ops(0, 3))
+        first = translog_state_key(store, prefix(0))
+        assert translog_state_key(store, prefix(0)) == first  # idle: unchanged
+        shards.handles[1].add(ops(0, 3))  # another shard's round moves it too (a false alarm, never a miss)
+        second = translog_state_key(store, prefix(0))
+        shards.handles[0].add(ops(3, 3))
+        third = translog_state_key(store, prefix(0))
+        assert len({first, second, third}) == 3
+    finally:
+        shards.close()
