@@ -16,7 +16,7 @@ random ids at ``request`` durability; every index has 0 replicas unless said.
    0 with none), after two settling flushes.
 4. ``shard_docs_per_s``: a 100-shard index, bulks of 1,000 from one thread, docs/s (target
    >= 20k on the file store).
-5. ``threads`` (``shards`` 100 / 1,000): threads of this process once the index is created,
+5. ``threads`` (``shards`` 100 / 1,000; 5,000 as five indices of 1,000): threads of this process once the index is created,
    written to once and idle for the uploader threads' idle time (``just_after_a_bulk_over_all``:
    right after the bulk); target <= 64 at 5,000 shards, which ``--cost-big`` measures.
 
@@ -39,6 +39,10 @@ from typing import Any
 from benches.runner import Context, Figure, run_cleanups
 
 BULK = 1_000
+
+
+#: shards per index when a cell needs more than one index holds (MAX_SHARDS is 1,024)
+MAX_PER_INDEX = 1_000
 
 
 def add_arguments(group: Any) -> None:
@@ -99,8 +103,12 @@ def run(ctx: Context) -> Iterator[Figure]:
     def cluster(kind: str, shards: int, replicas: int = 0, nodes: int = 1) -> Any:
         url, options = stores.url(kind)
         c = Cluster(store=url, data_dir=os.path.join(base, f"data-{uuid.uuid4().hex[:8]}"), nodes=nodes, **options)
-        c.create_index("i", shards=shards, replicas=replicas, durability="request")
+        c.create_index("i", shards=min(shards, MAX_PER_INDEX), replicas=replicas, durability="request")
         assert not c.bulk("i", _docs(BULK, rng)).errors  # the mapping committed, every shard written once
+        for extra in range(1, -(-shards // MAX_PER_INDEX)):  # an index holds at most 1,024 shards: more indices
+            c.create_index(f"i{extra}", shards=min(MAX_PER_INDEX, shards - extra * MAX_PER_INDEX), replicas=replicas,
+                           durability="request")
+            assert not c.bulk(f"i{extra}", _docs(BULK, rng)).errors
         return c
 
     try:
