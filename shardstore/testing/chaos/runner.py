@@ -38,7 +38,7 @@ from shardstore.blobstores.errors import Throttled, TransientError
 from shardstore.errors import ShardstoreError
 from shardstore.segments.directory import INDEX_BUFFER_BYTES
 from shardstore.testing.chaos.model import ClientModel, Violation
-from shardstore.testing.chaos.schedule import DATA_NODES, MANAGERS, Step, draw_schedule
+from shardstore.testing.chaos.schedule import DATA_NODES, MANAGERS, Step, corrupt_target, draw_schedule
 from shardstore.testing.disk import DiskFaults
 from shardstore.testing.faulty import FaultyStore
 
@@ -376,8 +376,7 @@ class Simulation:
             return
         inner = self.store.inner
         part = step.args["part"]
-        keys = sorted(i.key for i in inner.list("") if part in i.key
-                      and (part != "/cluster-state/" or "/manifest/" not in i.key))
+        keys = sorted(i.key for i in inner.list("") if corrupt_target(part, i.key))
         if not keys:
             return
         key = keys[step.args["pick"] % len(keys)]

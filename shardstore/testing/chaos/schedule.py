@@ -60,13 +60,25 @@ WEIGHTS: dict[str, int] = {
 }
 #: blob-store operations and key patterns a store fault may hit
 STORE_OPS = ("put", "get", "list", "delete")
-STORE_KEYS = ("*translog/metadata*", "*translog/data*", "*segments/metadata*", "*segments/data*",
+#: (the translog patterns take the node-level translog's round index and data blobs too, issue 30: the strings
+#: changed in place, so every seed draws the same schedule as before)
+STORE_KEYS = ("*translog*/[mi]*", "*translog*/data/*", "*segments/metadata*", "*segments/data*",
               "*primary_terms*", "*cluster-state*", "*")
 STORE_ACTIONS = ("fail", "crash_after", "crash_before", "delay", "stale_list")
 #: the blob kinds a corrupt step may hit (a fragment of their keys) and what it does to one
 CORRUPT_PARTS = ("/segments/data/", "/segments/metadata/", "/translog/data/", "/translog/metadata/",
                  "/primary_terms/", "/cluster-state/manifest/", "/cluster-state/")
 CORRUPT_HOW = ("flip", "truncate", "delete")
+
+
+def corrupt_target(part: str, key: str) -> bool:
+    """Whether a corrupt step of ``part`` may hit ``key``: "/translog/data/" and "/translog/metadata/" take a
+    node-level translog round's data and index blob too (issue 30)."""
+    if part == "/cluster-state/":
+        return part in key and "/manifest/" not in key
+    if "/node_translog/" in key:
+        return (part == "/translog/data/" and "/data/" in key) or (part == "/translog/metadata/" and "/index/" in key)
+    return part in key
 DISK_ACTIONS = ("enospc", "eio", "torn", "crash")
 DISK_PARTS = ("translog", "index")
 TRANSPORT_ACTIONS = ("shard.bulk", "shard.replicate", "*")
@@ -154,4 +166,4 @@ def draw_schedule(seed: int, length: int) -> list[Step]:
     return [draw_step(rng, i) for i in range(length)]
 
 
-__all__ = ["CORRUPT_HOW", "CORRUPT_PARTS", "DATA_NODES", "KEYSPACE", "MANAGERS", "STORE_ACTIONS", "Step", "WEIGHTS", "draw_schedule", "draw_step"]
+__all__ = ["CORRUPT_HOW", "CORRUPT_PARTS", "corrupt_target", "DATA_NODES", "KEYSPACE", "MANAGERS", "STORE_ACTIONS", "Step", "WEIGHTS", "draw_schedule", "draw_step"]
