@@ -13,10 +13,16 @@ router may send that part again through the one-shard path, which waits out a fa
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from shardstore.engine.errors import ShardUnavailable
+import pyarrow as pa
+
+from shardstore.engine.errors import NodeDisconnected, ShardUnavailable
+from shardstore.engine.shard import ShardCopy
+from shardstore.errors import LocalDiskError
 
 
 class PartFailed(Exception):
@@ -36,4 +42,85 @@ def group_by_node(shards: Sequence[int], primary_of: Callable[[int], str | None]
     return groups
 
 
-__all__ = ["PartFailed", "group_by_node", "part_failure"]
+Key = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class NodeRoles:
+    """What :func:`apply_parts` needs of a node (the embedded ``Node`` or a process's ``NodeService``)."""
+
+    lock: Callable[[Key], contextlib.AbstractContextManager[Any]]  # the shard's write lock
+    primary: Callable[[dict[str, Any]], ShardCopy]  # the part's primary copy here (ShardUnavailable if none)
+    hold: Callable[[list[Key]], contextlib.AbstractContextManager[Any]]  # the node's upload-round hold
+    replicate: Callable[[Key, ShardCopy, pa.RecordBatch, Any, list[int]], None]  # to the shard's in-sync copies
+    settle: Callable[[Key, ShardCopy, Any], None]  # wait for the part's upload (a disk failure reported)
+    disk_failed: Callable[[Key, ShardCopy, LocalDiskError], None]
+    mapping: Callable[[Any], Any]  # the part's mapping as the copy takes it
+    reply: Callable[[pa.RecordBatch], pa.RecordBatch]  # what of the stamped batch goes back
+
+
+def apply_parts(parts: Sequence[dict[str, Any]], node: NodeRoles) -> list[dict[str, Any]]:
+    """A node's side of ``shard.bulk_many``: every part staged inside one hold of the node's upload round, each
+    replicated, then (the shard locks released) each settled; per part ``{"ops"}`` or :func:`part_failure`."""
+    results: list[dict[str, Any] | None] = [None] * len(parts)
+    staged: list[tuple[int, Key, ShardCopy, pa.RecordBatch, Any, list[int]]] = []
+    keys = sorted({(str(p["index_uuid"]), int(p["shard"])) for p in parts})
+    replicated = []
+    with contextlib.ExitStack() as held:
+        for k in keys:
+            held.enter_context(node.lock(k))
+        with node.hold(keys):
+            for i, part in enumerate(parts):
+                key = (str(part["index_uuid"]), int(part["shard"]))
+                copy = None
+                try:
+                    copy = node.primary(part)
+                    stamped, pending = copy.primary_stage(part["ops"], mapping=node.mapping(part.get("mapping")),
+                                                          fields=part.get("fields"))
+                except Exception as exc:  # noqa: BLE001 - reported for this part only
+                    if isinstance(exc, LocalDiskError) and copy is not None:
+                        node.disk_failed(key, copy, exc)
+                    results[i] = part_failure(exc)
+                    continue
+                staged.append((i, key, copy, stamped, pending, []))
+        for i, key, copy, stamped, pending, checkpoints in staged:
+            wire = parts[i].get("mapping")
+            try:
+                copy.replicate_staged(stamped, pending, lambda st, k=key, c=copy, m=wire, cp=checkpoints:
+                                      node.replicate(k, c, st, m, cp))
+            except Exception as exc:  # noqa: BLE001 - reported for this part only
+                results[i] = part_failure(exc)
+                continue
+            replicated.append((i, key, copy, stamped, pending, checkpoints))
+    for i, key, copy, stamped, pending, checkpoints in replicated:
+        try:
+            node.settle(key, copy, pending)
+        except Exception as exc:  # noqa: BLE001 - reported for this part only
+            results[i] = part_failure(exc)
+            continue
+        copy.update_global_checkpoint(min([copy.local_checkpoint, *checkpoints]))
+        results[i] = {"ops": node.reply(stamped)}
+    return results  # type: ignore[return-value]
+
+
+def unsent(exc: BaseException) -> bool:
+    """Whether a failed ``shard.bulk_many`` certainly applied nothing (its parts may go again one by one)."""
+    return isinstance(exc, ShardUnavailable) or (isinstance(exc, NodeDisconnected) and exc.delivered is False)
+
+
+def take_answers(positions: list[int], answer: list[dict[str, Any]], out: list[Any],
+                 again: Callable[[int], Any], acked: Callable[[int, pa.RecordBatch], None] | None = None) -> None:
+    """Fill ``out`` at ``positions`` from a node's per-part results: the stamped batch, the part sent again
+    through the one-shard path (``again``) when nothing was applied, else :class:`PartFailed`."""
+    for i, result in zip(positions, answer, strict=True):
+        if result.get("ops") is not None:
+            if acked is not None:
+                acked(i, result["ops"])
+            out[i] = result["ops"]
+        elif result.get("retry"):
+            out[i] = again(i)
+        else:
+            out[i] = PartFailed(result["error"])
+
+
+__all__ = ["NodeRoles", "PartFailed", "apply_parts", "group_by_node", "part_failure", "take_answers", "unsent"]

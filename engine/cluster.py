@@ -52,7 +52,7 @@ from shardstore.cluster_state.coordination import LocalCluster
 from shardstore.cluster_state.errors import ClusterStateSuperseded, NoClusterState, NotMaster
 from shardstore.core.path_strategy import PlainPathStrategy
 from shardstore.engine.allocation import AllocationWorker, ClusterHealth, cluster_health, plan_replicas
-from shardstore.engine.bulk_parts import PartFailed, group_by_node
+from shardstore.engine.bulk_parts import group_by_node, take_answers, unsent
 from shardstore.engine.datadir import DataDirLock
 from shardstore.engine.documents import BulkResult, Documents, with_shard_fields
 from shardstore.engine.errors import (
@@ -63,7 +63,6 @@ from shardstore.engine.errors import (
     IndexNotFound,
     InvalidRequest,
     MappingNotCommitted,
-    NodeDisconnected,
     NodeNotFound,
     RecoverySourceClosed,
     ShardUnavailable,
@@ -574,21 +573,11 @@ class Cluster:
                     {"index_uuid": meta.uuid, "shard": parts[i][0], "ops": parts[i][1], "mapping": mapping,
                      "fields": parts[i][2]} for i in positions]})["results"]
             except Exception as exc:  # noqa: BLE001 - the node is gone: each part on its own (or its error)
-                unsent = isinstance(exc, ShardUnavailable) or (isinstance(exc, NodeDisconnected)
-                                                                and exc.delivered is False)
-                if not unsent:  # it may have been applied: reported, never sent twice
-                    for i in positions:
-                        out[i] = exc
-                    return
-                answer = [{"error": "", "retry": True}] * len(positions)
-            for i, result in zip(positions, answer, strict=True):
-                if "ops" in result:
-                    self._note_acked(meta.uuid, parts[i][0], result["ops"])
-                    out[i] = result["ops"]
-                elif result.get("retry"):
-                    out[i] = self._one_part(meta, parts[i], mapping)
-                else:
-                    out[i] = PartFailed(result["error"])
+                for i in positions:  # applied nothing: sent again one by one; else reported, never sent twice
+                    out[i] = self._one_part(meta, parts[i], mapping) if unsent(exc) else exc
+                return
+            take_answers(positions, answer, out, lambda i: self._one_part(meta, parts[i], mapping),
+                         lambda i, ops: self._note_acked(meta.uuid, parts[i][0], ops))
 
         items = list(groups.items())
         if len(items) == 1:

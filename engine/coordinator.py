@@ -28,7 +28,7 @@ from typing import Any
 import pyarrow as pa
 
 from shardstore.cluster_state.coordination import ClusterManagerNode
-from shardstore.engine.bulk_parts import PartFailed, group_by_node
+from shardstore.engine.bulk_parts import group_by_node, take_answers, unsent
 from shardstore.engine.documents import Documents
 from shardstore.engine.errors import ClusterClosed, IndexNotFound, InvalidRequest, ShardUnavailable
 from shardstore.engine.metadata import IndexMeta, indices_from_state
@@ -147,18 +147,10 @@ class Coordinator:
             try:
                 answer = self._while_routed_many(meta.name, [parts[i][0] for i in positions], node, request)
             except Exception as exc:  # noqa: BLE001 - sent again part by part only if it never arrived
-                unsent = isinstance(exc, ShardUnavailable) or (isinstance(exc, NodeDisconnected)
-                                                               and exc.delivered is False)
                 for i in positions:
-                    out[i] = one(i) if unsent else exc
+                    out[i] = one(i) if unsent(exc) else exc
                 return
-            for i, result in zip(positions, answer, strict=True):
-                if result.get("ops") is not None:
-                    out[i] = result["ops"]
-                elif result.get("retry"):
-                    out[i] = one(i)
-                else:
-                    out[i] = PartFailed(result["error"])
+            take_answers(positions, answer, out, one)
 
         items = list(groups.items())
         if len(items) == 1:

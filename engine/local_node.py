@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from shardstore.blobstores.base import BlobStore
-from shardstore.engine.bulk_parts import part_failure
+from shardstore.engine.bulk_parts import NodeRoles, apply_parts
 from shardstore.engine.errors import InvalidRequest, OperationTermTooOld, ShardUnavailable
 from shardstore.engine.node_remote import NodeRemote
 from shardstore.engine.shard import ShardCopy
@@ -121,45 +121,11 @@ class Node:
         share one data blob (issue 30); then each is replicated; then, the shard locks released,
         each waits for the round.
         """
-        parts: list[dict[str, Any]] = req["shards"]
-        results: list[dict[str, Any] | None] = [None] * len(parts)
-        staged: list[tuple[int, tuple[str, int], ShardCopy, Any, Any, list[int]]] = []
-        keys = sorted({(p["index_uuid"], p["shard"]) for p in parts})
-        with contextlib.ExitStack() as held:
-            for k in keys:
-                held.enter_context(self._shard_lock(k))
-            with self._staging(keys):
-                for i, part in enumerate(parts):
-                    key = (part["index_uuid"], part["shard"])
-                    try:
-                        copy = self._primary(key)
-                        stamped, pending = copy.primary_stage(part["ops"], mapping=part.get("mapping"),
-                                                              fields=part.get("fields"))
-                    except Exception as exc:  # noqa: BLE001 - reported for this part only
-                        if isinstance(exc, LocalDiskError):
-                            self._fail_copy(key, self.name, self.copies[key], str(exc))
-                        results[i] = part_failure(exc)
-                        continue
-                    staged.append((i, key, copy, stamped, pending, []))
-            replicated = []
-            for i, key, copy, stamped, pending, checkpoints in staged:
-                mapping = parts[i].get("mapping")
-                try:
-                    copy.replicate_staged(stamped, pending, lambda st, k=key, c=copy, m=mapping, cp=checkpoints:
-                                          self._replicate(k, c, st, m, cp))
-                except Exception as exc:  # noqa: BLE001 - reported for this part only
-                    results[i] = part_failure(exc)
-                    continue
-                replicated.append((i, key, copy, stamped, pending, checkpoints))
-        for i, key, copy, stamped, pending, checkpoints in replicated:
-            try:
-                self._settle(key, copy, pending)
-            except Exception as exc:  # noqa: BLE001 - reported for this part only
-                results[i] = part_failure(exc)
-                continue
-            copy.update_global_checkpoint(min([copy.local_checkpoint, *checkpoints]))
-            results[i] = {"ops": stamped}
-        return {"results": results}
+        return {"results": apply_parts(req["shards"], NodeRoles(
+            lock=self._shard_lock, primary=lambda part: self._primary((part["index_uuid"], part["shard"])),
+            hold=self._staging, replicate=self._replicate, settle=self._settle,
+            disk_failed=lambda key, copy, exc: self._fail_copy(key, self.name, copy, str(exc)),
+            mapping=lambda m: m, reply=lambda stamped: stamped))}
 
     def _staging(self, keys: list[tuple[str, int]]) -> contextlib.AbstractContextManager[None]:
         """Hold this node's upload round while the parts are staged (no-op without a remote store)."""

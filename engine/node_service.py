@@ -37,7 +37,7 @@ import pyarrow as pa
 from shardstore.blobstores.base import BlobStore
 from shardstore.cluster_state.errors import NotMaster
 from shardstore.core.path_strategy import PathStrategy
-from shardstore.engine.bulk_parts import part_failure
+from shardstore.engine.bulk_parts import NodeRoles, apply_parts
 from shardstore.engine.errors import (
     InvalidRequest,
     OperationTermTooOld,
@@ -270,49 +270,17 @@ class NodeService:
         """``shard.bulk_many``: one bulk's parts for several shards whose primaries are here, staged together
         inside one hold of this node's upload round (issue 30), replicated, then settled; per part
         ``{"ops"}`` or ``{"error", "retry"}`` (engine/bulk_parts.py)."""
-        parts: list[dict[str, Any]] = req["shards"]
-        results: list[dict[str, Any] | None] = [None] * len(parts)
-        staged: list[tuple[int, Key, ShardCopy, Any, Any, list[int]]] = []
-        keys = sorted({(str(p["index_uuid"]), int(p["shard"])) for p in parts})
-        with contextlib.ExitStack() as held:
-            for k in keys:
-                held.enter_context(self.write_lock(k))
-            first = next((self.copies[k] for k in keys if k in self.copies), None)
-            hold = (self.remote.staging(first.spec.cluster_uuid) if self.remote is not None and first is not None
-                    else contextlib.nullcontext())
-            with hold:
-                for i, part in enumerate(parts):
-                    key = self._key(part)
-                    copy = None
-                    try:
-                        copy = self._copy(part, primary=True)
-                        stamped, pending = copy.primary_stage(part["ops"], mapping=_mapping(part.get("mapping")),
-                                                              fields=part.get("fields"))
-                    except Exception as exc:  # noqa: BLE001 - reported for this part only
-                        if isinstance(exc, LocalDiskError) and copy is not None:
-                            self._report_disk_failure(key, copy, exc)
-                        results[i] = part_failure(exc)
-                        continue
-                    staged.append((i, key, copy, stamped, pending, []))
-            replicated = []
-            for i, key, copy, stamped, pending, checkpoints in staged:
-                wire = parts[i].get("mapping")
-                try:
-                    copy.replicate_staged(stamped, pending, lambda st, k=key, c=copy, m=wire, cp=checkpoints:
-                                          self._replicate_to_group(k, c, st, m, cp))
-                except Exception as exc:  # noqa: BLE001 - reported for this part only
-                    results[i] = part_failure(exc)
-                    continue
-                replicated.append((i, key, copy, stamped, pending, checkpoints))
-        for i, key, copy, stamped, pending, checkpoints in replicated:
-            try:
-                self._settle(key, copy, pending)
-            except Exception as exc:  # noqa: BLE001 - reported for this part only
-                results[i] = part_failure(exc)
-                continue
-            copy.update_global_checkpoint(min([copy.local_checkpoint, *checkpoints]))
-            results[i] = {"ops": stamped.select(["seq_no", "primary_term", "version"])}
-        return {"results": results}
+        return {"results": apply_parts(req["shards"], NodeRoles(
+            lock=self.write_lock, primary=lambda part: self._copy(part, primary=True), hold=self._staging,
+            replicate=self._replicate_to_group, settle=self._settle, disk_failed=self._report_disk_failure,
+            mapping=_mapping, reply=lambda stamped: stamped.select(["seq_no", "primary_term", "version"])))}
+
+    def _staging(self, keys: list[Key]) -> contextlib.AbstractContextManager[Any]:
+        """Hold this node's upload round while a bulk's parts are staged (no-op without a remote store)."""
+        first = next((self.copies[k] for k in keys if k in self.copies), None)
+        if self.remote is None or first is None:
+            return contextlib.nullcontext()
+        return self.remote.staging(first.spec.cluster_uuid)
 
     def _fail_replica(self, key: Key, replica: str, term: int, reason: str) -> None:
         """Have the cluster manager take ``replica`` out of the in-sync set before this primary acknowledges."""
