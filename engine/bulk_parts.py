@@ -103,6 +103,14 @@ def apply_parts(parts: Sequence[dict[str, Any]], node: NodeRoles) -> list[dict[s
     return results  # type: ignore[return-value]
 
 
+def staging_hold(remote: Any, copies: dict[Key, ShardCopy], keys: list[Key]) -> contextlib.AbstractContextManager[Any]:
+    """Hold the node's upload round (``remote``: its NodeRemote, or None) while a bulk's parts are staged."""
+    first = next((copies[k] for k in keys if k in copies), None)
+    if remote is None or first is None:
+        return contextlib.nullcontext()
+    return remote.staging(first.spec.cluster_uuid)
+
+
 def unsent(exc: BaseException) -> bool:
     """Whether a failed ``shard.bulk_many`` certainly applied nothing (its parts may go again one by one)."""
     return isinstance(exc, ShardUnavailable) or (isinstance(exc, NodeDisconnected) and exc.delivered is False)
@@ -123,4 +131,5 @@ def take_answers(positions: list[int], answer: list[dict[str, Any]], out: list[A
             out[i] = PartFailed(result["error"])
 
 
-__all__ = ["NodeRoles", "PartFailed", "apply_parts", "group_by_node", "part_failure", "take_answers", "unsent"]
+__all__ = ["NodeRoles", "PartFailed", "apply_parts", "group_by_node", "part_failure", "staging_hold", "take_answers",
+           "unsent"]

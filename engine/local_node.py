@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from shardstore.blobstores.base import BlobStore
-from shardstore.engine.bulk_parts import NodeRoles, apply_parts
+from shardstore.engine.bulk_parts import NodeRoles, apply_parts, staging_hold
 from shardstore.engine.errors import InvalidRequest, OperationTermTooOld, ShardUnavailable
 from shardstore.engine.node_remote import NodeRemote
 from shardstore.engine.shard import ShardCopy
@@ -123,16 +123,9 @@ class Node:
         """
         return {"results": apply_parts(req["shards"], NodeRoles(
             lock=self._shard_lock, primary=lambda part: self._primary((part["index_uuid"], part["shard"])),
-            hold=self._staging, replicate=self._replicate, settle=self._settle,
+            hold=lambda keys: staging_hold(self.remote, self.copies, keys), replicate=self._replicate, settle=self._settle,
             disk_failed=lambda key, copy, exc: self._fail_copy(key, self.name, copy, str(exc)),
             mapping=lambda m: m, reply=lambda stamped: stamped))}
-
-    def _staging(self, keys: list[tuple[str, int]]) -> contextlib.AbstractContextManager[None]:
-        """Hold this node's upload round while the parts are staged (no-op without a remote store)."""
-        first = next((self.copies[k] for k in keys if k in self.copies), None)
-        if self.remote is None or first is None:
-            return contextlib.nullcontext()
-        return self.remote.staging(first.spec.cluster_uuid)
 
     def discard(self, key: tuple[str, int]) -> ShardCopy | None:
         """Take this node's copy of ``key`` out and close it (a failed copy: its close error is only logged)."""

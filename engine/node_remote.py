@@ -49,11 +49,6 @@ class NodeRemote:
         """Hold this node's next upload round while one bulk's parts for many shards are staged."""
         return self.translog(cluster_uuid).staging()
 
-    def rounds(self) -> int:
-        """Rounds that landed, over every cluster."""
-        with self._lock:
-            return sum(t.rounds for t in self._translogs.values())
-
     def close(self) -> None:
         """Stop the uploaders (copies are closed first by their node)."""
         with self._lock:

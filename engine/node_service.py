@@ -37,7 +37,7 @@ import pyarrow as pa
 from shardstore.blobstores.base import BlobStore
 from shardstore.cluster_state.errors import NotMaster
 from shardstore.core.path_strategy import PathStrategy
-from shardstore.engine.bulk_parts import NodeRoles, apply_parts
+from shardstore.engine.bulk_parts import NodeRoles, apply_parts, staging_hold
 from shardstore.engine.errors import (
     InvalidRequest,
     OperationTermTooOld,
@@ -271,16 +271,9 @@ class NodeService:
         inside one hold of this node's upload round (issue 30), replicated, then settled; per part
         ``{"ops"}`` or ``{"error", "retry"}`` (engine/bulk_parts.py)."""
         return {"results": apply_parts(req["shards"], NodeRoles(
-            lock=self.write_lock, primary=lambda part: self._copy(part, primary=True), hold=self._staging,
+            lock=self.write_lock, primary=lambda part: self._copy(part, primary=True), hold=lambda keys: staging_hold(self.remote, self.copies, keys),
             replicate=self._replicate_to_group, settle=self._settle, disk_failed=self._report_disk_failure,
             mapping=_mapping, reply=lambda stamped: stamped.select(["seq_no", "primary_term", "version"])))}
-
-    def _staging(self, keys: list[Key]) -> contextlib.AbstractContextManager[Any]:
-        """Hold this node's upload round while a bulk's parts are staged (no-op without a remote store)."""
-        first = next((self.copies[k] for k in keys if k in self.copies), None)
-        if self.remote is None or first is None:
-            return contextlib.nullcontext()
-        return self.remote.staging(first.spec.cluster_uuid)
 
     def _fail_replica(self, key: Key, replica: str, term: int, reason: str) -> None:
         """Have the cluster manager take ``replica`` out of the in-sync set before this primary acknowledges."""

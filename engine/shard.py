@@ -331,11 +331,6 @@ class ShardCopy:
                 log.warning("%s: the upload of a batch whose replication failed failed too: %r", self.path, exc)
             raise
 
-    def settle(self, staged: _Staged) -> None:
-        """Wait for a staged batch's upload, check the fence, then count it processed (its seq#s may
-        advance the local checkpoint, and so the global one, only once the store holds them)."""
-        self._settle(staged)
-
     def _stage_stamped(self, stamped: pa.RecordBatch, prepared: Prepared | None,
                        order: pa.Array | None) -> _Staged:
         """Apply and log ``stamped`` locally and start its upload, without waiting for it (under the lock)."""
@@ -346,7 +341,7 @@ class ShardCopy:
         remote = self.remote_translog
         return _Staged(stamped.column("seq_no"), remote, remote.append(stamped)[0])
 
-    def _settle(self, staged: _Staged) -> None:
+    def settle(self, staged: _Staged) -> None:
         """Wait for a staged batch's upload, check the fence, then count it processed (its seq#s may
         advance the local checkpoint, and so the global one, only once the store holds them)."""
         if staged.remote is None:

@@ -22,7 +22,6 @@ from shardstore.blobstores.base import BlobStore
 from shardstore.blobstores.errors import BlobAlreadyExists, BlobNotFound
 from shardstore.errors import ShardstoreError
 from shardstore.segments.claim_rule import (
-    ACCEPT_WINDOW,
     CLAIMS_DIR,
     KEEP_CLAIMS,
     Claim,
@@ -86,7 +85,6 @@ class ClaimWatch:
         self._lock = threading.Lock()
         self._claims: tuple[Claim, ...] = ()
         self._read: dict[int, Claim] = {}  # epoch -> claim, for the epochs still listed
-        self.refreshes = 0
 
     def refresh(self) -> None:
         """List the log (one LIST; one GET per claim not read before); later verdicts answer from it."""
@@ -106,7 +104,6 @@ class ClaimWatch:
         with self._lock:
             self._read = {e: known[e] for e in epochs if e in known}
             self._claims = tuple(claims)
-            self.refreshes += 1
 
     def _get(self, epoch: int) -> Claim | None:
         key = f"{claims_prefix(self.cluster_uuid)}/{claim_name(epoch)}"
@@ -125,4 +122,4 @@ class ClaimWatch:
         return fence_verdict(claims, index_uuid, shard, term, verified_epoch)
 
 
-__all__ = ["ACCEPT_WINDOW", "ClaimWatch", "append_claim", "claims_prefix", "list_epochs"]
+__all__ = ["ClaimWatch", "append_claim", "claims_prefix", "list_epochs"]

@@ -39,7 +39,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import pyarrow as pa
 
@@ -53,7 +53,14 @@ from shardstore.translog.local import LocalTranslog, generation_file, sealed_che
 from shardstore.translog.node_format import RoundIndex, Section, data_key, index_key, stream_prefix, trailer
 from shardstore.translog.node_read import forget_cached, shard_entries
 from shardstore.translog.purge import GenerationInfo, remote_deletable
-from shardstore.translog.remote import KEEP_METADATA, UNASSIGNED, _checked, latest_metadata, purge_older_prefix
+from shardstore.translog.remote import (
+    KEEP_METADATA,
+    _checked,
+    apply_trims,
+    latest_metadata,
+    newest_trim,
+    purge_older_prefix,
+)
 from shardstore.translog.remote_metadata import (
     METADATA_DIR,
     RemoteGeneration,
@@ -266,7 +273,6 @@ class NodeShardTranslog:
         self.writer = uuid.uuid4().hex
         self._upload_lock = threading.Lock()  # sealing, metadata writes and purges of this shard, one at a time
         self._cond = threading.Condition()
-        self._requested = 0
         self._closed = False
         self._last_error: BaseException | None = None
         self.uploads = 0
@@ -405,8 +411,6 @@ class NodeShardTranslog:
         """Append locally and ask for a round covering it; its position (wait with :meth:`wait_uploaded`)."""
         position = self.local.add(batch, history=history)
         if batch.num_rows:
-            with self._cond:
-                self._requested = max(self._requested, position[0])
             self.node._request(self)
         return position
 
@@ -418,7 +422,6 @@ class NodeShardTranslog:
                 raise TranslogError(f"{self.prefix}: the remote translog is closed")
             if self._uploaded_through >= generation:
                 return
-            self._requested = max(self._requested, generation)
         self.node._request(self)
         with self._cond:
             while self._uploaded_through < generation:
@@ -451,11 +454,8 @@ class NodeShardTranslog:
         self._sync_all()
         with self._upload_lock:
             with self._cond:
-                self._trim = (seq_no, term) if self._trim is None or term >= self._trim[1] else self._trim
-                for g, e in list(self._entries.items()):
-                    if e.primary_term < term:
-                        t = seq_no if e.trimmed_above_seq_no == UNASSIGNED else min(seq_no, e.trimmed_above_seq_no)
-                        self._entries[g] = replace(e, trimmed_above_seq_no=t)
+                self._trim = newest_trim(self._trim, seq_no, term)
+                self._entries = {g: apply_trims(e, [(seq_no, term)]) for g, e in self._entries.items()}
             return self._write_metadata()
 
     # -- per-shard metadata and purge -----------------------------------------------------------

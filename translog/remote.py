@@ -158,6 +158,11 @@ def _checked(view: memoryview, path: str, end: int) -> tuple[GenerationHeader, i
     return header, generation_checksum(view)
 
 
+def newest_trim(trim: tuple[int, int] | None, seq_no: int, term: int) -> tuple[int, int]:
+    """The (seq_no, term) trim a translog records after ``trim_operations_above(seq_no, term)``."""
+    return (seq_no, term) if trim is None or term >= trim[1] else trim
+
+
 def apply_trims(entry: RemoteGeneration, trims: list[tuple[int, int]]) -> RemoteGeneration:
     """``entry`` with every applicable (seq_no, term) trim of a merged prefix folded into its trimmed-above seq#."""
     t = entry.trimmed_above_seq_no
@@ -443,11 +448,8 @@ class RemoteTranslog:
         """Trim locally, then upload a metadata blob recording the trims."""
         self.local.trim_operations_above(seq_no, term)
         with self._upload_lock, self._cond:
-            self._trim = (seq_no, term) if self._trim is None or term >= self._trim[1] else self._trim  # not racing an upload that copied the entries before the trim
-            for g, e in list(self._entries.items()):
-                if e.primary_term < term:
-                    t = seq_no if e.trimmed_above_seq_no == UNASSIGNED else min(seq_no, e.trimmed_above_seq_no)
-                    self._entries[g] = replace(e, trimmed_above_seq_no=t)
+            self._trim = newest_trim(self._trim, seq_no, term)  # not racing an upload that copied the entries before the trim
+            self._entries = {g: apply_trims(e, [(seq_no, term)]) for g, e in self._entries.items()}
         return self._upload(force=True)
 
     # -- purging ----------------------------------------------------------------------------
@@ -626,5 +628,5 @@ def purge_older_prefix(store: BlobStore, prefix: str, *, own_prefix: str, own_ke
     return data + meta
 
 
-__all__ = ["RemoteTranslog", "filter_batch", "latest_metadata", "latest_metadata_key", "purge_older_prefix",
+__all__ = ["RemoteTranslog", "filter_batch", "latest_metadata", "latest_metadata_key", "newest_trim", "purge_older_prefix",
            "read_generation", "resolve", "section_path", "stream_entries", "translog_state_key"]
