@@ -19,6 +19,8 @@ random ids at ``request`` durability; every index has 0 replicas unless said.
 5. ``threads`` (``shards`` 100 / 1,000; 5,000 as five indices of 1,000): threads of this process once the index is created,
    written to once and idle for the uploader threads' idle time (``just_after_a_bulk_over_all``:
    right after the bulk); target <= 64 at 5,000 shards, which ``--cost-big`` measures.
+   ``fds_per_copy``: open files per shard copy then (its lock; the translog file is released
+   when idle).
 
 Sizes: 10 bulks per cell (quick: 3).  Temp files go to ``SHARDSTORE_BENCH_DIR``.
 """
@@ -90,6 +92,7 @@ def run(ctx: Context) -> Iterator[Figure]:
     import pyarrow as pa
 
     from shardstore.engine import Cluster
+    from shardstore.engine.file_budget import open_files
     from shardstore.engine.routing import shard_ids
     from shardstore.translog.remote import UPLOADER_IDLE_SECONDS
 
@@ -208,7 +211,7 @@ def run(ctx: Context) -> Iterator[Figure]:
                 c.close()
         # 5. threads as shards grow (file store)
         for shards in (100, 1_000, *((5_000,) if getattr(ctx.args, "cost_big", False) else ())):
-            before = threading.active_count()
+            before, fds_before = threading.active_count(), open_files()
             c = cluster("file", shards)
             try:
                 busy = threading.active_count()
@@ -217,6 +220,12 @@ def run(ctx: Context) -> Iterator[Figure]:
                 yield ctx.figure("threads", n, "threads", target="<= 64" if shards >= 5_000 else None,
                                  met=n <= 64 if shards >= 5_000 else None, shards=shards, before=before,
                                  just_after_a_bulk_over_all=busy, when=f"idle {UPLOADER_IDLE_SECONDS + 1:.0f}s")
+                fds = open_files()
+                if fds is not None and fds_before is not None:
+                    per_copy = (fds - fds_before) / shards
+                    yield ctx.figure("fds_per_copy", per_copy, "fds", shards=shards,
+                                     when=f"idle {UPLOADER_IDLE_SECONDS + 1:.0f}s")
+                    ctx.progress(f"{shards} shards: {per_copy:.2f} open files per idle shard copy")
                 ctx.progress(f"{shards} shards: {busy} threads in this process right after a bulk over all of "
                              f"them, {n} once idle")
             finally:

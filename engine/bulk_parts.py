@@ -111,6 +111,15 @@ def staging_hold(remote: Any, copies: dict[Key, ShardCopy], keys: list[Key]) -> 
     return remote.staging(first.spec.cluster_uuid)
 
 
+def joining_hold(remote: Any, copies: dict[Key, ShardCopy], key: Key) -> contextlib.AbstractContextManager[Any]:
+    """Ask the node's next upload round to take a one-shard bulk still waiting for ``key``'s lock (group commit
+    of concurrent clients, ``NodeTranslog.joining``); released once the bulk is staged."""
+    copy = copies.get(key)
+    if remote is None or copy is None or copy.node_remote is None:
+        return contextlib.nullcontext()
+    return remote.joining(copy.spec.cluster_uuid)
+
+
 def unsent(exc: BaseException) -> bool:
     """Whether a failed ``shard.bulk_many`` certainly applied nothing (its parts may go again one by one)."""
     return isinstance(exc, ShardUnavailable) or (isinstance(exc, NodeDisconnected) and exc.delivered is False)
@@ -131,5 +140,5 @@ def take_answers(positions: list[int], answer: list[dict[str, Any]], out: list[A
             out[i] = PartFailed(result["error"])
 
 
-__all__ = ["NodeRoles", "PartFailed", "apply_parts", "group_by_node", "part_failure", "staging_hold", "take_answers",
-           "unsent"]
+__all__ = ["NodeRoles", "PartFailed", "apply_parts", "group_by_node", "joining_hold", "part_failure", "staging_hold",
+           "take_answers", "unsent"]

@@ -1,11 +1,11 @@
 """Whether this process can open the files a new index's shard copies need (issue 30).
 
-Each open shard copy holds 2 file descriptors (its translog's current generation and its
-directory's write lock; ``python -m benches cost`` counts them), so a node with thousands
-of copies meets the open-file limit (``ulimit -n``).  Creating an index checks first, so
-it is refused whole with :class:`~shardstore.errors.TooManyOpenFiles` naming the limit
-instead of failing part-way with a raw ``OSError`` and leaving the node unable to open a
-file.  Opening fewer descriptors per idle copy is the lasting fix (issue 30).
+An idle shard copy holds 1 file descriptor (its directory's write lock); its translog's
+current generation is open only between an append and the next roll or sync (released
+when idle, ``translog/local.py``), and a segment file once it was read.  Budgeting 2 per
+copy covers a copy taking writes.  Creating an index checks first, so it is refused whole
+with :class:`~shardstore.errors.TooManyOpenFiles` naming the limit instead of failing
+part-way with a raw ``OSError`` and leaving the node unable to open a file.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from shardstore.errors import TooManyOpenFiles, open_file_limit
 
 __all__ = ["FDS_PER_COPY", "HEADROOM", "check_file_budget", "open_files"]
 
-#: file descriptors one open shard copy holds
+#: file descriptors budgeted per shard copy (its lock, and its translog file while it takes writes)
 FDS_PER_COPY = 2
 #: descriptors kept free for everything else (sockets, segment reads, store files, the cluster state)
 HEADROOM = 64

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from shardstore.blobstores.base import BlobStore
-from shardstore.engine.bulk_parts import NodeRoles, apply_parts, staging_hold
+from shardstore.engine.bulk_parts import NodeRoles, apply_parts, joining_hold, staging_hold
 from shardstore.engine.errors import InvalidRequest, OperationTermTooOld, ShardUnavailable
 from shardstore.engine.node_remote import NodeRemote
 from shardstore.engine.shard import ShardCopy
@@ -92,16 +92,21 @@ class Node:
         """Stage, replicate (both under the shard's lock: replicas get a shard's bulks in order), then wait
         for the upload without the lock, so concurrent bulks of the shard share an upload round."""
         checkpoints: list[int] = []
-        with self._shard_lock(key):
-            copy = self._primary(key)
-            try:
-                stamped, pending = copy.primary_stage(req["ops"], expect=req.get("expect"),
-                                                      mapping=req.get("mapping"), fields=req.get("fields"))
-                copy.replicate_staged(stamped, pending,
-                                      lambda st: self._replicate(key, copy, st, req.get("mapping"), checkpoints))
-            except LocalDiskError as exc:
-                self._fail_copy(key, self.name, copy, str(exc))  # a replica takes over; the client retries
-                raise
+        with contextlib.ExitStack() as joined:
+            joined.enter_context(joining_hold(self.remote, self.copies, key))  # before the lock: queued bulks join
+            with self._shard_lock(key):
+                copy = self._primary(key)
+                try:
+                    try:
+                        stamped, pending = copy.primary_stage(req["ops"], expect=req.get("expect"),
+                                                              mapping=req.get("mapping"), fields=req.get("fields"))
+                    finally:
+                        joined.close()  # staged: the round may start without waiting for this bulk any more
+                    copy.replicate_staged(stamped, pending,
+                                          lambda st: self._replicate(key, copy, st, req.get("mapping"), checkpoints))
+                except LocalDiskError as exc:
+                    self._fail_copy(key, self.name, copy, str(exc))  # a replica takes over; the client retries
+                    raise
         self._settle(key, copy, pending)
         copy.update_global_checkpoint(min([copy.local_checkpoint, *checkpoints]))
         return {"ops": stamped}

@@ -49,6 +49,10 @@ class NodeRemote:
         """Hold this node's next upload round while one bulk's parts for many shards are staged."""
         return self.translog(cluster_uuid).staging()
 
+    def joining(self, cluster_uuid: str) -> contextlib.AbstractContextManager[None]:
+        """Ask this node's next upload round to wait (a round's time at most) for a bulk queued on its shard lock."""
+        return self.translog(cluster_uuid).joining()
+
     def close(self) -> None:
         """Stop the uploaders (copies are closed first by their node)."""
         with self._lock:

@@ -37,7 +37,7 @@ import pyarrow as pa
 from shardstore.blobstores.base import BlobStore
 from shardstore.cluster_state.errors import NotMaster
 from shardstore.core.path_strategy import PathStrategy
-from shardstore.engine.bulk_parts import NodeRoles, apply_parts, staging_hold
+from shardstore.engine.bulk_parts import NodeRoles, apply_parts, joining_hold, staging_hold
 from shardstore.engine.errors import (
     InvalidRequest,
     OperationTermTooOld,
@@ -244,16 +244,21 @@ class NodeService:
         mapping = _mapping(req.get("mapping"))
         expect = None if req.get("expect") is None else tuple(req["expect"])
         checkpoints: list[int] = []
-        with self.write_lock(key):
-            copy = self._copy(req, primary=True)
-            try:
-                stamped, pending = copy.primary_stage(req["ops"], expect=expect, mapping=mapping,
-                                                      fields=req.get("fields"))
-                copy.replicate_staged(stamped, pending, lambda st: self._replicate_to_group(
-                    key, copy, st, req.get("mapping"), checkpoints))
-            except LocalDiskError as exc:
-                self._report_disk_failure(key, copy, exc)
-                raise
+        with contextlib.ExitStack() as joined:
+            joined.enter_context(joining_hold(self.remote, self.copies, key))  # before the lock: queued bulks join
+            with self.write_lock(key):
+                copy = self._copy(req, primary=True)
+                try:
+                    try:
+                        stamped, pending = copy.primary_stage(req["ops"], expect=expect, mapping=mapping,
+                                                              fields=req.get("fields"))
+                    finally:
+                        joined.close()  # staged: the round may start without waiting for this bulk any more
+                    copy.replicate_staged(stamped, pending, lambda st: self._replicate_to_group(
+                        key, copy, st, req.get("mapping"), checkpoints))
+                except LocalDiskError as exc:
+                    self._report_disk_failure(key, copy, exc)
+                    raise
         self._settle(key, copy, pending)
         copy.update_global_checkpoint(min([copy.local_checkpoint, *checkpoints]))
         # the coordinator reads only these of the stamped batch: sending back its sources would double the bytes

@@ -38,6 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shardstore.blobstores.base import BlobStore
+from shardstore.core.arrays import filled
 from shardstore.core.address import ShardAddress
 from shardstore.core.path_strategy import PathStrategy, PlainPathStrategy
 from shardstore.engine.errors import (
@@ -311,7 +312,7 @@ class ShardCopy:
                 prepared = Prepared(ops.num_rows, fields, mapping)  # every op is an index op of the bulk
             else:
                 prepared = self.directory.prepare(ops)  # a rejected batch consumes no seq#
-            order = id_order(ops.column("id").fill_null(""))  # sorted once: the versions and the refresh use it
+            order = id_order(filled(ops.column("id"), ""))  # sorted once: the versions and the refresh use it
             ops = self._with_versions(ops, expect, order)
             first = self.tracker.generate_seq_nos(ops.num_rows)
             stamped = stamp(ops, first, self.primary_term)
@@ -355,14 +356,15 @@ class ShardCopy:
                        order: pa.Array | None = None) -> pa.RecordBatch:
         """``ops`` with each index/delete's version set to the id's current version + 1 (+1 per earlier op on it)."""
         ids = ops.column("id")
-        current = self.directory.current_versions(ids.fill_null(""))
+        keys = filled(ids, "")
+        current = self.directory.current_versions(keys)
         if expect is not None:
             doc_id, if_seq_no, if_term = expect
             pos = pc.index(ids, doc_id).as_py()
             row = current.slice(pos, 1).to_pylist()[0] if pos >= 0 else {"_seq_no": None, "_primary_term": None}
             if (row["_seq_no"], row["_primary_term"]) != (if_seq_no, if_term):
                 raise VersionConflict(doc_id, if_seq_no, if_term, row["_seq_no"], row["_primary_term"])
-        versions = next_versions(ids.fill_null(""), current.column("_version"), order)
+        versions = next_versions(keys, current.column("_version"), order)
         op_type = ops.column("op_type")
         if pc.any(pc.equal(op_type, int(OpType.NO_OP))).as_py():
             versions = pc.if_else(pc.equal(op_type, int(OpType.NO_OP)), pa.nulls(len(versions), pa.int64()), versions)

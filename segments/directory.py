@@ -37,7 +37,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from shardstore.core.arrays import one_array
+from shardstore.core.arrays import filled, one_array
 from shardstore.core.ops import NO_OPS, OpType
 from shardstore.core.records import crc32c
 from shardstore.errors import InvalidError
@@ -293,7 +293,7 @@ class ShardDirectory:
                 assert prepared.fields is not None
                 docs = pa.table(
                     [one_array(idx.column("id")), idx.column("seq_no"), idx.column("primary_term"),
-                     pc.fill_null(idx.column("version"), 1), idx.column("source")]
+                     filled(idx.column("version"), 1), idx.column("source")]
                     + list(prepared.fields.columns),
                     schema=pa.schema(list(BASE_SCHEMA) + list(prepared.fields.schema)),
                 )

@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from shardstore.core.arrays import one_array
+from shardstore.core.arrays import filled, one_array
 from shardstore.segments.livedocs import LiveDocs
 from shardstore.segments.segment import SegmentReader, lookup_segments
 
@@ -77,7 +77,7 @@ def latest_versions(ids: pa.Array, buffered_docs: Sequence[pa.Table], buffered_d
         wq = winners.column("q").to_numpy()
         found[wq] = True
         for name in VERSIONS_SCHEMA.names:
-            out[name][wq] = winners.column(name).fill_null(0).to_numpy()
+            out[name][wq] = filled(winners.column(name), 0).to_numpy()
     back = pc.index_in(ids, value_set=uniq).to_numpy(zero_copy_only=False).astype(np.int64)
     mask = ~found[back]
     return pa.table([pa.array(out[name][back], pa.int64(), mask=mask) for name in VERSIONS_SCHEMA.names],
@@ -100,7 +100,7 @@ def next_versions(ids: pa.Array, current: pa.Array, order: pa.Array | None = Non
     n = len(ids)
     if n == 0:
         return pa.array([], pa.int64())
-    base = np.asarray(pc.fill_null(current, 0).to_numpy(zero_copy_only=False), dtype=np.int64)
+    base = np.asarray(filled(current, 0).to_numpy(zero_copy_only=False), dtype=np.int64)
     if not _has_repeats(ids, order):  # no id twice in the batch (the common bulk): no ranks to count
         return pa.array(base + 1, pa.int64())
     codes = ids.dictionary_encode().indices.to_numpy(zero_copy_only=False).astype(np.int64)

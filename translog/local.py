@@ -12,8 +12,12 @@ replaces ``translog.ckp``; only bytes the checkpoint covers count as durable.  U
 ``request`` durability an append returns after a sync covering it; concurrent appenders
 share one fsync (group commit: whoever syncs covers everything flushed before it).
 Under ``remote`` durability (a primary whose node-level remote translog uploads every sealed
-generation, issue 30) an append does not sync: the upload round rolls the generation, which
-fsyncs it sealed, before it uploads it, and nothing is acknowledged before that.
+generation, issue 30) neither an append nor a roll fsyncs: the upload round rolls the
+generation, then makes the rolls of all its shards durable with one sync of the filesystem
+(:func:`~shardstore.fileio.sync_filesystem`) before it uploads them, and nothing is
+acknowledged before that.  A SIGKILL loses nothing the page cache holds; a power cut may
+leave such a log torn past its last round, which the engine never reopens (a restarted
+node rebuilds its copies from the store and its peers).
 Under ``async`` durability a background thread syncs every ``sync_interval`` seconds,
 and also rolls a full generation (so an append never waits for the roll's fsyncs).
 
@@ -31,7 +35,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Any, BinaryIO, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -97,6 +101,68 @@ def _write_frame(f: Any, header: bytes, parts: list[Part]) -> None:
             views[0] = views[0][n:]
 
 
+class _GenerationFile:
+    """The current generation file, open for appends only while in use (issue 30: the descriptors a node
+    needs do not grow with its idle shards).
+
+    The log releases it when idle -- after a roll and after a sync that covered every append --
+    and the next write opens it again (``O_APPEND``).  Running out of descriptors there is
+    :class:`~shardstore.errors.TooManyOpenFiles` (retryable), never a failed log: nothing was
+    written.  Released only under the log's sync and write locks, so no fsync loses its fd.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.name = path
+        self._f: BinaryIO | None = None
+        self._closed = False
+        self._lock = threading.Lock()  # an append and a sync's fileno() may open it at once
+
+    def _open(self) -> BinaryIO:
+        f = self._f
+        if f is None:
+            with self._lock:
+                if self._closed:
+                    raise ValueError(f"I/O operation on closed generation file {self.name}")
+                if self._f is None:
+                    self._f = open(self.name, "ab")  # noqa: SIM115 - held until released
+                f = self._f
+        return f
+
+    @property
+    def is_open(self) -> bool:
+        """Whether it holds a descriptor now."""
+        return self._f is not None
+
+    def write(self, data: bytes | memoryview) -> int:
+        """Buffered append (opening the file if released)."""
+        return self._open().write(data)
+
+    def flush(self) -> None:
+        """Flush the buffer (nothing to do when released; ValueError once closed, as a closed file)."""
+        if self._closed:
+            raise ValueError(f"flush of closed generation file {self.name}")
+        f = self._f
+        if f is not None:
+            f.flush()
+
+    def fileno(self) -> int:
+        """The descriptor (opening the file if released)."""
+        return self._open().fileno()
+
+    def release(self) -> None:
+        """Flush and close the descriptor; the next write opens the file again."""
+        with self._lock:
+            f, self._f = self._f, None
+        if f is not None:
+            f.close()
+
+    def close(self) -> None:
+        """Release it for good: a later write, flush or fileno raises ValueError (a closed file's error)."""
+        with self._lock:
+            self._closed = True
+        self.release()
+
+
 class _Current:
     """The open generation: its file, and the stats the next checkpoint will record.
 
@@ -104,7 +170,7 @@ class _Current:
     ~25 µs to rebuild) is built only when someone reads ``checkpoint``.
     """
 
-    def __init__(self, checkpoint: Checkpoint, file: object, pending: list[pa.Array]) -> None:
+    def __init__(self, checkpoint: Checkpoint, file: _GenerationFile, pending: list[pa.Array]) -> None:
         self.file = file
         self.pending = pending
         self.checkpoint = checkpoint
@@ -181,18 +247,19 @@ class LocalTranslog:
     def _path(self, name: str) -> str:
         return os.path.join(self.directory, name)
 
-    def _new_generation_file(self, generation: int, term: int, tl_uuid: uuid.UUID) -> tuple[object, int]:
+    def _new_generation_file(self, generation: int, term: int, tl_uuid: uuid.UUID, *,
+                             fsync: bool = True) -> tuple[object, int]:
         """Create a generation file holding its header and schema frame, fsynced; (open file, its size)."""
         header = GenerationHeader(translog_uuid=tl_uuid, primary_term=term, generation=generation).encode()
         header += _SCHEMA_FRAME  # the schema, once per generation: batch frames carry none
         path = self._path(generation_file(generation))
-        f = open(path, "xb")
-        fileio.disk_fault("write", path)
-        f.write(header)
-        f.flush()
-        if self._fsync:
-            fileio.fsync(f.fileno(), path)
-        return f, len(header)
+        with open(path, "xb") as f:
+            fileio.disk_fault("write", path)
+            f.write(header)
+            f.flush()
+            if self._fsync and fsync:
+                fileio.fsync(f.fileno(), path)
+        return _GenerationFile(path), len(header)  # opened again by the first append
 
     @staticmethod
     def _fresh_checkpoint(generation: int, offset: int, term: int, base: Checkpoint | None,
@@ -237,8 +304,7 @@ class LocalTranslog:
             f.truncate(cp.offset)
             if self._fsync:
                 os.fsync(f.fileno())
-        f = open(path, "ab")
-        self._cur = _Current(cp, f, [])
+        self._cur = _Current(cp, _GenerationFile(path), [])
         self._synced = (cp.generation, cp.offset)
         if cp.max_seq_no >= 0:
             self._mark_recovered()
@@ -332,13 +398,19 @@ class LocalTranslog:
 
     def set_durability(self, durability: Literal["request", "remote"]) -> None:
         """Switch between ``request`` and ``remote`` durability (a copy promoted to, or leaving, a primary
-        whose node-level remote translog rolls and seals, with fsyncs, every generation it uploads)."""
+        whose node-level remote translog rolls and seals every generation it uploads, then syncs them all at once)."""
         if durability not in ("request", "remote") or self.durability == "async":
             raise TranslogError(f"{self.directory}: cannot switch durability from {self.durability!r} to "
                                 f"{durability!r}")
         if durability == "request" and self.durability == "remote":
             self.sync()  # what was appended without a sync is made durable before the log promises it again
         self.durability = durability
+
+    @property
+    def _durable(self) -> bool:
+        """Whether a sync or roll fsyncs now: not under ``remote`` durability, whose node-level round
+        makes every roll it uploads durable with one filesystem sync (NodeTranslog, issue 30)."""
+        return self._fsync and self.durability != "remote"
 
     def _check_open(self) -> None:
         if self._tragic is not None:
@@ -369,18 +441,22 @@ class LocalTranslog:
             with self._write_lock:
                 cur = self._cur
                 try:
-                    cur.file.flush()  # type: ignore[attr-defined]
+                    cur.file.flush()
                 except OSError as exc:
                     raise self._tragedy("write", exc) from exc
                 cp = cur.checkpoint
                 pending, cur.pending = cur.pending, []
+            durable = self._durable
             try:
-                if self._fsync:
-                    fileio.fsync(cur.file.fileno(), cur.file.name)  # type: ignore[attr-defined]
-                write_checkpoint(self.directory, cp, fsync=self._fsync)
+                if durable:
+                    fileio.fsync(cur.file.fileno(), cur.file.name)
+                write_checkpoint(self.directory, cp, fsync=durable)
             except OSError as exc:
                 raise self._tragedy("fsync", exc) from exc
             self._synced = (cp.generation, cp.offset)
+            with self._write_lock:
+                if self._cur is cur and cur.offset == cp.offset:
+                    cur.file.release()  # idle: its descriptor is not held until the next append
             for seq in pending:
                 self.tracker.mark_persisted(seq)
 
@@ -408,15 +484,10 @@ class LocalTranslog:
             if seq_no > cp.global_checkpoint:
                 self._cur.checkpoint = replace(cp, global_checkpoint=seq_no)
 
-    def roll_generation(self, new_term: int | None = None) -> None:
-        """Seal the current generation and start the next (with ``new_term`` if the term changed)."""
-        self.sync()
-        for _ in range(_CATCH_UP_SYNCS):  # appends went on during that fsync: sync them too, so that the
-            with self._write_lock:        # sealing fsync below (which holds up every sync) has little left to do
-                behind = self._cur.offset - self._synced[1] if self._synced[0] == self._cur.generation else 0
-            if behind <= _CATCH_UP_BYTES:
-                break
-            self.sync()
+    def roll_generation(self, new_term: int | None = None) -> Checkpoint:
+        """Seal the current generation and start the next (with ``new_term`` if the term changed); the sealed checkpoint."""
+        if self._durable:
+            self._sync_before_roll()
         with self._sync_lock:  # one roll at a time; no sync may write translog.ckp until it is done
             with self._write_lock:
                 cp = self._cur.checkpoint
@@ -426,30 +497,49 @@ class LocalTranslog:
             generation = cp.generation + 1
             if self._tragic is not None:
                 raise self._tragic
+            durable = self._durable
             try:
-                f, size = self._new_generation_file(generation, term, cp.translog_uuid)  # fsynced, appends go on
+                f, size = self._new_generation_file(generation, term, cp.translog_uuid,
+                                                    fsync=durable)  # fsynced, appends go on
                 with self._write_lock:  # the switch: only a flush under the write lock
                     old = self._cur
-                    old.file.flush()  # type: ignore[attr-defined]
+                    old.file.flush()
                     sealed = old.checkpoint
                     fresh = self._fresh_checkpoint(generation, size, term, sealed, sealed.translog_uuid)
                     self._cur = _Current(fresh, f, [])
                     self._sealed[sealed.generation] = sealed
                 # Appends now land in the new file; they count only once translog.ckp names it (below).  A
                 # crash before that leaves an orphan file, removed on open.
-                if self._fsync:
-                    fileio.fsync(old.file.fileno(), old.file.name)  # type: ignore[attr-defined]
-                old.file.close()  # type: ignore[attr-defined]
-                write_checkpoint(self.directory, sealed, fsync=self._fsync,
+                if durable:
+                    fileio.fsync(old.file.fileno(), old.file.name)
+                old.file.close()
+                write_checkpoint(self.directory, sealed, fsync=durable,
                                  name=sealed_checkpoint_file(sealed.generation))
-                write_checkpoint(self.directory, fresh, fsync=self._fsync)
+                write_checkpoint(self.directory, fresh, fsync=durable)
             except OSError as exc:
                 raise self._tragedy("roll", exc) from exc
             self._synced = (generation, fresh.offset)
         for seq in old.pending:
             self.tracker.mark_persisted(seq)
+        return sealed
+
+    def _sync_before_roll(self) -> None:
+        """Sync what was appended (again while appends go on), so that the roll's sealing fsync, which holds
+        up every sync, has little left to do."""
+        self.sync()
+        for _ in range(_CATCH_UP_SYNCS):  # appends went on during that fsync: sync them too, so that the
+            with self._write_lock:        # sealing fsync below (which holds up every sync) has little left to do
+                behind = self._cur.offset - self._synced[1] if self._synced[0] == self._cur.generation else 0
+            if behind <= _CATCH_UP_BYTES:
+                break
+            self.sync()
 
     # -- reading, trimming, purging -----------------------------------------------------------
+
+    def sealed_checkpoint(self, generation: int) -> Checkpoint:
+        """The checkpoint ``generation`` was sealed with (KeyError if it is not a retained sealed generation)."""
+        with self._write_lock:
+            return self._sealed[generation]
 
     def generations(self) -> list[GenerationInfo]:
         """What each retained generation holds (for the purge rules)."""
@@ -460,7 +550,7 @@ class LocalTranslog:
     def read_operations(self, from_seq_no: int, to_seq_no: int | None = None) -> Iterator[pa.RecordBatch]:
         """Operations with from <= seq# <= to, one winner per seq# (the highest term), trims applied."""
         with self._write_lock:
-            self._cur.file.flush()  # type: ignore[attr-defined]
+            self._cur.file.flush()
             cps = [*(self._sealed[g] for g in sorted(self._sealed)), self._cur.checkpoint]
         top = to_seq_no if to_seq_no is not None else 2**63 - 1
         batches = []
@@ -536,11 +626,11 @@ class LocalTranslog:
             self._syncer.join()  # lets a roll in progress finish
         if self._tragic is not None:  # failed for good: nothing more is made durable, the file just closes
             with self._write_lock, contextlib.suppress(OSError):
-                self._cur.file.close()  # type: ignore[attr-defined]
+                self._cur.file.close()
             return
         self.sync()
         with self._write_lock:
-            self._cur.file.close()  # type: ignore[attr-defined]
+            self._cur.file.close()
 
     def __enter__(self) -> LocalTranslog:
         return self

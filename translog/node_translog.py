@@ -9,8 +9,10 @@ docs/design/translog.md, "Node-level translog".
 **A round** (one uploader thread per node, started by an append, ended when idle):
 
 1. take every shard whose appends wait; for each, under its own upload lock only, roll
-   the local generation and read the sealed generations not uploaded yet (every frame
-   CRC-checked) -- no copy lock of the engine is held at any point;
+   the local generation (no fsync: ``remote`` durability) and read the sealed generations
+   not uploaded yet (every frame CRC-checked) -- no copy lock of the engine is held at any
+   point; then one filesystem sync makes every shard's roll durable (one per round, not
+   one fsync per shard);
 2. PUT one data blob (the sections, then the index) and one index blob, both ``if_absent``;
 3. run ``after_round`` (the engine's claim-log listing: one LIST, the fence);
 4. only then count the sections uploaded and wake the waiting appends, which the engine
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 import time
 import uuid
@@ -43,13 +46,14 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from shardstore import fileio
 from shardstore.blobstores.base import BlobStore
 from shardstore.blobstores.errors import BlobAlreadyExists
 from shardstore.core.ops import NO_OPS
 from shardstore.errors import LocalDiskError
 from shardstore.translog.checkpoint import read_checkpoint
 from shardstore.translog.errors import TranslogCorruptedError, TranslogError, TranslogUnavailable
-from shardstore.translog.local import LocalTranslog, generation_file, sealed_checkpoint_file
+from shardstore.translog.local import CHECKPOINT, LocalTranslog, generation_file
 from shardstore.translog.node_format import RoundIndex, Section, data_key, index_key, stream_prefix, trailer
 from shardstore.translog.node_read import forget_cached, shard_entries
 from shardstore.translog.purge import GenerationInfo, remote_deletable
@@ -108,7 +112,11 @@ class NodeTranslog:
         self._refs: dict[int, set[tuple[int, int]]] = {}  # round -> {(id(handle), generation)} still retained
         self._thread: threading.Thread | None = None
         self._closed = False
-        self._holds = 0  # callers staging several shards' appends (staging())
+        #: group commit: a round closes the current epoch and waits for the holds taken in it or before
+        #: (epoch -> [staging() holds, joining() holds]); a hold taken later never delays it
+        self._epoch = 0
+        self._holds: dict[int, list[int]] = {}
+        self._join_window = 0.0  # how long the last round took: the most a round waits for joining() holds
         self.rounds = 0  # rounds that landed
 
     @property
@@ -130,16 +138,71 @@ class NodeTranslog:
 
         A node writing one bulk's parts for many shards stages them all (CPU work, no waiting)
         inside this, then waits: their uploads share one data blob instead of the first part
-        starting a round alone.  Rounds already running are not held.
+        starting a round alone.  Rounds already running are not held, nor is a round by a hold
+        taken after it started waiting (epochs: no starvation under back-to-back holds).
         """
+        with self._hold(0):
+            yield
+
+    @contextlib.contextmanager
+    def joining(self) -> Iterator[None]:
+        """Ask the next round to wait for an append about to be staged (a round's time at most without progress).
+
+        A bulk that waits for its shard's lock behind another client's holds this while it waits
+        and stages: the round that would start as soon as the first client's append is logged
+        takes the queued ones too, instead of one round (2 PUTs) per client.  Bounded (see
+        :meth:`_await_stagers`), since a holder may wait on a lock held by someone who waits for that round.
+        """
+        with self._hold(1):
+            yield
+
+    @contextlib.contextmanager
+    def _hold(self, kind: int) -> Iterator[None]:
         with self._cond:
-            self._holds += 1
+            epoch = self._epoch
+            self._holds.setdefault(epoch, [0, 0])[kind] += 1
         try:
             yield
         finally:
             with self._cond:
-                self._holds -= 1
+                held = self._holds[epoch]
+                held[kind] -= 1
+                if held == [0, 0]:
+                    del self._holds[epoch]
                 self._cond.notify_all()
+
+    def _held_through(self, epoch: int) -> tuple[int, int]:
+        """(staging() holds, joining() holds) taken in ``epoch`` or before (under the condition)."""
+        held = [h for e, h in self._holds.items() if e <= epoch]
+        return sum(h[0] for h in held), sum(h[1] for h in held)
+
+    def _await_stagers(self) -> None:
+        """Close the epoch, then wait for its staging() holds, and for its joining() holds as long as one
+        of them is released within a round's time of the last (under the condition).
+
+        The joining holders queue on one shard lock and stage one after another, so each release
+        restarts the wait; a holder that makes no progress for a round's time (it may wait on a
+        lock whose holder waits for this round) is left to the next round.  Holds taken after the
+        epoch closed are not waited for, so the wait ends.
+        """
+        epoch = self._epoch
+        self._epoch += 1
+        deadline = 0.0
+        last_joining = -1
+        while not self._closed:
+            staging, joining = self._held_through(epoch)
+            if not staging and not joining:
+                return
+            if staging:
+                self._cond.wait()
+                continue
+            if joining != last_joining:  # progress: a joining holder staged (or the first look)
+                last_joining = joining
+                deadline = time.monotonic() + self._join_window
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self._cond.wait(left)
 
     # -- rounds ---------------------------------------------------------------------------------
 
@@ -161,17 +224,20 @@ class NodeTranslog:
         pause = self.retry_pause
         while True:
             with self._cond:
-                while not self._closed and (not self._pending or self._holds):
+                while not self._closed and not self._pending:
                     if not self._cond.wait(UPLOADER_IDLE_SECONDS) and not self._pending:
                         self._thread = None  # idle: the next append starts another
                         return
+                self._await_stagers()
                 if self._closed:
                     self._thread = None
                     return
                 handles = list(self._pending.values())
                 self._pending.clear()
+            started = time.monotonic()
             try:
                 self._round(handles)
+                self._join_window = min(time.monotonic() - started, 1.0)
                 pause = self.retry_pause
             except BaseException as exc:  # noqa: BLE001 - reported to the waiting appends, then retried
                 for h in handles:
@@ -202,6 +268,7 @@ class NodeTranslog:
             sections.extend(mine)
             owners.append((h, mine))
         if sections:
+            _sync_local([h for h, mine in owners if mine])  # one sync per round, not an fsync per shard
             index = RoundIndex(self.prefix, round_no, self.node, tuple(sections)).encode()
             parts.append(trailer(index))
             self._put(data_key(self.prefix, round_no), b"".join(parts))
@@ -256,6 +323,20 @@ class NodeTranslog:
             thread.join(timeout=30)
 
 
+def _sync_local(handles: list[NodeShardTranslog]) -> None:
+    """Make the rolls a round just sealed durable: one filesystem sync per device their logs live on
+    (their rolls wrote without fsyncs, ``remote`` durability); a failure fails the round as a local
+    disk fault (LocalDiskError: the copies are failed, nothing is acknowledged)."""
+    devices: dict[int, list[str]] = {}
+    for h in handles:
+        devices.setdefault(h.device, []).append(h.local.directory)
+    for directories in devices.values():
+        try:
+            fileio.sync_filesystem(directories[0], files=[os.path.join(d, CHECKPOINT) for d in directories])
+        except OSError as exc:
+            raise LocalDiskError(str(exc.filename or directories[0]), "fsync", exc) from exc
+
+
 class NodeShardTranslog:
     """One primary copy's remote translog inside a :class:`NodeTranslog` (the interface of RemoteTranslog)."""
 
@@ -271,6 +352,7 @@ class NodeShardTranslog:
         self.upload_timeout = upload_timeout
         self.keep_metadata = keep_metadata
         self.writer = uuid.uuid4().hex
+        self.device = os.stat(local.directory).st_dev  # the round syncs each filesystem once
         self._upload_lock = threading.Lock()  # sealing, metadata writes and purges of this shard, one at a time
         self._cond = threading.Condition()
         self._closed = False
@@ -361,7 +443,7 @@ class NodeShardTranslog:
             return out
 
     def _read_sealed(self, generation: int) -> _Sealed:
-        cp = read_checkpoint(self.local.directory, sealed_checkpoint_file(generation))
+        cp = self.local.sealed_checkpoint(generation)  # as sealed: the disk copy is the same bytes
         path = f"{self.local.directory}/{generation_file(generation)}"
         with open(path, "rb") as f:
             data = f.read(cp.offset)

@@ -10,6 +10,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from shardstore import fileio
+from shardstore.errors import LocalDiskError
+from shardstore.testing.disk import DiskFaults
 from shardstore.translog.errors import TranslogCorruptedError, TranslogUnavailable
 from shardstore.translog.local import LocalTranslog
 from shardstore.translog.node_read import cluster_streams, shard_entries
@@ -41,9 +44,9 @@ def requests(store) -> dict[str, int]:
 class Shards:
     """``n`` shards' local logs and their handles in one NodeTranslog."""
 
-    def __init__(self, store, tmp: Path, n: int, *, after_round=None) -> None:
+    def __init__(self, store, tmp: Path, n: int, *, after_round=None, durability: str = "request") -> None:
         self.node = NodeTranslog(store, CLUSTER, node="n1", after_round=after_round)
-        self.locals = [LocalTranslog(str(tmp / f"tl{i}"), primary_term=1) for i in range(n)]
+        self.locals = [LocalTranslog(str(tmp / f"tl{i}"), primary_term=1, durability=durability) for i in range(n)]
         self.handles = [self.node.open_shard(loc, prefix(i), "idx", i) for i, loc in enumerate(self.locals)]
 
     def close(self) -> None:
@@ -86,6 +89,60 @@ def test_many_shards_share_rounds_and_read_back_exactly(store_factory, tmp_path:
         _bulk_all(shards, 10, 5)
         for i in range(20):
             assert seqs(RemoteTranslog.read_operations(store, prefix(i), 0)) == list(range(15)), i
+    finally:
+        shards.close()
+
+
+@pytest.mark.parametrize("backend", ["file"], indirect=True)
+def test_a_round_makes_every_shards_roll_durable_with_one_filesystem_sync(store_factory, tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """``remote`` durability (a primary on the node translog): no fsync per shard, one syncfs per round
+    (issue 30, "one fsync per round per node"); the calls are counted and passed through to the real disk."""
+    store = store_factory()
+    shards = Shards(store, tmp_path, 20, durability="remote")
+    calls = {"fsync": 0, "syncfs": 0}
+    real_fsync, real_syncfs = fileio.fsync, fileio.sync_filesystem
+
+    def counted_fsync(fd: int, path: str) -> None:
+        calls["fsync"] += 1
+        real_fsync(fd, path)
+
+    def counted_syncfs(path: str, files=()) -> None:
+        calls["syncfs"] += 1
+        assert len(files) >= 1 and all(f.endswith("translog.ckp") for f in files)
+        real_syncfs(path, files)
+
+    monkeypatch.setattr(fileio, "fsync", counted_fsync)
+    monkeypatch.setattr(fileio, "sync_filesystem", counted_syncfs)
+    try:
+        _bulk_all(shards, 0, 10)
+        rounds = shards.node.rounds
+        assert 1 <= rounds < 20
+        assert calls == {"fsync": 0, "syncfs": rounds}
+        for i in range(20):
+            assert seqs(RemoteTranslog.read_operations(store, prefix(i), 0)) == list(range(10)), i
+            # the log reopens intact: the roll wrote its checkpoints (the sync made them durable)
+            assert shards.locals[i].sealed_checkpoint(shards.locals[i].generation - 1).num_ops == 10
+    finally:
+        shards.close()
+    for i in range(20):
+        with LocalTranslog(str(tmp_path / f"tl{i}"), primary_term=1) as reopened:
+            assert seqs(reopened.read_operations(0)) == list(range(10)), i
+
+
+@pytest.mark.parametrize("backend", ["file"], indirect=True)
+def test_a_failed_round_sync_is_a_local_disk_fault_and_acknowledges_nothing(store_factory, tmp_path: Path) -> None:
+    """An fsync fault on one shard's log (DiskFaults: no real disk fails an fsync on demand) fails the round
+    before its PUT: the waiting append gets LocalDiskError, and the store holds no round."""
+    store = store_factory()
+    shards = Shards(store, tmp_path, 3, durability="remote")
+    try:
+        with DiskFaults() as disk:
+            disk.inject(op="fsync", path="*/tl1/translog.ckp", action="eio")
+            generation = shards.handles[1].append(ops(0, 4))[0]
+            with pytest.raises(LocalDiskError, match="tl1"):
+                shards.handles[1].wait_uploaded(generation, timeout=10)
+        assert not [b for b in store.list(CLUSTER) if "/node_translog/" in b.key and "/data/" in b.key]
     finally:
         shards.close()
 
