@@ -109,6 +109,7 @@ class NodeTranslog:
         self._cond = threading.Condition()
         self._pending: dict[int, NodeShardTranslog] = {}
         self._next_round = 0
+        self._open_round: int | None = None  # numbered, not done: it may still seal shards
         self._refs: dict[int, set[tuple[int, int]]] = {}  # round -> {(id(handle), generation)} still retained
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -121,9 +122,11 @@ class NodeTranslog:
 
     @property
     def next_round(self) -> int:
-        """The number the next round will get: a shard opened now is in no earlier round."""
+        """The oldest round that may still take an append logged now: the round numbered but not done (it
+        may still seal shards), else the number the next one will get.  A per-shard metadata names it as
+        the first round to scan, so no round holds a shard before the round its metadata names."""
         with self._cond:
-            return self._next_round
+            return self._next_round if self._open_round is None else self._open_round
 
     def open_shard(self, local: LocalTranslog, prefix: str, index_uuid: str, shard: int, *,
                    upload_timeout: float = 30.0, covered_through: int | None = None,
@@ -254,6 +257,14 @@ class NodeTranslog:
         with self._cond:
             round_no = self._next_round
             self._next_round += 1  # a failed attempt's number is never reused: its PUT may have landed
+            self._open_round = round_no
+        try:
+            self._upload_round(round_no, handles)
+        finally:
+            with self._cond:
+                self._open_round = None
+
+    def _upload_round(self, round_no: int, handles: list[NodeShardTranslog]) -> None:
         parts: list[bytes] = []
         sections: list[Section] = []
         owners: list[tuple[NodeShardTranslog, list[Section]]] = []

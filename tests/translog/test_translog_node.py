@@ -5,6 +5,7 @@ lost blobs, restarts."""
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -143,6 +144,37 @@ def test_a_failed_round_sync_is_a_local_disk_fault_and_acknowledges_nothing(stor
             with pytest.raises(LocalDiskError, match="tl1"):
                 shards.handles[1].wait_uploaded(generation, timeout=10)
         assert not [b for b in store.list(CLUSTER) if "/node_translog/" in b.key and "/data/" in b.key]
+    finally:
+        shards.close()
+
+
+@pytest.mark.parametrize("backend", ["memory", "file"], indirect=True)
+def test_metadata_written_while_a_round_is_sealing_names_that_round(store_factory, tmp_path: Path) -> None:
+    """A purge of shard 1 writes its metadata while the round that took it is numbered but still sealing
+    shard 0: the metadata must name that round as the first to scan, or a reader misses the section the
+    round then writes (it named the round after, before the fix).  Shard 0's upload lock holds the round
+    in its sealing step: the window, made wide on purpose."""
+    store = store_factory()
+    shards = Shards(store, tmp_path, 2)
+    h0, h1 = shards.handles
+    try:
+        h1.add(ops(0, 3))
+        numbered = shards.node._next_round  # the number the round taking both will get
+        with shards.node.staging():
+            h0.append(ops(0, 2))
+            generation = h1.append(ops(3, 3))[0]
+            h0._upload_lock.acquire()  # the round will take both, then wait here sealing shard 0
+        try:
+            deadline = time.monotonic() + 10
+            while shards.node._next_round == numbered and time.monotonic() < deadline:
+                time.sleep(0.005)
+            assert shards.node._next_round == numbered + 1  # numbered, now sealing shard 0
+            assert h1.purge(remote_commit_local_checkpoint=2, remote_commit_primary_term=1)  # drops seq# 0-2
+            assert h1.metadata.streams[0][1] == numbered
+        finally:
+            h0._upload_lock.release()
+        h1.wait_uploaded(generation, timeout=10)
+        assert seqs(RemoteTranslog.read_operations(store, prefix(1), 3)) == [3, 4, 5]
     finally:
         shards.close()
 
