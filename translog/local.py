@@ -128,11 +128,6 @@ class _GenerationFile:
                 f = self._f
         return f
 
-    @property
-    def is_open(self) -> bool:
-        """Whether it holds a descriptor now."""
-        return self._f is not None
-
     def write(self, data: bytes | memoryview) -> int:
         """Buffered append (opening the file if released)."""
         return self._open().write(data)
@@ -248,8 +243,9 @@ class LocalTranslog:
         return os.path.join(self.directory, name)
 
     def _new_generation_file(self, generation: int, term: int, tl_uuid: uuid.UUID, *,
-                             fsync: bool = True) -> tuple[object, int]:
-        """Create a generation file holding its header and schema frame, fsynced; (open file, its size)."""
+                             fsync: bool = True) -> tuple[_GenerationFile, int]:
+        """Create a generation file holding its header and schema frame, fsynced unless ``fsync`` is false;
+        (the file, released until the first append, its size)."""
         header = GenerationHeader(translog_uuid=tl_uuid, primary_term=term, generation=generation).encode()
         header += _SCHEMA_FRAME  # the schema, once per generation: batch frames carry none
         path = self._path(generation_file(generation))
@@ -403,7 +399,14 @@ class LocalTranslog:
             raise TranslogError(f"{self.directory}: cannot switch durability from {self.durability!r} to "
                                 f"{durability!r}")
         if durability == "request" and self.durability == "remote":
-            self.sync()  # what was appended without a sync is made durable before the log promises it again
+            # what was logged and rolled without an fsync is made durable before the log promises it again
+            self.durability = durability
+            try:
+                fileio.sync_filesystem(self.directory, files=[self._path(CHECKPOINT)])  # rolls no round synced
+            except OSError as exc:
+                raise self._tragedy("fsync", exc) from exc
+            self.sync()
+            return
         self.durability = durability
 
     @property

@@ -93,3 +93,29 @@ def test_out_of_descriptors_at_a_reopen_is_typed_retryable_and_fails_nothing(tmp
     assert (name, typed, retryable) == ("TooManyOpenFiles", True, True), out
     assert "ulimit -n" in message and "\n" not in message
     assert out["seq_nos"] == list(range(10))
+
+
+def test_leaving_remote_durability_makes_everything_logged_durable(tmp_path: Path, monkeypatch) -> None:
+    """A primary demoted from the node translog goes back to ``request`` durability: what it logged and rolled
+    without an fsync (``remote``) is made durable before the log promises durability again (the calls are
+    counted and passed through to the real disk)."""
+    from shardstore import fileio
+
+    calls: list[str] = []
+    real_fsync, real_syncfs = fileio.fsync, fileio.sync_filesystem
+    monkeypatch.setattr(fileio, "fsync", lambda fd, path: (calls.append(f"fsync {os.path.basename(path)}"),
+                                                           real_fsync(fd, path))[1])
+    monkeypatch.setattr(fileio, "sync_filesystem", lambda path, files=(): (calls.append("syncfs"),
+                                                                           real_syncfs(path, files))[1])
+    with LocalTranslog(str(tmp_path / "tl"), primary_term=1, durability="remote") as tl:
+        calls.clear()  # opening it synced its first generation
+        tl.add(ops(0))
+        tl.roll_generation()  # a roll no round synced (its round failed, say)
+        tl.add(ops(5))
+        assert calls == []  # remote durability: nothing fsynced yet
+        tl.set_durability("request")
+        assert "syncfs" in calls  # the unsynced roll's files
+        assert f"fsync {generation_file(tl.generation)}" in calls  # the current generation's appends
+        calls.clear()
+        tl.add(ops(10))
+        assert f"fsync {generation_file(tl.generation)}" in calls  # request durability again: each append
