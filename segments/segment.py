@@ -69,6 +69,7 @@ from . import row_cache
 from .errors import SegmentCorrupted
 from .id_index import _ArrowSeq, _bisect_all, _IdIndex, fingerprints
 from .livedocs import LiveDocs
+from .open_files import open_segment_files
 
 __all__ = [
     "BASE_SCHEMA",
@@ -543,7 +544,8 @@ class SegmentReader:
         return self.path
 
     def _file(self) -> pq.ParquetFile:
-        if self._pf is None:
+        pf = self._pf  # one read: another thread may drop it meanwhile (open_files), never close it under us
+        if pf is None:
             try:
                 pf = pq.ParquetFile(self.path)
             except FileNotFoundError:
@@ -558,7 +560,12 @@ class SegmentReader:
                     f"the segment info says {self.info.doc_count} in {self.info.row_groups}",
                 )
             self._pf = pf
-        return self._pf
+        open_segment_files().used(self)  # past the process's bound, the least recently used reader drops its file
+        return pf
+
+    def _drop_file(self) -> None:
+        """Let go of the open file without closing it (segments/open_files.py): a read in flight keeps it."""
+        self._pf = None
 
     def _group_starts(self) -> np.ndarray:
         md = self._file().metadata
@@ -584,9 +591,10 @@ class SegmentReader:
 
     def close(self) -> None:
         """Close the open Parquet file (it reopens lazily if used again)."""
-        if self._pf is not None:
-            self._pf.close()
-            self._pf = None
+        pf, self._pf = self._pf, None
+        if pf is not None:
+            pf.close()
+            open_segment_files().closed(self)
 
     @property
     def schema(self) -> pa.Schema:
