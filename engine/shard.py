@@ -33,13 +33,12 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from shardstore.blobstores.base import BlobStore
-from shardstore.core.arrays import filled
 from shardstore.core.address import ShardAddress
+from shardstore.core.arrays import filled
 from shardstore.core.path_strategy import PathStrategy, PlainPathStrategy
 from shardstore.engine.errors import (
     OperationTermTooOld,
@@ -50,27 +49,25 @@ from shardstore.engine.errors import (
 )
 from shardstore.engine.flush_policy import FlushMark, flush_needed
 from shardstore.engine.node_remote import NodeRemote
-from shardstore.engine.restore_audit import Evidence, audit
-from shardstore.engine.restore_check import ShardLoss, missing_ranges
+from shardstore.engine.restore_check import ShardLoss
+from shardstore.engine.seq_ranges import gaps, split_by_term
+from shardstore.engine.store_recovery import read_from_store
 from shardstore.errors import LocalDiskError, TooManyOpenFiles, is_too_many_open_files
 from shardstore.segments import row_cache
 from shardstore.segments.directory import INDEX_BUFFER_BYTES, Prepared, ShardDirectory
-from shardstore.segments.errors import CommitConflict, CommitNotFound, UploadCancelled
+from shardstore.segments.errors import CommitConflict, UploadCancelled
 from shardstore.segments.mapping import Mapping
 from shardstore.segments.remote_store import (
     RemoteSegmentStore,
-    known_terms,
     latest_term,
     list_commit_keys,
     list_terms,
-    restore,
 )
 from shardstore.segments.versions import id_order, next_versions
-from shardstore.translog.errors import TranslogCorruptedError
 from shardstore.translog.local import LocalTranslog
 from shardstore.translog.node_translog import NodeShardTranslog
 from shardstore.translog.operations import SCHEMA, OpType, stamp, unstamped_batch
-from shardstore.translog.remote import RemoteTranslog, apply_trims, section_path
+from shardstore.translog.remote import RemoteTranslog
 from shardstore.translog.tracker import NO_OPS_PERFORMED, LocalCheckpointTracker
 from shardstore.translog.unconfirmed import not_uploaded, uploaded_tops
 
@@ -520,7 +517,7 @@ class ShardCopy:
             lc = self.local_checkpoint
             if top <= lc:
                 return 0
-            missing = [s for lo, hi in _gaps(self.tracker.pending_processed_ranges(), lc, top) for s in range(lo, hi + 1)]
+            missing = [s for lo, hi in gaps(self.tracker.pending_processed_ranges(), lc, top) for s in range(lo, hi + 1)]
             if not missing:
                 return 0
             n = len(missing)
@@ -774,37 +771,20 @@ class ShardCopy:
                             primary: bool = True, known_term: int = 0, accept_data_loss: bool = False,
                             index_name: str | None = None, acknowledged_max: int = NO_OPS_PERFORMED,
                             node_remote: NodeRemote | None = None) -> ShardCopy:
-        """Rebuild a copy on an empty disk: newest valid remote commit, then the remote translog above it.
+        """Rebuild a copy on an empty disk: newest valid remote commit, then the remote translog above it
+        (:func:`~shardstore.engine.store_recovery.read_from_store`, which explains ``known_term`` and
+        ``acknowledged_max``).
 
         Every seq# the store says was acknowledged must come back (docs/design/engine.md,
         "Restore never returns less"), or this raises RestoreDataLoss naming the missing seq#
-        ranges and the blobs at fault, before anything is written to the store (a refused
-        restore leaves the store as it found it, so a later restore sees the same loss).  With
+        ranges and the blobs at fault, before anything is written to the store.  With
         ``accept_data_loss`` the copy is built from what is left and ``copy.restore_loss`` says
-        what was dropped.  ``known_term``: the highest primary term the cluster state knows, so
-        a lost term marker does not hide a term's data.  ``acknowledged_max``: the highest seq#
-        the live cluster acknowledged for the shard (a rebuild of a shard that lost every copy),
-        so a listing that lags, or a lost newest translog metadata, cannot make the store's
-        account of it smaller than what clients were told (fault simulator, seed 20033).
+        what was dropped.
         """
         path = os.path.join(data_dir, spec.index_uuid, str(spec.shard))
-        addr = spec.address
-        terms = known_terms(store, addr, at_least=known_term)
-        evidence = audit(store, addr, terms)
-        faults = list(evidence.faults)
-        try:
-            # the audit read every commit's metadata: restore tries them best first without reading them again
-            result = restore(store, addr, os.path.join(path, "index"), keys=evidence.restore_order(),
-                             known=dict(evidence.commits))
-            above = result.commit.local_checkpoint
-            faults += [f"{k}: {r}" for k, r in result.skipped]  # unreadable metadata is not tried: named once
-        except CommitNotFound as exc:  # every commit refused: why each was, names the blobs at fault
-            above = NO_OPS_PERFORMED
-            faults += [f"{k}: {r}" for k, r in exc.skipped]
-        batches = _read_translog(store, evidence, above + 1, faults)
-        seq_nos = np.concatenate([b.column("seq_no").to_numpy() for b in batches] or [np.empty(0, np.int64)])
-        missing = missing_ranges(above + 1, seq_nos, max(evidence.expected_max, acknowledged_max))
-        loss = ShardLoss(index_name or spec.index_uuid, spec.shard, tuple(missing), tuple(faults)) if missing else None
+        found = read_from_store(store, spec.address, os.path.join(path, "index"), known_term=known_term,
+                                index_name=index_name or spec.index_uuid, acknowledged_max=acknowledged_max)
+        loss, batches = found.loss, found.batches
         if loss is not None and not accept_data_loss:
             raise RestoreDataLoss([loss])
         # A copy this node held before a restart is superseded by the store (which holds every acknowledged
@@ -839,43 +819,3 @@ class ShardCopy:
                 self.translog.close()
             finally:
                 self.directory.close()
-
-
-def _read_translog(store: BlobStore, evidence: Evidence, from_seq_no: int, faults: list[str]) -> list[pa.RecordBatch]:
-    """The audited generations' operations from ``from_seq_no``; a generation that cannot be read is left out and named."""
-    entries = {(e.blob_key, e.offset): apply_trims(e, evidence.trims) for e in evidence.entries}
-    while True:
-        try:
-            return list(RemoteTranslog.read_entries(store, entries.values(), from_seq_no))
-        except TranslogCorruptedError as exc:
-            # a node-level round's section is named "<data blob>@<offset>" (remote.section_path)
-            bad = [k for k in entries if section_path(k[0], k[1]) == exc.path]
-            if not bad:
-                raise
-            for k in bad:
-                e = entries.pop(k)
-                faults.append(f"{k[0]}: {exc}" if e.offset < 0 else f"{k[0]} (seq# {e.min_seq_no}-{e.max_seq_no}): {exc}")
-
-
-def split_by_term(batch: pa.RecordBatch) -> list[pa.RecordBatch]:
-    """``batch`` cut into runs of one primary term each (order kept)."""
-    terms = batch.column("primary_term")
-    if batch.num_rows == 0 or pc.min_max(terms)["min"] == pc.min_max(terms)["max"]:
-        return [batch]
-    change = pc.not_equal(terms.slice(1), terms.slice(0, len(terms) - 1))
-    cuts = [0] + [i + 1 for i in pc.indices_nonzero(change).to_pylist()] + [batch.num_rows]
-    return [batch.slice(a, b - a) for a, b in zip(cuts, cuts[1:])]
-
-
-def _gaps(pending: list[tuple[int, int]], checkpoint: int, top: int) -> list[tuple[int, int]]:
-    """The seq# ranges in (checkpoint, top] not covered by ``pending`` completed ranges."""
-    out, cur = [], checkpoint + 1
-    for lo, hi in sorted(pending):
-        if lo > cur:
-            out.append((cur, min(lo - 1, top)))
-        cur = max(cur, hi + 1)
-        if cur > top:
-            break
-    if cur <= top:
-        out.append((cur, top))
-    return out
