@@ -10,6 +10,8 @@ test, ``tests/project/test_layering.py``, forbids that).
   :mod:`shardstore.blobstores`.
 - :mod:`shardstore.testing.disk`: local-disk faults (disk full, failed fsync, torn writes)
   through the hook of :mod:`shardstore.fileio` (``DiskFaults``).
+- :mod:`shardstore.testing.descriptors`: use up the process's file descriptors for real
+  (``use_up_descriptors``), for tests of what a full descriptor table does.
 - :mod:`shardstore.testing.emulators`: start moto (S3, and OCI through its
   S3-compatible API), fake-gcs-server and Azurite on free local ports
   (``start_emulator(kind)``).

@@ -14,6 +14,7 @@ _CHILD = textwrap.dedent('''
     resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
     from shardstore.engine import Cluster
     from shardstore.errors import TooManyOpenFiles
+    from shardstore.testing.descriptors import free_descriptors, use_up_descriptors
     out = {}
     d = sys.argv[1]
     c = Cluster(store=f"file://{d}/remote?create=true", data_dir=f"{d}/data", nodes=1)
@@ -26,19 +27,13 @@ _CHILD = textwrap.dedent('''
     c.create_index("small", shards=1, replicas=0)
     out["small_bulk_errors"] = c.bulk("small", [{"_id": str(k), "v": k} for k in range(10)]).errors
     # use up the descriptors, then flush: the local commit cannot open its files
-    hog = []
-    try:
-        while True:
-            hog.append(os.open(os.devnull, os.O_RDONLY))
-    except OSError:
-        pass
+    hog = use_up_descriptors()
     try:
         c.flush("small")
         out["flush"] = "ok"
     except Exception as exc:
         out["flush"] = [type(exc).__name__, isinstance(exc, TooManyOpenFiles)]
-    for fd in hog:
-        os.close(fd)
+    free_descriptors(hog)
     c.flush("small")  # the copy was not failed: it flushes once descriptors are free
     c.refresh("small")
     out["small_count"] = c.count("small")

@@ -55,6 +55,7 @@ def test_an_idle_log_holds_no_descriptor_and_an_active_one_holds_one(tmp_path: P
 _CHILD = textwrap.dedent('''
     import json, os, sys
     from shardstore.errors import TooManyOpenFiles
+    from shardstore.testing.descriptors import free_descriptors, use_up_descriptors
     from shardstore.translog.local import LocalTranslog
     from shardstore.translog.operations import index_batch, stamp
     def ops(first, n=5):
@@ -62,19 +63,13 @@ _CHILD = textwrap.dedent('''
     tl = LocalTranslog(sys.argv[1], primary_term=1)
     tl.add(ops(0))
     out = {}
-    hog = []
-    try:
-        while True:
-            hog.append(os.open(os.devnull, os.O_RDONLY))
-    except OSError:
-        pass
+    hog = use_up_descriptors()
     try:
         tl.add(ops(5))
         out["full"] = "appended"
     except Exception as exc:
         out["full"] = [type(exc).__name__, isinstance(exc, TooManyOpenFiles), exc.retryable, str(exc)]
-    for fd in hog:
-        os.close(fd)
+    free_descriptors(hog)
     tl.add(ops(5))  # not failed for good: the same operations go in once descriptors are free
     tl.close()
     with LocalTranslog(sys.argv[1], primary_term=1) as again:
