@@ -47,16 +47,47 @@ Key = tuple[str, int]
 
 @dataclass(frozen=True)
 class NodeRoles:
-    """What :func:`apply_parts` needs of a node (the embedded ``Node`` or a process's ``NodeService``)."""
+    """What :func:`apply_one` and :func:`apply_parts` need of a node (the embedded ``Node`` or a process's
+    ``NodeService``)."""
 
     lock: Callable[[Key], contextlib.AbstractContextManager[Any]]  # the shard's write lock
     primary: Callable[[dict[str, Any]], ShardCopy]  # the part's primary copy here (ShardUnavailable if none)
     hold: Callable[[list[Key]], contextlib.AbstractContextManager[Any]]  # the node's upload-round hold
+    join: Callable[[Key], contextlib.AbstractContextManager[Any]]  # ask the next round to wait for a one-shard bulk
     replicate: Callable[[Key, ShardCopy, pa.RecordBatch, Any, list[int]], None]  # to the shard's in-sync copies
     settle: Callable[[Key, ShardCopy, Any], None]  # wait for the part's upload (a disk failure reported)
     disk_failed: Callable[[Key, ShardCopy, LocalDiskError], None]
     mapping: Callable[[Any], Any]  # the part's mapping as the copy takes it
     reply: Callable[[pa.RecordBatch], pa.RecordBatch]  # what of the stamped batch goes back
+
+
+def apply_one(req: dict[str, Any], key: Key, node: NodeRoles, expect: tuple | None = None) -> pa.RecordBatch:
+    """A node's side of ``shard.bulk``: stage and replicate under the shard's lock (replicas get a shard's bulks
+    in order), then wait for the upload without it; what :attr:`NodeRoles.reply` keeps of the stamped batch.
+
+    The bulk holds the node's ``join`` from before it queues on the lock until it is staged, so
+    concurrent bulks of the shard share an upload round (``NodeTranslog.joining``).
+    """
+    checkpoints: list[int] = []
+    with contextlib.ExitStack() as joined:
+        joined.enter_context(node.join(key))  # before the lock: queued bulks join the next round
+        with node.lock(key):
+            copy = node.primary(req)
+            try:
+                try:
+                    stamped, pending = copy.primary_stage(req["ops"], expect=expect,
+                                                          mapping=node.mapping(req.get("mapping")),
+                                                          fields=req.get("fields"))
+                finally:
+                    joined.close()  # staged: the round may start without waiting for this bulk any more
+                copy.replicate_staged(stamped, pending,
+                                      lambda st: node.replicate(key, copy, st, req.get("mapping"), checkpoints))
+            except LocalDiskError as exc:
+                node.disk_failed(key, copy, exc)  # a replica takes over; the client retries
+                raise
+    node.settle(key, copy, pending)
+    copy.update_global_checkpoint(min([copy.local_checkpoint, *checkpoints]))
+    return node.reply(stamped)
 
 
 def apply_parts(parts: Sequence[dict[str, Any]], node: NodeRoles) -> list[dict[str, Any]]:
@@ -140,5 +171,5 @@ def take_answers(positions: list[int], answer: list[dict[str, Any]], out: list[A
             out[i] = PartFailed(result["error"])
 
 
-__all__ = ["NodeRoles", "PartFailed", "apply_parts", "group_by_node", "joining_hold", "part_failure", "staging_hold",
+__all__ = ["NodeRoles", "PartFailed", "apply_one", "apply_parts", "group_by_node", "joining_hold", "part_failure", "staging_hold",
            "take_answers", "unsent"]

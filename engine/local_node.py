@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from shardstore.blobstores.base import BlobStore
-from shardstore.engine.bulk_parts import NodeRoles, apply_parts, joining_hold, staging_hold
+from shardstore.engine.bulk_parts import NodeRoles, apply_one, apply_parts, joining_hold, staging_hold
 from shardstore.engine.errors import InvalidRequest, OperationTermTooOld, ShardUnavailable
 from shardstore.engine.node_remote import NodeRemote
 from shardstore.engine.shard import ShardCopy
@@ -89,27 +89,8 @@ class Node:
         return copy
 
     def _primary_bulk(self, key: tuple[str, int], req: dict[str, Any]) -> dict[str, Any]:
-        """Stage, replicate (both under the shard's lock: replicas get a shard's bulks in order), then wait
-        for the upload without the lock, so concurrent bulks of the shard share an upload round."""
-        checkpoints: list[int] = []
-        with contextlib.ExitStack() as joined:
-            joined.enter_context(joining_hold(self.remote, self.copies, key))  # before the lock: queued bulks join
-            with self._shard_lock(key):
-                copy = self._primary(key)
-                try:
-                    try:
-                        stamped, pending = copy.primary_stage(req["ops"], expect=req.get("expect"),
-                                                              mapping=req.get("mapping"), fields=req.get("fields"))
-                    finally:
-                        joined.close()  # staged: the round may start without waiting for this bulk any more
-                    copy.replicate_staged(stamped, pending,
-                                          lambda st: self._replicate(key, copy, st, req.get("mapping"), checkpoints))
-                except LocalDiskError as exc:
-                    self._fail_copy(key, self.name, copy, str(exc))  # a replica takes over; the client retries
-                    raise
-        self._settle(key, copy, pending)
-        copy.update_global_checkpoint(min([copy.local_checkpoint, *checkpoints]))
-        return {"ops": stamped}
+        """``shard.bulk`` on the primary (engine/bulk_parts.py, ``apply_one``)."""
+        return {"ops": apply_one(req, key, self._roles(), expect=req.get("expect"))}
 
     def _settle(self, key: tuple[str, int], copy: ShardCopy, pending: Any) -> None:
         try:
@@ -126,11 +107,16 @@ class Node:
         share one data blob (issue 30); then each is replicated; then, the shard locks released,
         each waits for the round.
         """
-        return {"results": apply_parts(req["shards"], NodeRoles(
+        return {"results": apply_parts(req["shards"], self._roles())}
+
+    def _roles(self) -> NodeRoles:
+        """This node's side of a bulk for engine/bulk_parts.py."""
+        return NodeRoles(
             lock=self._shard_lock, primary=lambda part: self._primary((part["index_uuid"], part["shard"])),
-            hold=lambda keys: staging_hold(self.remote, self.copies, keys), replicate=self._replicate, settle=self._settle,
-            disk_failed=lambda key, copy, exc: self._fail_copy(key, self.name, copy, str(exc)),
-            mapping=lambda m: m, reply=lambda stamped: stamped))}
+            hold=lambda keys: staging_hold(self.remote, self.copies, keys),
+            join=lambda key: joining_hold(self.remote, self.copies, key), replicate=self._replicate,
+            settle=self._settle, disk_failed=lambda key, copy, exc: self._fail_copy(key, self.name, copy, str(exc)),
+            mapping=lambda m: m, reply=lambda stamped: stamped)
 
     def discard(self, key: tuple[str, int]) -> ShardCopy | None:
         """Take this node's copy of ``key`` out and close it (a failed copy: its close error is only logged)."""

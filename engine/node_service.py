@@ -37,7 +37,7 @@ import pyarrow as pa
 from shardstore.blobstores.base import BlobStore
 from shardstore.cluster_state.errors import NotMaster
 from shardstore.core.path_strategy import PathStrategy
-from shardstore.engine.bulk_parts import NodeRoles, apply_parts, joining_hold, staging_hold
+from shardstore.engine.bulk_parts import NodeRoles, apply_one, apply_parts, joining_hold, staging_hold
 from shardstore.engine.errors import (
     InvalidRequest,
     OperationTermTooOld,
@@ -238,31 +238,10 @@ class NodeService:
                 self._fail_replica(key, replica, copy.primary_term, f"{type(exc).__name__}: {exc}")
 
     def _bulk(self, req: dict[str, Any]) -> dict[str, Any]:
-        """``shard.bulk`` on the primary: stamp, apply and replicate under the shard's write lock (replicas get
-        a shard's bulks in order), then wait for the upload without it (concurrent bulks share a round)."""
-        key = self._key(req)
-        mapping = _mapping(req.get("mapping"))
+        """``shard.bulk`` on the primary (engine/bulk_parts.py, ``apply_one``); the coordinator reads only the
+        seq#, term and version of the stamped batch: sending back its sources would double the bytes."""
         expect = None if req.get("expect") is None else tuple(req["expect"])
-        checkpoints: list[int] = []
-        with contextlib.ExitStack() as joined:
-            joined.enter_context(joining_hold(self.remote, self.copies, key))  # before the lock: queued bulks join
-            with self.write_lock(key):
-                copy = self._copy(req, primary=True)
-                try:
-                    try:
-                        stamped, pending = copy.primary_stage(req["ops"], expect=expect, mapping=mapping,
-                                                              fields=req.get("fields"))
-                    finally:
-                        joined.close()  # staged: the round may start without waiting for this bulk any more
-                    copy.replicate_staged(stamped, pending, lambda st: self._replicate_to_group(
-                        key, copy, st, req.get("mapping"), checkpoints))
-                except LocalDiskError as exc:
-                    self._report_disk_failure(key, copy, exc)
-                    raise
-        self._settle(key, copy, pending)
-        copy.update_global_checkpoint(min([copy.local_checkpoint, *checkpoints]))
-        # the coordinator reads only these of the stamped batch: sending back its sources would double the bytes
-        return {"ops": stamped.select(["seq_no", "primary_term", "version"])}
+        return {"ops": apply_one(req, self._key(req), self._roles(), expect=expect)}
 
     def _settle(self, key: Key, copy: ShardCopy, pending: Any) -> None:
         try:
@@ -275,10 +254,16 @@ class NodeService:
         """``shard.bulk_many``: one bulk's parts for several shards whose primaries are here, staged together
         inside one hold of this node's upload round (issue 30), replicated, then settled; per part
         ``{"ops"}`` or ``{"error", "retry"}`` (engine/bulk_parts.py)."""
-        return {"results": apply_parts(req["shards"], NodeRoles(
-            lock=self.write_lock, primary=lambda part: self._copy(part, primary=True), hold=lambda keys: staging_hold(self.remote, self.copies, keys),
-            replicate=self._replicate_to_group, settle=self._settle, disk_failed=self._report_disk_failure,
-            mapping=_mapping, reply=lambda stamped: stamped.select(["seq_no", "primary_term", "version"])))}
+        return {"results": apply_parts(req["shards"], self._roles())}
+
+    def _roles(self) -> NodeRoles:
+        """This node's side of a bulk for engine/bulk_parts.py."""
+        return NodeRoles(
+            lock=self.write_lock, primary=lambda part: self._copy(part, primary=True),
+            hold=lambda keys: staging_hold(self.remote, self.copies, keys),
+            join=lambda key: joining_hold(self.remote, self.copies, key), replicate=self._replicate_to_group,
+            settle=self._settle, disk_failed=self._report_disk_failure, mapping=_mapping,
+            reply=lambda stamped: stamped.select(["seq_no", "primary_term", "version"]))
 
     def _fail_replica(self, key: Key, replica: str, term: int, reason: str) -> None:
         """Have the cluster manager take ``replica`` out of the in-sync set before this primary acknowledges."""
