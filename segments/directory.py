@@ -68,6 +68,7 @@ from shardstore.segments.segment import (
     write_segment,
 )
 from shardstore.segments.synthetic import fill_sources, index_op_fields
+from shardstore.segments.version_map import VersionMap
 from shardstore.segments.versions import first_of_runs, latest_versions, strictly_ascending
 
 log = logging.getLogger(__name__)
@@ -134,36 +135,20 @@ class _Buffer:
     #: refresh checks before it trusts it), else None
     orders: list[pa.Array | None] = field(default_factory=list)
 
-    #: per entry of ``docs`` / ``deletes`` indexed so far, id -> the row of its highest seq# in that entry;
-    #: built lazily by :meth:`latest` (a realtime get), so applying a batch does no per-row Python work
-    _doc_maps: list[dict[str, int]] = field(default_factory=list)
-    _del_maps: list[dict[str, int]] = field(default_factory=list)
+    #: id -> its newest buffered operation (updated by every apply: the write path's version lookup and a
+    #: realtime get are one dict lookup each)
+    versions: VersionMap = field(default_factory=VersionMap)
 
     def __bool__(self) -> bool:
         return bool(self.docs or self.deletes)
 
-    @staticmethod
-    def _id_map(table: pa.Table, id_col: str, seq_col: str) -> dict[str, int]:
-        """id -> row of its highest seq# in ``table`` (rows sorted by seq#: the dict keeps each id's last)."""
-        by_seq = pc.sort_indices(table.column(seq_col))
-        return dict(zip(pc.take(table.column(id_col), by_seq).to_pylist(), by_seq.to_pylist()))
-
     def latest(self, doc_id: str) -> tuple[int, pa.Table | None, int] | None:
         """The buffered operation on ``doc_id`` with the highest seq#: (seq#, its docs table or None for a
-        delete, row), or None when nothing buffered names it.  O(entries) dict lookups, no scan."""
-        while len(self._doc_maps) < len(self.docs):
-            self._doc_maps.append(self._id_map(self.docs[len(self._doc_maps)], "_id", "_seq_no"))
-        while len(self._del_maps) < len(self.deletes):
-            self._del_maps.append(self._id_map(self.deletes[len(self._del_maps)], "_id", "_seq_no"))
-        best: tuple[int, pa.Table | None, int] | None = None
-        for tables, maps, is_doc in ((self.docs, self._doc_maps, True), (self.deletes, self._del_maps, False)):
-            for t, m in zip(tables, maps):
-                row = m.get(doc_id)
-                if row is not None:
-                    seq = t.column("_seq_no")[row].as_py()
-                    if best is None or seq > best[0]:
-                        best = (seq, t if is_doc else None, row)
-        return best
+        delete, row), or None when nothing buffered names it."""
+        op = self.versions.get(doc_id)
+        if op is None:
+            return None
+        return op.seq_no, (self.docs[op.entry] if op.version is not None else None), op.row
 
 
 class ShardDirectory:
@@ -200,6 +185,9 @@ class ShardDirectory:
         self._segments: dict[str, _Segment] = {}
         self._buffer = _Buffer()
         self._tombstones = _DELETES.empty_table()
+        #: every operation refreshed (in a segment or a tombstone) has a seq# <= this: a buffered operation
+        #: above it is newer than any refreshed copy, so the buffer alone decides its id
+        self._refreshed_seq = NO_OPS
         self._locked: dict[int, int] = {}  # commit generation -> lock count
         self.last_commit: CommitPoint | None = None
         self.max_seq_no = NO_OPS
@@ -208,7 +196,7 @@ class ShardDirectory:
             if gens:
                 self.last_commit = read_commit(path, gens[-1])
                 self._load(self.last_commit)
-                self.max_seq_no = self.last_commit.max_seq_no
+                self.max_seq_no = self._refreshed_seq = self.last_commit.max_seq_no
             given = mapping if isinstance(mapping, Mapping) else Mapping.from_dict(mapping or {})
             committed = Mapping.from_dict(self.last_commit.mapping) if self.last_commit else Mapping(())
             self.mapping = committed.with_fields(dict(given.items())) if len(given) else committed
@@ -298,11 +286,14 @@ class ShardDirectory:
                     schema=pa.schema(list(BASE_SCHEMA) + list(prepared.fields.schema)),
                 )
                 self.mapping = self.mapping.with_fields(dict(prepared.mapping.items()))
+                self._buffer.versions.add_docs(len(self._buffer.docs), docs.column("_id"), docs.column("_seq_no"),
+                                               docs.column("_primary_term"), docs.column("_version"))
                 self._buffer.docs.append(docs)
                 self._buffer.orders.append(id_order if id_order is not None and len(id_order) == docs.num_rows
                                            and docs.num_rows == table.num_rows else None)
                 self._buffer.doc_bytes += docs.nbytes
             if dels.num_rows:
+                self._buffer.versions.add_deletes(dels.column("id"), dels.column("seq_no"))
                 self._buffer.deletes.append(pa.table([dels.column("id"), dels.column("seq_no")], schema=_DELETES))
             top = pc.max(table.column("seq_no")).as_py()
             self.max_seq_no = max(self.max_seq_no, top)
@@ -374,6 +365,7 @@ class ShardDirectory:
             is_del = pc.and_(pc.is_null(winners.column("_row")), pc.invert(stale))
             self._tombstones = pa.table({"_id": w_ids.filter(is_del), "_seq_no": w_seq.filter(is_del)}, schema=_DELETES)
             self._buffer = _Buffer()
+            self._refreshed_seq = max(self._refreshed_seq, self.max_seq_no)
             applied = pc.and_(winners.column("_buffered"), pc.invert(stale))
             n_applied = int(pc.sum(applied.cast(pa.int64())).as_py() or 0)
             return RefreshResult(written[0] if written else None, len(keep_rows), deleted,
@@ -595,27 +587,43 @@ class ShardDirectory:
     def get(self, doc_id: str, *, realtime: bool = True) -> dict[str, Any] | None:
         """The newest live copy of ``doc_id`` (buffered operations too when ``realtime``), or None."""
         with self._lock:
-            if realtime and self._buffer:
-                hit = self._buffer.latest(doc_id)
-                if hit is not None:
-                    _seq, table, row = hit
-                    return None if table is None else fill_sources(table.slice(row, 1)).to_pylist()[0]
-            for seg in self._segments.values():
-                info = seg.reader.info
-                if info.min_id is None or not (info.min_id <= doc_id <= info.max_id):
-                    continue
-                _q, rows = seg.reader.lookup(pa.array([doc_id], pa.string()))
-                for r in rows.to_pylist():
-                    if seg.live.is_live(r):
-                        return fill_sources(seg.reader.take([r])).to_pylist()[0]
-            return None
+            hit = self._buffer.latest(doc_id) if realtime and self._buffer else None
+            if hit is not None and hit[0] > self._refreshed_seq:  # newer than anything refreshed: it decides
+                return None if hit[1] is None else fill_sources(hit[1].slice(hit[2], 1)).to_pylist()[0]
+            found = self._refreshed_copy(doc_id)
+            if hit is not None and hit[0] > max(found[0], self._tombstone_seq(doc_id)):
+                return None if hit[1] is None else fill_sources(hit[1].slice(hit[2], 1)).to_pylist()[0]
+            return found[1]
+
+    def _refreshed_copy(self, doc_id: str) -> tuple[int, dict[str, Any] | None]:
+        """(seq#, document) of ``doc_id``'s live copy in a segment, or (NO_OPS, None)."""
+        for seg in self._segments.values():
+            info = seg.reader.info
+            if info.min_id is None or not (info.min_id <= doc_id <= info.max_id):
+                continue
+            _q, rows = seg.reader.lookup(pa.array([doc_id], pa.string()))
+            for r in rows.to_pylist():
+                if seg.live.is_live(r):
+                    doc = fill_sources(seg.reader.take([r])).to_pylist()[0]
+                    return doc["_seq_no"], doc
+        return NO_OPS, None
+
+    def _tombstone_seq(self, doc_id: str) -> int:
+        """The seq# of ``doc_id``'s refreshed delete, or NO_OPS."""
+        t = self._tombstones
+        if not t.num_rows:
+            return NO_OPS
+        hit = t.filter(pc.equal(t.column("_id"), doc_id))
+        return max(hit.column("_seq_no").to_pylist(), default=NO_OPS)
 
     def current_versions(self, ids: pa.Array) -> pa.Table:
         """Per id (order kept): ``_seq_no``, ``_primary_term``, ``_version`` of its newest live copy, buffered
         operations included (nulls when absent or deleted); see :mod:`~shardstore.segments.versions`."""
         with self._lock:
             segments = [(s.reader, s.live) for s in self._segments.values() if s.live.live_count]
-            return latest_versions(ids, list(self._buffer.docs), list(self._buffer.deletes), segments)
+            versions = self._buffer.versions
+            newest = versions.min_seq_no > self._refreshed_seq
+            return latest_versions(ids, versions, segments, None if newest else self._tombstones)
 
     def verify(self) -> None:
         """Check every segment file's full CRC32C (SegmentCorrupted names the first bad one)."""

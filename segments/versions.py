@@ -5,10 +5,11 @@ an id gets ``version = current + 1`` (1 for an id it does not hold), and a write
 ``if_seq_no`` / ``if_primary_term`` is checked against the current seq# and term
 under the shard's write lock.
 
-The lookup is columnar: the distinct ids are matched against the buffered (unrefreshed)
-operations with ``index_in`` and against every segment with the fingerprint index
-(:func:`~shardstore.segments.segment.lookup_segments`); the candidates are sorted by
-(id, seq# descending) and the first of each run wins.  A delete winning means "absent".
+The buffered (unrefreshed) operations are found in the shard's
+:class:`~shardstore.segments.version_map.VersionMap` (one dict lookup per id); the segments
+through their fingerprint index (:func:`~shardstore.segments.segment.lookup_segments`).  When
+both hold copies, the candidates are sorted by (id, seq# descending) and the first of each run
+wins.  A delete winning means "absent".
 """
 
 from __future__ import annotations
@@ -22,34 +23,36 @@ import pyarrow.compute as pc
 from shardstore.core.arrays import filled, one_array
 from shardstore.segments.livedocs import LiveDocs
 from shardstore.segments.segment import SegmentReader, lookup_segments
+from shardstore.segments.version_map import VERSIONS_SCHEMA, VersionMap
 
-#: What :func:`latest_versions` returns per id (nulls: absent or deleted).
-VERSIONS_SCHEMA = pa.schema([pa.field("_seq_no", pa.int64()), pa.field("_primary_term", pa.int64()),
-                             pa.field("_version", pa.int64())])
-
-_BUFFER_DOC_COLUMNS = ["_id", "_seq_no", "_primary_term", "_version"]
 _CANDIDATE = pa.schema([pa.field("q", pa.int64()), pa.field("_seq_no", pa.int64()),
                         pa.field("_primary_term", pa.int64()), pa.field("_version", pa.int64()),
                         pa.field("deleted", pa.bool_())])
 
 
-def latest_versions(ids: pa.Array, buffered_docs: Sequence[pa.Table], buffered_deletes: Sequence[pa.Table],
-                    segments: Sequence[tuple[SegmentReader, LiveDocs]]) -> pa.Table:
-    """Per id of ``ids`` (duplicates allowed, order kept): seq#, term and version of its newest live copy."""
+def latest_versions(ids: pa.Array, buffered: VersionMap | None,
+                    segments: Sequence[tuple[SegmentReader, LiveDocs]], tombstones: pa.Table | None = None
+                    ) -> pa.Table:
+    """Per id of ``ids`` (duplicates allowed, order kept): seq#, term and version of its newest live copy.
+
+    ``tombstones`` (``_id``, ``_seq_no`` of refreshed deletes): needed only when a buffered operation
+    may be older than a refreshed one (a replica applying out of order); None when every buffered
+    operation is newer than everything refreshed (a primary), so the buffer decides the ids it holds.
+    """
     if isinstance(ids, pa.ChunkedArray):
         ids = one_array(ids)
-    if not buffered_docs and not buffered_deletes and not segments:  # nothing to find (a fresh shard)
-        return pa.table([pa.nulls(len(ids), pa.int64()) for _ in VERSIONS_SCHEMA.names], schema=VERSIONS_SCHEMA)
+    if buffered is not None and not len(buffered):
+        buffered = None
+    if buffered is None or (tombstones is not None and not tombstones.num_rows):
+        tombstones = None  # a tombstone only ever outranks a buffered operation
+    if buffered is None and not segments:  # nothing to find (a fresh shard)
+        return _absent(len(ids))
+    if not segments and tombstones is None:  # the buffer alone decides: one dict lookup per id
+        assert buffered is not None
+        return buffered.lookup(ids.to_pylist())
     uniq = pc.unique(ids)
     cands = []
-    # one lookup over all buffered tables (one per bulk since the last refresh), not one per table
-    if buffered_docs:
-        cands.append(_from_buffer(pa.concat_tables([t.select(_BUFFER_DOC_COLUMNS) for t in buffered_docs]), uniq,
-                                  deleted=False))
-    if buffered_deletes:
-        cands.append(_from_buffer(pa.concat_tables([t.select(["_id", "_seq_no"]) for t in buffered_deletes]), uniq,
-                                  deleted=True))
-    if segments and len(uniq):
+    if len(uniq):
         readers = [r for r, _ in segments]
         qpos, segidx, rows = lookup_segments(readers, uniq)
         if len(qpos):
@@ -65,19 +68,26 @@ def latest_versions(ids: pa.Array, buffered_docs: Sequence[pa.Table], buffered_d
                 cands.append(pa.table([pa.array(q_np[sel][alive], pa.int64()), got.column("_seq_no"),
                                        got.column("_primary_term"), got.column("_version"),
                                        pa.array(np.zeros(int(alive.sum()), dtype=bool))], schema=_CANDIDATE))
-    cands = [c for c in cands if c.num_rows]
+    if tombstones is not None:
+        cands.append(_refreshed_deletes(tombstones, uniq))
+    if not cands:  # no live segment copy of any id: the buffer (if any) decides
+        return _absent(len(ids)) if buffered is None else buffered.lookup(ids.to_pylist())
+    if buffered is not None:
+        q, seq, term, version, deleted = buffered.candidates(uniq.to_pylist())
+        if q:
+            cands.append(pa.table([pa.array(q, pa.int64()), pa.array(seq, pa.int64()), pa.array(term, pa.int64()),
+                                   pa.array(version, pa.int64()), pa.array(deleted, pa.bool_())], schema=_CANDIDATE))
     out = {name: np.zeros(len(uniq), dtype=np.int64) for name in VERSIONS_SCHEMA.names}
     found = np.zeros(len(uniq), dtype=bool)
-    if cands:
-        allc = pa.concat_tables(cands)
-        allc = allc.take(pc.sort_indices(allc, sort_keys=[("q", "ascending"), ("_seq_no", "descending")]))
-        q = allc.column("q").combine_chunks()
-        first = first_of_runs(q)
-        winners = allc.filter(pc.and_(first, pc.invert(allc.column("deleted"))))
-        wq = winners.column("q").to_numpy()
-        found[wq] = True
-        for name in VERSIONS_SCHEMA.names:
-            out[name][wq] = filled(winners.column(name), 0).to_numpy()
+    allc = pa.concat_tables([c for c in cands if c.num_rows])
+    allc = allc.take(pc.sort_indices(allc, sort_keys=[("q", "ascending"), ("_seq_no", "descending")]))
+    q_sorted = allc.column("q").combine_chunks()
+    first = first_of_runs(q_sorted)
+    winners = allc.filter(pc.and_(first, pc.invert(allc.column("deleted"))))
+    wq = winners.column("q").to_numpy()
+    found[wq] = True
+    for name in VERSIONS_SCHEMA.names:
+        out[name][wq] = filled(winners.column(name), 0).to_numpy()
     back = pc.index_in(ids, value_set=uniq).to_numpy(zero_copy_only=False).astype(np.int64)
     mask = ~found[back]
     return pa.table([pa.array(out[name][back], pa.int64(), mask=mask) for name in VERSIONS_SCHEMA.names],
@@ -130,15 +140,17 @@ def strictly_ascending(values: pa.Array) -> bool:
     return n < 2 or bool(pc.all(pc.less(values.slice(0, n - 1), values.slice(1))).as_py())
 
 
-def _from_buffer(t: pa.Table, uniq: pa.Array, *, deleted: bool) -> pa.Table:
-    q = pc.index_in(t.column("_id"), value_set=uniq)
+def _absent(n: int) -> pa.Table:
+    return pa.table([pa.nulls(n, pa.int64()) for _ in VERSIONS_SCHEMA.names], schema=VERSIONS_SCHEMA)
+
+
+def _refreshed_deletes(tombstones: pa.Table, uniq: pa.Array) -> pa.Table:
+    """The tombstones of ``uniq``'s ids as candidates (a delete: the id is absent unless a newer copy wins)."""
+    q = pc.index_in(tombstones.column("_id"), value_set=uniq)
     hit = pc.is_valid(q)
-    t = t.filter(hit)
-    n = t.num_rows
-    nulls = pa.nulls(n, pa.int64())
-    return pa.table([q.filter(hit).cast(pa.int64()), t.column("_seq_no"),
-                     nulls if deleted else t.column("_primary_term"), nulls if deleted else t.column("_version"),
-                     pa.array(np.full(n, deleted))], schema=_CANDIDATE)
+    n = int(pc.sum(hit.cast(pa.int64())).as_py() or 0)
+    return pa.table([q.filter(hit).cast(pa.int64()), tombstones.column("_seq_no").filter(hit), pa.nulls(n, pa.int64()),
+                     pa.nulls(n, pa.int64()), pa.array(np.ones(n, dtype=bool))], schema=_CANDIDATE)
 
 
 def first_of_runs(sorted_values: pa.Array) -> pa.BooleanArray:
