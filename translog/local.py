@@ -58,7 +58,7 @@ from shardstore.translog.frames import (
 from shardstore.translog.operations import DEFAULT_MAX_SOURCE_BYTES, SCHEMA, check, summarize
 from shardstore.translog.purge import GenerationInfo, local_deletable
 from shardstore.translog.replay import filter_batch, resolve
-from shardstore.translog.tracker import LocalCheckpointTracker
+from shardstore.translog.tracker import LocalCheckpointTracker, ascending_by_one
 
 UNASSIGNED = -2
 CHECKPOINT = "translog.ckp"
@@ -158,6 +158,19 @@ class _GenerationFile:
         self.release()
 
 
+#: seq#s appended and not yet durable: a stamped batch's lo..hi range, or its seq# column otherwise
+_Pending = "tuple[int, int] | pa.Array"
+
+
+def _mark_persisted(tracker: LocalCheckpointTracker, pending: list) -> None:
+    """Count ``pending`` (see :data:`_Pending`) durable: a range needs no array pass."""
+    for p in pending:
+        if isinstance(p, tuple):
+            tracker.mark_persisted_range(*p)
+        else:
+            tracker.mark_persisted(p)
+
+
 class _Current:
     """The open generation: its file, and the stats the next checkpoint will record.
 
@@ -165,9 +178,13 @@ class _Current:
     ~25 µs to rebuild) is built only when someone reads ``checkpoint``.
     """
 
-    def __init__(self, checkpoint: Checkpoint, file: _GenerationFile, pending: list[pa.Array]) -> None:
+    def __init__(self, checkpoint: Checkpoint, file: _GenerationFile, pending: list[_Pending],
+                 image: bytearray | None = None) -> None:
         self.file = file
         self.pending = pending
+        #: under ``remote`` durability, the generation's bytes as written (its header on): the node round
+        #: uploads them once sealed without reading the file back (:meth:`LocalTranslog.take_sealed_image`)
+        self.image = image
         self.checkpoint = checkpoint
 
     @property
@@ -222,6 +239,7 @@ class LocalTranslog:
         self._sync_lock = threading.Lock()
         self._synced: tuple[int, int] = (0, 0)  # (generation, offset) covered by translog.ckp
         self._sealed: dict[int, Checkpoint] = {}
+        self._images: dict[int, bytes] = {}  # sealed generation -> its bytes, until the node round takes them
         self.tracker = LocalCheckpointTracker()
         self._closed = threading.Event()
         self._tragic: LocalDiskError | None = None  # set by a failed local write or fsync (see _tragedy)
@@ -243,9 +261,9 @@ class LocalTranslog:
         return os.path.join(self.directory, name)
 
     def _new_generation_file(self, generation: int, term: int, tl_uuid: uuid.UUID, *,
-                             fsync: bool = True) -> tuple[_GenerationFile, int]:
+                             fsync: bool = True) -> tuple[_GenerationFile, bytes]:
         """Create a generation file holding its header and schema frame, fsynced unless ``fsync`` is false;
-        (the file, released until the first append, its size)."""
+        (the file, released until the first append, the bytes written)."""
         header = GenerationHeader(translog_uuid=tl_uuid, primary_term=term, generation=generation).encode()
         header += _SCHEMA_FRAME  # the schema, once per generation: batch frames carry none
         path = self._path(generation_file(generation))
@@ -255,7 +273,7 @@ class LocalTranslog:
             f.flush()
             if self._fsync and fsync:
                 fileio.fsync(f.fileno(), path)
-        return _GenerationFile(path), len(header)  # opened again by the first append
+        return _GenerationFile(path), header  # opened again by the first append
 
     @staticmethod
     def _fresh_checkpoint(generation: int, offset: int, term: int, base: Checkpoint | None,
@@ -275,9 +293,9 @@ class LocalTranslog:
         )
 
     def _start_generation(self, generation: int, term: int, base: Checkpoint | None, tl_uuid: uuid.UUID) -> None:
-        f, size = self._new_generation_file(generation, term, tl_uuid)
-        cp = self._fresh_checkpoint(generation, size, term, base, tl_uuid)
-        self._cur = _Current(cp, f, [])
+        f, header = self._new_generation_file(generation, term, tl_uuid)
+        cp = self._fresh_checkpoint(generation, len(header), term, base, tl_uuid)
+        self._cur = _Current(cp, f, [], bytearray(header) if self.durability == "remote" else None)
         write_checkpoint(self.directory, cp, fsync=self._fsync)
         self._synced = (generation, cp.offset)
 
@@ -379,8 +397,13 @@ class LocalTranslog:
                 _write_frame(cur.file, header, parts)
             except OSError as exc:
                 raise self._tragedy("write", exc) from exc
+            if cur.image is not None:
+                cur.image += header
+                for part in parts:
+                    cur.image += part
             cur.appended(len(header) + size, batch.num_rows, lo, hi)
-            cur.pending.append(batch.column(0))  # seq_no
+            seqs = batch.column(0)
+            cur.pending.append((lo, hi) if hi - lo + 1 == batch.num_rows and ascending_by_one(seqs) else seqs)
             position = (cur.generation, cur.offset)
             self.tracker.advance_max_seq_no(hi)
         if self.durability == "request":
@@ -400,7 +423,9 @@ class LocalTranslog:
                                 f"{durability!r}")
         if durability == "request" and self.durability == "remote":
             # what was logged and rolled without an fsync is made durable before the log promises it again
-            self.durability = durability
+            with self._write_lock:
+                self.durability = durability
+                self._cur.image = None
             try:
                 fileio.sync_filesystem(self.directory, files=[self._path(CHECKPOINT)])  # rolls no round synced
             except OSError as exc:
@@ -460,8 +485,7 @@ class LocalTranslog:
             with self._write_lock:
                 if self._cur is cur and cur.offset == cp.offset:
                     cur.file.release()  # idle: its descriptor is not held until the next append
-            for seq in pending:
-                self.tracker.mark_persisted(seq)
+            _mark_persisted(self.tracker, pending)
 
     def _sync_loop(self, interval: float) -> None:
         """Async durability: sync every ``interval`` seconds, and roll a full generation as soon as asked."""
@@ -502,15 +526,17 @@ class LocalTranslog:
                 raise self._tragic
             durable = self._durable
             try:
-                f, size = self._new_generation_file(generation, term, cp.translog_uuid,
-                                                    fsync=durable)  # fsynced, appends go on
+                f, header = self._new_generation_file(generation, term, cp.translog_uuid,
+                                                      fsync=durable)  # fsynced, appends go on
                 with self._write_lock:  # the switch: only a flush under the write lock
                     old = self._cur
                     old.file.flush()
                     sealed = old.checkpoint
-                    fresh = self._fresh_checkpoint(generation, size, term, sealed, sealed.translog_uuid)
-                    self._cur = _Current(fresh, f, [])
+                    fresh = self._fresh_checkpoint(generation, len(header), term, sealed, sealed.translog_uuid)
+                    self._cur = _Current(fresh, f, [], bytearray(header) if self.durability == "remote" else None)
                     self._sealed[sealed.generation] = sealed
+                    if old.image is not None and len(old.image) == sealed.offset and sealed.num_ops:
+                        self._images[sealed.generation] = bytes(old.image)
                 # Appends now land in the new file; they count only once translog.ckp names it (below).  A
                 # crash before that leaves an orphan file, removed on open.
                 if durable:
@@ -522,8 +548,7 @@ class LocalTranslog:
             except OSError as exc:
                 raise self._tragedy("roll", exc) from exc
             self._synced = (generation, fresh.offset)
-        for seq in old.pending:
-            self.tracker.mark_persisted(seq)
+        _mark_persisted(self.tracker, old.pending)
         return sealed
 
     def _sync_before_roll(self) -> None:
@@ -543,6 +568,22 @@ class LocalTranslog:
         """The checkpoint ``generation`` was sealed with (KeyError if it is not a retained sealed generation)."""
         with self._write_lock:
             return self._sealed[generation]
+
+    def take_sealed_image(self, generation: int) -> bytes | None:
+        """The bytes of sealed ``generation`` as written under ``remote`` durability (handed out once), or
+        None: read the file then (the node round's upload without a read back, issue 30)."""
+        with self._write_lock:
+            return self._images.pop(generation, None)
+
+    def sealed_after(self, generation: int) -> list[Checkpoint]:
+        """The sealed checkpoints of the retained generations above ``generation``, oldest first."""
+        with self._write_lock:
+            return [self._sealed[g] for g in sorted(self._sealed) if g > generation]
+
+    @property
+    def current_num_ops(self) -> int:
+        """How many operations the current (unsealed) generation holds."""
+        return self._cur.num_ops
 
     def generations(self) -> list[GenerationInfo]:
         """What each retained generation holds (for the purge rules)."""
@@ -594,6 +635,7 @@ class LocalTranslog:
             write_checkpoint(self.directory, self._cur.checkpoint, fsync=self._fsync)  # first: never reference a gone file
             for g in doomed:
                 del self._sealed[g]
+                self._images.pop(g, None)
                 for name in (generation_file(g), sealed_checkpoint_file(g)):
                     try:
                         os.unlink(self._path(name))

@@ -51,8 +51,9 @@ from shardstore.blobstores.base import BlobStore
 from shardstore.blobstores.errors import BlobAlreadyExists
 from shardstore.core.ops import NO_OPS
 from shardstore.errors import LocalDiskError
-from shardstore.translog.checkpoint import read_checkpoint
+from shardstore.translog.checkpoint import Checkpoint, read_checkpoint
 from shardstore.translog.errors import TranslogCorruptedError, TranslogError, TranslogUnavailable
+from shardstore.translog.frames import GenerationHeader
 from shardstore.translog.local import CHECKPOINT, LocalTranslog, generation_file
 from shardstore.translog.node_format import RoundIndex, Section, data_key, index_key, stream_prefix, trailer
 from shardstore.translog.node_read import forget_cached, shard_entries
@@ -69,6 +70,7 @@ from shardstore.translog.remote_metadata import (
     METADATA_DIR,
     RemoteGeneration,
     RemoteTranslogMetadata,
+    generation_checksum,
     metadata_key,
     parse_metadata_key,
 )
@@ -440,27 +442,29 @@ class NodeShardTranslog:
         with self._upload_lock:
             if self._closed:
                 return []
-            gens = self.local.generations()
-            if gens[-1].num_ops > 0:
+            if self.local.current_num_ops > 0:
                 self.local.roll_generation()
-                gens = self.local.generations()
-            sealed_through = gens[-1].generation - 1
-            out = []
-            for info in gens[:-1]:
-                if info.generation <= self._landed_through or info.num_ops == 0:
-                    continue
-                out.append(self._read_sealed(info.generation))
+            sealed_through = self.local.generation - 1
+            out = [self._read_sealed(cp) for cp in self.local.sealed_after(self._landed_through) if cp.num_ops]
             self._sealing = (round_no, sealed_through)
             return out
 
-    def _read_sealed(self, generation: int) -> _Sealed:
-        cp = self.local.sealed_checkpoint(generation)  # as sealed: the disk copy is the same bytes
+    def _read_sealed(self, cp: Checkpoint) -> _Sealed:
+        """A sealed generation's bytes: as the log wrote them under ``remote`` durability (no read back),
+        else read from its file with every frame's CRC checked."""
+        generation = cp.generation
+        data = self.local.take_sealed_image(generation)
         path = f"{self.local.directory}/{generation_file(generation)}"
-        with open(path, "rb") as f:
-            data = f.read(cp.offset)
-        if len(data) < cp.offset:
-            raise TranslogCorruptedError(path, len(data), f"short sealed generation: sealed checkpoint covers {cp.offset}")
-        header, checksum = _checked(memoryview(data), path, cp.offset)
+        if data is not None:
+            header = GenerationHeader.decode(memoryview(data), path)
+            checksum = generation_checksum(data)
+        else:
+            with open(path, "rb") as f:
+                data = f.read(cp.offset)
+            if len(data) < cp.offset:
+                raise TranslogCorruptedError(path, len(data),
+                                             f"short sealed generation: sealed checkpoint covers {cp.offset}")
+            header, checksum = _checked(memoryview(data), path, cp.offset)
         return _Sealed(generation, header.primary_term, data, checksum, cp.min_seq_no, cp.max_seq_no, cp.num_ops,
                        cp.trimmed_above_seq_no)
 

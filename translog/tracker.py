@@ -93,7 +93,7 @@ class _Runs:
         return len(self.starts)
 
 
-def _ascending_by_one(arr: pa.Array) -> bool:
+def ascending_by_one(arr: pa.Array) -> bool:
     """Whether a null-free int64 array is x, x+1, x+2, ... (read through numpy, no copy)."""
     a = arr.to_numpy(zero_copy_only=True)
     return bool(np.all(a[1:] - a[:-1] == 1))
@@ -111,7 +111,7 @@ def _reduce(arr: pa.Array, floor: int) -> tuple[int, _Runs | tuple[int, int] | N
     if hi <= floor:
         return hi, None
     span = hi - lo + 1
-    if span == len(arr) and _ascending_by_one(arr):  # a stamped batch: lo..hi in order, no hash needed
+    if span == len(arr) and ascending_by_one(arr):  # a stamped batch: lo..hi in order, no hash needed
         return hi, (max(lo, floor + 1), hi)
     if span <= len(arr) and pc.count_distinct(arr).as_py() == span:
         return hi, (max(lo, floor + 1), hi)

@@ -281,3 +281,49 @@ def test_a_format_version_1_translog_opens_reads_and_rolls(tmp_path: Path) -> No
         assert seqs(log) == list(range(15))
     cp = read_checkpoint(tmp_path)
     assert scan(tmp_path / generation_file(2), cp.offset).header.version == FORMAT_VERSION
+
+
+def test_remote_durability_hands_the_round_each_sealed_generation_as_written_once(tmp_path: Path) -> None:
+    """Under ``remote`` durability a roll keeps the sealed bytes for the node round (no read back); they are
+    the file's bytes exactly, handed out once, dropped by a purge, and not kept once the log leaves ``remote``."""
+    tl = LocalTranslog(str(tmp_path), primary_term=1, durability="remote")
+    try:
+        tl.add(ops(0, 3))
+        tl.add(ops(3, 2))
+        sealed = tl.roll_generation()
+        image = tl.take_sealed_image(sealed.generation)
+        with open(tmp_path / generation_file(sealed.generation), "rb") as f:
+            assert image == f.read() and len(image) == sealed.offset
+        assert tl.take_sealed_image(sealed.generation) is None  # once
+        empty = tl.roll_generation()  # nothing appended: nothing to upload, nothing kept
+        assert tl.take_sealed_image(empty.generation) is None
+        tl.add(ops(5, 1))
+        kept = tl.roll_generation()
+        tl.delete_generations({sealed.generation, empty.generation, kept.generation})
+        assert tl.take_sealed_image(kept.generation) is None  # purged with its generation
+        tl.add(ops(6, 1))
+        tl.set_durability("request")
+        tl.add(ops(7, 1))
+        after = tl.roll_generation()
+        assert tl.take_sealed_image(after.generation) is None  # began under remote, finished under request
+        assert tl.tracker.persisted_checkpoint == 7
+    finally:
+        tl.close()
+
+
+def test_a_roll_counts_every_appended_seq_no_durable_in_any_order(tmp_path: Path) -> None:
+    """A stamped batch counts as a range, any other batch (out of order, a gap) seq# by seq#."""
+    tl = LocalTranslog(str(tmp_path), primary_term=1, durability="remote")
+    try:
+        tl.add(ops(0, 4))  # 0..3: a range
+        shuffled = ops(4, 4)
+        tl.add(shuffled.take(pa.array([2, 0, 3, 1])))  # 4..7 out of order
+        tl.add(ops(9, 2))  # 9..10: a gap at 8
+        assert tl.tracker.persisted_checkpoint == -1  # nothing durable before the round's roll
+        tl.roll_generation()
+        assert tl.tracker.persisted_checkpoint == 7
+        tl.add(ops(8, 1))
+        tl.roll_generation()
+        assert tl.tracker.persisted_checkpoint == 10
+    finally:
+        tl.close()
