@@ -221,9 +221,10 @@ class Mapping:
 
     def with_fields(self, new: dict[str, FieldType]) -> Mapping:
         """This mapping with ``new`` fields added (or retyped)."""
-        if not new:
+        mine = self._dict
+        if not new or all(mine.get(n) is t for n, t in new.items()):  # nothing new: no rebuild, no re-validation
             return self
-        return Mapping(tuple({**self._dict, **new}.items()))
+        return Mapping(tuple({**mine, **new}.items()))
 
     def merged(self, other: Mapping) -> Mapping:
         """This mapping plus the fields of ``other``; MappingConflict if one field has two types."""
