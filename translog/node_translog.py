@@ -120,6 +120,11 @@ class NodeTranslog:
         self._epoch = 0
         self._holds: dict[int, list[int]] = {}
         self._join_window = 0.0  # how long the last round took: the most a round waits for joining() holds
+        self._joined = 0  # joining() holds released (one-shard bulks staged) not yet counted into a round
+        self._siblings = 0  # how many the last round carried: the next one expects as many (group commit)
+        self._round_ended = 0.0  # when the last round acknowledged its appends
+        self._leftover = 0  # one-shard bulks staged while the last round ran (the next round carries them)
+        self._turnaround = 0.0  # moving average: from a round's end to the next one-shard bulk arriving here
         self.rounds = 0  # rounds that landed
 
     @property
@@ -166,6 +171,12 @@ class NodeTranslog:
         with self._cond:
             epoch = self._epoch
             self._holds.setdefault(epoch, [0, 0])[kind] += 1
+            if kind:
+                if self._round_ended:  # the first bulk after a round: how long its client took to come back
+                    gap = time.monotonic() - self._round_ended
+                    self._turnaround = min(gap, 1.0) if not self._turnaround else 0.8 * self._turnaround + 0.2 * min(gap, 1.0)
+                    self._round_ended = 0.0
+                self._cond.notify_all()  # a round expecting siblings counts it
         try:
             yield
         finally:
@@ -174,6 +185,7 @@ class NodeTranslog:
                 held[kind] -= 1
                 if held == [0, 0]:
                     del self._holds[epoch]
+                self._joined += kind
                 self._cond.notify_all()
 
     def _held_through(self, epoch: int) -> tuple[int, int]:
@@ -190,8 +202,14 @@ class NodeTranslog:
         lock whose holder waits for this round) is left to the next round.  Holds taken after the
         epoch closed are not waited for, so the wait ends.
         """
+        self._await_siblings()
         epoch = self._epoch
         self._epoch += 1
+        self._await_holders(epoch)
+        if self._joined:  # what this round takes (a round with no one-shard bulk in it leaves the count)
+            self._siblings, self._joined = self._joined, 0
+
+    def _await_holders(self, epoch: int) -> None:
         deadline = 0.0
         last_joining = -1
         while not self._closed:
@@ -204,6 +222,29 @@ class NodeTranslog:
             if joining != last_joining:  # progress: a joining holder staged (or the first look)
                 last_joining = joining
                 deadline = time.monotonic() + self._join_window
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self._cond.wait(left)
+
+    def _await_siblings(self) -> None:
+        """Before closing the epoch: when the last round carried several one-shard bulks (concurrent
+        clients), wait until as many are staged or under way here, at most the last round's duration.
+
+        Concurrent clients' bulks reach the node one after another, each after its coordinator's
+        parse; a round taking only those staged so far would carry one or two of them (2 PUTs
+        each).  The wait is PostgreSQL's ``commit_siblings`` idea with the bound measured, not
+        configured: a lone client (the last round carried one bulk) never waits, and the wait
+        ends as soon as the expected bulks are in (docs/design/translog.md, "Group commit").
+        """
+        if self._siblings < 2 or not self._join_window:
+            return
+        deadline = time.monotonic() + min(self._join_window + self._turnaround, 1.0)
+        expected = self._siblings + self._leftover  # the last round's bulks come back, plus those staged during it
+        while not self._closed:
+            joining = sum(h[1] for h in self._holds.values())
+            if self._joined + joining >= expected:
+                return
             left = deadline - time.monotonic()
             if left <= 0:
                 return
@@ -241,8 +282,13 @@ class NodeTranslog:
                 self._pending.clear()
             started = time.monotonic()
             try:
-                self._round(handles)
+                if not self._round(handles):
+                    pause = self.retry_pause
+                    continue  # nothing uploaded: its duration and timing say nothing about the next round
                 self._join_window = min(time.monotonic() - started, 1.0)
+                with self._cond:
+                    self._round_ended = time.monotonic()
+                    self._leftover = self._joined  # staged while that round ran: the next one carries them
                 pause = self.retry_pause
             except BaseException as exc:  # noqa: BLE001 - reported to the waiting appends, then retried
                 for h in handles:
@@ -254,19 +300,19 @@ class NodeTranslog:
                     self._cond.wait(pause)  # close() wakes us
                 pause = min(pause * 2, 1.0)
 
-    def _round(self, handles: list[NodeShardTranslog]) -> None:
-        """One upload round over ``handles`` (see the module)."""
+    def _round(self, handles: list[NodeShardTranslog]) -> bool:
+        """One upload round over ``handles`` (see the module); whether it uploaded anything."""
         with self._cond:
             round_no = self._next_round
             self._next_round += 1  # a failed attempt's number is never reused: its PUT may have landed
             self._open_round = round_no
         try:
-            self._upload_round(round_no, handles)
+            return self._upload_round(round_no, handles)
         finally:
             with self._cond:
                 self._open_round = None
 
-    def _upload_round(self, round_no: int, handles: list[NodeShardTranslog]) -> None:
+    def _upload_round(self, round_no: int, handles: list[NodeShardTranslog]) -> bool:
         parts: list[bytes] = []
         sections: list[Section] = []
         owners: list[tuple[NodeShardTranslog, list[Section]]] = []
@@ -290,13 +336,17 @@ class NodeTranslog:
                 self._refs[round_no] = {(id(h), s.generation) for h, mine in owners for s in mine}
         for h, mine in owners:
             h._landed(round_no, mine)
-        if self.after_round is not None:
-            self.after_round()  # the fence listing: after the round landed, before anything counts as uploaded
+        unconfirmed = sections or any(h._landed_through > h._uploaded_through for h, _mine in owners)
+        if self.after_round is not None and unconfirmed:
+            # the fence listing: after the round landed, before anything counts as uploaded (a round with
+            # nothing new, asked for by a waiter that came while the last one ran, lists nothing)
+            self.after_round()
         for h, _mine in owners:
             h._confirm()
         if sections:
             with self._cond:
                 self.rounds += 1
+        return bool(sections)
 
     def _put(self, key: str, data: bytes) -> None:
         try:

@@ -322,3 +322,47 @@ def test_the_state_key_moves_with_every_round_and_rests_when_idle(store_factory,
         assert len({first, second, third}) == 3
     finally:
         shards.close()
+
+
+@pytest.mark.parametrize("backend", ["memory"], indirect=True)
+def test_a_round_expects_back_the_bulks_the_last_round_carried(store_factory, tmp_path: Path) -> None:
+    """Group commit across clients: two clients' bulks shared a round; the next round waits (bounded by about a
+    round's time) for the second client's next bulk, which reaches the node after the first one's, instead of
+    taking the first alone.  The round is slowed (its fence step) so the bound is far above the client's delay.
+    A round with nothing new makes no fence listing."""
+    store = store_factory()
+    listings: list[int] = []
+    shards = Shards(store, tmp_path, 1, after_round=lambda: (listings.append(1), time.sleep(0.5)))
+    node, h = shards.node, shards.handles[0]
+    errors: list[BaseException] = []
+
+    def bulk(first: int, ready: threading.Barrier | None = None) -> None:
+        try:
+            with node.joining():  # as the engine's one-shard bulk: held until staged
+                if ready is not None:
+                    ready.wait()
+                position = h.append(ops(first, 5))
+            h.wait_uploaded(position[0])
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    def run(*targets) -> None:
+        threads = [threading.Thread(target=t) for t in targets]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    try:
+        bulk(0)  # a lone client: its round measures how long a round takes
+        both = threading.Barrier(2)
+        run(lambda: bulk(5, both), lambda: bulk(10, both))  # both held before either staged: one round
+        assert node.rounds == 2 and not errors
+        run(lambda: bulk(15), lambda: (time.sleep(0.05), bulk(20)))  # the second client comes back later
+        assert not errors, errors
+        assert node.rounds == 3  # the round waited for it: one round, not one per client
+        assert seqs(RemoteTranslog.read_operations(store, prefix(0), 0)) == list(range(25))
+        # a waiter asking for a round while one ran gets one with nothing new: it lists (fences) nothing
+        assert len(listings) == node.rounds
+    finally:
+        shards.close()
