@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from shardstore.cluster_state import entities as E
 from shardstore.cluster_state.manifest import ManifestName, newest_first, parse_manifest_key
-from shardstore.cluster_state.uuids import UuidInfo, latest_cluster_uuid, uuid_chain
+from shardstore.cluster_state.uuids import UuidInfo, latest_of_settled_view, uuid_chain
 
 if TYPE_CHECKING:
     from shardstore.cluster_state.remote import RemoteClusterStateService
@@ -52,9 +52,11 @@ def plan_purge(blob_keys: Iterable[str], kept: list[ManifestName], referenced: s
     for key in blob_keys:
         if key in kept_keys or key in referenced:
             continue
-        if parse_manifest_key(key) is not None:
-            out.append(key)  # an older manifest: not among the kept ones
-            continue
+        name = parse_manifest_key(key)
+        if name is not None:
+            if newest is None or (name.term, name.version) <= newest:
+                out.append(key)  # an older manifest: not among the kept ones
+            continue  # newer than every kept one: published after the manifests were listed (or hidden from that LIST)
         tv = E.key_term_version(key)
         if tv is None or newest is None or tv > newest:
             continue  # unknown key, or a publication in flight
@@ -65,9 +67,11 @@ def plan_purge(blob_keys: Iterable[str], kept: list[ManifestName], referenced: s
 def uuids_to_wipe(infos: Mapping[str, UuidInfo], head: str | None) -> list[str]:
     """The cluster UUIDs behind the committed head in the chain (deleted entirely), oldest first.
 
-    Oldest first, so that a wipe stopped part-way (or read by a restore meanwhile) always
-    leaves a contiguous chain ending at the head: deleting a link in the middle first would
-    leave two UUIDs that each look like the latest (MultipleClusterUUIDs).
+    Oldest first, so that a wipe stopped part-way always leaves a contiguous chain ending at
+    the head: deleting a link in the middle first would leave two UUIDs that each look like
+    the latest (MultipleClusterUUIDs).  A reader reading UUID by UUID *while* the wipe runs
+    can still see such a view; it reads again before refusing
+    (:func:`~shardstore.cluster_state.uuids.latest_of_settled_view`, chaos seed 636).
     """
     if head is None or not infos.get(head, UuidInfo(None, False, "")).committed:
         return []
@@ -104,8 +108,13 @@ def referenced_keys(svc: RemoteClusterStateService, kept: list[ManifestName]) ->
 
 def purge(svc: RemoteClusterStateService, cluster_uuid: str | None = None, keep: int = DEFAULT_KEEP) -> PurgeReport:
     """Delete old states of ``cluster_uuid`` (default: the valid head) and the UUIDs behind a committed head."""
-    infos = {u: svc.uuid_info(u)[0] for u in svc.cluster_uuids()}
-    head = latest_cluster_uuid(infos) if cluster_uuid is None else cluster_uuid
+    def read() -> dict[str, UuidInfo]:
+        return {u: svc.uuid_info(u)[0] for u in svc.cluster_uuids()}
+
+    if cluster_uuid is None:
+        infos, head = latest_of_settled_view(read)
+    else:
+        infos, head = read(), cluster_uuid
     report = PurgeReport(head)
     if head is None:
         return report

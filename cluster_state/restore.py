@@ -24,7 +24,7 @@ from shardstore.cluster_state.errors import NoClusterState
 from shardstore.cluster_state.manifest import Manifest
 from shardstore.cluster_state.model import ClusterState, CoordinationMetadata, VotingConfig, new_uuid
 from shardstore.cluster_state.remote import RemoteClusterStateService, RestoreResult
-from shardstore.cluster_state.uuids import latest_cluster_uuid, uuid_chain
+from shardstore.cluster_state.uuids import latest_of_settled_view, uuid_chain
 
 
 @dataclass
@@ -46,8 +46,7 @@ class ClusterRestore:
 
 def find_latest(svc: RemoteClusterStateService) -> tuple[str, list[str]]:
     """(latest valid cluster UUID, its chain newest first); NoClusterState when there is none."""
-    infos = {u: svc.uuid_info(u)[0] for u in svc.cluster_uuids()}
-    head = latest_cluster_uuid(infos)
+    infos, head = latest_of_settled_view(lambda: {u: svc.uuid_info(u)[0] for u in svc.cluster_uuids()})
     if head is None:
         raise NoClusterState(svc.store.location,
                              f"{len(infos)} cluster UUID(s) found, none with a committed manifest" if infos else "")

@@ -17,7 +17,8 @@ fingerprint of that manifest's persistent metadata).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from shardstore.cluster_state.errors import ClusterUUIDCycle, MultipleClusterUUIDs
@@ -65,6 +66,35 @@ def latest_cluster_uuid(infos: Mapping[str, UuidInfo]) -> str | None:
         if len(trimmed) == len(valid):
             raise MultipleClusterUUIDs(heads)
         valid = trimmed
+
+
+#: how many more times :func:`latest_of_settled_view` reads a view showing several heads or a cycle
+SETTLE_READS = 4
+#: seconds between those reads (a purge deletes a few keys per UUID: it moves on within this)
+SETTLE_PAUSE = 0.25
+
+
+def latest_of_settled_view(read: Callable[[], Mapping[str, UuidInfo]], *, reads: int = SETTLE_READS,
+                           pause: float = SETTLE_PAUSE) -> tuple[Mapping[str, UuidInfo], str | None]:
+    """(the view, its latest cluster UUID), refusing several heads or a cycle only when two reads agree.
+
+    A view is read UUID by UUID (a LIST and GET each), not at one instant.  A purge of the
+    UUIDs behind the head (oldest first, possibly by a manager still running elsewhere) may
+    delete between two of those reads; the view then spans before and after, and can show
+    two heads the store never held at once (chaos seed 636: U1 read before its wipe, U2 read
+    after its manifests went, so U1 and U3 both looked like heads).  Reading again settles it.
+    """
+    infos = read()
+    for _ in range(reads):
+        try:
+            return infos, latest_cluster_uuid(infos)
+        except (MultipleClusterUUIDs, ClusterUUIDCycle):
+            time.sleep(pause)
+            again = read()
+            if again == infos:
+                raise  # the same twice: the store really holds this
+            infos = again
+    return infos, latest_cluster_uuid(infos)
 
 
 def uuid_chain(infos: Mapping[str, UuidInfo], head: str) -> list[str]:

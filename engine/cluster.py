@@ -694,6 +694,7 @@ class Cluster:
         for name in self.managers.master_names:
             if self.transport.is_registered(name):
                 self.managers.stop(name)
+        self.managers.await_purges()  # none still deleting when the next cluster reads the store
         for name in list(self.nodes):
             if self.transport.is_registered(name):
                 self.transport.unregister(name)

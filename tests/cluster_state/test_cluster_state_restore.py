@@ -182,3 +182,47 @@ def test_new_nodes_with_empty_disks_bootstrap_from_the_store_on_election(tmp_pat
     # a brand-new store bootstraps an empty cluster
     empty = LocalCluster(open_store(f"file://{tmp_path / 'empty'}"), str(tmp_path / "e"), ("e1",))
     assert empty.elect("e1").indices == {}
+
+
+def test_a_restore_reading_while_the_last_cluster_still_purges_finds_the_one_head(tmp_path: Path) -> None:
+    """Chaos seed 636: the previous cluster's manager was stopped while its background purge wiped the UUIDs
+    behind its head (oldest first), and the restore read the UUIDs one by one meanwhile: U1 before its wipe, U2
+    after its manifests went, so U1 and U3 both looked like heads (MultipleClusterUUIDs).  The restore now reads
+    again before refusing.  Real LocalClusters on one memory store; the FaultyStore wrappers only delay a LIST
+    each, to fix the interleaving (no real part can be paused on demand there)."""
+    from shardstore.cluster_state import tasks
+    from shardstore.cluster_state.manifest import manifest_prefix
+    from shardstore.testing import FaultyStore
+
+    managers = ("cm-0", "cm-1", "cm-2")
+    for attempt in range(20):
+        inner = open_store(f"memory://seed636-{attempt}-{tmp_path.name}")
+        uuids = []
+        for gen in range(3):  # U1 <- U2 <- U3, each a restore on empty disks
+            lc = LocalCluster(inner, str(tmp_path / f"a{attempt}-gen{gen}"), managers, purge_every=0)
+            uuids.append(lc.elect("cm-0").cluster_uuid)
+            lc.submit(tasks.create_index(f"ix{gen}", shards=1))
+            for n in managers:
+                lc.stop(n)
+        u1, u2, u3 = uuids
+        if u1 > u2:
+            continue  # the UUIDs are read in key order: the race needs U1 read before U2
+        old_store = FaultyStore(inner, seed=1)
+        old = LocalCluster(old_store, str(tmp_path / f"a{attempt}-gen2"), managers, purge_every=2)
+        old.elect("cm-1")
+        old_store.inject(op="list", key=UUID_MARKERS + "*", action="delay", delay=0.2, times=1)
+        old.submit(tasks.create_index("late", shards=1))  # its 2nd commit: the purge starts in the background
+        purge = old.master().purge_task
+        for n in managers:
+            old.stop(n)  # stopped, its purge still running (as on a manager cut off, not yet dead)
+        new_store = FaultyStore(inner, seed=2)
+        new_store.inject(op="list", key=manifest_prefix(u2) + "*", action="delay", delay=0.6, times=1)
+        new = LocalCluster(new_store, str(tmp_path / f"a{attempt}-gen3"), managers)
+        state = new.elect("cm-0")  # MultipleClusterUUIDs before the fix
+        report = purge.wait(10)
+        assert report.wiped_uuids == [u1, u2]
+        head, chain = find_latest(RemoteClusterStateService(inner))
+        assert head == state.cluster_uuid and chain == [state.cluster_uuid, u3]
+        assert "late" in state.indices  # restored from U3's newest committed state
+        return
+    pytest.fail("no attempt drew U1 before U2 in key order")

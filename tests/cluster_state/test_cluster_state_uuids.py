@@ -137,3 +137,35 @@ def test_wipes_go_oldest_first_so_an_interrupted_wipe_keeps_one_head() -> None:
     for k in range(len(order) + 1):  # the wipe stopped after k UUIDs: still one valid head
         left = {u: i for u, i in infos.items() if u not in order[:k]}
         assert latest_cluster_uuid(left) == "a4"
+
+
+def test_a_view_read_during_a_purge_is_read_again_before_refusing() -> None:
+    """A view spanning a purge's wipe (U1 read before it, U2 after its manifests went) shows two heads the
+    store never held; the next read settles on the one head.  Two equal views with two heads still refuse."""
+    from shardstore.cluster_state.uuids import latest_of_settled_view
+
+    torn = {"u1": info(None, fp="a"), "u2": info("u1", committed=False), "u3": info("u2", fp="c")}
+    settled = {"u3": info("u2", fp="c")}
+    views = iter([torn, settled])
+    infos, head = latest_of_settled_view(lambda: next(views), pause=0)
+    assert (infos, head) == (settled, "u3")
+    forked = {"u1": info(None, fp="a"), "u2": info("u1", fp="b"), "u3": info("u1", fp="c")}
+    calls = []
+    with pytest.raises(MultipleClusterUUIDs):
+        latest_of_settled_view(lambda: calls.append(1) or dict(forked), pause=0)
+    assert len(calls) == 2  # refused once two reads agreed
+    changing = iter([{**forked, "x": info(None, committed=False, fp=str(i))} for i in range(10)])
+    with pytest.raises(MultipleClusterUUIDs):  # a view that keeps changing: refused after the bounded reads
+        latest_of_settled_view(lambda: next(changing), pause=0, reads=3)
+
+
+def test_a_purge_never_deletes_a_manifest_newer_than_the_ones_it_keeps() -> None:
+    """A manifest published after the purge listed the manifests (or hidden from that LIST) is not "older":
+    deleting it could remove the newest committed state."""
+    from shardstore.cluster_state.manifest import manifest_key, parse_manifest_key
+    from shardstore.cluster_state.purge import plan_purge
+
+    keys = [manifest_key("u", term, version, True) for term, version in [(1, 1), (1, 2), (2, 3), (2, 4), (3, 5)]]
+    kept = [parse_manifest_key(keys[2])]  # the purge listed up to (2, 3) and keeps it
+    doomed = plan_purge(keys, kept, referenced=set())
+    assert doomed == sorted(keys[:2])  # (2, 4) and (3, 5) came later: kept
