@@ -46,6 +46,7 @@ from shardstore.engine.errors import (
     ResyncRefused,
     StalePrimary,
     VersionConflict,
+    WriteNotAcknowledged,
 )
 from shardstore.engine.flush_policy import FlushMark, flush_needed
 from shardstore.engine.node_remote import NodeRemote
@@ -116,7 +117,7 @@ class _Staged:
 
     seq_nos: pa.Array | pa.ChunkedArray
     remote: RemoteTranslog | NodeShardTranslog | None  # None: nothing to wait for (no remote translog; already counted processed)
-    generation: int
+    position: tuple[int, int]  # the local append's (generation, offset): the upload to wait for
 
 
 class ShardCopy:
@@ -192,7 +193,11 @@ class ShardCopy:
             self.disk_failure = exc
             raise
         except OSError as exc:
-            if self.closed:
+            if self.closed:  # not this disk: the copy closed under the call (a killed node, a failed copy)
+                if op == "write":  # a client is waiting: a typed answer, never a raw OSError (chaos seed 1367)
+                    raise WriteNotAcknowledged(
+                        self.spec.index_uuid, self.spec.shard,
+                        f"its copy at {self.path} closed during the write ({type(exc).__name__}: {exc})") from exc
                 raise
             if is_too_many_open_files(exc):  # the process's limit, not this disk: nothing is failed
                 raise TooManyOpenFiles(f"{self.path}: local {op}", exc) from exc
@@ -334,10 +339,10 @@ class ShardCopy:
         """Apply and log ``stamped`` locally and start its upload, without waiting for it (under the lock)."""
         if stamped.num_rows == 0 or self.remote_translog is None:  # nothing to wait for: the usual apply
             self._apply_stamped(stamped, prepared=prepared, order=order)
-            return _Staged(stamped.column("seq_no"), None, 0)
+            return _Staged(stamped.column("seq_no"), None, (0, 0))
         self.directory.apply(stamped, prepared, id_order=order)
         remote = self.remote_translog
-        return _Staged(stamped.column("seq_no"), remote, remote.append(stamped)[0])
+        return _Staged(stamped.column("seq_no"), remote, remote.append(stamped))
 
     def settle(self, staged: _Staged) -> None:
         """Wait for a staged batch's upload, check the fence, then count it processed (its seq#s may
@@ -345,7 +350,7 @@ class ShardCopy:
         if staged.remote is None:
             return
         with self._local_disk("write"):
-            self._await_upload(staged.remote, staged.generation)
+            self._await_upload(staged.remote, staged.position)
             self._check_not_fenced()
         self.tracker.mark_processed(staged.seq_nos)
 
@@ -402,10 +407,11 @@ class ShardCopy:
         """Log ``stamped`` to the remote translog and return once the upload covering it landed."""
         assert self.remote_translog is not None
         remote = self.remote_translog
-        self._await_upload(remote, remote.append(stamped, history=history)[0])
+        self._await_upload(remote, remote.append(stamped, history=history))
 
-    def _await_upload(self, remote: RemoteTranslog | NodeShardTranslog, generation: int) -> None:
-        """Wait for the upload of ``generation``; a full indexing buffer is refreshed while it is in flight.
+    def _await_upload(self, remote: RemoteTranslog | NodeShardTranslog, position: tuple[int, int]) -> None:
+        """Wait for the upload of what was logged before local ``position``; a full indexing buffer is refreshed
+        while it is in flight.
 
         The upload waits on I/O (the local write and fsync, then the PUT) while a refresh is
         CPU work (sort, Parquet encoding), so a bulk that fills the buffer
@@ -425,14 +431,14 @@ class ShardCopy:
                     self._upload_ahead(self.directory.refresh().segments)
             except OSError:  # the local disk: this copy is failed (_local_disk); not acknowledged either way
                 try:
-                    remote.wait_uploaded(generation)
+                    remote.wait_uploaded(position)
                 except Exception as exc:  # noqa: BLE001 - the disk error is the one raised; this one is logged
                     log.error("%s: the translog upload failed too (%s: %s)", self.path, type(exc).__name__, exc)
                 raise
             except Exception:  # noqa: BLE001 - not the disk: the write goes on, the next refresh retries
                 log.exception("%s: a refresh during the translog upload failed; the documents stay buffered",
                               self.path)
-        remote.wait_uploaded(generation)
+        remote.wait_uploaded(position)
 
     def _upload_ahead(self, names: tuple[str, ...]) -> None:
         """Upload the segments a full indexing buffer's refresh just wrote, on a background thread.

@@ -58,6 +58,7 @@ from shardstore.translog.frames import (
 from shardstore.translog.operations import DEFAULT_MAX_SOURCE_BYTES, SCHEMA, check, summarize
 from shardstore.translog.purge import GenerationInfo, local_deletable
 from shardstore.translog.replay import filter_batch, resolve
+from shardstore.translog.pieces import GenerationImage, Piece
 from shardstore.translog.tracker import LocalCheckpointTracker, ascending_by_one
 
 UNASSIGNED = -2
@@ -179,11 +180,11 @@ class _Current:
     """
 
     def __init__(self, checkpoint: Checkpoint, file: _GenerationFile, pending: list[_Pending],
-                 image: bytearray | None = None) -> None:
+                 image: GenerationImage | None = None) -> None:
         self.file = file
         self.pending = pending
-        #: under ``remote`` durability, the generation's bytes as written (its header on): the node round
-        #: uploads them once sealed without reading the file back (:meth:`LocalTranslog.take_sealed_image`)
+        #: under ``remote`` durability, the bytes no round landed yet, as written: the node round uploads
+        #: them as pieces without rolling or reading the file back (:meth:`LocalTranslog.pieces`)
         self.image = image
         self.checkpoint = checkpoint
 
@@ -239,7 +240,7 @@ class LocalTranslog:
         self._sync_lock = threading.Lock()
         self._synced: tuple[int, int] = (0, 0)  # (generation, offset) covered by translog.ckp
         self._sealed: dict[int, Checkpoint] = {}
-        self._images: dict[int, bytes] = {}  # sealed generation -> its bytes, until the node round takes them
+        self._images: dict[int, GenerationImage] = {}  # sealed generation -> what no round landed yet
         self.tracker = LocalCheckpointTracker()
         self._closed = threading.Event()
         self._tragic: LocalDiskError | None = None  # set by a failed local write or fsync (see _tragedy)
@@ -295,7 +296,7 @@ class LocalTranslog:
     def _start_generation(self, generation: int, term: int, base: Checkpoint | None, tl_uuid: uuid.UUID) -> None:
         f, header = self._new_generation_file(generation, term, tl_uuid)
         cp = self._fresh_checkpoint(generation, len(header), term, base, tl_uuid)
-        self._cur = _Current(cp, f, [], bytearray(header) if self.durability == "remote" else None)
+        self._cur = _Current(cp, f, [], GenerationImage(header) if self.durability == "remote" else None)
         write_checkpoint(self.directory, cp, fsync=self._fsync)
         self._synced = (generation, cp.offset)
 
@@ -398,9 +399,7 @@ class LocalTranslog:
             except OSError as exc:
                 raise self._tragedy("write", exc) from exc
             if cur.image is not None:
-                cur.image += header
-                for part in parts:
-                    cur.image += part
+                cur.image.append(header, parts, batch.num_rows, lo, hi)
             cur.appended(len(header) + size, batch.num_rows, lo, hi)
             seqs = batch.column(0)
             cur.pending.append((lo, hi) if hi - lo + 1 == batch.num_rows and ascending_by_one(seqs) else seqs)
@@ -533,10 +532,10 @@ class LocalTranslog:
                     old.file.flush()
                     sealed = old.checkpoint
                     fresh = self._fresh_checkpoint(generation, len(header), term, sealed, sealed.translog_uuid)
-                    self._cur = _Current(fresh, f, [], bytearray(header) if self.durability == "remote" else None)
+                    self._cur = _Current(fresh, f, [], GenerationImage(header) if self.durability == "remote" else None)
                     self._sealed[sealed.generation] = sealed
-                    if old.image is not None and len(old.image) == sealed.offset and sealed.num_ops:
-                        self._images[sealed.generation] = bytes(old.image)
+                    if old.image is not None and old.image.end == sealed.offset and sealed.num_ops:
+                        self._images[sealed.generation] = old.image
                 # Appends now land in the new file; they count only once translog.ckp names it (below).  A
                 # crash before that leaves an orphan file, removed on open.
                 if durable:
@@ -569,11 +568,64 @@ class LocalTranslog:
         with self._write_lock:
             return self._sealed[generation]
 
-    def take_sealed_image(self, generation: int) -> bytes | None:
-        """The bytes of sealed ``generation`` as written under ``remote`` durability (handed out once), or
-        None: read the file then (the node round's upload without a read back, issue 30)."""
+    def pieces(self, generation: int, offset: int) -> tuple[list[Piece], tuple[int, int]] | None:
+        """What was appended from local position (``generation``, ``offset``) on, as pieces (one per generation
+        holding some), and the position they end at; None when some of it is not held in memory (a log
+        reopened, or not under ``remote`` durability): the caller rolls and reads the files then.
+
+        The current generation's buffered writes are flushed, so a filesystem sync covers them, and
+        what it held counts durable, as a roll would have counted it (translog/pieces.py).
+        """
         with self._write_lock:
-            return self._images.pop(generation, None)
+            self._check_open()
+            cur = self._cur
+            if cur.image is None:
+                return None
+            out = []
+            for g in sorted(self._sealed):
+                cp = self._sealed[g]
+                if g < generation or not cp.num_ops or (g == generation and offset >= cp.offset):
+                    continue
+                image = self._images.get(g)
+                start = offset if g == generation else 0
+                if image is None or not image.holds(start):
+                    return None
+                piece = image.piece(g, cp.primary_term, start, cp.trimmed_above_seq_no)
+                if piece is not None:
+                    out.append(piece)
+            if cur.generation >= generation:
+                cp = cur.checkpoint
+                start = offset if cur.generation == generation else 0
+                if not cur.image.holds(start):
+                    return None  # landed once already (a node translog reopened over this log): roll and read
+                piece = cur.image.piece(cur.generation, cp.primary_term, start, cp.trimmed_above_seq_no)
+                if piece is not None:
+                    try:
+                        cur.file.flush()
+                    except OSError as exc:
+                        raise self._tragedy("write", exc) from exc
+                    out.append(piece)
+            pending, cur.pending = cur.pending, []
+            through = (cur.generation, cur.offset)
+        _mark_persisted(self.tracker, pending)
+        return out, through
+
+    def release_images(self, through: tuple[int, int]) -> None:
+        """A round landed everything before local position ``through``: forget those bytes."""
+        generation, offset = through
+        with self._write_lock:
+            for g in [g for g in self._images if g <= generation]:
+                if g < generation:
+                    del self._images[g]
+                else:
+                    self._images[g].release(offset)
+            if self._cur.image is not None and self._cur.generation == generation:
+                self._cur.image.release(offset)
+
+    @property
+    def current_offset(self) -> int:
+        """How many bytes the current generation's file holds."""
+        return self._cur.offset
 
     def sealed_after(self, generation: int) -> list[Checkpoint]:
         """The sealed checkpoints of the retained generations above ``generation``, oldest first."""

@@ -53,11 +53,10 @@ from shardstore.core.ops import NO_OPS
 from shardstore.errors import LocalDiskError
 from shardstore.translog.checkpoint import Checkpoint, read_checkpoint
 from shardstore.translog.errors import TranslogCorruptedError, TranslogError, TranslogUnavailable
-from shardstore.translog.frames import GenerationHeader
 from shardstore.translog.local import CHECKPOINT, LocalTranslog, generation_file
 from shardstore.translog.node_format import RoundIndex, Section, data_key, index_key, stream_prefix, trailer
 from shardstore.translog.node_read import forget_cached, shard_entries
-from shardstore.translog.purge import GenerationInfo, remote_deletable
+from shardstore.translog.purge import remote_deletable_sections
 from shardstore.translog.remote import (
     KEEP_METADATA,
     _checked,
@@ -95,6 +94,30 @@ class _Sealed:
     trimmed_above_seq_no: int
 
 
+#: a retained section: (local generation, data blob key, offset in it)
+EntryKey = tuple[int, str, int]
+
+#: at a round, a current local generation this big is rolled (its file and what a purge may drop stay small)
+NODE_ROLL_BYTES = 4 * 1024 * 1024
+
+
+def entry_key(e: RemoteGeneration) -> EntryKey:
+    """The key a retained section is known by."""
+    return (e.generation, e.blob_key, e.offset)
+
+
+def read_sealed(directory: str, cp: Checkpoint) -> _Sealed:
+    """A sealed generation read back from its file, every frame's CRC checked (no image in memory)."""
+    path = f"{directory}/{generation_file(cp.generation)}"
+    with open(path, "rb") as f:
+        data = f.read(cp.offset)
+    if len(data) < cp.offset:
+        raise TranslogCorruptedError(path, len(data), f"short sealed generation: sealed checkpoint covers {cp.offset}")
+    header, checksum = _checked(memoryview(data), path, cp.offset)
+    return _Sealed(cp.generation, header.primary_term, data, checksum, cp.min_seq_no, cp.max_seq_no, cp.num_ops,
+                   cp.trimmed_above_seq_no)
+
+
 class NodeTranslog:
     """One node's translog uploads: a round puts the new sealed generations of all its shards in one data blob."""
 
@@ -112,7 +135,7 @@ class NodeTranslog:
         self._pending: dict[int, NodeShardTranslog] = {}
         self._next_round = 0
         self._open_round: int | None = None  # numbered, not done: it may still seal shards
-        self._refs: dict[int, set[tuple[int, int]]] = {}  # round -> {(id(handle), generation)} still retained
+        self._refs: dict[int, set[tuple[int, EntryKey]]] = {}  # round -> {(id(handle), section)} still retained
         self._thread: threading.Thread | None = None
         self._closed = False
         #: group commit: a round closes the current epoch and waits for the holds taken in it or before
@@ -193,21 +216,22 @@ class NodeTranslog:
         held = [h for e, h in self._holds.items() if e <= epoch]
         return sum(h[0] for h in held), sum(h[1] for h in held)
 
-    def _await_stagers(self) -> None:
+    def _await_stagers(self) -> int:
         """Close the epoch, then wait for its staging() holds, and for its joining() holds as long as one
         of them is released within a round's time of the last (under the condition).
 
         The joining holders queue on one shard lock and stage one after another, so each release
         restarts the wait; a holder that makes no progress for a round's time (it may wait on a
         lock whose holder waits for this round) is left to the next round.  Holds taken after the
-        epoch closed are not waited for, so the wait ends.
+        epoch closed are not waited for, so the wait ends.  Returns how many one-shard bulks were staged
+        for this round.
         """
         self._await_siblings()
         epoch = self._epoch
         self._epoch += 1
         self._await_holders(epoch)
-        if self._joined:  # what this round takes (a round with no one-shard bulk in it leaves the count)
-            self._siblings, self._joined = self._joined, 0
+        carried, self._joined = self._joined, 0
+        return carried
 
     def _await_holders(self, epoch: int) -> None:
         deadline = 0.0
@@ -274,7 +298,7 @@ class NodeTranslog:
                     if not self._cond.wait(UPLOADER_IDLE_SECONDS) and not self._pending:
                         self._thread = None  # idle: the next append starts another
                         return
-                self._await_stagers()
+                carried = self._await_stagers()
                 if self._closed:
                     self._thread = None
                     return
@@ -284,9 +308,12 @@ class NodeTranslog:
             try:
                 if not self._round(handles):
                     pause = self.retry_pause
-                    continue  # nothing uploaded: its duration and timing say nothing about the next round
+                    with self._cond:  # nothing uploaded: its count, duration and timing say nothing
+                        self._joined += carried
+                    continue
                 self._join_window = min(time.monotonic() - started, 1.0)
                 with self._cond:
+                    self._siblings = carried  # none (multi-shard bulks only): the next round expects none back
                     self._round_ended = time.monotonic()
                     self._leftover = self._joined  # staged while that round ran: the next one carries them
                 pause = self.retry_pause
@@ -294,6 +321,7 @@ class NodeTranslog:
                 for h in handles:
                     h._failed(exc)
                 with self._cond:
+                    self._joined += carried  # the retry carries them
                     for h in handles:
                         if not h._closed:
                             self._pending.setdefault(id(h), h)
@@ -333,10 +361,11 @@ class NodeTranslog:
             self._put(data_key(self.prefix, round_no), b"".join(parts))
             self._put(index_key(self.prefix, round_no), index)
             with self._cond:
-                self._refs[round_no] = {(id(h), s.generation) for h, mine in owners for s in mine}
+                key = data_key(self.prefix, round_no)
+                self._refs[round_no] = {(id(h), (s.generation, key, s.offset)) for h, mine in owners for s in mine}
         for h, mine in owners:
-            h._landed(round_no, mine)
-        unconfirmed = sections or any(h._landed_through > h._uploaded_through for h, _mine in owners)
+            h._landed_round(round_no, mine)
+        unconfirmed = sections or any(h._unconfirmed for h, _mine in owners)
         if self.after_round is not None and unconfirmed:
             # the fence listing: after the round landed, before anything counts as uploaded (a round with
             # nothing new, asked for by a waiter that came while the last one ran, lists nothing)
@@ -355,15 +384,15 @@ class NodeTranslog:
             if self.store.stat(key).size != len(data):
                 raise TranslogError(f"{key}: a different node translog blob already exists") from None
 
-    def release(self, handle: NodeShardTranslog, released: list[tuple[int, int]]) -> list[str]:
-        """Drop ``handle``'s (round, generation) references; the keys of rounds no shard retains any more."""
+    def release(self, handle: NodeShardTranslog, released: list[tuple[int, EntryKey]]) -> list[str]:
+        """Drop ``handle``'s (round, section) references; the keys of rounds no shard retains any more."""
         keys: list[str] = []
         with self._cond:
-            for round_no, generation in released:
+            for round_no, section in released:
                 refs = self._refs.get(round_no)
                 if refs is None:
                     continue
-                refs.discard((id(handle), generation))
+                refs.discard((id(handle), section))
                 if not refs:
                     del self._refs[round_no]
                     keys += [data_key(self.prefix, round_no), index_key(self.prefix, round_no)]
@@ -421,13 +450,16 @@ class NodeShardTranslog:
         self._closed = False
         self._last_error: BaseException | None = None
         self.uploads = 0
-        self._entries: dict[int, RemoteGeneration] = {}
-        self._rounds: dict[int, int] = {}  # generation -> round of this node holding it
-        self._sealing: tuple[int, int] | None = None  # (round, sealed through) of a round in flight
-        self._landed_through = min(g.generation for g in local.generations()) - 1
+        self._entries: dict[EntryKey, RemoteGeneration] = {}
+        self._rounds: dict[EntryKey, int] = {}  # section -> round of this node holding it
+        self._unconfirmed: set[EntryKey] = set()  # landed, the fence listing after them not passed yet
+        #: (round, local position it uploads through) of a round in flight
+        self._sealing: tuple[int, tuple[int, int]] | None = None
+        #: local positions (generation, offset): everything logged before them landed / passed the fence
+        self._landed = (min(g.generation for g in local.generations()), 0)
         if covered_through is not None:
-            self._landed_through = max(self._landed_through, covered_through)
-        self._uploaded_through = self._landed_through
+            self._landed = max(self._landed, (covered_through + 1, 0))
+        self._uploaded = self._landed
         self._metadata: RemoteTranslogMetadata | None = None
         self._metadata_generation = -1  # the last metadata key's generation (keys must keep sorting newest first)
         self._metadata_keys: set[str] = set()
@@ -454,31 +486,34 @@ class NodeShardTranslog:
                     f"{gen}; translog {self.local.translog_uuid} (term {self.local.primary_term}, generation "
                     f"{self.local.generation}) would not sort ahead of it")
             return
-        entries = {e.generation: e for e in md.entries}
+        entries = {entry_key(e): e for e in md.entries}
         earlier = [(s[0], s[1]) for s in md.streams]
         for e in shard_entries(self.store, earlier, self.index_uuid, self.shard):
-            entries.setdefault(e.generation, e)  # sections of an earlier process: kept, never released by us
+            entries.setdefault(entry_key(e), e)  # sections of an earlier process: kept, never released by us
         self._entries = entries
         self._trim = md.trim
         self._metadata = md
-        top = max([md.generation, *entries])
-        self._landed_through = self._uploaded_through = max(self._uploaded_through, top)
+        # the newest generation named may be this log's current one, uploaded in pieces up to an offset no
+        # entry records: it is uploaded again from its start (a duplicate of a section reads as the same
+        # operations), never skipped past
+        top = max([md.generation, *(k[0] for k in entries)])
+        self._landed = self._uploaded = max(self._uploaded, (top, 0))
 
     @property
     def uploaded_generations(self) -> list[RemoteGeneration]:
         """The retained uploaded generations."""
         with self._cond:
-            return [self._entries[g] for g in sorted(self._entries) if g <= self._uploaded_through]
+            return [self._entries[k] for k in sorted(self._entries) if k not in self._unconfirmed]
 
     @property
     def uploaded_through(self) -> int:
         """Every local generation <= this has landed remotely and passed the round's fence listing."""
-        return self._uploaded_through
+        return self._uploaded[0] - 1
 
     @property
     def min_unuploaded_generation(self) -> int:
         """For LocalTranslog.purge(min_unuploaded_generation=...)."""
-        return self._uploaded_through + 1
+        return self._uploaded[0]
 
     @property
     def metadata(self) -> RemoteTranslogMetadata | None:
@@ -488,54 +523,49 @@ class NodeShardTranslog:
     # -- the round's side -----------------------------------------------------------------------
 
     def _seal(self, round_no: int) -> list[_Sealed]:
-        """Roll the local generation and read the sealed ones not landed yet (called by the round)."""
+        """What this shard's part of a round uploads: the pieces logged since the last landed round
+        (``remote`` durability), else its local generation rolled and the sealed ones read back."""
         with self._upload_lock:
             if self._closed:
                 return []
-            if self.local.current_num_ops > 0:
-                self.local.roll_generation()
-            sealed_through = self.local.generation - 1
-            out = [self._read_sealed(cp) for cp in self.local.sealed_after(self._landed_through) if cp.num_ops]
-            self._sealing = (round_no, sealed_through)
+            if self.local.current_offset >= NODE_ROLL_BYTES:
+                self.local.roll_generation()  # keeps the local files (and what a purge may drop) small
+            found = self.local.pieces(*self._landed)
+            if found is not None:
+                pieces, through = found
+                out = [_Sealed(p.generation, p.primary_term, p.data, generation_checksum(p.data), p.min_seq_no,
+                               p.max_seq_no, p.num_ops, p.trimmed_above_seq_no) for p in pieces]
+            else:
+                if self.local.current_num_ops > 0:
+                    self.local.roll_generation()
+                through = (self.local.generation, 0)
+                out = [read_sealed(self.local.directory, cp) for cp in self.local.sealed_after(self._landed[0] - 1)
+                       if cp.num_ops and (cp.generation, cp.offset) > self._landed]
+            self._sealing = (round_no, through)
             return out
 
-    def _read_sealed(self, cp: Checkpoint) -> _Sealed:
-        """A sealed generation's bytes: as the log wrote them under ``remote`` durability (no read back),
-        else read from its file with every frame's CRC checked."""
-        generation = cp.generation
-        data = self.local.take_sealed_image(generation)
-        path = f"{self.local.directory}/{generation_file(generation)}"
-        if data is not None:
-            header = GenerationHeader.decode(memoryview(data), path)
-            checksum = generation_checksum(data)
-        else:
-            with open(path, "rb") as f:
-                data = f.read(cp.offset)
-            if len(data) < cp.offset:
-                raise TranslogCorruptedError(path, len(data),
-                                             f"short sealed generation: sealed checkpoint covers {cp.offset}")
-            header, checksum = _checked(memoryview(data), path, cp.offset)
-        return _Sealed(generation, header.primary_term, data, checksum, cp.min_seq_no, cp.max_seq_no, cp.num_ops,
-                       cp.trimmed_above_seq_no)
-
-    def _landed(self, round_no: int, sections: list[Section]) -> None:
+    def _landed_round(self, round_no: int, sections: list[Section]) -> None:
         """The round's blobs landed: its sections are retained (not acknowledged before :meth:`_confirm`)."""
         with self._upload_lock:
             key = data_key(self.node.prefix, round_no)
             with self._cond:
                 for s in sections:
-                    self._entries[s.generation] = s.entry(key)
-                    self._rounds[s.generation] = round_no
+                    k = (s.generation, key, s.offset)
+                    self._entries[k] = s.entry(key)
+                    self._rounds[k] = round_no
+                    self._unconfirmed.add(k)
                 if self._sealing is not None and self._sealing[0] == round_no:
-                    self._landed_through = max(self._landed_through, self._sealing[1])
+                    self._landed = max(self._landed, self._sealing[1])
                     self._sealing = None
+            self.local.release_images(self._landed)
 
     def _confirm(self) -> None:
         """The round passed the fence listing: what landed counts as uploaded."""
         with self._cond:
-            if self._landed_through > self._uploaded_through:
-                self._uploaded_through = self._landed_through
+            if self._landed > self._uploaded:
+                self._uploaded = self._landed
                 self.uploads += 1
+            self._unconfirmed.clear()
             self._last_error = None
             self._cond.notify_all()
 
@@ -551,7 +581,7 @@ class NodeShardTranslog:
         """Append locally, then return once a round covering the batch landed and passed the fence listing."""
         position = self.append(batch, history=history)
         if batch.num_rows:
-            self.wait_uploaded(position[0])
+            self.wait_uploaded(position)
         return position
 
     def append(self, batch: pa.RecordBatch, *, history: bool = False) -> tuple[int, int]:
@@ -561,17 +591,22 @@ class NodeShardTranslog:
             self.node._request(self)
         return position
 
-    def wait_uploaded(self, generation: int, timeout: float | None = None) -> None:
-        """Block until local ``generation`` is uploaded; TranslogUnavailable after the timeout."""
+    def wait_uploaded(self, position: tuple[int, int] | int, timeout: float | None = None) -> None:
+        """Block until everything logged before local ``position`` (an append's (generation, offset); a bare
+        generation: what it holds now) is uploaded; TranslogUnavailable after the timeout."""
+        if isinstance(position, int):
+            current = self.local.generation
+            position = (current, self.local.current_offset) if position >= current else (position + 1, 0)
+        generation = position[0]
         deadline = time.monotonic() + (self.upload_timeout if timeout is None else timeout)
         with self._cond:
             if self._closed:
                 raise TranslogError(f"{self.prefix}: the remote translog is closed")
-            if self._uploaded_through >= generation:
+            if self._uploaded >= position:
                 return
         self.node._request(self)
         with self._cond:
-            while self._uploaded_through < generation:
+            while self._uploaded < position:
                 if isinstance(self._last_error, LocalDiskError):
                     raise self._last_error  # the local log failed for good: no round will ever cover it
                 left = deadline - time.monotonic()
@@ -584,10 +619,14 @@ class NodeShardTranslog:
                 self._cond.wait(left)
 
     def _sync_all(self) -> None:
-        """Wait until everything logged locally is uploaded."""
-        gens = self.local.generations()
-        if gens[-1].num_ops > 0 or any(g.generation > self._uploaded_through and g.num_ops for g in gens[:-1]):
-            self.wait_uploaded(gens[-1].generation)
+        """Wait until everything logged locally is uploaded (no round when nothing is left to upload)."""
+        target = (self.local.generation, self.local.current_offset)
+        if self._uploaded >= target:
+            return
+        if self.local.current_num_ops > 0 or any(
+                cp.num_ops and (cp.generation, cp.offset) > self._uploaded
+                for cp in self.local.sealed_after(self._uploaded[0] - 1)):
+            self.wait_uploaded(target)
 
     def upload(self) -> RemoteTranslogMetadata:
         """Upload everything logged locally, then write this shard's metadata."""
@@ -614,7 +653,7 @@ class NodeShardTranslog:
             entries = dict(self._entries)
         cp = read_checkpoint(self.local.directory)
         live = [e for e in entries.values() if e.num_ops > 0]
-        generation = max(self._metadata_generation + 1, self._uploaded_through)
+        generation = max(self._metadata_generation + 1, self._uploaded[0] - 1)
         md = RemoteTranslogMetadata(
             primary_term=self.local.primary_term,
             generation=generation,
@@ -622,8 +661,8 @@ class NodeShardTranslog:
             min_seq_no=min((e.min_seq_no for e in live), default=NO_OPS),
             max_seq_no=max((e.max_seq_no for e in live), default=NO_OPS),
             global_checkpoint=cp.global_checkpoint,
-            min_translog_generation=min(entries, default=self._uploaded_through + 1),
-            entries=tuple(entries[g] for g in sorted(entries)),
+            min_translog_generation=min((k[0] for k in entries), default=self._uploaded[0]),
+            entries=tuple(entries[k] for k in sorted(entries)),
             trim=self._trim,
             streams=((self.node.prefix, first, self.index_uuid, self.shard),),
         )
@@ -639,21 +678,19 @@ class NodeShardTranslog:
         """Drop uploaded generations a durably uploaded remote commit covers: one metadata PUT, then one DELETE of
         the rounds no shard retains any more and of metadata beyond the newest ``keep_metadata``."""
         with self._upload_lock:
-            entries = self.uploaded_generations
-            infos = [GenerationInfo(e.generation, e.primary_term, e.min_seq_no, e.max_seq_no, e.num_ops)
-                     for e in entries]
-            doomed = remote_deletable(
-                infos, remote_commit_local_checkpoint=remote_commit_local_checkpoint,
-                remote_commit_primary_term=remote_commit_primary_term,
-                current_generation=max([self._uploaded_through + 1, *(e.generation + 1 for e in entries)]))
+            doomed_entries = remote_deletable_sections(
+                self.uploaded_generations, remote_commit_local_checkpoint=remote_commit_local_checkpoint,
+                remote_commit_primary_term=remote_commit_primary_term)
+            doomed = {e.generation for e in doomed_entries}
             released = []
             with self._cond:
-                for g in doomed:
-                    self._entries.pop(g, None)
-                    if g in self._rounds:
-                        released.append((self._rounds.pop(g), g))
-            if not doomed and self._metadata is not None and self._metadata.streams \
-                    and self._metadata.entries == tuple(self._entries[g] for g in sorted(self._entries)):
+                for e in doomed_entries:
+                    k = entry_key(e)
+                    self._entries.pop(k, None)
+                    if k in self._rounds:
+                        released.append((self._rounds.pop(k), k))
+            if not doomed_entries and self._metadata is not None and self._metadata.streams \
+                    and self._metadata.entries == tuple(self._entries[k] for k in sorted(self._entries)):
                 return doomed  # nothing changed since the last metadata: no request
             self._write_metadata()
         keys = self.node.release(self, released) + self._old_metadata_keys()

@@ -60,6 +60,8 @@ generation retained again.
 
 from __future__ import annotations
 
+from typing import Any
+
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -162,6 +164,28 @@ def min_retained_generation(
 
 def _below(gens: Iterable[GenerationInfo], bound: int) -> set[int]:
     return {g.generation for g in gens if g.generation < bound}
+
+
+def section_order(entries: Iterable[Any]) -> list[Any]:
+    """Uploaded sections (anything with ``generation``, ``min_seq_no`` and ``offset``) in log order.
+
+    A node-level translog may upload one generation as several pieces (translog/pieces.py); the
+    remote purge rule then runs over sections, numbered in this order, instead of generations.
+    The order only decides how far a purge gets, never whether a section may go: one is dropped
+    only when the commit covers it, whatever its place.
+    """
+    return sorted(entries, key=lambda e: (e.generation, e.min_seq_no, e.offset))
+
+
+def remote_deletable_sections(entries: Iterable[Any], *, remote_commit_local_checkpoint: int | None,
+                              remote_commit_primary_term: int | None) -> list[Any]:
+    """The sections (as :func:`section_order` takes them) a durably uploaded remote commit covers, by the
+    generation rule of :func:`remote_deletable` applied to each section as if it were a generation."""
+    ordered = section_order(entries)
+    infos = [GenerationInfo(i, e.primary_term, e.min_seq_no, e.max_seq_no, e.num_ops) for i, e in enumerate(ordered)]
+    doomed = remote_deletable(infos, remote_commit_local_checkpoint=remote_commit_local_checkpoint,
+                              remote_commit_primary_term=remote_commit_primary_term, current_generation=len(infos))
+    return [ordered[i] for i in sorted(doomed)]
 
 
 def local_deletable(

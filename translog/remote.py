@@ -55,7 +55,7 @@ from shardstore.translog.frames import HEADER_SIZE, GenerationHeader, iter_frame
 from shardstore.translog.local import LocalTranslog, generation_file, sealed_checkpoint_file
 from shardstore.translog.node_format import DATA_DIR as NODE_DATA_DIR
 from shardstore.translog.node_read import shard_entries
-from shardstore.translog.purge import GenerationInfo, remote_deletable
+from shardstore.translog.purge import GenerationInfo, remote_deletable, remote_deletable_sections
 from shardstore.translog.remote_metadata import (
     DATA_DIR,
     METADATA_DIR,
@@ -422,8 +422,11 @@ class RemoteTranslog:
                 self._cond.notify_all()
         return position
 
-    def wait_uploaded(self, generation: int, timeout: float | None = None) -> None:
-        """Block until local ``generation`` is covered remotely; TranslogUnavailable after the timeout."""
+    def wait_uploaded(self, generation: int | tuple[int, int], timeout: float | None = None) -> None:
+        """Block until local ``generation`` (or an append's (generation, offset): its generation) is covered
+        remotely; TranslogUnavailable after the timeout."""
+        if isinstance(generation, tuple):
+            generation = generation[0]
         deadline = time.monotonic() + (self.upload_timeout if timeout is None else timeout)
         with self._cond:
             if self._closed:
@@ -612,12 +615,10 @@ def purge_older_prefix(store: BlobStore, prefix: str, *, own_prefix: str, own_ke
         _key, md = found
         if md.primary_term >= term:
             raise TranslogError(f"{prefix}: holds term {md.primary_term}, not older than this translog's term {term}")
-        listed = [*md.entries, *stream_entries(store, md)]
-        infos = [GenerationInfo(e.generation, e.primary_term, e.min_seq_no, e.max_seq_no, e.num_ops) for e in listed]
-        doomed = remote_deletable(
-            infos, remote_commit_local_checkpoint=checkpoint, remote_commit_primary_term=commit_term,
-            current_generation=max([md.generation + 1, *(e.generation + 1 for e in listed)]))
-        if len(doomed) < len({i.generation for i in infos}):
+        listed = [*md.entries, *stream_entries(store, md)]  # a node translog's pieces share generations
+        doomed = remote_deletable_sections(listed, remote_commit_local_checkpoint=checkpoint,
+                                           remote_commit_primary_term=commit_term)
+        if len(doomed) < len(listed):
             return []
     data = [b.key for b in store.list(_join(prefix, DATA_DIR)) if b.key not in own_keys]
     meta = [b.key for b in store.list(_join(prefix, METADATA_DIR))]

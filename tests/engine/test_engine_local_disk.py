@@ -121,3 +121,25 @@ def test_a_promotion_whose_candidate_disk_fails_rebuilds_the_shard_from_the_stor
     assert _docs(cluster) == expected
     cluster.close()
     assert _restored(f"file://{tmp_path / 'remote'}", tmp_path / "fresh") == expected
+
+
+def test_a_write_whose_copy_closes_under_it_gets_a_typed_answer_not_a_raw_oserror(tmp_path: Path) -> None:
+    """Chaos seed 1367: a node killed while its primary's write hit a disk error -- the segment a full indexing
+    buffer's refresh writes while the upload is in flight -- and the copy was closed by then, so the error was
+    not this disk's and went back raw (``OSError`` in the bulk item).  Now the client gets WriteNotAcknowledged
+    (it may have been applied; retry by id).  The close is marked from the fault hook itself (no real kill can
+    be timed into that one write; the chaos runner kills the node on a thread)."""
+    c = Cluster(store=f"file://{tmp_path / 'remote'}", data_dir=str(tmp_path / "nodes"), nodes=1,
+                index_buffer_bytes=1)  # every bulk fills the buffer: its refresh overlaps its upload
+    try:
+        c.create_index("docs", shards=1, replicas=0)
+        primary = c.primary_of("docs", 0)
+        copy = c.nodes[primary].copies[(c.indices["docs"].uuid, 0)]
+        with DiskFaults(on_crash=lambda _path: copy._closing.set()) as faults:
+            faults.inject(op="write", path=f"*/{primary}/*/index/*.parquet", action="crash")
+            failed = c.bulk("docs", [{"_id": "x", "v": 1}])
+            assert faults.fired_total == 1
+        error = failed.items.column("error")[0].as_py()
+        assert error.startswith("WriteNotAcknowledged") and "closed during the write" in error, error
+    finally:
+        c.close()

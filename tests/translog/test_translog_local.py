@@ -283,30 +283,43 @@ def test_a_format_version_1_translog_opens_reads_and_rolls(tmp_path: Path) -> No
     assert scan(tmp_path / generation_file(2), cp.offset).header.version == FORMAT_VERSION
 
 
-def test_remote_durability_hands_the_round_each_sealed_generation_as_written_once(tmp_path: Path) -> None:
-    """Under ``remote`` durability a roll keeps the sealed bytes for the node round (no read back); they are
-    the file's bytes exactly, handed out once, dropped by a purge, and not kept once the log leaves ``remote``."""
+def test_remote_durability_hands_the_round_what_was_appended_as_pieces(tmp_path: Path) -> None:
+    """Under ``remote`` durability the log keeps what no round landed yet and hands it out as pieces: the first
+    one is the file's bytes exactly; a later one is the header plus the frames since; each reads back as a
+    generation; a roll's remainder comes as the sealed generation's last piece; landed bytes are let go; and
+    a log that left ``remote`` durability hands out nothing (the round rolls and reads files then)."""
+    from shardstore.translog.frames import HEADER_SIZE, iter_frames
+
+    def seq_nos(data: bytes) -> list[int]:
+        return [s for f in iter_frames(data, HEADER_SIZE, None, "piece", decode=True)
+                for s in f.batch().column("seq_no").to_pylist()]
+
     tl = LocalTranslog(str(tmp_path), primary_term=1, durability="remote")
     try:
         tl.add(ops(0, 3))
         tl.add(ops(3, 2))
+        (first,), through = tl.pieces(1, 0)
+        with open(tmp_path / generation_file(1), "rb") as f:
+            assert first.data == f.read()  # the whole generation so far, as written
+        assert (first.generation, first.num_ops, first.min_seq_no, first.max_seq_no) == (1, 5, 0, 4)
+        assert through == (1, first.end) and seq_nos(first.data) == [0, 1, 2, 3, 4]
+        assert tl.pieces(*through) == ([], through)  # nothing new
+        tl.release_images(through)
+        tl.add(ops(5, 2))
+        (second,), through2 = tl.pieces(*through)
+        assert (second.start, second.num_ops) == (first.end, 2) and seq_nos(second.data) == [5, 6]
+        assert second.data.startswith(first.data[:HEADER_SIZE])  # the generation's header first: self-contained
         sealed = tl.roll_generation()
-        image = tl.take_sealed_image(sealed.generation)
-        with open(tmp_path / generation_file(sealed.generation), "rb") as f:
-            assert image == f.read() and len(image) == sealed.offset
-        assert tl.take_sealed_image(sealed.generation) is None  # once
-        empty = tl.roll_generation()  # nothing appended: nothing to upload, nothing kept
-        assert tl.take_sealed_image(empty.generation) is None
-        tl.add(ops(5, 1))
-        kept = tl.roll_generation()
-        tl.delete_generations({sealed.generation, empty.generation, kept.generation})
-        assert tl.take_sealed_image(kept.generation) is None  # purged with its generation
-        tl.add(ops(6, 1))
-        tl.set_durability("request")
         tl.add(ops(7, 1))
-        after = tl.roll_generation()
-        assert tl.take_sealed_image(after.generation) is None  # began under remote, finished under request
-        assert tl.tracker.persisted_checkpoint == 7
+        pieces, through3 = tl.pieces(*through2)  # generation 1 has nothing past through2; generation 2 does
+        assert [(p.generation, seq_nos(p.data)) for p in pieces] == [(2, [7])]
+        assert through3 == (2, pieces[0].end) and sealed.generation == 1
+        tl.release_images(through3)
+        assert tl.pieces(*through2) is None  # what a round landed is no longer held: the caller reads the files
+        tl.set_durability("request")
+        tl.add(ops(8, 1))
+        assert tl.pieces(*through3) is None
+        assert tl.tracker.persisted_checkpoint == 8
     finally:
         tl.close()
 
