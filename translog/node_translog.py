@@ -8,11 +8,12 @@ docs/design/translog.md, "Node-level translog".
 
 **A round** (one uploader thread per node, started by an append, ended when idle):
 
-1. take every shard whose appends wait; for each, under its own upload lock only, roll
-   the local generation (no fsync: ``remote`` durability) and read the sealed generations
-   not uploaded yet (every frame CRC-checked) -- no copy lock of the engine is held at any
-   point; then one filesystem sync makes every shard's roll durable (one per round, not
-   one fsync per shard);
+1. take every shard whose appends wait; for each, under its own upload lock only, take
+   what it appended since the last landed round as a *piece* (``remote`` durability: the
+   log holds those bytes; translog/pieces.py), else roll the local generation and read the
+   sealed generations not uploaded yet (every frame CRC-checked) -- no copy lock of the
+   engine is held at any point; then one filesystem sync makes every shard's new bytes
+   durable (one per round, not one fsync per shard);
 2. PUT one data blob (the sections, then the index) and one index blob, both ``if_absent``;
 3. run ``after_round`` (the engine's claim-log listing: one LIST, the fence);
 4. only then count the sections uploaded and wake the waiting appends, which the engine
