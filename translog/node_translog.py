@@ -281,11 +281,13 @@ class NodeTranslog:
         with self._cond:
             if self._closed:
                 return
+            was_idle = not self._pending
             self._pending[id(handle)] = handle
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, daemon=True, name=f"node-translog-{self.node}")
                 self._thread.start()
-            self._cond.notify_all()
+            if was_idle:  # the uploader waits for the first request only (holds wake it otherwise): no
+                self._cond.notify_all()  # wake-up per shard of a bulk, each a GIL hand-off to a thread with nothing to do
 
     def _forget(self, handle: NodeShardTranslog) -> None:
         with self._cond:
@@ -497,8 +499,11 @@ class NodeShardTranslog:
         # the newest generation named may be this log's current one, uploaded in pieces up to an offset no
         # entry records: it is uploaded again from its start (a duplicate of a section reads as the same
         # operations), never skipped past
-        top = max([md.generation, *(k[0] for k in entries)])
-        self._landed = self._uploaded = max(self._uploaded, (top, 0))
+        # (only what the entries name: the metadata's own generation numbers its keys and may run ahead of
+        # this log's generations, and a landed position ahead of the log would count new appends uploaded)
+        if entries:
+            top = min(max(k[0] for k in entries), self.local.generation)
+            self._landed = self._uploaded = max(self._uploaded, (top, 0))
 
     @property
     def uploaded_generations(self) -> list[RemoteGeneration]:

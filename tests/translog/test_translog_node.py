@@ -381,3 +381,27 @@ def test_a_round_expects_back_the_bulks_the_last_round_carried(store_factory, tm
         assert node._siblings == 0  # so the next round expects no client back (white box: the wait is timing)
     finally:
         shards.close()
+
+
+@pytest.mark.parametrize("backend", ["memory"], indirect=True)
+def test_a_reopened_node_translog_never_counts_new_appends_uploaded_past_the_log(store_factory, tmp_path: Path) -> None:
+    """The per-shard metadata numbers its keys past the log's generations (one per metadata write, and pieces
+    roll no generation); a node translog reopened over the same log must still upload what comes next."""
+    store = store_factory()
+    shards = Shards(store, tmp_path, 1)
+    h = shards.handles[0]
+    h.add(ops(0, 5))
+    for _ in range(4):
+        h.upload()  # a metadata blob each: its generation runs ahead of the log's (still 1)
+    assert shards.locals[0].generation == 1 and h.metadata.generation >= 3
+    h.close()
+    shards.node.close()
+    node = NodeTranslog(store, CLUSTER, node="n1")
+    try:
+        again = node.open_shard(shards.locals[0], prefix(0), "idx", 0)
+        again.add(ops(5, 5))
+        assert seqs(RemoteTranslog.read_operations(store, prefix(0), 0)) == list(range(10))
+        again.close()
+    finally:
+        node.close()
+        shards.locals[0].close()
