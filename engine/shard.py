@@ -46,9 +46,9 @@ from shardstore.engine.errors import (
     ResyncRefused,
     StalePrimary,
     VersionConflict,
-    WriteNotAcknowledged,
 )
 from shardstore.engine.flush_policy import FlushMark, flush_needed
+from shardstore.engine.local_disk import local_disk
 from shardstore.engine.node_remote import NodeRemote
 from shardstore.engine.restore_check import ShardLoss
 from shardstore.engine.seq_ranges import gaps, split_by_term
@@ -176,33 +176,9 @@ class ShardCopy:
 
     # -- set-up -----------------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _local_disk(self, op: str) -> Iterator[None]:
-        """Fail this copy for good on a local write or fsync error (disk full, I/O error; a torn write).
-
-        Its files may hold a torn frame and, after a failed fsync, the page cache cannot be
-        trusted (Elasticsearch's "tragic event"), so every later call raises the same
-        :class:`~shardstore.errors.LocalDiskError`; the cluster fails the copy and rebuilds it
-        elsewhere.  An error of a copy closed meanwhile (a killed node) is not a disk fault.
-        """
-        if self.disk_failure is not None:
-            raise self.disk_failure
-        try:
-            yield
-        except LocalDiskError as exc:
-            self.disk_failure = exc
-            raise
-        except OSError as exc:
-            if self.closed:  # not this disk: the copy closed under the call (a killed node, a failed copy)
-                if op == "write":  # a client is waiting: a typed answer, never a raw OSError (chaos seed 1367)
-                    raise WriteNotAcknowledged(
-                        self.spec.index_uuid, self.spec.shard,
-                        f"its copy at {self.path} closed during the write ({type(exc).__name__}: {exc})") from exc
-                raise
-            if is_too_many_open_files(exc):  # the process's limit, not this disk: nothing is failed
-                raise TooManyOpenFiles(f"{self.path}: local {op}", exc) from exc
-            self.disk_failure = LocalDiskError(self.path, op, exc)
-            raise self.disk_failure from exc
+    def _local_disk(self, op: str) -> contextlib.AbstractContextManager[None]:
+        """Fail this copy for good on a local write or fsync error (engine/local_disk.py)."""
+        return local_disk(self, op)
 
     def _replay_local_translog(self, above: int) -> None:
         """Re-apply operations the local translog holds above the last commit (restart)."""

@@ -56,9 +56,9 @@ from shardstore.translog.frames import (
     scan,
 )
 from shardstore.translog.operations import DEFAULT_MAX_SOURCE_BYTES, SCHEMA, check, summarize
+from shardstore.translog.pieces import GenerationImage, Piece
 from shardstore.translog.purge import GenerationInfo, local_deletable
 from shardstore.translog.replay import filter_batch, resolve
-from shardstore.translog.pieces import GenerationImage, Piece
 from shardstore.translog.tracker import LocalCheckpointTracker, ascending_by_one
 
 UNASSIGNED = -2

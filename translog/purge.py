@@ -60,10 +60,9 @@ generation retained again.
 
 from __future__ import annotations
 
-from typing import Any
-
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from shardstore.core.ops import NO_OPS
 from shardstore.errors import InvalidError
