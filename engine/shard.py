@@ -115,7 +115,7 @@ class ShardSpec:
 class _Staged:
     """A primary's batch applied and logged locally whose upload is in flight (:meth:`ShardCopy.primary_apply`)."""
 
-    seq_nos: pa.Array | pa.ChunkedArray
+    seq_nos: tuple[int, int]  # first..last: a primary stamps contiguous seq#s
     remote: RemoteTranslog | NodeShardTranslog | None  # None: nothing to wait for (no remote translog; already counted processed)
     position: tuple[int, int]  # the local append's (generation, offset): the upload to wait for
 
@@ -294,7 +294,7 @@ class ShardCopy:
             ops = self._with_versions(ops, expect, order)
             first = self.tracker.generate_seq_nos(ops.num_rows)
             stamped = stamp(ops, first, self.primary_term)
-            return stamped, self._stage_stamped(stamped, prepared, order)
+            return stamped, self._stage_stamped(stamped, prepared, order, (first, first + stamped.num_rows - 1))
 
     def replicate_staged(self, stamped: pa.RecordBatch, pending: _Staged,
                          replicate: Callable[[pa.RecordBatch], object]) -> None:
@@ -311,14 +311,14 @@ class ShardCopy:
             raise
 
     def _stage_stamped(self, stamped: pa.RecordBatch, prepared: Prepared | None,
-                       order: pa.Array | None) -> _Staged:
+                       order: pa.Array | None, seq_nos: tuple[int, int]) -> _Staged:
         """Apply and log ``stamped`` locally and start its upload, without waiting for it (under the lock)."""
         if stamped.num_rows == 0 or self.remote_translog is None:  # nothing to wait for: the usual apply
             self._apply_stamped(stamped, prepared=prepared, order=order)
-            return _Staged(stamped.column("seq_no"), None, (0, 0))
+            return _Staged(seq_nos, None, (0, 0))
         self.directory.apply(stamped, prepared, id_order=order)
         remote = self.remote_translog
-        return _Staged(stamped.column("seq_no"), remote, remote.append(stamped))
+        return _Staged(seq_nos, remote, remote.append(stamped))
 
     def settle(self, staged: _Staged) -> None:
         """Wait for a staged batch's upload, check the fence, then count it processed (its seq#s may
@@ -328,7 +328,7 @@ class ShardCopy:
         with self._local_disk("write"):
             self._await_upload(staged.remote, staged.position)
             self._check_not_fenced()
-        self.tracker.mark_processed(staged.seq_nos)
+        self.tracker.mark_processed_range(*staged.seq_nos)
 
     def _with_versions(self, ops: pa.RecordBatch, expect: Expectation | None,
                        order: pa.Array | None = None) -> pa.RecordBatch:

@@ -25,12 +25,12 @@ from shardstore.segments.claim_rule import (
     CLAIMS_DIR,
     KEEP_CLAIMS,
     Claim,
+    ClaimListing,
     Verdict,
     accepted,
     claim_name,
     decode_claim,
     encode_claim,
-    fence_verdict,
     parse_claim_epoch,
 )
 from shardstore.segments.errors import CommitConflict
@@ -83,7 +83,7 @@ class ClaimWatch:
         self.store = store
         self.cluster_uuid = cluster_uuid
         self._lock = threading.Lock()
-        self._claims: tuple[Claim, ...] = ()
+        self._listing = ClaimListing.of(())
         self._read: dict[int, Claim] = {}  # epoch -> claim, for the epochs still listed
 
     def refresh(self) -> None:
@@ -103,7 +103,7 @@ class ClaimWatch:
             claims.append(claim)
         with self._lock:
             self._read = {e: known[e] for e in epochs if e in known}
-            self._claims = tuple(claims)
+            self._listing = ClaimListing.of(claims)
 
     def _get(self, epoch: int) -> Claim | None:
         key = f"{claims_prefix(self.cluster_uuid)}/{claim_name(epoch)}"
@@ -118,8 +118,8 @@ class ClaimWatch:
     def verdict(self, index_uuid: str, shard: int, term: int, verified_epoch: int) -> Verdict:
         """What the last listing says about the primary of ``term`` verified up to ``verified_epoch`` (no request)."""
         with self._lock:
-            claims = self._claims
-        return fence_verdict(claims, index_uuid, shard, term, verified_epoch)
+            listing = self._listing
+        return listing.verdict(index_uuid, shard, term, verified_epoch)
 
 
 __all__ = ["ClaimWatch", "append_claim", "claims_prefix", "list_epochs"]

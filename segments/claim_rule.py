@@ -26,7 +26,7 @@ The decisions here (docs/design/translog.md, "Fencing without a LIST per shard")
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from shardstore.core.path_strategy import invert, uninvert
@@ -90,17 +90,42 @@ def decode_claim(data: bytes, epoch: int, where: str) -> Claim:
         raise RecordCorrupted(where, f"undecodable claim body: {exc}") from None
 
 
+@dataclass(frozen=True)
+class ClaimListing:
+    """One listing of the claim log, indexed by shard: a verdict costs that shard's claims, not the whole log's
+    (a node asks once per shard of every round; the log holds a claim per shard that ever got a primary)."""
+
+    newest: int | None
+    oldest: int | None
+    newest_unreadable: int | None  # the newest epoch whose claim could not be read (it may be any shard's)
+    by_shard: Mapping[tuple[str, int], tuple[Claim, ...]]
+
+    @classmethod
+    def of(cls, claims: Iterable[Claim]) -> ClaimListing:
+        """Index a listing."""
+        listed = list(claims)
+        by: dict[tuple[str, int], list[Claim]] = {}
+        for c in listed:
+            if c.index_uuid is not None:
+                by.setdefault((c.index_uuid, c.shard), []).append(c)
+        return cls(max((c.epoch for c in listed), default=None), min((c.epoch for c in listed), default=None),
+                   max((c.epoch for c in listed if c.index_uuid is None), default=None),
+                   {k: tuple(v) for k, v in by.items()})
+
+    def verdict(self, index_uuid: str, shard: int, term: int, verified_epoch: int) -> Verdict:
+        """Whether this listing fences the primary of ``term`` that verified the log up to ``verified_epoch``."""
+        newest = verified_epoch if self.newest is None else self.newest
+        oldest = verified_epoch + 1 if self.oldest is None else self.oldest
+        fenced = max((c.term for c in self.by_shard.get((index_uuid, shard), ())
+                      if c.epoch > verified_epoch and c.term > term), default=None)
+        unseen_collected = oldest > verified_epoch + 1
+        unreadable = self.newest_unreadable is not None and self.newest_unreadable > verified_epoch
+        return Verdict(fenced, max(newest, verified_epoch), (unseen_collected or unreadable) and fenced is None)
+
+
 def fence_verdict(claims: Iterable[Claim], index_uuid: str, shard: int, term: int, verified_epoch: int) -> Verdict:
     """Whether the listed ``claims`` fence the primary of ``term`` that verified the log up to ``verified_epoch``."""
-    listed = list(claims)
-    newest = max((c.epoch for c in listed), default=verified_epoch)
-    oldest = min((c.epoch for c in listed), default=verified_epoch + 1)
-    fenced = max((c.term for c in listed
-                  if c.epoch > verified_epoch and c.index_uuid == index_uuid and c.shard == shard and c.term > term),
-                 default=None)
-    unseen_collected = oldest > verified_epoch + 1
-    unreadable = any(c.index_uuid is None and c.epoch > verified_epoch for c in listed)
-    return Verdict(fenced, max(newest, verified_epoch), (unseen_collected or unreadable) and fenced is None)
+    return ClaimListing.of(claims).verdict(index_uuid, shard, term, verified_epoch)
 
 
 def accepted(epoch: int, newest: int) -> bool:
@@ -108,5 +133,5 @@ def accepted(epoch: int, newest: int) -> bool:
     return epoch >= newest - ACCEPT_WINDOW
 
 
-__all__ = ["ACCEPT_WINDOW", "CLAIMS_DIR", "KEEP_CLAIMS", "Claim", "Verdict", "accepted", "claim_name",
+__all__ = ["ACCEPT_WINDOW", "CLAIMS_DIR", "KEEP_CLAIMS", "Claim", "ClaimListing", "Verdict", "accepted", "claim_name",
            "decode_claim", "encode_claim", "fence_verdict", "parse_claim_epoch"]
