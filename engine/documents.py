@@ -32,7 +32,7 @@ from shardstore.core.ops import with_fields
 from shardstore.engine.bulk_parts import PartFailed
 from shardstore.engine.errors import DocumentRejected, VersionConflict
 from shardstore.engine.metadata import IndexMeta
-from shardstore.engine.routing import shard_id, shard_ids
+from shardstore.engine.routing import shard_id, shard_ids, shard_runs
 from shardstore.engine.validation import (
     MAX_INDEX_FIELDS,
     CheckedDocs,
@@ -191,14 +191,7 @@ class Documents:
         meta = self.router.index_meta(index)
         if positions is None:
             positions = pa.array(range(ops.num_rows), pa.int64())
-        shards = shard_ids(ops.column("id"), meta.shards)
-        subs = []
-        for s in range(meta.shards):
-            idx = pc.indices_nonzero(pc.equal(shards, s))
-            if len(idx) == ops.num_rows:  # every row on this shard (one shard, or a small bulk): no copies
-                subs.append((s, ops, positions, fields))
-            elif len(idx):
-                subs.append((s, ops.take(idx), positions.take(idx), None if fields is None else fields.take(idx)))
+        subs = _split_by_shard(shard_ids(ops.column("id"), meta.shards), ops, positions, fields)
 
         # Shards are written in parallel (the router's workers).
         def write(sub: tuple[int, pa.RecordBatch, pa.Array, pa.Table | None]) -> pa.Table:
@@ -235,6 +228,19 @@ class Documents:
         except Exception as exc:  # noqa: BLE001 - reported per item, never acknowledged
             error = f"{type(exc).__name__}: {exc}"
         return _items(s, sub, stamped, error)
+
+
+def _split_by_shard(shards: pa.Array, ops: pa.RecordBatch, positions: pa.Array, fields: pa.Table | None
+                    ) -> list[tuple[int, pa.RecordBatch, pa.Array, pa.Table | None]]:
+    """(shard, its ops, their bulk positions, their parsed fields) per shard the bulk touches, each in bulk order:
+    one stable sort by shard and zero-copy slices (``routing.shard_runs``), not a filter per shard of the index."""
+    order, runs = shard_runs(shards)
+    if order is not None:
+        take = pa.array(order)
+        ops, positions = ops.take(take), positions.take(take)
+        fields = None if fields is None else fields.take(take)
+    return [(s, ops.slice(a, b - a), positions.slice(a, b - a), None if fields is None else fields.slice(a, b - a))
+            for s, a, b in runs]
 
 
 def _items(s: int, sub: pa.RecordBatch, stamped: pa.RecordBatch | None, error: str | None) -> pa.Table:

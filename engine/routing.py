@@ -145,12 +145,22 @@ def split_by_shard(
     if isinstance(table, pa.RecordBatch):
         table = pa.Table.from_batches([table])
     shards = shard_ids(table.column(id_column), num_shards, routing_num_shards=routing_num_shards)
-    s = shards.to_numpy()
-    order = np.argsort(s, kind="stable")  # rows grouped by shard, original order within a shard
-    bounds = np.searchsorted(s[order], np.arange(int(num_shards) + 1))
-    out: dict[int, pa.Table] = {}
-    for shard in range(int(num_shards)):
-        lo, hi = int(bounds[shard]), int(bounds[shard + 1])
-        if hi > lo:
-            out[shard] = table.take(pa.array(order[lo:hi]))
-    return out
+    order, runs = shard_runs(shards)
+    if order is not None:
+        table = table.take(pa.array(order))
+    return {shard: table.slice(lo, hi - lo) for shard, lo, hi in runs}
+
+
+def shard_runs(shards: pa.Array) -> tuple[np.ndarray | None, list[tuple[int, int, int]]]:
+    """Group rows by shard: (the stable permutation putting them in shard order, or None when they all go to
+    one shard; then (shard, start, end) of each shard's rows in that order).  One sort, whatever the shards."""
+    ids = np.asarray(shards.to_numpy(zero_copy_only=False), dtype=np.int64)
+    if len(ids) == 0:
+        return None, []
+    if (ids == ids[0]).all():
+        return None, [(int(ids[0]), 0, len(ids))]
+    order = np.argsort(ids, kind="stable")  # rows grouped by shard, original order within a shard
+    ordered = ids[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    ends = np.r_[starts[1:], len(ordered)]
+    return order, [(int(ordered[a]), int(a), int(b)) for a, b in zip(starts, ends)]

@@ -230,3 +230,22 @@ def test_split_by_shard_picks_the_id_column() -> None:
 
 def test_split_by_shard_of_an_empty_table_is_empty() -> None:
     assert split_by_shard(pa.table({"_id": pa.array([], pa.string())}), 3) == {}
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 6), max_size=60))
+def test_a_bulk_split_by_shard_keeps_every_row_once_in_bulk_order(shard_of_row: list[int]) -> None:
+    """The coordinator's split (one stable sort by shard, zero-copy slices): each part holds exactly its shard's
+    rows, in bulk order, with their bulk positions and parsed fields alongside."""
+    from shardstore.engine.documents import _split_by_shard
+
+    n = len(shard_of_row)
+    ops = pa.RecordBatch.from_pydict({"id": [f"d{i}" for i in range(n)]})
+    fields = pa.table({"f": list(range(n))})
+    parts = _split_by_shard(pa.array(shard_of_row, pa.int64()), ops, pa.array(range(n), pa.int64()), fields)
+    assert [p[0] for p in parts] == sorted(set(shard_of_row))
+    for s, sub, positions, sub_fields in parts:
+        want = [i for i, x in enumerate(shard_of_row) if x == s]
+        assert positions.to_pylist() == want
+        assert sub.column("id").to_pylist() == [f"d{i}" for i in want]
+        assert sub_fields.column("f").to_pylist() == want
