@@ -287,7 +287,7 @@ class ShardCopy:
                 self.directory.merge_mapping(mapping)
             if fields is not None and mapping is not None and self.directory.mapping == mapping \
                     and fields.num_rows == ops.num_rows:
-                prepared = Prepared(ops.num_rows, fields, mapping)  # every op is an index op of the bulk
+                prepared = Prepared(ops.num_rows, fields, mapping, all_index=True)  # every op is an index op
             else:
                 prepared = self.directory.prepare(ops)  # a rejected batch consumes no seq#
             order = id_order(filled(ops.column("id"), ""))  # sorted once: the versions and the refresh use it

@@ -124,6 +124,7 @@ class Prepared:
     rows: int
     fields: pa.Table | None
     mapping: Mapping
+    all_index: bool = False  # every operation is an index operation (the caller knows: no split needed)
 
 
 @dataclass
@@ -275,7 +276,7 @@ class ShardDirectory:
             prepared = self.prepare(table)
         elif prepared.rows != table.num_rows:
             raise SegmentError(f"prepared {prepared.rows} rows, asked to apply {table.num_rows}")
-        idx, dels = _split_ops(table)
+        idx, dels = (table, table.slice(0, 0)) if prepared.all_index else _split_ops(table)
         with self._lock:
             if idx.num_rows:
                 assert prepared.fields is not None
@@ -283,9 +284,10 @@ class ShardDirectory:
                     [one_array(idx.column("id")), idx.column("seq_no"), idx.column("primary_term"),
                      filled(idx.column("version"), 1), idx.column("source")]
                     + list(prepared.fields.columns),
-                    schema=pa.schema(list(BASE_SCHEMA) + list(prepared.fields.schema)),
+                    schema=_doc_schema(prepared.fields.schema),
                 )
-                self.mapping = self.mapping.with_fields(dict(prepared.mapping.items()))
+                if prepared.mapping is not self.mapping:
+                    self.mapping = self.mapping.with_fields(dict(prepared.mapping.items()))
                 self._buffer.versions.add_docs(len(self._buffer.docs), docs.column("_id"), docs.column("_seq_no"),
                                                docs.column("_primary_term"), docs.column("_version"))
                 self._buffer.docs.append(docs)
@@ -645,6 +647,19 @@ class ShardDirectory:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+_DOC_SCHEMAS: dict[pa.Schema, pa.Schema] = {}
+
+
+def _doc_schema(fields: pa.Schema) -> pa.Schema:
+    """A buffered documents table's schema for these parsed field columns (built once per field schema)."""
+    found = _DOC_SCHEMAS.get(fields)
+    if found is None:
+        if len(_DOC_SCHEMAS) > 256:
+            _DOC_SCHEMAS.clear()
+        found = _DOC_SCHEMAS[fields] = pa.schema(list(BASE_SCHEMA) + list(fields))
+    return found
 
 
 def _split_ops(table: pa.Table) -> tuple[pa.Table, pa.Table]:
