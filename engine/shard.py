@@ -291,7 +291,7 @@ class ShardCopy:
             else:
                 prepared = self.directory.prepare(ops)  # a rejected batch consumes no seq#
             order = id_order(filled(ops.column("id"), ""))  # sorted once: the versions and the refresh use it
-            ops = self._with_versions(ops, expect, order)
+            ops = self._with_versions(ops, expect, order, all_index=prepared.all_index)
             first = self.tracker.generate_seq_nos(ops.num_rows)
             stamped = stamp(ops, first, self.primary_term)
             return stamped, self._stage_stamped(stamped, prepared, order, (first, first + stamped.num_rows - 1))
@@ -331,7 +331,7 @@ class ShardCopy:
         self.tracker.mark_processed_range(*staged.seq_nos)
 
     def _with_versions(self, ops: pa.RecordBatch, expect: Expectation | None,
-                       order: pa.Array | None = None) -> pa.RecordBatch:
+                       order: pa.Array | None = None, *, all_index: bool = False) -> pa.RecordBatch:
         """``ops`` with each index/delete's version set to the id's current version + 1 (+1 per earlier op on it)."""
         ids = ops.column("id")
         keys = filled(ids, "")
@@ -344,7 +344,7 @@ class ShardCopy:
                 raise VersionConflict(doc_id, if_seq_no, if_term, row["_seq_no"], row["_primary_term"])
         versions = next_versions(keys, current.column("_version"), order)
         op_type = ops.column("op_type")
-        if pc.any(pc.equal(op_type, int(OpType.NO_OP))).as_py():
+        if not all_index and pc.any(pc.equal(op_type, int(OpType.NO_OP))).as_py():
             versions = pc.if_else(pc.equal(op_type, int(OpType.NO_OP)), pa.nulls(len(versions), pa.int64()), versions)
         return ops.set_column(ops.schema.get_field_index("version"), "version", versions)
 
