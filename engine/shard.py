@@ -64,7 +64,7 @@ from shardstore.segments.remote_store import (
     list_commit_keys,
     list_terms,
 )
-from shardstore.segments.versions import id_order, next_versions
+from shardstore.segments.versions import SMALL_BATCH, id_order, next_versions
 from shardstore.translog.local import LocalTranslog
 from shardstore.translog.node_translog import NodeShardTranslog
 from shardstore.translog.operations import SCHEMA, OpType, stamp, unstamped_batch
@@ -290,7 +290,9 @@ class ShardCopy:
                 prepared = Prepared(ops.num_rows, fields, mapping, all_index=True)  # every op is an index op
             else:
                 prepared = self.directory.prepare(ops)  # a rejected batch consumes no seq#
-            order = id_order(filled(ops.column("id"), ""))  # sorted once: the versions and the refresh use it
+            # sorted once for the versions and the refresh, when big enough for either to use it (a small
+            # part of a many-shard bulk is checked for repeats with a set, and its refresh sorts many parts)
+            order = id_order(filled(ops.column("id"), "")) if ops.num_rows > SMALL_BATCH else None
             ops = self._with_versions(ops, expect, order, all_index=prepared.all_index)
             first = self.tracker.generate_seq_nos(ops.num_rows)
             stamped = stamp(ops, first, self.primary_term)

@@ -123,8 +123,9 @@ def next_versions(ids: pa.Array, current: pa.Array, order: pa.Array | None = Non
     return pa.array(base + rank + 1, pa.int64())
 
 
-#: up to this many ids, :func:`_has_repeats` counts them in a Python set (no Arrow kernel calls)
-_SMALL = 256
+#: up to this many ids, :func:`_has_repeats` counts them in a Python set (no Arrow kernel calls), so a
+#: caller need not sort them first (:func:`id_order`)
+SMALL_BATCH = 256
 
 
 def _has_repeats(ids: pa.Array, order: pa.Array | None = None) -> bool:
@@ -132,7 +133,7 @@ def _has_repeats(ids: pa.Array, order: pa.Array | None = None) -> bool:
     n = len(ids)
     if n < 2:
         return False
-    if n <= _SMALL:  # a shard's slice of a many-shard bulk: a set beats three Arrow calls
+    if n <= SMALL_BATCH:  # a shard's slice of a many-shard bulk: a set beats three Arrow calls
         return len(set(ids.to_pylist())) < n
     ordered = ids.take(id_order(ids) if order is None else order)
     return not strictly_ascending(ordered)

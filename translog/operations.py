@@ -88,16 +88,21 @@ def index_batch(ids: list[str], sources: list[bytes], versions: list[int] | None
     return unstamped_batch([OpType.INDEX] * n, ids, versions or [1] * n, sources)
 
 
+_UNSTAMPED_NAMES = list(UNSTAMPED.names)
+
+
 def stamp(batch: pa.RecordBatch, first_seq_no: int, primary_term: int) -> pa.RecordBatch:
     """Give an unstamped batch the contiguous seq#s first_seq_no.. and one primary term (its ``fields`` kept)."""
     n = batch.num_rows
-    seq = pc.add(_arange(n), pa.scalar(first_seq_no, pa.int64()))
-    term = pa.repeat(pa.scalar(primary_term, pa.int64()), n) if n else pa.array([], pa.int64())
-    cols = {name: batch.column(name) for name in UNSTAMPED.names}
-    stamped = pa.RecordBatch.from_arrays(
-        [seq, term, *(cols[name] for name in UNSTAMPED.names)], schema=SCHEMA
-    )
-    if FIELDS_COLUMN in batch.schema.names:
+    seq = pa.array(np.arange(first_seq_no, first_seq_no + n, dtype=np.int64))
+    term = pa.array(np.full(n, primary_term, dtype=np.int64))
+    names = batch.schema.names
+    if names[:len(_UNSTAMPED_NAMES)] == _UNSTAMPED_NAMES:  # the usual layout: by position (a lookup by name
+        rest = [batch.column(i) for i in range(len(_UNSTAMPED_NAMES))]  # costs more than the stamping)
+    else:
+        rest = [batch.column(name) for name in _UNSTAMPED_NAMES]
+    stamped = pa.RecordBatch.from_arrays([seq, term, *rest], schema=SCHEMA)
+    if FIELDS_COLUMN in names:
         stamped = stamped.append_column(FIELDS_COLUMN, batch.column(FIELDS_COLUMN))
     return stamped
 
