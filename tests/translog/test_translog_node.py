@@ -295,24 +295,31 @@ def test_a_lost_index_blob_is_read_from_the_data_blob_and_a_lost_data_blob_is_na
         shards.close()
 
 
-@REMOTE
-def test_a_restarted_node_adopts_the_sections_of_its_earlier_stream(store_factory, tmp_path: Path) -> None:
-    store = store_factory()
-    shards = Shards(store, tmp_path, 1)
-    shards.handles[0].add(ops(0, 5))
-    old_stream = shards.node.prefix
+def _reopen_and_append(store, shards: Shards, adopted=lambda h: True) -> None:
+    """Close the one shard's handle and its node, open a new node translog over the same local log (``adopted``
+    checks what the new handle took over), append 5..9 and read 0..9 back from the store."""
     shards.handles[0].close()
     shards.node.close()
     node = NodeTranslog(store, CLUSTER, node="n1")
     try:
         h = node.open_shard(shards.locals[0], prefix(0), "idx", 0)
-        assert [e.blob_key.startswith(old_stream) for e in h.uploaded_generations] == [True]
+        assert adopted(h)
         h.add(ops(5, 5))
         assert seqs(RemoteTranslog.read_operations(store, prefix(0), 0)) == list(range(10))
         h.close()
     finally:
         node.close()
         shards.locals[0].close()
+
+
+@REMOTE
+def test_a_restarted_node_adopts_the_sections_of_its_earlier_stream(store_factory, tmp_path: Path) -> None:
+    store = store_factory()
+    shards = Shards(store, tmp_path, 1)
+    shards.handles[0].add(ops(0, 5))
+    old_stream = shards.node.prefix
+    _reopen_and_append(store, shards, lambda h: [e.blob_key.startswith(old_stream) for e in h.uploaded_generations]
+                       == [True])
 
 
 @REMOTE
@@ -394,14 +401,4 @@ def test_a_reopened_node_translog_never_counts_new_appends_uploaded_past_the_log
     for _ in range(4):
         h.upload()  # a metadata blob each: its generation runs ahead of the log's (still 1)
     assert shards.locals[0].generation == 1 and h.metadata.generation >= 3
-    h.close()
-    shards.node.close()
-    node = NodeTranslog(store, CLUSTER, node="n1")
-    try:
-        again = node.open_shard(shards.locals[0], prefix(0), "idx", 0)
-        again.add(ops(5, 5))
-        assert seqs(RemoteTranslog.read_operations(store, prefix(0), 0)) == list(range(10))
-        again.close()
-    finally:
-        node.close()
-        shards.locals[0].close()
+    _reopen_and_append(store, shards)
