@@ -590,12 +590,11 @@ class ShardDirectory:
         """The newest live copy of ``doc_id`` (buffered operations too when ``realtime``), or None."""
         with self._lock:
             hit = self._buffer.latest(doc_id) if realtime and self._buffer else None
-            if hit is not None and hit[0] > self._refreshed_seq:  # newer than anything refreshed: it decides
-                return None if hit[1] is None else fill_sources(hit[1].slice(hit[2], 1)).to_pylist()[0]
-            found = self._refreshed_copy(doc_id)
-            if hit is not None and hit[0] > max(found[0], self._tombstone_seq(doc_id)):
-                return None if hit[1] is None else fill_sources(hit[1].slice(hit[2], 1)).to_pylist()[0]
-            return found[1]
+            if hit is None or hit[0] <= self._refreshed_seq:  # else newer than anything refreshed: it decides
+                found = self._refreshed_copy(doc_id)
+                if hit is None or hit[0] <= max(found[0], self._tombstone_seq(doc_id)):
+                    return found[1]
+            return None if hit[1] is None else fill_sources(hit[1].slice(hit[2], 1)).to_pylist()[0]
 
     def _refreshed_copy(self, doc_id: str) -> tuple[int, dict[str, Any] | None]:
         """(seq#, document) of ``doc_id``'s live copy in a segment, or (NO_OPS, None)."""

@@ -581,30 +581,24 @@ class LocalTranslog:
             cur = self._cur
             if cur.image is None:
                 return None
+            held = [(self._sealed[g], self._images.get(g)) for g in sorted(self._sealed)
+                    if g >= generation and self._sealed[g].num_ops]
+            held.append((cur.checkpoint, cur.image))
             out = []
-            for g in sorted(self._sealed):
-                cp = self._sealed[g]
-                if g < generation or not cp.num_ops or (g == generation and offset >= cp.offset):
-                    continue
-                image = self._images.get(g)
-                start = offset if g == generation else 0
+            for cp, image in held:
+                start = offset if cp.generation == generation else 0
+                if cp.generation < generation or (cp.generation == generation and start >= cp.offset):
+                    continue  # landed already
                 if image is None or not image.holds(start):
-                    return None
-                piece = image.piece(g, cp.primary_term, start, cp.trimmed_above_seq_no)
+                    return None  # not held (landed once already: a node translog reopened over this log)
+                piece = image.piece(cp.generation, cp.primary_term, start, cp.trimmed_above_seq_no)
                 if piece is not None:
                     out.append(piece)
-            if cur.generation >= generation:
-                cp = cur.checkpoint
-                start = offset if cur.generation == generation else 0
-                if not cur.image.holds(start):
-                    return None  # landed once already (a node translog reopened over this log): roll and read
-                piece = cur.image.piece(cur.generation, cp.primary_term, start, cp.trimmed_above_seq_no)
-                if piece is not None:
-                    try:
-                        cur.file.flush()
-                    except OSError as exc:
-                        raise self._tragedy("write", exc) from exc
-                    out.append(piece)
+            if out and out[-1].generation == cur.generation:
+                try:
+                    cur.file.flush()  # so the round's filesystem sync covers it
+                except OSError as exc:
+                    raise self._tragedy("write", exc) from exc
             pending, cur.pending = cur.pending, []
             through = (cur.generation, cur.offset)
         _mark_persisted(self.tracker, pending)

@@ -43,7 +43,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 import pyarrow as pa
 
@@ -57,6 +56,7 @@ from shardstore.translog.errors import TranslogCorruptedError, TranslogError, Tr
 from shardstore.translog.local import CHECKPOINT, LocalTranslog, generation_file
 from shardstore.translog.node_format import RoundIndex, Section, data_key, index_key, stream_prefix, trailer
 from shardstore.translog.node_read import forget_cached, shard_entries
+from shardstore.translog.pieces import Piece
 from shardstore.translog.purge import remote_deletable_sections
 from shardstore.translog.remote import (
     KEEP_METADATA,
@@ -81,20 +81,6 @@ log = logging.getLogger(__name__)
 UPLOADER_IDLE_SECONDS = 5.0
 
 
-@dataclass(frozen=True)
-class _Sealed:
-    """One sealed local generation read for a round."""
-
-    generation: int
-    primary_term: int
-    data: bytes
-    crc32: int
-    min_seq_no: int
-    max_seq_no: int
-    num_ops: int
-    trimmed_above_seq_no: int
-
-
 #: a retained section: (local generation, data blob key, offset in it)
 EntryKey = tuple[int, str, int]
 
@@ -103,20 +89,25 @@ NODE_ROLL_BYTES = 4 * 1024 * 1024
 
 
 def entry_key(e: RemoteGeneration) -> EntryKey:
-    """The key a retained section is known by."""
-    return (e.generation, e.blob_key, e.offset)
+    """The key a retained section is known by, from its uploaded entry."""
+    return section_key(e.generation, e.blob_key, e.offset)
 
 
-def read_sealed(directory: str, cp: Checkpoint) -> _Sealed:
-    """A sealed generation read back from its file, every frame's CRC checked (no image in memory)."""
+def read_sealed(directory: str, cp: Checkpoint) -> Piece:
+    """A sealed generation read back from its file as one piece, every frame's CRC checked (no image in memory)."""
     path = f"{directory}/{generation_file(cp.generation)}"
     with open(path, "rb") as f:
         data = f.read(cp.offset)
     if len(data) < cp.offset:
         raise TranslogCorruptedError(path, len(data), f"short sealed generation: sealed checkpoint covers {cp.offset}")
-    header, checksum = _checked(memoryview(data), path, cp.offset)
-    return _Sealed(cp.generation, header.primary_term, data, checksum, cp.min_seq_no, cp.max_seq_no, cp.num_ops,
-                   cp.trimmed_above_seq_no)
+    header, _checksum = _checked(memoryview(data), path, cp.offset)
+    return Piece(cp.generation, header.primary_term, data, 0, cp.offset, cp.min_seq_no, cp.max_seq_no, cp.num_ops,
+                 cp.trimmed_above_seq_no)
+
+
+def section_key(generation: int, data_key: str, offset: int) -> EntryKey:
+    """The key a retained section is known by."""
+    return (generation, data_key, offset)
 
 
 class NodeTranslog:
@@ -352,7 +343,8 @@ class NodeTranslog:
             mine: list[Section] = []
             for s in h._seal(round_no):
                 mine.append(Section(h.index_uuid, h.shard, s.generation, s.primary_term, offset, len(s.data),
-                                    s.crc32, s.min_seq_no, s.max_seq_no, s.num_ops, s.trimmed_above_seq_no))
+                                    generation_checksum(s.data), s.min_seq_no, s.max_seq_no, s.num_ops,
+                                    s.trimmed_above_seq_no))
                 parts.append(s.data)
                 offset += len(s.data)
             sections.extend(mine)
@@ -365,7 +357,8 @@ class NodeTranslog:
             self._put(index_key(self.prefix, round_no), index)
             with self._cond:
                 key = data_key(self.prefix, round_no)
-                self._refs[round_no] = {(id(h), (s.generation, key, s.offset)) for h, mine in owners for s in mine}
+                self._refs[round_no] = {(id(h), section_key(s.generation, key, s.offset)) for h, mine in owners
+                                        for s in mine}
         for h, mine in owners:
             h._landed_round(round_no, mine)
         unconfirmed = sections or any(h._unconfirmed for h, _mine in owners)
@@ -496,11 +489,10 @@ class NodeShardTranslog:
         self._entries = entries
         self._trim = md.trim
         self._metadata = md
-        # the newest generation named may be this log's current one, uploaded in pieces up to an offset no
-        # entry records: it is uploaded again from its start (a duplicate of a section reads as the same
-        # operations), never skipped past
-        # (only what the entries name: the metadata's own generation numbers its keys and may run ahead of
-        # this log's generations, and a landed position ahead of the log would count new appends uploaded)
+        # Landed from the start of the newest generation the entries name (never the metadata's own generation,
+        # which numbers its keys and may run ahead of this log's: new appends would count uploaded).  That
+        # generation may be this log's current one, uploaded in pieces up to an offset no entry records: it
+        # is uploaded again from its start (a duplicate section reads as the same operations), never skipped.
         if entries:
             top = min(max(k[0] for k in entries), self.local.generation)
             self._landed = self._uploaded = max(self._uploaded, (top, 0))
@@ -528,7 +520,7 @@ class NodeShardTranslog:
 
     # -- the round's side -----------------------------------------------------------------------
 
-    def _seal(self, round_no: int) -> list[_Sealed]:
+    def _seal(self, round_no: int) -> list[Piece]:
         """What this shard's part of a round uploads: the pieces logged since the last landed round
         (``remote`` durability), else its local generation rolled and the sealed ones read back."""
         with self._upload_lock:
@@ -539,8 +531,7 @@ class NodeShardTranslog:
             found = self.local.pieces(*self._landed)
             if found is not None:
                 pieces, through = found
-                out = [_Sealed(p.generation, p.primary_term, p.data, generation_checksum(p.data), p.min_seq_no,
-                               p.max_seq_no, p.num_ops, p.trimmed_above_seq_no) for p in pieces]
+                out = pieces
             else:
                 if self.local.current_num_ops > 0:
                     self.local.roll_generation()
@@ -556,7 +547,7 @@ class NodeShardTranslog:
             key = data_key(self.node.prefix, round_no)
             with self._cond:
                 for s in sections:
-                    k = (s.generation, key, s.offset)
+                    k = section_key(s.generation, key, s.offset)
                     self._entries[k] = s.entry(key)
                     self._rounds[k] = round_no
                     self._unconfirmed.add(k)

@@ -34,7 +34,7 @@ class Piece:
     generation: int
     primary_term: int
     data: bytes  # header + schema frame + the frames of [start, end)
-    start: int  # local file offset of its first frame
+    start: int  # local file offset of its first frame (0: a whole generation read back from its file)
     end: int  # local file offset after its last frame
     min_seq_no: int
     max_seq_no: int
