@@ -378,14 +378,40 @@ def stream_payload_parts(batch: pa.RecordBatch) -> list[Part]:
     zstd-compressed at level 1 (Arrow's IPC body compression, columns in parallel): less than
     the write and fsync of the bytes saved, locally and again in the upload.
     """
-    sink = _Capture()
     big = batch.nbytes >= COMPRESS_TYPED_MIN_BYTES
+    if not big:
+        schema_message = _schema_message(batch.schema)
+        if schema_message is not None:  # the stream's three messages, without a stream writer per frame
+            return [schema_message, batch.serialize(), _EOS]
+    sink = _Capture()
     if big:
         batch = narrowed(batch)
     options = _ZSTD_THREADS if big else _PLAIN
     with ipc.new_stream(pa.PythonFile(sink, mode="w"), batch.schema, options=options) as writer:
         writer.write_batch(batch)
     return sink.parts
+
+
+_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # the IPC stream's end-of-stream marker (continuation, length 0)
+_SCHEMA_MESSAGES = threading.local()  # per thread: (the last schema, its serialised message or None)
+
+
+def _schema_message(schema: pa.Schema) -> pa.Buffer | None:
+    """The serialised schema message of an uncompressed stream of ``schema`` (the last one per thread kept), or
+    None when a stream of it needs more than schema + batch messages (a dictionary type: its batches)."""
+    last = getattr(_SCHEMA_MESSAGES, "last", None)
+    if last is not None and (last[0] is schema or last[0].equals(schema, check_metadata=True)):
+        return last[1]
+    message = None if _has_dictionary(schema) else schema.serialize()
+    _SCHEMA_MESSAGES.last = (schema, message)
+    return message
+
+
+def _has_dictionary(schema: pa.Schema) -> bool:
+    """Whether a field of ``schema``, or a child of one, is dictionary-encoded."""
+    def walk(t: pa.DataType) -> bool:
+        return pa.types.is_dictionary(t) or any(walk(t.field(i).type) for i in range(t.num_fields))
+    return any(walk(f.type) for f in schema)
 
 
 def narrowed(batch: pa.RecordBatch) -> pa.RecordBatch:

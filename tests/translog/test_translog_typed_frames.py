@@ -301,3 +301,46 @@ def test_a_version_3_generation_is_sealed_and_narrowed_frames_go_to_a_new_file(t
     assert fr.scan(tmp_path / generation_file(2), fr.HEADER_SIZE).header.version == 4
     assert got.num_rows == 40_005 and got.column("seq_no").to_pylist() == list(range(40_005))
     assert fields_of(got).column("tiny").type == pa.int64()
+
+
+def _stream_written(batch: pa.RecordBatch) -> bytes:
+    """``batch`` as Arrow's own stream writer writes it (what a typed frame's payload has always been)."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return sink.getvalue().to_pybytes()
+
+
+@pytest.mark.parametrize("offset,length", [(0, 7), (1, 5), (3, 4), (6, 1), (0, 0)])
+def test_a_small_typed_payload_is_byte_for_byte_arrows_own_stream(offset: int, length: int) -> None:
+    # the payload is assembled from the cached schema message and the batch's own message: the bytes
+    # (and so every CRC and every reader) are those of the stream writer, for slices at odd offsets too
+    fields = pa.StructArray.from_arrays(
+        [pa.array([1, None, 3, 4, 5, 6, 7], pa.int64()), pa.array([True, None, False, True, True, False, True]),
+         pa.array(["a", "bb", None, "dddd", "", "f", "g"]), pa.array([[1], [], None, [2, 3], [4], [5], [6]]),
+         pa.array([dt.datetime(2024, 1, i + 1) for i in range(7)], pa.timestamp("ms"))],
+        names=["n", "b", "s", "l", "t"], mask=pa.array([False, False, True, False, False, False, False]))
+    batch = stamp(index_batch([f"d{i}" for i in range(7)], [b"{}"] * 7), 0, 1).append_column(FIELDS_COLUMN, fields)
+    part = batch.slice(offset, length)
+    assert b"".join(bytes(p) for p in fr.stream_payload_parts(part)) == _stream_written(part)
+
+
+def test_a_typed_payload_with_a_dictionary_field_is_written_by_the_stream_writer() -> None:
+    # a dictionary needs its own message between the schema and the batch: no shortcut is taken
+    fields = pa.StructArray.from_arrays([pa.array(["x", "y", "x"]).dictionary_encode()], names=["k"])
+    batch = stamp(index_batch(["a", "b", "c"], [b"{}"] * 3), 0, 1).append_column(FIELDS_COLUMN, fields)
+    payload = b"".join(bytes(p) for p in fr.stream_payload_parts(batch))
+    assert payload == _stream_written(batch)
+    assert pa.ipc.open_stream(payload).read_all().column(FIELDS_COLUMN).to_pylist() == fields.to_pylist()
+
+
+def test_a_typed_payload_carries_its_own_schemas_metadata() -> None:
+    # two schemas equal but for a field's metadata: each payload names its own (no stale cached message)
+    fields = pa.StructArray.from_arrays([pa.array([1, 2])], names=["n"])
+    batch = stamp(index_batch(["a", "b"], [b"{}"] * 2), 0, 1).append_column(FIELDS_COLUMN, fields)
+    tagged = batch.schema.set(batch.schema.get_field_index("id"),
+                              batch.schema.field("id").with_metadata({"k": "v"}))
+    other = pa.RecordBatch.from_arrays(batch.columns, schema=tagged)
+    for b in (batch, other, batch):
+        payload = b"".join(bytes(p) for p in fr.stream_payload_parts(b))
+        assert pa.ipc.open_stream(payload).schema.equals(b.schema, check_metadata=True)
