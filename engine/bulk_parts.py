@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from shardstore.engine.errors import NodeDisconnected, ShardUnavailable
 from shardstore.engine.shard import ShardCopy
+from shardstore.engine.staging import ColumnarPart, Staged, stage_columnar, takes_columnar
 from shardstore.errors import LocalDiskError
 
 
@@ -101,15 +102,27 @@ def apply_parts(parts: Sequence[dict[str, Any]], node: NodeRoles) -> list[dict[s
         for k in keys:
             held.enter_context(node.lock(k))
         with node.hold(keys):
+            copies: list[ShardCopy | None] = [None] * len(parts)
+            mappings = [node.mapping(part.get("mapping")) for part in parts]
             for i, part in enumerate(parts):
-                key = (str(part["index_uuid"]), int(part["shard"]))
-                copy = None
                 try:
-                    copy = node.primary(part)
-                    stamped, pending = copy.primary_stage(part["ops"], mapping=node.mapping(part.get("mapping")),
-                                                          fields=part.get("fields"))
+                    copies[i] = node.primary(part)
                 except Exception as exc:  # noqa: BLE001 - reported for this part only
-                    if isinstance(exc, LocalDiskError) and copy is not None:
+                    results[i] = part_failure(exc)
+            together = _stage_together(parts, copies, mappings)
+            for i, part in enumerate(parts):
+                copy = copies[i]
+                if copy is None:
+                    continue
+                key = (str(part["index_uuid"]), int(part["shard"]))
+                try:
+                    done = together.get(i)
+                    if isinstance(done, BaseException):
+                        raise done
+                    stamped, pending = done if done is not None else copy.primary_stage(
+                        part["ops"], mapping=mappings[i], fields=part.get("fields"))
+                except Exception as exc:  # noqa: BLE001 - reported for this part only
+                    if isinstance(exc, LocalDiskError):
                         node.disk_failed(key, copy, exc)
                     results[i] = part_failure(exc)
                     continue
@@ -132,6 +145,20 @@ def apply_parts(parts: Sequence[dict[str, Any]], node: NodeRoles) -> list[dict[s
         copy.update_global_checkpoint(min([copy.local_checkpoint, *checkpoints]))
         results[i] = {"ops": node.reply(stamped)}
     return results  # type: ignore[return-value]
+
+
+def _stage_together(parts: Sequence[dict[str, Any]], copies: Sequence[ShardCopy | None], mappings: list[Any]
+                    ) -> dict[int, Staged | BaseException | None]:
+    """The parts that may be staged in one columnar pass (engine/staging.py), staged: by position, (stamped,
+    pending) or the part's error; a part not there (or None) goes through the one-part path."""
+    chosen = [i for i, copy in enumerate(copies) if copy is not None and mappings[i] is not None
+              and takes_columnar(copy, parts[i]["ops"], parts[i].get("fields"), mappings[i])]
+    chosen = [i for i in chosen if mappings[i] == mappings[chosen[0]]]  # one mapping per pass (one bulk's)
+    if len(chosen) < 2:
+        return {}
+    done = stage_columnar([ColumnarPart(copies[i], parts[i]["ops"], parts[i].get("fields"))  # type: ignore[arg-type]
+                           for i in chosen], mappings[chosen[0]])
+    return dict(zip(chosen, done, strict=True))
 
 
 def staging_hold(remote: Any, copies: dict[Key, ShardCopy], keys: list[Key]) -> contextlib.AbstractContextManager[Any]:

@@ -45,13 +45,13 @@ from shardstore.engine.errors import (
     RestoreDataLoss,
     ResyncRefused,
     StalePrimary,
-    VersionConflict,
 )
 from shardstore.engine.flush_policy import FlushMark, flush_needed
 from shardstore.engine.local_disk import local_disk
 from shardstore.engine.node_remote import NodeRemote
 from shardstore.engine.restore_check import ShardLoss
 from shardstore.engine.seq_ranges import gaps, split_by_term
+from shardstore.engine.staging import with_versions
 from shardstore.engine.store_recovery import read_from_store
 from shardstore.errors import LocalDiskError, TooManyOpenFiles, is_too_many_open_files
 from shardstore.segments import row_cache
@@ -64,10 +64,10 @@ from shardstore.segments.remote_store import (
     list_commit_keys,
     list_terms,
 )
-from shardstore.segments.versions import SMALL_BATCH, id_order, next_versions
+from shardstore.segments.versions import SMALL_BATCH, id_order
 from shardstore.translog.local import LocalTranslog
 from shardstore.translog.node_translog import NodeShardTranslog
-from shardstore.translog.operations import SCHEMA, OpType, stamp, unstamped_batch
+from shardstore.translog.operations import SCHEMA, OpType, Summary, stamp, unstamped_batch
 from shardstore.translog.remote import RemoteTranslog
 from shardstore.translog.tracker import NO_OPS_PERFORMED, LocalCheckpointTracker
 from shardstore.translog.unconfirmed import not_uploaded, uploaded_tops
@@ -293,10 +293,26 @@ class ShardCopy:
             # sorted once for the versions and the refresh, when big enough for either to use it (a small
             # part of a many-shard bulk is checked for repeats with a set, and its refresh sorts many parts)
             order = id_order(filled(ops.column("id"), "")) if ops.num_rows > SMALL_BATCH else None
-            ops = self._with_versions(ops, expect, order, all_index=prepared.all_index)
+            ops = with_versions(self.directory, ops, expect, order, all_index=prepared.all_index)
             first = self.tracker.generate_seq_nos(ops.num_rows)
             stamped = stamp(ops, first, self.primary_term)
             return stamped, self._stage_stamped(stamped, prepared, order, (first, first + stamped.num_rows - 1))
+
+    @contextlib.contextmanager
+    def staging(self) -> Iterator[None]:
+        """Hold this copy while engine/staging.py's columnar pass stages its part; StalePrimary if not a primary."""
+        with self._lock, row_cache.warmer.foreground():
+            if not self.primary:
+                raise StalePrimary(f"{self.path}: not a primary (term {self.primary_term}); nothing was applied")
+            yield
+
+    def stage_run(self, stamped: pa.RecordBatch, summary: Summary, docs: pa.Table, ids: list[str],
+                  versions: list[int], mapping: Mapping) -> _Staged:
+        """Buffer and log a part the columnar pass stamped (under :meth:`staging`) and start its upload."""
+        assert summary.seq_no is not None and isinstance(self.remote_translog, NodeShardTranslog)
+        with self._local_disk("write"):
+            self.directory.apply_run(docs, ids, summary.seq_no[0], self.primary_term, versions, mapping)
+            return _Staged(summary.seq_no, self.remote_translog, self.remote_translog.append(stamped, summary=summary))
 
     def replicate_staged(self, stamped: pa.RecordBatch, pending: _Staged,
                          replicate: Callable[[pa.RecordBatch], object]) -> None:
@@ -331,24 +347,6 @@ class ShardCopy:
             self._await_upload(staged.remote, staged.position)
             self._check_not_fenced()
         self.tracker.mark_processed_range(*staged.seq_nos)
-
-    def _with_versions(self, ops: pa.RecordBatch, expect: Expectation | None,
-                       order: pa.Array | None = None, *, all_index: bool = False) -> pa.RecordBatch:
-        """``ops`` with each index/delete's version set to the id's current version + 1 (+1 per earlier op on it)."""
-        ids = ops.column("id")
-        keys = filled(ids, "")
-        current = self.directory.current_versions(keys)
-        if expect is not None:
-            doc_id, if_seq_no, if_term = expect
-            pos = pc.index(ids, doc_id).as_py()
-            row = current.slice(pos, 1).to_pylist()[0] if pos >= 0 else {"_seq_no": None, "_primary_term": None}
-            if (row["_seq_no"], row["_primary_term"]) != (if_seq_no, if_term):
-                raise VersionConflict(doc_id, if_seq_no, if_term, row["_seq_no"], row["_primary_term"])
-        versions = next_versions(keys, current.column("_version"), order)
-        op_type = ops.column("op_type")
-        if not all_index and pc.any(pc.equal(op_type, int(OpType.NO_OP))).as_py():
-            versions = pc.if_else(pc.equal(op_type, int(OpType.NO_OP)), pa.nulls(len(versions), pa.int64()), versions)
-        return ops.set_column(ops.schema.get_field_index("version"), "version", versions)
 
     def replica_apply(self, stamped: pa.RecordBatch, term: int, global_checkpoint: int,
                       mapping: Mapping | None = None) -> int:

@@ -280,12 +280,7 @@ class ShardDirectory:
         with self._lock:
             if idx.num_rows:
                 assert prepared.fields is not None
-                docs = pa.table(
-                    [one_array(idx.column("id")), idx.column("seq_no"), idx.column("primary_term"),
-                     filled(idx.column("version"), 1), idx.column("source")]
-                    + list(prepared.fields.columns),
-                    schema=_doc_schema(prepared.fields.schema),
-                )
+                docs = buffered_docs(idx, prepared.fields)
                 if prepared.mapping is not self.mapping:
                     self.mapping = self.mapping.with_fields(dict(prepared.mapping.items()))
                 self._buffer.versions.add_docs(len(self._buffer.docs), docs.column("_id"), docs.column("_seq_no"),
@@ -300,6 +295,19 @@ class ShardDirectory:
             top = pc.max(table.column("seq_no")).as_py()
             self.max_seq_no = max(self.max_seq_no, top)
         return idx.num_rows + dels.num_rows
+
+    def apply_run(self, docs: pa.Table, ids: list[str], first_seq_no: int, primary_term: int,
+                  versions: list[int], mapping: Mapping) -> None:
+        """Buffer a primary's run of index operations already stamped and parsed (:func:`buffered_docs` rows with
+        the seq#s ``first_seq_no``.. in order, their ids and versions as lists): engine/staging.py's columnar pass."""
+        with self._lock:
+            if mapping is not self.mapping:
+                self.mapping = self.mapping.with_fields(dict(mapping.items()))
+            self._buffer.versions.add_run(len(self._buffer.docs), ids, first_seq_no, primary_term, versions)
+            self._buffer.docs.append(docs)
+            self._buffer.orders.append(None)
+            self._buffer.doc_bytes += docs.nbytes
+            self.max_seq_no = max(self.max_seq_no, first_seq_no + len(ids) - 1)
 
     @property
     def buffer_full(self) -> bool:
@@ -626,6 +634,17 @@ class ShardDirectory:
             newest = versions.min_seq_no > self._refreshed_seq
             return latest_versions(ids, versions, segments, None if newest else self._tombstones)
 
+    def current_version_numbers(self, ids: list[str], arr: pa.Array) -> list[int] | np.ndarray:
+        """Per id of ``ids`` (``arr``: the same ids as Arrow), the version its next write counts from: that of its
+        newest live copy (:meth:`current_versions`), 0 when it has none."""
+        with self._lock:
+            versions = self._buffer.versions
+            newest = versions.min_seq_no > self._refreshed_seq
+            if not any(s.live.live_count for s in self._segments.values()) and (newest or not self._tombstones.num_rows):
+                return versions.versions(ids)  # the buffer alone decides (as latest_versions would)
+        found = self.current_versions(arr).column("_version")
+        return np.asarray(filled(found, 0).to_numpy(zero_copy_only=False), dtype=np.int64)
+
     def verify(self) -> None:
         """Check every segment file's full CRC32C (SegmentCorrupted names the first bad one)."""
         for reader, _live in self.searchable_segments():
@@ -659,6 +678,13 @@ def _doc_schema(fields: pa.Schema) -> pa.Schema:
             _DOC_SCHEMAS.clear()
         found = _DOC_SCHEMAS[fields] = pa.schema(list(BASE_SCHEMA) + list(fields))
     return found
+
+
+def buffered_docs(ops: pa.RecordBatch | pa.Table, fields: pa.Table) -> pa.Table:
+    """The buffered documents table of stamped index operations ``ops`` and their parsed ``fields`` (same rows)."""
+    return pa.table([one_array(ops.column("id")), ops.column("seq_no"), ops.column("primary_term"),
+                     filled(ops.column("version"), 1), ops.column("source")] + list(fields.columns),
+                    schema=_doc_schema(fields.schema))
 
 
 def _split_ops(table: pa.Table) -> tuple[pa.Table, pa.Table]:

@@ -55,6 +55,24 @@ class VersionMap:
         """Take in a buffered table of index operations (``entry``: its index in the buffer's docs)."""
         self._add(ids, seq_nos, terms.to_pylist(), versions.to_pylist(), entry)
 
+    def add_run(self, entry: int, ids: list[str], first_seq_no: int, primary_term: int, versions: list[int]) -> None:
+        """Take in a primary's run of index operations: ``ids`` with the seq#s ``first_seq_no``.. in order, one term
+        (the columnar staging of a node's parts, engine/staging.py: no Arrow column read back)."""
+        n = len(ids)
+        if not n:
+            return
+        rows = zip(range(first_seq_no, first_seq_no + n), repeat(primary_term), versions, repeat(entry), range(n))
+        if first_seq_no > self.max_seq_no:  # newer than every entry: a later row replaces an earlier one
+            self._ops.update(zip(ids, rows))
+        else:
+            ops, get = self._ops, self._ops.get
+            for doc_id, op in zip(ids, rows):
+                old = get(doc_id)
+                if old is None or op[0] > old[0]:
+                    ops[doc_id] = op
+        self.min_seq_no = min(self.min_seq_no, first_seq_no)
+        self.max_seq_no = max(self.max_seq_no, first_seq_no + n - 1)
+
     def add_deletes(self, ids: pa.Array, seq_nos: pa.Array) -> None:
         """Take in buffered delete operations."""
         self._add(ids, seq_nos, repeat(None), repeat(None), -1)
@@ -92,6 +110,12 @@ class VersionMap:
         rows = [_live(get(i)) for i in ids]
         cols = list(zip(*rows)) if rows else [(), (), ()]
         return pa.table([pa.array(c, pa.int64()) for c in cols], schema=VERSIONS_SCHEMA)
+
+    def versions(self, ids: list) -> list[int]:
+        """Per id (order kept): the version of its newest buffered index operation, 0 when there is none or a
+        delete is newest (what the next version counts from)."""
+        get = self._ops.get
+        return [(op[2] or 0) if (op := get(i)) is not None else 0 for i in ids]
 
     def candidates(self, uniq: list) -> tuple[list[int], list[int], list[int | None], list[int | None], list[bool]]:
         """For the columnar merge with segment copies: (query position, seq#, term, version, deleted) per id

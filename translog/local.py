@@ -55,7 +55,7 @@ from shardstore.translog.frames import (
     frame_parts,
     scan,
 )
-from shardstore.translog.operations import DEFAULT_MAX_SOURCE_BYTES, SCHEMA, check, summarize
+from shardstore.translog.operations import DEFAULT_MAX_SOURCE_BYTES, SCHEMA, Summary, check, summarize
 from shardstore.translog.pieces import GenerationImage, Piece
 from shardstore.translog.purge import GenerationInfo, local_deletable
 from shardstore.translog.replay import filter_batch, resolve
@@ -372,17 +372,20 @@ class LocalTranslog:
         """Highest seq# s such that every op <= s is durable here."""
         return self.tracker.persisted_checkpoint
 
-    def add(self, batch: pa.RecordBatch, *, history: bool = False) -> tuple[int, int]:
+    def add(self, batch: pa.RecordBatch, *, history: bool = False, summary: Summary | None = None) -> tuple[int, int]:
         """Append a stamped batch; returns its (generation, end offset) once durable per the policy.
 
         An operation of a term below the log's current term is refused, unless ``history``:
         a copy replaying another copy's resolved history (recovery, restore) may meet an
         older-term operation above a newer-term no-op that filled a gap at a promotion
         (issue 14, case 2), as Elasticsearch's translog accepts any term up to its own.
+        ``summary``: the batch's :class:`Summary` when the caller has it (its ``batch`` is this one; ranges may be
+        bounds), else it is computed here.
         """
         if batch.num_rows == 0:
             return (self.generation, self._cur.checkpoint.offset)
-        summary = summarize(batch)  # the column ranges, computed once for the roll, the checks and the frame
+        if summary is None:
+            summary = summarize(batch)  # the column ranges, computed once for the roll, the checks and the frame
         if summary.primary_term is not None and summary.primary_term[1] > self.primary_term:
             self.roll_generation(summary.primary_term[1])
         batch = check(summary, current_term=0 if history else self.primary_term, max_source_bytes=self.max_source_bytes)
@@ -402,7 +405,8 @@ class LocalTranslog:
                 cur.image.append(header, parts, batch.num_rows, lo, hi)
             cur.appended(len(header) + size, batch.num_rows, lo, hi)
             seqs = batch.column(0)
-            cur.pending.append((lo, hi) if hi - lo + 1 == batch.num_rows and ascending_by_one(seqs) else seqs)
+            contiguous = hi - lo + 1 == batch.num_rows and (summary.contiguous or ascending_by_one(seqs))
+            cur.pending.append((lo, hi) if contiguous else seqs)
             position = (cur.generation, cur.offset)
             self.tracker.advance_max_seq_no(hi)
         if self.durability == "request":

@@ -56,6 +56,7 @@ from shardstore.translog.errors import TranslogCorruptedError, TranslogError, Tr
 from shardstore.translog.local import CHECKPOINT, LocalTranslog, generation_file
 from shardstore.translog.node_format import RoundIndex, Section, data_key, index_key, stream_prefix, trailer
 from shardstore.translog.node_read import forget_cached, shard_entries
+from shardstore.translog.operations import Summary
 from shardstore.translog.pieces import Piece
 from shardstore.translog.purge import remote_deletable_sections
 from shardstore.translog.remote import (
@@ -581,9 +582,9 @@ class NodeShardTranslog:
             self.wait_uploaded(position)
         return position
 
-    def append(self, batch: pa.RecordBatch, *, history: bool = False) -> tuple[int, int]:
+    def append(self, batch: pa.RecordBatch, *, history: bool = False, summary: Summary | None = None) -> tuple[int, int]:
         """Append locally and ask for a round covering it; its position (wait with :meth:`wait_uploaded`)."""
-        position = self.local.add(batch, history=history)
+        position = self.local.add(batch, history=history, summary=summary)
         if batch.num_rows:
             self.node._request(self)
         return position

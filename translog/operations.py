@@ -129,6 +129,9 @@ class Summary:
     source_bytes_max: int | None
     typed: bool = False  # the batch has a ``fields`` column
     fields_complete: bool = False  # ... and every row of it is valid
+    #: the seq#s are ``seq_no[0]``, +1, +2, ... in row order (known to a primary that stamped them; summarize
+    #: leaves it False and the log reads the column)
+    contiguous: bool = False
 
 
 _I32 = struct.Struct("<i")
