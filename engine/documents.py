@@ -202,16 +202,13 @@ class Documents:
             # one request per primary node for all its shards: the node stages them all before its
             # translog upload round, so the bulk costs one round per node, not one per shard (issue 30)
             results = self.router.write_shards(meta, [(sub[0], sub[1], sub[3]) for sub in subs], mapping)
-            parts = [_items(sub[0], sub[1], res if not isinstance(res, BaseException) else None,
-                            None if not isinstance(res, BaseException) else f"{type(res).__name__}: {res}"
-                            if not isinstance(res, PartFailed) else str(res)).append_column("item", sub[2])
-                     for sub, res in zip(subs, results, strict=True)]
+            parts = [_parts_items(subs, results)]
         else:
             parts = [write(subs[0])] if len(subs) == 1 else self.router.run_parallel(write, subs)
         if rejected:
             parts.append(_rejected_items(rejected))
         items = pa.concat_tables(parts)
-        if len(parts) > 1:
+        if len(subs) > 1 or len(parts) > 1:
             items = items.sort_by("item")  # in bulk order, as the caller gave them
         return BulkResult(items)
 
@@ -241,6 +238,26 @@ def _split_by_shard(shards: pa.Array, ops: pa.RecordBatch, positions: pa.Array, 
         fields = None if fields is None else fields.take(take)
     return [(s, ops.slice(a, b - a), positions.slice(a, b - a), None if fields is None else fields.slice(a, b - a))
             for s, a, b in runs]
+
+
+def _parts_items(subs: list[tuple[int, pa.RecordBatch, pa.Array, pa.Table | None]],
+                 results: list[pa.RecordBatch | BaseException]) -> pa.Table:
+    """Per-item results of a bulk's parts (``item``: bulk position), built once when every part was acknowledged."""
+    if any(isinstance(res, BaseException) for res in results):
+        return pa.concat_tables([
+            _items(sub[0], sub[1], None if isinstance(res, BaseException) else res,
+                   None if not isinstance(res, BaseException) else str(res) if isinstance(res, PartFailed)
+                   else f"{type(res).__name__}: {res}").append_column("item", sub[2])
+            for sub, res in zip(subs, results, strict=True)])
+    lens = [sub[1].num_rows for sub in subs]
+    stamped: list[pa.RecordBatch] = results  # type: ignore[assignment]
+    return pa.table({
+        "_id": pa.concat_arrays([sub[1].column("id") for sub in subs]),
+        "shard": pa.array(np.repeat(np.array([sub[0] for sub in subs], dtype=np.int32), lens)),
+        **{name: pa.concat_arrays([st.column(name) for st in stamped]) for name in ("seq_no", "primary_term", "version")},
+        "error": pa.nulls(sum(lens), pa.string()),
+        "item": pa.concat_arrays([sub[2] for sub in subs]),
+    })
 
 
 def _items(s: int, sub: pa.RecordBatch, stamped: pa.RecordBatch | None, error: str | None) -> pa.Table:

@@ -307,11 +307,11 @@ class ShardCopy:
             yield
 
     def stage_run(self, stamped: pa.RecordBatch, summary: Summary, docs: pa.Table, ids: list[str],
-                  versions: list[int], mapping: Mapping) -> _Staged:
+                  versions: list[int], nbytes: int) -> _Staged:
         """Buffer and log a part the columnar pass stamped (under :meth:`staging`) and start its upload."""
         assert summary.seq_no is not None and isinstance(self.remote_translog, NodeShardTranslog)
         with self._local_disk("write"):
-            self.directory.apply_run(docs, ids, summary.seq_no[0], self.primary_term, versions, mapping)
+            self.directory.apply_run(docs, ids, summary.seq_no[0], self.primary_term, versions, nbytes)
             return _Staged(summary.seq_no, self.remote_translog, self.remote_translog.append(stamped, summary=summary))
 
     def replicate_staged(self, stamped: pa.RecordBatch, pending: _Staged,

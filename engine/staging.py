@@ -23,7 +23,6 @@ buffered rows, the versions): tests/engine/test_staging.py compares the two.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -39,7 +38,7 @@ from shardstore.segments.mapping import Mapping
 from shardstore.segments.versions import SMALL_BATCH, next_versions
 from shardstore.translog.errors import InvalidOperation
 from shardstore.translog.node_translog import NodeShardTranslog
-from shardstore.translog.operations import OpType, check, stamp, summarize
+from shardstore.translog.operations import OpType, Summary, check, stamp, summarize
 
 if TYPE_CHECKING:
     from shardstore.engine.shard import ShardCopy
@@ -103,11 +102,11 @@ def stage_columnar(parts: Sequence[ColumnarPart], mapping: Mapping) -> list[Stag
                 live.append(i)
         live.sort()
         if live:
-            _stage_held([parts[i] for i in live], mapping, live, out)
+            _stage_held([parts[i] for i in live], live, out)
     return out
 
 
-def _stage_held(parts: list[ColumnarPart], mapping: Mapping, where: list[int],
+def _stage_held(parts: list[ColumnarPart], where: list[int],
                 out: list[Staged | BaseException | None]) -> None:
     """Steps 2-5 of the module's pass for ``parts``, every copy held; results go to ``out`` at ``where``."""
     first = parts[0]
@@ -137,15 +136,18 @@ def _stage_held(parts: list[ColumnarPart], mapping: Mapping, where: list[int],
     stamped = provisional.set_column(0, "seq_no", pa.array(seq)).set_column(
         1, "primary_term", pa.array(np.repeat(terms, lens)))
     docs = buffered_docs(stamped, fields)
+    row_bytes = docs.nbytes / len(id_list)  # a part's share (nbytes of each slice would cost ~14 us a part)
     version_list = versions.to_pylist()
+    s = summary
     for k, (part, (a, b)) in enumerate(zip(parts, bounds)):
         first, term = int(firsts[k]), int(terms[k])
         piece = stamped.slice(a, b - a)
-        sliced = dataclasses.replace(summary, batch=piece, seq_no=(first, first + b - a - 1),
-                                     primary_term=(term, term), contiguous=True)
+        # the pass's summary for the slice: its own seq# range and term; the other ranges bound it
+        sliced = Summary(piece, s.all_index, (first, first + b - a - 1), (term, term), s.id_bytes,
+                         s.source_bytes_max, s.typed, s.fields_complete, contiguous=True)
         try:
             pending = part.copy.stage_run(piece, sliced, docs.slice(a, b - a), id_list[a:b], version_list[a:b],
-                                          mapping)
+                                          round(row_bytes * (b - a)))
         except Exception as exc:  # noqa: BLE001 - this part alone fails (a local disk error fails its copy)
             out[where[k]] = exc
             continue

@@ -297,16 +297,15 @@ class ShardDirectory:
         return idx.num_rows + dels.num_rows
 
     def apply_run(self, docs: pa.Table, ids: list[str], first_seq_no: int, primary_term: int,
-                  versions: list[int], mapping: Mapping) -> None:
-        """Buffer a primary's run of index operations already stamped and parsed (:func:`buffered_docs` rows with
-        the seq#s ``first_seq_no``.. in order, their ids and versions as lists): engine/staging.py's columnar pass."""
+                  versions: list[int], nbytes: int) -> None:
+        """Buffer a primary's run of index operations already stamped and parsed against this directory's mapping
+        (:func:`buffered_docs` rows with the seq#s ``first_seq_no``.. in order, their ids and versions as lists,
+        ``nbytes`` their share of the Arrow bytes): engine/staging.py's columnar pass."""
         with self._lock:
-            if mapping is not self.mapping:
-                self.mapping = self.mapping.with_fields(dict(mapping.items()))
             self._buffer.versions.add_run(len(self._buffer.docs), ids, first_seq_no, primary_term, versions)
             self._buffer.docs.append(docs)
             self._buffer.orders.append(None)
-            self._buffer.doc_bytes += docs.nbytes
+            self._buffer.doc_bytes += nbytes
             self.max_seq_no = max(self.max_seq_no, first_seq_no + len(ids) - 1)
 
     @property
