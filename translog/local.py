@@ -192,8 +192,8 @@ class _Current:
     def checkpoint(self) -> Checkpoint:
         """The checkpoint covering every append so far."""
         if self._dirty:
-            self._cp = replace(self._cp, offset=self.offset, num_ops=self.num_ops,
-                               min_seq_no=self.min_seq_no, max_seq_no=self.max_seq_no)
+            self._cp = replace(self._cp, offset=self.offset, num_ops=self.num_ops, min_seq_no=self.min_seq_no,
+                               max_seq_no=self.max_seq_no, global_checkpoint=self.global_checkpoint)
             self._dirty = False
         return self._cp
 
@@ -203,7 +203,14 @@ class _Current:
         self.generation = cp.generation
         self.primary_term = cp.primary_term
         self.offset, self.num_ops, self.min_seq_no, self.max_seq_no = cp.offset, cp.num_ops, cp.min_seq_no, cp.max_seq_no
+        self.global_checkpoint = cp.global_checkpoint
         self._dirty = False
+
+    def learn_global_checkpoint(self, seq_no: int) -> None:
+        """Raise the global checkpoint the next checkpoint records to ``seq_no`` (never lowers it)."""
+        if seq_no > self.global_checkpoint:
+            self.global_checkpoint = seq_no
+            self._dirty = True
 
     def appended(self, nbytes: int, count: int, lo: int, hi: int) -> None:
         """Account for one frame of ``count`` operations with seq#s lo..hi."""
@@ -510,9 +517,7 @@ class LocalTranslog:
     def set_global_checkpoint(self, seq_no: int) -> None:
         """Record the global checkpoint (persisted with the next sync)."""
         with self._write_lock:
-            cp = self._cur.checkpoint
-            if seq_no > cp.global_checkpoint:
-                self._cur.checkpoint = replace(cp, global_checkpoint=seq_no)
+            self._cur.learn_global_checkpoint(seq_no)
 
     def roll_generation(self, new_term: int | None = None) -> Checkpoint:
         """Seal the current generation and start the next (with ``new_term`` if the term changed); the sealed checkpoint."""
