@@ -133,8 +133,9 @@ def _stage_held(parts: list[ColumnarPart], where: list[int],
     firsts = np.array([p.copy.tracker.generate_seq_nos(int(n)) for p, n in zip(parts, lens)], dtype=np.int64)
     terms = np.array([p.copy.primary_term for p in parts], dtype=np.int64)
     seq = np.repeat(firsts - starts, lens) + np.arange(int(lens.sum()), dtype=np.int64)
-    stamped = provisional.set_column(0, "seq_no", pa.array(seq)).set_column(
-        1, "primary_term", pa.array(np.repeat(terms, lens)))
+    schema = provisional.schema  # the operation schema's fields (seq# and term are not null)
+    stamped = provisional.set_column(0, schema.field(0), pa.array(seq)).set_column(
+        1, schema.field(1), pa.array(np.repeat(terms, lens)))
     docs = buffered_docs(stamped, fields)
     row_bytes = docs.nbytes / len(id_list)  # a part's share (nbytes of each slice would cost ~14 us a part)
     version_list = versions.to_pylist()
