@@ -23,6 +23,7 @@ buffered rows, the versions): tests/engine/test_staging.py compares the two.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -42,6 +43,8 @@ from shardstore.translog.operations import OpType, Summary, check, stamp, summar
 
 if TYPE_CHECKING:
     from shardstore.engine.shard import ShardCopy
+
+log = logging.getLogger(__name__)
 
 
 def with_versions(directory: ShardDirectory, ops: pa.RecordBatch, expect: tuple | None,
@@ -106,13 +109,25 @@ def stage_columnar(parts: Sequence[ColumnarPart], mapping: Mapping) -> list[Stag
     return out
 
 
-def _stage_held(parts: list[ColumnarPart], where: list[int],
-                out: list[Staged | BaseException | None]) -> None:
-    """Steps 2-5 of the module's pass for ``parts``, every copy held; results go to ``out`` at ``where``."""
+@dataclass(frozen=True)
+class _Pass:
+    """Steps 2-3 of the module's pass done: the parts' operations stamped with provisional seq#s, and checked."""
+
+    provisional: pa.RecordBatch
+    fields: pa.Table
+    summary: Summary
+    id_list: list[str]
+    versions: list[int]
+    lens: np.ndarray
+    starts: np.ndarray
+
+
+def _prepare(parts: list[ColumnarPart]) -> _Pass | None:
+    """Steps 2-3 for ``parts`` (every copy held): None when they cannot go together (the one-part path takes each)."""
     first = parts[0]
     if any(not (p.ops.schema.equals(first.ops.schema) and p.fields is not None and first.fields is not None
                 and p.fields.schema.equals(first.fields.schema)) for p in parts[1:]):
-        return  # parts parsed apart (not one bulk's): the one-part path takes each
+        return None  # parts parsed apart (not one bulk's)
     lens = np.array([p.ops.num_rows for p in parts], dtype=np.int64)
     starts = np.concatenate(([0], np.cumsum(lens)[:-1]))
     ops = _concat_batches([p.ops for p in parts])
@@ -120,35 +135,46 @@ def _stage_held(parts: list[ColumnarPart], where: list[int],
     assert fields is not None
     ids = ops.column("id")
     id_list = ids.to_pylist()
-    bounds = [(int(a), int(a + n)) for a, n in zip(starts, lens)]
-    current = np.concatenate([np.asarray(p.copy.directory.current_version_numbers(id_list[a:b], ids.slice(a, b - a)),
-                                         dtype=np.int64) for p, (a, b) in zip(parts, bounds)])
+    current = np.concatenate([np.asarray(p.copy.directory.current_version_numbers(id_list[a:a + n], ids.slice(a, n)),
+                                         dtype=np.int64) for p, a, n in zip(parts, starts.tolist(), lens.tolist())])
     versions = _next_versions(ids, id_list, current, lens)
     provisional = stamp(ops.set_column(ops.schema.get_field_index("version"), "version", versions), 0, 1)
     summary = summarize(provisional)
     try:
         check(summary, max_source_bytes=min(p.copy.translog.max_source_bytes for p in parts))
     except InvalidOperation:
-        return  # nothing taken: the one-part path stages each part and names the bad row
+        return None  # the one-part path names the bad row
+    return _Pass(provisional, fields, summary, id_list, versions.to_pylist(), lens, starts)
+
+
+def _stage_held(parts: list[ColumnarPart], where: list[int],
+                out: list[Staged | BaseException | None]) -> None:
+    """Steps 2-5 of the module's pass for ``parts``, every copy held; results go to ``out`` at ``where``."""
+    try:
+        prepared = _prepare(parts)
+    except Exception as exc:  # noqa: BLE001 - no seq# taken yet: each part meets (and reports) it on its own path
+        log.debug("a columnar staging pass gave way to the one-part path: %r", exc)
+        return
+    if prepared is None:
+        return
+    lens, starts, s = prepared.lens, prepared.starts, prepared.summary
     firsts = np.array([p.copy.tracker.generate_seq_nos(int(n)) for p, n in zip(parts, lens)], dtype=np.int64)
     terms = np.array([p.copy.primary_term for p in parts], dtype=np.int64)
     seq = np.repeat(firsts - starts, lens) + np.arange(int(lens.sum()), dtype=np.int64)
-    schema = provisional.schema  # the operation schema's fields (seq# and term are not null)
-    stamped = provisional.set_column(0, schema.field(0), pa.array(seq)).set_column(
+    schema = prepared.provisional.schema  # the operation schema's fields (seq# and term are not null)
+    stamped = prepared.provisional.set_column(0, schema.field(0), pa.array(seq)).set_column(
         1, schema.field(1), pa.array(np.repeat(terms, lens)))
-    docs = buffered_docs(stamped, fields)
-    row_bytes = docs.nbytes / len(id_list)  # a part's share (nbytes of each slice would cost ~14 us a part)
-    version_list = versions.to_pylist()
-    s = summary
-    for k, (part, (a, b)) in enumerate(zip(parts, bounds)):
+    docs = buffered_docs(stamped, prepared.fields)
+    row_bytes = docs.nbytes / len(prepared.id_list)  # a part's share (nbytes of each slice costs ~14 us a part)
+    for k, (part, a, n) in enumerate(zip(parts, starts.tolist(), lens.tolist())):
         first, term = int(firsts[k]), int(terms[k])
-        piece = stamped.slice(a, b - a)
+        piece = stamped.slice(a, n)
         # the pass's summary for the slice: its own seq# range and term; the other ranges bound it
-        sliced = Summary(piece, s.all_index, (first, first + b - a - 1), (term, term), s.id_bytes,
+        sliced = Summary(piece, s.all_index, (first, first + n - 1), (term, term), s.id_bytes,
                          s.source_bytes_max, s.typed, s.fields_complete, contiguous=True)
         try:
-            pending = part.copy.stage_run(piece, sliced, docs.slice(a, b - a), id_list[a:b], version_list[a:b],
-                                          round(row_bytes * (b - a)))
+            pending = part.copy.stage_run(piece, sliced, docs.slice(a, n), prepared.id_list[a:a + n],
+                                          prepared.versions[a:a + n], round(row_bytes * n))
         except Exception as exc:  # noqa: BLE001 - this part alone fails (a local disk error fails its copy)
             out[where[k]] = exc
             continue

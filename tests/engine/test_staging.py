@@ -110,3 +110,26 @@ def test_a_part_whose_copy_is_no_longer_primary_fails_alone(tmp_path: Path, monk
         assert failed and all(it["shard"] == 2 and StalePrimary.__name__ in it["error"] for it in failed)
         assert all(it["seq_no"] is not None for it in items if it["shard"] != 2)
         assert demoted.max_seq_no == -1 and demoted.directory.get(failed[0]["_id"]) is None
+
+
+def test_a_pass_failing_before_any_seq_no_is_taken_leaves_every_part_to_the_one_part_path(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # one copy's version lookup fails inside the pass (a stand-in for a read error no real part raises on demand):
+    # no copy has taken a seq#, so every part goes the one-part way and is acknowledged, and no copy has a gap
+    with closing(Cluster(store=f"file://{tmp_path}/store", data_dir=f"{tmp_path}/data", nodes=1)) as c:
+        c.create_index("i", shards=4, replicas=0)
+        meta = c.indices["i"]
+        copies = [c.nodes[c.primary_of("i", s)].copies[(meta.uuid, s)] for s in range(4)]
+
+        def failing(ids: list, arr: Any) -> list:
+            raise OSError("injected: a segment read failed")
+
+        monkeypatch.setattr(copies[1].directory, "current_version_numbers", failing)
+        passes: list[list] = []
+        real = bulk_parts.stage_columnar
+        monkeypatch.setattr(bulk_parts, "stage_columnar", lambda parts, m: passes.append(r := real(parts, m)) or r)
+        result = c.bulk("i", [{"_id": f"d{i}", "n": i} for i in range(40)])
+        assert passes and all(done is None for done in passes[0])  # the pass staged nothing
+        assert not result.errors
+        for copy in copies:
+            assert copy.local_checkpoint == copy.max_seq_no >= 0
