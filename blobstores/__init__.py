@@ -31,6 +31,7 @@ from shardstore.blobstores.errors import (
     Throttled,
     TransientError,
     UnknownOption,
+    Unreachable,
 )
 from shardstore.blobstores.open import open_backend, open_store
 from shardstore.blobstores.registry import PluginInfo, plugin_class, plugins, refresh, schemes
@@ -54,6 +55,7 @@ __all__ = [
     "RetryingStore",
     "Throttled",
     "TransientError",
+    "Unreachable",
     "UnknownOption",
     "open_backend",
     "open_store",

@@ -7,6 +7,8 @@ which holds no options.
 
 from __future__ import annotations
 
+import difflib
+
 from shardstore.errors import (
     ConflictError,
     CorruptError,
@@ -52,8 +54,10 @@ class UnknownOption(ConfigError):
     """An option name the store does not accept."""
 
     def __init__(self, name: str, known: list[str], *, location: str) -> None:
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
         super().__init__(
-            f"unknown option {name!r}; this store accepts: {', '.join(known) or '(none)'}", location=location
+            f"unknown option {name!r}{hint}; this store accepts: {', '.join(known) or '(none)'}", location=location
         )
         self.name = name
         self.known = known
@@ -69,6 +73,10 @@ class RequestRejected(BlobStoreError, InvalidError):
 
 class TransientError(BlobStoreError, UnavailableError):
     """The request failed in a way that may succeed if repeated (5xx, reset, timeout)."""
+
+
+class Unreachable(TransientError):
+    """Nothing answered at the store's endpoint (the connection was refused): a retry helps only once it is up."""
 
 
 class Throttled(TransientError):

@@ -40,6 +40,7 @@ from shardstore.blobstores.errors import (
     RequestRejected,
     Throttled,
     TransientError,
+    Unreachable,
 )
 from shardstore.blobstores.keys import check_full_length, check_range
 from shardstore.blobstores.request_kinds import classify_request
@@ -180,6 +181,8 @@ class FsspecStore(BackendStore):
             return BlobAlreadyExists("the key already exists", **where)
         if isinstance(exc, PermissionError):
             return AccessDenied(f"access denied: {text}", **where)
+        if any(isinstance(cause, ConnectionRefusedError) for cause in _chain(exc)):
+            return Unreachable(f"nothing answers at the endpoint (connection refused): {text}", **where)
         if isinstance(exc, (ConnectionError, TimeoutError, asyncio.TimeoutError)) or _is_transport_error(exc):
             return TransientError(f"connection problem: {type(exc).__name__}: {text}", **where)
         return RequestRejected(f"{type(exc).__name__}: {text}", **where)

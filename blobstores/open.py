@@ -19,6 +19,8 @@ WRAPPER_OPTIONS = {
     "retry_deadline": Option("retry_deadline", float, _DEFAULT.deadline, "seconds a call may spend retrying"),
     "retry_base_delay": Option("retry_base_delay", float, _DEFAULT.base_delay, "first backoff cap, seconds"),
     "retry_max_delay": Option("retry_max_delay", float, _DEFAULT.max_delay, "largest backoff cap, seconds"),
+    "retry_unreachable": Option("retry_unreachable", bool, _DEFAULT.unreachable,
+                                "retry a refused connection (nothing listening at the endpoint)"),
     "writer_id": Option("writer_id", str, None, "tags conditional puts (default: host-pid-random)"),
     "read_only": Option("read_only", bool, False, "refuse writes and create nothing (not even a missing root)"),
 }
@@ -60,10 +62,11 @@ def open_store(url: str, **options: Any) -> BlobStore:
         deadline=wrap["retry_deadline"],
         base_delay=wrap["retry_base_delay"],
         max_delay=wrap["retry_max_delay"],
+        unreachable=wrap["retry_unreachable"],
     )
     try:
         backend = _backend(parsed, merged, wrap["read_only"])
     except UnknownOption as exc:
-        raise UnknownOption(exc.name, sorted([*exc.known, *WRAPPER_OPTIONS]), location=parsed.location) from None
+        raise UnknownOption(exc.name, sorted({*exc.known, *WRAPPER_OPTIONS}), location=parsed.location) from None
     store = RetryingStore(backend, policy, writer_id=wrap["writer_id"])
     return ReadOnlyStore(store) if wrap["read_only"] else store

@@ -71,8 +71,10 @@ def parse_url(url: str) -> StoreURL:
 
     Errors quote the URL without its query, which may hold credentials.
     """
-    if not isinstance(url, str) or not url:
-        raise ConfigError(f"a store URL must be a non-empty string, not {type(url).__name__}")
+    if not isinstance(url, str):
+        raise ConfigError(f"a store URL must be a string, not {type(url).__name__}")
+    if not url:
+        raise ConfigError("the store URL is empty (give one such as file:///srv/store or s3://bucket/prefix)")
     shown = url.split("?", 1)[0]
     if "://" not in url:
         if not url.startswith("/"):

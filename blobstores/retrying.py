@@ -16,7 +16,14 @@ from typing import Any, BinaryIO, TypeVar
 
 from shardstore.blobstores.base import BlobInfo, BlobStore, Metrics
 from shardstore.blobstores.conditional import default_writer_id, is_own_write, new_token
-from shardstore.blobstores.errors import BlobAlreadyExists, BlobNotFound, ConfigError, Throttled, TransientError
+from shardstore.blobstores.errors import (
+    BlobAlreadyExists,
+    BlobNotFound,
+    ConfigError,
+    Throttled,
+    TransientError,
+    Unreachable,
+)
 
 T = TypeVar("T")
 
@@ -29,6 +36,7 @@ class RetryPolicy:
     deadline: float = 60.0
     base_delay: float = 0.05
     max_delay: float = 5.0
+    unreachable: bool = True  # retry a refused connection (a command line fails at once: nothing listens there)
 
     def __post_init__(self) -> None:
         if self.attempts < 1:
@@ -88,6 +96,9 @@ class RetryingStore(BlobStore):
         """Count the failure, then sleep before the next attempt, or re-raise when spent."""
         if isinstance(err, Throttled):
             self._metrics.add("throttles")
+        if isinstance(err, Unreachable) and not self.policy.unreachable:
+            err.add_note("shardstore: not retried (retry_unreachable=false)")
+            raise err
         pause = self.policy.next_delay(attempt, time.monotonic() - started, self._rng)
         if pause is None:
             err.add_note(

@@ -24,7 +24,7 @@ from urllib.parse import parse_qs
 from fsspec.asyn import sync
 
 from shardstore.blobstores.base import BlobInfo
-from shardstore.blobstores.errors import ConfigError
+from shardstore.blobstores.errors import AccessDenied, ConfigError
 from shardstore.blobstores.fsspec_store import FsspecStore
 from shardstore.blobstores.options import Option
 
@@ -109,7 +109,11 @@ class AzureStore(FsspecStore):
         kind = _CODE_KINDS.get(code) or _NAME_KINDS.get(name)
         if kind is None and status is None:
             return None
-        return self._typed(kind, status, code or str(status), key)
+        if name == "ClientAuthenticationError" and status is None:  # no service answer: no credential to send
+            return AccessDenied(f"no usable Azure credential for account {self.options['account_name']!r} (azure-identity "
+                                f"found none); give -o account_key=..., -o sas_token=... or -o connection_string=..., "
+                                f"or sign in (az login)", location=self.location, key=key)
+        return self._typed(kind, status, code or (str(status) if status is not None else name), key)
 
     def _blob(self, key: str) -> Any:
         return self.fs.service_client.get_blob_client(container=self.container, blob=self._full(key))

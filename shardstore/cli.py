@@ -1,10 +1,11 @@
-"""The ``shardstore`` command: version, installed plugins, a store self-test, and the cluster-state report.
+"""The shardstore command: version, installed plugins, a store self-test, and the cluster-state report.
 
-Read-only commands (``cluster-state show``) open the store read-only: they create
-nothing and fail on a missing root.  ``store check`` writes scratch blobs but does not
-create a missing root unless asked (``-o create=true``).  Every error is one line on
-stderr (``shardstore: error: ...``, exit 1); a closed pipe (``| head``) ends the command
-quietly with exit status 141 (128 + SIGPIPE, what a shell reports for other tools).
+Read-only commands (cluster-state show) open the store read-only: they create
+nothing and fail on a missing root.  store check writes scratch blobs but does not
+create a missing root unless asked (-o create=true).  Every error is one line on
+stderr (shardstore: error: ...): exit status 2 for a usage error (a missing or bad
+argument), 1 for any other.  A closed pipe (| head) ends the command quietly with exit
+status 141 (128 + SIGPIPE, what a shell reports for other tools).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from shardstore import __version__
 from shardstore.errors import InvalidError, ShardstoreError
@@ -23,6 +24,16 @@ if TYPE_CHECKING:
 
 #: Exit status after the reader of stdout went away (128 + SIGPIPE).
 EXIT_BROKEN_PIPE = 141
+#: Exit status of a usage error (a missing or malformed argument), as argparse and most Unix tools.
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser with one-line usage errors (``shardstore: error: ...``, exit 2) naming the help to read."""
+
+    def error(self, message: str) -> NoReturn:  # type: ignore[override]
+        """Print the usage error as one line and exit with :data:`EXIT_USAGE`."""
+        self.exit(EXIT_USAGE, f"shardstore: error: {self.prog}: {message} (see {self.prog} --help)\n")
 
 
 class UsageError(InvalidError):
@@ -42,9 +53,12 @@ def _parse_options(pairs: Sequence[str]) -> dict[str, Any]:
 def _open_store(
     url: str, options: dict[str, Any], *, read_only: bool = False, create_root: bool = True
 ) -> BlobStore:
-    """Open ``url``: read-only, or without creating a missing root unless the options ask for it."""
+    """Open ``url``: read-only, or without creating a missing root unless the options ask for it; a refused
+    connection fails at once (nothing listens there) unless ``-o retry_unreachable=true``."""
     from shardstore.blobstores import open_store, plugin_class
     from shardstore.blobstores.options import parse_url
+
+    options = {"retry_unreachable": False, **options}
 
     if read_only:
         return open_store(url, **{**options, "read_only": True})
@@ -93,15 +107,43 @@ def _cmd_store_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_cluster_state_show(args: argparse.Namespace) -> int:
+    from shardstore.blobstores import ConfigError
     from shardstore.cluster_state.report import format_inspection, inspect_store
 
     store = _open_store(args.url, _parse_options(args.option), read_only=True)
     try:
         report = inspect_store(store, keep=args.keep, verify=not args.no_verify)
+        if not report.uuids:
+            raise ConfigError(f"no shardstore cluster state here: {_what_is_there(store)}; it is not a "
+                              f"shardstore store, or no cluster has published to it yet", location=store.location)
     finally:
         store.close()
     print(format_inspection(report), flush=True)
     return 0 if report.ok else 1
+
+
+def _what_is_there(store: BlobStore) -> str:
+    """What a store without cluster state holds, in a few words (nothing, or its first keys)."""
+    found = []
+    for info in store.list(""):
+        found.append(info.key)
+        if len(found) > 3:
+            break
+    if not found:
+        return "it holds no blob at all"
+    shown = ", ".join(repr(k) for k in found[:3])
+    return f"it holds other blobs ({shown}{', ...' if len(found) > 3 else ''})"
+
+
+def _at_least_one(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 #: node settings: flag -> (settings-file key, environment variable)
@@ -176,15 +218,16 @@ def _cmd_node(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``shardstore`` command."""
-    parser = argparse.ArgumentParser(prog="shardstore", description=__doc__)
+    parser = _Parser(prog="shardstore", description=__doc__)
     parser.add_argument("--version", action="version", version=f"shardstore {__version__}")
-    sub = parser.add_subparsers(dest="command")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("plugins", help="list the installed blob-store plugins")
     p.set_defaults(func=_cmd_plugins)
 
     store = sub.add_parser("store", help="blob-store tools")
-    store_sub = store.add_subparsers(dest="store_command")
+    store_sub = store.add_subparsers(dest="store_command", metavar="COMMAND")
+    store.set_defaults(func=None, parser=store)
     check = store_sub.add_parser(
         "check", help="self-test a store: put, get, range, list, conditional create, delete, clean-up"
     )
@@ -195,14 +238,15 @@ def build_parser() -> argparse.ArgumentParser:
     check.set_defaults(func=_cmd_store_check)
 
     cs = sub.add_parser("cluster-state", help="remote cluster-state tools")
-    cs_sub = cs.add_subparsers(dest="cluster_state_command")
+    cs_sub = cs.add_subparsers(dest="cluster_state_command", metavar="COMMAND")
+    cs.set_defaults(func=None, parser=cs)
     show = cs_sub.add_parser(
         "show", help="the UUID chain, the latest committed manifest, and problems (orphans, missing or corrupt blobs)"
     )
     show.add_argument("url", help="store URL of the cluster, e.g. s3://bucket/prefix or file:///tmp/store")
     show.add_argument("-o", "--option", action="append", default=[], metavar="NAME=VALUE",
                       help="store option (repeatable), e.g. -o endpoint_url=http://127.0.0.1:9000")
-    show.add_argument("--keep", type=int, default=10, help="manifests a purge keeps per UUID (default 10)")
+    show.add_argument("--keep", type=_at_least_one, default=10, help="manifests a purge keeps per UUID (default 10)")
     show.add_argument("--no-verify", action="store_true", help="do not read back the latest state's entities")
     show.set_defaults(func=_cmd_cluster_state_show)
 
@@ -240,9 +284,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     func = getattr(args, "func", None)
-    if func is None:
-        parser.print_help()
-        return 2
+    if func is None:  # a command that needs a subcommand (or none at all): its own help, a usage error
+        (getattr(args, "parser", None) or parser).print_help(sys.stderr)
+        return EXIT_USAGE
+    if func is not _cmd_node:
+        _quiet_sdks()
     try:
         status = int(func(args))
         sys.stdout.flush()  # inside the try: a closed pipe surfaces here, not at exit
@@ -253,6 +299,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ShardstoreError, OSError) as exc:
         print(f"shardstore: error: {_one_line(exc)}", file=sys.stderr)
         return 1
+
+
+#: loggers of the SDKs under the stores: azure-identity alone logs a page per credential it could not find
+_SDK_LOGGERS = ("azure", "adlfs", "botocore", "boto3", "aiobotocore", "s3fs", "gcsfs", "google", "urllib3", "fsspec")
+
+
+def _quiet_sdks() -> None:
+    """Keep the SDKs' log records off stderr: the command's one error line says what failed."""
+    import logging
+
+    for name in _SDK_LOGGERS:
+        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
 
 
 def _one_line(exc: BaseException) -> str:

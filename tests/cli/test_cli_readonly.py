@@ -165,8 +165,8 @@ def test_cluster_state_show_on_a_missing_root_fails_and_creates_nothing(tmp_path
 
 
 def test_cluster_state_show_on_an_empty_root_creates_nothing(tmp_path: Path, capsys) -> None:
-    assert main(["cluster-state", "show", f"file://{tmp_path}"]) == 0
-    assert "no cluster UUID found" in capsys.readouterr().out
+    assert main(["cluster-state", "show", f"file://{tmp_path}"]) == 1  # no cluster state: not a store (issue 32)
+    _assert_one_line_error(capsys.readouterr().err, "no shardstore cluster state", "no blob at all")
     assert _tree(tmp_path) == []
 
 
