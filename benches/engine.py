@@ -25,8 +25,8 @@ into sources is part of what is measured, as it is part of a client's bulk.
    timed by wrapping ``ShardCopy.promote``; ``replica_rebuild_seconds`` (node death to
    green) and ``reupload_seconds`` (node death to the re-upload's end) are the
    background work, waited for before the next rep.  The killed node is restarted between reps (nothing is allocated to it: the
-   shard has its two copies again).  ``failover_ratio`` = largest size / smallest size
-   of the median; target (issue 5): <= 2, i.e. flat in the shard size.
+   shard has its two copies again).  ``failover_ratio`` = smallest size / largest size
+   of the median (higher is better, as every ratio); target (issue 5): >= 0.5, i.e. flat in the shard size.
 3. **Recovery from the store** (``restore_seconds``, ``raw_download_seconds``,
    ``restore_ratio``): after the failovers of the biggest shard the cluster is closed
    (not flushed again: the newest commit is the one of the build, the translog above it
@@ -35,8 +35,8 @@ into sources is part of what is measured, as it is part of a client's bulk.
    under the cluster's prefix and ``store.get``s each into a file of a temp dir
    (written and fsynced, the directory fsynced once at the end), from one thread, as
    ``restore`` downloads one file after the other.  Both use a fresh store object;
-   ``bytes`` is each side's ``bytes_in``.  Ratio = restore / raw seconds (> 1: restore
-   slower); no target.
+   ``bytes`` is each side's ``bytes_in``.  Ratio = raw / restore seconds (> 1: restore
+   faster; every ratio reads higher-is-better); no target.
 
 Sizes: ingest 100,000 documents per cell (quick 5,000); failover shards of 10k, 100k
 and 1M documents (quick 10k and 50k), 3 reps (quick 2); ``--engine-failover-docs``
@@ -60,7 +60,7 @@ from typing import Any
 from benches.runner import Context, Figure, run_cleanups
 
 REMOTE_BACKENDS = ("file", "s3")
-FAILOVER_RATIO_TARGET = 2.0
+FAILOVER_RATIO_TARGET = 0.5  # the largest shard fails over in at most twice the smallest's time
 BULK = 1_000
 INDEX = "bench"
 
@@ -391,10 +391,10 @@ def _failover(ctx: Context, base: str, docs: _Docs, sizes: list[int], reps: int,
         cluster.store.close()
     lo, hi = sizes[0], sizes[-1]
     if hi != lo:
-        ratio = medians[hi] / medians[lo]
+        ratio = medians[lo] / medians[hi]  # higher is better, as every ratio: 1.0 is flat in the shard size
         ctx.progress(f"failover: {hi:,} docs {medians[hi]:.3f}s vs {lo:,} docs {medians[lo]:.3f}s: ratio {ratio:.2f}")
-        yield ctx.figure("failover_ratio", ratio, "ratio", target=f"<= {FAILOVER_RATIO_TARGET:g}",
-                         met=ratio <= FAILOVER_RATIO_TARGET, impl=f"{hi}/{lo} docs",
+        yield ctx.figure("failover_ratio", ratio, "ratio", target=f">= {FAILOVER_RATIO_TARGET:g}",
+                         met=ratio >= FAILOVER_RATIO_TARGET, impl=f"{lo}/{hi} docs",
                          largest_s=round(medians[hi], 3), smallest_s=round(medians[lo], 3))
     yield kept
 
@@ -480,8 +480,8 @@ def _recovery(ctx: Context, base: str, kept: dict[str, Any], rounds: int,
                      cluster_prefix_bytes=sum(b.size for b in all_blobs))
     yield ctx.figure("restore_mb_per_s", m["bytes_in"] / 1e6 / restore_s, "MB/s", **common, impl="restore")
     yield ctx.figure("raw_download_mb_per_s", rm["bytes_in"] / 1e6 / raw_s, "MB/s", **common, impl="raw")
-    per_round = [a / b for a, b in zip(times["restore"], times["raw"])]
-    yield ctx.figure("restore_ratio", statistics.median(per_round), "ratio", **common, impl="restore/raw seconds",
+    per_round = [b / a for a, b in zip(times["restore"], times["raw"])]  # higher is better: > 1, restore is faster
+    yield ctx.figure("restore_ratio", statistics.median(per_round), "ratio", **common, impl="raw/restore seconds",
                      rounds=_rounds(per_round))
 
 

@@ -21,7 +21,7 @@ from typing import Any
 from benches.engine import INDEX, _Docs, acked_bulk
 from benches.runner import Context, Figure
 
-RATIO_TARGET = 1.5
+RATIO_TARGET = round(1 / 1.5, 3)  # the largest shard's first failover takes at most 1.5x the smallest's
 LATENCY = 0.020
 BULK = 5_000
 
@@ -98,9 +98,9 @@ def run(ctx: Context) -> Iterator[Figure]:
                 yield ctx.figure("first_failover_seconds", total_s, "s", store=kind, shard_docs=n, latency=latency,
                                  kill_node_s=round(kill_s, 3), how="kill_node(primary) + first acked 1-doc bulk")
             lo, hi = min(sizes), max(sizes)
-            ratio = totals[hi] / totals[lo]
-            yield ctx.figure("first_failover_ratio", ratio, "ratio", target=f"<= {RATIO_TARGET:g}",
-                             met=ratio <= RATIO_TARGET, store=kind, impl=f"{hi}/{lo} docs")
+            ratio = totals[lo] / totals[hi]  # higher is better, as every ratio: 1.0 is flat in the shard size
+            yield ctx.figure("first_failover_ratio", ratio, "ratio", target=f">= {RATIO_TARGET:g}",
+                             met=ratio >= RATIO_TARGET, store=kind, impl=f"{lo}/{hi} docs")
     finally:
         for emu in emulators.values():
             emu.stop()

