@@ -35,41 +35,55 @@ Design:
   Parquet key-value metadata under ``shardstore.segment``.
 * scans with deletions read runs of row groups and drop deleted rows with the live
   mask; :func:`scan_segments` runs the runs of many segments on a small thread pool.
+
+This module reads segments (:class:`SegmentReader`, lookups, scans).  What a segment is
+without opening it (format constants, :class:`SegmentInfo`) is in :mod:`.segment_info`, and
+:func:`write_segment` in :mod:`.segment_writer`; their names are importable from here too.
 """
 
 from __future__ import annotations
 
 import bisect
 import functools
-import io
 import json
 import os
 import re
-import uuid
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
-import google_crc32c
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from shardstore.core.arrays import one_array
-from shardstore.core.records import crc32c
-from shardstore.errors import UnsupportedFormatVersion
-from shardstore.fileio import disk_fault, fsync_dir, mapped
-from shardstore.fileio import fsync as fsync_file
-
 from . import row_cache
 from .errors import SegmentCorrupted
 from .id_index import _ArrowSeq, _bisect_all, _IdIndex, fingerprints
 from .livedocs import LiveDocs
 from .open_files import open_segment_files
+from .segment_info import (  # the info and the writer live apart; their names stay importable from here
+    _LIVE_COLUMN,
+    BASE_SCHEMA,
+    FORMAT_VERSION,
+    MAX_FORMAT_VERSION,
+    METADATA_KEY,
+    SCAN_READ_BYTES,
+    UNSORTED_FORMAT_VERSION,
+    ZSTD_LEVEL,
+    ColumnStats,
+    SegmentInfo,
+    file_crc32c,
+    footer_column_stats,
+    format_version_of,
+    id_bounds,
+    in_id_order,
+    metadata_info,
+    segment_file_name,
+)
+from .segment_writer import write_segment
 
 __all__ = [
     "BASE_SCHEMA",
@@ -89,426 +103,13 @@ __all__ = [
     "file_crc32c",
     "format_version_of",
     "metadata_info",
+    "footer_column_stats",
+    "METADATA_KEY",
+    "ZSTD_LEVEL",
+    "conform",
+    "mentions",
 ]
 
-#: Format of the segments the engine writes: rows sorted by ``_id``.
-FORMAT_VERSION = 1
-#: Format of a segment whose rows are in any order (an id may repeat; live docs say which copy counts).
-UNSORTED_FORMAT_VERSION = 2
-#: The newest segment format this code reads (a newer one: ``UnsupportedFormatVersion``).
-MAX_FORMAT_VERSION = UNSORTED_FORMAT_VERSION
-METADATA_KEY = b"shardstore.segment"
-TARGET_ROW_GROUP_BYTES = 4 << 20
-MIN_ROW_GROUP_ROWS = 1024
-MAX_ROW_GROUP_ROWS = 128 * 1024
-ZSTD_LEVEL = 1
-#: Segments whose Arrow data is at most this big are encoded into memory, then
-#: checksummed and written in one go; bigger ones stream through a CRC-computing file.
-IN_MEMORY_WRITE_BYTES = 512 << 20
-#: A scan with deletions reads runs of row groups of about this many bytes (uncompressed).
-SCAN_READ_BYTES = 64 << 20
-_LIVE_COLUMN = "__shardstore_live__"
-
-BASE_SCHEMA = pa.schema(
-    [
-        pa.field("_id", pa.string(), nullable=False),
-        pa.field("_seq_no", pa.int64(), nullable=False),
-        pa.field("_primary_term", pa.int64(), nullable=False),
-        pa.field("_version", pa.int64(), nullable=False),
-        pa.field("_source", pa.binary()),
-    ]
-)
-_BASE_NAMES = tuple(BASE_SCHEMA.names)
-
-
-def segment_file_name(name: str) -> str:
-    return f"{name}.parquet"
-
-
-def _json_value(v: Any) -> Any:
-    """Statistic value -> JSON-able (timestamps as epoch milliseconds)."""
-    if isinstance(v, pa.Scalar):
-        if pa.types.is_timestamp(v.type):
-            return v.cast(pa.timestamp("ms", v.type.tz)).value if v.is_valid else None
-        v = v.as_py()
-    if isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))):
-        return None
-    if isinstance(v, bytes):
-        return None
-    return v
-
-
-@dataclass(frozen=True)
-class ColumnStats:
-    """Min/max of a mapped scalar column (timestamps as epoch ms); None when all null."""
-
-    name: str
-    type: str
-    min: Any
-    max: Any
-    null_count: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.type, "min": self.min, "max": self.max, "null_count": self.null_count}
-
-
-@dataclass(frozen=True)
-class SegmentInfo:
-    """What a reader needs to know of a segment without opening it."""
-
-    name: str
-    file_name: str
-    size: int
-    checksum: int  # CRC32C of the whole file
-    doc_count: int
-    min_seq_no: int
-    max_seq_no: int
-    max_primary_term: int
-    min_id: str | None
-    max_id: str | None
-    columns: tuple[ColumnStats, ...] = ()
-    row_groups: int = 0
-    format_version: int = FORMAT_VERSION
-
-    @property
-    def id_sorted(self) -> bool:
-        """Whether the rows are in ``_id`` order (format 1); format 2 rows are in any order."""
-        return self.format_version < UNSORTED_FORMAT_VERSION
-
-    def column(self, name: str) -> ColumnStats | None:
-        for c in self.columns:
-            if c.name == name:
-                return c
-        return None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "file_name": self.file_name,
-            "size": self.size,
-            "checksum": self.checksum,
-            "doc_count": self.doc_count,
-            "min_seq_no": self.min_seq_no,
-            "max_seq_no": self.max_seq_no,
-            "max_primary_term": self.max_primary_term,
-            "min_id": self.min_id,
-            "max_id": self.max_id,
-            "columns": {c.name: c.to_dict() for c in self.columns},
-            "row_groups": self.row_groups,
-            "format_version": self.format_version,
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any], where: str = "segment info") -> SegmentInfo:
-        try:
-            version = int(d["format_version"])
-            if version > MAX_FORMAT_VERSION:
-                raise UnsupportedFormatVersion(where, version, MAX_FORMAT_VERSION)
-            if version < FORMAT_VERSION:
-                raise ValueError(f"format version {version}")
-            return cls(
-                name=str(d["name"]),
-                file_name=str(d["file_name"]),
-                size=int(d["size"]),
-                checksum=int(d["checksum"]),
-                doc_count=int(d["doc_count"]),
-                min_seq_no=int(d["min_seq_no"]),
-                max_seq_no=int(d["max_seq_no"]),
-                max_primary_term=int(d["max_primary_term"]),
-                min_id=d["min_id"],
-                max_id=d["max_id"],
-                columns=tuple(
-                    ColumnStats(k, v["type"], v["min"], v["max"], int(v.get("null_count", 0)))
-                    for k, v in d.get("columns", {}).items()
-                ),
-                row_groups=int(d["row_groups"]),
-                format_version=version,
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise SegmentCorrupted(where, f"bad segment info: {exc!r}") from None
-
-
-# ---------------------------------------------------------------------------------------
-# Writing.
-# ---------------------------------------------------------------------------------------
-
-class _CrcWriter(io.RawIOBase):
-    """A write-only file computing the CRC32C and size of what goes through it."""
-
-    def __init__(self, f: Any) -> None:
-        self._f = f
-        self.crc = 0
-        self.size = 0
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, b: Any) -> int:
-        try:
-            self.crc = google_crc32c.extend(self.crc, b)
-        except TypeError:  # the C extension takes only read-only buffers
-            b = bytes(b)
-            self.crc = google_crc32c.extend(self.crc, b)
-        nbytes = memoryview(b).nbytes
-        n = self._f.write(b)
-        self.size += nbytes
-        return nbytes if n is None else n
-
-    def flush(self) -> None:
-        self._f.flush()
-
-
-def _normalize(table: pa.Table) -> pa.Table:
-    missing = [n for n in _BASE_NAMES if n not in table.column_names]
-    if missing:
-        raise ValueError(f"segment table lacks the base columns {missing}")
-    cols, fields = [], []
-    for f in BASE_SCHEMA:
-        col = table.column(f.name)
-        if col.type != f.type:
-            col = col.cast(f.type)
-        if not f.nullable and col.null_count:
-            raise ValueError(f"column {f.name} has nulls")
-        cols.append(col)
-        fields.append(f)
-    for name in table.column_names:
-        if name not in _BASE_NAMES:
-            cols.append(table.column(name))
-            fields.append(table.schema.field(name))
-    return pa.Table.from_arrays(cols, schema=pa.schema(fields))
-
-
-def _row_group_rows(table: pa.Table) -> int:
-    if table.num_rows == 0:
-        return MIN_ROW_GROUP_ROWS
-    per_row = max(1, table.nbytes // table.num_rows)
-    return int(min(MAX_ROW_GROUP_ROWS, max(MIN_ROW_GROUP_ROWS, TARGET_ROW_GROUP_BYTES // per_row)))
-
-
-def _stat_columns(table: pa.Table) -> list[str]:
-    """The field columns a segment info keeps min/max/null counts of (scalar types)."""
-    out = []
-    for f in table.schema:
-        t = f.type
-        if f.name not in _BASE_NAMES and (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
-                                          or pa.types.is_timestamp(t) or pa.types.is_string(t)
-                                          or pa.types.is_large_string(t)):
-            out.append(f.name)
-    return out
-
-
-def stat_value(t: pa.DataType, st: Any, which: str) -> Any:
-    """A Parquet row group's min or max as the segment info keeps it (timestamps as epoch ms, NaN/inf as None)."""
-    if pa.types.is_timestamp(t):
-        raw = getattr(st, which + "_raw")
-        return int(raw) if t.unit == "ms" else int(pa.scalar(raw, pa.int64()).cast(t).cast(pa.timestamp("ms")).value)
-    v = getattr(st, which)
-    if isinstance(v, bytes):
-        v = v.decode("utf-8")
-    if isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))):
-        return None
-    return v
-
-
-def footer_column_stats(md: pq.FileMetaData, index: int, name: str, t: pa.DataType,
-                        values: Callable[[], pa.ChunkedArray | pa.Array]) -> ColumnStats:
-    """A column's stats from the row groups' Parquet statistics (what the writer computed anyway); ``values()``
-    gives the column's data for a file whose statistics lack them (a string over the writer's statistics size)."""
-    lo = hi = None
-    nulls = 0
-    for g in range(md.num_row_groups):
-        cc = md.row_group(g).column(index)
-        st = cc.statistics
-        if st is None or not st.has_null_count or (not st.has_min_max and st.null_count < cc.num_values):
-            col = values()
-            mm = pc.min_max(col)
-            return ColumnStats(name, str(t), _json_value(mm["min"]), _json_value(mm["max"]), col.null_count)
-        nulls += st.null_count
-        if st.has_min_max:
-            a, b = stat_value(t, st, "min"), stat_value(t, st, "max")
-            lo = a if lo is None or (a is not None and a < lo) else lo
-            hi = b if hi is None or (b is not None and b > hi) else hi
-    return ColumnStats(name, str(t), lo, hi, nulls)
-
-
-def in_id_order(ids: pa.Array | pa.ChunkedArray) -> bool:
-    """Whether ``ids`` never decrease (equal neighbours allowed: rows of one id); never with a null among them."""
-    n = len(ids)
-    if ids.null_count:
-        return False
-    return n < 2 or bool(pc.all(pc.less_equal(ids.slice(0, n - 1), ids.slice(1))).as_py())
-
-
-def id_bounds(ids: pa.Array | pa.ChunkedArray, id_sorted: bool) -> tuple[str | None, str | None]:
-    """The smallest and largest id: the ends of ids in id order, else a min/max pass (None, None when empty)."""
-    n = len(ids)
-    if not n:
-        return None, None
-    if id_sorted:
-        return ids[0].as_py(), ids[n - 1].as_py()
-    lo, hi = pc.min_max(ids).values()
-    return lo.as_py(), hi.as_py()
-
-
-def format_version_of(id_sorted: bool) -> int:
-    """The segment format of a file whose rows are (or are not) in ``_id`` order."""
-    return FORMAT_VERSION if id_sorted else UNSORTED_FORMAT_VERSION
-
-
-def metadata_info(name: str, doc_count: int, row_groups: int, row_group_size: int, id_sorted: bool,
-                  base: dict[str, Any], columns: Sequence[ColumnStats] | None = None) -> dict[str, Any]:
-    """The size/checksum-free segment info a segment file keeps under ``shardstore.segment`` (``base``: seq#,
-    term and id bounds; ``columns``: field stats, left out where the footer's statistics are their copy)."""
-    meta = {"name": name, "doc_count": doc_count, "row_groups": row_groups, "format_version": format_version_of(id_sorted),
-            "row_group_size": row_group_size, "sorted_by": "_id" if id_sorted else None}
-    if columns is not None:
-        meta["columns"] = {c.name: c.to_dict() for c in columns}
-    return {**meta, **base}
-
-
-def file_crc32c(path: str) -> tuple[int, int]:
-    """(size, CRC32C) of a local file's bytes, read through a memory map (no copy in memory)."""
-    with open(path, "rb") as f, mapped(f) as view:
-        return len(view), crc32c(view)
-
-
-def _base_stats(table: pa.Table, order: pa.Array | None, id_sorted: bool = True) -> dict[str, Any]:
-    """Seq#, term and ``_id`` bounds (ids taken at the ends when the rows, or ``order``, are in id order)."""
-    n = table.num_rows
-    if not n:
-        return {"min_seq_no": -1, "max_seq_no": -1, "max_primary_term": 0, "min_id": None, "max_id": None}
-    seq = pc.min_max(table.column("_seq_no"))
-    ids = table.column("_id")
-    if order is not None:  # the ends of the order: the smallest and the largest id
-        ids = ids.take(pa.array([order[0].as_py(), order[n - 1].as_py()], pa.int64()))
-    lo, hi = id_bounds(ids, id_sorted)
-    return {
-        "min_seq_no": seq["min"].as_py(),
-        "max_seq_no": seq["max"].as_py(),
-        "max_primary_term": pc.max(table.column("_primary_term")).as_py(),
-        "min_id": lo,
-        "max_id": hi,
-    }
-
-
-def write_segment(
-    path: str,
-    table: pa.Table,
-    *,
-    name: str,
-    rows: pa.Array | None = None,
-    row_group_size: int | None = None,
-    compression_level: int = ZSTD_LEVEL,
-    sort: bool = True,
-    fsync: bool = True,
-) -> SegmentInfo:
-    """Write ``table`` (base columns + field columns) as the segment file ``path``.
-
-    Rows are sorted by ``_id`` (stable: rows of one id keep their input order, which
-    is ``_seq_no`` order when the caller appends in that order) unless ``sort=False``:
-    rows then stay in the given order, and rows not in ``_id`` order make an unsorted
-    segment (format :data:`UNSORTED_FORMAT_VERSION`).  ``rows``: write only these rows of
-    ``table``, in this order, which must be ``_id`` order (ValueError otherwise); they are
-    taken one row group at a time, so a sorted copy of a big table is never whole in
-    memory (a refresh's rows: issue 16).  Atomic: a reader sees the whole file or nothing.
-    Returns the :class:`SegmentInfo` with the file's size and CRC32C.
-    """
-    table = _normalize(table).combine_chunks()
-    rg = row_group_size or _row_group_rows(table)
-    order = None
-    if rows is not None:
-        rows = one_array(rows).cast(pa.int64())
-        picked = pa.table({c: table.column(c).take(rows) for c in ("_id", "_seq_no", "_primary_term")})
-        ids = picked.column("_id")
-        n = len(rows)
-        if not in_id_order(ids):
-            raise ValueError(f"segment {name}: the rows to write are not in _id order")
-        base = _base_stats(picked, None)
-        nbytes = table.nbytes * n // max(1, table.num_rows)
-        id_sorted = True
-    else:
-        n = table.num_rows
-        id_sorted = in_id_order(table.column("_id"))
-        if sort and not id_sorted:  # already sorted: no sort, no copy
-            order = pc.array_sort_indices(table.column("_id"))  # stable: rows of one id keep their input order
-            id_sorted = True
-        base = _base_stats(table, order, id_sorted)
-        nbytes = table.nbytes
-    n_groups = max(1, (n + rg - 1) // rg)  # an empty table still makes one (empty) row group
-    # the field columns' min/max/null counts come from the Parquet statistics once the file is written (the
-    # footer is their copy in the file; the key-value copy of the info leaves them out)
-    meta_info = metadata_info(name, n, n_groups, rg, id_sorted, base)
-    schema = table.schema.with_metadata({**(table.schema.metadata or {}), METADATA_KEY: json.dumps(meta_info).encode()})
-    table = table.replace_schema_metadata(schema.metadata)
-
-    directory = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
-    # unique per row: no dictionary (_version is mostly 1: a dictionary page, and the
-    # writer falls back to plain pages by itself where an index rewrote its ids often)
-    no_dict = {"_id", "_source", "_seq_no"}
-    in_memory = nbytes <= IN_MEMORY_WRITE_BYTES
-    try:
-        with open(tmp, "wb") as raw:
-            disk_fault("write", path)  # an injected disk full (the simulator); a torn tmp file is removed below
-            sink: Any = pa.BufferOutputStream() if in_memory else _CrcWriter(raw)
-            with pq.ParquetWriter(
-                sink,
-                schema,
-                compression="zstd",
-                compression_level=compression_level,
-                use_dictionary=[c for c in schema.names if c not in no_dict],
-                write_statistics=[c for c in schema.names if c != "_source"],
-                sorting_columns=[pq.SortingColumn(0)] if id_sorted else None,
-                # a Parquet bloom filter on _id: Spark/DuckDB prune row groups on
-                # ``_id = x`` with it (measured free next to the encoding)
-                bloom_filter_options={"_id": {"ndv": max(1, min(n, rg)), "fpp": 0.01}},
-                store_schema=True,
-            ) as writer:
-                if rows is None:
-                    # (one take of the whole table: per-row-group takes on a helper thread
-                    # measured slower on 2 cores)
-                    writer.write_table(table if order is None else table.take(order), row_group_size=rg)
-                else:  # one row group at a time (no rows: one empty group), each take reused while hot in the caches
-                    for start in range(0, max(n, 1), rg):
-                        writer.write_table(table.take(rows.slice(start, rg)), row_group_size=rg)
-            md = writer.writer.metadata
-            if in_memory:
-                buf = sink.getvalue()
-                size, crc = buf.size, google_crc32c.value(buf)
-                raw.write(buf)
-            else:
-                size, crc = sink.size, sink.crc
-            raw.flush()
-            if fsync:
-                fsync_file(raw.fileno(), path)
-        os.replace(tmp, path)
-        if fsync:
-            fsync_dir(directory)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    columns = tuple(footer_column_stats(md, table.schema.get_field_index(c), c, table.schema.field(c).type,
-                                        lambda c=c: table.column(c) if rows is None else table.column(c).take(rows))
-                    for c in _stat_columns(table))
-    return SegmentInfo(
-        name=name,
-        file_name=os.path.basename(path),
-        size=size,
-        checksum=crc,
-        doc_count=n,
-        columns=columns,
-        row_groups=n_groups,
-        format_version=format_version_of(id_sorted),
-        **base,
-    )
-
-
-# ---------------------------------------------------------------------------------------
-# Reading.
-# ---------------------------------------------------------------------------------------
 
 class SegmentReader:
     """Reads one segment file.  Holds only ``path`` and ``info`` when pickled; the

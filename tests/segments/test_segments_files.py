@@ -389,7 +389,7 @@ def test_lookup_segments_across_segments(tmp_path):
 
 def _stats_from_data(t: pa.Table) -> list:
     """Every scalar field column's min/max/null count computed from the data itself (what the info must say)."""
-    from shardstore.segments.segment import _BASE_NAMES, ColumnStats, _json_value
+    from shardstore.segments.segment_info import _BASE_NAMES, ColumnStats, _json_value
 
     out = []
     for name in t.column_names:

@@ -83,7 +83,7 @@ _CHILD = textwrap.dedent('''
     c.refresh("i")
     got = [c.get("i", f"a{k}") for k in range(0, 3000, 97)]
     out = {"limit": open_segment_files().limit, "dropped": open_segment_files().dropped, "parquet_fds": len(parquet),
-           "count": c.count("i"), "wrong": [g for k, g in zip(range(0, 3000, 97), got) if g is None or g["v"] != -k]}
+           "count": c.count("i"), "wrong": [g for k, g in zip(range(0, 3000, 97), got) if g is None or g["_source"]["v"] != -k]}
     c.close()
     print(json.dumps(out))
 ''')
