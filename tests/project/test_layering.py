@@ -7,10 +7,10 @@ Parses every module's imports (``ast``: module level, inside functions and under
 * ``blobstores`` (the store interface and wrappers) <- ``plugins`` (the backends);
 * ``core`` (operation types, record format, path strategy, ``ShardAddress``);
 * ``translog``, ``segments``, ``cluster_state``: each on core, blobstores and base, none on another;
-* ``net`` (the network transport over Arrow Flight, ``shardstore/net``): on base and core only;
+* ``net`` (the network transport over Arrow Flight, ``src/shardstore/net``): on base and core only;
 * ``engine`` on all of the above;
 * ``spark``, ``cli``, ``testing`` (and the ``pyspark_shardstore*`` registration shims) on anything;
-* ``api``: the package front door, ``shardstore/__init__.py`` (``open_store``, ``Cluster``,
+* ``api``: the package front door, ``src/shardstore/__init__.py`` (``open_store``, ``Cluster``,
   ``open_commit``, imported lazily), on anything except ``testing`` and ``cli``.  Importing
   ``shardstore`` itself or a name from it (``from shardstore import Cluster``) is an edge to
   ``api``: no library layer may do it (it would be a cycle through the front door).
@@ -30,19 +30,19 @@ ROOT = Path(__file__).resolve().parents[2]
 
 #: layer -> the source files of it
 FOLDERS: dict[str, list[Path]] = {
-    "api": [ROOT / "shardstore" / "__init__.py"],
-    "base": [ROOT / "shardstore" / f for f in ("errors.py", "fileio.py", "progress.py", "transport.py", "datasets.py")],
+    "api": [ROOT / "src" / "shardstore" / "__init__.py"],
+    "base": [ROOT / "src" / "shardstore" / f for f in ("errors.py", "fileio.py", "progress.py", "transport.py", "datasets.py")],
     "blobstores": sorted((ROOT / "blobstores").rglob("*.py")),
     "plugins": sorted((ROOT / "plugins").rglob("*.py")),
-    "core": sorted((ROOT / "shardstore" / "core").rglob("*.py")),
+    "core": sorted((ROOT / "src" / "shardstore" / "core").rglob("*.py")),
     "translog": sorted((ROOT / "translog").rglob("*.py")),
     "segments": sorted((ROOT / "segments").rglob("*.py")),
     "cluster_state": sorted((ROOT / "cluster_state").rglob("*.py")),
-    "net": sorted((ROOT / "shardstore" / "net").rglob("*.py")),
+    "net": sorted((ROOT / "src" / "shardstore" / "net").rglob("*.py")),
     "engine": sorted((ROOT / "engine").rglob("*.py")),
     "spark": sorted((ROOT / "spark").rglob("*.py")) + sorted(ROOT.glob("pyspark_shardstore*/*.py")),
-    "cli": [ROOT / "shardstore" / "cli.py", ROOT / "shardstore" / "__main__.py"],
-    "testing": sorted((ROOT / "shardstore" / "testing").rglob("*.py")),
+    "cli": [ROOT / "src" / "shardstore" / "cli.py", ROOT / "src" / "shardstore" / "__main__.py"],
+    "testing": sorted((ROOT / "src" / "shardstore" / "testing").rglob("*.py")),
 }
 
 #: the project module (or package) prefix of each layer
@@ -127,7 +127,7 @@ def violations(layer: str, paths: list[Path]) -> list[str]:
 
 def test_every_source_file_has_a_layer() -> None:
     library = {p for folder in ("blobstores", "plugins", "translog", "segments", "cluster_state", "engine", "spark")
-               for p in (ROOT / folder).rglob("*.py")} | set((ROOT / "shardstore").rglob("*.py"))
+               for p in (ROOT / folder).rglob("*.py")} | set((ROOT / "src" / "shardstore").rglob("*.py"))
     placed = {p for paths in FOLDERS.values() for p in paths}
     assert sorted(str(p.relative_to(ROOT)) for p in library - placed) == []
 

@@ -1,8 +1,9 @@
 """Packaging: the wheel installs one import package, ``shardstore``, with working plugins.
 
 The repository keeps its code folders (engine/, translog/, segments/, blobstores/,
-plugins/, shardstore/) at the root and maps them into ``shardstore.*`` with setuptools'
-package-dir.  These tests build the real wheel, install it into a fresh virtualenv and use
+plugins/, src/shardstore/) at the root and maps them into ``shardstore.*`` with setuptools'
+package-dir.  Nothing at the root is named ``shardstore``: a Python started in the
+repository imports the installed package, not a partial copy that would shadow it.  These tests build the real wheel, install it into a fresh virtualenv and use
 it from outside the repository, install the third-party demo plugin of tests/plugin_pkg
 next to it, and check that the editable install of the development venv also works from
 elsewhere.
@@ -12,9 +13,9 @@ The wheel and the venv are the session fixtures ``wheel`` and ``venv`` (tests/in
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
-import sys
 import tomllib
 import zipfile
 from pathlib import Path
@@ -27,6 +28,7 @@ from tests.installed import (
     PYPROJECT,
     REPO,
     inside,
+    make_editable_venv,
     run,
     run_json,
     setuptools_builds_wheels_offline,
@@ -40,7 +42,7 @@ VERSION = PYPROJECT["project"]["version"]
 #: ``DefaultSource`` of every installed ``pyspark_*`` module by itself (issue 7).
 SPARK_AUTOLOAD = {"pyspark_shardstore", "pyspark_shardstore_changes", "pyspark_shardstore_arrow"}
 SUBPACKAGES = {k: v for k, v in PACKAGE_DIR.items() if k not in SPARK_AUTOLOAD}
-TOP_LEVEL_FOLDERS = sorted(d for d in SUBPACKAGES.values() if d != "shardstore")
+TOP_LEVEL_FOLDERS = sorted(d for d in SUBPACKAGES.values() if d != "src/shardstore")
 SCHEMES = set(PYPROJECT["project"]["entry-points"]["shardstore.blobstores"])
 BUILTIN_SCHEMES = {"memory", "file", "s3", "oci", "gs", "az"}
 MODULES = ["shardstore", *sorted(SUBPACKAGES)]  # shardstore, shardstore.blobstores, ...
@@ -174,6 +176,15 @@ def test_installed_wheel_works_outside_the_repo(venv, tmp_path):
     assert res["top_level"] == {name: None for name in TOP_LEVEL_FOLDERS}
 
 
+def test_the_installed_package_imports_inside_the_repository_root(venv):
+    # `python -c` puts the current directory first on sys.path: in the repository root a folder named
+    # shardstore/ (the layout before src/) shadowed the installed package, and shardstore.engine was missing
+    out = run([venv["python"], "-c", "import json, shardstore, shardstore.engine, shardstore.cli; "
+               "print(json.dumps([shardstore.__file__, shardstore.engine.__file__]))"], cwd=REPO)
+    files = json.loads(out.strip().splitlines()[-1])
+    assert all(inside(f, venv["site"]) for f in files), files
+
+
 def test_no_stray_top_level_packages_in_site_packages(venv):
     site = venv["site"]
     for name in TOP_LEVEL_FOLDERS:
@@ -279,14 +290,17 @@ print(json.dumps({
 
 
 def test_editable_install_imports_from_outside_the_repo(tmp_path):
+    # its own editable install of a copy of the tree: the suite itself runs against the installed wheel
+    editable = make_editable_venv(tmp_path / "editable")
     res = run_json(
-        Path(sys.executable), _CHECK_EDITABLE, str(tmp_path), ",".join(MODULES), ",".join(TOP_LEVEL_FOLDERS),
+        editable["python"], _CHECK_EDITABLE, str(tmp_path), ",".join(MODULES), ",".join(TOP_LEVEL_FOLDERS),
         cwd=tmp_path,
     )
+    tree = editable["tree"]
     expected = {
-        pkg: REPO / folder / "__init__.py" for pkg, folder in PACKAGE_DIR.items()
+        pkg: tree / folder / "__init__.py" for pkg, folder in PACKAGE_DIR.items()
     }
-    expected["shardstore.plugins.local"] = REPO / "plugins" / "local.py"
+    expected["shardstore.plugins.local"] = tree / "plugins" / "local.py"
     for mod, path in res["files"].items():
         assert Path(path).resolve() == expected[mod].resolve(), (mod, path)
     assert res["get"] == "editable"

@@ -87,8 +87,13 @@ class EmulatorError(RuntimeError):
 
 
 def repo_root() -> Path:
-    """The repository root: this file is ``<root>/shardstore/testing/emulators.py``."""
-    return Path(__file__).resolve().parents[2]
+    """The repository root: the nearest directory holding ``package.json`` from the current directory up (the
+    package may be installed from a wheel), else the source tree's (this file: ``<root>/src/shardstore/testing``)."""
+    here = Path.cwd().resolve()
+    for d in (here, *here.parents):
+        if (d / "package.json").is_file() and (d / "pyproject.toml").is_file():
+            return d
+    return Path(__file__).resolve().parents[3]
 
 
 def azurite_binary() -> Path:
@@ -492,7 +497,7 @@ def start_emulator(kind: str, *, timeout: float | None = None) -> Emulator:
             # The launcher is run as a module of this package: make it importable even
             # when shardstore is on sys.path only (not installed).
             env["PYTHONPATH"] = os.pathsep.join(
-                p for p in (str(repo_root()), env.get("PYTHONPATH", "")) if p
+                p for p in (str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH", "")) if p  # holds shardstore/
             )
         try:
             proc = subprocess.Popen(
