@@ -35,6 +35,21 @@ BENCHES: dict[str, str] = {
 }
 
 
+#: How long each bench takes on the 2-core machine (with its defaults; with ``--quick``), from the runner's own
+#: ``[NAME] done in T s`` lines; ``--help`` and ``--list`` show them.  Re-measure after a bench changes size.
+DURATIONS: dict[str, tuple[str, str]] = {}
+
+
+def durations_text() -> str:
+    """The benches and how long each takes, one line each (the ``--help`` epilog and ``--list``)."""
+    width = max(len(n) for n in BENCHES)
+    lines = [f"{'bench':<{width}}  {'full run':<14}  --quick"]
+    for name in BENCHES:
+        full, quick = DURATIONS.get(name, ("?", "?"))
+        lines.append(f"{name:<{width}}  {full:<14}  {quick}")
+    return "\n".join(lines)
+
+
 @dataclass
 class Figure:
     """One measured figure.  ``target``/``met`` are optional (ratios with a goal)."""
@@ -121,7 +136,9 @@ def _table(figures: list[Figure], quick: bool = False) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the named benches (default all); exit status 1 if any bench failed, else 0."""
-    parser = argparse.ArgumentParser(prog="python -m benches", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benches", description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="How long each takes on 2 cores:\n" + durations_text())
     parser.add_argument("names", nargs="*", metavar="NAME", help=f"benches to run (default all: {', '.join(BENCHES)})")
     parser.add_argument("--quick", action="store_true", help="small sizes and few repetitions (CI smoke)")
     parser.add_argument("--json-only", action="store_true", help="no table at the end")
@@ -140,8 +157,7 @@ def main(argv: list[str] | None = None) -> int:
             hook(parser.add_argument_group(f"{name} options"))
     args = parser.parse_args(argv)
     if args.list:
-        for name in BENCHES:
-            print(name)
+        print(durations_text())
         return 0
     names = args.names or list(BENCHES)
     unknown = [n for n in names if n not in BENCHES]

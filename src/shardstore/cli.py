@@ -11,9 +11,10 @@ status 141 (128 + SIGPIPE, what a shell reports for other tools).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from shardstore import __version__
@@ -287,10 +288,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if func is None:  # a command that needs a subcommand (or none at all): its own help, a usage error
         (getattr(args, "parser", None) or parser).print_help(sys.stderr)
         return EXIT_USAGE
-    if func is not _cmd_node:
-        _quiet_sdks()
+    quiet = _quiet_sdks() if func is not _cmd_node else contextlib.nullcontext()
     try:
-        status = int(func(args))
+        with quiet:
+            status = int(func(args))
         sys.stdout.flush()  # inside the try: a closed pipe surfaces here, not at exit
         return status
     except BrokenPipeError:
@@ -305,12 +306,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 _SDK_LOGGERS = ("azure", "adlfs", "botocore", "boto3", "aiobotocore", "s3fs", "gcsfs", "google", "urllib3", "fsspec")
 
 
-def _quiet_sdks() -> None:
-    """Keep the SDKs' log records off stderr: the command's one error line says what failed."""
+@contextlib.contextmanager
+def _quiet_sdks() -> Iterator[None]:
+    """Keep the SDKs' log records off stderr while a command runs (its one error line says what failed); their
+    levels are restored after it (``main`` may run inside another program, a test suite among them)."""
     import logging
 
-    for name in _SDK_LOGGERS:
-        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+    loggers = [logging.getLogger(name) for name in _SDK_LOGGERS]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
 
 
 def _one_line(exc: BaseException) -> str:

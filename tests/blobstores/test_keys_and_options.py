@@ -107,7 +107,7 @@ def test_parse_url_keeps_query_out_of_location() -> None:
 @pytest.mark.parametrize(
     ("bad", "why"),
     [
-        ("", "non-empty"),
+        ("", "is empty"),
         ("relative/path", "not a store URL"),
         ("file://host/x", "absolute path"),
         ("s3://AKIAX:hunter2@bkt/p", "may not carry credentials"),

@@ -102,3 +102,18 @@ def test_azure_without_a_credential_is_one_line_naming_how_to_give_one(tmp_path:
     out = _run("cluster-state", "show", "az://container/p", "-o", "account_name=acct", cwd=tmp_path, env=env)
     _one_line(out, 1, "no usable Azure credential for account 'acct'", "account_key", "sas_token")
     assert "DefaultAzureCredential" not in out.stderr and "aka.ms" not in out.stderr
+
+
+def test_the_sdk_loggers_are_quiet_only_while_a_command_runs(tmp_path: Path) -> None:
+    # main() may run inside another program (this suite): the levels it lowers come back afterwards
+    import logging
+
+    from shardstore.cli import main
+
+    botocore = logging.getLogger("botocore")
+    botocore.setLevel(logging.DEBUG)
+    try:
+        assert main(["cluster-state", "show", f"file://{tmp_path}"]) == 1
+        assert botocore.level == logging.DEBUG
+    finally:
+        botocore.setLevel(logging.NOTSET)

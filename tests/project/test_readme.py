@@ -40,7 +40,7 @@ from pathlib import Path
 import pytest
 
 from shardstore.blobstores.registry import GROUP
-from tests.installed import REPO, clean_env, run
+from tests.installed import REPO, bare_venv, clean_env, run
 
 pytestmark = pytest.mark.slow
 
@@ -230,9 +230,13 @@ def test_make_lines_are_the_makefile_and_ci(tmp_path):
     # make test is this suite; CI runs exactly it
     ci = [line.strip() for line in (REPO / ".ci" / "run").read_text().splitlines()]
     assert "make test" in ci
-    # make demo runs for real: the main job on the local-filesystem store, with this interpreter's venv
-    proc = subprocess.run(["make", "demo", f"VENV={sys.prefix}", f"DEMO_DIR={tmp_path / 'demo'}"], cwd=REPO,
-                          env=clean_env(), capture_output=True, text=True, timeout=600)
+    # make demo runs for real: the main job on the local-filesystem store. In a venv of its own (this one's
+    # packages borrowed): its `make install` puts an editable install there, never over the package this suite
+    # runs against (that reinstall, mid-run, once took the files from under every later test)
+    (tmp_path / "demo-venv").mkdir()
+    venv = bare_venv(tmp_path / "demo-venv")
+    proc = subprocess.run(["make", "demo", f"VENV={venv['root']}", f"DEMO_DIR={tmp_path / 'demo'}"], cwd=REPO,
+                          env=clean_env(), capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, f"make demo failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
     assert "OK" in proc.stdout and "MISMATCH" not in proc.stdout, proc.stdout[-4000:]
 
