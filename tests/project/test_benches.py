@@ -337,3 +337,16 @@ def test_the_table_fits_120_columns_and_judges_targets_only_in_a_full_run() -> N
     assert full[2].endswith(">= 1.0 NOT MET") and quick[2].endswith(">= 1.0 indicative (quick)")
     assert all(line.startswith("    ") for line in full[3:-2])  # the first figure's params, wrapped
     assert full[-2].startswith("cost") and full[-1].strip() == "shards=100"
+
+
+def test_list_and_help_give_every_bench_and_how_long_it_takes(tmp_path: Path) -> None:
+    from benches.runner import BENCHES, DURATIONS
+
+    assert set(DURATIONS) == set(BENCHES)  # a bench added without its time fails here
+    listed = _run("--list", tmp_path=tmp_path)
+    assert listed.returncode == 0
+    rows = listed.stdout.splitlines()[1:]
+    assert [row.split()[0] for row in rows] == list(BENCHES)
+    assert all("?" not in row for row in rows)
+    helped = _run("--help", tmp_path=tmp_path).stdout
+    assert "How long each takes on 2 cores" in helped and "4.5 min" in helped
