@@ -59,19 +59,9 @@ class VersionMap:
         """Take in a primary's run of index operations: ``ids`` with the seq#s ``first_seq_no``.. in order, one term
         (the columnar staging of a node's parts, engine/staging.py: no Arrow column read back)."""
         n = len(ids)
-        if not n:
-            return
-        rows = zip(range(first_seq_no, first_seq_no + n), repeat(primary_term), versions, repeat(entry), range(n))
-        if first_seq_no > self.max_seq_no:  # newer than every entry: a later row replaces an earlier one
-            self._ops.update(zip(ids, rows))
-        else:
-            ops, get = self._ops, self._ops.get
-            for doc_id, op in zip(ids, rows):
-                old = get(doc_id)
-                if old is None or op[0] > old[0]:
-                    ops[doc_id] = op
-        self.min_seq_no = min(self.min_seq_no, first_seq_no)
-        self.max_seq_no = max(self.max_seq_no, first_seq_no + n - 1)
+        if n:
+            rows = zip(range(first_seq_no, first_seq_no + n), repeat(primary_term), versions, repeat(entry), range(n))
+            self._take(ids, rows, first_seq_no, first_seq_no + n - 1, ascending=True)
 
     def add_deletes(self, ids: pa.Array, seq_nos: pa.Array) -> None:
         """Take in buffered delete operations."""
@@ -86,7 +76,11 @@ class VersionMap:
         keys, seqs = ids.to_pylist(), seq_np.tolist()
         low, high = int(seq_np.min()), int(seq_np.max())
         rows = zip(seqs, terms, versions, repeat(entry), range(n))
-        if low > self.max_seq_no and (n == 1 or bool((seq_np[1:] > seq_np[:-1]).all())):
+        self._take(keys, rows, low, high, ascending=n == 1 or bool((seq_np[1:] > seq_np[:-1]).all()))
+
+    def _take(self, keys: Iterable[str], rows: Iterable[tuple], low: int, high: int, *, ascending: bool) -> None:
+        """Enter ``rows`` (seq# first) for ``keys``; their seq#s span ``low``..``high``."""
+        if ascending and low > self.max_seq_no:
             # a primary's batch: newer than every entry, and a later row newer than an earlier one
             self._ops.update(zip(keys, rows))
         else:  # a replica or a replay may apply out of order: the highest seq# wins
