@@ -217,6 +217,19 @@ def _cmd_node(args: argparse.Namespace) -> int:
     return run_node(settings)
 
 
+def _command_group(sub: Any, name: str, help_text: str) -> Any:
+    """A command that only groups subcommands; run alone, it prints its own help (a usage error)."""
+    group = sub.add_parser(name, help=help_text)
+    group.set_defaults(func=None, parser=group)
+    return group.add_subparsers(dest=f"{name.replace('-', '_')}_command", metavar="COMMAND")
+
+
+def _store_options(parser: argparse.ArgumentParser) -> None:
+    """The repeatable ``-o NAME=VALUE`` store option of every command that opens a store."""
+    parser.add_argument("-o", "--option", action="append", default=[], metavar="NAME=VALUE",
+                        help="store option (repeatable), e.g. -o endpoint_url=http://127.0.0.1:9000")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``shardstore`` command."""
     parser = _Parser(prog="shardstore", description=__doc__)
@@ -226,27 +239,21 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plugins", help="list the installed blob-store plugins")
     p.set_defaults(func=_cmd_plugins)
 
-    store = sub.add_parser("store", help="blob-store tools")
-    store_sub = store.add_subparsers(dest="store_command", metavar="COMMAND")
-    store.set_defaults(func=None, parser=store)
+    store_sub = _command_group(sub, "store", "blob-store tools")
     check = store_sub.add_parser(
         "check", help="self-test a store: put, get, range, list, conditional create, delete, clean-up"
     )
     check.add_argument("url", help="store URL, e.g. s3://bucket/prefix or file:///tmp/store")
-    check.add_argument("-o", "--option", action="append", default=[], metavar="NAME=VALUE",
-                       help="store option (repeatable), e.g. -o endpoint_url=http://127.0.0.1:9000")
+    _store_options(check)
     check.add_argument("--prefix", default="_shardstore_check", help="scratch prefix (removed afterwards)")
     check.set_defaults(func=_cmd_store_check)
 
-    cs = sub.add_parser("cluster-state", help="remote cluster-state tools")
-    cs_sub = cs.add_subparsers(dest="cluster_state_command", metavar="COMMAND")
-    cs.set_defaults(func=None, parser=cs)
+    cs_sub = _command_group(sub, "cluster-state", "remote cluster-state tools")
     show = cs_sub.add_parser(
         "show", help="the UUID chain, the latest committed manifest, and problems (orphans, missing or corrupt blobs)"
     )
     show.add_argument("url", help="store URL of the cluster, e.g. s3://bucket/prefix or file:///tmp/store")
-    show.add_argument("-o", "--option", action="append", default=[], metavar="NAME=VALUE",
-                      help="store option (repeatable), e.g. -o endpoint_url=http://127.0.0.1:9000")
+    _store_options(show)
     show.add_argument("--keep", type=_at_least_one, default=10, help="manifests a purge keeps per UUID (default 10)")
     show.add_argument("--no-verify", action="store_true", help="do not read back the latest state's entities")
     show.set_defaults(func=_cmd_cluster_state_show)
@@ -274,8 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
     node.add_argument("--config", help="a JSON settings file (same keys as the flags, plus 'secret' and "
                                        "'store_options'); the cluster secret comes from there or SHARDSTORE_NODE_SECRET")
     node.add_argument("--log-level", dest="log_level", help="WARNING (default), INFO, DEBUG")
-    node.add_argument("-o", "--option", action="append", default=[], metavar="NAME=VALUE",
-                      help="store option (repeatable)")
+    _store_options(node)
     node.set_defaults(func=_cmd_node)
     return parser
 
