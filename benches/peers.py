@@ -33,15 +33,23 @@ peer / shardstore).
    not timed; then each rep draws its own 1,000 random ids, the same for every system, and each
    call is timed on its own.  DuckDB runs on the file store only (reading S3 needs its httpfs
    extension, which DuckDB downloads at run time).
+3b. **Scan of the typed columns** (``scan_s``, ``scan_ratio``, issue 31): after the one go's load
+   (shardstore: bulk + flush; deltalake: one write), every row's ``_id`` and 19 flight fields read
+   back as one Arrow table, ``cluster.scan(index, columns=...)`` against
+   ``DeltaTable(uri).to_pyarrow_table(columns=...)`` (opening the table included); one warm read
+   each, then 5 reps (quick 3), the systems in turn.
 4. **Requests and bytes** (``requests_per_bulk``, ``requests_per_1k_docs``, ``requests_per_get``,
-   ``bytes_per_1k_docs``): shardstore's are ``cluster.store.metrics()`` deltas over the timed work
+   ``bytes_per_1k_docs``, ``bytes_ratio``): shardstore's are ``cluster.store.metrics()`` deltas over the timed work
    (``puts_per_bulk`` carries the issue's target, <= 2).  The peers' are counted on moto only, in
    a separate, untimed pass through a counting HTTP proxy (``shardstore.testing.fault_proxy``) in
    front of moto, where shardstore is counted too (``how=http``); on the file store the peers'
    requests are not measured (plain file I/O, no request log).  Bytes per 1k docs: the sum of the
    file sizes under each system's root on the file store, at the end of the last rep of part 1
-   (``phase=bulks``; shardstore: the blob store only, its local node directory is in
-   ``local_bytes``) and of part 2 (``phase=one_go``), and the DuckDB Parquet file.
+   (``phase=bulks``; shardstore after an untimed ``flush`` and the purge it allows) and of part 2
+   (``phase=one_go``, after its flush), and the DuckDB Parquet file.  shardstore's counts the blob
+   store only, by part (``segments_``, ``translog_`` -- what a restore may still need -- and
+   ``metadata_per_1k_docs``); its nodes' local directories are in ``local_bytes_per_1k_docs``.
+   ``bytes_ratio`` is deltalake's bytes over ours (issue 31: >= 0.667, at most 1.5x deltalake's).
 
 Durability is not alike on the file store: shardstore fsyncs (its local translog on every
 ``request`` bulk, every blob it puts in the file store), while deltalake and SlateDB write through
@@ -81,6 +89,8 @@ BULK_RATIO_TARGETS = {"deltalake": 1.0, "slatedb": 3.0}  # issue 16: durable bul
 ONE_GO_TARGET = 0.5  # vs deltalake's single write
 GET_P50_TARGET_MS = 1.0
 GET_DUCKDB_TARGET = 5.0
+BYTES_RATIO_TARGET = 1 / 1.5  # issue 31: the store holds at most 1.5x deltalake's bytes (deltalake / ours >= 0.667)
+SCAN_RATIO_TARGET = 1.0  # issue 31: the typed columns read at least as fast as deltalake's to_pyarrow_table
 PUTS_PER_BULK_TARGET = 2.0
 S3_KEY = S3_SECRET = "testing"
 
@@ -98,10 +108,12 @@ class Plan:
     #: the one go is short (well under a second a rep): more reps, as its median of 3 moved 0.485-0.55
     #: between runs on the 2 shared cores (it is ~0.2 s of CPU-bound work; 2026-11-26)
     one_go_reps: int = 7
+    scan_reps: int = 5
 
 
 FULL = Plan(docs=50_000, reps=3, get_ids=1_000, count_bulks=5, count_gets=100)
-QUICK = Plan(docs=2_000, reps=3, get_ids=200, count_bulks=2, count_gets=20, one_go_docs=2_000, one_go_reps=3)
+QUICK = Plan(docs=2_000, reps=3, get_ids=200, count_bulks=2, count_gets=20, one_go_docs=2_000, one_go_reps=3,
+             scan_reps=3)
 
 
 def add_arguments(group: Any) -> None:
@@ -130,6 +142,26 @@ def _rounds(xs: list[float]) -> str:
 
 def _tree_bytes(path: str) -> int:
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+
+
+def _store_parts(root: str) -> dict[str, int]:
+    """Bytes under a shardstore store root by what they are: segments, translog (node and shard), the rest."""
+    parts = {"segments": 0, "translog": 0, "metadata": 0}
+    for d, _, fs in os.walk(root):
+        rel = os.path.relpath(d, root).split(os.sep)
+        part = ("segments" if "segments" in rel else "translog" if "translog" in rel or "node_translog" in rel
+                else "metadata")
+        parts[part] += sum(os.path.getsize(os.path.join(d, f)) for f in fs)
+    return parts
+
+
+def _sizes(sys_: Any, name: str, docs: int) -> dict[str, Any]:
+    """What a system's root holds (shardstore: by part, and its nodes' local directories apart)."""
+    out: dict[str, Any] = {"bytes": _tree_bytes(sys_.root), "docs": docs}
+    if name in OURS:
+        out["local_bytes"] = _tree_bytes(sys_.data)
+        out["parts"] = _store_parts(sys_.root)
+    return out
 
 
 def _stores(ctx: Context) -> list[str]:
@@ -451,9 +483,9 @@ def _bulks(ctx: Context, env: _Env, kind: str, inp: _Inputs, reps: int, peers: l
                 if r is not None:
                     reqs[name].append(r)
                 if kind == "file" and rep == reps - 1:
-                    extra = {"local_bytes": _tree_bytes(sys_.data)} if name in OURS else {}
-                    sizes[(name, "bulks")] = {"bytes": _tree_bytes(sys_.root), "docs": n + inp.warm.num_rows,
-                                              **extra}
+                    if name in OURS:  # the store after a flush and the purge it allows (untimed)
+                        sys_.cluster.flush(INDEX)
+                    sizes[(name, "bulks")] = _sizes(sys_, name, n + inp.warm.num_rows)
             finally:
                 sys_.close()
             secs[name].append(dt)
@@ -512,8 +544,7 @@ def _one_go(ctx: Context, env: _Env, kind: str, inp: _Inputs, reps: int, peers: 
                     sys_.bulk(table)
                     dt = time.perf_counter() - t0
                 if kind == "file" and rep == reps - 1:
-                    extra = {"local_bytes": _tree_bytes(sys_.data)} if name in OURS else {}
-                    sizes[(name, "one_go")] = {"bytes": _tree_bytes(sys_.root), "docs": n, **extra}
+                    sizes[(name, "one_go")] = _sizes(sys_, name, n)
             finally:
                 sys_.close()
             secs[name].append(dt)
@@ -621,6 +652,77 @@ def _gets(ctx: Context, env: _Env, kind: str, inp: _Inputs, plan: Plan, reps: in
     gets = reps * min(plan.get_ids, n)
     total = sum(m1.get(k, 0) - m0.get(k, 0) for k in m1)
     yield ctx.figure("requests_per_get", total / gets, "req", **common, impl="shardstore", how="store.metrics()")
+
+
+def _bytes_figures(ctx: Context, sizes: dict[tuple[str, str], dict[str, Any]]) -> Iterator[Figure]:
+    """Bytes per 1k docs (shardstore's by part) and, per phase, deltalake's bytes over each of ours."""
+    for (name, phase), s in sorted(sizes.items()):
+        extra: dict[str, Any] = {}
+        if "local_bytes" in s:
+            extra = {"local_bytes_per_1k_docs": round(s["local_bytes"] * 1000 / s["docs"]),
+                     **{f"{k}_per_1k_docs": round(v * 1000 / s["docs"]) for k, v in s["parts"].items()}}
+        yield ctx.figure("bytes_per_1k_docs", s["bytes"] * 1000 / s["docs"], "bytes", store="file", impl=name,
+                         phase=phase, docs=s["docs"], **({"after": "flush + its purge"} if "parts" in s else {}),
+                         **extra)
+    for (name, phase), s in sorted(sizes.items()):
+        theirs = sizes.get(("deltalake", phase))
+        if name in OURS and theirs is not None:
+            r = (theirs["bytes"] / theirs["docs"]) / (s["bytes"] / s["docs"])
+            yield ctx.figure("bytes_ratio", r, "ratio", target=f">= {BYTES_RATIO_TARGET:.3g}",
+                             met=r >= BYTES_RATIO_TARGET, store="file", phase=phase, impl=f"{name}/deltalake",
+                             how="deltalake bytes / shardstore bytes (>= 0.667: at most 1.5x deltalake's)")
+
+
+# -- 3b. scans of the typed columns ---------------------------------------------------------------------
+
+
+def _scans(ctx: Context, env: _Env, kind: str, inp: _Inputs, reps: int, peers: list[str]) -> Iterator[Figure]:
+    """Every row's typed columns (``_id`` and the 19 flight fields) read back after the one go's load."""
+    table = inp.one_go
+    cols = table.column_names
+    n = table.num_rows
+    systems = [*OURS, *(["deltalake"] if "deltalake" in peers else [])]
+    secs: dict[str, list[float]] = {s: [] for s in systems}
+    opened = []
+    try:
+        readers: dict[str, Callable[[], Any]] = {}
+        for name in systems:
+            sys_ = _MAKERS[name](env, kind).open()
+            opened.append(sys_)
+            if name in OURS:
+                sys_.load(table)
+                readers[name] = lambda c=sys_.cluster: c.scan(INDEX, columns=cols)
+            else:
+                sys_.bulk(table)
+                from deltalake import DeltaTable
+
+                readers[name] = lambda uri=sys_.uri, o=sys_.options: DeltaTable(uri, storage_options=o).to_pyarrow_table(
+                    columns=cols)
+        for name, read in readers.items():  # warm (a first read fills the caches every system has)
+            got = read()
+            if got.num_rows != n:
+                raise RuntimeError(f"{name}: a scan returned {got.num_rows:,} rows, not {n:,}")
+        for rep in range(reps):
+            for name, read in readers.items():
+                t0 = time.perf_counter()
+                read()
+                secs[name].append(time.perf_counter() - t0)
+            ctx.progress(f"scan {kind} rep {rep + 1}/{reps}: "
+                         + ", ".join(f"{k} {v[-1] * 1000:.1f} ms" for k, v in secs.items()))
+    finally:
+        run_cleanups([s.close for s in opened], "[peers] scan cleanup")
+    common = {"store": kind, "docs": n, "columns": len(cols), "reps": reps}
+    how = {"shardstore": "cluster.scan(columns=...) after flush", "shardstore-synthetic": "cluster.scan(columns=...)",
+           "deltalake": "DeltaTable(uri).to_pyarrow_table(columns=...)"}
+    for name in systems:
+        yield ctx.figure("scan_s", statistics.median(secs[name]), "s", **common, impl=name, how=how[name],
+                         rounds=_rounds(secs[name]))
+    if "deltalake" in secs:
+        for ours in OURS:
+            per_rep = [b / a for a, b in zip(secs[ours], secs["deltalake"])]
+            r = statistics.median(per_rep)
+            yield ctx.figure("scan_ratio", r, "ratio", target=f">= {SCAN_RATIO_TARGET:g}", met=r >= SCAN_RATIO_TARGET,
+                             **common, impl=f"{ours}/deltalake", rounds=_rounds(per_rep))
 
 
 # -- 4. requests through a counting proxy (moto) ----------------------------------------------------
@@ -731,6 +833,24 @@ def _summary(ctx: Context, figures: list[Figure]) -> None:
             lines.append(f"| get by id {q}, {kind} | {fmt(ss, 'ms')} | "
                          + ("; ".join(f"{p} {fmt(f, 'ms')}" for p, f, _ in ps if f) or "-") + " | "
                          + ("; ".join(fmt(r) for _, f, r in ps if f) or "-") + " |")
+    for kind in ("file", "s3"):
+        for ours, label in OURS.items():
+            ss = val("scan_s", store=kind, impl=ours)
+            if ss is None:
+                continue
+            dl = val("scan_s", store=kind, impl="deltalake")
+            lines.append(f"| scan of {ss.params['columns']} typed columns, {kind}, {label} source | {ss.value:.3f} s | "
+                         f"{f'deltalake {dl.value:.3f} s' if dl else '-'} | "
+                         f"{fmt(val('scan_ratio', store=kind, impl=f'{ours}/deltalake'))} |")
+    for phase in ("one_go", "bulks"):
+        for ours, label in OURS.items():
+            ss = val("bytes_per_1k_docs", impl=ours, phase=phase)
+            dl = val("bytes_per_1k_docs", impl="deltalake", phase=phase)
+            if ss is None:
+                continue
+            lines.append(f"| bytes per 1k docs after flush, {phase}, {label} source | {ss.value:,.0f} | "
+                         f"{f'deltalake {dl.value:,.0f}' if dl else '-'} | "
+                         f"{fmt(val('bytes_ratio', phase=phase, impl=f'{ours}/deltalake'))} |")
     ctx.progress("side by side:\n" + "\n".join(lines))
 
 
@@ -759,6 +879,7 @@ def run(ctx: Context) -> Iterator[Figure]:
         for kind in kinds:
             for gen in (_bulks(ctx, env, kind, inp, reps, peers, sizes),
                         _one_go(ctx, env, kind, inp, one_go_reps, peers, sizes),
+                        _scans(ctx, env, kind, inp, plan.scan_reps, peers),
                         _gets(ctx, env, kind, inp, plan, reps, peers, sizes)):
                 for fig in gen:
                     figures.append(fig)
@@ -772,10 +893,7 @@ def run(ctx: Context) -> Iterator[Figure]:
             if others:
                 ctx.progress(f"requests on the file store: not measured for {', '.join(others)} (plain file I/O "
                              "through object_store, no request log)")
-            for (name, phase), s in sorted(sizes.items()):
-                extra = {"local_bytes_per_1k_docs": round(s["local_bytes"] * 1000 / s["docs"])} if "local_bytes" in s else {}
-                fig = ctx.figure("bytes_per_1k_docs", s["bytes"] * 1000 / s["docs"], "bytes", store="file",
-                                 impl=name, phase=phase, docs=s["docs"], **extra)
+            for fig in _bytes_figures(ctx, sizes):
                 figures.append(fig)
                 yield fig
         _summary(ctx, figures)

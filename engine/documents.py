@@ -44,6 +44,7 @@ from shardstore.engine.validation import (
 from shardstore.segments.errors import MappingConflict
 from shardstore.segments.item_parse import ParsedItems, parse_items
 from shardstore.segments.mapping import Mapping
+from shardstore.segments.source_keep import kept_sources, table_rebuilds_exactly
 from shardstore.segments.table_fields import fields_from_table
 from shardstore.translog.operations import OpType, unstamped_batch
 
@@ -122,10 +123,10 @@ class Documents:
         synthetic = self.router.index_meta(index).source == "synthetic"
         if isinstance(docs, pa.RecordBatch):
             docs = pa.Table.from_batches([docs])
-        checked = (docs_from_table(docs, sources=not synthetic) if isinstance(docs, pa.Table)
-                   else docs_from_pylist(docs))
-        checked, mapping, fields = self._map_items(index, checked)
-        ops = _index_ops(checked, fields, synthetic)
+        # a table's JSON sources are built only if something needs them (source_keep, the parse fallback)
+        checked = docs_from_table(docs, sources=False) if isinstance(docs, pa.Table) else docs_from_pylist(docs)
+        checked, mapping, fields, direct = self._map_items(index, checked)
+        ops = _index_ops(checked, fields, mapping, synthetic=synthetic, direct=direct)
         return self._write(index, ops, mapping=mapping, rejected=checked.rejected, positions=checked.positions,
                            fields=fields)
 
@@ -145,10 +146,10 @@ class Documents:
         """
         check_expectation(if_seq_no, if_primary_term)
         synthetic = self.router.index_meta(index).source == "synthetic"
-        checked, mapping, fields = self._map_items(index, docs_from_pylist([doc]))
+        checked, mapping, fields, direct = self._map_items(index, docs_from_pylist([doc]))
         if checked.rejected:
             raise checked.rejected[0]
-        ops = _index_ops(checked, fields, synthetic)
+        ops = _index_ops(checked, fields, mapping, synthetic=synthetic, direct=direct)
         return self._write(index, ops, _expect(checked.ids[0].as_py(), if_seq_no, if_primary_term), mapping=mapping,
                            fields=fields)
 
@@ -165,29 +166,33 @@ class Documents:
         return {"_index": index, "_id": doc["_id"], "_version": doc["_version"], "_seq_no": doc["_seq_no"],
                 "_primary_term": doc["_primary_term"], "_source": json.loads(source) if source is not None else {}}
 
-    def _map_items(self, index: str, checked: CheckedDocs) -> tuple[CheckedDocs, Mapping, pa.Table]:
+    def _map_items(self, index: str, checked: CheckedDocs) -> tuple[CheckedDocs, Mapping, pa.Table, bool]:
         """Check the accepted items against the index mapping, decided once per index (not per shard).
 
         New fields are added to the index mapping and committed to the cluster state before
         any copy sees an item that needs them (a copy takes the index mapping in before it
         applies a batch), so no two shards can map one field two ways and a restore knows
         every field's type.  An item that does not fit is rejected; it gets no seq#.
-        Returns the accepted items, the index mapping and their parsed field columns (the
-        primary applies those instead of parsing the sources again).
+        Returns the accepted items, the index mapping (as committed: its field order is the
+        index's), their parsed field columns (the primary applies those instead of parsing the
+        sources again) and whether those came straight from the caller's table.
         """
         base = self.router.mapping_of(self.router.index_meta(index))
-        parsed = _parse(checked, base)
+        parsed, direct = _parse(checked, base)
+        mapping = base
         while parsed.mapping != base:
             committed = self.router.commit_mapping(index, base, parsed.mapping)
+            mapping = committed
             if committed == parsed.mapping:
                 break
             base = committed  # another bulk added fields meanwhile: decide against those (fields only join)
-            parsed = _parse(checked, base)
+            parsed, direct = _parse(checked, base)
+            mapping = base
         if not parsed.failures:
-            return checked, parsed.mapping, parsed.fields
+            return checked, mapping, parsed.fields, direct
         rejected = [DocumentRejected(checked.positions[f.position].as_py(), checked.ids[f.position].as_py(),
                                      f.field, f.rule) for f in parsed.failures]
-        return checked.without(parsed.keep, rejected), parsed.mapping, parsed.fields
+        return checked.without(parsed.keep, rejected), mapping, parsed.fields, direct
 
     def _write(self, index: str, ops: pa.RecordBatch, expect: tuple | None = None, *,
                mapping: Mapping | None = None, rejected: tuple[DocumentRejected, ...] = (),
@@ -300,23 +305,30 @@ def with_shard_fields(meta: IndexMeta, base: Mapping, shard_mappings: list[Mappi
     return meta if merged == base else replace(meta, mappings=merged.to_dict())
 
 
-def _parse(checked: CheckedDocs, mapping: Mapping) -> ParsedItems:
-    """The accepted items' field columns against ``mapping``: from a table's own columns when that is exact, else parsed."""
+def _parse(checked: CheckedDocs, mapping: Mapping) -> tuple[ParsedItems, bool]:
+    """The accepted items' field columns against ``mapping``: from a table's own columns when that is exact, else
+    parsed; and whether they came from the table's columns."""
     n = len(checked.ids)
     if checked.table is not None and n:
         direct = fields_from_table(checked.table, mapping, max_fields=MAX_INDEX_FIELDS)
         if direct is not None:  # no JSON round trip (issue 16); equal to the parse (tests/segments/test_segments_table_fields.py)
-            return ParsedItems(pa.array(np.arange(n, dtype=np.int64)), direct[0], direct[1], ())
-    return parse_items(checked.ids, checked.json_sources(), mapping, max_fields=MAX_INDEX_FIELDS)
+            return ParsedItems(pa.array(np.arange(n, dtype=np.int64)), direct[0], direct[1], ()), True
+    return parse_items(checked.ids, checked.json_sources(), mapping, max_fields=MAX_INDEX_FIELDS), False
 
 
-def _index_ops(checked: CheckedDocs, fields: pa.Table, synthetic: bool) -> pa.RecordBatch:
-    """The unstamped index operations of the accepted items: JSON sources, or (synthetic source) typed fields."""
+def _index_ops(checked: CheckedDocs, fields: pa.Table, mapping: Mapping, *, synthetic: bool,
+               direct: bool) -> pa.RecordBatch:
+    """The unstamped index operations of the accepted items: typed fields, with the JSON source of the rows they
+    would not rebuild exactly on a stored-source index (none on a synthetic-source one; segments/source_keep.py)."""
     n = len(checked.ids)
     op_type, version = pa.repeat(pa.scalar(int(OpType.INDEX), pa.int8()), n), pa.repeat(pa.scalar(1, pa.int64()), n)
-    if not synthetic:
-        return unstamped_batch(op_type, checked.ids, version, checked.json_sources())
-    return with_fields(unstamped_batch(op_type, checked.ids, version, pa.nulls(n, pa.binary())), fields)
+    if synthetic or (direct and checked.table is not None and table_rebuilds_exactly(checked.table, mapping)):
+        sources = pa.nulls(n, pa.binary())
+    else:
+        sources = kept_sources(checked.json_sources(), fields, mapping)
+        if sources.null_count == 0:  # every row keeps its JSON: a plain operation, as before
+            return unstamped_batch(op_type, checked.ids, version, sources)
+    return with_fields(unstamped_batch(op_type, checked.ids, version, sources), fields)
 
 
 _ITEMS = pa.schema([("_id", pa.string()), ("shard", pa.int32()), ("seq_no", pa.int64()),

@@ -193,20 +193,27 @@ class CheckedDocs:
     def without(self, keep: pa.Array, more: Iterable[DocumentRejected]) -> CheckedDocs:
         """The same bulk keeping only the accepted items at ``keep`` (indices), with ``more`` rejections."""
         rejected = tuple(sorted((*self.rejected, *more), key=lambda r: r.position))
-        # the caller's table is not carried on: it only feeds the field parse, which ran before (no take of it)
-        sources = None if self.sources is None else self.sources.take(keep)
-        return CheckedDocs(self.ids.take(keep), sources, self.positions.take(keep), rejected, self.total, None)
+        # the caller's table is carried on only while the JSON sources are not built (they are built from it)
+        built = self.sources if self.sources is not None else self.__dict__.get("_json")
+        sources = None if built is None else built.take(keep)
+        table = None if built is not None or self.table is None else self.table.take(keep)
+        return CheckedDocs(self.ids.take(keep), sources, self.positions.take(keep), rejected, self.total, table)
 
     def json_sources(self) -> pa.Array:
         """The accepted items' JSON sources (built from the caller's table when the bulk did not ask for them).
 
-        Built at most once per bulk either way: a stored-source bulk builds them at the door,
-        and a synthetic-source one only when its field parse falls back to the JSON path.
+        Built at most once per bulk, and only when asked: by the field parse when it falls back to
+        the JSON path, or by a stored-source bulk whose fields do not rebuild every row exactly
+        (:mod:`~shardstore.segments.source_keep`).
         """
         if self.sources is not None:
             return self.sources
-        assert self.table is not None, "a bulk without sources keeps its table"
-        return _table_sources(self.table, self.ids)
+        built = self.__dict__.get("_json")
+        if built is None:
+            assert self.table is not None, "a bulk without sources keeps its table"
+            built = _table_sources(self.table, self.ids)
+            object.__setattr__(self, "_json", built)  # a cache of a pure function of the frozen fields
+        return built
 
 
 class _Bad(Exception):

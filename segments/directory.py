@@ -239,10 +239,15 @@ class ShardDirectory:
     # -- writing ----------------------------------------------------------------------------
 
     def merge_mapping(self, mapping: Mapping) -> None:
-        """Take in the fields of ``mapping`` (the index's, decided once for every shard); MappingConflict on a clash."""
+        """Take in the fields of ``mapping`` (the index's, decided once for every shard); MappingConflict on a clash.
+
+        The index's field order comes first (a rebuilt ``_source`` lists its members in it:
+        segments/source_keep.py); fields only this copy maps follow.
+        """
         with self._lock:
             if mapping is not self.mapping and len(mapping):
-                self.mapping = self.mapping.merged(mapping)
+                merged = mapping.merged(self.mapping)
+                self.mapping = self.mapping if merged == self.mapping and merged.order == self.mapping.order else merged
 
     def prepare(self, ops: pa.RecordBatch | pa.Table) -> Prepared:
         """Check and parse a batch (stamped or not) without buffering it: MappingConflict / InvalidDocument here.
@@ -601,7 +606,7 @@ class ShardDirectory:
                 found = self._refreshed_copy(doc_id)
                 if hit is None or hit[0] <= max(found[0], self._tombstone_seq(doc_id)):
                     return found[1]
-            return None if hit[1] is None else fill_sources(hit[1].slice(hit[2], 1)).to_pylist()[0]
+            return None if hit[1] is None else fill_sources(hit[1].slice(hit[2], 1), self.mapping.order).to_pylist()[0]
 
     def _refreshed_copy(self, doc_id: str) -> tuple[int, dict[str, Any] | None]:
         """(seq#, document) of ``doc_id``'s live copy in a segment, or (NO_OPS, None)."""
@@ -612,7 +617,7 @@ class ShardDirectory:
             _q, rows = seg.reader.lookup(pa.array([doc_id], pa.string()))
             for r in rows.to_pylist():
                 if seg.live.is_live(r):
-                    doc = fill_sources(seg.reader.take([r])).to_pylist()[0]
+                    doc = fill_sources(seg.reader.take([r]), self.mapping.order).to_pylist()[0]
                     return doc["_seq_no"], doc
         return NO_OPS, None
 
@@ -714,13 +719,20 @@ def scan_readers(
         raise InvalidError(f"unknown column(s) {unknown}: neither a metadata column nor a mapped field "
                            f"(mapped: {list(mapping)})")
     schema = wide if columns is None else pa.schema([wide.field(c) for c in columns])
+    if "_source" in schema.names and schema.names != wide.names:
+        # a null _source (synthetic source, or a stored row its fields rebuild: segments/source_keep.py) is
+        # rebuilt from every field of its row: read them all, rebuild, then keep what was asked
+        for batch in scan_readers(segments, mapping, None, filter):
+            yield pa.RecordBatch.from_arrays([batch.column(n) for n in schema.names], schema=schema)
+        return
     needed = set(schema.names) | ({n for n in wide.names if mentions(filter, n)} if filter is not None else set())
     full, partial = [], []
     for reader, live in segments:
         (full if needed <= set(reader.schema.names) else partial).append((reader, live))
+    rebuild = "_source" in schema.names
     if full:
         for batch in scan_segments(full, columns=schema.names, filter=filter):
-            yield conform(batch, schema)
+            yield _with_sources(conform(batch, schema), mapping) if rebuild else conform(batch, schema)
     for reader, live in partial:
         for batch in reader.scan(columns=_present(reader, wide.names), live=live):
             table = pa.Table.from_batches([conform(batch, wide)])
@@ -728,7 +740,14 @@ def scan_readers(
                 table = table.filter(filter)
             for b in table.select(schema.names).to_batches():
                 if b.num_rows:
-                    yield b
+                    yield _with_sources(b, mapping) if rebuild else b
+
+
+def _with_sources(batch: pa.RecordBatch, mapping: Mapping) -> pa.RecordBatch:
+    """``batch`` (every column of the mapping) with its null ``_source`` values rebuilt, members in its order."""
+    if batch.column(batch.schema.get_field_index("_source")).null_count == 0:
+        return batch
+    return fill_sources(pa.Table.from_batches([batch]), mapping.order).combine_chunks().to_batches()[0]
 
 
 def _present(reader: SegmentReader, names: Sequence[str]) -> list[str]:

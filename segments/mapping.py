@@ -49,7 +49,7 @@ import json
 import re
 import struct
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -77,6 +77,8 @@ __all__ = [
 #: Column names reserved by the segment format; a source may not hold them.
 METADATA_FIELDS = frozenset({"_id", "_seq_no", "_primary_term", "_version", "_source",
                              "__shardstore_live__"})  # the last one: the live-docs column of filtered scans
+#: The key of :meth:`Mapping.to_dict` that lists the fields in the order the index first saw them.
+ORDER_KEY = "_order"
 
 _DATE_ARROW = pa.timestamp("ms", tz="UTC")
 _DATE_RE = r"^\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:Z|[+-]\d{2}:?\d{2})?)?$"
@@ -123,16 +125,28 @@ def _check_name(name: str) -> None:
 
 @dataclass(frozen=True)
 class Mapping:
-    """Immutable field name (dotted) -> :class:`FieldType`; fields kept sorted by name."""
+    """Immutable field name (dotted) -> :class:`FieldType`; fields kept sorted by name.
+
+    ``order``: the field names in the order the index first saw them (the order given, by
+    default), which is the member order of a document's ``_source`` rebuilt from its fields
+    (docs/design/segments.md, "Stored source without a second copy").  It only grows at the
+    end: :meth:`with_fields` and :meth:`merged` append.  It does not take part in equality.
+    """
 
     fields: tuple[tuple[str, FieldType], ...] = ()
+    order: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
+        given = tuple(str(n) for n, _ in self.fields)
         fields = tuple(sorted((str(n), FieldType(t)) for n, t in self.fields))
         object.__setattr__(self, "fields", fields)
         names = [n for n, _ in fields]
         if len(set(names)) != len(names):
             raise ValueError("a field is mapped twice")
+        order = tuple(self.order) or given
+        if len(order) != len(names) or set(order) != set(names):
+            raise ValueError(f"the mapping's field order {list(order)} does not list its fields {names} once each")
+        object.__setattr__(self, "order", order)
         leaves = set(names)
         for n in names:
             _check_name(n)
@@ -164,11 +178,16 @@ class Mapping:
                 else:
                     raise ValueError(f"field {name!r}: cannot read mapping {spec!r}")
 
+        order = data.get(ORDER_KEY) if isinstance(data, dict) else None
+        if order is not None:
+            data = {k: v for k, v in data.items() if k != ORDER_KEY}
+            if not isinstance(order, list) or not all(isinstance(n, str) for n in order):
+                raise ValueError(f"mapping {ORDER_KEY}: expected a list of field names, got {order!r}")
         if set(data) == {"properties"} and isinstance(data["properties"], dict):
             walk("", data["properties"])
         else:
             walk("", data)
-        return cls(tuple(out.items()))
+        return cls(tuple(out.items()), order=tuple(order or ()))
 
     def to_dict(self) -> dict[str, Any]:
         """OpenSearch style nested ``{"properties": ...}``; :meth:`from_dict` reads it back."""
@@ -179,7 +198,10 @@ class Mapping:
             for p in parents:
                 node = node.setdefault(p, {"properties": {}})["properties"]
             node[leaf] = {"type": ftype.value}
-        return {"properties": root}
+        out: dict[str, Any] = {"properties": root}
+        if list(self.order) != [n for n, _ in self.fields]:  # sorted order needs no word (and older readers)
+            out[ORDER_KEY] = list(self.order)
+        return out
 
     # -- access ---------------------------------------------------------------------
     def __len__(self) -> int:
@@ -224,7 +246,7 @@ class Mapping:
         mine = self._dict
         if not new or all(mine.get(n) is t for n, t in new.items()):  # nothing new: no rebuild, no re-validation
             return self
-        return Mapping(tuple({**mine, **new}.items()))
+        return Mapping(tuple({**mine, **new}.items()), order=self.order + tuple(n for n in new if n not in mine))
 
     def merged(self, other: Mapping) -> Mapping:
         """This mapping plus the fields of ``other``; MappingConflict if one field has two types."""
@@ -233,7 +255,8 @@ class Mapping:
             have = mine.get(name)
             if have is not None and have is not ftype:
                 raise MappingConflict(name, None, have.value, ftype.value)
-        return self.with_fields({n: t for n, t in other.fields if n not in mine})
+        theirs = other._dict
+        return self.with_fields({n: theirs[n] for n in other.order if n not in mine})
 
     def arrow_schema(self) -> pa.Schema:
         """Flat schema of the field columns (dotted names), as stored in a segment."""

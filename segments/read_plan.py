@@ -33,7 +33,8 @@ from shardstore.segments.livedocs import LiveDocs
 from shardstore.segments.mapping import Mapping
 from shardstore.segments.remote_metadata import RemoteCommitMetadata, RemoteFile
 from shardstore.segments.remote_store import download_file
-from shardstore.segments.segment import SegmentInfo, SegmentReader, conform, mentions
+from shardstore.segments.segment import BASE_SCHEMA, SegmentInfo, SegmentReader, conform, mentions
+from shardstore.segments.synthetic import fill_sources
 
 __all__ = ["DEFAULT_CACHE_DIR", "ROWS_PER_TASK", "WHOLE_SEGMENTS", "CommitPlan", "ReadTask", "cache_path", "fetch_verified"]
 
@@ -107,6 +108,7 @@ class ReadTask:
     livedocs: RemoteFile | None  # None: every row is live
     row_groups: tuple[int, int]  # [lo, hi)
     superseded: pa.Array | None = None  # ids a newer source replaces, clipped to the segment's id range
+    order: tuple[str, ...] = ()  # the index's field order: a null _source asked for is rebuilt in it
 
     def local_file(self, store: BlobStore, cache_dir: str | None = None) -> tuple[str, pa.Array | None]:
         """(verified local path, row numbers to drop or None): live docs' deletions and superseded ids' rows."""
@@ -149,6 +151,9 @@ class ReadTask:
         extra = [n for n in present if n not in want and filter is not None and mentions(filter, n)]
         if self.superseded is not None and "_id" not in want:
             extra.append("_id")
+        rebuild = "_source" in want  # a null _source (source_keep, synthetic source) is rebuilt from every field
+        if rebuild:
+            extra += [n for n in pf.schema_arrow.names if n not in want and n not in extra and n not in BASE_SCHEMA.names]
         starts = [0]
         for g in range(md.num_row_groups):
             starts.append(starts[-1] + md.row_group(g).num_rows)
@@ -168,6 +173,8 @@ class ReadTask:
                 keep = fresh if keep is None else pc.and_(keep, fresh)
             if keep is not None:
                 t = t.filter(keep)
+            if rebuild and t.num_rows:  # before the filter, which keeps only the columns it reads
+                t = fill_sources(t, self.order)
             if filter is not None and t.num_rows:
                 t = conform(t, work).filter(filter)
             if t.num_rows:
@@ -218,5 +225,6 @@ class CommitPlan:
             groups = max(1, seg.info.row_groups)
             step = row_groups_per_task or max(1, round(ROWS_PER_TASK * groups / max(1, seg.info.doc_count)))
             for start in range(0, groups, step):
-                out.append(ReadTask(self.shard, seg.info, data, liv, (start, min(groups, start + step)), sup))
+                out.append(ReadTask(self.shard, seg.info, data, liv, (start, min(groups, start + step)), sup,
+                                    self.mapping.order))
         return out

@@ -90,10 +90,15 @@ def _value_json(col: pa.ChunkedArray) -> pa.ChunkedArray:
     raise InvalidDocument(None, None, f"column type {t} cannot be written as a JSON source")
 
 
-def _object_json(items: list[tuple[str, pa.ChunkedArray | None, dict | None]], n: int) -> pa.ChunkedArray:
+def _object_json(items: list[tuple[str, pa.ChunkedArray | None, dict | None]], n: int, *,
+                 empty_is_null: bool = False, drop_empty: bool = False) -> pa.ChunkedArray:
     """JSON objects of the members, one per row, built with a single join of all members.
 
-    A member whose value is null in a row is left out of that row.  Separators: members
+    A member whose value is null in a row is left out of that row.  ``empty_is_null``: a row
+    where no member has a value gets null instead of ``{}``.  ``drop_empty``: the objects of
+    dotted names (``a`` of ``a.b``) are built so, and left out of a row holding none of their
+    fields (a rebuilt source: the row never had them); without it such a row writes ``"a":{}``,
+    as a table bulk's stored JSON always has.  Separators: members
     before the first member present in every row (the anchor) carry a trailing comma,
     members after it a leading one, so no row needs trimming.  A member present in every
     row joins as two pieces (its ``"key":`` literal and its values) without a copy of its
@@ -104,7 +109,7 @@ def _object_json(items: list[tuple[str, pa.ChunkedArray | None, dict | None]], n
     values: list[tuple[str, pa.ChunkedArray]] = []
     for key, col, sub in items:
         if sub is not None:
-            value = _object_json(list(sub.values()), n)
+            value = _object_json(list(sub.values()), n, empty_is_null=drop_empty, drop_empty=drop_empty)
         else:
             assert col is not None
             if pa.types.is_struct(col.type):
@@ -116,6 +121,17 @@ def _object_json(items: list[tuple[str, pa.ChunkedArray | None, dict | None]], n
     if not values:
         return pa.repeat(pa.scalar("{}"), n)
     anchor = next((i for i, (_k, v) in enumerate(values) if v.null_count == 0), None)
+    out = _joined(values, anchor)
+    if empty_is_null and anchor is None:
+        present = values[0][1].is_valid()
+        for _key, value in values[1:]:
+            present = pc.or_(present, value.is_valid())
+        out = pc.if_else(present, out, pa.scalar(None, pa.string()))
+    return out
+
+
+def _joined(values: list[tuple[str, pa.ChunkedArray]], anchor: int | None) -> pa.ChunkedArray:
+    """The members' ``"key":value`` pieces joined into one object per row (:func:`_object_json`)."""
     pieces: list[Any] = []
     for i, (key, value) in enumerate(values):
         if i == anchor:
@@ -142,10 +158,11 @@ def _struct_items(col: pa.ChunkedArray) -> list[tuple[str, pa.ChunkedArray, None
     return out
 
 
-def sources_from_table(table: pa.Table) -> tuple[pa.Array, pa.Array]:
+def sources_from_table(table: pa.Table, *, drop_empty: bool = False) -> tuple[pa.Array, pa.Array]:
     """A table with an ``_id`` column and field columns -> ``(ids, JSON sources)``.
 
-    Columns with dotted names become nested objects (``a.b`` -> ``{"a": {"b": ..}}``),
+    Columns with dotted names become nested objects (``a.b`` -> ``{"a": {"b": ..}}``; with
+    ``drop_empty``, left out of a row where every one of them is null, else ``"a":{}``),
     struct columns nested objects; nulls are left out; NaN/inf are left out (JSON has
     no such numbers); timestamps are written as ISO-8601 UTC with milliseconds.
     Built columnar (Arrow string kernels), not row by row; a large table by slices on a
@@ -160,11 +177,12 @@ def sources_from_table(table: pa.Table) -> tuple[pa.Array, pa.Array]:
         return ids, pa.array([], pa.binary())
     parts = min(os.cpu_count() or 1, n // PARALLEL_ROWS)
     if parts < 2:
-        return ids, _binary(_object_json(items, n))
+        return ids, _binary(_object_json(items, n, drop_empty=drop_empty))
     bounds = [n * i // parts for i in range(parts + 1)]
     slices = [table.slice(lo, hi - lo) for lo, hi in zip(bounds, bounds[1:])]
     with ThreadPoolExecutor(max_workers=parts, thread_name_prefix="source-json") as pool:
-        built = list(pool.map(lambda part: _binary(_object_json(_members(part), part.num_rows)), slices))
+        built = list(pool.map(lambda part: _binary(_object_json(_members(part), part.num_rows, drop_empty=drop_empty)),
+                              slices))
     return ids, pa.concat_arrays(built)
 
 

@@ -9,7 +9,8 @@ source from the columns on demand.
 What the rebuilt source looks like (as Elasticsearch's synthetic source, documented in
 docs/design/segments.md, "Synthetic source"):
 
-* the fields come in mapping order, not in the order the client sent them;
+* the fields come in the order the index first saw them (``Mapping.order``), not in each
+  document's own order;
 * a dotted field becomes a nested object (``a.b`` -> ``{"a": {"b": ...}}``);
 * an absent or null field is left out; a ``date`` is ISO-8601 UTC with milliseconds
   (``"2013-01-01T05:00:00.000Z"``); a ``double`` that holds a whole number is written ``5.0``.
@@ -25,6 +26,8 @@ Two pure functions, no I/O:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -34,8 +37,8 @@ from shardstore.segments.errors import MappingConflict
 from shardstore.segments.mapping import FieldType, Mapping, parse_sources, sources_from_table
 from shardstore.segments.segment import BASE_SCHEMA
 
-__all__ = ["SOURCE_MODES", "conform_fields", "field_type_of", "fill_sources", "index_op_fields", "op_sources",
-           "synthesize_sources"]
+__all__ = ["SOURCE_MODES", "conform_fields", "field_type_of", "fill_sources", "in_source_order", "index_op_fields",
+           "op_sources", "synthesize_sources"]
 
 
 
@@ -80,16 +83,28 @@ def conform_fields(fields: pa.Table, mapping: Mapping, rows: int | None = None) 
     return pa.Table.from_arrays(cols, schema=mapping.arrow_schema()), mapping
 
 
-def synthesize_sources(fields: pa.Table, rows: int | None = None) -> pa.Array:
+def in_source_order(names: Sequence[str], order: Sequence[str] | None) -> list[str]:
+    """``names`` in ``order`` (a mapping's :attr:`~shardstore.segments.mapping.Mapping.order`); names it lacks
+    after them, as given.  The member order of a rebuilt ``_source``."""
+    if not order:
+        return list(names)
+    rank = {name: i for i, name in enumerate(order)}
+    last = len(rank)
+    return sorted(names, key=lambda name: rank.get(name, last))  # stable: unranked names keep their order
+
+
+def synthesize_sources(fields: pa.Table, rows: int | None = None, order: Sequence[str] | None = None) -> pa.Array:
     """The JSON ``_source`` of each row rebuilt from its field columns (dotted names nest), as binary.
 
     ``rows``: how many rows ``fields`` stands for (a table without columns has none of its own).
+    ``order``: the member order (the index mapping's :attr:`~shardstore.segments.mapping.Mapping.order`;
+    without it, the columns' own order).
     """
     n = fields.num_rows if rows is None else rows
-    present = [name for name in fields.column_names if fields.column(name).null_count < n]
+    present = [name for name in in_source_order(fields.column_names, order) if fields.column(name).null_count < n]
     table = pa.Table.from_arrays([pa.nulls(n, pa.string()), *(fields.column(p) for p in present)],
                                  names=["_id", *present])
-    return sources_from_table(table)[1]
+    return sources_from_table(table, drop_empty=True)[1]  # a row without any o.* field has no "o"
 
 
 def index_op_fields(idx: pa.Table, mapping: Mapping, *, dynamic: bool = True) -> tuple[pa.Table, Mapping]:
@@ -106,6 +121,8 @@ def index_op_fields(idx: pa.Table, mapping: Mapping, *, dynamic: bool = True) ->
     if not dynamic:
         typed = typed.select([name for name in typed.column_names if name in mapping])
     has = pc.is_valid(idx.column(FIELDS_COLUMN))
+    if isinstance(has, pa.ChunkedArray):
+        has = has.combine_chunks()  # the positions below are concatenated as arrays
     if pc.all(has).as_py():
         return conform_fields(typed, mapping, idx.num_rows)
     # mixed (a replay spanning plain and typed operations): each part its own way, then the input order again
@@ -120,21 +137,26 @@ def index_op_fields(idx: pa.Table, mapping: Mapping, *, dynamic: bool = True) ->
     return both.take(pc.sort_indices(pa.concat_arrays([s_pos, t_pos]))), mapping
 
 
-def fill_sources(rows: pa.Table) -> pa.Table:
-    """Segment rows (base columns + fields) whose null ``_source`` (a synthetic-source index) is rebuilt from their fields."""
+def fill_sources(rows: pa.Table, order: Sequence[str] | None = None) -> pa.Table:
+    """Segment rows (base columns + fields) whose null ``_source`` is rebuilt from their fields, members in ``order``.
+
+    A null ``_source``: a synthetic-source index's row, or a stored-source row its fields rebuild
+    byte for byte (:mod:`~shardstore.segments.source_keep`).
+    """
     src = rows.column("_source")
     if src.null_count == 0:
         return rows
     fields = rows.drop_columns([c for c in rows.column_names if c in BASE_SCHEMA.names])
-    rebuilt = pc.coalesce(src, synthesize_sources(fields, rows.num_rows))
+    rebuilt = pc.coalesce(src, synthesize_sources(fields, rows.num_rows, order))
     return rows.set_column(rows.schema.get_field_index("_source"), "_source", rebuilt)
 
 
-def op_sources(ops: pa.Table) -> pa.ChunkedArray | pa.Array:
-    """The ``source`` of each operation, rebuilt from its typed ``fields`` where it has none (null for deletes)."""
+def op_sources(ops: pa.Table, order: Sequence[str] | None = None) -> pa.ChunkedArray | pa.Array:
+    """The ``source`` of each operation, rebuilt from its typed ``fields`` (members in ``order``) where it has none
+    (null for deletes)."""
     src = ops.column("source")
     typed = fields_of(ops)
     if typed is None or src.null_count == 0:
         return src
-    rebuilt = synthesize_sources(typed, ops.num_rows)
+    rebuilt = synthesize_sources(typed, ops.num_rows, order)
     return pc.if_else(pc.is_valid(ops.column(FIELDS_COLUMN)), pc.coalesce(src, rebuilt), src)

@@ -44,11 +44,11 @@ from shardstore.core.address import ShardAddress
 from shardstore.core.ops import OP_NAMES, OpType
 from shardstore.errors import InvalidError
 from shardstore.segments.errors import CommitNotFound
+from shardstore.segments.mapping import Mapping
 from shardstore.segments.read_plan import CommitPlan
-from shardstore.segments.reader import ShardCommitReader
 from shardstore.segments.remote_store import iter_commits, latest_commit, list_terms
 from shardstore.segments.segment import BASE_SCHEMA
-from shardstore.segments.synthetic import fill_sources, op_sources
+from shardstore.segments.synthetic import op_sources
 from shardstore.spark.catalog import open_from_options, resolve_index
 from shardstore.translog.remote import RemoteTranslog, translog_state_key
 
@@ -75,7 +75,7 @@ class ShardRange(InputPartition):
     address: ShardAddress
     from_seq_no: int
     to_seq_no: int | None
-    synthetic: bool = False  # a synthetic-source index: segment rows' _source is rebuilt from their fields
+    order: tuple[str, ...] = ()  # the index's field order: a null _source is rebuilt with its members in it
 
 
 def _int_option(options: dict[str, str], *names: str, default: int | None) -> int | None:
@@ -90,10 +90,11 @@ def _int_option(options: dict[str, str], *names: str, default: int | None) -> in
 
 
 def shard_operations(store: BlobStore, address: ShardAddress, shard: int, from_seq_no: int,
-                     to_seq_no: int | None = None, *, synthetic: bool = False) -> pa.Table:
+                     to_seq_no: int | None = None, *, order: tuple[str, ...] = ()) -> pa.Table:
     """The shard's operations with seq# in ``[from_seq_no, to_seq_no]`` (translog, then segments), seq# order.
 
-    ``synthetic``: the index keeps no JSON ``_source``; segment rows are read with their fields, which rebuild it.
+    ``order``: the index mapping's field order; a null ``_source`` (a synthetic-source index, or a stored row
+    its fields rebuild exactly) is rebuilt from the fields with its members in it.
     """
     top = _TOP if to_seq_no is None else to_seq_no
     prefixes = [address.translog_prefix(t) for t in list_terms(store, address)]
@@ -105,7 +106,7 @@ def shard_operations(store: BlobStore, address: ShardAddress, shard: int, from_s
         parts.append(pa.table({
             "op_type": pc.take(_OP_NAMES, t.column("op_type").cast(pa.int32())), "_id": t.column("id"),
             "_seq_no": t.column("seq_no"), "_primary_term": t.column("primary_term"), "_version": t.column("version"),
-            "_source": op_sources(t).cast(pa.string()),  # typed operations: rebuilt from their fields
+            "_source": op_sources(t, order).cast(pa.string()),  # typed operations: rebuilt from their fields
             "_rank": pa.array(np.ones(t.num_rows, dtype=np.int8)),
         }))
     try:
@@ -116,12 +117,8 @@ def shard_operations(store: BlobStore, address: ShardAddress, shard: int, from_s
         tasks = CommitPlan(shard, md).tasks(keep=lambda info: info.max_seq_no >= from_seq_no
                                             and info.min_seq_no <= top)
         flt = (pc.field("_seq_no") >= from_seq_no) & (pc.field("_seq_no") <= top)
-        if synthetic:  # each segment read once, with its fields, which rebuild _source
-            full = ShardCommitReader(store, md).schema()
-            got = [fill_sources(pa.Table.from_batches([b])).select(_SEGMENT_COLUMNS.names).to_batches()[0]
-                   for t in tasks for b in t.read(store, full, flt) if b.num_rows]
-        else:
-            got = [b for t in tasks for b in t.read(store, _SEGMENT_COLUMNS, flt) if b.num_rows]
+        # a null _source (synthetic source, or a stored row its fields rebuild) is rebuilt by the read
+        got = [b for t in tasks for b in t.read(store, _SEGMENT_COLUMNS, flt) if b.num_rows]
         if got:
             d = pa.Table.from_batches(got)
             parts.append(pa.table({
@@ -191,14 +188,15 @@ class ShardstoreChangesReader(DataSourceReader):
         """One range per shard of the index."""
         store = open_from_options(self.options)
         loc = resolve_index(store, _index(self.options))
-        return [ShardRange(s, loc.address(s), self.from_seq_no, self.to_seq_no, loc.source == "synthetic")
+        order = Mapping.from_dict(loc.mappings).order
+        return [ShardRange(s, loc.address(s), self.from_seq_no, self.to_seq_no, order)
                 for s in range(loc.shards)]
 
     def read(self, partition: ShardRange) -> Iterator[pa.RecordBatch]:
         """The shard's operations in the range as Arrow batches."""
         store = open_from_options(self.options)
         yield from _to_batches(shard_operations(store, partition.address, partition.shard, partition.from_seq_no,
-                                                partition.to_seq_no, synthetic=partition.synthetic))
+                                                partition.to_seq_no, order=partition.order))
 
 
 class ShardstoreChangesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -252,14 +250,15 @@ class ShardstoreChangesStreamReader(DataSourceStreamReader, SupportsTriggerAvail
     def partitions(self, start: dict, end: dict) -> list[ShardRange]:
         """One range ``(start, end]`` per shard that moved."""
         loc = self._location()
-        return [ShardRange(int(k), loc.address(int(k)), int(start.get(k, -1)) + 1, int(v), loc.source == "synthetic")
+        order = Mapping.from_dict(loc.mappings).order
+        return [ShardRange(int(k), loc.address(int(k)), int(start.get(k, -1)) + 1, int(v), order)
                 for k, v in sorted(end.items(), key=lambda kv: int(kv[0])) if int(v) > int(start.get(k, -1))]
 
     def read(self, partition: ShardRange) -> Iterator[pa.RecordBatch]:
         """The shard's operations in the range."""
         store = open_from_options(self.options)
         yield from _to_batches(shard_operations(store, partition.address, partition.shard, partition.from_seq_no,
-                                                partition.to_seq_no, synthetic=partition.synthetic))
+                                                partition.to_seq_no, order=partition.order))
 
     def commit(self, end: dict) -> None:
         """Nothing to release: the store keeps no per-consumer state."""

@@ -32,13 +32,17 @@ import pyarrow as pa
 from shardstore.segments.read_plan import DEFAULT_CACHE_DIR, WHOLE_SEGMENTS
 from shardstore.segments.segment import conform
 from shardstore.spark.reader import (
+    EmptyPartition,
     ReadPlan,
+    SegmentPartition,
     _flag,
     check_columns,
     full_arrow_schema,
     lower_options,
     parse_sources_table,
     plan_read,
+    read_translog,
+    segment_partitions,
     to_struct_type,
 )
 
@@ -91,6 +95,15 @@ def _read(spark: Any, blob_store: Any, plan: ReadPlan, opts: dict[str, str], sch
     from pyspark.sql import functions as F
 
     sschema = to_struct_type(schema)
+    if "_source" in schema.names:
+        # a null _source (a row its fields rebuild: segments/source_keep.py) is rebuilt in Arrow by the read
+        # tasks; Spark's own Parquet reader would return it null
+        cache = opts.get("cachedir") or DEFAULT_CACHE_DIR
+        batches = [b for part in segment_partitions(plan, [], 0) if not isinstance(part, EmptyPartition)
+                   for b in (part.task.read(blob_store, schema, None, None, cache) if isinstance(part, SegmentPartition)
+                             else read_translog(part, schema, None, schema))]
+        return spark.createDataFrame(pa.Table.from_batches(batches, schema=schema) if batches
+                                     else schema.empty_table(), schema=sschema)
     files = resolve_files(blob_store, plan, opts.get("cachedir") or DEFAULT_CACHE_DIR)
     clean = ["file://" + p for p, d in files if d is None]
     dirty = [(p, d) for p, d in files if d is not None]
@@ -106,8 +119,8 @@ def _read(spark: Any, blob_store: Any, plan: ReadPlan, opts: dict[str, str], sch
         frames.append(tagged.join(F.broadcast(deleted), [_FILE, _ROW], "left_anti").drop(_FILE, _ROW))
     tails = [s for s in plan.shards if s.translog is not None and s.translog.num_rows]
     if tails:
-        table = pa.concat_tables([conform(parse_sources_table(s.translog, s.metadata.commit.mapping), schema)
-                                  for s in tails])
+        table = pa.concat_tables([conform(parse_sources_table(s.translog, s.metadata.commit.mapping, source=False),
+                                          schema) for s in tails])
         if table.num_rows:
             frames.append(spark.createDataFrame(table, schema=sschema))
     if not frames:

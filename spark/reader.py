@@ -45,7 +45,7 @@ from shardstore.segments.reader import open_commit
 from shardstore.segments.remote_metadata import RemoteCommitMetadata
 from shardstore.segments.remote_store import latest_commit, list_terms
 from shardstore.segments.segment import BASE_SCHEMA, conform
-from shardstore.segments.synthetic import index_op_fields
+from shardstore.segments.synthetic import index_op_fields, op_sources
 from shardstore.spark.catalog import IndexLocation, open_from_options, resolve_index
 from shardstore.spark.filters import compile_filters, segment_may_match, to_expression
 
@@ -268,14 +268,19 @@ def segment_partitions(plan: ReadPlan, filters: list[tuple], per_partition: int)
     return parts or [EmptyPartition()]
 
 
-def parse_sources_table(ops: pa.Table, mapping: dict) -> pa.Table:
-    """Translog index operations as documents: metadata columns, ``_source`` and typed mapped fields."""
+def parse_sources_table(ops: pa.Table, mapping: dict, *, source: bool = True) -> pa.Table:
+    """Translog index operations as documents: metadata columns, ``_source`` and typed mapped fields.
+
+    Typed operations carry their fields, and a null ``source`` is rebuilt from them (in the
+    index's field order, as a segment's is) when ``source``; else it stays null.
+    """
     ops = ops.filter(pc.equal(ops["op_type"], int(OpType.INDEX)))
     ids = ops.column("id").combine_chunks()
-    # typed operations (a synthetic-source index) carry their fields; their _source stays null, as in its segments
-    fields, _mapping = index_op_fields(ops, Mapping.from_dict(mapping), dynamic=False)
+    index_mapping = Mapping.from_dict(mapping)
+    fields, _mapping = index_op_fields(ops, index_mapping, dynamic=False)
     cols = {"_id": ids, "_seq_no": ops.column("seq_no"), "_primary_term": ops.column("primary_term"),
-            "_version": ops.column("version"), "_source": ops.column("source")}
+            "_version": ops.column("version"),
+            "_source": op_sources(ops, index_mapping.order) if source else ops.column("source")}
     cols.update({n: fields.column(n) for n in fields.column_names})
     return pa.table(cols)
 
@@ -283,7 +288,7 @@ def parse_sources_table(ops: pa.Table, mapping: dict) -> pa.Table:
 def read_translog(part: TranslogPartition, schema: pa.Schema, expr: pc.Expression | None,
                   work: pa.Schema) -> Iterator[pa.RecordBatch]:
     """The typed documents of one shard's unflushed index operations, filtered, as batches of ``schema``."""
-    table = parse_sources_table(part.ops, part.mapping)
+    table = parse_sources_table(part.ops, part.mapping, source="_source" in schema.names)
     if expr is not None:
         table = conform(table, work).filter(expr)
     if table.num_rows:

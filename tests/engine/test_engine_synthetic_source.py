@@ -82,7 +82,7 @@ def test_a_synthetic_index_gets_back_what_a_stored_one_does(tmp_path: Path) -> N
 
 
 def test_no_json_copy_reaches_the_store(tmp_path: Path) -> None:
-    """The remote translog holds typed fields and null sources; the committed segments a null _source; fewer bytes."""
+    """The remote translog holds typed fields and null sources; the committed segments a null _source."""
     cluster = _cluster(tmp_path, nodes=1)
     try:
         cluster.create_index("stored", shards=1, replicas=0)
@@ -98,22 +98,24 @@ def test_no_json_copy_reaches_the_store(tmp_path: Path) -> None:
         assert fields is not None and fields.column("dep_delay").to_pylist() == flights.column("dep_delay").to_pylist()
         for index in ("stored", "synth"):
             cluster.flush(index)
+        scanned = {}
         for index in ("stored", "synth"):
             reader = open_commit(cluster.store, _address(cluster, index, 0))
             got = pa.Table.from_batches(list(reader.scan(columns=["_id", "_source", "dep_delay"])))
-            assert got.num_rows == 20_000
-            if index == "synth":
-                assert got.column("_source").null_count == 20_000
-            else:
-                assert got.column("_source").null_count == 0
+            assert got.num_rows == 20_000 and got.column("_source").null_count == 0  # rebuilt when asked for
+            scanned[index] = got.sort_by("_id")
+        # a stored-source index keeps no JSON its typed columns rebuild either (issue 31; every flights row is):
+        # the rebuilt sources are the same, and so are the bytes (below)
+        assert scanned["stored"].column("_source").equals(scanned["synth"].column("_source"))
         root = tmp_path / "remote"
 
         def stored_bytes(index: str, part: str = "") -> int:
             return sum(os.path.getsize(os.path.join(d, f)) for d, _s, fs in os.walk(root) for f in fs
                        if cluster.indices[index].uuid in d and part in d)
 
-        assert stored_bytes("synth", "/segments/") < 0.5 * stored_bytes("stored", "/segments/")  # no JSON column
-        assert stored_bytes("synth") < 0.8 * stored_bytes("stored")  # translog included
+        # the same bytes either way (issue 31: before, the stored index held twice the segment bytes)
+        assert stored_bytes("stored", "/segments/") < 1.05 * stored_bytes("synth", "/segments/")
+        assert stored_bytes("stored") < 1.05 * stored_bytes("synth")  # translog included
     finally:
         cluster.close()
 

@@ -298,9 +298,9 @@ def test_a_large_table_built_by_slices_on_threads_gives_the_same_bytes(monkeypat
     calls: list[str] = []  # the thread of each build of an object (the row's, and the nested "o")
     build = source_json._object_json
 
-    def spy(items, n):
+    def spy(items, n, **kw):
         calls.append(threading.current_thread().name)
-        return build(items, n)
+        return build(items, n, **kw)
 
     monkeypatch.setattr(source_json, "_object_json", spy)
     whole_ids, whole = sources_from_table(t)
