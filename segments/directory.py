@@ -67,7 +67,7 @@ from shardstore.segments.segment import (
     segment_file_name,
     write_segment,
 )
-from shardstore.segments.synthetic import fill_sources, index_op_fields
+from shardstore.segments.synthetic import fill_sources, index_op_fields, row_source
 from shardstore.segments.version_map import VersionMap
 from shardstore.segments.versions import first_of_runs, latest_versions, strictly_ascending
 
@@ -606,7 +606,14 @@ class ShardDirectory:
                 found = self._refreshed_copy(doc_id)
                 if hit is None or hit[0] <= max(found[0], self._tombstone_seq(doc_id)):
                     return found[1]
-            return None if hit[1] is None else fill_sources(hit[1].slice(hit[2], 1), self.mapping.order).to_pylist()[0]
+            return None if hit[1] is None else self._doc(hit[1].slice(hit[2], 1))
+
+    def _doc(self, rows: pa.Table) -> dict[str, Any]:
+        """One row as a dict, a null ``_source`` rebuilt from its fields (one row: in Python, not columnar)."""
+        doc = rows.to_pylist()[0]
+        if doc.get("_source") is None:
+            doc["_source"] = row_source(doc, self.mapping.order)
+        return doc
 
     def _refreshed_copy(self, doc_id: str) -> tuple[int, dict[str, Any] | None]:
         """(seq#, document) of ``doc_id``'s live copy in a segment, or (NO_OPS, None)."""
@@ -617,7 +624,7 @@ class ShardDirectory:
             _q, rows = seg.reader.lookup(pa.array([doc_id], pa.string()))
             for r in rows.to_pylist():
                 if seg.live.is_live(r):
-                    doc = fill_sources(seg.reader.take([r]), self.mapping.order).to_pylist()[0]
+                    doc = self._doc(seg.reader.take([r]))
                     return doc["_seq_no"], doc
         return NO_OPS, None
 
