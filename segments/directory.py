@@ -621,10 +621,11 @@ class ShardDirectory:
             info = seg.reader.info
             if info.min_id is None or not (info.min_id <= doc_id <= info.max_id):
                 continue
-            _q, rows = seg.reader.lookup(pa.array([doc_id], pa.string()))
-            for r in rows.to_pylist():
+            for r in seg.reader.point_rows(doc_id):  # the in-memory id map (segments/point_read.py)
                 if seg.live.is_live(r):
-                    doc = self._doc(seg.reader.take([r]))
+                    doc = seg.reader.row(r)
+                    if doc["_source"] is None:
+                        doc["_source"] = row_source(doc, self.mapping.order)
                     return doc["_seq_no"], doc
         return NO_OPS, None
 

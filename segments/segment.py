@@ -64,6 +64,7 @@ from .errors import SegmentCorrupted
 from .id_index import _ArrowSeq, _bisect_all, _IdIndex, fingerprints
 from .livedocs import LiveDocs
 from .open_files import open_segment_files
+from .point_read import PointIndex, row_values
 from .segment_info import (  # the info and the writer live apart; their names stay importable from here
     _LIVE_COLUMN,
     BASE_SCHEMA,
@@ -127,6 +128,8 @@ class SegmentReader:
         self._pf: pq.ParquetFile | None = None
         self._rg_cache: dict[int, pa.Array] = {}
         self._index: _IdIndex | None = None
+        self._point: PointIndex | None = None  # built on the first point read
+        self._starts: list[int] | None = None  # each row group's first row
         self._bounds: tuple[list[str], list[str], np.ndarray] | None = None
         self._ds: ds.FileSystemDataset | None = None
 
@@ -406,6 +409,28 @@ class SegmentReader:
         where = np.searchsorted(needed, groups)
         local = r - starts[groups] + base_in_read[where]
         return t.take(pa.array(local))
+
+    def point_rows(self, doc_id: str) -> list[int]:
+        """The rows holding ``doc_id`` (0 or more), by the in-memory point index (segments/point_read.py)."""
+        index = self._point
+        if index is None:
+            index = self._point = PointIndex(self.ids())
+        return index.rows(doc_id)
+
+    def row(self, r: int) -> dict[str, Any]:
+        """Row ``r`` as ``{column: value}``, decoded from its cached row group (a point read's path)."""
+        if not 0 <= r < self.info.doc_count:
+            raise IndexError(f"row numbers must be in [0, {self.info.doc_count})")
+        starts = self._starts
+        if starts is None:
+            starts = self._starts = self._group_starts().tolist()
+        g = bisect.bisect_right(starts, r) - 1
+        pf = self._file()
+        try:
+            group = row_cache.row_groups.get((self.path, self.info.checksum, g), lambda: pf.read_row_group(g))
+        except pa.ArrowException as exc:
+            raise SegmentCorrupted(self._where, f"cannot read row group {g}: {exc}") from None
+        return row_values(group, starts, r)
 
     def get(self, doc_id: str, columns: Sequence[str] | None = None) -> pa.Table:
         """The rows holding ``doc_id`` (0 or more) — deletions not applied."""
