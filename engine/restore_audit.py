@@ -152,7 +152,26 @@ def audit(store: BlobStore, address: ShardAddress, terms: list[int]) -> Evidence
             continue
         ev.commits.append((key, md))
         ev.expected_max = max(ev.expected_max, capped(md.commit.local_checkpoint, md.primary_term, ev.trims))
+    _purged_without_commit(address, terms, ev)
     return ev
+
+
+def _purged_without_commit(address: ShardAddress, terms: list[int], ev: Evidence) -> None:
+    """Name the lost commit when none is readable yet the translog starts above seq# 0.
+
+    Only a remote commit lets the translog be purged (a new shard's first commit covers all of
+    it: engine/flush_policy.py, ``remote_purge_gate``), so the operations below were in that
+    commit, whose metadata blob is gone without a trace to read: the fault is its place.
+    """
+    if ev.commits or any("/segments/" in f for f in ev.faults):
+        return
+    firsts = [e.min_seq_no for e in ev.entries if e.num_ops]
+    if firsts and min(firsts) > 0:
+        where = ", ".join(_join(address.segments_prefix(t), "metadata/") for t in sorted(terms) or [1])
+        ev.faults.append(f"{where}: no segment commit is there, yet the translog starts at seq# {min(firsts)}; only "
+                         f"a commit lets it be purged, so that commit's metadata blob was lost")
+        if ev.expected_max < min(firsts) - 1:
+            ev.expected_max = min(firsts) - 1
 
 
 __all__ = ["Evidence", "audit"]

@@ -46,7 +46,7 @@ from shardstore.engine.errors import (
     ResyncRefused,
     StalePrimary,
 )
-from shardstore.engine.flush_policy import FlushMark, flush_needed
+from shardstore.engine.flush_policy import FALLBACK_COMMITS, FlushMark, flush_needed, remote_purge_gate
 from shardstore.engine.local_disk import local_disk
 from shardstore.engine.node_remote import NodeRemote
 from shardstore.engine.restore_check import ShardLoss
@@ -82,9 +82,6 @@ FIRST_TERM = 1
 KEEP_REMOTE_COMMITS = 10
 #: After a failover, older terms' remote commits are collected once the new term has this many.
 OWN_COMMITS_BEFORE_DROPPING_OLDER = 2
-#: the remote translog is purged only up to the oldest of this copy's last FALLBACK_COMMITS remote
-#: commits: a restore can fall back past FALLBACK_COMMITS - 1 bad commits and lose nothing
-FALLBACK_COMMITS = 2
 
 
 @dataclass(frozen=True)
@@ -682,6 +679,7 @@ class ShardCopy:
         """The flush itself (under the copy lock)."""
         self._join_upload_ahead()  # none starts while we hold the lock; GC below never races one
         checkpoint = self.local_checkpoint
+        first_of_shard = self.primary_term == FIRST_TERM and self.directory.last_commit is None
         self.translog.roll_generation()
         commit = self.directory.flush(
             local_checkpoint=checkpoint, primary_term=self.primary_term,
@@ -703,8 +701,7 @@ class ShardCopy:
                 # operation above the commit it falls back to (docs/design/engine.md, "Restore
                 # never returns less"; issue 14, case 1)
                 self._remote_checkpoints = [*self._remote_checkpoints, checkpoint][-FALLBACK_COMMITS:]
-                gate = (self._remote_checkpoints[0] if len(self._remote_checkpoints) == FALLBACK_COMMITS
-                        else NO_OPS_PERFORMED)
+                gate = remote_purge_gate(self._remote_checkpoints, first_of_shard=first_of_shard)
                 self.remote_translog.purge(gate, self.primary_term)
                 self._purge_older_terms(gate)
             self._flushes_since_gc += 1

@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 
 from shardstore.engine import Cluster
 from shardstore.engine.flush_policy import FlushMark, flush_needed
@@ -57,3 +58,42 @@ def test_a_flush_touches_only_the_shards_that_changed(tmp_path: Path) -> None:
         assert restored.count("i") == 2_010
     finally:
         restored.close()
+
+
+def test_the_remote_purge_gate_keeps_one_commit_to_fall_back_to_except_on_a_shards_first() -> None:
+    """Every short history of commit checkpoints (pure: engine/flush_policy.py, ``remote_purge_gate``)."""
+    from itertools import product
+
+    from shardstore.engine.flush_policy import FALLBACK_COMMITS, remote_purge_gate
+
+    for n in range(1, 4):
+        for recent in product(range(-1, 4), repeat=n):
+            recent = sorted(recent)
+            first = remote_purge_gate(recent, first_of_shard=True)
+            normal = remote_purge_gate(recent, first_of_shard=False)
+            assert first == recent[-1]  # the first commit covers its whole translog
+            assert normal == (recent[-FALLBACK_COMMITS] if n >= FALLBACK_COMMITS else -1)
+            assert normal <= first  # never purges more than the newest commit covers
+    with pytest.raises(ValueError):
+        remote_purge_gate([], first_of_shard=False)
+
+
+def test_a_new_shards_first_flush_leaves_no_remote_translog_behind(tmp_path) -> None:
+    """Issue 31: after the first flush the store holds the commit, not the shard a second time as translog;
+    the second flush keeps the translog above the first commit (its fallback), as before."""
+    from shardstore.engine import Cluster
+
+    remote = tmp_path / "remote"
+    cluster = Cluster(store=f"file://{remote}", data_dir=str(tmp_path / "n"), nodes=1)
+    try:
+        cluster.create_index("docs", shards=1, replicas=0)
+        assert not cluster.bulk("docs", [{"_id": str(i), "v": i} for i in range(50)]).errors
+        cluster.flush("docs")
+        translog = [p for p in remote.rglob("*") if p.is_file() and "node_translog" in p.parts and "data" in p.parts]
+        assert translog == [], translog
+        assert not cluster.bulk("docs", [{"_id": str(i), "v": i} for i in range(50, 60)]).errors
+        cluster.flush("docs")
+        kept = [p for p in remote.rglob("*") if p.is_file() and "node_translog" in p.parts and "data" in p.parts]
+        assert len(kept) == 1  # the second round's: above the first commit, the fallback of the second
+    finally:
+        cluster.close()

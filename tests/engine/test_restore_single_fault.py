@@ -196,3 +196,37 @@ def test_a_segment_file_every_commit_shares_is_named_when_it_is_lost(tmp_path: P
     text = str(info.value)
     # the 10 documents (seq# 0-9) and the two deletes the purged translog held (10-11): every commit names the file
     assert "seq# 0-11" in text and victim.rsplit("/", 1)[-1] in text, text
+
+
+@pytest.mark.parametrize(("part", "fault"), [("/segments/metadata/", _delete), ("/segments/metadata/", _flip),
+                                             ("/segments/data/", _flip), ("/segments/data/", _truncate)])
+def test_a_shards_only_commit_lost_is_refused_naming_it(tmp_path: Path, part: str, fault: Callable[[Path], None]
+                                                         ) -> None:
+    """Issue 31: a new shard's first commit covers its translog (there is no commit to fall back to, and keeping
+    it stored the shard twice: engine/flush_policy.py, ``remote_purge_gate``).  So one lost or corrupt blob of
+    that commit truly loses its operations: the restore must refuse, naming the blob and seq# 0-19, and with
+    ``accept_data_loss`` bring back the 20 documents acknowledged after it."""
+    remote = tmp_path / "remote"
+    cluster = Cluster(store=f"file://{remote}", data_dir=str(tmp_path / "nodes"), nodes=1)
+    try:
+        cluster.create_index("docs", shards=1, replicas=0)
+        assert not cluster.bulk("docs", [{"_id": str(i), "r": 0} for i in range(20)]).errors
+        cluster.flush("docs")
+        assert not cluster.bulk("docs", [{"_id": str(i), "r": 1} for i in range(20, 40)]).errors
+    finally:
+        cluster.close()
+    victim = _pick(_keys(remote), part)
+    fault(remote / victim)
+    with pytest.raises(RestoreDataLoss) as info:
+        Cluster.restore(store=f"file://{remote}", data_dir=str(tmp_path / "fresh"), nodes=1)
+    text = str(info.value)
+    # a deleted blob leaves no name to read: its place is named (the commit metadata prefix), else the blob itself
+    named = victim.rsplit("/", 1)[0] + "/" if fault is _delete else victim.rsplit("/", 1)[-1]
+    assert "seq# 0-19" in text and named in text, text
+    accepted = Cluster.restore(store=f"file://{remote}", data_dir=str(tmp_path / "accepted"), nodes=1,
+                               accept_data_loss=True)
+    try:
+        accepted.refresh("docs")
+        assert accepted.count("docs") == 20
+    finally:
+        accepted.close()
