@@ -115,6 +115,36 @@ class _Staged:
     seq_nos: tuple[int, int]  # first..last: a primary stamps contiguous seq#s
     remote: RemoteTranslog | NodeShardTranslog | None  # None: nothing to wait for (no remote translog; already counted processed)
     position: tuple[int, int]  # the local append's (generation, offset): the upload to wait for
+    refreshing: _Refreshing | None = None  # the refresh of a full buffer, started before the append
+
+
+class _Refreshing:
+    """A refresh of a full indexing buffer on a thread of its own, begun as soon as the batch is buffered.
+
+    The batch's translog frame is then encoded (the append) while the segments are written, on the
+    two cores, instead of one after the other (issue 31: the 336,776-row one go spent 70 ms encoding,
+    then 206 ms writing segments).  :meth:`ShardCopy.settle` joins it: it never outlives the write.
+    """
+
+    def __init__(self, directory: ShardDirectory, shard: int) -> None:
+        self.segments: tuple[str, ...] = ()
+        self.error: BaseException | None = None
+        self._directory = directory
+        self._thread = threading.Thread(target=self._run, name=f"refresh-{shard}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.segments = self._directory.refresh().segments
+        except BaseException as exc:  # noqa: BLE001 - handed to the joining writer (ShardCopy._await_upload)
+            self.error = exc
+
+    def join(self) -> tuple[str, ...]:
+        """The new segments once written; the refresh's error, if it failed."""
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.segments
 
 
 class ShardCopy:
@@ -333,7 +363,15 @@ class ShardCopy:
             return _Staged(seq_nos, None, (0, 0))
         self.directory.apply(stamped, prepared, id_order=order)
         remote = self.remote_translog
-        return _Staged(seq_nos, remote, remote.append(stamped))
+        refreshing = _Refreshing(self.directory, self.spec.shard) if self.directory.buffer_full else None
+        try:
+            position = remote.append(stamped)
+        except BaseException:
+            if refreshing is not None:
+                with contextlib.suppress(Exception):  # the append's error is the one raised
+                    refreshing.join()
+            raise
+        return _Staged(seq_nos, remote, position, refreshing)
 
     def settle(self, staged: _Staged) -> None:
         """Wait for a staged batch's upload, check the fence, then count it processed (its seq#s may
@@ -341,7 +379,7 @@ class ShardCopy:
         if staged.remote is None:
             return
         with self._local_disk("write"):
-            self._await_upload(staged.remote, staged.position)
+            self._await_upload(staged.remote, staged.position, staged.refreshing)
             self._check_not_fenced()
         self.tracker.mark_processed_range(*staged.seq_nos)
 
@@ -382,7 +420,8 @@ class ShardCopy:
         remote = self.remote_translog
         self._await_upload(remote, remote.append(stamped, history=history))
 
-    def _await_upload(self, remote: RemoteTranslog | NodeShardTranslog, position: tuple[int, int]) -> None:
+    def _await_upload(self, remote: RemoteTranslog | NodeShardTranslog, position: tuple[int, int],
+                      refreshing: _Refreshing | None = None) -> None:
         """Wait for the upload of what was logged before local ``position``; a full indexing buffer is refreshed
         while it is in flight.
 
@@ -396,12 +435,13 @@ class ShardCopy:
         A refresh that fails on the local disk (an ``OSError``: the copy is then failed for
         good by ``_local_disk``) is raised once the upload settled; any other refresh failure
         is logged and the write goes on as without the overlap (the documents stay buffered
-        and the next refresh writes them).
+        and the next refresh writes them).  ``refreshing``: that refresh, already begun when the
+        batch was buffered (:class:`_Refreshing`), is joined instead.
         """
-        if self.directory.buffer_full:
+        if refreshing is not None or self.directory.buffer_full:
             try:
                 with self._lock:
-                    self._upload_ahead(self.directory.refresh().segments)
+                    self._upload_ahead(refreshing.join() if refreshing is not None else self.directory.refresh().segments)
             except OSError:  # the local disk: this copy is failed (_local_disk); not acknowledged either way
                 try:
                     remote.wait_uploaded(position)

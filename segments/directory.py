@@ -200,7 +200,7 @@ class ShardDirectory:
                 self.max_seq_no = self._refreshed_seq = self.last_commit.max_seq_no
             given = mapping if isinstance(mapping, Mapping) else Mapping.from_dict(mapping or {})
             committed = Mapping.from_dict(self.last_commit.mapping) if self.last_commit else Mapping(())
-            self.mapping = committed.with_fields(dict(given.items())) if len(given) else committed
+            self.mapping = committed.with_fields({n: given[n] for n in given.order}) if len(given) else committed
             self._delete_unreferenced()
         except BaseException:
             self.close()
@@ -287,7 +287,7 @@ class ShardDirectory:
                 assert prepared.fields is not None
                 docs = buffered_docs(idx, prepared.fields)
                 if prepared.mapping is not self.mapping:
-                    self.mapping = self.mapping.with_fields(dict(prepared.mapping.items()))
+                    self.mapping = self.mapping.with_fields({n: prepared.mapping[n] for n in prepared.mapping.order})
                 self._buffer.versions.add_docs(len(self._buffer.docs), docs.column("_id"), docs.column("_seq_no"),
                                                docs.column("_primary_term"), docs.column("_version"))
                 self._buffer.docs.append(docs)

@@ -31,14 +31,16 @@ __all__ = ["PointIndex", "row_values"]
 class PointIndex:
     """``doc id -> rows`` of one segment, by the ids' Python hashes (process-local; module docstring)."""
 
-    def __init__(self, ids: pa.Array) -> None:
+    def __init__(self, ids: pa.Array | list[str]) -> None:
         if isinstance(ids, pa.ChunkedArray):
             ids = ids.combine_chunks()
-        hashes = np.fromiter((hash(s) for s in ids.to_pylist()), dtype=np.int64, count=len(ids))
+        values = ids if isinstance(ids, list) else ids.to_pylist()
+        hashes = np.fromiter((hash(s) for s in values), dtype=np.int64, count=len(values))
         order = np.argsort(hashes, kind="stable")
         self._hashes = hashes[order]
         self._rows = order.astype(np.int64)
         self._ids = ids  # the candidates' ids (Arrow: compact), compared to rule out a collision
+        self._is_list = isinstance(ids, list)
 
     def rows(self, doc_id: str) -> list[int]:
         """The rows holding ``doc_id`` (0 or more, ascending), deletions not applied."""
@@ -48,7 +50,7 @@ class PointIndex:
         out = []
         while i < len(hashes) and hashes[i] == h:
             r = int(self._rows[i])
-            if self._ids[r].as_py() == doc_id:
+            if (self._ids[r] if self._is_list else self._ids[r].as_py()) == doc_id:
                 out.append(r)
             i += 1
         return sorted(out)

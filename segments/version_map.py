@@ -10,16 +10,24 @@ Why a dict and not a columnar match: the map is updated once per applied batch (
 ``to_pylist`` per column and a loop in C-level dict calls), while a lookup over the buffered
 Arrow tables concatenated them on every write, a cost growing with every bulk since the last
 refresh (issue 30: 0.33 ms of the ~1 ms a primary spent per shard of a 100-shard bulk).
+
+A batch of at least :data:`RUN_ROWS` operations is not put in the dict: it is kept as a
+*run* (its columns, as given), looked up through a hash index built on the first lookup
+that reaches it (:class:`~shardstore.segments.point_read.PointIndex`).  The 336,776-row one
+go spent 0.26 s of its ~0.45 s entering tuples in the dict (issue 31), for a map its flush
+then drops without a lookup.  A lookup takes the highest seq# among the dict and the runs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from itertools import repeat
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
+
+from shardstore.segments.point_read import PointIndex
 
 
 class BufferedOp(NamedTuple):
@@ -39,32 +47,75 @@ VERSIONS_SCHEMA = pa.schema([pa.field("_seq_no", pa.int64()), pa.field("_primary
 _ABSENT = (None, None, None)
 
 
+#: A batch this large is kept as a run, not entered in the dict (module docstring).
+RUN_ROWS = 16_384
+
+
+class _Run:
+    """One large batch of buffered operations, kept columnar; its hash index is built on its first lookup."""
+
+    __slots__ = ("entry", "ids", "index", "seqs", "terms", "versions")
+
+    def __init__(self, ids: pa.Array | list[str], seqs: np.ndarray, terms: Any, versions: Any, entry: int) -> None:
+        self.ids, self.seqs, self.terms, self.versions, self.entry = ids, seqs, terms, versions, entry
+        self.index: PointIndex | None = None
+
+    def find(self, doc_id: str) -> tuple | None:
+        """The fields of the run's highest-seq# operation on ``doc_id``, or None."""
+        index = self.index
+        if index is None:
+            index = self.index = PointIndex(self.ids)
+        rows = index.rows(doc_id)
+        if not rows:
+            return None
+        row = max(rows, key=lambda r: self.seqs[r])
+        term = self.terms if not isinstance(self.terms, np.ndarray) else int(self.terms[row])
+        version = None if self.versions is None else int(self.versions[row])
+        return (int(self.seqs[row]), term, version, self.entry, row)
+
+
 class VersionMap:
     """id -> :class:`BufferedOp` of the highest seq# buffered for it (one per shard buffer)."""
 
     def __init__(self) -> None:
         self._ops: dict[str, tuple] = {}  # id -> the fields of a BufferedOp (plain tuples: cheaper to build)
+        self._runs: list[_Run] = []  # large batches, kept columnar (module docstring)
         #: no operation taken in has a lower seq# (it may have been replaced since: a lower bound)
         self.min_seq_no = 2**63 - 1
         self.max_seq_no = -(2**63)
 
     def __len__(self) -> int:
-        return len(self._ops)
+        """Entries: ids of the dict plus rows of the runs (an id in two of them counts twice)."""
+        return len(self._ops) + sum(len(r.seqs) for r in self._runs)
 
     def add_docs(self, entry: int, ids: pa.Array, seq_nos: pa.Array, terms: pa.Array, versions: pa.Array) -> None:
         """Take in a buffered table of index operations (``entry``: its index in the buffer's docs)."""
+        if len(ids) >= RUN_ROWS:
+            self._add_run(ids, _numpy(seq_nos), _numpy(terms), _numpy(versions), entry)
+            return
         self._add(ids, seq_nos, terms.to_pylist(), versions.to_pylist(), entry)
+
+    def _add_run(self, ids: pa.Array | list[str], seqs: np.ndarray, terms: Any, versions: Any, entry: int) -> None:
+        self._runs.append(_Run(ids, seqs, terms, versions, entry))
+        self.min_seq_no = min(self.min_seq_no, int(seqs.min()))
+        self.max_seq_no = max(self.max_seq_no, int(seqs.max()))
 
     def add_run(self, entry: int, ids: list[str], first_seq_no: int, primary_term: int, versions: list[int]) -> None:
         """Take in a primary's run of index operations: ``ids`` with the seq#s ``first_seq_no``.. in order, one term
         (the columnar staging of a node's parts, engine/staging.py: no Arrow column read back)."""
         n = len(ids)
-        if n:
+        if n >= RUN_ROWS:
+            self._add_run(ids, np.arange(first_seq_no, first_seq_no + n, dtype=np.int64), primary_term,
+                          np.asarray(versions, dtype=np.int64), entry)
+        elif n:
             rows = zip(range(first_seq_no, first_seq_no + n), repeat(primary_term), versions, repeat(entry), range(n))
             self._take(ids, rows, first_seq_no, first_seq_no + n - 1, ascending=True)
 
     def add_deletes(self, ids: pa.Array, seq_nos: pa.Array) -> None:
         """Take in buffered delete operations."""
+        if len(ids) >= RUN_ROWS:
+            self._add_run(ids, _numpy(seq_nos), None, None, -1)
+            return
         self._add(ids, seq_nos, repeat(None), repeat(None), -1)
 
     def _add(self, ids: pa.Array, seq_nos: pa.Array, terms: Iterable, versions: Iterable, entry: int) -> None:
@@ -92,15 +143,27 @@ class VersionMap:
         self.min_seq_no = min(self.min_seq_no, low)
         self.max_seq_no = max(self.max_seq_no, high)
 
+    def _find(self, doc_id: str) -> tuple | None:
+        """The fields of the highest-seq# buffered operation on ``doc_id`` among the dict and the runs."""
+        op = self._ops.get(doc_id)
+        for run in self._runs:
+            found = run.find(doc_id)
+            if found is not None and (op is None or found[0] > op[0]):
+                op = found
+        return op
+
+    def _getter(self) -> Any:
+        return self._find if self._runs else self._ops.get
+
     def get(self, doc_id: str) -> BufferedOp | None:
         """The newest buffered operation on ``doc_id``, or None."""
-        op = self._ops.get(doc_id)
+        op = self._getter()(doc_id)
         return None if op is None else BufferedOp(*op)
 
     def lookup(self, ids: list) -> pa.Table:
         """Per id (order kept): seq#, term, version of its newest buffered index operation (nulls: none
         buffered, or a delete is newest), as :data:`VERSIONS_SCHEMA`."""
-        get = self._ops.get
+        get = self._getter()
         rows = [_live(get(i)) for i in ids]
         cols = list(zip(*rows)) if rows else [(), (), ()]
         return pa.table([pa.array(c, pa.int64()) for c in cols], schema=VERSIONS_SCHEMA)
@@ -108,14 +171,14 @@ class VersionMap:
     def versions(self, ids: list) -> list[int]:
         """Per id (order kept): the version of its newest buffered index operation, 0 when there is none or a
         delete is newest (what the next version counts from)."""
-        get = self._ops.get
+        get = self._getter()
         return [(op[2] or 0) if (op := get(i)) is not None else 0 for i in ids]
 
     def candidates(self, uniq: list) -> tuple[list[int], list[int], list[int | None], list[int | None], list[bool]]:
         """For the columnar merge with segment copies: (query position, seq#, term, version, deleted) per id
         of ``uniq`` that has a buffered operation."""
         q, seq, term, version, deleted = [], [], [], [], []
-        get = self._ops.get
+        get = self._getter()
         for pos, doc_id in enumerate(uniq):
             op = get(doc_id)
             if op is None:
@@ -128,10 +191,16 @@ class VersionMap:
         return q, seq, term, version, deleted
 
 
+def _numpy(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """An int64 column without nulls as numpy (zero copy when it can)."""
+    return np.asarray(arr.to_numpy() if isinstance(arr, pa.ChunkedArray) else arr.to_numpy(zero_copy_only=False),
+                      dtype=np.int64)
+
+
 def _live(op: tuple | None) -> tuple[int | None, int | None, int | None]:
     if op is None or op[2] is None:
         return _ABSENT
     return op[:3]
 
 
-__all__ = ["VERSIONS_SCHEMA", "BufferedOp", "VersionMap"]
+__all__ = ["RUN_ROWS", "VERSIONS_SCHEMA", "BufferedOp", "VersionMap"]

@@ -181,7 +181,7 @@ def claim_shard(store: BlobStore, address: ShardAddress, state_term: int, job: s
         base_seq = max(base_seq, base.commit.max_seq_no)
     merged = Mapping.from_dict(mapping)
     if base is not None:
-        merged = Mapping.from_dict(base.commit.mapping).with_fields(dict(merged.items()))
+        merged = Mapping.from_dict(base.commit.mapping).with_fields({n: merged[n] for n in merged.order})
     return ShardPlan(address.shard, address, term, base_seq, base, merged.to_dict())
 
 
@@ -384,7 +384,8 @@ class ShardstoreArrowWriter(DataSourceArrowWriter):
         files: dict[str, RemoteFile] = dict(base.files) if base else {}
         mapping = Mapping.from_dict(plan.mapping)
         for p in parts:
-            theirs = dict(Mapping.from_dict(p.mapping).items())
+            task_mapping = Mapping.from_dict(p.mapping)
+            theirs = {n: task_mapping[n] for n in task_mapping.order}  # in the order the task saw them
             clash = {f: (t, theirs[f]) for f, t in mapping.items() if f in theirs and theirs[f] != t}
             if clash:
                 raise InvalidError(f"shard {plan.shard}: tasks mapped new fields differently {clash}; map the "

@@ -103,12 +103,23 @@ def test_current_versions_on_a_replica_applying_out_of_order(history: list[tuple
             assert (doc is None) == (w["_seq_no"] is None), doc_id
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(st.lists(st.lists(st.tuples(st.sampled_from(IDS), st.integers(0, 40), st.booleans()), min_size=1, max_size=6),
-                min_size=1, max_size=6))
-def test_version_map_keeps_each_ids_highest_seq_no(batches: list[list[tuple[str, int, bool]]]) -> None:
-    """Batches in any seq# order (a primary's ascending ones take the dict-update path, others the loop):
-    per id the operation with the highest seq# is kept, a delete included, and its row is the right one."""
+                min_size=1, max_size=6), st.sampled_from([1, 3, 10**9]))
+def test_version_map_keeps_each_ids_highest_seq_no(batches: list[list[tuple[str, int, bool]]], run_rows: int) -> None:
+    """Batches in any seq# order (a primary's ascending ones take the dict-update path, others the loop,
+    large ones -- ``run_rows`` -- are kept as runs, issue 31): per id the operation with the highest seq# is
+    kept, a delete included, and its row is the right one."""
+    from shardstore.segments import version_map
+
+    saved, version_map.RUN_ROWS = version_map.RUN_ROWS, run_rows
+    try:
+        _check_version_map(batches)
+    finally:
+        version_map.RUN_ROWS = saved
+
+
+def _check_version_map(batches: list[list[tuple[str, int, bool]]]) -> None:
     from shardstore.segments.version_map import VersionMap
 
     vm, oracle = VersionMap(), {}
@@ -132,3 +143,7 @@ def test_version_map_keeps_each_ids_highest_seq_no(batches: list[list[tuple[str,
     assert vm.lookup(IDS).to_pylist() == [
         dict(zip(("_seq_no", "_primary_term", "_version"), oracle[i][:3] if i in oracle and oracle[i][2] else (None,) * 3))
         for i in IDS]
+    assert vm.versions(IDS) == [(oracle[i][2] or 0) if i in oracle else 0 for i in IDS]
+    q, seq, _term, _version, deleted = vm.candidates(IDS)
+    assert [IDS[p] for p in q] == [i for i in IDS if i in oracle]
+    assert seq == [oracle[IDS[p]][0] for p in q] and deleted == [oracle[IDS[p]][2] is None for p in q]
