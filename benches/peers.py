@@ -37,7 +37,10 @@ peer / shardstore).
    (shardstore: bulk + flush; deltalake: one write), every row's ``_id`` and 19 flight fields read
    back as one Arrow table, ``cluster.scan(index, columns=...)`` against
    ``DeltaTable(uri).to_pyarrow_table(columns=...)`` (opening the table included); one warm read
-   each, then 5 reps (quick 3), the systems in turn.
+   each, then 5 reps (quick 3), the systems in turn.  shardstore takes the row groups its
+   process-wide row cache holds decoded (warmed after the flush, as point reads find them;
+   ``segments/row_cache.py``); ``scan_cold_s`` / ``scan_cold_ratio`` time the same scan with the
+   cache bypassed, every row group decoded from its Parquet file (informational: no target).
 4. **Requests and bytes** (``requests_per_bulk``, ``requests_per_1k_docs``, ``requests_per_get``,
    ``bytes_per_1k_docs``, ``bytes_ratio``): shardstore's are ``cluster.store.metrics()`` deltas over the timed work
    (``puts_per_bulk`` carries the issue's target, <= 2).  The peers' are counted on moto only, in
@@ -702,13 +705,25 @@ def _scans(ctx: Context, env: _Env, kind: str, inp: _Inputs, reps: int, peers: l
             got = read()
             if got.num_rows != n:
                 raise RuntimeError(f"{name}: a scan returned {got.num_rows:,} rows, not {n:,}")
+        from shardstore.segments import row_cache
+
+        cold: dict[str, list[float]] = {s: [] for s in OURS}
         for rep in range(reps):
             for name, read in readers.items():
                 t0 = time.perf_counter()
                 read()
                 secs[name].append(time.perf_counter() - t0)
+                if name in OURS:  # the same read with no decoded row group to take (row_cache bypassed)
+                    saved, row_cache.row_groups = row_cache.row_groups, row_cache.RowGroupCache(0)
+                    try:
+                        t0 = time.perf_counter()
+                        read()
+                        cold[name].append(time.perf_counter() - t0)
+                    finally:
+                        row_cache.row_groups = saved
             ctx.progress(f"scan {kind} rep {rep + 1}/{reps}: "
-                         + ", ".join(f"{k} {v[-1] * 1000:.1f} ms" for k, v in secs.items()))
+                         + ", ".join(f"{k} {v[-1] * 1000:.1f} ms" for k, v in secs.items())
+                         + "; from the files: " + ", ".join(f"{k} {v[-1] * 1000:.1f} ms" for k, v in cold.items()))
     finally:
         run_cleanups([s.close for s in opened], "[peers] scan cleanup")
     common = {"store": kind, "docs": n, "columns": len(cols), "reps": reps}
@@ -717,12 +732,19 @@ def _scans(ctx: Context, env: _Env, kind: str, inp: _Inputs, reps: int, peers: l
     for name in systems:
         yield ctx.figure("scan_s", statistics.median(secs[name]), "s", **common, impl=name, how=how[name],
                          rounds=_rounds(secs[name]))
+    for name in OURS:
+        yield ctx.figure("scan_cold_s", statistics.median(cold[name]), "s", **common, impl=name,
+                         how="the same scan with the row cache bypassed: every row group decoded from its file",
+                         rounds=_rounds(cold[name]))
     if "deltalake" in secs:
         for ours in OURS:
             per_rep = [b / a for a, b in zip(secs[ours], secs["deltalake"])]
             r = statistics.median(per_rep)
             yield ctx.figure("scan_ratio", r, "ratio", target=f">= {SCAN_RATIO_TARGET:g}", met=r >= SCAN_RATIO_TARGET,
                              **common, impl=f"{ours}/deltalake", rounds=_rounds(per_rep))
+            per_rep = [b / a for a, b in zip(cold[ours], secs["deltalake"])]
+            yield ctx.figure("scan_cold_ratio", statistics.median(per_rep), "ratio", **common,
+                             impl=f"{ours}/deltalake", rounds=_rounds(per_rep))
 
 
 # -- 4. requests through a counting proxy (moto) ----------------------------------------------------

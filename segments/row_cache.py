@@ -82,6 +82,11 @@ class RowGroupCache:
         self.hits = 0
         self.misses = 0
 
+    def peek(self, key: Key) -> pa.Table | None:
+        """The cached table for ``key`` or None, without loading it or changing the LRU order (a scan's look)."""
+        with self._lock:
+            return self._items.get(key)
+
     def get(self, key: Key, load: Callable[[], pa.Table]) -> pa.Table:
         """The cached table for ``key``, or ``load()`` (cached if it fits the budget)."""
         with self._lock:

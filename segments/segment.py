@@ -536,11 +536,17 @@ class SegmentReader:
             rg = md.row_group(g)
             return sum(rg.column(i).total_uncompressed_size for i in idx) if idx else rg.total_byte_size
 
+        key = (self.path, self.info.checksum)
+
         def task(run: list[int]) -> pa.Table:
-            try:
-                t = pf.read_row_groups(run, columns=read_cols, use_threads=True)
-            except pa.ArrowException as exc:
-                raise SegmentCorrupted(where, f"cannot read row groups {run}: {exc}") from None
+            cached = [row_cache.row_groups.peek((*key, g)) for g in run]  # decoded already (warmed, point reads)
+            if all(c is not None for c in cached):
+                t = pa.concat_tables([c.select(read_cols) for c in cached])
+            else:
+                try:
+                    t = pf.read_row_groups(run, columns=read_cols, use_threads=True)
+                except pa.ArrowException as exc:
+                    raise SegmentCorrupted(where, f"cannot read row groups {run}: {exc}") from None
             m = None
             if mask is not None:
                 m = pa.concat_arrays([mask.slice(int(starts[x]), int(starts[x + 1] - starts[x])) for x in run])

@@ -212,3 +212,40 @@ def test_the_warmer_waits_for_a_quiet_moment_after_writes(tmp_path: Path, warm: 
         time.sleep(0.15)
         assert warm.warmed_groups == 0
         _assert_all_warmed(warm, d)
+
+
+def test_a_scan_takes_row_groups_the_cache_holds_and_gives_the_same_rows(tmp_path: Path,
+                                                                         cache: row_cache.RowGroupCache,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 31: a run of row groups decoded already (warmed, or by point reads) is not decoded again by a scan;
+    the rows, the live mask and the filter come out the same."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from shardstore.segments.livedocs import LiveDocs
+    from shardstore.segments.segment import scan_segments
+
+    t, _ = _segment_table(_docs(3000), seq_start=0, term=1)
+    path = str(tmp_path / "s.parquet")
+    info = write_segment(path, t, name="s", row_group_size=256)
+    reader = SegmentReader(path, info)
+    live = LiveDocs.all_live(info.doc_count).delete(pa.array([3, 700, 2999], pa.int64()))
+    cols = ["_id", "_seq_no"]
+    flt = pc.field("_seq_no") > 1000
+
+    def scans() -> list[pa.Table]:
+        return [pa.Table.from_batches(list(scan_segments([(reader, lv)], columns=cols, filter=f)), schema=None)
+                for lv, f in ((None, None), (live, None), (live, flt))]
+
+    cold = scans()
+    reads = []
+    real = reader._file().read_row_groups
+    monkeypatch.setattr(type(reader._file()), "read_row_groups",
+                        lambda self, *a, **k: reads.append(a) or real(*a, **k), raising=True)
+    for g in range(info.row_groups):  # decoded as point reads decode them
+        cache.get((reader.path, info.checksum, g), lambda g=g: reader._file().read_row_group(g))
+    reads.clear()
+    warm = scans()
+    assert reads == []  # nothing read from the file
+    assert [w.equals(c) for w, c in zip(warm, cold)] == [True, True, True]
+    assert [w.num_rows for w in warm][:2] == [3000, 2997] and 0 < warm[2].num_rows < 2997
