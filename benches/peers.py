@@ -836,15 +836,19 @@ def _summary(ctx: Context, figures: list[Figure]) -> None:
             lines.append(f"| durable bulks of 1,000, {kind}, {label} source | {fmt(ss, 'docs/s')} | "
                          + ("; ".join(f"{p} {fmt(f, 'docs/s')}" for p, f, _ in peers if f) or "-") + " | "
                          + ("; ".join(f"{fmt(r)}" for _, f, r in peers if f) or "-") + " |")
-    for kind in ("file", "s3"):
-        for ours, label in OURS.items():
-            ss = val("one_go_docs_per_s", store=kind, impl=ours)
-            if ss is None:
-                continue
-            dl = val("one_go_docs_per_s", store=kind, impl="deltalake")
-            lines.append(f"| {ss.params['docs']:,} rows in one go, {kind}, {label} source | {fmt(ss, 'docs/s')} | "
-                         f"{'deltalake ' + fmt(dl, 'docs/s') if dl else '-'} | "
-                         f"{fmt(val('one_go_ratio', store=kind, impl=f'{ours}/deltalake'))} |")
+    def against_deltalake(name: str, ratio: str, work: Callable[[Figure], str], show: Callable[[Figure], str]) -> None:
+        for kind in ("file", "s3"):
+            for ours, label in OURS.items():
+                ss = val(name, store=kind, impl=ours)
+                if ss is None:
+                    continue
+                dl = val(name, store=kind, impl="deltalake")
+                lines.append(f"| {work(ss)}, {kind}, {label} source | {show(ss)} | "
+                             f"{'deltalake ' + show(dl) if dl else '-'} | "
+                             f"{fmt(val(ratio, store=kind, impl=f'{ours}/deltalake'))} |")
+
+    against_deltalake("one_go_docs_per_s", "one_go_ratio", lambda f: f"{f.params['docs']:,} rows in one go",
+                      lambda f: fmt(f, "docs/s"))
     for kind in ("file", "s3"):
         for q in ("p50", "p99"):
             ss = val(f"get_{q}_ms", store=kind, impl="shardstore")
@@ -855,15 +859,8 @@ def _summary(ctx: Context, figures: list[Figure]) -> None:
             lines.append(f"| get by id {q}, {kind} | {fmt(ss, 'ms')} | "
                          + ("; ".join(f"{p} {fmt(f, 'ms')}" for p, f, _ in ps if f) or "-") + " | "
                          + ("; ".join(fmt(r) for _, f, r in ps if f) or "-") + " |")
-    for kind in ("file", "s3"):
-        for ours, label in OURS.items():
-            ss = val("scan_s", store=kind, impl=ours)
-            if ss is None:
-                continue
-            dl = val("scan_s", store=kind, impl="deltalake")
-            lines.append(f"| scan of {ss.params['columns']} typed columns, {kind}, {label} source | {ss.value:.3f} s | "
-                         f"{f'deltalake {dl.value:.3f} s' if dl else '-'} | "
-                         f"{fmt(val('scan_ratio', store=kind, impl=f'{ours}/deltalake'))} |")
+    against_deltalake("scan_s", "scan_ratio", lambda f: f"scan of {f.params['columns']} typed columns",
+                      lambda f: f"{f.value:.3f} s")
     for phase in ("one_go", "bulks"):
         for ours, label in OURS.items():
             ss = val("bytes_per_1k_docs", impl=ours, phase=phase)

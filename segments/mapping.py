@@ -353,7 +353,8 @@ def _flatten(prefix: str, arr: pa.Array | pa.ChunkedArray, out: list[tuple[str, 
         out.append((prefix[:-1], arr))
 
 
-def _kind_of_arrow(t: pa.DataType) -> str:
+def json_kind_of(t: pa.DataType) -> str:
+    """The JSON kind an Arrow column type's values write as (``long``, ``double``, ``keyword``...), or the type's name."""
     if pa.types.is_integer(t):
         return "long"
     if pa.types.is_floating(t):
@@ -435,7 +436,7 @@ def _parse_fast(ids: pa.Array, sources: pa.Array, mapping: Mapping, dynamic: boo
                 continue
             i = _first_valid(col) if col.null_count < len(col) else 0
             raise InvalidDocument(i, ids[i].as_py(), f"field name {name!r} is empty or a metadata field")
-        kind = _kind_of_arrow(col.type)
+        kind = json_kind_of(col.type)
         mapped = mapping.get(name)
         if kind == "null":
             continue
@@ -505,7 +506,7 @@ def _parse_fast(ids: pa.Array, sources: pa.Array, mapping: Mapping, dynamic: boo
             out.append(pa.chunked_array([pa.nulls(n, want)], want))
             continue
         if col.type != want:
-            found = _kind_of_arrow(col.type)
+            found = json_kind_of(col.type)
             ok = (found == "long" and ftype in (FieldType.LONG, FieldType.INTEGER, FieldType.DOUBLE)) or (
                 found == "double" and ftype is FieldType.DOUBLE) or (
                 found == "keyword" and ftype in (FieldType.KEYWORD, FieldType.TEXT)) or (found == "date" and ftype is FieldType.DATE)

@@ -33,33 +33,21 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from shardstore.segments.mapping import FieldType, Mapping
+from shardstore.segments.mapping import FieldType, Mapping, json_kind_of
 from shardstore.segments.synthetic import synthesize_sources
 
 __all__ = ["kept_sources", "table_rebuilds_exactly"]
 
-#: Mapped types whose JSON text equals the text of the column kinds that feed them (a long column
-#: into a double field does not: ``5`` is rebuilt ``5.0``).
+#: Mapped types whose JSON text equals the text of the column kinds (``mapping.json_kind_of``) that
+#: feed them (a long column into a double field does not: ``5`` is rebuilt ``5.0``).
 _SAME_TEXT = {
-    FieldType.LONG: ("int",), FieldType.INTEGER: ("int",), FieldType.DOUBLE: ("float",),
-    FieldType.KEYWORD: ("str",), FieldType.TEXT: ("str",), FieldType.BOOLEAN: ("bool",), FieldType.DATE: ("ts",),
+    FieldType.LONG: "long", FieldType.INTEGER: "long", FieldType.DOUBLE: "double", FieldType.KEYWORD: "keyword",
+    FieldType.TEXT: "keyword", FieldType.BOOLEAN: "boolean", FieldType.DATE: "date",
 }
 
 
-def _kind(t: pa.DataType) -> str | None:
-    if pa.types.is_dictionary(t):
-        t = t.value_type
-    if pa.types.is_boolean(t):
-        return "bool"
-    if pa.types.is_integer(t):
-        return "int"
-    if pa.types.is_floating(t):
-        return "float"
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return "str"
-    if pa.types.is_timestamp(t):
-        return "ts"
-    return None
+def _kind(t: pa.DataType) -> str:
+    return json_kind_of(t.value_type if pa.types.is_dictionary(t) else t)
 
 
 def table_rebuilds_exactly(table: pa.Table, mapping: Mapping) -> bool:
@@ -76,7 +64,7 @@ def table_rebuilds_exactly(table: pa.Table, mapping: Mapping) -> bool:
             continue  # no value in any row: absent from both
         ftype = mapping.get(f.name)
         kind = _kind(f.type)
-        if ftype is None or kind is None or kind not in _SAME_TEXT.get(ftype, ()):
+        if ftype is None or kind != _SAME_TEXT.get(ftype):
             return False
         if rank[f.name] <= last:
             return False  # the rebuild would write the members in another order
