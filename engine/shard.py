@@ -51,6 +51,7 @@ from shardstore.engine.local_disk import local_disk
 from shardstore.engine.node_remote import NodeRemote
 from shardstore.engine.restore_check import ShardLoss
 from shardstore.engine.seq_ranges import gaps, split_by_term
+from shardstore.engine.staged_write import Refreshing, Staged
 from shardstore.engine.staging import with_versions
 from shardstore.engine.store_recovery import read_from_store
 from shardstore.errors import LocalDiskError, TooManyOpenFiles, is_too_many_open_files
@@ -106,45 +107,6 @@ class ShardSpec:
         """Where the shard's blobs live."""
         return ShardAddress(self.cluster_uuid, self.index_uuid, self.shard, self.strategy)
 
-
-
-@dataclass(frozen=True)
-class _Staged:
-    """A primary's batch applied and logged locally whose upload is in flight (:meth:`ShardCopy.primary_apply`)."""
-
-    seq_nos: tuple[int, int]  # first..last: a primary stamps contiguous seq#s
-    remote: RemoteTranslog | NodeShardTranslog | None  # None: nothing to wait for (no remote translog; already counted processed)
-    position: tuple[int, int]  # the local append's (generation, offset): the upload to wait for
-    refreshing: _Refreshing | None = None  # the refresh of a full buffer, started before the append
-
-
-class _Refreshing:
-    """A refresh of a full indexing buffer on a thread of its own, begun as soon as the batch is buffered.
-
-    The batch's translog frame is then encoded (the append) while the segments are written, on the
-    two cores, instead of one after the other (issue 31: the 336,776-row one go spent 70 ms encoding,
-    then 206 ms writing segments).  :meth:`ShardCopy.settle` joins it: it never outlives the write.
-    """
-
-    def __init__(self, directory: ShardDirectory, shard: int) -> None:
-        self.segments: tuple[str, ...] = ()
-        self.error: BaseException | None = None
-        self._directory = directory
-        self._thread = threading.Thread(target=self._run, name=f"refresh-{shard}", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            self.segments = self._directory.refresh().segments
-        except BaseException as exc:  # noqa: BLE001 - handed to the joining writer (ShardCopy._await_upload)
-            self.error = exc
-
-    def join(self) -> tuple[str, ...]:
-        """The new segments once written; the refresh's error, if it failed."""
-        self._thread.join()
-        if self.error is not None:
-            raise self.error
-        return self.segments
 
 
 class ShardCopy:
@@ -300,7 +262,7 @@ class ShardCopy:
 
     def primary_stage(self, ops: pa.RecordBatch, *, expect: Expectation | None = None,
                       mapping: Mapping | None = None, fields: pa.Table | None = None
-                      ) -> tuple[pa.RecordBatch, _Staged]:
+                      ) -> tuple[pa.RecordBatch, Staged]:
         """Stamp, apply and log a bulk locally and start its upload, without waiting for it; (stamped, pending).
 
         Nothing is acknowledged before :meth:`settle` of ``pending`` returned.  A node staging the
@@ -334,14 +296,14 @@ class ShardCopy:
             yield
 
     def stage_run(self, stamped: pa.RecordBatch, summary: Summary, docs: pa.Table, ids: list[str],
-                  versions: list[int], nbytes: int) -> _Staged:
+                  versions: list[int], nbytes: int) -> Staged:
         """Buffer and log a part the columnar pass stamped (under :meth:`staging`) and start its upload."""
         assert summary.seq_no is not None and isinstance(self.remote_translog, NodeShardTranslog)
         with self._local_disk("write"):
             self.directory.apply_run(docs, ids, summary.seq_no[0], self.primary_term, versions, nbytes)
-            return _Staged(summary.seq_no, self.remote_translog, self.remote_translog.append(stamped, summary=summary))
+            return Staged(summary.seq_no, self.remote_translog, self.remote_translog.append(stamped, summary=summary))
 
-    def replicate_staged(self, stamped: pa.RecordBatch, pending: _Staged,
+    def replicate_staged(self, stamped: pa.RecordBatch, pending: Staged,
                          replicate: Callable[[pa.RecordBatch], object]) -> None:
         """Run ``replicate(stamped)`` while the staged upload is in flight, holding no lock of this copy
         (docs/design/engine.md, "Replication overlaps the upload"); on its failure the upload is still
@@ -356,14 +318,14 @@ class ShardCopy:
             raise
 
     def _stage_stamped(self, stamped: pa.RecordBatch, prepared: Prepared | None,
-                       order: pa.Array | None, seq_nos: tuple[int, int]) -> _Staged:
+                       order: pa.Array | None, seq_nos: tuple[int, int]) -> Staged:
         """Apply and log ``stamped`` locally and start its upload, without waiting for it (under the lock)."""
         if stamped.num_rows == 0 or self.remote_translog is None:  # nothing to wait for: the usual apply
             self._apply_stamped(stamped, prepared=prepared, order=order)
-            return _Staged(seq_nos, None, (0, 0))
+            return Staged(seq_nos, None, (0, 0))
         self.directory.apply(stamped, prepared, id_order=order)
         remote = self.remote_translog
-        refreshing = _Refreshing(self.directory, self.spec.shard) if self.directory.buffer_full else None
+        refreshing = Refreshing(self.directory, self.spec.shard) if self.directory.buffer_full else None
         try:
             position = remote.append(stamped)
         except BaseException:
@@ -371,9 +333,9 @@ class ShardCopy:
                 with contextlib.suppress(Exception):  # the append's error is the one raised
                     refreshing.join()
             raise
-        return _Staged(seq_nos, remote, position, refreshing)
+        return Staged(seq_nos, remote, position, refreshing)
 
-    def settle(self, staged: _Staged) -> None:
+    def settle(self, staged: Staged) -> None:
         """Wait for a staged batch's upload, check the fence, then count it processed (its seq#s may
         advance the local checkpoint, and so the global one, only once the store holds them)."""
         if staged.remote is None:
@@ -421,7 +383,7 @@ class ShardCopy:
         self._await_upload(remote, remote.append(stamped, history=history))
 
     def _await_upload(self, remote: RemoteTranslog | NodeShardTranslog, position: tuple[int, int],
-                      refreshing: _Refreshing | None = None) -> None:
+                      refreshing: Refreshing | None = None) -> None:
         """Wait for the upload of what was logged before local ``position``; a full indexing buffer is refreshed
         while it is in flight.
 
@@ -436,7 +398,7 @@ class ShardCopy:
         good by ``_local_disk``) is raised once the upload settled; any other refresh failure
         is logged and the write goes on as without the overlap (the documents stay buffered
         and the next refresh writes them).  ``refreshing``: that refresh, already begun when the
-        batch was buffered (:class:`_Refreshing`), is joined instead.
+        batch was buffered (:class:`Refreshing`), is joined instead.
         """
         if refreshing is not None or self.directory.buffer_full:
             try:

@@ -609,8 +609,11 @@ class ShardDirectory:
             return None if hit[1] is None else self._doc(hit[1].slice(hit[2], 1))
 
     def _doc(self, rows: pa.Table) -> dict[str, Any]:
-        """One row as a dict, a null ``_source`` rebuilt from its fields (one row: in Python, not columnar)."""
-        doc = rows.to_pylist()[0]
+        """One row as a dict, a null ``_source`` rebuilt from its fields."""
+        return self._with_source(rows.to_pylist()[0])
+
+    def _with_source(self, doc: dict[str, Any]) -> dict[str, Any]:
+        """``doc`` (one row as a dict) with a null ``_source`` rebuilt from its fields (one row: in Python)."""
         if doc.get("_source") is None:
             doc["_source"] = row_source(doc, self.mapping.order)
         return doc
@@ -623,9 +626,7 @@ class ShardDirectory:
                 continue
             for r in seg.reader.point_rows(doc_id):  # the in-memory id map (segments/point_read.py)
                 if seg.live.is_live(r):
-                    doc = seg.reader.row(r)
-                    if doc["_source"] is None:
-                        doc["_source"] = row_source(doc, self.mapping.order)
+                    doc = self._with_source(seg.reader.row(r))
                     return doc["_seq_no"], doc
         return NO_OPS, None
 
