@@ -65,13 +65,15 @@ class Planner:
             spark = self._session(jsession)
             if not use_fast_path(spark.sparkContext.master, opts):
                 return None
-            from shardstore.spark.fast_path import read_options
+            from shardstore.spark.fast_path import read_options, wants_source
 
             schema = None
             if user_schema_json:
                 from pyspark.sql.types import StructType
 
                 schema = StructType.fromJson(json.loads(user_schema_json))
+            if wants_source(opts, schema):
+                return None  # the Arrow source rebuilds a null _source on the executors (fast_path.read_options)
             # store, index (or a load(path) store) and every other option: checked as the source checks them
             return read_options(spark, opts, schema)._jdf
         except Exception as exc:

@@ -32,17 +32,13 @@ import pyarrow as pa
 from shardstore.segments.read_plan import DEFAULT_CACHE_DIR, WHOLE_SEGMENTS
 from shardstore.segments.segment import conform
 from shardstore.spark.reader import (
-    EmptyPartition,
     ReadPlan,
-    SegmentPartition,
     _flag,
     check_columns,
     full_arrow_schema,
     lower_options,
     parse_sources_table,
     plan_read,
-    read_translog,
-    segment_partitions,
     to_struct_type,
 )
 
@@ -79,15 +75,45 @@ def read_index(spark: Any, store: str, index: str, schema: Any = None, **options
     return read_options(spark, {**options, "store": store, "index": index}, schema)
 
 
+def wants_source(options: dict[str, Any], schema: Any = None) -> bool:
+    """Whether a read asks for ``_source`` (``includeSource``, or a user schema naming it)."""
+    if schema is not None:
+        from pyspark.sql.types import StructType
+
+        return "_source" in (StructType.fromDDL(schema) if isinstance(schema, str) else schema).fieldNames()
+    return _flag(lower_options(options), "includesource")
+
+
 def read_options(spark: Any, options: dict[str, Any], schema: Any = None) -> Any:
-    """:func:`read_index` with every option, ``store`` and ``index`` included, in one dict (as the source gets them)."""
+    """:func:`read_index` with every option, ``store`` and ``index`` included, in one dict (as the source gets them).
+
+    A read that asks for ``_source`` goes through the Arrow data source instead: a null
+    ``_source`` (a row its fields rebuild, segments/source_keep.py) is rebuilt by its read tasks on
+    the executors, where Spark's own Parquet reader would return it null.
+    """
+    if wants_source(options, schema):
+        return _read_with_sources(spark, options, schema)
     opts = lower_options(options)
     blob_store, plan = plan_read(opts)
     full = full_arrow_schema(plan.mapping, True)
     if schema is not None:
         columns = _user_columns(full, schema, plan.location.name)
-        return _read(spark, blob_store, plan, opts, full).select(*columns)
-    return _read(spark, blob_store, plan, opts, full_arrow_schema(plan.mapping, _flag(opts, "includesource")))
+        return _read(spark, blob_store, plan, opts, full_arrow_schema(plan.mapping, False)).select(*columns)
+    return _read(spark, blob_store, plan, opts, full_arrow_schema(plan.mapping, False))
+
+
+def _read_with_sources(spark: Any, options: dict[str, Any], schema: Any) -> Any:
+    """The read through ``format("shardstore-arrow")`` (registered and its filter pushdown on, as ``register`` does)."""
+    from shardstore.spark import SPARK_CONF
+    from shardstore.spark.registration import register_source
+    from shardstore.spark.source import ShardstoreArrowDataSource
+
+    for key, value in SPARK_CONF.items():
+        spark.conf.set(key, value)
+    register_source(spark, ShardstoreArrowDataSource)
+    reader = spark.read.format(ShardstoreArrowDataSource.name()).options(
+        **{k: str(v) for k, v in options.items() if str(k).lower() != "fastpath"})
+    return (reader.schema(schema) if schema is not None else reader).load()
 
 
 def _read(spark: Any, blob_store: Any, plan: ReadPlan, opts: dict[str, str], schema: pa.Schema) -> Any:
@@ -95,15 +121,6 @@ def _read(spark: Any, blob_store: Any, plan: ReadPlan, opts: dict[str, str], sch
     from pyspark.sql import functions as F
 
     sschema = to_struct_type(schema)
-    if "_source" in schema.names:
-        # a null _source (a row its fields rebuild: segments/source_keep.py) is rebuilt in Arrow by the read
-        # tasks; Spark's own Parquet reader would return it null
-        cache = opts.get("cachedir") or DEFAULT_CACHE_DIR
-        batches = [b for part in segment_partitions(plan, [], 0) if not isinstance(part, EmptyPartition)
-                   for b in (part.task.read(blob_store, schema, None, None, cache) if isinstance(part, SegmentPartition)
-                             else read_translog(part, schema, None, schema))]
-        return spark.createDataFrame(pa.Table.from_batches(batches, schema=schema) if batches
-                                     else schema.empty_table(), schema=sschema)
     files = resolve_files(blob_store, plan, opts.get("cachedir") or DEFAULT_CACHE_DIR)
     clean = ["file://" + p for p, d in files if d is None]
     dirty = [(p, d) for p, d in files if d is not None]
@@ -132,4 +149,4 @@ def _read(spark: Any, blob_store: Any, plan: ReadPlan, opts: dict[str, str], sch
     return out if out.columns == schema.names else out.select(*(_quote(n) for n in schema.names))
 
 
-__all__ = ["read_index", "read_options", "resolve_files"]
+__all__ = ["read_index", "read_options", "resolve_files", "wants_source"]
