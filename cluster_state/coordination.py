@@ -10,6 +10,13 @@ atomically): the current term, the last accepted state and its manifest key, and
 ``{"current_term", "accepted": ClusterState.to_dict()|null, "accepted_manifest": key|null,
 "committed": [term, version]|null}``.
 
+**Pre-vote** (issue 41, Raft's PreVote and Elasticsearch's ``PreVoteCollector``): before an
+election raises any term, the candidate asks the voters (``cs/pre_vote``) whether they would
+vote for it.  A voter grants it when the candidate's last accepted (term, version) is not
+older than its own, and (node processes) when no cluster manager answered its leader checks
+lately; it persists nothing.  Without grants from a quorum the candidate stops there: a node
+cut off from the others never raises the term, so its return deposes nobody.
+
 **Election** (:meth:`ClusterManagerNode.start_election`): the candidate picks a term above
 every term it knows and asks each master-eligible node to join it (``cs/start_join``).
 A node joins only a term above its current term (so it votes once per term), persists that
@@ -68,13 +75,31 @@ from shardstore.errors import InvalidError, ShardstoreError
 from shardstore.fileio import write_atomic
 from shardstore.transport import NodeDisconnected, Transport
 
-START_JOIN, PUBLISH, COMMIT = "cs/start_join", "cs/publish", "cs/commit"
+START_JOIN, PUBLISH, COMMIT, PRE_VOTE = "cs/start_join", "cs/publish", "cs/commit", "cs/pre_vote"
 NODE_FILE = "cluster-state.node"
 _MAGIC, _VERSION = b"CSLN", 1
 
 Task = Callable[[ClusterState], ClusterState]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PreVote:
+    """A would-be candidate asks whether it could win, before it raises any term."""
+
+    candidate: str
+    term: int
+    accepted_term: int
+    accepted_version: int
+
+
+@dataclass(frozen=True)
+class PreVoteGrant:
+    """A voter would vote for the candidate; its current term (the election goes above it)."""
+
+    voter: str
+    current_term: int
 
 
 @dataclass(frozen=True)
@@ -226,6 +251,10 @@ class ClusterManagerNode:
     def _quorum(self, votes: set[str], *states: ClusterState | None) -> bool:
         return all(c.has_quorum(votes) for s in states for c in self._configs(s))
 
+    def has_quorum(self, nodes: Iterable[str]) -> bool:
+        """Whether ``nodes`` hold a majority of the voting configurations of the last accepted state."""
+        return self._quorum(set(nodes), self.disk.accepted)
+
     def _voters(self, *states: ClusterState | None) -> set[str]:
         return {n for s in states for c in self._configs(s) for n in c.node_ids}
 
@@ -233,6 +262,8 @@ class ClusterManagerNode:
 
     def handle(self, action: str, request: Any) -> Any:
         """Transport entry point."""
+        if action == PRE_VOTE:
+            return self._on_pre_vote(request)
         if action == START_JOIN:
             return self._on_start_join(request)
         if action == PUBLISH:
@@ -247,6 +278,18 @@ class ClusterManagerNode:
             if self.master_eligible:
                 self.disk.save()
         self.is_master = False
+
+    def _on_pre_vote(self, req: PreVote) -> PreVoteGrant:
+        with self._lock:
+            if not self.master_eligible:
+                raise InvalidError(f"node {self.name} is not master-eligible and does not vote")
+            acc = self.disk.accepted
+            mine = (acc.term, acc.version) if acc is not None else (-1, -1)
+            if (req.accepted_term, req.accepted_version) < mine:
+                raise StaleTerm(f"node {self.name}: pre-vote of {req.candidate}, whose last accepted state "
+                                f"{(req.accepted_term, req.accepted_version)} is older than {mine}",
+                                req.accepted_term, mine[0])
+            return PreVoteGrant(self.name, self.disk.current_term)
 
     def _on_start_join(self, req: StartJoin) -> Join:
         with self._lock:
@@ -315,7 +358,7 @@ class ClusterManagerNode:
             raise InvalidError(f"node {self.name} is not master-eligible")
         with self._task_lock:
             self._raise_if_superseded()
-            term = self.disk.current_term + 1
+            term = self._pre_vote() + 1
             joins, stale = self._gather_joins(StartJoin(term, self.name))
             votes = {j.voter for j in joins}
             if not self._quorum(votes, self.disk.accepted):
@@ -337,6 +380,18 @@ class ClusterManagerNode:
             self.is_master = True
             self.master = self.name
             return self._publish(adopted.successor(term), previous_cluster_uuid=previous_uuid)
+
+    def _pre_vote(self) -> int:
+        """Grants from a quorum of voters, or NoQuorum with no term raised; the highest current term granted."""
+        acc = self.disk.accepted
+        request = PreVote(self.name, self.disk.current_term, acc.term if acc else -1, acc.version if acc else -1)
+        voters = sorted(self._voters(acc) | {self.name})
+        grants, _higher = self._gather(PRE_VOTE, request, voters,
+                                       lambda got, _h: self._quorum({g.voter for g in got}, acc))
+        granted = {g.voter for g in grants}
+        if not self._quorum(granted, acc):
+            raise NoQuorum(f"pre-vote of {self.name} (no term raised)", granted, self._voters(acc))
+        return max([self.disk.current_term, *(g.current_term for g in grants)])
 
     def _gather_joins(self, request: StartJoin) -> tuple[list[Join], int]:
         """Ask every voter (and this node) to join; the joins and the highest term refused with.
@@ -425,6 +480,8 @@ class ClusterManagerNode:
         votes = {a.node for a in acks}
         if higher > new.term or not self._quorum(votes, new):
             self._become_follower(max(higher, self.disk.current_term))
+            if self.master == self.name:
+                self.master = None  # stepped down: no manager known until one is elected or found
             raise NoQuorum(f"publication of term {new.term} version {new.version} by {self.name}",
                            votes & self._voters(new), self._voters(new))
         try:

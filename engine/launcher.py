@@ -55,7 +55,8 @@ class ProcessCluster:
     def __init__(self, root: str, store: str, nodes: int = 3, *, fd_interval: float = 0.5, fd_timeout: float = 1.0,
                  fd_retries: int = 3, store_options: dict[str, str] | None = None,
                  extra_args: list[str] | None = None, env: dict[str, str] | None = None,
-                 listen: dict[str, str] | None = None, publish: dict[str, str] | None = None) -> None:
+                 listen: dict[str, str] | None = None, publish: dict[str, str] | None = None,
+                 node_args: dict[str, list[str]] | None = None, seeds: dict[str, str] | None = None) -> None:
         self.root = root
         self.store = store
         os.makedirs(root, exist_ok=True)
@@ -68,6 +69,8 @@ class ProcessCluster:
                         *(extra_args or [])]
         self._env = {**os.environ, **(env or {})}
         self._publish = dict(publish or {})  # name -> the address others reach it at (a proxy's)
+        self._node_args = dict(node_args or {})  # name -> flags of that node only (e.g. --peer-addresses)
+        self._seed_override = dict(seeds or {})  # name -> its --seed-hosts (default: the nodes started before it)
         try:
             for name in self.names:
                 self._start(name, listen=(listen or {}).get(name, "127.0.0.1:0"))
@@ -78,12 +81,14 @@ class ProcessCluster:
     # -- processes ------------------------------------------------------------------------------------
 
     def _seeds(self, exclude: str) -> str:
+        if exclude in self._seed_override:
+            return self._seed_override[exclude]
         return ",".join(h.address for n, h in self.nodes.items() if n != exclude and h.address)
 
     def _start(self, name: str, listen: str) -> NodeHandle:
         data_dir = os.path.join(self.root, name)
         args = [sys.executable, "-m", "shardstore", "node", "--name", name, "--data-dir", data_dir,
-                "--listen", listen, *self._common]
+                "--listen", listen, *self._common, *self._node_args.get(name, [])]
         seeds = self._seeds(name)
         if seeds:
             args += ["--seed-hosts", seeds]

@@ -32,7 +32,7 @@ from typing import Any
 
 from shardstore.blobstores.base import BlobStore
 from shardstore.cluster_state.coordination import ClusterManagerNode
-from shardstore.cluster_state.errors import NotMaster
+from shardstore.cluster_state.errors import ClusterStateSuperseded, NoQuorum, NotMaster
 from shardstore.core.path_strategy import PlainPathStrategy
 from shardstore.engine.allocation import AllocationWorker, ClusterHealth, cluster_health, plan_replicas
 from shardstore.engine.errors import IndexAlreadyExists, IndexNotCreated, IndexNotFound, ShardUnavailable, StalePrimary
@@ -128,6 +128,29 @@ class ManagerRole:
         """Stop the allocation worker (waiting up to ``wait`` seconds for a round in progress)."""
         self.deactivate()
         self._allocation.close(wait)
+
+    def _submit(self, task: Any) -> None:
+        """Publish ``task`` (committed on a majority) before anything acts on it; step down if it was not.
+
+        A manager that cannot commit has lost its quorum (cut off, or deposed): it stops at once
+        and acts on nothing it decided (docs/design/engine.md, invariant 3; issue 41).
+        """
+        try:
+            self.coordination.submit(task)
+        except (NoQuorum, NotMaster, ClusterStateSuperseded):
+            self.step_down("a publication was not committed by a majority")
+            raise
+
+    def step_down(self, reason: str) -> None:
+        """Stop acting as cluster manager now: no promotion, no verdict, no index creation until re-elected."""
+        with self._lock:
+            was = self.active
+            self.active = False
+        if self.coordination.is_master or self.coordination.master == self.name:
+            self.coordination.is_master = False
+            self.coordination.master = None
+        if was:
+            log.warning("%s steps down as cluster manager: %s", self.name, reason)
 
     def _check_active(self) -> None:
         if not self.active or not self.coordination.is_master:
@@ -234,7 +257,7 @@ class ManagerRole:
             if force:  # the same members: a new version all the same, for a node that missed the last one
                 return state.with_custom("membership", {"revision": state.version + 1})
             return state
-        self.coordination.submit(task)
+        self._submit(task)
 
     # -- metadata -----------------------------------------------------------------------------------
 
@@ -245,7 +268,7 @@ class ManagerRole:
     def _set_routing(self, meta: IndexMeta, shard: int, **changes: Any) -> IndexMeta:
         cur = self.indices.get(meta.name, meta)
         new = cur.with_routing(shard, **changes)
-        self.coordination.submit(sync_index(new))  # published (committed on a majority) before it is acted on
+        self._submit(sync_index(new))  # published (committed on a majority) before it is acted on
         self.indices[meta.name] = new
         return new
 
@@ -273,7 +296,7 @@ class ManagerRole:
                                                         (live[s % len(live)],)) for s in range(shards)),
                              data_cluster_uuid=self.coordination.applied.cluster_uuid, source=source)
             try:
-                self.coordination.submit(sync_index(meta))
+                self._submit(sync_index(meta))
             except Exception as exc:
                 raise IndexNotCreated(name, f"its metadata was not committed ({type(exc).__name__}: {exc})") from exc
             self.indices[name] = meta
@@ -291,7 +314,7 @@ class ManagerRole:
             if current != Mapping.from_dict(req["base"]):
                 return current.to_dict()
             updated = replace(meta, mappings=Mapping.from_dict(req["proposed"]).to_dict())
-            self.coordination.submit(sync_index(updated))
+            self._submit(sync_index(updated))
             self.indices[meta.name] = updated
             return updated.mappings
 
@@ -341,7 +364,12 @@ class ManagerRole:
     # -- promotion ----------------------------------------------------------------------------------
 
     def _promote(self, meta: IndexMeta, sr: ShardRouting, candidates: list[str]) -> bool:
-        """Promote the most advanced candidate (lock held); red with the cause on failure; whether it did."""
+        """Promote the most advanced candidate (lock held); red with the cause on failure; whether it did.
+
+        The decision is published first (issue 41): the new primary and its term are committed
+        on a majority before the copy claims the term in the store and takes writes.  A manager
+        that cannot commit raises (NoQuorum) having sent nothing, and steps down.
+        """
         key = (meta.name, sr.shard)
         if not candidates:
             self._set_routing(meta, sr.shard, primary=None, copies=[], in_sync=[])
@@ -352,7 +380,8 @@ class ManagerRole:
         unreachable = []
         for n in candidates:
             try:
-                s = self._send(n, "shard.stats", {"index_uuid": meta.uuid, "shard": sr.shard})
+                s = self._send(n, "shard.stats", {"index_uuid": meta.uuid, "shard": sr.shard},
+                               timeout=self.check_timeout)
             except Exception:  # noqa: BLE001 - it may come back: the promotion is retried
                 unreachable.append(n)
                 continue
@@ -360,20 +389,20 @@ class ManagerRole:
                 stats[n] = s
         if not stats and not unreachable:  # every in-sync copy is gone (restarted nodes, a restore)
             return self._promote(meta, sr, [])
+        if not stats:
+            return self._promotion_failed(meta, sr, term, candidates,
+                                          ShardUnavailable(meta.name, sr.shard, f"no in-sync copy answered ({unreachable})"))
+        best = max(stats, key=lambda n: stats[n]["local_checkpoint"])
+        group = [best, *(n for n in stats if n != best)]
+        self._set_routing(meta, sr.shard, primary=best, primary_term=term, copies=group, in_sync=group)
         try:
-            if not stats:
-                raise ShardUnavailable(meta.name, sr.shard, f"no in-sync copy answered ({unreachable})")
-            best = max(stats, key=lambda n: stats[n]["local_checkpoint"])
             answer = self._send(best, "shard.promote", {"index_uuid": meta.uuid, "shard": sr.shard, "term": term,
-                                                        "replicas": [n for n in stats if n != best]})
+                                                        "replicas": group[1:]})
         except Exception as exc:  # noqa: BLE001 - red with the cause, retried with a newer term
-            cause = f"promotion to term {term} failed ({type(exc).__name__}: {exc}); retrying"
-            log.error("%s/%d: %s", meta.name, sr.shard, cause)
-            self._unpromoted[key] = cause
-            self._set_routing(meta, sr.shard, primary=None, primary_term=term, copies=candidates, in_sync=candidates)
-            return False
+            return self._promotion_failed(meta, sr, term, group, exc)
         kept = [best, *answer["kept"]]
-        self._set_routing(meta, sr.shard, primary=best, primary_term=term, copies=kept, in_sync=kept)
+        if kept != group:
+            self._set_routing(meta, sr.shard, copies=kept, in_sync=kept)
         for n in candidates:
             if n not in kept:
                 try:
@@ -384,8 +413,20 @@ class ManagerRole:
         log.info("promoted %s to primary of %s/%d with term %d", best, meta.name, sr.shard, term)
         return True
 
+    def _promotion_failed(self, meta: IndexMeta, sr: ShardRouting, term: int, candidates: list[str],
+                          exc: Exception) -> bool:
+        """Leave the shard red with the cause; ``term`` counts as used (its claim may have landed)."""
+        cause = f"promotion to term {term} failed ({type(exc).__name__}: {exc}); retrying"
+        log.error("%s/%d: %s", meta.name, sr.shard, cause)
+        self._unpromoted[(meta.name, sr.shard)] = cause
+        self._set_routing(meta, sr.shard, primary=None, primary_term=term, copies=candidates, in_sync=candidates)
+        return False
+
     def _recover_from_store(self, meta: IndexMeta, shard: int) -> bool:
-        """Rebuild a shard with no in-sync copy from the blob store on the least loaded member (lock held)."""
+        """Rebuild a shard with no in-sync copy from the blob store on the least loaded member (lock held).
+
+        As a promotion, the target and its term are committed before it claims the term (issue 41).
+        """
         key = (meta.name, shard)
         if not self.members:
             self._unpromoted[key] = "no in-sync copy left and no data node up"
@@ -401,15 +442,19 @@ class ManagerRole:
         spec = self._spec(meta, shard)
         try:
             term = next_free_term(self.store, spec.address, at_least=sr.primary_term)
-            answer = self._send(target, "shard.recover_from_store", {
+        except Exception as exc:  # noqa: BLE001 - a store error: red, named, retried
+            self._unpromoted[key] = f"no in-sync copy left; listing its terms failed ({type(exc).__name__}: {exc})"
+            return False
+        self._set_routing(meta, shard, primary=target, primary_term=term, copies=[target], in_sync=[target])
+        try:
+            self._send(target, "shard.recover_from_store", {
                 "spec": spec_to_wire(spec), "term": term, "known_term": sr.primary_term, "index_name": meta.name})
         except Exception as exc:  # noqa: BLE001 - a store error or a refused (lossy) recovery: red, named
             self._unpromoted[key] = (f"no in-sync copy left; recovery from the blob store failed "
                                      f"({type(exc).__name__}: {exc}); retrying")
             log.error("%s/%d: %s", meta.name, shard, self._unpromoted[key])
+            self._set_routing(meta, shard, primary=None, copies=[], in_sync=[])
             return False
-        del answer
-        self._set_routing(meta, shard, primary=target, primary_term=term, copies=[target], in_sync=[target])
         self._unpromoted.pop(key, None)
         log.warning("%s/%d: recovered from the blob store on %s with term %d", meta.name, shard, target, term)
         return True

@@ -49,7 +49,7 @@ from shardstore.transport import NodeDisconnected
 
 log = logging.getLogger(__name__)
 
-for _cls in (coordination.StartJoin, coordination.Join, coordination.Publish, coordination.PublishAck,
+for _cls in (coordination.PreVote, coordination.PreVoteGrant, coordination.StartJoin, coordination.Join, coordination.Publish, coordination.PublishAck,
              coordination.Commit):
     register_dataclass(_cls)
 
@@ -70,6 +70,8 @@ class NodeSettings:
     listen: str = "127.0.0.1:9400"
     #: the address other nodes reach this one at (default: the listening address), e.g. a proxy's
     publish: str | None = None
+    #: name -> the address this node reaches that peer at, over the one it publishes (a per-link proxy, a NAT)
+    peer_addresses: dict[str, str] = field(default_factory=dict)
     seed_hosts: tuple[str, ...] = ()
     initial_managers: tuple[str, ...] = ()
     roles: frozenset[str] = ROLES
@@ -143,10 +145,14 @@ class NodeProcess:
             return self.handle(action, request)
         return self.transport.send(self.name, target, action, request, timeout=timeout)
 
+    def _set_peer(self, name: str, address: str) -> None:
+        """Reach ``name`` at ``address``, or where the settings' ``peer_addresses`` say (a per-link proxy)."""
+        self.transport.set_peer(name, self.settings.peer_addresses.get(name, address))
+
     def handle(self, action: str, req: Any) -> Any:
         """Every action this process answers, by prefix."""
         if action.startswith("cs/"):
-            if action == coordination.START_JOIN and self._has_live_leader(req.candidate):
+            if action in (coordination.START_JOIN, coordination.PRE_VOTE) and self._has_live_leader(req.candidate):
                 # as Elasticsearch's pre-vote: no vote while a manager answers our leader checks
                 raise NotMaster(self.name, self.cm.master)
             return self.cm.handle(action, req)
@@ -154,7 +160,7 @@ class NodeProcess:
             return self.node.handle(action, req)
         if action.startswith("cm."):
             if action == "cm.join":  # a restarted peer: a fresh connection, not the failing one in backoff
-                self.transport.set_peer(req["name"], req["address"])
+                self._set_peer(req["name"], req["address"])
                 self.transport.reconnect(req["name"])
             if action == "cm.leave":
                 self.manager._check_active()
@@ -167,7 +173,7 @@ class NodeProcess:
             return self.coordinator.handle(action, req)
         if action == "discovery.hello":
             if req.get("name") and req.get("address"):
-                self.transport.set_peer(req["name"], req["address"])
+                self._set_peer(req["name"], req["address"])
             return {"name": self.name, "address": self.address, "master": self.cm.master}
         if action == "fd.follower_check":
             if int(req["term"]) < self.cm.current_term:
@@ -239,7 +245,7 @@ class NodeProcess:
         if state is not None:
             for name, address in state.nodes.items():
                 if name != self.name and isinstance(address, str):
-                    self.transport.set_peer(name, address)
+                    self._set_peer(name, address)
         for address, name in list(self._seeds.items()):
             if name is not None or address == self.address:
                 continue
@@ -253,7 +259,7 @@ class NodeProcess:
             finally:
                 self.transport.remove_peer(seed)
             self._seeds[address] = hello["name"]
-            self.transport.set_peer(hello["name"], hello["address"])
+            self._set_peer(hello["name"], hello["address"])
         if self.cm.is_master and self._managing:  # publish to the members only: a removed node costs nothing
             self.cm.peers = tuple(sorted(n for n in self.manager.members if n != self.name))
         else:
@@ -323,17 +329,26 @@ class NodeProcess:
             log.info("%s: joining %s failed: %s", self.name, master, exc)
 
     def _check_followers(self) -> None:
+        """Check every member; remove those that failed, or step down if the rest hold no quorum (issue 41)."""
+        failed: dict[str, Any] = {}
         for member in sorted(self.manager.members):
             if member == self.name:
                 continue
             outcome, answer = self._outcome(member, "fd.follower_check",
                                             {"master": self.name, "term": self.cm.current_term})
             if isinstance(answer, StaleTerm):  # a newer term exists: this node is no longer the manager
-                self.cm.is_master = False
-                self.cm.master = None
+                self.manager.step_down(f"{member} knows a newer term ({answer})")
                 return
             if self._follower_failures.record(member, outcome):
-                self.manager.node_left(member, f"failed its follower checks ({answer})")
+                failed[member] = answer
+        if not failed:
+            return
+        if not self.cm.has_quorum(set(self.manager.members) - set(failed) | {self.name}):
+            # cut off from a majority: a manager that acts now would act on what no majority commits
+            self.manager.step_down(f"{sorted(failed)} failed their follower checks, leaving no quorum")
+            return
+        for member, answer in failed.items():
+            self.manager.node_left(member, f"failed its follower checks ({answer})")
 
     # -- lifecycle ------------------------------------------------------------------------------------
 

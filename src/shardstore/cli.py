@@ -148,7 +148,7 @@ def _at_least_one(text: str) -> int:
 
 
 #: node settings: flag -> (settings-file key, environment variable)
-_NODE_KEYS = ("name", "data_dir", "store", "listen", "publish", "seed_hosts", "initial_managers", "roles", "tls_cert", "tls_key",
+_NODE_KEYS = ("name", "data_dir", "store", "listen", "publish", "peer_addresses", "seed_hosts", "initial_managers", "roles", "tls_cert", "tls_key",
               "tls_ca", "mutual_tls", "fd_interval", "fd_timeout", "fd_retries", "request_timeout", "log_level")
 
 
@@ -197,8 +197,14 @@ def _node_settings(args: argparse.Namespace) -> Any:
             raise ValueError(f"--request-timeout must be a positive number of seconds, not {request_timeout}")
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    peers: dict[str, str] = {}
+    for item in names(get("peer_addresses", "")):
+        peer, sep, address = item.partition("=")
+        if not sep or not peer.strip() or not address.strip():
+            raise UsageError(f"--peer-addresses takes NAME=HOST:PORT,..., got {item!r}")
+        peers[peer.strip()] = address.strip()
     return NodeSettings(
-        request_timeout=request_timeout,
+        request_timeout=request_timeout, peer_addresses=peers,
         name=get("name"), data_dir=get("data_dir"), store=get("store"), listen=get("listen", "127.0.0.1:9400"),
         publish=get("publish"),
         seed_hosts=names(get("seed_hosts", "")), initial_managers=names(get("initial_managers", "")),
@@ -265,6 +271,8 @@ def build_parser() -> argparse.ArgumentParser:
     node.add_argument("--listen", help="host:port to listen on (default 127.0.0.1:9400; any other host needs TLS "
                                        "and a cluster secret or mutual TLS)")
     node.add_argument("--publish", help="host:port other nodes reach this one at (default: the listen address)")
+    node.add_argument("--peer-addresses", dest="peer_addresses",
+                      help="NAME=HOST:PORT,...: reach these peers there, not at the address they publish (a proxy)")
     node.add_argument("--seed-hosts", dest="seed_hosts", help="host:port,host:port of other nodes to discover")
     node.add_argument("--initial-managers", dest="initial_managers",
                       help="names of the cluster-manager-eligible nodes that bootstrap a new cluster")
