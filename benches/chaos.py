@@ -16,8 +16,9 @@ the minimised schedule that still breaks it (``--chaos-minimise``).
 ``shardstore.testing.chaos.process_schedule`` and ``process_runner``): three ``shardstore
 node`` processes per schedule over the local file store, faults as signals (SIGKILL,
 SIGSTOP/SIGCONT, SIGTERM, the elected manager's node killed) and restarts on the node's
-data dir, checked by the same client model; each job has its own processes (ports picked
-by the OS).  A failing or stalled schedule's node logs are copied under ``--chaos-logs``.
+data dir, and network partitions (issue 41: a node or the manager isolated, a bridge, one
+direction of a link; a fault proxy per link), checked by the same client model; each job
+has its own processes (ports picked by the OS).  A failing or stalled schedule's node logs are copied under ``--chaos-logs``.
 """
 
 from __future__ import annotations
@@ -144,12 +145,15 @@ def run(ctx: Context) -> Iterator[Figure]:
             totals["refused"] += out.refused
             totals["faults"] += out.faults
             totals["slow"] += out.slow_steps
+            totals["partitions"] += len(getattr(out, "partitions", ()))  # process mode (issue 41)
+            totals["partitions_over_fd"] += getattr(out, "partitions_over_fd", 0)
             errors.update(out.errors)
             for kind in (*LOST, *WRONG, "unclean", "stuck"):
                 totals[kind] += out.count(kind)
             status = "ok" if out.clean else f"{len(out.violations)} violation(s), first: {out.violations[0]}"
             mode = "processes" if a.processes else f"{store}, {source} source"
-            faults = f"{out.faults} faults, " if a.processes else ""
+            faults = (f"{out.faults} faults ({len(getattr(out, 'partitions', ()))} partitions), " if a.processes
+                      else "")
             ctx.progress(f"[{n}/{seeds}] seed {seed} ({mode}, {steps} steps): {out.acked} acked, "
                          f"{out.failed} failed, {faults}{out.restores} restores, {out.seconds:.1f}s: {status}")
             if not out.clean:
@@ -170,6 +174,9 @@ def run(ctx: Context) -> Iterator[Figure]:
     yield ctx.figure("acknowledged writes", totals["acked"], "ops")
     yield ctx.figure("failed writes (documented errors)", totals["failed"], "ops")
     yield ctx.figure("injected faults that fired", totals["faults"], "faults")
+    if a.processes:
+        yield ctx.figure("network partitions (of the faults)", totals["partitions"], "faults",
+                         outlasting_fault_detection=totals["partitions_over_fd"])
     yield ctx.figure("restores checked", totals["restores"], "restores")
     yield ctx.figure("restores refused naming the lost blob (after a corruption)", totals["refused"], "restores")
     yield ctx.figure("lost or resurrected", lost, "violations", target="== 0", met=lost == 0)

@@ -12,9 +12,9 @@ atomically): the current term, the last accepted state and its manifest key, and
 
 **Pre-vote** (issue 41, Raft's PreVote and Elasticsearch's ``PreVoteCollector``): before an
 election raises any term, the candidate asks the voters (``cs/pre_vote``) whether they would
-vote for it.  A voter grants it when the candidate's last accepted (term, version) is not
-older than its own, and (node processes) when no cluster manager answered its leader checks
-lately; it persists nothing.  Without grants from a quorum the candidate stops there: a node
+vote for it.  A voter grants it unless (node processes) a cluster manager answered its
+leader checks lately; it persists nothing.  (A candidate that is behind may win: the
+election adopts the highest accepted state among the joins, as below.)  Without grants from a quorum the candidate stops there: a node
 cut off from the others never raises the term, so its return deposes nobody.
 
 **Election** (:meth:`ClusterManagerNode.start_election`): the candidate picks a term above
@@ -90,8 +90,6 @@ class PreVote:
 
     candidate: str
     term: int
-    accepted_term: int
-    accepted_version: int
 
 
 @dataclass(frozen=True)
@@ -283,12 +281,6 @@ class ClusterManagerNode:
         with self._lock:
             if not self.master_eligible:
                 raise InvalidError(f"node {self.name} is not master-eligible and does not vote")
-            acc = self.disk.accepted
-            mine = (acc.term, acc.version) if acc is not None else (-1, -1)
-            if (req.accepted_term, req.accepted_version) < mine:
-                raise StaleTerm(f"node {self.name}: pre-vote of {req.candidate}, whose last accepted state "
-                                f"{(req.accepted_term, req.accepted_version)} is older than {mine}",
-                                req.accepted_term, mine[0])
             return PreVoteGrant(self.name, self.disk.current_term)
 
     def _on_start_join(self, req: StartJoin) -> Join:
@@ -384,7 +376,7 @@ class ClusterManagerNode:
     def _pre_vote(self) -> int:
         """Grants from a quorum of voters, or NoQuorum with no term raised; the highest current term granted."""
         acc = self.disk.accepted
-        request = PreVote(self.name, self.disk.current_term, acc.term if acc else -1, acc.version if acc else -1)
+        request = PreVote(self.name, self.disk.current_term)
         voters = sorted(self._voters(acc) | {self.name})
         grants, _higher = self._gather(PRE_VOTE, request, voters,
                                        lambda got, _h: self._quorum({g.voter for g in got}, acc))

@@ -114,7 +114,7 @@ class NodeProcess:
                                          initial_config=settings.initial_managers or (self.name,), register=False,
                                          parallel_publish=True)
             self.node = NodeService(self.name, os.path.join(settings.data_dir, "shards"), self.store, self.send,
-                                    lambda: self.cm.master)
+                                    lambda: self.cm.master, fault_detection=fd)
             self.manager = ManagerRole(self.name, self.cm, self.store, self.send,
                                        recovery_delay=settings.recovery_delay, check_timeout=fd.timeout)
             self.coordinator = Coordinator(self.name, self.cm, self.send, address=settings.publish)

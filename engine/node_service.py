@@ -17,7 +17,11 @@ and never misses one (docs/design/engine.md, invariant 4).  The group changes on
 
 A replica that cannot apply a write is failed through the cluster manager before the
 primary answers; a primary that cannot reach the cluster manager to do so does not
-acknowledge (``ShardUnavailable``).
+acknowledge (``ShardUnavailable``).  A replica that stops answering (cut off, paused) is
+found within fault-detection time, not a request timeout (issue 41): once a write has
+waited ``fault_detection.timeout`` on it, the primary pings its node (``node.ping``) every
+``interval``; ``retries`` failed pings in a row (or a refused connection) fail the replica.
+A slow replica that still answers its pings is waited for.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 import pyarrow as pa
@@ -46,6 +52,7 @@ from shardstore.engine.errors import (
     StalePrimary,
     WriteNotAcknowledged,
 )
+from shardstore.engine.fault_detection import FaultDetectionSettings
 from shardstore.engine.node_remote import NodeRemote
 from shardstore.engine.shard import ShardCopy, ShardSpec
 from shardstore.errors import LocalDiskError
@@ -76,11 +83,14 @@ def spec_from_wire(d: dict[str, Any]) -> ShardSpec:
 
 
 def call_manager(send: Callable[..., Any], manager: Callable[[], str | None], me: str, action: str,
-                 request: dict[str, Any], wait: float) -> Any:
+                 request: dict[str, Any], wait: float, *, idempotent: bool = False,
+                 attempt_timeout: float | None = None) -> Any:
     """``send(manager(), action, request)``, waiting out an election for up to ``wait`` seconds.
 
-    Retried only while no manager is known, the one asked says it is not the manager, or the
-    request did not reach it (``delivered`` False): never a request that may have been handled.
+    Retried while no manager is known, the one asked says it is not the manager, or the
+    request did not reach it (``delivered`` False); an ``idempotent`` request also when its
+    answer was lost (a manager cut off mid-call: the next attempt goes to whoever manages
+    then), each attempt waiting at most ``attempt_timeout`` seconds.
     """
     deadline = time.monotonic() + wait
     while True:
@@ -88,9 +98,12 @@ def call_manager(send: Callable[..., Any], manager: Callable[[], str | None], me
         try:
             if master is None:
                 raise NotMaster(me, None)
-            return send(master, action, request)
+            if attempt_timeout is None:
+                return send(master, action, request)
+            return send(master, action, request, timeout=max(0.1, min(attempt_timeout,
+                                                                      deadline - time.monotonic())))
         except (NotMaster, NodeDisconnected) as exc:
-            if isinstance(exc, NodeDisconnected) and exc.delivered is not False:
+            if isinstance(exc, NodeDisconnected) and exc.delivered is not False and not idempotent:
                 raise
             if time.monotonic() >= deadline:
                 raise
@@ -105,8 +118,12 @@ class NodeService:
     """One node's shard copies and their actions (see the module docstring)."""
 
     def __init__(self, name: str, data_dir: str, store: BlobStore | None, send: Callable[..., Any],
-                 manager: Callable[[], str | None], *, manager_wait: float = 10.0) -> None:
+                 manager: Callable[[], str | None], *, manager_wait: float = 10.0,
+                 fault_detection: FaultDetectionSettings | None = None) -> None:
         self.name = name
+        #: how fast a replica that stopped answering is failed (see the module docstring)
+        self.fault_detection = fault_detection or FaultDetectionSettings()
+        self._replication = ThreadPoolExecutor(max_workers=64, thread_name_prefix=f"replicate-{name}")
         #: how long a primary waits for an elected cluster manager to report a failed replica to
         self.manager_wait = manager_wait
         self.data_dir = data_dir
@@ -147,9 +164,15 @@ class NodeService:
         with self._lock:
             return self._write_locks.setdefault(key, threading.RLock())
 
-    def _manager_call(self, action: str, request: dict[str, Any]) -> Any:
-        """Send to the elected cluster manager, waiting out an election (up to ``manager_wait`` seconds)."""
-        return call_manager(self._send, self._manager, self.name, action, request, self.manager_wait)
+    def _manager_call(self, action: str, request: dict[str, Any], *, idempotent: bool = False) -> Any:
+        """Send to the elected cluster manager, waiting out an election (up to ``manager_wait`` seconds).
+
+        An ``idempotent`` request is sent again to the next manager when an attempt's answer is
+        lost; an attempt waits at most a publication's time (4 fault-detection timeouts, >= 5 s).
+        """
+        attempt = max(5.0, 4 * self.fault_detection.timeout) + self.fault_detection.timeout if idempotent else None
+        return call_manager(self._send, self._manager, self.name, action, request, self.manager_wait,
+                            idempotent=idempotent, attempt_timeout=attempt)
 
     # -- copies ---------------------------------------------------------------------------------
 
@@ -207,6 +230,10 @@ class NodeService:
                 "term": copy.primary_term, "global_checkpoint": copy.global_checkpoint,
                 "disk_failure": None if copy.disk_failure is None else str(copy.disk_failure)}
 
+    def _ping(self, _req: dict[str, Any]) -> bool:
+        """``node.ping``: this node answers (a primary waiting on a replica asks its node)."""
+        return True
+
     def node_stats(self, _req: dict[str, Any] | None = None) -> dict[str, Any]:
         """``node.stats``: the copies this node holds (index UUID, shard, primary) and its object-store requests."""
         metrics = getattr(self.store, "metrics", None)
@@ -226,16 +253,43 @@ class NodeService:
 
     def _replicate_to_group(self, key: Key, copy: ShardCopy, stamped: pa.RecordBatch, mapping: Any,
                             checkpoints: list[int]) -> None:
-        """Send ``stamped`` to the shard's group (while the primary's own upload is in flight)."""
-        for replica in self.groups.get(key, ()):
+        """Send ``stamped`` to the shard's group at once (while the primary's own upload is in flight)."""
+        request = {"index_uuid": key[0], "shard": key[1], "ops": stamped, "term": copy.primary_term,
+                   "global_checkpoint": copy.global_checkpoint, "mapping": mapping}
+        sent = [(replica, self._replication.submit(self._send, replica, "shard.replicate", request))
+                for replica in self.groups.get(key, ())]
+        for replica, future in sent:
             try:
-                checkpoints.append(self._send(replica, "shard.replicate", {
-                    "index_uuid": key[0], "shard": key[1], "ops": stamped, "term": copy.primary_term,
-                    "global_checkpoint": copy.global_checkpoint, "mapping": mapping}))
+                checkpoints.append(self._await_replica(key, replica, future))
             except OperationTermTooOld:
                 raise  # a newer term exists: this primary is stale, the write is not acknowledged
             except Exception as exc:  # noqa: BLE001 - unreachable, or it refused what the primary applied
                 self._fail_replica(key, replica, copy.primary_term, f"{type(exc).__name__}: {exc}")
+
+    def _await_replica(self, key: Key, replica: str, future: Future) -> Any:
+        """The replica's answer; ReplicaUnresponsive once its node failed ``retries`` pings in a row (see module doc)."""
+        fd = self.fault_detection
+        try:
+            return future.result(timeout=fd.timeout)
+        except FutureTimeout:
+            pass
+        failed = 0
+        while True:
+            try:
+                self._send(replica, "node.ping", {}, timeout=fd.timeout)
+                failed = 0
+            except NodeDisconnected as exc:
+                failed = fd.retries if exc.delivered is False else failed + 1
+            except Exception:  # noqa: BLE001 - it answered (with a refusal): it is alive
+                failed = 0
+            if failed >= fd.retries:
+                if future.done():
+                    return future.result()
+                raise ShardUnavailable(key[0], key[1], f"replica {replica} failed {failed} pings while a write waited on it")
+            try:
+                return future.result(timeout=fd.interval)
+            except FutureTimeout:
+                continue
 
     def _bulk(self, req: dict[str, Any]) -> dict[str, Any]:
         """``shard.bulk`` on the primary (engine/bulk_parts.py, ``apply_one``); the coordinator reads only the
@@ -269,7 +323,7 @@ class NodeService:
         """Have the cluster manager take ``replica`` out of the in-sync set before this primary acknowledges."""
         try:
             answer = self._manager_call("cm.fail_replica", {"index_uuid": key[0], "shard": key[1], "node": replica,
-                                                            "term": term, "reason": reason})
+                                                            "term": term, "reason": reason}, idempotent=True)
         except Exception as exc:  # noqa: BLE001 - no manager, or it refused (a stale primary): not acknowledged
             if isinstance(exc, OperationTermTooOld | StalePrimary):
                 raise
@@ -509,6 +563,7 @@ class NodeService:
 
     def close(self) -> None:
         """Close every copy (what is not in the translog is lost, as in a crash)."""
+        self._replication.shutdown(wait=False, cancel_futures=True)
         for session in list(self._recoveries.values()):
             session[1].close()
         self._recoveries.clear()
@@ -542,6 +597,7 @@ _ACTIONS: dict[str, Callable[[NodeService, dict[str, Any]], Any]] = {
     "recovery.finalize": NodeService._recovery_finalize,
     "recovery.end": NodeService._recovery_end,
     "node.stats": NodeService.node_stats,
+    "node.ping": NodeService._ping,
 }
 #: the actions a node's data role answers
 ACTIONS = frozenset(_ACTIONS)

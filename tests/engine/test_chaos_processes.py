@@ -3,8 +3,10 @@
 The long campaign is ``python -m benches chaos --processes --seeds N``; here the schedule
 is checked to be pure, and a few fixed seeds (each with a SIGKILL, a SIGSTOP, a SIGTERM
 and the elected manager's node killed between them) run against three ``shardstore node``
-processes and must break no guarantee.  One test plants a real loss and checks that the
-checker reports it, so a silent checker cannot pass.
+processes and must break no guarantee.  A fixed schedule of network partitions (issue 41:
+the manager isolated, a bridge, each outlasting fault detection, writes and deletes in
+flight and between) must break none either.  One test plants a real loss and checks that
+the checker reports it, so a silent checker cannot pass.
 """
 
 from __future__ import annotations
@@ -13,8 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from shardstore.testing.chaos.process_runner import ProcessSimulation, run_process_schedule
-from shardstore.testing.chaos.process_schedule import FAULTS, draw_process_schedule
+from shardstore.testing.chaos.process_runner import (
+    FD_INTERVAL,
+    FD_RETRIES,
+    FD_TIMEOUT,
+    ProcessSimulation,
+    run_process_schedule,
+)
+from shardstore.testing.chaos.process_schedule import FAULTS, PARTITIONS, SIGNAL_FAULTS, draw_process_schedule
 from shardstore.testing.chaos.schedule import Step, draw_schedule
 
 #: steps per fixed seed: each runs in about 10-20 s on two cores
@@ -38,6 +46,7 @@ def test_the_same_seed_draws_the_same_process_schedule_with_one_fault_at_a_time(
                 active = False
     assert {"bulk", "concurrent", "delete", "index_doc", "get", "refresh", "flush", "verify", *FAULTS,
             "recover"} <= kinds
+    assert set(PARTITIONS) <= set(FAULTS)
     # the in-process draws are untouched by the process mode
     assert [str(s) for s in draw_schedule(7, 5)] == [str(s) for s in draw_schedule(7, 5)]
 
@@ -45,7 +54,7 @@ def test_the_same_seed_draws_the_same_process_schedule_with_one_fault_at_a_time(
 @pytest.mark.parametrize("seed", [3, 4, 26])
 def test_fixed_process_seeds_break_no_guarantee(tmp_path: Path, seed: int):
     steps = draw_process_schedule(seed, STEPS)
-    assert set(FAULTS) <= {s.kind for s in steps}  # these seeds draw every kind of fault
+    assert set(SIGNAL_FAULTS) <= {s.kind for s in steps}  # these seeds draw every kind of signal fault
     out = run_process_schedule(seed, steps, tmp_path / "run", logs_to=tmp_path / "logs")
     assert out.clean, "\n".join(str(v) for v in out.violations) + f"\nnode logs: {tmp_path / 'logs'}"
     assert out.acked > 0 and out.restores == 1
@@ -64,3 +73,46 @@ def test_the_checker_reports_a_planted_loss_in_process_mode(tmp_path: Path):
     finally:
         sim.close()
     assert sorted(v.kind for v in sim.outcome.violations) == ["lost", "resurrected"], sim.outcome.violations
+
+
+def _partition_steps() -> list[Step]:
+    """The manager isolated, then a bridge, each over fault detection, with writes and deletes in flight and between."""
+    over = 1.5 * FD_RETRIES * (FD_INTERVAL + FD_TIMEOUT)  # a node is declared failed after ~4.5 s: cut for longer
+    kinds: list[tuple[str, dict]] = [
+        ("bulk", {"ids": [f"d{i}" for i in range(10)]}),
+        ("isolate_manager", {"mode": "blackhole", "seconds": over, "ids": ["d10", "d11", "d12"], "delay": 0.1}),
+        ("bulk", {"ids": ["d1", "d2", "d13"]}),
+        ("delete", {"id": "d3"}),
+        ("index_doc", {"id": "d4", "cas": True}),
+        ("concurrent", {"a": ["d5", "d14"], "b": ["d6", "d15"]}),
+        ("get", {"ids": ["d1", "d3", "d5"]}),
+        ("delete", {"id": "d7"}),
+        ("bulk", {"ids": ["d16", "d17"]}),
+        ("verify", {}),
+        ("bridge", {"via": "n2", "mode": "down", "seconds": over, "ids": ["d8", "d18"], "delay": 0.0}),
+        ("bulk", {"ids": ["d0", "d19", "d20"]}),
+        ("delete", {"id": "d9"}),
+        ("index_doc", {"id": "d1", "cas": False}),
+        ("get", {"ids": ["d9", "d19"]}),
+        ("flush", {}),
+        ("bulk", {"ids": ["d21", "d22"]}),
+        ("delete", {"id": "d21"}),
+        ("verify", {}),
+        ("recover", {}),
+        ("one_way", {"src": "n1", "dst": "n3", "mode": "blackhole", "seconds": 2.0}),
+        ("bulk", {"ids": ["d2", "d23"]}),
+        ("delete", {"id": "d0"}),
+    ]
+    return [Step(i, kind, args) for i, (kind, args) in enumerate(kinds)]
+
+
+def test_a_partition_schedule_breaks_no_guarantee(tmp_path: Path):
+    steps = _partition_steps()
+    assert {"isolate_manager", "bridge"} <= {s.kind for s in steps}
+    out = run_process_schedule(41, steps, tmp_path / "run", keep=True, logs_to=tmp_path / "logs")
+    timeline = (tmp_path / "run" / "nodes" / "steps.log").read_text()
+    assert out.clean, "\n".join(str(v) for v in out.violations) + f"\nnode logs: {tmp_path / 'logs'}\n{timeline}"
+    assert (out.count("lost", "resurrected"), out.count("unclean"), out.count("stuck")) == (0, 0, 0)
+    assert out.acked > 0 and out.restores == 1
+    assert out.faults == 3
+    assert timeline.count("  cut: ") == 3 and timeline.count("  healed: ") == 3, timeline

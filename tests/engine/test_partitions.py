@@ -124,6 +124,9 @@ def test_a_cut_off_manager_promotes_nothing_and_the_cluster_heals_by_itself(link
     finally:
         for w in writers:
             w.stop()
+    times = writers[0].ack_times
+    print(f"longest gap between the majority's acknowledged writes: "
+          f"{max(b - a for a, b in zip(times, times[1:])):.1f} s")  # the figure; benches/partitions.py targets it
     acked = set().union(*(w.acked for w in writers))
     deleted = set().union(*(w.deleted for w in writers))
     assert any(a.startswith("m") for a in acked)

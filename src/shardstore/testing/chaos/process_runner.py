@@ -1,12 +1,14 @@
 """Run a seeded process-mode schedule against real node processes and check it with the client model (issue 29).
 
 :func:`run_process_schedule` starts three ``shardstore node`` processes
-(:class:`~shardstore.testing.node_processes.ProcessCluster`: ``n1``..``n3``, each data and
-cluster-manager-eligible) over the local file store, creates one index (2 shards, 1
-replica) through a :class:`~shardstore.engine.client.Client`, and executes the steps of
-:mod:`~shardstore.testing.chaos.process_schedule` one by one: writes and reads through
-the client, faults as signals (SIGKILL, SIGSTOP/SIGCONT, SIGTERM) and restarts on the
-node's data directory.
+(:class:`~shardstore.testing.partitions.LinkedCluster`: ``n1``..``n3``, each data and
+cluster-manager-eligible, every directed link between two nodes through its own TCP fault
+proxy; clients reach the nodes directly) over the local file store, creates one index (2
+shards, 1 replica) through a :class:`~shardstore.engine.client.Client`, and executes the
+steps of :mod:`~shardstore.testing.chaos.process_schedule` one by one: writes and reads
+through the client, faults as signals (SIGKILL, SIGSTOP/SIGCONT, SIGTERM) and restarts on
+the node's data directory, and network partitions (issue 41: links cut, healed on a timer
+while later steps run, or early by ``recover``).
 
 It is checked by the same :class:`~shardstore.testing.chaos.model.ClientModel` as the
 in-process runner (:class:`~shardstore.testing.chaos.runner.Simulation`, whose write
@@ -15,10 +17,12 @@ answer included (a bulk's items reported ``NodeDisconnected``, a single-document
 raising it), leaves the id *maybe applied*.  Every exception and per-item error must be a
 documented :class:`~shardstore.errors.ShardstoreError`; a ``RemoteError`` (a node's handler
 raised something that is not one) is *unclean*.  Each ``get`` value must be one the model
-allows.  At the end every node is up again, the cluster must reach yellow within
-``SETTLE_TIMEOUT`` (else *stuck*), the whole index is read through the client and checked;
-then every process is SIGKILLed and an embedded ``Cluster.restore`` from the store alone
-(fresh data dir, 2 nodes) is checked too.  Node logs stay under ``<workdir>/nodes``, next to
+allows.  At the end every link is healed and every node up again; the nodes must follow one
+manager and the cluster reach green within ``SETTLE_TIMEOUT``, and every shard take a write
+(a probe document per shard acknowledged) within ``WRITABLE_TIMEOUT`` (else *stuck*); the
+whole index is read through the client and checked (the probes included); then every
+process is SIGKILLed and an embedded ``Cluster.restore`` from the store alone (fresh data
+dir, 2 nodes) is checked too.  Node logs stay under ``<workdir>/nodes``, next to
 ``steps.log`` (each step, signal and restart with the time); a failing or stalled schedule's
 logs are copied to ``logs_to`` when given.
 """
@@ -30,10 +34,12 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from shardstore.engine.routing import shard_id
 from shardstore.errors import ShardstoreError
 from shardstore.testing.chaos.model import ClientModel, Violation
 from shardstore.testing.chaos.process_schedule import PROCESS_NODES, draw_process_schedule
@@ -51,13 +57,31 @@ log = logging.getLogger(__name__)
 
 #: fault detection of the node processes (ProcessCluster's defaults): a paused node is removed after ~4.5 s
 FD_INTERVAL, FD_TIMEOUT, FD_RETRIES = 0.5, 1.0, 3
+#: a partition that lasts longer than this outlasts fault detection (a node is declared failed)
+FD_SECONDS = FD_RETRIES * (FD_INTERVAL + FD_TIMEOUT)
 #: a client call's timeout: longer than a coordinator's own worst case (failover wait + a node-to-node
 #: timeout), so the client hears the coordinator's answer rather than giving up while it still works
 CLIENT_TIMEOUT = 60.0
 #: how long a kill_manager step looks for the elected manager
 FIND_MANAGER_TIMEOUT = 10.0
+#: the index's shards (created by ProcessSimulation)
+SHARDS = 2
+#: the final check: how long after green every shard may take to acknowledge a probe write
+WRITABLE_TIMEOUT = 30.0
 #: the errors that are not documented although they are ShardstoreErrors: a node's handler raised something else
 UNDOCUMENTED = frozenset({"RemoteError"})
+
+
+@dataclass
+class ProcessOutcome(Outcome):
+    """An :class:`Outcome` with how long each partition lasted (seconds, cut to heal)."""
+
+    partitions: list[float] = field(default_factory=list)
+
+    @property
+    def partitions_over_fd(self) -> int:
+        """How many partitions outlasted fault detection (FD_SECONDS)."""
+        return sum(1 for s in self.partitions if s > FD_SECONDS)
 
 
 def _documented_names() -> set[str]:
@@ -71,13 +95,13 @@ class ProcessSimulation(Simulation):
     """One process-mode schedule's node processes, client, model and outcome (see the module docstring)."""
 
     def __init__(self, seed: int, workdir: Path) -> None:  # noqa: D107 - no in-process cluster (Simulation's)
-        from shardstore.testing.node_processes import ProcessCluster
+        from shardstore.testing.partitions import LinkedCluster
 
         self.seed = seed
         self.workdir = Path(workdir)
         self.store_url = f"file://{self.workdir / 'remote'}?fsync=false"
         self.model = ClientModel()
-        self.outcome = Outcome(seed, 0)
+        self.outcome = ProcessOutcome(seed, 0)
         self.documented = _documented_names()
         self._crashes: list[threading.Thread] = []  # Simulation.apply joins these (none here)
         self._crash_errors: list[BaseException] = []
@@ -85,8 +109,12 @@ class ProcessSimulation(Simulation):
         self.down: str | None = None  # the node a fault took down or paused
         self.down_how: str | None = None  # kill | stop | pause
         self._resume: threading.Timer | None = None
-        self.procs = ProcessCluster(str(self.workdir / "nodes"), self.store_url, len(PROCESS_NODES),
-                                    fd_interval=FD_INTERVAL, fd_timeout=FD_TIMEOUT, fd_retries=FD_RETRIES)
+        self.cut: str | None = None  # the active partition, as steps.log tells it
+        self._cut_at = 0.0  # when it was cut (monotonic)
+        self._heal_timer: threading.Timer | None = None
+        self._links = threading.Lock()  # the heal timer and recover() both heal: one at a time
+        self.procs = LinkedCluster(str(self.workdir / "nodes"), self.store_url, len(PROCESS_NODES),
+                                   fd_interval=FD_INTERVAL, fd_timeout=FD_TIMEOUT, fd_retries=FD_RETRIES)
         try:
             self.client = self.procs.client(timeout=CLIENT_TIMEOUT)
             self.cluster: Any = self.client  # Simulation's write steps call self.cluster; the end restores into it
@@ -106,7 +134,8 @@ class ProcessSimulation(Simulation):
         super().apply(step)
         self._note(f"  done #{step.index}: +{self.outcome.acked - before[0]} acked, +{self.outcome.failed - before[1]} "
                    f"failed, +{len(self.outcome.violations) - before[2]} violations"
-                   + (f" (down: {self.down} {self.down_how})" if self.down else ""))
+                   + (f" (down: {self.down} {self.down_how})" if self.down else "")
+                   + (f" (cut: {self.cut})" if self.cut else ""))
 
     def _note(self, text: str) -> None:
         now = time.time()
@@ -283,11 +312,82 @@ class ProcessSimulation(Simulation):
             node = self.cluster.primary_of(INDEX, 0)
         self._fault(step, "kill", node)
 
+    # -- partitions (issue 41) -----------------------------------------------------------
+
+    def _partition(self, step: Step, what: str, cut: Callable[[], None]) -> None:
+        """Cut links (``cut()``, described by ``what``) for ``seconds`` with a client's bulk in flight when the step
+        carries ``ids``; a timer heals them while later steps run."""
+        def apply() -> None:
+            if "ids" in step.args:
+                threading.Event().wait(step.args["delay"])
+            log.info("seed %d step %d: cut %s", self.seed, step.index, what)
+            self._note(f"  cut: {what} ({step.args['mode']}, {step.args['seconds']}s)")
+            with self._links:
+                self.cut, self._cut_at = what, time.monotonic()
+                cut()
+            self._heal_timer = threading.Timer(step.args["seconds"], self._heal_links, ["timer"])
+            self._heal_timer.daemon = True
+            self._heal_timer.start()
+
+        self.outcome.faults += 1
+        if "ids" in step.args:
+            parts: list[dict[str, str | None]] = [{i: self._value(step, i) for i in step.args["ids"]}]
+            self._judge(step, parts, self._clients(parts, apply))
+        else:
+            apply()
+
+    def _heal_links(self, why: str) -> None:
+        """Heal every cut link (the timer, or recover early); nothing if no partition is active."""
+        with self._links:
+            if self.cut is None:
+                return
+            self.procs.heal()
+            lasted = time.monotonic() - self._cut_at
+            self.outcome.partitions.append(lasted)
+            self._note(f"  healed: {self.cut} after {lasted:.1f}s ({why})")
+            self.cut = None
+
+    def _do_isolate(self, step: Step) -> None:
+        if not self._green_first(step):
+            return
+        node = step.args["node"]
+        if node == "primary":
+            node = self.cluster.primary_of(INDEX, step.args["shard"])
+        mode = step.args["mode"]
+        self._partition(step, f"{node} isolated", lambda: self.procs.isolate(node, mode=mode))
+
+    def _do_isolate_manager(self, step: Step) -> None:
+        if not self._green_first(step):
+            return
+        node = self._manager()
+        if node is None:  # no node names a manager: the primary of shard 0's node instead
+            node = self.cluster.primary_of(INDEX, 0)
+        mode = step.args["mode"]
+        self._partition(step, f"manager {node} isolated", lambda: self.procs.isolate(node, mode=mode))
+
+    def _do_bridge(self, step: Step) -> None:
+        if not self._green_first(step):
+            return
+        a, c = (n for n in PROCESS_NODES if n != step.args["via"])
+        mode = step.args["mode"]
+        self._partition(step, f"{a}-{c} cut, bridged by {step.args['via']} (manager {self._manager()})",
+                        lambda: self.procs.cut(a, c, mode=mode))
+
+    def _do_one_way(self, step: Step) -> None:
+        if not self._green_first(step):
+            return
+        src, dst = step.args["src"], step.args["dst"]
+        mode = step.args["mode"]
+        self._partition(step, f"{src}->{dst} cut one way (manager {self._manager()})",
+                        lambda: self.procs.cut(src, dst, mode=mode, one_way=True))
+
     def _do_recover(self, step: Step) -> None:
         self.recover()
 
     def recover(self) -> None:
-        """Bring the node a fault took down back: SIGCONT (the paused one's timer) or a restart on its data dir."""
+        """End the active fault: heal the partition now, or bring the node a fault took down back (SIGCONT, the
+        paused one's timer, or a restart on its data dir)."""
+        self.heal("recover")
         if self._resume is not None:
             self._resume.join()
             self._resume = None
@@ -301,13 +401,48 @@ class ProcessSimulation(Simulation):
 
     # -- checks ---------------------------------------------------------------------------
 
-    def heal(self) -> None:
-        """No injected faults to clear in process mode (recover brings nodes back)."""
+    def heal(self, why: str = "heal") -> None:
+        """Heal every cut link now, before its timer (recover also brings nodes back)."""
+        if self._heal_timer is not None:
+            self._heal_timer.cancel()
+            self._heal_timer = None
+        self._heal_links(why)
 
     def settle(self, step: int, status: str = "yellow") -> bool:
-        """Every node up and joined, then ``status``, each within SETTLE_TIMEOUT; else *stuck* (False)."""
+        """Every link healed, every node up and joined, then ``status``, each within SETTLE_TIMEOUT; else *stuck*."""
         self.recover()
         return self._joined(step, "settling") and self._health(step, status, "settling")
+
+    def _writable(self, step: int) -> bool:
+        """Every shard acknowledges a probe write within WRITABLE_TIMEOUT (judged by the model); else *stuck*."""
+        probes = {s: next(f"probe{n}" for n in range(1000) if shard_id(f"probe{n}", SHARDS) == s)
+                  for s in range(SHARDS)}
+        deadline = time.monotonic() + WRITABLE_TIMEOUT
+        probe = Step(step, "probe")  # judged as any write: acknowledged items pinned, the rest maybe applied
+        attempt, errors = 0, []
+        while probes:
+            attempt += 1
+            values: dict[str, str | None] = {i: f"{self.seed}:{step}.{attempt}:{i}" for i in probes.values()}
+            try:
+                result = self.cluster.bulk(INDEX, [{"_id": i, "v": v} for i, v in values.items()])
+            except ShardstoreError as exc:
+                self._judge(probe, [values], [exc])
+                errors = [f"{type(exc).__name__}: {exc}"]
+            else:
+                self._write_result(probe, values, result)
+                items = result.items.to_pylist()
+                errors = [f"{row['_id']}: {row['error']}" for row in items if row["error"] is not None]
+                acked = {row["_id"] for row in items if row["error"] is None}
+                probes = {s: i for s, i in probes.items() if i not in acked}
+            if probes and time.monotonic() >= deadline:
+                self.outcome.violations.append(Violation(
+                    "stuck", step, f"after the final heal: shard(s) {sorted(probes)} green but took no write in "
+                                   f"{WRITABLE_TIMEOUT:.0f}s ({attempt} attempts); last: {'; '.join(errors)}"))
+                return False
+            if probes:
+                time.sleep(0.5)
+        self._note(f"  every shard writable ({attempt} attempt(s))")
+        return True
 
     def _restore(self, step: int) -> None:
         """Kill every process, restore an embedded cluster from the store alone on a fresh data dir, check it."""
@@ -330,8 +465,9 @@ class ProcessSimulation(Simulation):
         self._check_read(step)
 
     def finish(self, last_step: int) -> None:
-        """Final checks: the live cluster, then (whatever the live check found) a restore from the store alone."""
-        for check in (self.verify, self._restore):
+        """Final checks: the live cluster (healed, green, writable), then (whatever the live check found) a restore
+        from the store alone."""
+        for check in (self._final, self._restore):
             self._note(f"final check: {check.__name__}")
             try:
                 check(last_step)
@@ -349,6 +485,11 @@ class ProcessSimulation(Simulation):
         if self.settle(step):
             self._check_read(step)
 
+    def _final(self, step: int) -> None:
+        """After the final heal: green, every shard writable, then the whole index read and checked."""
+        if self.settle(step, "green") and self._writable(step):
+            self._check_read(step)
+
     def _check_read(self, step: int) -> None:
         self.cluster.refresh(INDEX)
         rows = self.cluster.scan(INDEX, columns=["_id", "v"]).to_pylist()
@@ -360,10 +501,14 @@ class ProcessSimulation(Simulation):
         self.outcome.violations.extend(self.model.check(step, rows, count, gets))
 
     def close_processes(self) -> None:
-        """Drop the client, SIGCONT a paused node's timer early, SIGKILL every node process."""
+        """Drop the client, cancel a paused node's and a partition's timers, SIGKILL every node process and stop
+        the proxies."""
         if self._resume is not None:
             self._resume.cancel()
             self._resume = None
+        if self._heal_timer is not None:
+            self._heal_timer.cancel()
+            self._heal_timer = None
         try:
             self.client.close()
         except Exception as exc:  # noqa: BLE001 - closing must not hide the outcome
@@ -439,4 +584,5 @@ def run_process_seed(seed: int, length: int, workdir: Path, logs_to: Path | None
     return run_process_schedule(seed, draw_process_schedule(seed, length), workdir, logs_to=logs_to)
 
 
-__all__ = ["ProcessSimulation", "minimise_process", "run_process_schedule", "run_process_seed"]
+__all__ = ["FD_SECONDS", "ProcessOutcome", "ProcessSimulation", "minimise_process", "run_process_schedule",
+           "run_process_seed"]

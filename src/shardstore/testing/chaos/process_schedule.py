@@ -21,14 +21,34 @@ Kinds (weights in :data:`PROCESS_WEIGHTS`):
 ``kill_manager``    SIGKILL the elected cluster manager's node (found when the step runs)
 ``stop``            SIGTERM ``node`` (a clean shutdown: flush, leave, exit 0)
 ``pause``           SIGSTOP ``node``; SIGCONT after ``seconds`` (a timer: steps run meanwhile)
+``isolate``         cut ``node`` off from both others (issue 41); ``node="primary"``: the node of
+                    shard ``shard``'s primary, found when the step runs
+``isolate_manager`` cut the elected cluster manager off from both others (found when the step runs)
+``bridge``          cut the two nodes other than ``via`` apart; both still reach ``via``
+``one_way``         cut one direction of one link: ``src``'s calls to ``dst`` are lost (``dst``'s
+                    calls to ``src`` still go through)
 ``recover``         restart the node a fault took down, on its data directory (or wait for the
-                    paused one's SIGCONT)
+                    paused one's SIGCONT), or heal the partition now
 ==================  ==========================================================================
 
 A fault step may carry ``ids`` and ``delay``: a client's bulk of ``ids`` is in flight when
-the signal is sent, ``delay`` seconds after it started.  At most one node is down or paused
-at a time (the guarantee is for any single fault): no fault is drawn while one is active,
-and ``recover`` is drawn only then; the runner also waits for green before each fault.
+the signal is sent (or the links are cut), ``delay`` seconds after it started.  At most one
+fault is active at a time (the guarantee is for any single fault): no fault is drawn while
+one is active, and ``recover`` is drawn only then; the runner also waits for green before
+each fault.
+
+The partition kinds (:data:`PARTITIONS`, :class:`~shardstore.testing.partitions.LinkedCluster`:
+a fault proxy per directed link) carry ``mode`` (``"blackhole"``: bytes dropped, calls time
+out; ``"down"``: connections reset, new ones refused) and ``seconds``: the links heal on a
+timer after that long while later steps run (a ``recover`` heals them early).  Most of
+:data:`PARTITION_SECONDS` outlast fault detection (a node is declared failed after ~4.5 s).
+
+Partition steps come from a second random stream of the seed (:func:`draw_process_schedule`):
+at a step with no fault active it decides, with the share :data:`PARTITION_WEIGHTS` would
+have among :data:`PROCESS_WEIGHTS`, whether the step is a partition; otherwise the step is
+drawn from the first stream exactly as before issue 41.  A seed's schedule is therefore the
+one it drew before, up to its first partition step (later steps differ: a fault is active
+there, so the first stream draws with ``recover`` weights).
 """
 
 from __future__ import annotations
@@ -40,8 +60,12 @@ from shardstore.testing.chaos.schedule import KEYSPACE, Step
 
 #: the node processes' names (ProcessCluster)
 PROCESS_NODES = ("n1", "n2", "n3")
-#: the faults: one node down or paused at a time
-FAULTS = ("kill", "kill_manager", "stop", "pause")
+#: the faults that signal a node process (issue 29)
+SIGNAL_FAULTS = ("kill", "kill_manager", "stop", "pause")
+#: the network partitions between node processes (issue 41)
+PARTITIONS = ("isolate", "isolate_manager", "bridge", "one_way")
+#: every fault: one active at a time
+FAULTS = SIGNAL_FAULTS + PARTITIONS
 PROCESS_WEIGHTS: dict[str, int] = {
     "bulk": 30, "concurrent": 6, "delete": 6, "index_doc": 6, "get": 5, "refresh": 4, "flush": 4, "verify": 2,
     "kill": 4, "kill_manager": 3, "stop": 3, "pause": 4,
@@ -52,6 +76,14 @@ RECOVER_WEIGHT = 14
 PAUSE_SECONDS = (0.5, 2.0, 5.0, 8.0)
 #: how long after a client's bulk started a fault's signal is sent
 FAULT_DELAYS = (0.0, 0.02, 0.1, 0.3)
+#: the partition kinds' weights, next to PROCESS_WEIGHTS (drawn from their own stream: see the module docstring)
+PARTITION_WEIGHTS: dict[str, int] = {"isolate": 3, "isolate_manager": 3, "bridge": 2, "one_way": 2}
+#: how a partition cuts its links (shardstore.testing.partitions.CUT_MODES)
+CUT_MODES = ("blackhole", "down")
+#: how long a partition lasts: under and well over the default fault detection (~4.5 s)
+PARTITION_SECONDS = (2.0, 6.0, 12.0)
+#: the chance that a step with no fault active is a partition: their weights' share of all the weights
+PARTITION_SHARE = sum(PARTITION_WEIGHTS.values()) / (sum(PROCESS_WEIGHTS.values()) + sum(PARTITION_WEIGHTS.values()))
 
 
 def _doc_id(rng: random.Random) -> str:
@@ -62,8 +94,41 @@ def _ids(rng: random.Random, low: int, high: int) -> list[str]:
     return sorted({_doc_id(rng) for _ in range(rng.randint(low, high))})
 
 
-def draw_process_step(rng: random.Random, index: int, fault_active: bool) -> Step:
-    """One step drawn from ``rng``; no fault while ``fault_active``, and ``recover`` only then."""
+def _in_flight(rng: random.Random, args: dict[str, Any]) -> None:
+    """Half the faults land while a client's bulk is in flight."""
+    if rng.random() < 0.5:
+        args["ids"] = _ids(rng, 2, 8)
+        args["delay"] = rng.choice(FAULT_DELAYS)
+
+
+def draw_partition_step(rng: random.Random, index: int) -> Step:
+    """One partition step (a kind of :data:`PARTITIONS`) drawn from ``rng``."""
+    kinds = list(PARTITION_WEIGHTS)
+    kind = rng.choices(kinds, weights=[PARTITION_WEIGHTS[k] for k in kinds])[0]
+    args: dict[str, Any] = {}
+    if kind == "isolate":
+        args["node"] = rng.choice((*PROCESS_NODES, "primary"))
+        if args["node"] == "primary":
+            args["shard"] = rng.randrange(2)
+    elif kind == "bridge":
+        args["via"] = rng.choice(PROCESS_NODES)
+    elif kind == "one_way":
+        args["src"], args["dst"] = rng.sample(PROCESS_NODES, 2)
+    args["mode"] = rng.choice(CUT_MODES)
+    args["seconds"] = rng.choice(PARTITION_SECONDS)
+    _in_flight(rng, args)
+    return Step(index, kind, args)
+
+
+def draw_process_step(rng: random.Random, index: int, fault_active: bool,
+                      partitions: random.Random | None = None) -> Step:
+    """One step drawn from ``rng``; no fault while ``fault_active``, and ``recover`` only then.
+
+    With ``partitions`` (the second stream) and no fault active, the step is a partition with the
+    chance :data:`PARTITION_SHARE`, drawn from that stream; ``rng`` is not used then.
+    """
+    if partitions is not None and not fault_active and partitions.random() < PARTITION_SHARE:
+        return draw_partition_step(partitions, index)
     weights = {k: w for k, w in PROCESS_WEIGHTS.items() if not (fault_active and k in FAULTS)}
     if fault_active:
         weights["recover"] = RECOVER_WEIGHT
@@ -84,24 +149,23 @@ def draw_process_step(rng: random.Random, index: int, fault_active: bool) -> Ste
         args["cas"] = rng.random() < 0.3
     elif kind == "get":
         args["ids"] = _ids(rng, 1, 4)
-    elif kind in FAULTS:
+    elif kind in SIGNAL_FAULTS:
         if kind != "kill_manager":
             args["node"] = rng.choice(PROCESS_NODES)
         if kind == "pause":
             args["seconds"] = rng.choice(PAUSE_SECONDS)
-        if rng.random() < 0.5:  # a bulk in flight when the signal lands
-            args["ids"] = _ids(rng, 2, 8)
-            args["delay"] = rng.choice(FAULT_DELAYS)
+        _in_flight(rng, args)  # a bulk in flight when the signal lands
     return Step(index, kind, args)
 
 
 def draw_process_schedule(seed: int, length: int) -> list[Step]:
     """The process-mode schedule of ``seed``: ``length`` steps, the same ones every time."""
     rng = random.Random(seed)
+    partitions = random.Random(f"{seed}/partitions")  # str seeds are hashed with SHA-512: stable across runs
     out: list[Step] = []
     active = False
     for i in range(length):
-        step = draw_process_step(rng, i, active)
+        step = draw_process_step(rng, i, active, partitions)
         if step.kind in FAULTS:
             active = True
         elif step.kind == "recover":
@@ -110,5 +174,6 @@ def draw_process_schedule(seed: int, length: int) -> list[Step]:
     return out
 
 
-__all__ = ["FAULTS", "PAUSE_SECONDS", "PROCESS_NODES", "PROCESS_WEIGHTS", "draw_process_schedule",
+__all__ = ["CUT_MODES", "FAULTS", "PARTITIONS", "PARTITION_SECONDS", "PARTITION_WEIGHTS", "PAUSE_SECONDS",
+           "PROCESS_NODES", "PROCESS_WEIGHTS", "SIGNAL_FAULTS", "draw_partition_step", "draw_process_schedule",
            "draw_process_step"]
