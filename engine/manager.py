@@ -38,6 +38,7 @@ from shardstore.engine.allocation import AllocationWorker, ClusterHealth, cluste
 from shardstore.engine.errors import IndexAlreadyExists, IndexNotCreated, IndexNotFound, ShardUnavailable, StalePrimary
 from shardstore.engine.metadata import IndexMeta, ShardRouting, indices_from_state, sync_index
 from shardstore.engine.node_service import spec_to_wire
+from shardstore.engine.routing_check import RoutingFault, held_from_stats, routing_faults
 from shardstore.engine.shard import ShardSpec
 from shardstore.engine.validation import check_create_args, check_index_name, check_mapping, check_source_mode
 from shardstore.segments.mapping import Mapping
@@ -46,6 +47,8 @@ from shardstore.segments.remote_store import next_free_term
 log = logging.getLogger(__name__)
 #: a shard whose replica recovery failed 3 times in a row is not tried again for this many seconds
 RECOVERY_PAUSE = 5.0
+#: seconds between two checks of the routing against what the members hold (engine/routing_check.py)
+RECONCILE_EVERY = 2.0
 
 
 class ManagerRole:
@@ -68,6 +71,7 @@ class ManagerRole:
         #: (index, shard) -> (failed recoveries in a row, when the last failed): 3 in a row pause it for a while
         self._failures: dict[tuple[str, int], tuple[int, float]] = {}
         self._unpromoted: dict[tuple[str, int], str] = {}
+        self._reconciled_at = 0.0  # monotonic time of the last routing check
         self._allocation = AllocationWorker(self._allocation_round, name=f"allocation-{name}")
 
     # -- activation -------------------------------------------------------------------------------
@@ -165,7 +169,7 @@ class ManagerRole:
         method = {
             "cm.join": self._join, "cm.create_index": self._create_index, "cm.put_mapping": self._put_mapping,
             "cm.fail_replica": self._fail_replica, "cm.replica_started": self._replica_started,
-            "cm.copy_failed": self._copy_failed, "cm.health": lambda _r: self.health().__dict__,
+            "cm.copy_failed": self._copy_failed, "cm.health": self._health,
         }.get(action)
         if method is None:
             raise NotMaster(self.name, self.coordination.master)
@@ -205,8 +209,8 @@ class ManagerRole:
         except Exception as exc:  # noqa: BLE001 - it joins again at its next leader check
             log.info("%s: copies of joining %s not listed: %r", self.name, node, exc)
             return
-        for index_uuid, shard, _primary in held:
-            if (index_uuid, int(shard)) not in routed:
+        for index_uuid, shard in held_from_stats(held):
+            if (index_uuid, shard) not in routed:
                 log.warning("%s: %s rejoined with a copy of %s/%s that is no longer routed to it; discarding it",
                             self.name, node, index_uuid, shard)
                 self._send(node, "shard.discard", {"index_uuid": index_uuid, "shard": int(shard)})
@@ -475,8 +479,60 @@ class ManagerRole:
                     continue
                 self._promote(meta, sr, [n for n in sr.in_sync if n in self.members])
 
+    def reconcile(self) -> list[RoutingFault]:
+        """Check the committed routing against what every member holds, and heal each difference (issue 41).
+
+        A copy the routing names but its node does not hold as routed (engine/routing_check.py)
+        is treated as lost: a primary is promoted elsewhere or rebuilt, a replica rebuilt.  The
+        members are asked outside the lock; a shard whose routing changed meanwhile is left to
+        the next check.  The faults acted on.
+        """
+        with self._lock:
+            if not self.active:
+                return []
+            snapshot = dict(self.indices)
+            members = [n for n in self.members]
+        held: dict[str, Any] = {}
+
+        def ask(node: str) -> None:
+            try:
+                held[node] = held_from_stats(self._send(node, "node.stats", {}, timeout=self.check_timeout)["copies"])
+            except Exception as exc:  # noqa: BLE001 - fault detection deals with a member that does not answer
+                log.debug("%s: node.stats of %s failed: %r", self.name, node, exc)
+        with ThreadPoolExecutor(max_workers=max(1, len(members))) as pool:
+            list(pool.map(ask, members))
+        acted = []
+        with self._lock:
+            self._reconciled_at = time.monotonic()
+            if not self.active:
+                return []
+            for fault in routing_faults({n: m for n, m in snapshot.items() if self.indices.get(n) is m}, held):
+                meta = self.indices.get(fault.index)
+                if meta is not snapshot.get(fault.index):
+                    continue  # an earlier fault of this index changed its routing: the next check sees it anew
+                log.warning("%s: %s/%d on %s: %s (the routing says otherwise); treating the copy as lost",
+                            self.name, fault.index, fault.shard, fault.node, fault.what)
+                if fault.what == "stale_primary":
+                    try:
+                        self._send(fault.node, "shard.discard", {"index_uuid": meta.uuid, "shard": fault.shard})
+                    except Exception:  # noqa: BLE001 - the next check finds it again
+                        pass
+                self._node_left_shard(fault.index, fault.shard, fault.node)
+                acted.append(fault)
+        if acted:
+            self._allocation.schedule()
+        return acted
+
+    def _health(self, _req: dict[str, Any]) -> dict[str, Any]:
+        """``cm.health``: checked against what the members hold first (one ``node.stats`` each), so green is true."""
+        self.reconcile()
+        return self.health().__dict__
+
     def tick(self) -> None:
-        """Periodic work of the manager (fault-detection thread): retry red shards and paused recoveries."""
+        """Periodic work of the manager (fault-detection thread): check the routing, retry red shards and
+        paused recoveries."""
+        if time.monotonic() - self._reconciled_at >= RECONCILE_EVERY:
+            self.reconcile()
         if self._unpromoted:
             self._retry_red()
             self._allocation.schedule()

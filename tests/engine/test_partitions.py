@@ -147,3 +147,23 @@ def test_a_cut_off_manager_promotes_nothing_and_the_cluster_heals_by_itself(link
         _check(acked, deleted, _ids(restored.scan("docs", columns=["_id"])), "after restore")
     finally:
         restored.close()
+
+
+def test_a_primary_dropped_behind_the_managers_back_is_healed_and_health_is_not_green_meanwhile(
+        links: LinkedCluster) -> None:
+    """What a cut-off node can wake up to (its primary fenced or discarded): the routing check finds it."""
+    admin = links.client()
+    admin.wait_for_health("green", timeout=60)
+    uuid = admin.create_index("docs", shards=1, replicas=1)
+    admin.wait_for_health("green", timeout=60)
+    first = admin.bulk("docs", [{"_id": f"a{i}", "v": i} for i in range(50)])
+    assert len(first.acknowledged) == 50
+    primary = admin.primary_of("docs", 0)
+    assert links.call(primary, "shard.discard", {"index_uuid": uuid, "shard": 0}) is True
+    assert admin.health().status != "green"  # health asks the members what they hold before it answers
+    admin.wait_for_health("green", timeout=60)
+    assert admin.primary_of("docs", 0) != primary  # the in-sync replica was promoted
+    later = admin.bulk("docs", [{"_id": f"b{i}", "v": i} for i in range(50)])
+    assert len(later.acknowledged) == 50
+    admin.refresh("docs")
+    assert _ids(admin.scan("docs", columns=["_id"])) == set(first.acknowledged) | set(later.acknowledged)
