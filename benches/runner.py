@@ -32,6 +32,7 @@ BENCHES: dict[str, str] = {
     "peers": "benches.peers",
     "cluster": "benches.cluster",
     "cost": "benches.cost",
+    "partitions": "benches.partitions",
 }
 
 
@@ -49,6 +50,7 @@ DURATIONS: dict[str, tuple[str, str]] = {
     "peers": ("3-5 min", "30 s"),
     "cluster": ("25 s", "10 s"),
     "cost": ("45 s; +1 min s3", "35 s"),
+    "partitions": ("5 min", "1.5 min"),
 }
 
 
