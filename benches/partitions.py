@@ -12,7 +12,11 @@ replicas, ``--partition-rounds`` times over (default 1: 6 rounds, about 5 minute
 Figures: lost and resurrected (acknowledged deletes back) live and after the restore, stuck
 (not green or a shard refusing writes ``--partition-heal-wait`` seconds after the heal), the
 time from the heal to green and writable, and the longest gap between acknowledged writes on
-a shard whose primary stayed on the majority side, while the link was cut (target <= 8 s).
+a shard whose primary stayed on the majority side while the primary's node or the manager was
+cut off (target <= 8 s, issue 41).  A bridge's gaps are printed without a target: there every
+node is in a majority, and a primary cut off from the manager only (not from the others)
+holds its shard's writes until the manager removes it and its own report of the failed
+replica gives up (fault detection, then the primary's 10 s wait for a manager).
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ def run(ctx: Context) -> Iterator[Figure]:
     if ctx.quick:
         rounds = rounds[:2]
     totals = {"lost": 0, "resurrected": 0, "stuck": 0, "acked": 0}
-    worst_gap = 0.0
+    worst_gap = bridge_gap = 0.0
     heal = []
     base = Path(tempfile.mkdtemp(prefix="shardstore-bench-partitions-"))
     for i, (kind, mode) in enumerate(rounds):
@@ -63,7 +67,10 @@ def run(ctx: Context) -> Iterator[Figure]:
         lost = len(set(r.lost) | set(r.lost_after_restore))
         back = len(set(r.resurrected) | set(r.resurrected_after_restore))
         gap = max(r.gaps.values(), default=0.0)
-        worst_gap = max(worst_gap, gap)
+        if kind == "bridge":
+            bridge_gap = max(bridge_gap, gap)
+        else:
+            worst_gap = max(worst_gap, gap)
         heal.append(r.heal_seconds)
         totals["lost"] += lost
         totals["resurrected"] += back
@@ -73,9 +80,13 @@ def run(ctx: Context) -> Iterator[Figure]:
                      f"{r.acked:,} acked, {lost} lost, {back} resurrected, stuck {r.stuck or 0}, green and "
                      f"writable {r.heal_seconds:.1f} s after the heal, longest majority-side gap {gap:.1f} s "
                      f"{ {s: round(g, 1) for s, g in r.gaps.items()} }")
+        targeted = kind != "bridge"
+        if gap > GAP_TARGET:
+            ctx.progress(f"round {i + 1}: what the writers of the long gaps saw: {r.gap_errors}")
         if not r.clean:
             ctx.progress(f"round {i + 1} failed; node logs:\n{r.logs[-6000:]}")
-        yield ctx.figure("round_longest_gap_s", gap, "s", target=f"<= {GAP_TARGET:g}", met=gap <= GAP_TARGET,
+        yield ctx.figure("round_longest_gap_s", gap, "s", target=f"<= {GAP_TARGET:g}" if targeted else None,
+                         met=gap <= GAP_TARGET if targeted else None,
                          kind=kind, mode=mode, replicas=replicas, lost=lost, resurrected=back, stuck=len(r.stuck),
                          heal_s=round(r.heal_seconds, 1))
     n = len(rounds)
@@ -86,4 +97,5 @@ def run(ctx: Context) -> Iterator[Figure]:
     yield ctx.figure("stuck", totals["stuck"], "rounds", target="== 0", met=totals["stuck"] == 0, rounds=n)
     yield ctx.figure("longest_majority_gap_s", worst_gap, "s", target=f"<= {GAP_TARGET:g}",
                      met=worst_gap <= GAP_TARGET, rounds=n, seconds=seconds)
+    yield ctx.figure("bridge_longest_gap_s", bridge_gap, "s", rounds=n, seconds=seconds)
     yield ctx.figure("heal_to_green_writable_s", max(heal, default=0.0), "s", rounds=n)

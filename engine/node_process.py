@@ -224,7 +224,10 @@ class NodeProcess:
 
         A node that restarts knows no manager; electing at once would depose a healthy one (a new
         term) and churn the cluster.  It joins the one its peers name; the manager's next
-        publication makes it a follower.
+        publication makes it a follower.  After ``JOIN_ATTEMPTS`` joins with no publication it
+        stands for election once (a manager that never publishes to it: liveness), then tries
+        joining again: its pre-vote fails while its peers follow a live manager, and a node
+        that stopped joining would stay out of a healed cluster for good (a bridge, issue 41).
         """
         for name in sorted(n for n in self.transport.peers() if not n.startswith(ANY_NODE) and n != self.name):
             try:
@@ -233,8 +236,11 @@ class NodeProcess:
             except Exception:  # noqa: BLE001 - down, or not up yet
                 continue
             leader = hello.get("master")
-            if leader and leader != self.name and self._join_attempts < JOIN_ATTEMPTS:
-                self._join_attempts += 1  # a manager that never publishes to us: elect after all (liveness)
+            if leader and leader != self.name:
+                if self._join_attempts >= JOIN_ATTEMPTS:
+                    self._join_attempts = 0  # one election now, then joins again
+                    return False
+                self._join_attempts += 1
                 self._join(leader)
                 return True
         return False

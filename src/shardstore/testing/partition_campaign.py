@@ -9,8 +9,8 @@ clients write and delete while one fault lasts ``seconds``:
   ``n1`` when it is there, so shard 0's primary and a replica sit on the majority side);
 - ``bridge``: ``n1``-``n3`` cut while both still reach ``n2``.
 
-One client writes through the nodes of the majority side, one is pinned to the cut-off node
-(for a bridge, to ``n1``).  After the heal the round checks, live and after a restore from
+Clients write through the nodes of the majority side (one per shard, whose ids all route
+there, and one across shards), one is pinned to the cut-off node (for a bridge, to ``n1``).  After the heal the round checks, live and after a restore from
 the store alone: every acknowledged write present, no acknowledged delete back, the cluster
 green and every shard writable within ``heal_wait`` seconds; and it measures, per shard whose
 primary stayed on the majority side, the longest gap between acknowledged writes while the
@@ -22,12 +22,15 @@ from __future__ import annotations
 import shutil
 import threading
 import time
+from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
+from shardstore.engine.routing import shard_id
 from shardstore.testing.partitions import LinkedCluster
 
 __all__ = ["KINDS", "RoundResult", "Writer", "manager_of", "run_round", "wait_until"]
@@ -36,29 +39,48 @@ KINDS = ("isolate_primary", "isolate_manager", "bridge")
 
 
 class Writer:
-    """Bulks of 20 new ids, and every 5th bulk a delete of an acknowledged id, on a thread; what was acknowledged."""
+    """Bulks of 20 new ids, and every 5th bulk a delete of an acknowledged id, on a thread; what was acknowledged.
 
-    def __init__(self, client: Any, index: str, prefix: str) -> None:
+    With ``shard`` (and the index's ``shards``), every id routes to that one shard: a bulk
+    waits for all of its shards, so a per-shard write gap needs a writer per shard.
+    """
+
+    def __init__(self, client: Any, index: str, prefix: str, *, shard: int | None = None, shards: int = 1) -> None:
         self.client, self.index, self.prefix = client, index, prefix
+        self._shard, self._shards = shard, shards
         self.acked: set[str] = set()
         self.deleted: set[str] = set()
+        #: why items were not acknowledged (the error's first 120 characters) -> how many bulks saw it
+        self.errors: Counter[str] = Counter()
         #: (monotonic time, shard) of every acknowledged bulk item's shard, one entry per shard per bulk
         self.acks: list[tuple[float, int]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
+    def _ids(self) -> Iterator[str]:
+        n = 0
+        while True:
+            doc_id = f"{self.prefix}{n}"
+            n += 1
+            if self._shard is None or shard_id(doc_id, self._shards) == self._shard:
+                yield doc_id
+
     def _run(self) -> None:
         n = 0
+        ids = self._ids()
         while not self._stop.is_set():
-            docs = [{"_id": f"{self.prefix}{n + k}", "v": n + k} for k in range(20)]
+            docs = [{"_id": next(ids), "v": n + k} for k in range(20)]
             n += 20
             try:
                 result = self.client.bulk(self.index, docs)
-            except Exception:  # noqa: BLE001 - not acknowledged: nothing to remember
+            except Exception as exc:  # noqa: BLE001 - not acknowledged: nothing to remember
+                self.errors[f"{type(exc).__name__}: {exc}"[:120]] += 1
                 time.sleep(0.05)
                 continue
             now = time.monotonic()
+            for error in set(result.items["error"].drop_null().to_pylist()):
+                self.errors[error[:120]] += 1
             table = result.items.filter(result.items["error"].is_null())
             self.acks.extend((now, int(s)) for s in set(table["shard"].to_pylist()))
             self.acked.update(result.acknowledged)
@@ -119,6 +141,8 @@ class RoundResult:
     stuck: list[str] = field(default_factory=list)  # what was not green or writable after the heal
     heal_seconds: float = 0.0  # from the heal to green and every shard writable
     gaps: dict[int, float] = field(default_factory=dict)  # shard (primary on the majority side) -> longest gap
+    #: per shard of ``gaps``, the errors its writer saw most (why a gap was long)
+    gap_errors: dict[int, list[tuple[str, int]]] = field(default_factory=dict)
     logs: str = ""
 
     @property
@@ -155,7 +179,8 @@ def run_round(root: str | Path, kind: str, mode: str = "blackhole", seconds: flo
         victim = {"isolate_primary": primaries[0], "isolate_manager": manager_of(links), "bridge": "n1"}[kind]
         assert victim is not None
         majority = [n for n in links.names if n != victim] if kind != "bridge" else list(links.names)
-        writers = [Writer(links.client_of(majority), "docs", "m"), Writer(links.client_of([victim]), "docs", "p")]
+        steady = [Writer(links.client_of(majority), "docs", f"m{s}-", shard=s, shards=shards) for s in range(shards)]
+        writers = [*steady, Writer(links.client_of(majority), "docs", "m"), Writer(links.client_of([victim]), "docs", "p")]
         try:
             time.sleep(2.0)
             cut_at = time.monotonic()
@@ -171,8 +196,9 @@ def run_round(root: str | Path, kind: str, mode: str = "blackhole", seconds: flo
         finally:
             for w in writers:
                 w.stop()
-        out.gaps = {s: writers[0].longest_gap(s, cut_at, healed_at) for s, p in primaries.items()
+        out.gaps = {s: steady[s].longest_gap(s, cut_at, healed_at) for s, p in primaries.items()
                     if kind == "bridge" or p != victim}
+        out.gap_errors = {s: steady[s].errors.most_common(3) for s in out.gaps}
         acked = set().union(*(w.acked for w in writers))
         deleted = set().union(*(w.deleted for w in writers))
         try:
