@@ -84,13 +84,14 @@ def spec_from_wire(d: dict[str, Any]) -> ShardSpec:
 
 def call_manager(send: Callable[..., Any], manager: Callable[[], str | None], me: str, action: str,
                  request: dict[str, Any], wait: float, *, idempotent: bool = False,
-                 attempt_timeout: float | None = None) -> Any:
+                 attempt_timeout: float | None = None, pool: ThreadPoolExecutor | None = None) -> Any:
     """``send(manager(), action, request)``, waiting out an election for up to ``wait`` seconds.
 
     Retried while no manager is known, the one asked says it is not the manager, or the
-    request did not reach it (``delivered`` False); an ``idempotent`` request also when its
-    answer was lost (a manager cut off mid-call: the next attempt goes to whoever manages
-    then), each attempt waiting at most ``attempt_timeout`` seconds.
+    request did not reach it (``delivered`` False).  An ``idempotent`` request is also sent
+    again when its answer was lost, or (with a ``pool`` to wait in) as soon as this node
+    follows another manager than the one asked (a manager cut off mid-call: the next attempt
+    goes to whoever manages then); each attempt waits at most ``attempt_timeout`` seconds.
     """
     deadline = time.monotonic() + wait
     while True:
@@ -100,8 +101,17 @@ def call_manager(send: Callable[..., Any], manager: Callable[[], str | None], me
                 raise NotMaster(me, None)
             if attempt_timeout is None:
                 return send(master, action, request)
-            return send(master, action, request, timeout=max(0.1, min(attempt_timeout,
-                                                                      deadline - time.monotonic())))
+            timeout = max(0.1, min(attempt_timeout, deadline - time.monotonic()))
+            if not idempotent or pool is None:
+                return send(master, action, request, timeout=timeout)
+            future = pool.submit(send, master, action, request, timeout=timeout)
+            given_up = time.monotonic() + timeout
+            while True:
+                try:
+                    return future.result(timeout=0.1)
+                except FutureTimeout:
+                    if manager() != master or time.monotonic() >= given_up:
+                        raise NotMaster(me, manager()) from None  # asked again, of whoever manages now
         except (NotMaster, NodeDisconnected) as exc:
             if isinstance(exc, NodeDisconnected) and exc.delivered is not False and not idempotent:
                 raise
@@ -172,7 +182,7 @@ class NodeService:
         """
         attempt = max(5.0, 4 * self.fault_detection.timeout) + self.fault_detection.timeout if idempotent else None
         return call_manager(self._send, self._manager, self.name, action, request, self.manager_wait,
-                            idempotent=idempotent, attempt_timeout=attempt)
+                            idempotent=idempotent, attempt_timeout=attempt, pool=self._replication)
 
     # -- copies ---------------------------------------------------------------------------------
 
