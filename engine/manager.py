@@ -47,6 +47,8 @@ from shardstore.segments.remote_store import next_free_term
 log = logging.getLogger(__name__)
 #: a shard whose replica recovery failed 3 times in a row is not tried again for this many seconds
 RECOVERY_PAUSE = 5.0
+#: seconds a background notice (:meth:`ManagerRole._notify`) waits for its answer
+NOTIFY_TIMEOUT = 10.0
 #: seconds between two checks of the routing against what the members hold (engine/routing_check.py)
 RECONCILE_EVERY = 2.0
 
@@ -72,6 +74,7 @@ class ManagerRole:
         self._failures: dict[tuple[str, int], tuple[int, float]] = {}
         self._unpromoted: dict[tuple[str, int], str] = {}
         self._reconciled_at = 0.0  # monotonic time of the last routing check
+        self._notifier = ThreadPoolExecutor(max_workers=4, thread_name_prefix=f"notify-{name}")
         self._allocation = AllocationWorker(self._allocation_round, name=f"allocation-{name}")
 
     # -- activation -------------------------------------------------------------------------------
@@ -131,6 +134,7 @@ class ManagerRole:
     def close(self, wait: float = 60.0) -> None:
         """Stop the allocation worker (waiting up to ``wait`` seconds for a round in progress)."""
         self.deactivate()
+        self._notifier.shutdown(wait=False, cancel_futures=True)
         self._allocation.close(wait)
 
     def _submit(self, task: Any) -> None:
@@ -155,6 +159,21 @@ class ManagerRole:
             self.coordination.master = None
         if was:
             log.warning("%s steps down as cluster manager: %s", self.name, reason)
+
+    def _notify(self, node: str, action: str, request: dict[str, Any]) -> None:
+        """Send ``request`` in the background: never wait, holding the manager's lock, on a node that may be gone.
+
+        For what the committed routing already decided (drop a copy, shrink a group): a node
+        that misses it is corrected by its next write, its rejoin or the routing check.  A
+        manager that waited here on a cut-off node held every other decision (and the
+        primary's ``cm.fail_replica``) for the request timeout (issue 41).
+        """
+        def send() -> None:
+            try:
+                self._send(node, action, request, timeout=NOTIFY_TIMEOUT)
+            except Exception as exc:  # noqa: BLE001 - see above
+                log.info("%s: %s to %s not delivered: %r", self.name, action, node, exc)
+        self._notifier.submit(send)
 
     def _check_active(self) -> None:
         if not self.active or not self.coordination.is_master:
@@ -205,7 +224,7 @@ class ManagerRole:
         """
         routed = {(m.uuid, r.shard) for m in self.indices.values() for r in m.routing if node in r.copies}
         try:
-            held = self._send(node, "node.stats", {})["copies"]
+            held = self._send(node, "node.stats", {}, timeout=self.check_timeout)["copies"]
         except Exception as exc:  # noqa: BLE001 - it joins again at its next leader check
             log.info("%s: copies of joining %s not listed: %r", self.name, node, exc)
             return
@@ -213,7 +232,7 @@ class ManagerRole:
             if (index_uuid, shard) not in routed:
                 log.warning("%s: %s rejoined with a copy of %s/%s that is no longer routed to it; discarding it",
                             self.name, node, index_uuid, shard)
-                self._send(node, "shard.discard", {"index_uuid": index_uuid, "shard": int(shard)})
+                self._send(node, "shard.discard", {"index_uuid": index_uuid, "shard": int(shard)})  # it is joining: up
 
     def node_left(self, node: str, reason: str) -> None:
         """A member stopped answering (fault detection): promote its primaries, drop its replicas."""
@@ -240,11 +259,9 @@ class ManagerRole:
         self._set_routing(meta, shard, copies=[c for c in sr.copies if c != node],
                           in_sync=[c for c in sr.in_sync if c != node])
         if sr.primary is not None:
-            try:
-                self._send(sr.primary, "shard.group", {"index_uuid": meta.uuid, "shard": shard,
-                                                       "replicas": [n for n in sr.in_sync if n not in (node, sr.primary)]})
-            except Exception as exc:  # noqa: BLE001 - it fails the replica itself at its next write
-                log.info("telling %s of the smaller group of %s/%d: %r", sr.primary, name, shard, exc)
+            # told in the background: a primary that misses it fails the replica itself at its next write
+            self._notify(sr.primary, "shard.group", {"index_uuid": meta.uuid, "shard": shard,
+                                                     "replicas": [n for n in sr.in_sync if n not in (node, sr.primary)]})
 
     def _publish_members(self, force: bool = False) -> None:
         """Put the membership (name -> address) in the cluster state: every node's address book.
@@ -337,10 +354,7 @@ class ManagerRole:
                 log.warning("failing replica %s of %s/%d: %s", node, meta.name, shard, req.get("reason"))
                 sr = self._set_routing(meta, shard, copies=[c for c in sr.copies if c != node],
                                        in_sync=[c for c in sr.in_sync if c != node]).routing[shard]
-                try:
-                    self._send(node, "shard.discard", {"index_uuid": meta.uuid, "shard": shard})
-                except Exception:  # noqa: BLE001 - an unreachable node drops it when it rejoins
-                    pass
+                self._notify(node, "shard.discard", {"index_uuid": meta.uuid, "shard": shard})
         self._allocation.schedule()
         return {"replicas": [n for n in sr.in_sync if n != sr.primary]}
 
@@ -409,10 +423,7 @@ class ManagerRole:
             self._set_routing(meta, sr.shard, copies=kept, in_sync=kept)
         for n in candidates:
             if n not in kept:
-                try:
-                    self._send(n, "shard.discard", {"index_uuid": meta.uuid, "shard": sr.shard})
-                except Exception:  # noqa: BLE001
-                    pass
+                self._notify(n, "shard.discard", {"index_uuid": meta.uuid, "shard": sr.shard})
         self._unpromoted.pop(key, None)
         log.info("promoted %s to primary of %s/%d with term %d", best, meta.name, sr.shard, term)
         return True
@@ -513,10 +524,7 @@ class ManagerRole:
                 log.warning("%s: %s/%d on %s: %s (the routing says otherwise); treating the copy as lost",
                             self.name, fault.index, fault.shard, fault.node, fault.what)
                 if fault.what == "stale_primary":
-                    try:
-                        self._send(fault.node, "shard.discard", {"index_uuid": meta.uuid, "shard": fault.shard})
-                    except Exception:  # noqa: BLE001 - the next check finds it again
-                        pass
+                    self._notify(fault.node, "shard.discard", {"index_uuid": meta.uuid, "shard": fault.shard})
                 self._node_left_shard(fault.index, fault.shard, fault.node)
                 acted.append(fault)
         if acted:

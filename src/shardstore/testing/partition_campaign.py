@@ -157,8 +157,8 @@ def _ids(table: pa.Table) -> set[str]:
 
 
 def run_round(root: str | Path, kind: str, mode: str = "blackhole", seconds: float = 12.0, *, shards: int = 3,
-              replicas: int = 1, heal_wait: float = 60.0, progress: Any = None) -> RoundResult:
-    """Run one round in ``root`` (removed afterwards) and return what it found (see the module docstring)."""
+              replicas: int = 1, heal_wait: float = 60.0, progress: Any = None, keep: bool = False) -> RoundResult:
+    """Run one round in ``root`` (removed afterwards unless ``keep``) and return what it found (module docstring)."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     say = progress or (lambda _msg: None)
@@ -188,7 +188,8 @@ def run_round(root: str | Path, kind: str, mode: str = "blackhole", seconds: flo
                 links.cut("n1", "n3", mode=mode)
             else:
                 links.isolate(victim, mode=mode)
-            say(f"{kind} ({mode}): {victim} cut off for {seconds:g} s")
+            say(f"{kind} ({mode}): {victim} cut off for {seconds:g} s; primaries {primaries}, manager "
+            f"{manager_of(links)}")
             time.sleep(seconds)
             links.heal()
             healed_at = time.monotonic()
@@ -239,4 +240,5 @@ def run_round(root: str | Path, kind: str, mode: str = "blackhole", seconds: flo
         return out
     finally:
         links.close()
-        shutil.rmtree(root, ignore_errors=True)
+        if not keep:
+            shutil.rmtree(root, ignore_errors=True)
