@@ -20,7 +20,8 @@ primary answers; a primary that cannot reach the cluster manager to do so does n
 acknowledge (``ShardUnavailable``).  A replica that stops answering (cut off, paused) is
 found within fault-detection time, not a request timeout (issue 41): once a write has
 waited ``fault_detection.timeout`` on it, the primary pings its node (``node.ping``) every
-``interval``; ``retries`` failed pings in a row (or a refused connection) fail the replica.
+``interval`` (at once after a ping that timed out); ``retries`` failed pings in a row (or a
+refused connection) fail the replica: about ``(retries + 1) * timeout`` (4 s by default).
 A slow replica that still answers its pings is waited for.
 """
 
@@ -302,8 +303,8 @@ class NodeService:
                 if future.done():
                     return future.result()
                 raise ShardUnavailable(key[0], key[1], f"replica {replica} failed {failed} pings while a write waited on it")
-            try:
-                return future.result(timeout=fd.interval)
+            try:  # a failed ping already took its timeout: the next one goes at once
+                return future.result(timeout=fd.interval if failed == 0 else 0.0)
             except FutureTimeout:
                 continue
 
