@@ -41,6 +41,7 @@ from shardstore.engine.node_service import spec_to_wire
 from shardstore.engine.routing_check import RoutingFault, held_from_stats, routing_faults
 from shardstore.engine.shard import ShardSpec
 from shardstore.engine.validation import check_create_args, check_index_name, check_mapping, check_source_mode
+from shardstore.errors import ConflictError
 from shardstore.segments.mapping import Mapping
 from shardstore.segments.remote_store import next_free_term
 
@@ -73,6 +74,8 @@ class ManagerRole:
         #: (index, shard) -> (failed recoveries in a row, when the last failed): 3 in a row pause it for a while
         self._failures: dict[tuple[str, int], tuple[int, float]] = {}
         self._unpromoted: dict[tuple[str, int], str] = {}
+        #: red shards another writer claimed: never promoted again (a restore brings them back)
+        self._not_retried: set[tuple[str, int]] = set()
         self._reconciled_at = 0.0  # monotonic time of the last routing check
         self._notifier = ThreadPoolExecutor(max_workers=4, thread_name_prefix=f"notify-{name}")
         self._allocation = AllocationWorker(self._allocation_round, name=f"allocation-{name}")
@@ -416,6 +419,17 @@ class ManagerRole:
         try:
             answer = self._send(best, "shard.promote", {"index_uuid": meta.uuid, "shard": sr.shard, "term": term,
                                                         "replicas": group[1:]})
+        except ConflictError as exc:
+            # a newer term claimed the shard: another writer (a Spark job's sink) owns it now.  Claiming a
+            # term above it would fence that writer and drop its commit from what restore reads, so the
+            # shard stays red with the cause and is not retried (as the embedded Promotions; issue 42)
+            cause = (f"promotion to term {term} refused ({type(exc).__name__}: {exc}); another writer owns the "
+                     f"shard: restore the index from the store once it is done")
+            log.error("%s/%d: %s", meta.name, sr.shard, cause)
+            self._unpromoted[key] = cause
+            self._not_retried.add(key)
+            self._set_routing(meta, sr.shard, primary=None, primary_term=term, copies=group, in_sync=group)
+            return False
         except Exception as exc:  # noqa: BLE001 - red with the cause, retried with a newer term
             return self._promotion_failed(meta, sr, term, group, exc)
         kept = [best, *answer["kept"]]
@@ -480,6 +494,8 @@ class ManagerRole:
             if not self.active:
                 return
             for (name, shard) in list(self._unpromoted):
+                if (name, shard) in self._not_retried:
+                    continue
                 meta = self.indices.get(name)
                 if meta is None:
                     self._unpromoted.pop((name, shard), None)
