@@ -76,6 +76,10 @@ class ManagerRole:
         self._unpromoted: dict[tuple[str, int], str] = {}
         #: red shards another writer claimed: never promoted again (a restore brings them back)
         self._not_retried: set[tuple[str, int]] = set()
+        #: (index UUID, shard) -> the highest global checkpoint its primary reported (node.stats): every
+        #: operation up to it was acknowledged and is in the store, so a rebuild from the store that comes
+        #: back with less refuses (RestoreDataLoss), as the embedded cluster's ``acknowledged_max`` (issue 42)
+        self._acknowledged: dict[tuple[str, int], int] = {}
         self._reconciled_at = 0.0  # monotonic time of the last routing check
         self._notifier = ThreadPoolExecutor(max_workers=4, thread_name_prefix=f"notify-{name}")
         self._allocation = AllocationWorker(self._allocation_round, name=f"allocation-{name}")
@@ -477,7 +481,8 @@ class ManagerRole:
         self._set_routing(meta, shard, primary=target, primary_term=term, copies=[target], in_sync=[target])
         try:
             self._send(target, "shard.recover_from_store", {
-                "spec": spec_to_wire(spec), "term": term, "known_term": sr.primary_term, "index_name": meta.name})
+                "spec": spec_to_wire(spec), "term": term, "known_term": sr.primary_term, "index_name": meta.name,
+                "acknowledged_max": self._acknowledged.get((meta.uuid, shard), -1)})
         except Exception as exc:  # noqa: BLE001 - a store error or a refused (lossy) recovery: red, named
             self._unpromoted[key] = (f"no in-sync copy left; recovery from the blob store failed "
                                      f"({type(exc).__name__}: {exc}); retrying")
@@ -531,6 +536,10 @@ class ManagerRole:
         acted = []
         with self._lock:
             self._reconciled_at = time.monotonic()
+            for copies in held.values():
+                for key, copy in copies.items():
+                    if copy.primary:
+                        self._acknowledged[key] = max(self._acknowledged.get(key, -1), copy.global_checkpoint)
             if not self.active:
                 return []
             for fault in routing_faults({n: m for n, m in snapshot.items() if self.indices.get(n) is m}, held):

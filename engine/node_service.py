@@ -246,7 +246,7 @@ class NodeService:
         return True
 
     def node_stats(self, _req: dict[str, Any] | None = None) -> dict[str, Any]:
-        """``node.stats``: the copies this node holds (index UUID, shard, primary, term) and its object-store requests.
+        """``node.stats``: the copies held (index UUID, shard, primary, term, global checkpoint) and the store requests.
 
         A replica in the last phase of its recovery counts: the manager may already have
         committed it to the routing (``cm.replica_started``) before it joins :attr:`copies`.
@@ -254,7 +254,7 @@ class NodeService:
         metrics = getattr(self.store, "metrics", None)
         requests = dict(metrics()["requests"]) if callable(metrics) else {}
         held = {**self._recovering, **self.copies}
-        return {"copies": [[k[0], k[1], c.primary, c.primary_term] for k, c in list(held.items())],
+        return {"copies": [[k[0], k[1], c.primary, c.primary_term, c.global_checkpoint] for k, c in list(held.items())],
                 "requests": requests}
 
     def _group(self, req: dict[str, Any]) -> bool:

@@ -35,10 +35,11 @@ FAULTS = ("missing", "not_primary", "stale_primary")
 
 @dataclass(frozen=True)
 class HeldCopy:
-    """A copy a node holds: whether it acts as primary, and its primary term."""
+    """A copy a node holds: whether it acts as primary, its primary term and its global checkpoint."""
 
     primary: bool
     term: int
+    global_checkpoint: int = -1
 
 
 @dataclass(frozen=True)
@@ -52,8 +53,9 @@ class RoutingFault:
 
 
 def held_from_stats(copies: list[list]) -> dict[tuple[str, int], HeldCopy]:
-    """The ``copies`` rows of a ``node.stats`` answer ([index UUID, shard, primary, term]) as held copies."""
-    return {(str(c[0]), int(c[1])): HeldCopy(bool(c[2]), int(c[3]) if len(c) > 3 else -1) for c in copies}
+    """The ``copies`` rows of a ``node.stats`` answer ([index UUID, shard, primary, term, global checkpoint])."""
+    return {(str(c[0]), int(c[1])): HeldCopy(bool(c[2]), int(c[3]) if len(c) > 3 else -1,
+                                             int(c[4]) if len(c) > 4 else -1) for c in copies}
 
 
 def routing_faults(indices: Mapping[str, IndexMeta],

@@ -14,6 +14,7 @@ from shardstore.blobstores import open_store
 from shardstore.segments.remote_store import RemoteSegmentStore, list_terms
 from shardstore.spark.catalog import resolve_index
 from shardstore.testing.node_processes import ProcessCluster
+from shardstore.testing.partition_campaign import manager_of, wait_until
 
 
 @pytest.fixture
@@ -48,4 +49,38 @@ def test_a_term_another_writer_claimed_is_not_taken_from_it_by_a_promotion(procs
     time.sleep(3)  # several retry rounds of the manager: still not taken
     assert client.health().status == "red"
     assert max(list_terms(store, address)) == job_term, "a promotion claimed a term above the other writer's"
+    client.close()
+
+
+def test_a_rebuild_from_the_store_refuses_to_come_back_with_less_than_was_acknowledged(
+        procs: ProcessCluster, tmp_path: Path) -> None:
+    """Every copy gone and the store's translog gone with no trace: the manager knows what was acknowledged.
+
+    (The manager samples it; a crash that takes the manager with the shard's only copy takes
+    that knowledge too, which is why the primary here is not on the manager's node.)
+    """
+    client = procs.client()
+    client.wait_for_health("green", timeout=60)
+    if manager_of(procs) == "n1":  # a new index's shard 0 goes to n1
+        procs.kill("n1")
+        wait_until(lambda: manager_of(procs) not in (None, "n1"), what="a manager other than n1")
+        procs.restart("n1")
+        client.wait_for_health("green", timeout=60)
+    client.create_index("docs", shards=1, replicas=0)
+    client.wait_for_health("green", timeout=60)
+    assert len(client.bulk("docs", [{"_id": f"d{i}", "v": i} for i in range(40)]).acknowledged) == 40
+    time.sleep(2.5)  # the manager's routing check samples the primary's global checkpoint every 2 s
+    store = open_store(f"file://{tmp_path / 'store'}")
+    data_cluster = resolve_index(store, "docs").data_cluster_uuid
+    victim = client.primary_of("docs", 0)
+    procs.kill(victim)
+    streams = [b.key for b in store.list(f"{data_cluster}/node_translog/")]
+    assert streams, "the acknowledged writes were in the node translog"
+    store.delete(streams)  # lost without a trace: the store alone now says the shard was empty
+    deadline = time.monotonic() + 30
+    health = client.health()
+    while not any("RestoreDataLoss" in c for c in health.causes) and time.monotonic() < deadline:
+        time.sleep(0.3)
+        health = client.health()
+    assert health.status == "red" and any("RestoreDataLoss" in c for c in health.causes), f"{health}\n{procs.logs()}"
     client.close()

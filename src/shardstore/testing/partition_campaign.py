@@ -30,6 +30,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from shardstore.engine.launcher import ProcessCluster
 from shardstore.engine.routing import shard_id
 from shardstore.testing.partitions import LinkedCluster
 
@@ -112,7 +113,7 @@ def wait_until(condition: Any, timeout: float = 30.0, what: str = "a condition")
         time.sleep(0.2)
 
 
-def manager_of(links: LinkedCluster) -> str | None:
+def manager_of(links: LinkedCluster | ProcessCluster) -> str | None:
     """The cluster manager a live node names, or None."""
     for name in links.names:
         if not links.nodes[name].alive:
