@@ -20,16 +20,40 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from shardstore.blobstores.base import BlobStore
 from shardstore.cluster_state import entities as E
-from shardstore.cluster_state.manifest import ManifestName, newest_first, parse_manifest_key
+from shardstore.cluster_state.manifest import (
+    ChunkRef,
+    IndexEntry,
+    Manifest,
+    ManifestName,
+    newest_first,
+    parse_manifest_key,
+)
 from shardstore.cluster_state.uuids import UuidInfo, latest_of_settled_view, uuid_chain
 
-if TYPE_CHECKING:
-    from shardstore.cluster_state.remote import RemoteClusterStateService
-
 DEFAULT_KEEP = 10
+
+
+class PurgeTarget(Protocol):
+    """What a purge reads and deletes through: the cluster-state service
+    (:class:`~shardstore.cluster_state.remote.RemoteClusterStateService`, whose ``purge`` passes itself)."""
+
+    store: BlobStore
+
+    def cluster_uuids(self) -> list[str]: ...
+
+    def uuid_info(self, cluster_uuid: str) -> tuple[UuidInfo, Manifest | None]: ...
+
+    def list_manifests(self, cluster_uuid: str) -> list[ManifestName]: ...
+
+    def read_manifest(self, key: str) -> Manifest: ...
+
+    def _load_chunk(self, ref: ChunkRef, mkey: str) -> dict[str, IndexEntry]: ...
+
+    def delete_uuid_marker(self, cluster_uuid: str) -> None: ...
 
 
 def select_manifests(names: Iterable[ManifestName], keep: int = DEFAULT_KEEP) -> list[ManifestName]:
@@ -88,7 +112,7 @@ class PurgeReport:
     wiped_uuids: list[str] = field(default_factory=list)
 
 
-def referenced_keys(svc: RemoteClusterStateService, kept: list[ManifestName]) -> set[str]:
+def referenced_keys(svc: PurgeTarget, kept: list[ManifestName]) -> set[str]:
     """Every blob key the kept manifests reference (manifests and chunks are read)."""
     out: set[str] = set()
     chunk_refs = {}
@@ -106,7 +130,7 @@ def referenced_keys(svc: RemoteClusterStateService, kept: list[ManifestName]) ->
     return out
 
 
-def purge(svc: RemoteClusterStateService, cluster_uuid: str | None = None, keep: int = DEFAULT_KEEP) -> PurgeReport:
+def purge(svc: PurgeTarget, cluster_uuid: str | None = None, keep: int = DEFAULT_KEEP) -> PurgeReport:
     """Delete old states of ``cluster_uuid`` (default: the valid head) and the UUIDs behind a committed head."""
     def read() -> dict[str, UuidInfo]:
         return {u: svc.uuid_info(u)[0] for u in svc.cluster_uuids()}
@@ -133,9 +157,7 @@ def purge(svc: RemoteClusterStateService, cluster_uuid: str | None = None, keep:
         keys.sort(key=lambda k: parse_manifest_key(k) is not None)
         if keys:
             svc.store.delete(keys)
-        from shardstore.cluster_state.remote import UUID_MARKERS
-
-        svc.store.delete([UUID_MARKERS + old])
+        svc.delete_uuid_marker(old)
         report.wiped_uuids.append(old)
     return report
 
@@ -143,14 +165,14 @@ def purge(svc: RemoteClusterStateService, cluster_uuid: str | None = None, keep:
 class PurgeTask:
     """A purge running in a background thread; :meth:`wait` returns its report or raises its error."""
 
-    def __init__(self, svc: RemoteClusterStateService, cluster_uuid: str | None = None, keep: int = DEFAULT_KEEP) -> None:
+    def __init__(self, svc: PurgeTarget, cluster_uuid: str | None = None, keep: int = DEFAULT_KEEP) -> None:
         self._report: PurgeReport | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, args=(svc, cluster_uuid, keep), name="cluster-state-purge",
                                         daemon=True)
         self._thread.start()
 
-    def _run(self, svc: RemoteClusterStateService, cluster_uuid: str | None, keep: int) -> None:
+    def _run(self, svc: PurgeTarget, cluster_uuid: str | None, keep: int) -> None:
         try:
             self._report = purge(svc, cluster_uuid, keep)
         except BaseException as exc:  # handed to wait()

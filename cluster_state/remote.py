@@ -47,6 +47,7 @@ from shardstore.cluster_state.manifest import (
     parse_manifest_key,
 )
 from shardstore.cluster_state.model import ClusterState, IndexMetadata
+from shardstore.cluster_state.purge import PurgeReport, PurgeTask, purge
 from shardstore.cluster_state.uuids import UuidInfo
 from shardstore.errors import InvalidError
 
@@ -521,6 +522,10 @@ class RemoteClusterStateService:
         """Every cluster UUID ever written to this store (from the UUID markers)."""
         return [b.key[len(UUID_MARKERS):] for b in self.store.list(UUID_MARKERS)]
 
+    def delete_uuid_marker(self, cluster_uuid: str) -> None:
+        """Delete the marker of ``cluster_uuid``: the last step of a purge wiping that UUID's blobs."""
+        self.store.delete([UUID_MARKERS + cluster_uuid])
+
     def uuid_info(self, cluster_uuid: str) -> tuple[UuidInfo, Manifest | None]:
         """What seed 000's algorithm needs of one UUID, from its newest readable committed manifest."""
         for name in self.list_manifests(cluster_uuid):
@@ -545,14 +550,10 @@ class RemoteClusterStateService:
 
     # -- purge ----------------------------------------------------------------------------------
 
-    def purge(self, cluster_uuid: str | None = None, keep: int = 10) -> Any:
+    def purge(self, cluster_uuid: str | None = None, keep: int = 10) -> PurgeReport:
         """Delete all but the newest ``keep`` states (and older UUIDs behind a committed head); a PurgeReport."""
-        from shardstore.cluster_state.purge import purge
-
         return purge(self, cluster_uuid, keep)
 
-    def purge_async(self, cluster_uuid: str | None = None, keep: int = 10) -> Any:
+    def purge_async(self, cluster_uuid: str | None = None, keep: int = 10) -> PurgeTask:
         """Start :meth:`purge` in a background thread; a PurgeTask whose ``wait()`` gives the report."""
-        from shardstore.cluster_state.purge import PurgeTask
-
         return PurgeTask(self, cluster_uuid, keep)

@@ -40,6 +40,7 @@ from shardstore.blobstores.base import BlobStore
 from shardstore.core.address import ShardAddress
 from shardstore.core.arrays import filled
 from shardstore.core.path_strategy import PathStrategy, PlainPathStrategy
+from shardstore.engine.doc_versions import with_versions
 from shardstore.engine.errors import (
     OperationTermTooOld,
     RestoreDataLoss,
@@ -52,7 +53,6 @@ from shardstore.engine.node_remote import NodeRemote
 from shardstore.engine.restore_check import ShardLoss
 from shardstore.engine.seq_ranges import gaps, split_by_term
 from shardstore.engine.staged_write import Refreshing, Staged
-from shardstore.engine.staging import with_versions
 from shardstore.engine.store_recovery import read_from_store
 from shardstore.errors import LocalDiskError, TooManyOpenFiles, is_too_many_open_files
 from shardstore.segments import row_cache

@@ -26,45 +26,21 @@ import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from shardstore.core.arrays import filled
-from shardstore.engine.errors import VersionConflict
-from shardstore.segments.directory import ShardDirectory, buffered_docs
+from shardstore.engine.doc_versions import with_versions  # re-exported: the one-part path, below the shard
+from shardstore.engine.shard import ShardCopy
+from shardstore.segments.directory import buffered_docs
 from shardstore.segments.mapping import Mapping
 from shardstore.segments.versions import SMALL_BATCH, next_versions
 from shardstore.translog.errors import InvalidOperation
 from shardstore.translog.node_translog import NodeShardTranslog
-from shardstore.translog.operations import OpType, Summary, check, stamp, summarize
-
-if TYPE_CHECKING:
-    from shardstore.engine.shard import ShardCopy
+from shardstore.translog.operations import Summary, check, stamp, summarize
 
 log = logging.getLogger(__name__)
-
-
-def with_versions(directory: ShardDirectory, ops: pa.RecordBatch, expect: tuple | None,
-                  order: pa.Array | None = None, *, all_index: bool = False) -> pa.RecordBatch:
-    """``ops`` with each index/delete's version set to the id's current version + 1 (+1 per earlier op on it);
-    ``expect`` (id, if_seq_no, if_primary_term) checked first (VersionConflict)."""
-    ids = ops.column("id")
-    keys = filled(ids, "")
-    current = directory.current_versions(keys)
-    if expect is not None:
-        doc_id, if_seq_no, if_term = expect
-        pos = pc.index(ids, doc_id).as_py()
-        row = current.slice(pos, 1).to_pylist()[0] if pos >= 0 else {"_seq_no": None, "_primary_term": None}
-        if (row["_seq_no"], row["_primary_term"]) != (if_seq_no, if_term):
-            raise VersionConflict(doc_id, if_seq_no, if_term, row["_seq_no"], row["_primary_term"])
-    versions = next_versions(keys, current.column("_version"), order)
-    op_type = ops.column("op_type")
-    if not all_index and pc.any(pc.equal(op_type, int(OpType.NO_OP))).as_py():
-        versions = pc.if_else(pc.equal(op_type, int(OpType.NO_OP)), pa.nulls(len(versions), pa.int64()), versions)
-    return ops.set_column(ops.schema.get_field_index("version"), "version", versions)
 
 
 @dataclass(frozen=True)

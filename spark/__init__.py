@@ -22,9 +22,8 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
-#: Spark settings :func:`register` applies (filters reach Python data sources only with it).
-SPARK_CONF = {"spark.sql.python.filterPushdown.enabled": "true"}
-
+#: Spark settings :func:`register` applies (filters reach Python data sources only with it)
+from shardstore.spark.conf import SPARK_CONF
 
 #: The bridge's optimizer extension: a native read's plan becomes the fast path's own plan.
 EXTENSIONS = "io.shardstore.spark.Extensions"

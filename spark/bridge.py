@@ -29,24 +29,10 @@ import logging
 import threading
 from typing import Any
 
-from shardstore.errors import InvalidError
+from shardstore.spark.bridge_options import JVM_PACKAGE, use_fast_path
 
 log = logging.getLogger(__name__)
-
-#: The bridge's JVM package; its classes exist only when the jar is on the driver's classpath.
-JVM_PACKAGE = "io.shardstore.spark"
-_FAST_PATH_VALUES = ("auto", "true", "false")
 _lock = threading.Lock()
-
-
-def use_fast_path(master: str, options: dict[str, str]) -> bool:
-    """Whether a read takes the fast path: ``fastPath`` true/false, or auto (true on ``local[...]`` masters)."""
-    value = next((str(v).strip().lower() for k, v in options.items() if str(k).lower() == "fastpath"), "auto")
-    if value not in _FAST_PATH_VALUES:
-        raise InvalidError(f"option fastPath={value!r}: expected one of {', '.join(_FAST_PATH_VALUES)}")
-    if value == "auto":
-        return master.startswith("local")
-    return value == "true"
 
 
 class Planner:
@@ -84,6 +70,7 @@ class Planner:
     def write(self, jsession: Any, options_json: str, mode: str, jdf: Any) -> bool:
         """Write the Java DataFrame through the sink's fast path (:mod:`.fast_write`); False: the Python sink writes."""
         try:
+            # lazy, as pyspark: fast_write loads it (no cycle: fast_write imports bridge_options, not this module)
             from pyspark.sql.classic.dataframe import DataFrame
 
             from shardstore.spark.fast_write import write

@@ -31,6 +31,7 @@ import pyarrow as pa
 
 from shardstore.segments.read_plan import DEFAULT_CACHE_DIR, WHOLE_SEGMENTS
 from shardstore.segments.segment import conform
+from shardstore.spark.conf import SPARK_CONF
 from shardstore.spark.reader import (
     ReadPlan,
     _flag,
@@ -104,7 +105,6 @@ def read_options(spark: Any, options: dict[str, Any], schema: Any = None) -> Any
 
 def _read_with_sources(spark: Any, options: dict[str, Any], schema: Any) -> Any:
     """The read through ``format("shardstore-arrow")`` (registered and its filter pushdown on, as ``register`` does)."""
-    from shardstore.spark import SPARK_CONF
     from shardstore.spark.registration import register_source
     from shardstore.spark.source import ShardstoreArrowDataSource
 

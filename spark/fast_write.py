@@ -56,7 +56,7 @@ import pyarrow.parquet as pq
 
 from shardstore.errors import InvalidError
 from shardstore.segments.mapping import _DATE_RE, METADATA_FIELDS, FieldType, Mapping
-from shardstore.spark.bridge import JVM_PACKAGE, use_fast_path
+from shardstore.spark.bridge_options import JVM_PACKAGE, use_fast_path
 from shardstore.spark.catalog import IndexLocation, open_from_options, resolve_index
 from shardstore.spark.segment_files import (
     SparkSegmentMismatch,
