@@ -8,7 +8,8 @@ shards, 1 replica) through a :class:`~shardstore.engine.client.Client`, and exec
 steps of :mod:`~shardstore.testing.chaos.process_schedule` one by one: writes and reads
 through the client, faults as signals (SIGKILL, SIGSTOP/SIGCONT, SIGTERM) and restarts on
 the node's data directory, and network partitions (issue 41: links cut, healed on a timer
-while later steps run, or early by ``recover``).
+while later steps run; ``recover`` heals them at once when the step says ``early``, else
+waits for the timer).
 
 It is checked by the same :class:`~shardstore.testing.chaos.model.ClientModel` as the
 in-process runner (:class:`~shardstore.testing.chaos.runner.Simulation`, whose write
@@ -46,6 +47,7 @@ from shardstore.testing.chaos.process_schedule import PROCESS_NODES, draw_proces
 from shardstore.testing.chaos.runner import (
     INDEX,
     SETTLE_TIMEOUT,
+    SLOW_STEP,
     Outcome,
     ScheduleEnded,
     Simulation,
@@ -112,6 +114,8 @@ class ProcessSimulation(Simulation):
         self.cut: str | None = None  # the active partition, as steps.log tells it
         self._cut_at = 0.0  # when it was cut (monotonic)
         self._heal_timer: threading.Timer | None = None
+        self._heal_early = True  # whether recover heals the active partition at once (else it waits for the timer)
+        self._waited = 0.0  # seconds the current step waited for a pause's or a partition's timer
         self._links = threading.Lock()  # the heal timer and recover() both heal: one at a time
         self.procs = LinkedCluster(str(self.workdir / "nodes"), self.store_url, len(PROCESS_NODES),
                                    fd_interval=FD_INTERVAL, fd_timeout=FD_TIMEOUT, fd_retries=FD_RETRIES)
@@ -129,9 +133,12 @@ class ProcessSimulation(Simulation):
 
     def apply(self, step: Step) -> None:
         """Execute one step (Simulation.apply), noted with the time in ``nodes/steps.log`` next to the node logs."""
-        before = (self.outcome.acked, self.outcome.failed, len(self.outcome.violations))
+        before = (self.outcome.acked, self.outcome.failed, len(self.outcome.violations), self.outcome.slow_steps)
         self._note(f"{step}")
+        self._waited, t0 = 0.0, time.monotonic()
         super().apply(step)
+        if self.outcome.slow_steps > before[3] and time.monotonic() - t0 - self._waited <= SLOW_STEP:
+            self.outcome.slow_steps -= 1  # slow only while it waited for a timer (a recover), by design: no stall
         self._note(f"  done #{step.index}: +{self.outcome.acked - before[0]} acked, +{self.outcome.failed - before[1]} "
                    f"failed, +{len(self.outcome.violations) - before[2]} violations"
                    + (f" (down: {self.down} {self.down_how})" if self.down else "")
@@ -325,6 +332,7 @@ class ProcessSimulation(Simulation):
             with self._links:
                 self.cut, self._cut_at = what, time.monotonic()
                 cut()
+            self._heal_early = step.args.get("early", True)
             self._heal_timer = threading.Timer(step.args["seconds"], self._heal_links, ["timer"])
             self._heal_timer.daemon = True
             self._heal_timer.start()
@@ -385,12 +393,17 @@ class ProcessSimulation(Simulation):
         self.recover()
 
     def recover(self) -> None:
-        """End the active fault: heal the partition now, or bring the node a fault took down back (SIGCONT, the
-        paused one's timer, or a restart on its data dir)."""
+        """End the active fault: heal the partition (now if its step said ``early``, else when its timer does), or
+        bring the node a fault took down back (SIGCONT, the paused one's timer, or a restart on its data dir)."""
+        t0 = time.monotonic()
+        if self._heal_timer is not None and not self._heal_early:
+            self._heal_timer.join()
+            self._heal_timer = None
         self.heal("recover")
         if self._resume is not None:
             self._resume.join()
             self._resume = None
+        self._waited += time.monotonic() - t0
         node, how = self.down, self.down_how
         self.down = self.down_how = None
         if node is not None and how in ("kill", "stop") and node not in self.procs.live():
@@ -409,7 +422,9 @@ class ProcessSimulation(Simulation):
         self._heal_links(why)
 
     def settle(self, step: int, status: str = "yellow") -> bool:
-        """Every link healed, every node up and joined, then ``status``, each within SETTLE_TIMEOUT; else *stuck*."""
+        """Every link healed now, every node up and joined, then ``status``, each within SETTLE_TIMEOUT; else
+        *stuck*."""
+        self.heal()
         self.recover()
         return self._joined(step, "settling") and self._health(step, status, "settling")
 

@@ -6,7 +6,7 @@ of :class:`~shardstore.testing.chaos.schedule.Step` drawn from a seed, run by
 data and cluster-manager-eligible) over the local file store, one index of 2 shards and
 1 replica.
 
-Kinds (weights in :data:`PROCESS_WEIGHTS`):
+Kinds (weights in :data:`PROCESS_WEIGHTS`, the partitions' in :data:`PARTITION_WEIGHTS`):
 
 ==================  ==========================================================================
 ``bulk``            index ``ids`` with fresh unique values
@@ -28,7 +28,7 @@ Kinds (weights in :data:`PROCESS_WEIGHTS`):
 ``one_way``         cut one direction of one link: ``src``'s calls to ``dst`` are lost (``dst``'s
                     calls to ``src`` still go through)
 ``recover``         restart the node a fault took down, on its data directory (or wait for the
-                    paused one's SIGCONT), or heal the partition now
+                    paused one's SIGCONT), or end the partition (see below)
 ==================  ==========================================================================
 
 A fault step may carry ``ids`` and ``delay``: a client's bulk of ``ids`` is in flight when
@@ -40,8 +40,11 @@ each fault.
 The partition kinds (:data:`PARTITIONS`, :class:`~shardstore.testing.partitions.LinkedCluster`:
 a fault proxy per directed link) carry ``mode`` (``"blackhole"``: bytes dropped, calls time
 out; ``"down"``: connections reset, new ones refused) and ``seconds``: the links heal on a
-timer after that long while later steps run (a ``recover`` heals them early).  Most of
-:data:`PARTITION_SECONDS` outlast fault detection (a node is declared failed after ~4.5 s).
+timer after that long while later steps run.  A ``recover`` heals them at once when the
+partition step says ``early`` (drawn with the chance :data:`PARTITION_EARLY_HEAL`), else
+it waits for the timer, as for a pause: steps take milliseconds while nothing waits on the
+cut, so a partition that any ``recover`` healed at once would rarely outlast fault detection
+(a node is declared failed after ~4.5 s), which most of :data:`PARTITION_SECONDS` do.
 
 Partition steps come from a second random stream of the seed (:func:`draw_process_schedule`):
 at a step with no fault active it decides, with the share :data:`PARTITION_WEIGHTS` would
@@ -82,6 +85,8 @@ PARTITION_WEIGHTS: dict[str, int] = {"isolate": 3, "isolate_manager": 3, "bridge
 CUT_MODES = ("blackhole", "down")
 #: how long a partition lasts: under and well over the default fault detection (~4.5 s)
 PARTITION_SECONDS = (2.0, 6.0, 12.0)
+#: the chance that a partition's ``recover`` heals it at once (``early``) rather than waiting for its timer
+PARTITION_EARLY_HEAL = 0.25
 #: the chance that a step with no fault active is a partition: their weights' share of all the weights
 PARTITION_SHARE = sum(PARTITION_WEIGHTS.values()) / (sum(PROCESS_WEIGHTS.values()) + sum(PARTITION_WEIGHTS.values()))
 
@@ -116,6 +121,7 @@ def draw_partition_step(rng: random.Random, index: int) -> Step:
         args["src"], args["dst"] = rng.sample(PROCESS_NODES, 2)
     args["mode"] = rng.choice(CUT_MODES)
     args["seconds"] = rng.choice(PARTITION_SECONDS)
+    args["early"] = rng.random() < PARTITION_EARLY_HEAL
     _in_flight(rng, args)
     return Step(index, kind, args)
 
@@ -174,6 +180,6 @@ def draw_process_schedule(seed: int, length: int) -> list[Step]:
     return out
 
 
-__all__ = ["CUT_MODES", "FAULTS", "PARTITIONS", "PARTITION_SECONDS", "PARTITION_WEIGHTS", "PAUSE_SECONDS",
+__all__ = ["CUT_MODES", "FAULTS", "PARTITIONS", "PARTITION_EARLY_HEAL", "PARTITION_SECONDS", "PARTITION_WEIGHTS", "PAUSE_SECONDS",
            "PROCESS_NODES", "PROCESS_WEIGHTS", "SIGNAL_FAULTS", "draw_partition_step", "draw_process_schedule",
            "draw_process_step"]
