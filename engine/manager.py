@@ -212,6 +212,10 @@ class ManagerRole:
             state = self.coordination.applied
             if state is not None and (req.get("applied") is None or tuple(req["applied"]) < (state.term, state.version)):
                 fresh = True  # it missed a publication (a connection still failing): publish again, to it too
+            if req.get("follows") != self.name:
+                # it does not follow this manager (it dropped it after a one-way cut, issue 41): only a
+                # publication makes a node a follower, so publish again; else it never rejoins
+                fresh = True
             if name not in self.members:
                 self._drop_unrouted(name)
             self.members[name] = req["address"]

@@ -29,6 +29,7 @@ import sys
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,7 +115,7 @@ class NodeProcess:
                                          initial_config=settings.initial_managers or (self.name,), register=False,
                                          parallel_publish=True)
             self.node = NodeService(self.name, os.path.join(settings.data_dir, "shards"), self.store, self.send,
-                                    lambda: self.cm.master, fault_detection=fd)
+                                    lambda: self.cm.master, fault_detection=fd, in_contact=self.in_contact)
             self.manager = ManagerRole(self.name, self.cm, self.store, self.send,
                                        recovery_delay=settings.recovery_delay, check_timeout=fd.timeout)
             self.coordinator = Coordinator(self.name, self.cm, self.send, address=settings.publish)
@@ -123,6 +124,8 @@ class NodeProcess:
             self._seeds: dict[str, str | None] = {a: None for a in settings.seed_hosts}  # address -> name
             self._failed_leader: str | None = None  # the manager whose leader checks failed last
             self._leader_ok_at = 0.0  # when the manager last answered a leader check
+            self._quorum_ok_at = 0.0  # manager: when a quorum last answered its follower checks
+            self._checks = ThreadPoolExecutor(max_workers=8, thread_name_prefix=f"fd-{self.name}")
             self._join_attempts = 0  # joins sent since this node last knew a manager
             self._stop = threading.Event()
             self._managing = False
@@ -329,24 +332,32 @@ class NodeProcess:
         applied = self.cm.applied
         try:
             self.send(master, "cm.join", {"name": self.name, "address": self.address,
-                                          "ephemeral_id": self.ephemeral_id,
+                                          "ephemeral_id": self.ephemeral_id, "follows": self.cm.master,
                                           "applied": None if applied is None else [applied.term, applied.version]})
         except Exception as exc:  # noqa: BLE001 - retried at the next round
             log.info("%s: joining %s failed: %s", self.name, master, exc)
 
     def _check_followers(self) -> None:
-        """Check every member; remove those that failed, or step down if the rest hold no quorum (issue 41)."""
+        """Check every member at once; remove those that failed, or step down if the rest hold no quorum (issue 41).
+
+        In parallel: one round takes one timeout however many members are silent, so a cut-off
+        manager steps down within the documented ``retries * (interval + timeout)``.
+        """
+        members = sorted(m for m in self.manager.members if m != self.name)
+        request = {"master": self.name, "term": self.cm.current_term}
+        outcomes = list(self._checks.map(lambda m: self._outcome(m, "fd.follower_check", request), members))
         failed: dict[str, Any] = {}
-        for member in sorted(self.manager.members):
-            if member == self.name:
-                continue
-            outcome, answer = self._outcome(member, "fd.follower_check",
-                                            {"master": self.name, "term": self.cm.current_term})
+        answered = {self.name}
+        for member, (outcome, answer) in zip(members, outcomes):
             if isinstance(answer, StaleTerm):  # a newer term exists: this node is no longer the manager
                 self.manager.step_down(f"{member} knows a newer term ({answer})")
                 return
+            if outcome == OK:
+                answered.add(member)
             if self._follower_failures.record(member, outcome):
                 failed[member] = answer
+        if self.cm.has_quorum(answered):
+            self._quorum_ok_at = time.monotonic()
         if not failed:
             return
         if not self.cm.has_quorum(set(self.manager.members) - set(failed) | {self.name}):
@@ -355,6 +366,22 @@ class NodeProcess:
             return
         for member, answer in failed.items():
             self.manager.node_left(member, f"failed its follower checks ({answer})")
+
+    def in_contact(self) -> bool:
+        """Whether a majority heard from this node lately: realtime reads are served only then (issue 41).
+
+        A follower: its manager answered a leader check within the read lease; the manager: a
+        quorum answered its follower checks within it.  The lease, ``(retries - 1) * (interval +
+        timeout)`` (3 s by default), ends before the others can have removed this node, promoted
+        another copy and acknowledged a write on it (``retries`` failed checks), so a primary
+        cut off from the majority stops serving what may no longer be the latest value.
+        """
+        fd = self.settings.fault_detection
+        lease = max(fd.interval + fd.timeout, (fd.retries - 1) * (fd.interval + fd.timeout))
+        now = time.monotonic()
+        if self.cm.is_master:
+            return now - self._quorum_ok_at < lease
+        return self.cm.master is not None and now - self._leader_ok_at < lease
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
@@ -372,6 +399,7 @@ class NodeProcess:
         self._thread.join(timeout=10)
         # an allocation round waiting on a peer that stopped answering is not waited out: the process exits
         self.manager.close(wait=5.0)
+        self._checks.shutdown(wait=False, cancel_futures=True)
         self.coordinator.close()
         #: False when a call was still being served (waiting on a peer that stopped answering): run_node
         #: then exits without waiting for it

@@ -130,8 +130,11 @@ class NodeService:
 
     def __init__(self, name: str, data_dir: str, store: BlobStore | None, send: Callable[..., Any],
                  manager: Callable[[], str | None], *, manager_wait: float = 10.0,
-                 fault_detection: FaultDetectionSettings | None = None) -> None:
+                 fault_detection: FaultDetectionSettings | None = None,
+                 in_contact: Callable[[], bool] | None = None) -> None:
         self.name = name
+        #: whether a majority heard from this node lately (the node's read lease): realtime gets need it
+        self._in_contact = in_contact or (lambda: True)
         #: how fast a replica that stopped answering is failed (see the module docstring)
         self.fault_detection = fault_detection or FaultDetectionSettings()
         self._replication = ThreadPoolExecutor(max_workers=64, thread_name_prefix=f"replicate-{name}")
@@ -414,7 +417,13 @@ class NodeService:
     # -- reads and maintenance ----------------------------------------------------------------
 
     def _get(self, req: dict[str, Any]) -> dict[str, Any] | None:
-        return self._copy(req, primary=True).directory.get(req["id"])
+        """``shard.get``: a realtime read on the primary, served only within the node's read lease (issue 41)."""
+        copy = self._copy(req, primary=True)
+        if not self._in_contact():
+            key = self._key(req)
+            raise ShardUnavailable(key[0], key[1], f"{self.name} has not heard from a majority lately and may no "
+                                                   f"longer be the primary; read from the current one")
+        return copy.directory.get(req["id"])
 
     def _count(self, req: dict[str, Any]) -> int:
         return self._copy(req, primary=True).directory.count()

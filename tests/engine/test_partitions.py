@@ -17,7 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from shardstore.testing.partition_campaign import run_round
+from shardstore.testing.partition_campaign import run_round, wait_until
 from shardstore.testing.partitions import LinkedCluster
 
 
@@ -66,3 +66,35 @@ def test_a_primary_dropped_behind_the_managers_back_is_healed_and_health_is_not_
     assert len(later.acknowledged) == 50
     admin.refresh("docs")
     assert _ids(admin.scan("docs", columns=["_id"])) == set(first.acknowledged) | set(later.acknowledged)
+
+
+def _masters(links: LinkedCluster) -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for name in links.names:
+        try:
+            out[name] = links.call(name, "discovery.hello", {}, timeout=2)["master"]
+        except Exception:  # noqa: BLE001 - not answering counts as following nobody
+            out[name] = None
+    return out
+
+
+def _one_manager(links: LinkedCluster) -> bool:
+    m = _masters(links)
+    return None not in m.values() and len(set(m.values())) == 1
+
+
+@pytest.mark.parametrize("mode", ["blackhole", "down"])
+def test_a_follower_cut_one_way_from_the_manager_rejoins_after_the_heal(links: LinkedCluster, mode: str) -> None:
+    """Its leader checks fail, the manager's checks of it do not: it must still follow the manager again."""
+    admin = links.client()
+    admin.wait_for_health("green", timeout=60)
+    manager = next(v for v in _masters(links).values() if v)
+    follower = next(n for n in links.names if n != manager)
+    assert links.stop(follower) == 0  # a restarted follower (seeds 2, 4, 17 of the process simulator)
+    links.restart(follower)
+    wait_until(lambda: _one_manager(links), 30, "one manager after the restart")
+    links.cut(follower, manager, mode=mode, one_way=True)
+    wait_until(lambda: _masters(links)[follower] is None, 15, "the follower dropping its manager")
+    links.heal()
+    wait_until(lambda: _one_manager(links), 15, "the follower following the manager again")
+    admin.close()
