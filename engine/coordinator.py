@@ -222,7 +222,10 @@ class Coordinator:
             except (NodeDisconnected, ShardUnavailable):
                 if time.monotonic() >= deadline:
                     raise
-                self._wait_for_routing(index, shard, (sr.primary, sr.primary_term), deadline)
+                # the routing moving on, or a quarter second: a primary outside its read lease for a moment
+                # (it just joined, a check was slow) answers again once a check succeeds (issue 41)
+                self._wait_for_routing(index, shard, (sr.primary, sr.primary_term),
+                                       min(deadline, time.monotonic() + 0.25))
 
     def _on_copies(self, index: str, action: str) -> None:
         """``action`` on every copy of every shard (refresh, flush).
