@@ -8,22 +8,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import pytest
-
 from shardstore.blobstores import open_store
 from shardstore.segments.remote_store import RemoteSegmentStore, list_terms
 from shardstore.spark.catalog import resolve_index
 from shardstore.testing.node_processes import ProcessCluster
 from shardstore.testing.partition_campaign import manager_of, wait_until
-
-
-@pytest.fixture
-def procs(tmp_path: Path):
-    c = ProcessCluster(str(tmp_path / "nodes"), f"file://{tmp_path / 'store'}?create=true", 3)
-    try:
-        yield c
-    finally:
-        c.close()
 
 
 def test_a_term_another_writer_claimed_is_not_taken_from_it_by_a_promotion(procs: ProcessCluster,

@@ -20,15 +20,6 @@ from shardstore.errors import ShardstoreError
 from shardstore.testing.node_processes import ProcessCluster
 
 
-@pytest.fixture
-def procs(tmp_path: Path):
-    c = ProcessCluster(str(tmp_path / "nodes"), f"file://{tmp_path / 'store'}?create=true", 3)
-    try:
-        yield c
-    finally:
-        c.close()
-
-
 def _ids(table: pa.Table) -> set[str]:
     return set(table.column("_id").to_pylist()) if table.num_rows else set()
 

@@ -39,14 +39,6 @@ def test_a_partition_loses_nothing_and_the_cluster_heals_by_itself(tmp_path: Pat
     assert not r.stuck, f"{where}, stuck after the heal: {r.stuck}\n{r.logs}"
 
 
-@pytest.fixture
-def links(tmp_path: Path):
-    c = LinkedCluster(str(tmp_path / "nodes"), f"file://{tmp_path / 'store'}?create=true", 3)
-    try:
-        yield c
-    finally:
-        c.close()
-
 
 def test_a_primary_dropped_behind_the_managers_back_is_healed_and_health_is_not_green_meanwhile(
         links: LinkedCluster) -> None:

@@ -311,13 +311,15 @@ class ProcessSimulation(Simulation):
         if self._green_first(step):
             self._fault(step, "pause", step.args["node"])
 
+    def _manager_or_primary(self) -> str:
+        """The elected manager's node; when no node names one, shard 0's primary's node instead."""
+        node = self._manager()
+        return node if node is not None else self.cluster.primary_of(INDEX, 0)
+
     def _do_kill_manager(self, step: Step) -> None:
         if not self._green_first(step):
             return
-        node = self._manager()
-        if node is None:  # no node names a manager: the primary of shard 0's node instead
-            node = self.cluster.primary_of(INDEX, 0)
-        self._fault(step, "kill", node)
+        self._fault(step, "kill", self._manager_or_primary())
 
     # -- partitions (issue 41) -----------------------------------------------------------
 
@@ -367,9 +369,7 @@ class ProcessSimulation(Simulation):
     def _do_isolate_manager(self, step: Step) -> None:
         if not self._green_first(step):
             return
-        node = self._manager()
-        if node is None:  # no node names a manager: the primary of shard 0's node instead
-            node = self.cluster.primary_of(INDEX, 0)
+        node = self._manager_or_primary()
         mode = step.args["mode"]
         self._partition(step, f"manager {node} isolated", lambda: self.procs.isolate(node, mode=mode))
 
