@@ -125,6 +125,7 @@ class NodeProcess:
             self._failed_leader: str | None = None  # the manager whose leader checks failed last
             self._leader_ok_at = 0.0  # when the manager last answered a leader check
             self._quorum_ok_at = 0.0  # manager: when a quorum last answered its follower checks
+            self._lease_at = 0.0  # follower: when its manager last confirmed it a member (the read lease)
             self._checks = ThreadPoolExecutor(max_workers=8, thread_name_prefix=f"fd-{self.name}")
             self._join_attempts = 0  # joins sent since this node last knew a manager
             self._stop = threading.Event()
@@ -318,7 +319,9 @@ class NodeProcess:
         if outcome == OK:
             self._leader_ok_at = time.monotonic()
             self._leader_failures.forget(master)
-            if not answer["member"]:
+            if answer["member"]:
+                self._lease_at = self._leader_ok_at  # the read lease: only a member's (its copies still routed)
+            else:
                 self._join(master)
             return
         if self._leader_failures.record(master, outcome):
@@ -370,7 +373,9 @@ class NodeProcess:
     def in_contact(self) -> bool:
         """Whether a majority heard from this node lately: realtime reads are served only then (issue 41).
 
-        A follower: its manager answered a leader check within the read lease; the manager: a
+        A follower: its manager answered a leader check naming it a member within the read lease
+        (a node removed while paused or cut off wakes up to a manager that still answers, but no
+        longer counts it: its copies may have been promoted elsewhere; process simulator seed 97); the manager: a
         quorum answered its follower checks within it.  The lease, ``(retries - 1) * (interval +
         timeout)`` (3 s by default), ends before the others can have removed this node, promoted
         another copy and acknowledged a write on it (``retries`` failed checks), so a primary
@@ -381,7 +386,7 @@ class NodeProcess:
         now = time.monotonic()
         if self.cm.is_master:
             return now - self._quorum_ok_at < lease
-        return self.cm.master is not None and now - self._leader_ok_at < lease
+        return self.cm.master is not None and now - self._lease_at < lease
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
