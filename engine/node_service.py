@@ -416,20 +416,26 @@ class NodeService:
 
     # -- reads and maintenance ----------------------------------------------------------------
 
-    def _get(self, req: dict[str, Any]) -> dict[str, Any] | None:
-        """``shard.get``: a realtime read on the primary, served only within the node's read lease (issue 41)."""
+    def _leased_primary(self, req: dict[str, Any]) -> ShardCopy:
+        """The primary copy a read may use: only within the node's read lease (issue 41, transport.md)."""
         copy = self._copy(req, primary=True)
         if not self._in_contact():
             key = self._key(req)
             raise ShardUnavailable(key[0], key[1], f"{self.name} has not heard from a majority lately and may no "
                                                    f"longer be the primary; read from the current one")
-        return copy.directory.get(req["id"])
+        return copy
+
+    def _get(self, req: dict[str, Any]) -> dict[str, Any] | None:
+        """``shard.get``: a realtime read on the primary, within the read lease."""
+        return self._leased_primary(req).directory.get(req["id"])
 
     def _count(self, req: dict[str, Any]) -> int:
-        return self._copy(req, primary=True).directory.count()
+        """``shard.count``: the primary's live documents, within the read lease."""
+        return self._leased_primary(req).directory.count()
 
     def _scan(self, req: dict[str, Any]) -> pa.Table | None:
-        copy = self._copy(req, primary=True)
+        """``shard.scan``: the primary's refreshed documents, within the read lease."""
+        copy = self._leased_primary(req)
         if not copy.directory.count():
             return None
         return pa.Table.from_batches(list(copy.directory.scan(columns=req.get("columns"))))

@@ -12,11 +12,13 @@ and after the heal every shard must be green and writable, live and after a rest
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
+from shardstore.engine.errors import ShardUnavailable
 from shardstore.testing.partition_campaign import run_round, wait_until
 from shardstore.testing.partitions import LinkedCluster
 
@@ -89,4 +91,24 @@ def test_a_follower_cut_one_way_from_the_manager_rejoins_after_the_heal(links: L
     wait_until(lambda: _masters(links)[follower] is None, 15, "the follower dropping its manager")
     links.heal()
     wait_until(lambda: _one_manager(links), 15, "the follower following the manager again")
+    admin.close()
+
+
+@pytest.mark.parametrize("action", ["shard.get", "shard.count", "shard.scan"])
+def test_a_cut_off_primary_serves_no_read_once_its_lease_is_out(links: LinkedCluster, action: str) -> None:
+    """A stale primary answering a count or a scan is as wrong as a stale get (process simulator seed 253)."""
+    admin = links.client()
+    admin.wait_for_health("green", timeout=60)
+    uuid = admin.create_index("docs", shards=1, replicas=1)
+    admin.wait_for_health("green", timeout=60)
+    assert len(admin.bulk("docs", [{"_id": f"a{i}", "v": i} for i in range(20)]).acknowledged) == 20
+    admin.refresh("docs")
+    primary = admin.primary_of("docs", 0)
+    request = {"index_uuid": uuid, "shard": 0, "id": "a1", "columns": ["_id"]}
+    assert links.call(primary, action, request) is not None  # served while in contact
+    links.isolate(primary)
+    time.sleep(4.0)  # the read lease: (retries - 1) * (interval + timeout) = 3 s
+    with pytest.raises(ShardUnavailable, match="majority"):
+        links.call(primary, action, request, timeout=5)
+    links.heal()
     admin.close()
