@@ -19,6 +19,11 @@ SIGSTOP/SIGCONT, SIGTERM, the elected manager's node killed) and restarts on the
 data dir, and network partitions (issue 41: a node or the manager isolated, a bridge, one
 direction of a link; a fault proxy per link), checked by the same client model; each job
 has its own processes (ports picked by the OS).  A failing or stalled schedule's node logs are copied under ``--chaos-logs``.
+
+``--embedded-roles`` runs the same process-mode schedules on the same node roles embedded in
+the bench's worker (``shardstore.engine.embedded_nodes``, issue 42): one in-process transport
+whose rules cut links (down: refused at once; blackhole: a call hangs until its timeout) and
+pause a node (its messages hang); the roles log into the schedule's ``embedded.log``.
 """
 
 from __future__ import annotations
@@ -54,12 +59,16 @@ def add_arguments(group: Any) -> None:
     group.add_argument("--chaos-minimise", action="store_true", help="minimise every failing schedule")
     group.add_argument("--processes", action="store_true",
                        help="process mode (issue 29): the nodes are real processes, faults are signals")
+    group.add_argument("--embedded-roles", action="store_true",
+                       help="process-mode schedules on the same node roles embedded in this process, over the "
+                            "in-process transport (issue 42): no processes, no proxies")
     group.add_argument("--chaos-logs", default=None,
                        help="process mode: where a failing or stalled schedule's node logs are copied (default "
                             "<tmp>/shardstore-chaos-logs)")
 
 
-def _run_one(seed: int, steps: int, store: str, tmp: str, source: str = "stored", logs: str | None = None) -> Any:
+def _run_one(seed: int, steps: int, store: str, tmp: str, source: str = "stored", logs: str | None = None,
+             launcher: str = "processes") -> Any:
     """One seed's schedule, run in a worker (or in this process with one job); a crash of the simulator itself
     is reported as that seed's *unclean* violation, and the campaign goes on.  ``logs``: process mode, where a
     failing schedule's node logs go."""
@@ -73,7 +82,7 @@ def _run_one(seed: int, steps: int, store: str, tmp: str, source: str = "stored"
         if logs is not None:
             from shardstore.testing.chaos.process_runner import run_process_seed
 
-            return run_process_seed(seed, steps, Path(tmp) / f"seed-{seed}", logs_to=Path(logs))
+            return run_process_seed(seed, steps, Path(tmp) / f"seed-{seed}", logs_to=Path(logs), launcher=launcher)
         return run_schedule(seed, draw_schedule(seed, steps), Path(tmp) / f"seed-{seed}", store, source=source)
     except Exception as exc:  # noqa: BLE001 - one broken schedule must not stop the other 9,999
         out = Outcome(seed, 0)
@@ -82,12 +91,12 @@ def _run_one(seed: int, steps: int, store: str, tmp: str, source: str = "stored"
         return out
 
 
-def _outcomes(jobs: int, work: list[tuple[int, str, str]], steps: int,
-              tmp: str, logs: str | None = None) -> Iterator[tuple[int, str, str, Any]]:
+def _outcomes(jobs: int, work: list[tuple[int, str, str]], steps: int, tmp: str, logs: str | None = None,
+              launcher: str = "processes") -> Iterator[tuple[int, str, str, Any]]:
     """(seed, store, source, outcome) as schedules finish; at most ``2 * jobs`` queued at a time."""
     if jobs <= 1:
         for seed, store, source in work:
-            yield seed, store, source, _run_one(seed, steps, store, tmp, source, logs)
+            yield seed, store, source, _run_one(seed, steps, store, tmp, source, logs, launcher)
         return
     ctx = multiprocessing.get_context("spawn")  # a worker starts clean: no threads inherited
     todo = iter(work)
@@ -98,7 +107,7 @@ def _outcomes(jobs: int, work: list[tuple[int, str, str]], steps: int,
                 nxt = next(todo, None)
                 if nxt is None:
                     break
-                running[pool.submit(_run_one, nxt[0], steps, nxt[1], tmp, nxt[2], logs)] = nxt
+                running[pool.submit(_run_one, nxt[0], steps, nxt[1], tmp, nxt[2], logs, launcher)] = nxt
             if not running:
                 return
             done, _ = wait(running, return_when=FIRST_COMPLETED)
@@ -119,7 +128,9 @@ def run(ctx: Context) -> Iterator[Figure]:
     sources = [s.strip() for s in a.chaos_sources.split(",") if s.strip()]
     draw, shorten = draw_schedule, minimise
     logs = None
-    if a.processes:  # the node processes run over the local file store, an index of stored source
+    processes = a.processes or a.embedded_roles
+    launcher = "embedded" if a.embedded_roles else "processes"
+    if processes:  # the node processes run over the local file store, an index of stored source
         from shardstore.testing.chaos.process_runner import minimise_process
         from shardstore.testing.chaos.process_schedule import draw_process_schedule
 
@@ -128,7 +139,7 @@ def run(ctx: Context) -> Iterator[Figure]:
         draw = draw_process_schedule
 
         def shorten(seed: int, schedule: Any, workdir: Path, store: str, source: str) -> Any:
-            return minimise_process(seed, schedule, workdir)
+            return minimise_process(seed, schedule, workdir, launcher=launcher)
     # every store meets every source option: the source turns once per round of stores
     work = [(seed, stores[n % len(stores)], sources[(n // len(stores)) % len(sources)]) for n, seed in
             enumerate(range(a.chaos_first_seed, a.chaos_first_seed + seeds))]
@@ -138,7 +149,7 @@ def run(ctx: Context) -> Iterator[Figure]:
     t0 = time.monotonic()
     base = a.chaos_dir or ("/dev/shm" if Path("/dev/shm").is_dir() else None)
     with tempfile.TemporaryDirectory(prefix="shardstore-chaos-", dir=base) as tmp:
-        for n, (seed, store, source, out) in enumerate(_outcomes(max(1, a.chaos_jobs), work, steps, tmp, logs), 1):
+        for n, (seed, store, source, out) in enumerate(_outcomes(max(1, a.chaos_jobs), work, steps, tmp, logs, launcher), 1):
             totals["acked"] += out.acked
             totals["failed"] += out.failed
             totals["restores"] += out.restores
@@ -151,8 +162,8 @@ def run(ctx: Context) -> Iterator[Figure]:
             for kind in (*LOST, *WRONG, "unclean", "stuck"):
                 totals[kind] += out.count(kind)
             status = "ok" if out.clean else f"{len(out.violations)} violation(s), first: {out.violations[0]}"
-            mode = "processes" if a.processes else f"{store}, {source} source"
-            faults = (f"{out.faults} faults ({len(getattr(out, 'partitions', ()))} partitions), " if a.processes
+            mode = ("embedded roles" if a.embedded_roles else "processes") if processes else f"{store}, {source} source"
+            faults = (f"{out.faults} faults ({len(getattr(out, 'partitions', ()))} partitions), " if processes
                       else "")
             ctx.progress(f"[{n}/{seeds}] seed {seed} ({mode}, {steps} steps): {out.acked} acked, "
                          f"{out.failed} failed, {faults}{out.restores} restores, {out.seconds:.1f}s: {status}")
@@ -163,18 +174,18 @@ def run(ctx: Context) -> Iterator[Figure]:
             schedule = draw(seed, steps)
             short = (shorten(seed, schedule, Path(tmp) / f"min-{seed}", store, source=source) if a.chaos_minimise
                      else schedule)
-            shortened.append((seed, "processes, node logs in " + str(Path(logs) / f"seed-{seed}") if a.processes
+            shortened.append((seed, f"{launcher}, node logs in " + str(Path(logs) / f"seed-{seed}") if processes
                               else f"{store}, {source} source", violations, short))
     seconds = time.monotonic() - t0
     lost = sum(totals[k] for k in LOST)
     wrong = sum(totals[k] for k in WRONG)
     yield ctx.figure("schedules", seeds, "schedules", steps=steps, stores=",".join(stores),
                      sources=",".join(sources), jobs=a.chaos_jobs,
-                     **({"processes": True} if a.processes else {}))
+                     **({"launcher": launcher} if processes else {}))
     yield ctx.figure("acknowledged writes", totals["acked"], "ops")
     yield ctx.figure("failed writes (documented errors)", totals["failed"], "ops")
     yield ctx.figure("injected faults that fired", totals["faults"], "faults")
-    if a.processes:
+    if processes:
         yield ctx.figure("network partitions (of the faults)", totals["partitions"], "faults",
                          outlasting_fault_detection=totals["partitions_over_fd"])
     yield ctx.figure("restores checked", totals["restores"], "restores")

@@ -40,11 +40,14 @@ class Client:
     """The document API over the network (see the module docstring)."""
 
     def __init__(self, hosts: str | Iterable[str], *, security: Security | None = None,
-                 timeout: float = 60.0, ready_wait: float = 15.0) -> None:
+                 timeout: float = 60.0, ready_wait: float = 15.0, transport: Any = None) -> None:
+        """Reach the cluster at ``hosts`` over Arrow Flight, or over ``transport`` (a
+        :class:`~shardstore.net.local_link.LocalLink`: nodes embedded in this process, where a host is a name)."""
         addresses = [h.strip() for h in (hosts.split(",") if isinstance(hosts, str) else hosts) if h.strip()]
         if not addresses:
             raise InvalidRequest("connect() needs at least one host:port")
-        self._transport = FlightTransport(security=security, default_timeout=timeout)
+        self._transport = transport if transport is not None else FlightTransport(security=security,
+                                                                                  default_timeout=timeout)
         self._hosts = [f"{ANY_NODE}{a}" for a in addresses]
         for name, address in zip(self._hosts, addresses):
             self._transport.set_peer(name, address)

@@ -88,15 +88,23 @@ class Coordinator:
             self._mappings[meta.uuid] = cached
         return cached[1]
 
-    def _manager(self, action: str, request: dict[str, Any]) -> Any:
-        """Send to the elected cluster manager, waiting out an election (up to ``failover_wait``)."""
+    def _manager(self, action: str, request: dict[str, Any], *, idempotent: bool = False) -> Any:
+        """Send to the elected cluster manager, waiting out an election (up to ``failover_wait``).
+
+        An ``idempotent`` request (a mapping update is a compare-and-set on the mapping it read, a
+        health read changes nothing) is asked again of the next manager as soon as this node
+        follows another one: a manager cut off mid-call does not hold the bulk for a whole
+        request timeout (issue 41; embedded launcher, a blackholed manager).
+        """
         return call_manager(self._send, lambda: self.coordination.master, self.name, action, request,
-                            self.failover_wait)
+                            self.failover_wait, idempotent=idempotent,
+                            attempt_timeout=self.failover_wait if idempotent else None,
+                            pool=self._inflight if idempotent else None)
 
     def commit_mapping(self, index: str, base: Mapping, proposed: Mapping) -> Mapping:
         """Have the cluster manager commit ``proposed`` unless the mapping moved on; the mapping after."""
         after = self._manager("cm.put_mapping", {"index": index, "base": base.to_dict(),
-                                                 "proposed": proposed.to_dict()})
+                                                 "proposed": proposed.to_dict()}, idempotent=True)
         return Mapping.from_dict(after)
 
     def write_shard(self, meta: IndexMeta, shard: int, ops: pa.RecordBatch, expect: tuple | None,
@@ -119,7 +127,9 @@ class Coordinator:
                 if time.monotonic() >= deadline:
                     raise
                 seen = (sr.primary, sr.primary_term)
-                self._wait_for_routing(meta.name, shard, seen, deadline)
+                # the routing moving on, or a quarter second: a copy published as the primary takes writes once
+                # its promotion ran (the routing is committed first, issue 41), without another routing change
+                self._wait_for_routing(meta.name, shard, seen, min(deadline, time.monotonic() + 0.25))
 
     def write_shards(self, meta: IndexMeta, parts: list[tuple[int, pa.RecordBatch, pa.Table | None]],
                      mapping: Mapping | None) -> list[pa.RecordBatch | BaseException]:
@@ -228,33 +238,41 @@ class Coordinator:
                                        min(deadline, time.monotonic() + 0.25))
 
     def _on_copies(self, index: str, action: str) -> None:
-        """``action`` on every copy of every shard (refresh, flush).
+        """``action`` on every copy of every shard (refresh, flush), the primary first.
 
-        A replica that fails meanwhile is skipped (it is no longer in sync, and rebuilt); a
-        primary that fails is waited out: the action runs on the promoted copy once the routing
-        moved on (up to ``failover_wait``).
+        A copy that fails is asked again (a quarter second later, or once the routing moved on)
+        until it succeeds or leaves the routing (failed by the manager, rebuilt), for up to
+        ``failover_wait``: skipping it at once is wrong when the routing this node holds is stale
+        and the copy it takes for a replica already is the primary a read goes to next (process
+        simulator seed 294: a refresh "done", then a scan without the refreshed writes).  Past
+        the wait a replica is skipped and a primary's failure raised.  A copy that becomes the
+        primary meanwhile runs the action again, as the primary.
         """
         meta = self.index_meta(index)
         for shard in range(meta.shards):
             deadline = time.monotonic() + self.failover_wait
             done: set[str] = set()
+            primary = self.index_meta(index).routing[shard].primary
             while True:
                 sr = self.index_meta(index).routing[shard]
+                if sr.primary != primary:
+                    primary = sr.primary
+                    done.discard(primary)  # again, as the primary
                 pending = [n for n in sr.copies if n not in done]
                 if not pending:
                     break
-                node = pending[0]
+                node = primary if primary in pending else pending[0]
                 try:
                     self._send(node, action, {"index_uuid": meta.uuid, "shard": shard})
                 except (NodeDisconnected, ShardUnavailable):
-                    if node != sr.primary:
-                        log.info("%s/%d: %s on %s skipped: the copy failed", index, shard, action, node)
-                    elif time.monotonic() >= deadline:
-                        raise
-                    else:
-                        self._wait_for_routing(index, shard, (sr.primary, sr.primary_term), deadline)
-                        done.discard(self.index_meta(index).routing[shard].primary)  # again, as the primary
+                    if time.monotonic() < deadline:
+                        self._wait_for_routing(index, shard, (sr.primary, sr.primary_term),
+                                               min(deadline, time.monotonic() + 0.25))
                         continue
+                    if node == sr.primary:
+                        raise
+                    log.info("%s/%d: %s on %s skipped: the copy failed for %.0fs", index, shard, action, node,
+                             self.failover_wait)
                 done.add(node)
 
     # -- client actions -----------------------------------------------------------------------------
@@ -289,7 +307,7 @@ class Coordinator:
             tables = [t for t in tables if t is not None]
             return pa.concat_tables(tables, promote_options="default") if tables else pa.table({})
         if action == "client.health":
-            return self._manager("cm.health", {})
+            return self._manager("cm.health", {}, idempotent=True)
         if action == "client.primary_of":
             return self.index_meta(req["index"]).routing[int(req["shard"])].primary
         if action == "client.routing":

@@ -35,6 +35,12 @@ class FaultDetectionSettings:
             raise ValueError(f"fault detection retries must be an int >= 1, got {self.retries!r}")
 
     @property
+    def read_lease_seconds(self) -> float:
+        """How long a node serves reads after a manager last confirmed it a member (engine/read_lease.py):
+        ``(retries - 1) * (interval + timeout)``, at least one check's time, so a check or two may fail."""
+        return max(self.interval + self.timeout, (self.retries - 1) * (self.interval + self.timeout))
+
+    @property
     def worst_case_seconds(self) -> float:
         """The longest a silent peer goes undetected."""
         return self.retries * (self.interval + self.timeout)

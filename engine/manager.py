@@ -38,6 +38,7 @@ from shardstore.engine.allocation import AllocationWorker, ClusterHealth, cluste
 from shardstore.engine.errors import IndexAlreadyExists, IndexNotCreated, IndexNotFound, ShardUnavailable, StalePrimary
 from shardstore.engine.metadata import IndexMeta, ShardRouting, indices_from_state, sync_index
 from shardstore.engine.node_service import spec_to_wire
+from shardstore.engine.read_lease import ReadLeases
 from shardstore.engine.routing_check import RoutingFault, held_from_stats, routing_faults
 from shardstore.engine.shard import ShardSpec
 from shardstore.engine.validation import check_create_args, check_index_name, check_mapping, check_source_mode
@@ -58,7 +59,8 @@ class ManagerRole:
     """The elected cluster manager's metadata, membership and decisions (see the module docstring)."""
 
     def __init__(self, name: str, coordination: ClusterManagerNode, store: BlobStore,
-                 send: Callable[..., Any], *, recovery_delay: float = 0.5, check_timeout: float = 1.0) -> None:
+                 send: Callable[..., Any], *, recovery_delay: float = 0.5, check_timeout: float = 1.0,
+                 read_lease: float = 0.0) -> None:
         self.name = name
         self.coordination = coordination
         self.store = store
@@ -81,26 +83,35 @@ class ManagerRole:
         #: back with less refuses (RestoreDataLoss), as the embedded cluster's ``acknowledged_max`` (issue 42)
         self._acknowledged: dict[tuple[str, int], int] = {}
         self._reconciled_at = 0.0  # monotonic time of the last routing check
+        #: until when a removed node may still serve reads: its primaries are promoted only after (issue 41)
+        self._leases = ReadLeases(read_lease)
+        #: (index, shard) -> when its promotion may run: the old primary's read lease is over by then (a later
+        #: grant goes only to a node that applied the routing without it, so it no longer serves the shard)
+        self._lease_waits: dict[tuple[str, int], float] = {}
         self._notifier = ThreadPoolExecutor(max_workers=4, thread_name_prefix=f"notify-{name}")
         self._allocation = AllocationWorker(self._allocation_round, name=f"allocation-{name}")
 
     # -- activation -------------------------------------------------------------------------------
 
-    def activate(self, members: dict[str, str]) -> None:
+    def activate(self, members: dict[str, str], answered: float = 0.0) -> None:
         """Take over as cluster manager with the applied state's indices and the candidate ``members``.
 
         Each candidate is asked which copies it holds (``node.stats``): one that does not answer
         is not a member, and a copy the routing names but its node no longer holds (the node
-        restarted) is treated as lost, its primary promoted elsewhere.
+        restarted) is treated as lost, its primary promoted elsewhere.  ``answered``: at least how
+        long ago this node last answered a follower check of another manager (engine/read_lease.py).
         """
         held: dict[str, set[tuple[str, int]]] = {}
         ids: dict[str, str] = {}
+        ago: dict[str, float] = {self.name: answered}
 
         def ask(node: str) -> None:
             try:
-                ids[node] = self._send(node, "fd.follower_check", {"master": self.name,
-                                                                   "term": self.coordination.current_term},
-                                       timeout=self.check_timeout)["ephemeral_id"]
+                check = self._send(node, "fd.follower_check", {"master": self.name,
+                                                               "term": self.coordination.current_term},
+                                   timeout=self.check_timeout)
+                ids[node] = check["ephemeral_id"]
+                ago[node] = float(check.get("answered", 0.0))
                 copies = self._send(node, "node.stats", {}, timeout=self.check_timeout)["copies"]
                 held[node] = {(k[0], int(k[1])) for k in copies}
             except Exception as exc:  # noqa: BLE001 - not a member until it joins
@@ -110,17 +121,27 @@ class ManagerRole:
         with self._lock:
             state = self.coordination.applied
             self.indices = indices_from_state(state) if state is not None else {}
+            # what the previous managers granted is unknown: a primary's node that did not answer may serve reads
+            # until a lease after their last round a quorum answered, which a quorum of answers here bounds
+            # (two quorums share a node); without one, until a lease from now (engine/read_lease.py)
+            now = time.monotonic()
+            answering = {n for n in ago if n in held or n == self.name}
+            since = now - min(ago[n] for n in answering) if self.coordination.has_quorum(answering) else now
+            self._leases.assume({sr.primary for m in self.indices.values() for sr in m.routing
+                                 if sr.primary and sr.primary not in held and sr.primary != self.name}, since)
+            self._lease_waits.clear()
             self.members = {n: a for n, a in members.items() if n in held}
             self._ephemeral = ids
             self.active = True
             self._unpromoted.clear()
             self._publish_members()
+            self._leases.took_over(self._applied_version())
             for name in list(self.indices):
                 for sr in self.indices[name].routing:
                     key = (self.indices[name].uuid, sr.shard)
                     for node in [*(c for c in sr.copies if c != sr.primary), *([sr.primary] if sr.primary else [])]:
                         if key not in held.get(node, set()):
-                            self._node_left_shard(name, sr.shard, node)
+                            self._node_left_shard(name, sr.shard, node, answered=node in held)
                     if self.indices[name].routing[sr.shard].primary is None:
                         self._unpromoted.setdefault((name, sr.shard), "no primary")
             self._publish_members()
@@ -132,6 +153,19 @@ class ManagerRole:
     def is_member(self, name: str, ephemeral_id: str) -> bool:
         """Whether ``name`` is a member as the process ``ephemeral_id`` (not an earlier run of it)."""
         return name in self.members and self._ephemeral.get(name) == ephemeral_id
+
+    def leader_check(self, name: str, ephemeral_id: str, applied: list[int] | None) -> dict[str, bool]:
+        """Answer a follower's leader check: whether it is a member, and whether its read lease is renewed.
+
+        A lease is granted only to a member that applied the publications that took a primary
+        from it and the one this manager took over with: a node that missed one (a link cut one
+        way, a rejoin whose publication never reached it) may hold a primary the routing moved
+        away from, and must not go on serving reads from it (engine/read_lease.py).
+        """
+        member = self.is_member(name, ephemeral_id)
+        version = None if applied is None else (int(applied[0]), int(applied[1]))
+        lease = member and self._leases.grant(name, version, time.monotonic())
+        return {"member": member, "lease": lease}
 
     def deactivate(self) -> None:
         """Stop acting as cluster manager (another node was elected, or this one lost its quorum)."""
@@ -206,6 +240,7 @@ class ManagerRole:
     def _join(self, req: dict[str, Any]) -> dict[str, Any]:
         name, ephemeral = req["name"], req["ephemeral_id"]
         if name in self.members and self._ephemeral.get(name) != ephemeral:
+            self._leases.forget(name)  # a new process holds its data dir: the old one serves nothing
             self.node_left(name, "it restarted (a new process): its copies are gone")
         with self._lock:
             fresh = self.members.get(name) != req["address"] or self._ephemeral.get(name) != ephemeral
@@ -261,10 +296,33 @@ class ManagerRole:
             self._publish_members()
         self._allocation.schedule(self.recovery_delay)
 
-    def _node_left_shard(self, name: str, shard: int, node: str) -> None:
+    def _applied_version(self) -> tuple[int, int]:
+        """(term, version) of the cluster state this manager applied last."""
+        state = self.coordination.applied
+        return (0, 0) if state is None else (state.term, state.version)
+
+    def _node_left_shard(self, name: str, shard: int, node: str, *, answered: bool = False) -> None:
+        """``node``'s copy of the shard is gone (lock held): a primary is promoted elsewhere, a replica dropped.
+
+        Unless ``node`` ``answered`` (it holds no such copy), its primary is promoted only once its
+        read lease is over: till then the shard has no primary and waits, red with the cause (issue 41).
+        """
         meta = self.indices[name]
         sr = meta.routing[shard]
         if sr.primary == node:
+            term, version = self._applied_version()
+            # no grant to it from now until it applied the routing change below (version + 1, or later)
+            wait = self._leases.take_primary(node, (term, version + 1), time.monotonic())
+            if answered:
+                wait = 0.0
+            if wait > 0:
+                rest = [c for c in sr.in_sync if c != node]
+                self._set_routing(meta, shard, primary=None, copies=[c for c in sr.copies if c != node], in_sync=rest)
+                self._unpromoted[(name, shard)] = (f"waiting {wait:.1f}s for {node}'s read lease to end before "
+                                                   f"promoting a copy (it may still answer reads)")
+                self._lease_waits[(name, shard)] = time.monotonic() + wait
+                log.info("%s/%d: promotion waits %.1fs for %s's read lease", name, shard, wait, node)
+                return
             self._promote(meta, sr, [n for n in sr.in_sync if n != node and n in self.members])
             return
         self._set_routing(meta, shard, copies=[c for c in sr.copies if c != node],
@@ -386,7 +444,7 @@ class ManagerRole:
     def _copy_failed(self, req: dict[str, Any]) -> bool:
         with self._lock:
             meta = self._meta_by_uuid(req["index_uuid"])
-            self._node_left_shard(meta.name, int(req["shard"]), req["node"])
+            self._node_left_shard(meta.name, int(req["shard"]), req["node"], answered=True)
         self._allocation.schedule(self.recovery_delay)
         return True
 
@@ -513,6 +571,9 @@ class ManagerRole:
                 if sr.primary is not None and sr.primary in self.members:
                     self._unpromoted.pop((name, shard), None)
                     continue
+                if time.monotonic() < self._lease_waits.get((name, shard), 0.0):
+                    continue  # the old primary may still answer reads
+                self._lease_waits.pop((name, shard), None)
                 self._promote(meta, sr, [n for n in sr.in_sync if n in self.members])
 
     def reconcile(self) -> list[RoutingFault]:
@@ -554,7 +615,7 @@ class ManagerRole:
                             self.name, fault.index, fault.shard, fault.node, fault.what)
                 if fault.what == "stale_primary":
                     self._notify(fault.node, "shard.discard", {"index_uuid": meta.uuid, "shard": fault.shard})
-                self._node_left_shard(fault.index, fault.shard, fault.node)
+                self._node_left_shard(fault.index, fault.shard, fault.node, answered=True)
                 acted.append(fault)
         if acted:
             self._allocation.schedule()

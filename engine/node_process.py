@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shardstore.blobstores import open_store
+from shardstore.blobstores.base import BlobStore
 from shardstore.cluster_state import coordination
 from shardstore.cluster_state.coordination import ClusterManagerNode
 from shardstore.cluster_state.errors import NotMaster, StaleTerm
@@ -42,6 +43,7 @@ from shardstore.engine.datadir import DataDirLock
 from shardstore.engine.errors import InvalidRequest, NodeNotReady
 from shardstore.engine.fault_detection import OK, REFUSED, TIMEOUT, FailureCounter, FaultDetectionSettings
 from shardstore.engine.manager import ManagerRole
+from shardstore.engine.metadata import indices_from_state
 from shardstore.engine.node_service import NodeService
 from shardstore.net.flight import ANY_NODE, FlightTransport
 from shardstore.net.security import Security
@@ -94,30 +96,39 @@ class NodeSettings:
                                  f"{list(self.initial_managers)}")
 
 
+    def action_timeouts(self) -> dict[str, float]:
+        """Per-action deadlines of node-to-node calls: checks and discovery within a check's timeout."""
+        fd = self.fault_detection
+        return {"fd.*": fd.timeout, "discovery.*": fd.timeout, "cs/*": max(5.0, 4 * fd.timeout)}
+
+
 class NodeProcess:
     """The roles of one node, behind one transport (see the module docstring)."""
 
-    def __init__(self, settings: NodeSettings) -> None:
+    def __init__(self, settings: NodeSettings, *, transport: Any = None, store: BlobStore | None = None) -> None:
+        """Start the roles of ``settings.name``: over a :class:`FlightTransport` listening on ``settings.listen``,
+        or over ``transport`` (a :class:`~shardstore.net.local_link.LocalLink`: the embedded launcher, issue 42)
+        with ``store`` shared by the nodes of one process."""
         self.settings = settings
         self.name = settings.name
         self.ephemeral_id = uuid.uuid4().hex  # a restarted process is a new member: its copies are gone
         self._dir_lock = DataDirLock(settings.data_dir)
         fd = settings.fault_detection
-        self.transport = FlightTransport(settings.listen, security=settings.security,
-                                         default_timeout=settings.request_timeout,
-                                         action_timeouts={"fd.*": fd.timeout, "discovery.*": fd.timeout,
-                                                          "cs/*": max(5.0, 4 * fd.timeout)})
+        self.transport = transport if transport is not None else FlightTransport(
+            settings.listen, security=settings.security, default_timeout=settings.request_timeout,
+            action_timeouts=settings.action_timeouts())
         try:
-            self.store = open_store(settings.store, **settings.store_options)
+            self.store = store if store is not None else open_store(settings.store, **settings.store_options)
             eligible = "cluster_manager" in settings.roles
             self.cm = ClusterManagerNode(self.name, self.transport, self.store,
                                          os.path.join(settings.data_dir, "cluster-state"), master_eligible=eligible,
                                          initial_config=settings.initial_managers or (self.name,), register=False,
                                          parallel_publish=True)
             self.node = NodeService(self.name, os.path.join(settings.data_dir, "shards"), self.store, self.send,
-                                    lambda: self.cm.master, fault_detection=fd, in_contact=self.in_contact)
+                                    lambda: self.cm.master, fault_detection=fd, may_read=self.may_read)
             self.manager = ManagerRole(self.name, self.cm, self.store, self.send,
-                                       recovery_delay=settings.recovery_delay, check_timeout=fd.timeout)
+                                       recovery_delay=settings.recovery_delay, check_timeout=fd.timeout,
+                                       read_lease=fd.read_lease_seconds)
             self.coordinator = Coordinator(self.name, self.cm, self.send, address=settings.publish)
             self._leader_failures = FailureCounter(fd.retries)
             self._follower_failures = FailureCounter(fd.retries)
@@ -125,7 +136,13 @@ class NodeProcess:
             self._failed_leader: str | None = None  # the manager whose leader checks failed last
             self._leader_ok_at = 0.0  # when the manager last answered a leader check
             self._quorum_ok_at = 0.0  # manager: when a quorum last answered its follower checks
-            self._lease_at = 0.0  # follower: when its manager last confirmed it a member (the read lease)
+            self._lease_until = 0.0  # follower: when its read lease ends (monotonic)
+            #: manager -> when this node last answered its follower check (monotonic): a new manager's bound on
+            #: what its predecessors' leases may still run (engine/read_lease.py); before this process started,
+            #: none (it may have answered one in an earlier run: its start is the bound then)
+            self._answered: dict[str, float] = {}
+            self._started_at = time.monotonic()
+            self._routed: tuple[Any, frozenset[tuple[str, int]]] = (None, frozenset())  # state -> its primaries
             self._checks = ThreadPoolExecutor(max_workers=8, thread_name_prefix=f"fd-{self.name}")
             self._join_attempts = 0  # joins sent since this node last knew a manager
             self._stop = threading.Event()
@@ -183,11 +200,14 @@ class NodeProcess:
             if int(req["term"]) < self.cm.current_term:
                 raise StaleTerm(f"node {self.name}: follower check by {req['master']}", int(req["term"]),
                                 self.cm.current_term)
-            return {"ephemeral_id": self.ephemeral_id}
+            return {"ephemeral_id": self.ephemeral_id, "answered": self._answer_follower_check(req["master"])}
         if action == "fd.leader_check":
             if not self.cm.is_master:
                 raise NotMaster(self.name, self.cm.master)
-            return {"member": self.manager.is_member(req["name"], req.get("ephemeral_id", ""))}
+            answer = self.manager.leader_check(req["name"], req.get("ephemeral_id", ""), req.get("applied"))
+            # a follower's lease never outlasts this manager's own: no quorum answered lately, no lease
+            fd = self.settings.fault_detection
+            return {**answer, "lease_seconds": max(0.0, self._quorum_ok_at + fd.read_lease_seconds - time.monotonic())}
         raise InvalidRequest(f"node {self.name}: unknown action {action!r}")
 
     # -- the background loop ------------------------------------------------------------------------
@@ -209,7 +229,8 @@ class NodeProcess:
         if self.cm.is_master:
             if not self._managing:
                 self._managing = True
-                self.manager.activate({self.name: self.address, **self._live_members()})
+                self.manager.activate({self.name: self.address, **self._live_members()},
+                                      answered=self._answered_seconds_ago(self.name))
             self._check_followers()
             self.manager.tick()
             return
@@ -314,14 +335,18 @@ class NodeProcess:
             return TIMEOUT, exc
 
     def _check_leader(self, master: str) -> None:
-        outcome, answer = self._outcome(master, "fd.leader_check", {"name": self.name, "address": self.address,
-                                                                    "ephemeral_id": self.ephemeral_id})
+        sent = time.monotonic()  # the lease counts from before the manager answered: it ends before the manager's
+        applied = self.cm.applied
+        outcome, answer = self._outcome(master, "fd.leader_check", {
+            "name": self.name, "address": self.address, "ephemeral_id": self.ephemeral_id,
+            "applied": None if applied is None else [applied.term, applied.version]})
         if outcome == OK:
             self._leader_ok_at = time.monotonic()
             self._leader_failures.forget(master)
-            if answer["member"]:
-                self._lease_at = self._leader_ok_at  # the read lease: only a member's (its copies still routed)
-            else:
+            if answer.get("lease"):  # the read lease: a member's whose cluster state is current
+                fd = self.settings.fault_detection
+                self._lease_until = sent + min(fd.read_lease_seconds, float(answer.get("lease_seconds", 0.0)))
+            if not answer["member"]:
                 self._join(master)
             return
         if self._leader_failures.record(master, outcome):
@@ -347,6 +372,7 @@ class NodeProcess:
         manager steps down within the documented ``retries * (interval + timeout)``.
         """
         members = sorted(m for m in self.manager.members if m != self.name)
+        started = time.monotonic()  # the manager's lease counts from before the quorum answered
         request = {"master": self.name, "term": self.cm.current_term}
         outcomes = list(self._checks.map(lambda m: self._outcome(m, "fd.follower_check", request), members))
         failed: dict[str, Any] = {}
@@ -360,7 +386,7 @@ class NodeProcess:
             if self._follower_failures.record(member, outcome):
                 failed[member] = answer
         if self.cm.has_quorum(answered):
-            self._quorum_ok_at = time.monotonic()
+            self._quorum_ok_at = started
         if not failed:
             return
         if not self.cm.has_quorum(set(self.manager.members) - set(failed) | {self.name}):
@@ -371,22 +397,52 @@ class NodeProcess:
             self.manager.node_left(member, f"failed its follower checks ({answer})")
 
     def in_contact(self) -> bool:
-        """Whether a majority heard from this node lately: realtime reads are served only then (issue 41).
+        """Whether this node is within its read lease: realtime reads are served only then (issue 41).
 
-        A follower: its manager answered a leader check naming it a member within the read lease
+        A follower: its manager answered a leader check naming it a member, sent within the lease
         (a node removed while paused or cut off wakes up to a manager that still answers, but no
-        longer counts it: its copies may have been promoted elsewhere; process simulator seed 97); the manager: a
-        quorum answered its follower checks within it.  The lease, ``(retries - 1) * (interval +
-        timeout)`` (3 s by default), ends before the others can have removed this node, promoted
-        another copy and acknowledged a write on it (``retries`` failed checks), so a primary
-        cut off from the majority stops serving what may no longer be the latest value.
+        longer counts it: its copies may have been promoted elsewhere; process simulator seed 97);
+        the manager: a quorum answered a follower-check round started within it.  The lease
+        (``fd.read_lease_seconds``, 3 s by default) is waited out by the manager before it promotes
+        another copy of a removed node's primary (engine/read_lease.py), however fast fault
+        detection removed the node (a refused connection: process simulator seed 291), so a
+        primary cut off from the majority stops serving before a newer value can be acknowledged.
         """
-        fd = self.settings.fault_detection
-        lease = max(fd.interval + fd.timeout, (fd.retries - 1) * (fd.interval + fd.timeout))
+        lease = self.settings.fault_detection.read_lease_seconds
         now = time.monotonic()
         if self.cm.is_master:
             return now - self._quorum_ok_at < lease
-        return self.cm.master is not None and now - self._lease_at < lease
+        return self.cm.master is not None and now < self._lease_until
+
+    def _answer_follower_check(self, master: str) -> float:
+        """Note a follower check of ``master`` answered now; :meth:`_answered_seconds_ago` for the others."""
+        seconds = self._answered_seconds_ago(master)
+        self._answered[master] = time.monotonic()
+        if len(self._answered) > 8:  # the oldest managers' records are covered by the newer ones
+            del self._answered[min(self._answered, key=self._answered.__getitem__)]
+        return seconds
+
+    def _answered_seconds_ago(self, master: str) -> float:
+        """At least how long ago this node last answered a follower check of a manager other than ``master``
+        (or started: an earlier run of it may have answered one just before)."""
+        latest = max([self._started_at, *(at for m, at in self._answered.items() if m != master)])
+        return time.monotonic() - latest
+
+    def may_read(self, index_uuid: str, shard: int) -> bool:
+        """Whether this node's primary of the shard may serve a read: within the read lease, and the cluster state
+        this node applied still routes the shard's primary here (a grant after a publication that took the
+        primary away finds the node knowing it: engine/read_lease.py)."""
+        if not self.in_contact():
+            return False
+        state = self.cm.applied
+        if state is None:
+            return False
+        cached_state, primaries = self._routed
+        if cached_state is not state:
+            primaries = frozenset((meta.uuid, sr.shard) for meta in indices_from_state(state).values()
+                                  for sr in meta.routing if sr.primary == self.name)
+            self._routed = (state, primaries)
+        return (index_uuid, int(shard)) in primaries
 
     # -- lifecycle ------------------------------------------------------------------------------------
 

@@ -131,10 +131,10 @@ class NodeService:
     def __init__(self, name: str, data_dir: str, store: BlobStore | None, send: Callable[..., Any],
                  manager: Callable[[], str | None], *, manager_wait: float = 10.0,
                  fault_detection: FaultDetectionSettings | None = None,
-                 in_contact: Callable[[], bool] | None = None) -> None:
+                 may_read: Callable[[str, int], bool] | None = None) -> None:
         self.name = name
-        #: whether a majority heard from this node lately (the node's read lease): realtime gets need it
-        self._in_contact = in_contact or (lambda: True)
+        #: whether this node's primary of (index UUID, shard) may serve a read now (its read lease, its routing)
+        self._may_read = may_read or (lambda index_uuid, shard: True)
         #: how fast a replica that stopped answering is failed (see the module docstring)
         self.fault_detection = fault_detection or FaultDetectionSettings()
         self._replication = ThreadPoolExecutor(max_workers=64, thread_name_prefix=f"replicate-{name}")
@@ -419,10 +419,10 @@ class NodeService:
     def _leased_primary(self, req: dict[str, Any]) -> ShardCopy:
         """The primary copy a read may use: only within the node's read lease (issue 41, transport.md)."""
         copy = self._copy(req, primary=True)
-        if not self._in_contact():
-            key = self._key(req)
-            raise ShardUnavailable(key[0], key[1], f"{self.name} has not heard from a majority lately and may no "
-                                                   f"longer be the primary; read from the current one")
+        key = self._key(req)
+        if not self._may_read(key[0], key[1]):
+            raise ShardUnavailable(key[0], key[1], f"{self.name} has not heard from a majority lately, or its "
+                                                   f"routing no longer names it the primary; read from the current one")
         return copy
 
     def _get(self, req: dict[str, Any]) -> dict[str, Any] | None:

@@ -23,7 +23,8 @@ Fault injection (all thread-safe, all removable):
   target, skipping the first ``after`` matches and firing at most ``times`` times, each
   with a ``probability`` drawn from a seeded per-rule random stream (deterministic for
   a given sequence of sends);
-- :meth:`delay`: sleep before delivering a request or a response (bounded by ``timeout``);
+- :meth:`delay`: sleep before delivering a request or a response (bounded by ``timeout``); a
+  delay taken out (``rule.remove()``, :meth:`clear_faults`) lets the messages it holds go on at once;
 - :meth:`on`: run ``hook(sender, target, action, request)`` right before delivery, e.g.
   to kill the target mid-operation; a hook that raises aborts the send with its error.
 
@@ -158,6 +159,8 @@ class Rule:
         self.seconds = seconds
         self.hook = hook
         self._rng = rng
+        #: set once the rule is taken out: a message it holds (a delay) goes on at once
+        self.removed = threading.Event()
         self.matched = 0  # messages that matched the filters (including those skipped by after/probability)
         self.fired = 0
 
@@ -297,6 +300,7 @@ class Transport:
         with self._lock:
             if rule in self._rules:
                 self._rules.remove(rule)
+        rule.removed.set()
 
     def drop(
         self,
@@ -355,7 +359,9 @@ class Transport:
         """Remove every partition, drop, delay and hook."""
         with self._lock:
             self._partitions.clear()
-            self._rules.clear()
+            rules, self._rules = self._rules, []
+        for rule in rules:
+            rule.removed.set()
 
     # -- counters --------------------------------------------------------------------------------
 
@@ -416,11 +422,11 @@ class Transport:
             dropped = bool(self._fired("drop", "request", sender, target, action))
             if dropped:
                 st.dropped_requests += 1
-            delays = [r.seconds for r in self._fired("delay", "request", sender, target, action)] if not dropped else []
+            delays = self._fired("delay", "request", sender, target, action) if not dropped else []
         if dropped:
             self._disconnected(action, NodeDisconnected(sender, target, action, "request dropped", delivered=False))
 
-        if delays and not self._sleep(sum(delays), deadline):
+        if delays and not self._sleep(delays, deadline):
             self._timed_out(action, NodeDisconnected(
                 sender, target, action, f"request timed out after {timeout}s", delivered=False))
 
@@ -451,11 +457,11 @@ class Transport:
             dropped = bool(self._fired("drop", "response", sender, target, action))
             if dropped:
                 st.dropped_responses += 1
-            delays = [r.seconds for r in self._fired("delay", "response", sender, target, action)] if not dropped else []
+            delays = self._fired("delay", "response", sender, target, action) if not dropped else []
         if dropped:
             self._disconnected(action, NodeDisconnected(sender, target, action, "response dropped", delivered=True), error)
 
-        if delays and not self._sleep(sum(delays), deadline):
+        if delays and not self._sleep(delays, deadline):
             self._timed_out(action, NodeDisconnected(
                 sender, target, action, f"response timed out after {timeout}s", delivered=True), error)
         if deadline is not None and time.monotonic() > deadline:
@@ -474,17 +480,18 @@ class Transport:
             raise error
         return response
 
-    def _sleep(self, seconds: float, deadline: float | None) -> bool:
-        """Sleep ``seconds`` or until ``deadline``; False when the deadline cut it short."""
-        if deadline is None:
-            time.sleep(seconds)
-            return True
-        remaining = deadline - time.monotonic()
-        if seconds <= remaining:
-            time.sleep(seconds)
-            return True
-        time.sleep(max(remaining, 0.0))
-        return False
+    def _sleep(self, delays: list[Rule], deadline: float | None) -> bool:
+        """Wait out ``delays`` (one after the other) or until ``deadline``; a delay removed meanwhile ends at
+        once (a link healed, a paused node resumed: the message goes on).  False when the deadline cut it short."""
+        for rule in delays:
+            until = time.monotonic() + rule.seconds
+            if deadline is not None and deadline < until:
+                rule.removed.wait(max(deadline - time.monotonic(), 0.0))
+                if not rule.removed.is_set():
+                    return False
+            else:
+                rule.removed.wait(max(until - time.monotonic(), 0.0))
+        return True
 
     def _disconnected(self, action: str, exc: NodeDisconnected, cause: BaseException | None = None) -> None:
         with self._lock:

@@ -285,6 +285,17 @@ def test_a_response_delayed_past_the_timeout_was_applied(net) -> None:
     assert info.value.delivered is True and nodes["n2"].handled == [("index", "v")]
 
 
+def test_a_message_held_by_a_delay_goes_on_once_the_delay_is_removed(net) -> None:
+    """A healed link or a resumed node (issue 42): what the delay held is delivered at once, not at its end."""
+    t, nodes = net
+    rule = t.delay(60.0, "index", target="n2")
+    threading.Timer(0.1, rule.remove).start()
+    start = time.monotonic()
+    t.send("n1", "n2", "index", "v", timeout=30.0)
+    assert time.monotonic() - start < 5.0
+    assert nodes["n2"].handled == [("index", "v")] and rule.removed.is_set()
+
+
 def test_a_slow_handler_exceeding_the_timeout_loses_its_response() -> None:
     t = Transport(default_timeout=0.02)
     t.register("b", lambda action, request: time.sleep(0.05))

@@ -51,6 +51,8 @@ class Writer:
         self._shard, self._shards = shard, shards
         self.acked: set[str] = set()
         self.deleted: set[str] = set()
+        #: acknowledged ids whose delete's outcome is unknown (its answer lost): present or gone, both allowed
+        self.maybe_deleted: set[str] = set()
         #: why items were not acknowledged (the error's first 120 characters) -> how many bulks saw it
         self.errors: Counter[str] = Counter()
         #: (monotonic time, shard) of every acknowledged bulk item's shard, one entry per shard per bulk
@@ -85,13 +87,15 @@ class Writer:
             table = result.items.filter(result.items["error"].is_null())
             self.acks.extend((now, int(s)) for s in set(table["shard"].to_pylist()))
             self.acked.update(result.acknowledged)
-            victim = min(self.acked - self.deleted, default=None) if n % 100 == 0 else None
+            victim = min(self.acked - self.deleted - self.maybe_deleted, default=None) if n % 100 == 0 else None
             if victim is not None:
                 try:
                     if self.client.delete(self.index, victim).acknowledged:
                         self.deleted.add(victim)
+                    else:
+                        self.maybe_deleted.add(victim)
                 except Exception:  # noqa: BLE001 - not acknowledged; it may or may not have been applied
-                    pass
+                    self.maybe_deleted.add(victim)
 
     def stop(self) -> None:
         """Stop after the bulk in flight."""
@@ -203,6 +207,7 @@ def run_round(root: str | Path, kind: str, mode: str = "blackhole", seconds: flo
         out.gap_errors = {s: steady[s].errors.most_common(3) for s in out.gaps}
         acked = set().union(*(w.acked for w in writers))
         deleted = set().union(*(w.deleted for w in writers))
+        acked -= set().union(*(w.maybe_deleted for w in writers))  # a delete with no answer: either outcome
         try:
             admin.wait_for_health("green", timeout=heal_wait)
             for i in range(10):  # a write to every shard (bulks of 30 ids reach each of a few shards)

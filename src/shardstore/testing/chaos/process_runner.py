@@ -70,6 +70,9 @@ FIND_MANAGER_TIMEOUT = 10.0
 SHARDS = 2
 #: the final check: how long after green every shard may take to acknowledge a probe write
 WRITABLE_TIMEOUT = 30.0
+#: how the schedule's three nodes run: ``shardstore node`` processes behind per-link TCP fault proxies, or the
+#: same roles embedded in this process over the in-process transport (issue 42)
+LAUNCHERS = ("processes", "embedded")
 #: the errors that are not documented although they are ShardstoreErrors: a node's handler raised something else
 UNDOCUMENTED = frozenset({"RemoteError"})
 
@@ -96,8 +99,13 @@ def _documented_names() -> set[str]:
 class ProcessSimulation(Simulation):
     """One process-mode schedule's node processes, client, model and outcome (see the module docstring)."""
 
-    def __init__(self, seed: int, workdir: Path) -> None:  # noqa: D107 - no in-process cluster (Simulation's)
+    def __init__(self, seed: int, workdir: Path, launcher: str = "processes") -> None:  # noqa: D107
+        from shardstore.engine.embedded_nodes import EmbeddedNodes
+        from shardstore.engine.fault_detection import FaultDetectionSettings
         from shardstore.testing.partitions import LinkedCluster
+
+        if launcher not in LAUNCHERS:
+            raise ValueError(f"launcher must be one of {LAUNCHERS}, got {launcher!r}")
 
         self.seed = seed
         self.workdir = Path(workdir)
@@ -117,8 +125,13 @@ class ProcessSimulation(Simulation):
         self._heal_early = True  # whether recover heals the active partition at once (else it waits for the timer)
         self._waited = 0.0  # seconds the current step waited for a pause's or a partition's timer
         self._links = threading.Lock()  # the heal timer and recover() both heal: one at a time
-        self.procs = LinkedCluster(str(self.workdir / "nodes"), self.store_url, len(PROCESS_NODES),
-                                   fd_interval=FD_INTERVAL, fd_timeout=FD_TIMEOUT, fd_retries=FD_RETRIES)
+        self.launcher = launcher
+        if launcher == "embedded":  # the same roles, N of them in this process over the in-process transport
+            self.procs: Any = EmbeddedNodes(str(self.workdir / "nodes"), self.store_url, len(PROCESS_NODES),
+                                            fd=FaultDetectionSettings(FD_INTERVAL, FD_TIMEOUT, FD_RETRIES))
+        else:
+            self.procs = LinkedCluster(str(self.workdir / "nodes"), self.store_url, len(PROCESS_NODES),
+                                       fd_interval=FD_INTERVAL, fd_timeout=FD_TIMEOUT, fd_retries=FD_RETRIES)
         try:
             self.client = self.procs.client(timeout=CLIENT_TIMEOUT)
             self.cluster: Any = self.client  # Simulation's write steps call self.cluster; the end restores into it
@@ -541,7 +554,7 @@ class ProcessSimulation(Simulation):
 
 
 def run_process_schedule(seed: int, steps: Sequence[Step], workdir: Path, keep: bool = False,
-                         logs_to: Path | None = None) -> Outcome:
+                         logs_to: Path | None = None, launcher: str = "processes") -> Outcome:
     """Run ``steps`` (drawn from ``seed``) against fresh node processes under ``workdir``; the outcome.
 
     A failing schedule's node logs (and a stalled one's: a step over SLOW_STEP seconds) are copied to
@@ -550,7 +563,15 @@ def run_process_schedule(seed: int, steps: Sequence[Step], workdir: Path, keep: 
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    sim = ProcessSimulation(seed, workdir)
+    embedded_log = None
+    if launcher == "embedded":  # the roles log through this process: into nodes/embedded.log, as a node's log
+        (workdir / "nodes").mkdir(parents=True, exist_ok=True)
+        embedded_log = logging.FileHandler(workdir / "nodes" / "embedded.log")
+        embedded_log.setFormatter(logging.Formatter("%(asctime)s %(threadName)s %(name)s %(levelname)s %(message)s"))
+        logging.getLogger("shardstore").addHandler(embedded_log)
+        level = logging.getLogger("shardstore").level
+        logging.getLogger("shardstore").setLevel(logging.INFO)
+    sim = ProcessSimulation(seed, workdir, launcher)
     try:
         for step in steps:
             sim.apply(step)
@@ -560,6 +581,10 @@ def run_process_schedule(seed: int, steps: Sequence[Step], workdir: Path, keep: 
             sim.finish(steps[-1].index + 1 if steps else 0)
     finally:
         sim.close()
+        if embedded_log is not None:
+            logging.getLogger("shardstore").removeHandler(embedded_log)
+            logging.getLogger("shardstore").setLevel(level)
+            embedded_log.close()
         sim.outcome.seconds = time.monotonic() - t0
         if logs_to is not None and (not sim.outcome.clean or sim.outcome.slow_steps):
             dest = Path(logs_to) / f"seed-{seed}"
@@ -571,7 +596,8 @@ def run_process_schedule(seed: int, steps: Sequence[Step], workdir: Path, keep: 
     return sim.outcome
 
 
-def minimise_process(seed: int, steps: list[Step], workdir: Path, budget: int = 20) -> list[Step]:
+def minimise_process(seed: int, steps: list[Step], workdir: Path, budget: int = 20,
+                     launcher: str = "processes") -> list[Step]:
     """A shorter schedule that still fails (any violation): chunks removed while it keeps failing, ``budget`` runs.
 
     Process mode is not deterministic (real processes, real timing): a failure that does not recur keeps the
@@ -585,7 +611,8 @@ def minimise_process(seed: int, steps: list[Step], workdir: Path, budget: int = 
         while i < len(current) and runs < budget:
             candidate = current[:i] + current[i + chunk:]
             runs += 1
-            if candidate and not run_process_schedule(seed, candidate, Path(workdir) / f"min-{runs}").clean:
+            if candidate and not run_process_schedule(seed, candidate, Path(workdir) / f"min-{runs}",
+                                                                 launcher=launcher).clean:
                 current, removed = candidate, True
             else:
                 i += chunk
@@ -594,10 +621,12 @@ def minimise_process(seed: int, steps: list[Step], workdir: Path, budget: int = 
     return current
 
 
-def run_process_seed(seed: int, length: int, workdir: Path, logs_to: Path | None = None) -> Outcome:
-    """Draw ``seed``'s process-mode schedule of ``length`` steps and run it."""
-    return run_process_schedule(seed, draw_process_schedule(seed, length), workdir, logs_to=logs_to)
+def run_process_seed(seed: int, length: int, workdir: Path, logs_to: Path | None = None,
+                     launcher: str = "processes") -> Outcome:
+    """Draw ``seed``'s process-mode schedule of ``length`` steps and run it on ``launcher``'s nodes."""
+    return run_process_schedule(seed, draw_process_schedule(seed, length), workdir, logs_to=logs_to,
+                                launcher=launcher)
 
 
-__all__ = ["FD_SECONDS", "ProcessOutcome", "ProcessSimulation", "minimise_process", "run_process_schedule",
+__all__ = ["FD_SECONDS", "LAUNCHERS", "ProcessOutcome", "ProcessSimulation", "minimise_process", "run_process_schedule",
            "run_process_seed"]
