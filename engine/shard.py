@@ -67,9 +67,8 @@ from shardstore.segments.remote_store import (
 )
 from shardstore.segments.versions import SMALL_BATCH, id_order
 from shardstore.translog.local import LocalTranslog
-from shardstore.translog.node_translog import NodeShardTranslog
+from shardstore.translog.factory import NodeTranslogs, PerShardTranslogs, ShardRemoteTranslog, TranslogFactory
 from shardstore.translog.operations import SCHEMA, OpType, Summary, stamp, unstamped_batch
-from shardstore.translog.remote import RemoteTranslog
 from shardstore.translog.tracker import NO_OPS_PERFORMED, LocalCheckpointTracker
 from shardstore.translog.unconfirmed import not_uploaded, uploaded_tops
 
@@ -119,6 +118,10 @@ class ShardCopy:
         self.spec = spec
         self.store = store
         self.node_remote = node_remote
+        #: the remote translog this copy writes as a primary, chosen here once (translog/factory.py)
+        self.translogs: TranslogFactory | None = (
+            None if store is None else NodeTranslogs(node_remote) if node_remote is not None
+            else PerShardTranslogs(store))
         #: the claim-log epoch up to which this primary knows it is not fenced (segments/claim_rule.py)
         self._verified_epoch: int | None = None
         self.path = os.path.join(data_dir, spec.index_uuid, str(spec.shard))
@@ -158,7 +161,7 @@ class ShardCopy:
         self._holds_lock = threading.Lock()
         #: the local write or fsync that failed this copy for good (docs/design/engine.md, "Local disk faults")
         self.disk_failure: LocalDiskError | None = None
-        self.remote_translog: RemoteTranslog | NodeShardTranslog | None = None
+        self.remote_translog: ShardRemoteTranslog | None = None
         self.remote_segments: RemoteSegmentStore | None = None
         if primary:
             self._start_remote()
@@ -201,16 +204,7 @@ class ShardCopy:
         self._older_terms_pending = self.primary_term > FIRST_TERM
         self.remote_segments.claim_term()  # fences every older-term primary's next commit
         self._verified_epoch = self.remote_segments.claim_epoch
-        if self.spec.durability == "request" and self.node_remote is not None:
-            # the node-level translog (issue 30): this copy's operations go in its node's upload rounds;
-            # covered_through as below
-            self.remote_translog = self.node_remote.translog(addr.cluster_uuid).open_shard(
-                self.translog, addr.translog_prefix(self.primary_term), self.spec.index_uuid, self.spec.shard,
-                upload_timeout=self.spec.upload_timeout, covered_through=self.translog.generation - 1)
-            # every round rolls (and so fsyncs, sealed) what it uploads before anything is acknowledged: an
-            # append's own fsync would only be paid twice
-            self.translog.set_durability("remote")
-        elif self.spec.durability == "request":
+        if self.spec.durability == "request" and self.translogs is not None:
             # Every operation this copy logged at or below the global checkpoint is durable under an
             # older term's prefix (a primary counts its own operation processed only once uploaded), and
             # replayed history came from the store; a promotion uploads the few above it again
@@ -218,10 +212,14 @@ class ShardCopy:
             # case 7), so only the generation just rolled for this term and later ones are uploaded
             # here; older terms' logs are purged only once this term's commit covers them
             # (_purge_older_terms).
-            self.remote_translog = RemoteTranslog(
-                self.translog, self.store, addr.translog_prefix(self.primary_term),
-                buffer_interval=self.spec.buffer_interval, upload_timeout=self.spec.upload_timeout,
+            self.remote_translog = self.translogs.open(
+                self.translog, addr.cluster_uuid, addr.translog_prefix(self.primary_term), self.spec.index_uuid,
+                self.spec.shard, upload_timeout=self.spec.upload_timeout, buffer_interval=self.spec.buffer_interval,
                 covered_through=self.translog.generation - 1)
+            if self.translogs.rolls_before_acknowledging:
+                # every round rolls (and so fsyncs, sealed) what it uploads before anything is acknowledged:
+                # an append's own fsync would only be paid twice
+                self.translog.set_durability("remote")
 
     # -- writes -----------------------------------------------------------------------------
 
@@ -298,7 +296,7 @@ class ShardCopy:
     def stage_run(self, stamped: pa.RecordBatch, summary: Summary, docs: pa.Table, ids: list[str],
                   versions: list[int], nbytes: int) -> Staged:
         """Buffer and log a part the columnar pass stamped (under :meth:`staging`) and start its upload."""
-        assert summary.seq_no is not None and isinstance(self.remote_translog, NodeShardTranslog)
+        assert summary.seq_no is not None and self.remote_translog is not None
         with self._local_disk("write"):
             self.directory.apply_run(docs, ids, summary.seq_no[0], self.primary_term, versions, nbytes)
             return Staged(summary.seq_no, self.remote_translog, self.remote_translog.append(stamped, summary=summary))
@@ -382,7 +380,7 @@ class ShardCopy:
         remote = self.remote_translog
         self._await_upload(remote, remote.append(stamped, history=history))
 
-    def _await_upload(self, remote: RemoteTranslog | NodeShardTranslog, position: tuple[int, int],
+    def _await_upload(self, remote: ShardRemoteTranslog, position: tuple[int, int],
                       refreshing: Refreshing | None = None) -> None:
         """Wait for the upload of what was logged before local ``position``; a full indexing buffer is refreshed
         while it is in flight.

@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from shardstore.segments.directory import ShardDirectory
-    from shardstore.translog.node_translog import NodeShardTranslog
-    from shardstore.translog.remote import RemoteTranslog
+    from shardstore.translog.factory import ShardRemoteTranslog
 
 __all__ = ["Refreshing", "Staged"]
 
@@ -25,7 +24,7 @@ class Staged:
     """A primary's batch applied and logged locally whose upload is in flight (:meth:`ShardCopy.primary_apply`)."""
 
     seq_nos: tuple[int, int]  # first..last: a primary stamps contiguous seq#s
-    remote: RemoteTranslog | NodeShardTranslog | None  # None: nothing to wait for (no remote translog; already counted processed)
+    remote: ShardRemoteTranslog | None  # None: nothing to wait for (no remote translog; already counted processed)
     position: tuple[int, int]  # the local append's (generation, offset): the upload to wait for
     refreshing: Refreshing | None = None  # the refresh of a full buffer, started before the append
 

@@ -37,7 +37,6 @@ from shardstore.segments.directory import buffered_docs
 from shardstore.segments.mapping import Mapping
 from shardstore.segments.versions import SMALL_BATCH, next_versions
 from shardstore.translog.errors import InvalidOperation
-from shardstore.translog.node_translog import NodeShardTranslog
 from shardstore.translog.operations import Summary, check, stamp, summarize
 
 log = logging.getLogger(__name__)
@@ -55,9 +54,9 @@ class ColumnarPart:
 def takes_columnar(copy: ShardCopy, ops: pa.RecordBatch, fields: pa.Table | None, mapping: Mapping | None) -> bool:
     """Whether a part may join the columnar pass: index operations only, parsed against the index's mapping
     (the coordinator's), small (a big part pays its fixed costs once and keeps its sort for the refresh), and
-    a copy logging into its node's translog round."""
+    a copy that logs to a remote translog (a primary's, whichever writer: translog/factory.py)."""
     return (fields is not None and mapping is not None and 0 < ops.num_rows <= SMALL_BATCH
-            and fields.num_rows == ops.num_rows and isinstance(copy.remote_translog, NodeShardTranslog))
+            and fields.num_rows == ops.num_rows and copy.remote_translog is not None)
 
 
 Staged = tuple[pa.RecordBatch, Any]  # (the stamped part, the pending upload ShardCopy.settle waits for)

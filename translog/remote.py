@@ -55,6 +55,7 @@ from shardstore.translog.frames import HEADER_SIZE, GenerationHeader, iter_frame
 from shardstore.translog.local import LocalTranslog, generation_file, sealed_checkpoint_file
 from shardstore.translog.node_format import DATA_DIR as NODE_DATA_DIR
 from shardstore.translog.node_read import shard_entries
+from shardstore.translog.operations import Summary
 from shardstore.translog.purge import GenerationInfo, remote_deletable, remote_deletable_sections
 from shardstore.translog.remote_metadata import (
     DATA_DIR,
@@ -411,10 +412,11 @@ class RemoteTranslog:
         self.wait_uploaded(position[0])
         return position
 
-    def append(self, batch: pa.RecordBatch, *, history: bool = False) -> tuple[int, int]:
+    def append(self, batch: pa.RecordBatch, *, history: bool = False, summary: Summary | None = None) -> tuple[int, int]:
         """Append locally and start the upload covering it without waiting; its position (wait with
-        :meth:`wait_uploaded` on ``position[0]`` before acknowledging)."""
-        position = self.local.add(batch, history=history)
+        :meth:`wait_uploaded` on ``position[0]`` before acknowledging).  ``summary``: the batch's seq#s and
+        terms when the caller has them (``LocalTranslog.add``)."""
+        position = self.local.add(batch, history=history, summary=summary)
         if batch.num_rows:
             with self._cond:
                 self._requested = max(self._requested, position[0])
