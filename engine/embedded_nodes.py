@@ -37,7 +37,7 @@ from shardstore.engine.errors import InvalidRequest
 from shardstore.engine.fault_detection import FaultDetectionSettings
 from shardstore.engine.node_process import NodeProcess, NodeSettings
 from shardstore.net.local_link import LocalLink
-from shardstore.transport import Rule, Transport
+from shardstore.transport import Rule, Transport, partition_links
 
 #: fault detection of embedded nodes: a silent peer is found in 3 * (0.1 + 0.4) = 1.5 s
 EMBEDDED_FD = FaultDetectionSettings(interval=0.1, timeout=0.4, retries=3)
@@ -146,18 +146,13 @@ class EmbeddedNodes:
                 self._cuts.append(rule)
 
     def isolate(self, name: str, *, mode: str = "blackhole") -> None:
-        """Cut ``name`` off from every other node (both ways)."""
-        for other in self.names:
-            if other != name:
-                self.cut(name, other, mode=mode)
+        """Cut ``name`` off from every other node (both directions)."""
+        self.split([name], mode=mode)
 
     def split(self, side: Iterable[str], *, mode: str = "blackhole") -> None:
         """Cut every link between ``side`` and the other nodes."""
-        side = set(side)
-        for a in side:
-            for b in self.names:
-                if b not in side:
-                    self.cut(a, b, mode=mode)
+        for a, b in partition_links(self.names, side):
+            self.cut(a, b, mode=mode)
 
     def heal(self) -> None:
         """Every cut link carries messages again (paused nodes stay paused)."""

@@ -66,8 +66,8 @@ from shardstore.segments.remote_store import (
     list_terms,
 )
 from shardstore.segments.versions import SMALL_BATCH, id_order
-from shardstore.translog.local import LocalTranslog
 from shardstore.translog.factory import NodeTranslogs, PerShardTranslogs, ShardRemoteTranslog, TranslogFactory
+from shardstore.translog.local import LocalTranslog
 from shardstore.translog.operations import SCHEMA, OpType, Summary, stamp, unstamped_batch
 from shardstore.translog.tracker import NO_OPS_PERFORMED, LocalCheckpointTracker
 from shardstore.translog.unconfirmed import not_uploaded, uploaded_tops

@@ -91,6 +91,24 @@ class NodeDisconnected(TransportError, UnavailableError):
         self.reason = reason
         self.delivered = delivered
 
+def call_timeout(action: str, timeout: float | None, action_timeouts: dict[str, float],
+                 default: float | None) -> float | None:
+    """The deadline of one call: ``timeout``, else the first ``action_timeouts`` glob ``action`` matches, else
+    ``default`` (every transport's rule, the in-process link's and Arrow Flight's)."""
+    if timeout is not None:
+        return timeout
+    for glob, seconds in action_timeouts.items():
+        if fnmatch.fnmatchcase(action, glob):
+            return seconds
+    return default
+
+
+def partition_links(names: Iterable[str], side: Iterable[str]) -> list[tuple[str, str]]:
+    """The node pairs (``a`` in ``side``, ``b`` not) a partition of ``side`` from the rest of ``names`` cuts."""
+    side = set(side)
+    return [(a, b) for a in sorted(side) for b in names if b not in side]
+
+
 Handler = Callable[[str, Any], Any]
 Hook = Callable[[str, str, str, Any], None]
 

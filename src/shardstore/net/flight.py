@@ -64,6 +64,7 @@ from shardstore.transport import (
     InvalidTransportRequest,
     NodeDisconnected,
     NodeNotFound,
+    call_timeout,
 )
 
 #: Request frames of at least this many bytes go as ``do_exchange`` rather than ``do_action``.
@@ -367,12 +368,7 @@ class FlightTransport:
 
     def timeout_for(self, action: str, timeout: float | None = None) -> float | None:
         """The deadline of a call: ``timeout``, else the first matching ``action_timeouts`` glob, else the default."""
-        if timeout is not None:
-            return timeout
-        for glob, seconds in self.action_timeouts.items():
-            if fnmatch.fnmatchcase(action, glob):
-                return seconds
-        return self.default_timeout
+        return call_timeout(action, timeout, self.action_timeouts, self.default_timeout)
 
     def _address_of(self, sender: str, target: str, action: str) -> str:
         with self._lock:

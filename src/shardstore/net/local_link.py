@@ -17,12 +17,11 @@ the roles' threads are still being stopped.
 
 from __future__ import annotations
 
-import fnmatch
 import threading
 from collections.abc import Mapping
 from typing import Any
 
-from shardstore.transport import ActionStats, Handler, NodeDisconnected, NodeNotFound, Transport
+from shardstore.transport import ActionStats, Handler, NodeDisconnected, NodeNotFound, Transport, call_timeout
 
 
 class LocalLink:
@@ -92,12 +91,7 @@ class LocalLink:
 
     def timeout_for(self, action: str, timeout: float | None = None) -> float | None:
         """The deadline of a call: ``timeout``, else the first matching ``action_timeouts`` glob, else the default."""
-        if timeout is not None:
-            return timeout
-        for glob, seconds in self.action_timeouts.items():
-            if fnmatch.fnmatchcase(action, glob):
-                return seconds
-        return self.default_timeout
+        return call_timeout(action, timeout, self.action_timeouts, self.default_timeout)
 
     def stats(self) -> dict[str, ActionStats]:
         """The shared transport's per-action counters."""

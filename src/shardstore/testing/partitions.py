@@ -22,6 +22,7 @@ from typing import Any
 
 from shardstore.engine.launcher import ProcessCluster, free_port
 from shardstore.testing.tcp_proxy import TcpFaultProxy
+from shardstore.transport import partition_links
 
 __all__ = ["CUT_MODES", "LinkedCluster"]
 
@@ -68,17 +69,12 @@ class LinkedCluster:
 
     def isolate(self, node: str, *, mode: str = "blackhole") -> None:
         """Cut ``node`` off from every other node (both directions)."""
-        for other in self.names:
-            if other != node:
-                self.cut(node, other, mode=mode)
+        self.split([node], mode=mode)
 
     def split(self, side: Iterable[str], *, mode: str = "blackhole") -> None:
         """Cut every link between ``side`` and the other nodes."""
-        side = set(side)
-        for a in side:
-            for b in self.names:
-                if b not in side:
-                    self.cut(a, b, mode=mode)
+        for a, b in partition_links(self.names, side):
+            self.cut(a, b, mode=mode)
 
     def heal(self) -> None:
         """Every link forwards again (connections that lost bytes are reset, as TCP would drop them)."""
