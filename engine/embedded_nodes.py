@@ -37,7 +37,7 @@ from shardstore.engine.errors import InvalidRequest
 from shardstore.engine.fault_detection import FaultDetectionSettings
 from shardstore.engine.node_process import NodeProcess, NodeSettings
 from shardstore.net.local_link import LocalLink
-from shardstore.transport import Rule, Transport, partition_links
+from shardstore.transport import NodeDisconnected, Rule, Transport, partition_links
 
 #: fault detection of embedded nodes: a silent peer is found in 3 * (0.1 + 0.4) = 1.5 s
 EMBEDDED_FD = FaultDetectionSettings(interval=0.1, timeout=0.4, retries=3)
@@ -67,6 +67,7 @@ class EmbeddedNodes:
         self._links: dict[str, LocalLink] = {}
         self._paused: dict[str, list[Rule]] = {}
         self._cuts: list[Rule] = []
+        self._dead: dict[str, Rule] = {}  # killed node -> the hook dropping what it sent before it died
         self._lock = threading.Lock()
         try:
             for name in self.names:
@@ -98,10 +99,13 @@ class EmbeddedNodes:
         with self._lock:
             node = self.nodes.pop(name, None)
             link = self._links.pop(name, None)
-        self.resume(name)
         if node is None or link is None:
+            self.resume(name)
             return
-        link.sever()
+        link.sever()  # before the resume: a paused node handles nothing of what its pause held
+        # what the dead node had sent and a delay still holds is never delivered, even once a new run of it is up
+        self._dead[name] = self.transport.on("*", self._dropped, sender=name)
+        self.resume(name)
         node.shutdown(clean=False)
 
     def pause(self, name: str) -> None:
@@ -130,7 +134,14 @@ class EmbeddedNodes:
         """The node's roles again on its data directory (a new member, as a restarted process)."""
         if name in self.nodes:
             raise RuntimeError(f"node {name} is running; stop or kill it first")
+        dead = self._dead.pop(name, None)
+        if dead is not None:
+            dead.remove()
         return self._start(name)
+
+    @staticmethod
+    def _dropped(sender: str, target: str, action: str, _request: Any) -> None:
+        raise NodeDisconnected(sender, target, action, f"{sender} was killed", delivered=False)
 
     def cut(self, a: str, b: str, *, mode: str = "blackhole", one_way: bool = False) -> None:
         """Cut the link ``a`` -> ``b`` (and ``b`` -> ``a`` unless ``one_way``): calls either side starts fail,

@@ -121,15 +121,18 @@ class ManagerRole:
         with self._lock:
             state = self.coordination.applied
             self.indices = indices_from_state(state) if state is not None else {}
-            # what the previous managers granted is unknown: a primary's node that did not answer may serve reads
-            # until a lease after their last round a quorum answered, which a quorum of answers here bounds
-            # (two quorums share a node); without one, until a lease from now (engine/read_lease.py)
+            # what the previous managers granted is unknown: a primary's node (answering or not: it may be
+            # removed later) may serve reads until a lease after their last round a quorum answered, which a
+            # quorum of answers here bounds (two quorums share a node); without one, until a lease from now.  A
+            # shard already without a primary may be waiting out its old primary's lease: it waits as long
+            # (engine/read_lease.py)
             now = time.monotonic()
             answering = {n for n in ago if n in held or n == self.name}
             since = now - min(ago[n] for n in answering) if self.coordination.has_quorum(answering) else now
             self._leases.assume({sr.primary for m in self.indices.values() for sr in m.routing
-                                 if sr.primary and sr.primary not in held and sr.primary != self.name}, since)
-            self._lease_waits.clear()
+                                 if sr.primary and sr.primary != self.name}, since)
+            self._lease_waits = {(m.name, sr.shard): since + self._leases.seconds for m in self.indices.values()
+                                 for sr in m.routing if sr.primary is None}
             self.members = {n: a for n, a in members.items() if n in held}
             self._ephemeral = ids
             self.active = True
@@ -164,7 +167,7 @@ class ManagerRole:
         """
         member = self.is_member(name, ephemeral_id)
         version = None if applied is None else (int(applied[0]), int(applied[1]))
-        lease = member and self._leases.grant(name, version, time.monotonic())
+        lease = member and self.active and self._leases.grant(name, version, time.monotonic())
         return {"member": member, "lease": lease}
 
     def deactivate(self) -> None:
@@ -240,7 +243,7 @@ class ManagerRole:
     def _join(self, req: dict[str, Any]) -> dict[str, Any]:
         name, ephemeral = req["name"], req["ephemeral_id"]
         if name in self.members and self._ephemeral.get(name) != ephemeral:
-            self._leases.forget(name)  # a new process holds its data dir: the old one serves nothing
+            # its lease is not forgotten: a join can arrive late, from an older run of the node than the member
             self.node_left(name, "it restarted (a new process): its copies are gone")
         with self._lock:
             fresh = self.members.get(name) != req["address"] or self._ephemeral.get(name) != ephemeral
@@ -615,7 +618,8 @@ class ManagerRole:
                             self.name, fault.index, fault.shard, fault.node, fault.what)
                 if fault.what == "stale_primary":
                     self._notify(fault.node, "shard.discard", {"index_uuid": meta.uuid, "shard": fault.shard})
-                self._node_left_shard(fault.index, fault.shard, fault.node, answered=True)
+                # a copy held as a primary of another term may still serve reads: its lease is waited out
+                self._node_left_shard(fault.index, fault.shard, fault.node, answered=fault.what != "stale_primary")
                 acted.append(fault)
         if acted:
             self._allocation.schedule()

@@ -142,6 +142,7 @@ class NodeProcess:
             #: none (it may have answered one in an earlier run: its start is the bound then)
             self._answered: dict[str, float] = {}
             self._started_at = time.monotonic()
+            self._unleased = 0  # leader checks in a row that named this node a member but renewed no lease
             self._routed: tuple[Any, frozenset[tuple[str, int]]] = (None, frozenset())  # state -> its primaries
             self._checks = ThreadPoolExecutor(max_workers=8, thread_name_prefix=f"fd-{self.name}")
             self._join_attempts = 0  # joins sent since this node last knew a manager
@@ -346,6 +347,14 @@ class NodeProcess:
             if answer.get("lease"):  # the read lease: a member's whose cluster state is current
                 fd = self.settings.fault_detection
                 self._lease_until = sent + min(fd.read_lease_seconds, float(answer.get("lease_seconds", 0.0)))
+                self._unleased = 0
+            elif answer["member"]:
+                # a member refused a lease missed a publication (commits are not retried): after two such checks
+                # it joins again, which has the manager publish to it once more
+                self._unleased += 1
+                if self._unleased >= 2:
+                    self._unleased = 0
+                    self._join(master)
             if not answer["member"]:
                 self._join(master)
             return
@@ -424,8 +433,9 @@ class NodeProcess:
 
     def _answered_seconds_ago(self, master: str) -> float:
         """At least how long ago this node last answered a follower check of a manager other than ``master``
-        (or started: an earlier run of it may have answered one just before)."""
-        latest = max([self._started_at, *(at for m, at in self._answered.items() if m != master)])
+        (or started: an earlier run of it may have answered one just before; or, as a manager itself, began a
+        round a quorum answered: its own grants ran from there)."""
+        latest = max([self._started_at, self._quorum_ok_at, *(at for m, at in self._answered.items() if m != master)])
         return time.monotonic() - latest
 
     def may_read(self, index_uuid: str, shard: int) -> bool:
