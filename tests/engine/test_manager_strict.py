@@ -59,7 +59,7 @@ def test_a_rebuild_from_the_store_refuses_to_come_back_with_less_than_was_acknow
             break
     assert client.primary_of(index, 0) != manager_of(procs), "every new index went to the manager's node"
     assert len(client.bulk(index, [{"_id": f"d{i}", "v": i} for i in range(40)]).acknowledged) == 40
-    time.sleep(2.5)  # the manager's routing check samples the primary's global checkpoint every 2 s
+    client.health()  # the manager's routing check (run before every health answer) samples the global checkpoint
     store = open_store(f"file://{tmp_path / 'store'}")
     data_cluster = resolve_index(store, index).data_cluster_uuid
     victim = client.primary_of(index, 0)
