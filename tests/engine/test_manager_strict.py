@@ -50,19 +50,18 @@ def test_a_rebuild_from_the_store_refuses_to_come_back_with_less_than_was_acknow
     """
     client = procs.client()
     client.wait_for_health("green", timeout=60)
-    # an index whose only copy is not on the manager's node (where a new index goes is the allocator's choice)
-    for k in range(6):
-        index = f"docs{k}"
-        client.create_index(index, shards=1, replicas=0)
-        client.wait_for_health("green", timeout=60)
-        if client.primary_of(index, 0) != manager_of(procs):
-            break
-    assert client.primary_of(index, 0) != manager_of(procs), "every new index went to the manager's node"
-    assert len(client.bulk(index, [{"_id": f"d{i}", "v": i} for i in range(40)]).acknowledged) == 40
+    # one single-copy shard per node (the allocator places shard s on the s-th live node): pick
+    # a shard whose only copy is not on the manager's node
+    index = "docs"
+    client.create_index(index, shards=3, replicas=0)
+    client.wait_for_health("green", timeout=60)
+    manager = manager_of(procs)
+    shard = next(s for s in range(3) if client.primary_of(index, s) != manager)
+    assert len(client.bulk(index, [{"_id": f"d{i}", "v": i} for i in range(120)]).acknowledged) == 120
     client.health()  # the manager's routing check (run before every health answer) samples the global checkpoint
     store = open_store(f"file://{tmp_path / 'store'}")
     data_cluster = resolve_index(store, index).data_cluster_uuid
-    victim = client.primary_of(index, 0)
+    victim = client.primary_of(index, shard)
     procs.kill(victim)
     streams = [b.key for b in store.list(f"{data_cluster}/node_translog/")]
     assert streams, "the acknowledged writes were in the node translog"
