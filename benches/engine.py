@@ -337,7 +337,7 @@ def _failover(ctx: Context, base: str, docs: _Docs, sizes: list[int], reps: int,
                 t2 = time.perf_counter()
             cluster.wait_for_health("green", timeout=600)  # the replica rebuild runs in the background
             t3 = time.perf_counter()
-            new_primary = cluster._primary_copy(INDEX, 0)
+            new_primary = cluster.primary_copy(INDEX, 0)
             new_primary.wait_background_upload(timeout=600)  # the full re-upload under the new term, too
             t4 = time.perf_counter()
             total.append(t2 - t0)
@@ -386,7 +386,7 @@ def _failover(ctx: Context, base: str, docs: _Docs, sizes: list[int], reps: int,
                          part="bytes_out of that flush")
         if n == sizes[-1]:
             kept = {"url": url, "options": options, "cluster_uuid": cluster.cluster_uuid, "docs": expected,
-                    "shard_bytes": _shard_bytes(cluster), "term": cluster._meta(INDEX).routing[0].primary_term}
+                    "shard_bytes": _shard_bytes(cluster), "term": cluster.index_meta(INDEX).routing[0].primary_term}
         cluster.close()
         cluster.store.close()
     lo, hi = sizes[0], sizes[-1]
@@ -400,8 +400,8 @@ def _failover(ctx: Context, base: str, docs: _Docs, sizes: list[int], reps: int,
 
 
 def _shard_bytes(cluster: Any) -> int:
-    meta = cluster._meta(INDEX)
-    commit = cluster._primary_copy(INDEX, 0).directory.last_commit
+    meta = cluster.index_meta(INDEX)
+    commit = cluster.primary_copy(INDEX, 0).directory.last_commit
     return sum(size for size, _ in commit.files().values()) if commit is not None and meta else 0
 
 

@@ -4,7 +4,7 @@ A bulk over many shards used to cost one ``shard.bulk`` per shard, each waiting 
 translog upload.  Grouping the parts by the node holding each shard's primary lets that node
 stage them all before its upload round starts, so the bulk costs one round per node.  The
 pieces here are the wire shape of a part's result and the grouping; the routers
-(``Cluster``, ``Coordinator``) send, and the nodes (``local_node``, ``node_service``) answer.
+(``Coordinator``) send, and the nodes (``node_service``) answer.
 
 A part's result is ``{"ops": stamped}`` or ``{"error": "Type: message", "retry": bool}``;
 ``retry`` is true only when nothing of the part was applied (no primary there), so the

@@ -36,6 +36,13 @@ ROUTING_TTL = 1.0
 _WRITES = frozenset({"client.bulk", "client.index_doc", "client.delete", "client.create_index"})
 
 
+def _check_index(index: object) -> str:
+    """``index`` if it is a string (the coordinator checks the rest of the name), else InvalidRequest."""
+    if not isinstance(index, str):
+        raise InvalidRequest(f"an index name is a string, got {type(index).__name__}")
+    return index
+
+
 class Client:
     """The document API over the network (see the module docstring)."""
 
@@ -90,9 +97,15 @@ class Client:
 
     def bulk(self, index: str, docs: pa.Table | Iterable[MappingABC[str, Any]]) -> BulkResult:
         """Index documents; per-item results (a lost answer: every item not acknowledged, with the reason)."""
+        _check_index(index)
         if isinstance(docs, pa.RecordBatch):
             docs = pa.Table.from_batches([docs])
-        payload = docs if isinstance(docs, pa.Table) else [dict(d) for d in docs]
+        if isinstance(docs, (str, bytes, MappingABC)):
+            raise InvalidRequest(f"a bulk is a list of documents (dicts), got one {type(docs).__name__}")
+        if not isinstance(docs, pa.Table) and not isinstance(docs, Iterable):
+            raise InvalidRequest(f"a bulk is a list of documents (dicts) or an Arrow table, got {type(docs).__name__}")
+        # a document that is not a mapping is refused per item by the coordinator's door (engine/validation.py)
+        payload = docs if isinstance(docs, pa.Table) else [dict(d) if isinstance(d, MappingABC) else d for d in docs]
         try:
             return BulkResult(self._call("client.bulk", {"index": index, "docs": payload}))
         except NodeDisconnected as exc:
@@ -108,12 +121,16 @@ class Client:
     def index_doc(self, index: str, doc: MappingABC[str, Any], *, if_seq_no: int | None = None,
                   if_primary_term: int | None = None) -> BulkResult:
         """Index one document with optimistic concurrency."""
+        _check_index(index)
+        if not isinstance(doc, MappingABC):
+            raise InvalidRequest(f"a document is a dict, got {type(doc).__name__}")
         return BulkResult(self._call("client.index_doc", {"index": index, "doc": dict(doc), "if_seq_no": if_seq_no,
                                                           "if_primary_term": if_primary_term}))
 
     def delete(self, index: str, doc_id: str, *, if_seq_no: int | None = None,
                if_primary_term: int | None = None) -> BulkResult:
         """Delete one document."""
+        _check_index(index)
         return BulkResult(self._call("client.delete", {"index": index, "id": doc_id, "if_seq_no": if_seq_no,
                                                        "if_primary_term": if_primary_term}))
 
@@ -124,6 +141,7 @@ class Client:
         routing, one ``client.routing`` call, and follows it as it changes): one round trip,
         no hop between nodes.  Any failure there falls back to a node that routes it.
         """
+        _check_index(index)
         request = {"index": index, "id": doc_id}
         node = self._primary_node(index, doc_id)
         if node is not None:
@@ -155,19 +173,19 @@ class Client:
 
     def refresh(self, index: str) -> None:
         """Make every copy's buffered documents searchable."""
-        self._call("client.refresh", {"index": index})
+        self._call("client.refresh", {"index": _check_index(index)})
 
     def flush(self, index: str) -> None:
         """Commit every copy; primaries upload their commit."""
-        self._call("client.flush", {"index": index})
+        self._call("client.flush", {"index": _check_index(index)})
 
     def count(self, index: str) -> int:
         """Searchable live documents, over the primaries."""
-        return int(self._call("client.count", {"index": index}))
+        return int(self._call("client.count", {"index": _check_index(index)}))
 
     def scan(self, index: str, columns: list[str] | None = None) -> pa.Table:
         """Every searchable live document of the primaries as one table."""
-        return self._call("client.scan", {"index": index, "columns": columns})
+        return self._call("client.scan", {"index": _check_index(index), "columns": columns})
 
     def primary_of(self, index: str, shard: int) -> str:
         """The node holding the shard's primary."""

@@ -35,8 +35,9 @@ from shardstore.blobstores.base import BlobStore
 from shardstore.engine.client import Client
 from shardstore.engine.errors import InvalidRequest
 from shardstore.engine.fault_detection import FaultDetectionSettings
-from shardstore.engine.node_process import NodeProcess, NodeSettings
+from shardstore.engine.node_process import ROLES, NodeProcess, NodeSettings
 from shardstore.net.local_link import LocalLink
+from shardstore.segments.directory import INDEX_BUFFER_BYTES
 from shardstore.transport import NodeDisconnected, Rule, Transport, partition_links
 
 #: fault detection of embedded nodes: a silent peer is found in 3 * (0.1 + 0.4) = 1.5 s
@@ -52,14 +53,22 @@ class EmbeddedNodes:
 
     def __init__(self, root: str, store: str | BlobStore, nodes: int = 3, *, fd: FaultDetectionSettings = EMBEDDED_FD,
                  recovery_delay: float = 0.2, request_timeout: float = 30.0, transport: Transport | None = None,
-                 **store_options: Any) -> None:
+                 names: list[str] | None = None, managers: int = 0, index_buffer_bytes: int = INDEX_BUFFER_BYTES,
+                 accept_data_loss: bool = False, **store_options: Any) -> None:
         if nodes < 1:
             raise InvalidRequest(f"a cluster needs at least one node, got nodes={nodes}")
         self.root = root
         os.makedirs(root, exist_ok=True)
         self.store = open_store(store, **store_options) if isinstance(store, str) else store
         self.transport = transport or Transport()
-        self.names = [f"n{i + 1}" for i in range(nodes)]
+        self.names = list(names) if names is not None else [f"n{i + 1}" for i in range(nodes)]
+        if len(self.names) != nodes or len(set(self.names)) != nodes:
+            raise InvalidRequest(f"{nodes} nodes need {nodes} distinct names, got {self.names}")
+        #: with ``managers``: dedicated cluster-manager nodes ``cm-0..`` (no copies) and data-only nodes
+        self.managers = [f"cm-{i}" for i in range(managers)]
+        self.names += self.managers
+        self.index_buffer_bytes = index_buffer_bytes
+        self.accept_data_loss = accept_data_loss
         self.fd = fd
         self.recovery_delay = recovery_delay
         self.request_timeout = request_timeout
@@ -77,10 +86,17 @@ class EmbeddedNodes:
             raise
 
     def _settings(self, name: str) -> NodeSettings:
+        if not self.managers:
+            roles, eligible = ROLES, self.names
+        else:
+            roles = frozenset({"cluster_manager"}) if name in self.managers else frozenset({"data"})
+            eligible = self.managers
         return NodeSettings(name=name, data_dir=os.path.join(self.root, name), store="embedded", listen=name,
-                            seed_hosts=tuple(n for n in self.names if n != name), initial_managers=tuple(self.names),
+                            seed_hosts=tuple(n for n in self.names if n != name), initial_managers=tuple(eligible),
+                            roles=roles,
                             fault_detection=self.fd, recovery_delay=self.recovery_delay,
-                            request_timeout=self.request_timeout)
+                            request_timeout=self.request_timeout, index_buffer_bytes=self.index_buffer_bytes,
+                            accept_data_loss=self.accept_data_loss, nodes_per_process=len(self.names))
 
     def _start(self, name: str) -> NodeProcess:
         settings = self._settings(name)
@@ -170,6 +186,16 @@ class EmbeddedNodes:
         cuts, self._cuts = self._cuts, []
         for rule in cuts:
             rule.remove()
+
+    def clear_faults(self) -> None:
+        """Remove the transport's partitions and every drop, delay and hook a caller installed on it
+        (this launcher's own pauses, cuts and dead nodes' hooks stay)."""
+        with self._lock:
+            owned = {id(r) for r in [*self._cuts, *self._dead.values(), *(r for rs in self._paused.values() for r in rs)]}
+        self.transport.heal()
+        for rule in self.transport.rules():
+            if id(rule) not in owned:
+                rule.remove()
 
     # -- access ---------------------------------------------------------------------------------------
 

@@ -35,7 +35,9 @@ from shardstore.cluster_state.coordination import ClusterManagerNode
 from shardstore.cluster_state.errors import ClusterStateSuperseded, NoQuorum, NotMaster
 from shardstore.core.path_strategy import PlainPathStrategy
 from shardstore.engine.allocation import AllocationWorker, ClusterHealth, cluster_health, plan_replicas
+from shardstore.engine.documents import with_shard_fields
 from shardstore.engine.errors import IndexAlreadyExists, IndexNotCreated, IndexNotFound, ShardUnavailable, StalePrimary
+from shardstore.engine.file_budget import check_file_budget
 from shardstore.engine.metadata import IndexMeta, ShardRouting, indices_from_state, sync_index
 from shardstore.engine.node_service import spec_to_wire
 from shardstore.engine.read_lease import ReadLeases
@@ -43,6 +45,7 @@ from shardstore.engine.routing_check import RoutingFault, held_from_stats, routi
 from shardstore.engine.shard import ShardSpec
 from shardstore.engine.validation import check_create_args, check_index_name, check_mapping, check_source_mode
 from shardstore.errors import ConflictError
+from shardstore.segments.directory import INDEX_BUFFER_BYTES
 from shardstore.segments.mapping import Mapping
 from shardstore.segments.remote_store import next_free_term
 
@@ -51,6 +54,8 @@ log = logging.getLogger(__name__)
 RECOVERY_PAUSE = 5.0
 #: seconds a background notice (:meth:`ManagerRole._notify`) waits for its answer
 NOTIFY_TIMEOUT = 10.0
+#: a failed promotion is retried after RETRY_FIRST seconds, doubling up to RETRY_MAX
+RETRY_FIRST, RETRY_MAX = 0.1, 5.0
 #: seconds between two checks of the routing against what the members hold (engine/routing_check.py)
 RECONCILE_EVERY = 2.0
 
@@ -60,16 +65,26 @@ class ManagerRole:
 
     def __init__(self, name: str, coordination: ClusterManagerNode, store: BlobStore,
                  send: Callable[..., Any], *, recovery_delay: float = 0.5, check_timeout: float = 1.0,
-                 read_lease: float = 0.0) -> None:
+                 read_lease: float = 0.0, index_buffer_bytes: int = INDEX_BUFFER_BYTES,
+                 accept_data_loss: bool = False, nodes_per_process: int = 1) -> None:
         self.name = name
         self.coordination = coordination
         self.store = store
         self._send = send  # send(target, action, request) -> response
         self.recovery_delay = recovery_delay
         self.check_timeout = check_timeout  # a member that does not answer in this long at activation is out
+        self.index_buffer_bytes = index_buffer_bytes
+        self.accept_data_loss = accept_data_loss
+        self.nodes_per_process = nodes_per_process  # data nodes sharing one process's open-file limit
+        #: (index, shard) -> why its last rebuild from the store failed (a RestoreDataLoss names the lost ranges)
+        self._store_failures: dict[tuple[str, int], Exception] = {}
+        #: (index, shard) -> the backoff of its failed promotions, and when the next one may run
+        self._retry_delay: dict[tuple[str, int], float] = {}
+        self._retry_at: dict[tuple[str, int], float] = {}
         self._lock = threading.RLock()
         self.indices: dict[str, IndexMeta] = {}
-        self.members: dict[str, str] = {}  # data node name -> transport address
+        self.members: dict[str, str] = {}  # node name -> transport address
+        self._data: set[str] = set()  # the members with the data role: copies are allocated to them only
         self._ephemeral: dict[str, str] = {}  # member -> the process id it joined with
         self.active = False
         self._initializing: set[tuple[str, int]] = set()
@@ -104,6 +119,7 @@ class ManagerRole:
         held: dict[str, set[tuple[str, int]]] = {}
         ids: dict[str, str] = {}
         ago: dict[str, float] = {self.name: answered}
+        data: set[str] = set()
 
         def ask(node: str) -> None:
             try:
@@ -112,8 +128,10 @@ class ManagerRole:
                                    timeout=self.check_timeout)
                 ids[node] = check["ephemeral_id"]
                 ago[node] = float(check.get("answered", 0.0))
-                copies = self._send(node, "node.stats", {}, timeout=self.check_timeout)["copies"]
-                held[node] = {(k[0], int(k[1])) for k in copies}
+                stats = self._send(node, "node.stats", {}, timeout=self.check_timeout)
+                held[node] = {(k[0], int(k[1])) for k in stats["copies"]}
+                if stats.get("data", True):
+                    data.add(node)
             except Exception as exc:  # noqa: BLE001 - not a member until it joins
                 log.info("%s: %s is not a member at activation: %s", self.name, node, exc)
         with ThreadPoolExecutor(max_workers=max(1, len(members))) as pool:  # a paused member costs one timeout
@@ -134,6 +152,7 @@ class ManagerRole:
             self._lease_waits = {(m.name, sr.shard): since + self._leases.seconds for m in self.indices.values()
                                  for sr in m.routing if sr.primary is None}
             self.members = {n: a for n, a in members.items() if n in held}
+            self._data = data & set(self.members)
             self._ephemeral = ids
             self.active = True
             self._unpromoted.clear()
@@ -257,6 +276,10 @@ class ManagerRole:
             if name not in self.members:
                 self._drop_unrouted(name)
             self.members[name] = req["address"]
+            if req.get("data", True):
+                self._data.add(name)
+            else:
+                self._data.discard(name)
             self._ephemeral[name] = ephemeral
             self._failures.clear()
             if fresh:
@@ -286,6 +309,7 @@ class ManagerRole:
     def node_left(self, node: str, reason: str) -> None:
         """A member stopped answering (fault detection): promote its primaries, drop its replicas."""
         with self._lock:
+            self._data.discard(node)
             if self.members.pop(node, None) is None:
                 return
             self._ephemeral.pop(node, None)
@@ -356,7 +380,8 @@ class ManagerRole:
 
     def _spec(self, meta: IndexMeta, shard: int) -> ShardSpec:
         return ShardSpec(meta.data_cluster_uuid, meta.uuid, shard, durability=meta.durability,
-                         mapping=meta.mappings, strategy=meta.strategy, reupload_delay=self.recovery_delay)
+                         mapping=meta.mappings, strategy=meta.strategy, reupload_delay=self.recovery_delay,
+                         index_buffer_bytes=self.index_buffer_bytes)
 
     def _set_routing(self, meta: IndexMeta, shard: int, **changes: Any) -> IndexMeta:
         cur = self.indices.get(meta.name, meta)
@@ -380,9 +405,14 @@ class ManagerRole:
         with self._lock:
             if name in self.indices:
                 raise IndexAlreadyExists(name)
-            live = sorted(self.members)
+            live = self.data_nodes()
             if not live:
                 raise IndexNotCreated(name, "no live data node to hold its shards")
+            # all or nothing, before anything is published: the copies a node (a process; all of them when the
+            # nodes share this process, as embedded) opens must fit its open-file limit (engine/file_budget.py)
+            copies = shards * (1 + min(replicas, len(live) - 1))
+            check_file_budget(f"create index [{name}]",
+                              -(-copies // len(live)) * min(len(live), self.nodes_per_process))
             meta = IndexMeta(name=name, uuid=uuid.uuid4().hex, shards=shards, replicas=replicas,
                              mappings=mapping.to_dict(), durability=durability, strategy=PlainPathStrategy(),
                              routing=tuple(ShardRouting(s, live[s % len(live)], 1, (live[s % len(live)],),
@@ -491,7 +521,7 @@ class ManagerRole:
         except ConflictError as exc:
             # a newer term claimed the shard: another writer (a Spark job's sink) owns it now.  Claiming a
             # term above it would fence that writer and drop its commit from what restore reads, so the
-            # shard stays red with the cause and is not retried (as the embedded Promotions; issue 42)
+            # shard stays red with the cause and is not retried (issue 42)
             cause = (f"promotion to term {term} refused ({type(exc).__name__}: {exc}); another writer owns the "
                      f"shard: restore the index from the store once it is done")
             log.error("%s/%d: %s", meta.name, sr.shard, cause)
@@ -508,6 +538,8 @@ class ManagerRole:
             if n not in kept:
                 self._notify(n, "shard.discard", {"index_uuid": meta.uuid, "shard": sr.shard})
         self._unpromoted.pop(key, None)
+        self._retry_delay.pop(key, None)
+        self._retry_at.pop(key, None)
         log.info("promoted %s to primary of %s/%d with term %d", best, meta.name, sr.shard, term)
         return True
 
@@ -516,7 +548,12 @@ class ManagerRole:
         """Leave the shard red with the cause; ``term`` counts as used (its claim may have landed)."""
         cause = f"promotion to term {term} failed ({type(exc).__name__}: {exc}); retrying"
         log.error("%s/%d: %s", meta.name, sr.shard, cause)
-        self._unpromoted[(meta.name, sr.shard)] = cause
+        key = (meta.name, sr.shard)
+        self._unpromoted[key] = cause
+        # retried after 0.1 s, doubling to 5 s: a store that keeps refusing does not burn a term per tick
+        delay = min(RETRY_MAX, 2 * self._retry_delay.get(key, RETRY_FIRST / 2))
+        self._retry_delay[key] = delay
+        self._retry_at[key] = time.monotonic() + delay
         self._set_routing(meta, sr.shard, primary=None, primary_term=term, copies=candidates, in_sync=candidates)
         return False
 
@@ -526,10 +563,10 @@ class ManagerRole:
         As a promotion, the target and its term are committed before it claims the term (issue 41).
         """
         key = (meta.name, shard)
-        if not self.members:
+        if not self.data_nodes():
             self._unpromoted[key] = "no in-sync copy left and no data node up"
             return False
-        load = {n: 0 for n in self.members}
+        load = {n: 0 for n in self.data_nodes()}
         for m in self.indices.values():
             for r in m.routing:
                 for c in r.copies:
@@ -545,18 +582,39 @@ class ManagerRole:
             return False
         self._set_routing(meta, shard, primary=target, primary_term=term, copies=[target], in_sync=[target])
         try:
-            self._send(target, "shard.recover_from_store", {
+            answer = self._send(target, "shard.recover_from_store", {
                 "spec": spec_to_wire(spec), "term": term, "known_term": sr.primary_term, "index_name": meta.name,
-                "acknowledged_max": self._acknowledged.get((meta.uuid, shard), -1)})
+                "acknowledged_max": self._acknowledged.get((meta.uuid, shard), -1),
+                "accept_data_loss": self.accept_data_loss})
         except Exception as exc:  # noqa: BLE001 - a store error or a refused (lossy) recovery: red, named
+            self._store_failures[key] = exc
             self._unpromoted[key] = (f"no in-sync copy left; recovery from the blob store failed "
                                      f"({type(exc).__name__}: {exc}); retrying")
             log.error("%s/%d: %s", meta.name, shard, self._unpromoted[key])
             self._set_routing(meta, shard, primary=None, copies=[], in_sync=[])
             return False
         self._unpromoted.pop(key, None)
+        self._store_failures.pop(key, None)
+        self._retry_delay.pop(key, None)
+        self._retry_at.pop(key, None)
+        self._take_shard_fields(meta.name, Mapping.from_dict(answer["mapping"]))
         log.warning("%s/%d: recovered from the blob store on %s with term %d", meta.name, shard, target, term)
         return True
+
+    def _take_shard_fields(self, name: str, shard_mapping: Mapping) -> None:
+        """Publish the fields a rebuilt shard's commit maps and the index mapping lacks (a store written before
+        mappings were per index, issue 15), so a later bulk does not guess another type (lock held)."""
+        meta = self.indices.get(name)
+        if meta is None:
+            return
+        merged = with_shard_fields(meta, Mapping.from_dict(meta.mappings), [shard_mapping])
+        if merged is not meta:
+            try:
+                self._submit(sync_index(merged))
+                self.indices[name] = merged
+            except Exception as exc:  # noqa: BLE001 - the next rebuild or mapping update publishes them
+                log.error("%s: the restored shards' fields were not published (%s: %s)", name,
+                          type(exc).__name__, exc)
 
     def _retry_red(self) -> None:
         """Promote or rebuild every shard left without a primary (a failed promotion, a restore)."""
@@ -576,6 +634,8 @@ class ManagerRole:
                     continue
                 if time.monotonic() < self._lease_waits.get((name, shard), 0.0):
                     continue  # the old primary may still answer reads
+                if time.monotonic() < self._retry_at.get((name, shard), 0.0):
+                    continue  # its last promotion failed: retried once its backoff is over
                 self._lease_waits.pop((name, shard), None)
                 self._promote(meta, sr, [n for n in sr.in_sync if n in self.members])
 
@@ -648,7 +708,7 @@ class ManagerRole:
         with self._lock:
             if not self.active:
                 return False
-            live = sorted(self.members)
+            live = self.data_nodes()
             load = {n: 0 for n in live}
             for m in self.indices.values():
                 for r in m.routing:
@@ -679,8 +739,37 @@ class ManagerRole:
                 self._initializing.discard((a.index, a.shard))
         return True
 
+    def data_nodes(self) -> list[str]:
+        """The members with the data role, sorted (where copies may live)."""
+        with self._lock:
+            return sorted(n for n in self.members if n in self._data)
+
+    def settled(self, name: str, shard: int) -> bool:
+        """Whether the shard has a live primary or is red with a failure named (not waiting for a lease or its
+        first promotion): what an embedded ``kill_node`` waits for."""
+        with self._lock:
+            meta = self.indices.get(name)
+            if meta is None:
+                return True
+            sr = meta.routing[shard]
+            if sr.primary is not None:
+                return sr.primary in self.members
+            cause = self._unpromoted.get((name, shard))
+            return ((name, shard) in self._not_retried or (name, shard) in self._retry_at
+                    or not any(n in self.members for n in sr.in_sync) and cause is not None
+                    and not cause.startswith(("waiting", "no primary")))
+
+    def not_retried(self) -> frozenset[tuple[str, int]]:
+        """Red shards another writer claimed: no promotion is retried (a restore brings them back)."""
+        return frozenset(self._not_retried)
+
+    def store_failures(self) -> list[Exception]:
+        """Why the shards that no rebuild from the store brought back failed (a restore's RestoreDataLoss)."""
+        with self._lock:
+            return list(self._store_failures.values())
+
     def health(self) -> ClusterHealth:
         """Green, yellow or red over the members that answer (as :func:`cluster_health`)."""
         with self._lock:
-            return cluster_health(self.indices, sorted(self.members), frozenset(self._initializing),
+            return cluster_health(self.indices, self.data_nodes(), frozenset(self._initializing),
                                   dict(self._unpromoted))

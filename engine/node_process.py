@@ -48,6 +48,7 @@ from shardstore.engine.node_service import NodeService
 from shardstore.net.flight import ANY_NODE, FlightTransport
 from shardstore.net.security import Security
 from shardstore.net.wire import register_dataclass
+from shardstore.segments.directory import INDEX_BUFFER_BYTES
 from shardstore.transport import NodeDisconnected
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,12 @@ class NodeSettings:
     recovery_delay: float = 0.5
     #: per-request timeout of node-to-node actions that have no setting of their own
     request_timeout: float = 30.0
+    #: a primary whose buffered documents reach this many Arrow bytes refreshes during the bulk's upload
+    index_buffer_bytes: int = INDEX_BUFFER_BYTES
+    #: a rebuild from the store that would lose acknowledged operations restores the rest (else it refuses)
+    accept_data_loss: bool = False
+    #: how many nodes run in this process and share its open-file limit (embedded: all of them)
+    nodes_per_process: int = 1
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
@@ -125,9 +132,13 @@ class NodeProcess:
                                          initial_config=settings.initial_managers or (self.name,), register=False,
                                          parallel_publish=True)
             self.node = NodeService(self.name, os.path.join(settings.data_dir, "shards"), self.store, self.send,
-                                    lambda: self.cm.master, fault_detection=fd, may_read=self.may_read)
+                                    lambda: self.cm.master, fault_detection=fd, may_read=self.may_read,
+                                    data="data" in settings.roles)
             self.manager = ManagerRole(self.name, self.cm, self.store, self.send,
                                        recovery_delay=settings.recovery_delay, check_timeout=fd.timeout,
+                                       index_buffer_bytes=settings.index_buffer_bytes,
+                                       accept_data_loss=settings.accept_data_loss,
+                                       nodes_per_process=settings.nodes_per_process,
                                        read_lease=fd.read_lease_seconds)
             self.coordinator = Coordinator(self.name, self.cm, self.send, address=settings.publish)
             self._leader_failures = FailureCounter(fd.retries)
@@ -370,6 +381,7 @@ class NodeProcess:
         try:
             self.send(master, "cm.join", {"name": self.name, "address": self.address,
                                           "ephemeral_id": self.ephemeral_id, "follows": self.cm.master,
+                                          "data": "data" in self.settings.roles,
                                           "applied": None if applied is None else [applied.term, applied.version]})
         except Exception as exc:  # noqa: BLE001 - retried at the next round
             log.info("%s: joining %s failed: %s", self.name, master, exc)

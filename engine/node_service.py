@@ -131,8 +131,10 @@ class NodeService:
     def __init__(self, name: str, data_dir: str, store: BlobStore | None, send: Callable[..., Any],
                  manager: Callable[[], str | None], *, manager_wait: float = 10.0,
                  fault_detection: FaultDetectionSettings | None = None,
-                 may_read: Callable[[str, int], bool] | None = None) -> None:
+                 may_read: Callable[[str, int], bool] | None = None, data: bool = True) -> None:
         self.name = name
+        #: whether this node has the data role: the manager allocates copies to data nodes only
+        self.data = data
         #: whether this node's primary of (index UUID, shard) may serve a read now (its read lease, its routing)
         self._may_read = may_read or (lambda index_uuid, shard: True)
         #: how fast a replica that stopped answering is failed (see the module docstring)
@@ -258,7 +260,7 @@ class NodeService:
         requests = dict(metrics()["requests"]) if callable(metrics) else {}
         held = {**self._recovering, **self.copies}
         return {"copies": [[k[0], k[1], c.primary, c.primary_term, c.global_checkpoint] for k, c in list(held.items())],
-                "requests": requests}
+                "requests": requests, "data": self.data}
 
     def _group(self, req: dict[str, Any]) -> bool:
         """``shard.group``: the cluster manager removed replicas; keep only those still named."""

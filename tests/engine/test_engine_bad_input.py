@@ -372,7 +372,7 @@ def test_a_store_whose_cluster_state_lacks_the_shard_fields_restores_them(tmp_pa
         assert not cluster.bulk("docs", [{"_id": on0, "f": 1}, {"_id": on1, "g": "x"}]).errors
         cluster.flush("docs")
         # what an older version published: the index with no mappings at all
-        cluster.managers.submit(lambda st: st.with_index(replace(st.indices["docs"], mappings={})))
+        cluster.manager().coordination.submit(lambda st: st.with_index(replace(st.indices["docs"], mappings={})))
         assert cluster.cluster_state().indices["docs"].mappings == {}
     finally:
         cluster.close()

@@ -48,7 +48,7 @@ def test_index_get_delete_and_errors(cluster: Cluster) -> None:
     assert bad.errors and "DocumentRejected" in bad.items.column("error")[0].as_py()
     assert "'delay': a value of type keyword conflicts with the mapped type long" in bad.items.column("error")[0].as_py()
     assert cluster.get("flights", "200") is None
-    primary = cluster._primary_copy("flights", 0)
+    primary = cluster.primary_copy("flights", 0)
     before = primary.max_seq_no
     with pytest.raises(MappingConflict, match="delay"):  # the shard applies nothing, with the typed error
         primary.primary_apply(_index_op("200", b'{"delay": "late"}'))

@@ -43,7 +43,7 @@ def test_the_refresh_of_a_full_buffer_runs_beside_the_append(tmp_path: Path, mon
         assert kinds[:2] == ["refresh", "append"], events  # begun first, on a thread of its own
         assert events[0][1].startswith("refresh-")
         # joined before the bulk returned: the documents are in a segment, nothing is buffered
-        copy = cluster._primary_copy("f", 0)
+        copy = cluster.primary_copy("f", 0)
         assert not copy.directory._buffer and copy.directory.count() == 5_000
     finally:
         cluster.close()

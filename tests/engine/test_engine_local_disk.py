@@ -20,6 +20,7 @@ import pytest
 from shardstore.engine import Cluster
 from shardstore.errors import LocalDiskError
 from shardstore.testing.disk import DiskFaults
+from shardstore.testing.partition_campaign import wait_until
 
 
 def _docs(cluster: Cluster) -> dict[str, int]:
@@ -87,7 +88,8 @@ def test_a_full_disk_during_flush_fails_the_primary_and_the_retried_flush_works(
         faults.inject(op="write", path=f"*/{primary}/*/index/*", action="enospc")
         with pytest.raises(LocalDiskError, match="local flush failed"):
             cluster.flush("docs")
-    assert cluster.primary_of("docs", 0) != primary
+    # the node reported its failed copy: the manager promotes the replica
+    wait_until(lambda: cluster.indices["docs"].routing[0].primary not in (primary, None), what="the promotion")
     cluster.flush("docs")  # the retry reaches the promoted copy
     assert not cluster.bulk("docs", [{"_id": "z", "v": 3}]).errors
     cluster.wait_for_health("green", timeout=60)

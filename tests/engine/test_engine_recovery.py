@@ -15,7 +15,6 @@ from shardstore.core.path_strategy import PlainPathStrategy
 from shardstore.engine import Cluster, StalePrimary
 from shardstore.engine.allocation import cluster_health, plan_replicas, wanted_copies
 from shardstore.engine.metadata import IndexMeta, ShardRouting
-from shardstore.engine.recovery import peer_recover
 from shardstore.engine.shard import ShardCopy, ShardSpec
 from shardstore.segments.errors import UploadCancelled
 from shardstore.segments.remote_store import RemoteSegmentStore, list_commit_keys
@@ -76,52 +75,6 @@ def _state(copy: ShardCopy) -> dict[str, tuple[int, int]]:
     return out
 
 
-def test_peer_recovery_catches_up_on_writes_and_flushes_made_during_phase_one(tmp_path: Path) -> None:
-    """Writes and a flush (which purges the translog) land between the phases: the hold keeps what phase 2 needs."""
-    store = open_store(f"file://{tmp_path / 'remote'}")
-    spec = ShardSpec("c", "i", 0, buffer_interval=0.005)
-    primary = ShardCopy(spec, str(tmp_path / "p"), store, primary_term=1, primary=True)
-    primary.primary_apply(_docs("a", 500, "one"))
-    primary.flush()
-    primary.primary_apply(_docs("b", 300, "two"))  # above the commit: phase 1 replays these
-
-    class Phase2Lock:
-        """Before phase 2 takes the shard lock, the primary goes on: more writes, a flush, more writes."""
-
-        def __init__(self) -> None:
-            self.lock = threading.RLock()
-            self.generations_before = self.generations_after = 0
-
-        def __enter__(self) -> None:
-            primary.primary_apply(_docs("a", 100, "three"))  # updates: versions 2
-            self.generations_before = len(primary.translog.generations())
-            primary.flush()  # would purge every generation the commit covers, without the hold
-            self.generations_after = len(primary.translog.generations())
-            primary.primary_apply(_docs("c", 50, "four"))
-            self.lock.acquire()
-
-        def __exit__(self, *exc: object) -> None:
-            self.lock.release()
-
-    lock = Phase2Lock()
-    accepted: list[ShardCopy] = []
-    replica = peer_recover(primary, spec, str(tmp_path / "r"), store, shard_lock=lock,
-                           finalize=lambda r: accepted.append(r) or True)
-    assert replica is not None and accepted == [replica]
-    assert lock.generations_after >= 2  # the held generations were kept through the flush
-    assert replica.local_checkpoint == primary.local_checkpoint == 500 + 300 + 100 + 50 - 1
-    assert _state(replica) == _state(primary)
-    assert _state(replica)["a7"][1] == 2
-    # with the recovery over, the hold is gone: the next flush purges
-    primary.flush()
-    assert len(primary.translog.generations()) < lock.generations_after + 1
-    refused = peer_recover(primary, spec, str(tmp_path / "r2"), store, shard_lock=threading.RLock(),
-                           finalize=lambda r: False)
-    assert refused is None  # routing changed meanwhile: the copy is closed, never used
-    for c in (replica, primary):
-        c.close()
-
-
 def test_a_closing_copy_cancels_its_upload_before_the_commit_metadata(tmp_path: Path) -> None:
     store = open_store(f"file://{tmp_path / 'remote'}")
     spec = ShardSpec("c", "i", 0)
@@ -155,7 +108,7 @@ def test_after_failover_the_new_primary_has_a_commit_of_its_term_before_any_flus
     cluster.bulk("docs", pa.table({"_id": [str(i) for i in range(2000)], "n": list(range(2000))}))
     cluster.flush("docs")
     cluster.kill_node(cluster.primary_of("docs", 0))
-    new = cluster._primary_copy("docs", 0)
+    new = cluster.primary_copy("docs", 0)
     assert new.primary_term == 2
     assert new.wait_background_upload(timeout=60)
     assert len(list_commit_keys(cluster.store, new.spec.address, 2)) == 1  # uploaded under term 2, no flush yet
@@ -218,10 +171,16 @@ def test_a_stale_primary_cannot_fail_a_replica_and_so_never_acknowledges(cluster
     meta = cluster.indices["docs"]
     sr = meta.routing[0]
     replica = next(n for n in sr.in_sync if n != sr.primary)
+
+    def fail_replica(term: int) -> None:  # what the shard's primary sends the manager when a replica is lost
+        cluster.transport.send(sr.primary, cluster.manager_node(), "cm.fail_replica",
+                               {"index_uuid": meta.uuid, "shard": 0, "node": replica, "term": term,
+                                "reason": "lost the replica"})
+
     with pytest.raises(StalePrimary, match="NOT acknowledged"):
-        cluster._fail_replica((meta.uuid, 0), replica, sr.primary_term - 1, "lost the replica")
+        fail_replica(sr.primary_term - 1)
     assert replica in cluster.indices["docs"].routing[0].in_sync  # nothing changed
-    cluster._fail_replica((meta.uuid, 0), replica, sr.primary_term, "lost the replica")
+    fail_replica(sr.primary_term)
     assert replica not in cluster.indices["docs"].routing[0].in_sync
     assert cluster.wait_for_health("green").status == "green"  # rebuilt in the background
 
@@ -244,12 +203,12 @@ def test_with_two_replicas_the_lagging_one_is_resynced_in_place_not_rebuilt(clus
     assert set(routing.in_sync) == {ahead, behind}  # kept in sync at once: no rebuild, no yellow
     h = cluster.health()  # yellow as in Elasticsearch: the third copy has no third node to live on
     assert (h.status, h.active_shards, h.initializing_shards, h.unassigned_shards) == ("yellow", 2, 0, 1)
-    assert lagging.local_checkpoint == cluster._primary_copy("docs", 0).local_checkpoint == 249
+    assert lagging.local_checkpoint == cluster.primary_copy("docs", 0).local_checkpoint == 249
     assert lagging.primary_term == 2
     # the retry of the unacknowledged bulk updates the same ids (versions 2) on both copies
     retry = cluster.bulk("docs", [{"_id": f"b{i}", "v": -i} for i in range(50)])
     assert not retry.errors and set(retry.items.column("version").to_pylist()) == {2}
     assert cluster.nodes[behind].copies[(meta.uuid, 0)] is lagging  # the same copy, resynced in place
-    assert _state(lagging) == _state(cluster._primary_copy("docs", 0))
+    assert _state(lagging) == _state(cluster.primary_copy("docs", 0))
     cluster.refresh("docs")
     assert cluster.count("docs") == 250

@@ -429,8 +429,7 @@ class Simulation:
 
     def heal(self) -> None:
         """Clear every transport and store fault."""
-        self.cluster.transport.clear_faults()
-        self.cluster.transport.heal()
+        self.cluster.clear_faults()
         self.store.clear()
         self.disk.clear()
 

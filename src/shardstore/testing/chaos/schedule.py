@@ -81,7 +81,8 @@ def corrupt_target(part: str, key: str) -> bool:
     return part in key
 DISK_ACTIONS = ("enospc", "eio", "torn", "crash")
 DISK_PARTS = ("translog", "index")
-TRANSPORT_ACTIONS = ("shard.bulk", "shard.replicate", "*")
+#: "shard.bulk*": a single write (shard.bulk) and a bulk grouped per node (shard.bulk_many) alike
+TRANSPORT_ACTIONS = ("shard.bulk*", "shard.replicate", "*")
 
 
 @dataclass(frozen=True)
@@ -124,7 +125,7 @@ def draw_step(rng: random.Random, index: int) -> Step:
         args["seconds"] = rng.choice((0.01, 0.05, 0.2))
         args["times"] = rng.randint(1, 5)
     elif kind == "kill_at_send":
-        args["action"] = rng.choice(("shard.bulk", "shard.replicate"))
+        args["action"] = rng.choice(("shard.bulk*", "shard.replicate"))
         args["after"] = rng.randrange(3)
     elif kind == "disk_fault":
         args["node"] = rng.choice(DATA_NODES)
