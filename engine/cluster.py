@@ -120,6 +120,7 @@ class Cluster:
             self.transport = self._launcher.transport
             self._client = self._launcher.client(timeout=60.0, ready_wait=START_TIMEOUT)
             state = self._started()
+            self._cluster_uuid = state.cluster_uuid
             self._client.ready_wait = READY_WAIT  # from now on an election is waited out this long
             #: indices found in the cluster state at start (a restore): their shards came from the store
             self.restored_indices = sorted(state.indices)
@@ -171,13 +172,11 @@ class Cluster:
 
     @property
     def cluster_uuid(self) -> str:
-        """This cluster's UUID (a restore chains a new one to the store's last); waits out an election."""
-        deadline = time.monotonic() + READY_WAIT
-        while (state := self.cluster_state()) is None:
-            if time.monotonic() > deadline:
-                raise NodeNotReady("(any)")
-            time.sleep(0.02)
-        return state.cluster_uuid
+        """This cluster's UUID (a restore chains a new one to the store's last), as its manager last applied it."""
+        state = self.cluster_state()
+        if state is not None:
+            self._cluster_uuid = state.cluster_uuid
+        return self._cluster_uuid
 
     @property
     def indices(self) -> dict[str, IndexMeta]:

@@ -420,6 +420,8 @@ class ManagerRole:
                              data_cluster_uuid=self.coordination.applied.cluster_uuid, source=source)
             try:
                 self._submit(sync_index(meta))
+            except ClusterStateSuperseded:
+                raise  # another cluster took the store over: no retry helps, this one must stop
             except Exception as exc:
                 raise IndexNotCreated(name, f"its metadata was not committed ({type(exc).__name__}: {exc})") from exc
             self.indices[name] = meta

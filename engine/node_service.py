@@ -443,13 +443,23 @@ class NodeService:
         return pa.Table.from_batches(list(copy.directory.scan(columns=req.get("columns"))))
 
     def _refresh(self, req: dict[str, Any]) -> bool:
-        self._copy(req).refresh()
+        copy = self._copy(req)
+        try:
+            copy.refresh()
+        except LocalDiskError as exc:  # the copy is failed and rebuilt (docs/design/engine.md, invariant 13)
+            self._report_disk_failure(self._key(req), copy, exc)
+            raise
         return True
 
     def _flush(self, req: dict[str, Any]) -> bool:
         key = self._key(req)
         with self.write_lock(key):
-            self._copy(req).flush()
+            copy = self._copy(req)
+            try:
+                copy.flush()
+            except LocalDiskError as exc:  # as a refresh: a full or failing disk fails the copy, not the node
+                self._report_disk_failure(key, copy, exc)
+                raise
         return True
 
     # -- peer recovery: the target side ---------------------------------------------------------
