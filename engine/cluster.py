@@ -140,13 +140,19 @@ class Cluster:
             time.sleep(0.02)
         if state.indices:  # a restore: every shard is rebuilt from the store, or refuses (RestoreDataLoss)
             while True:
-                losses = [exc for exc in self.manager().store_failures() if isinstance(exc, RestoreDataLoss)]
+                manager = self.manager()
+                failures = manager.store_failures() if manager is not None else []
+                losses = [exc for exc in failures if isinstance(exc, RestoreDataLoss)]
                 if losses:
                     raise RestoreDataLoss([loss for exc in losses for loss in exc.losses])
-                if self.health().status != "red":
-                    break
+                try:
+                    health: Any = self.health()
+                    if health.status != "red":
+                        break
+                except NodeNotReady as exc:  # a new election meanwhile: waited out
+                    health = exc
                 if time.monotonic() > deadline:
-                    raise HealthTimeout(f"restore: shards still red after {START_TIMEOUT}s: {self.health()}")
+                    raise HealthTimeout(f"restore: shards still red after {START_TIMEOUT}s: {health}")
                 time.sleep(0.02)
             self.wait_for_allocation()
         return state

@@ -33,6 +33,7 @@ from shardstore.engine.documents import Documents
 from shardstore.engine.errors import ClusterClosed, IndexNotFound, InvalidRequest, ShardUnavailable
 from shardstore.engine.metadata import IndexMeta, indices_from_state
 from shardstore.engine.node_service import call_manager
+from shardstore.errors import ShardstoreError
 from shardstore.segments.mapping import Mapping
 from shardstore.transport import NodeDisconnected
 
@@ -96,10 +97,17 @@ class Coordinator:
         follows another one: a manager cut off mid-call does not hold the bulk for a whole
         request timeout (issue 41; embedded launcher, a blackholed manager).
         """
-        return call_manager(self._send, lambda: self.coordination.master, self.name, action, request,
-                            self.failover_wait, idempotent=idempotent,
-                            attempt_timeout=self.failover_wait if idempotent else None,
-                            pool=self._inflight if idempotent else None)
+        if self.coordination.superseded is not None:  # another cluster took the store over: no retry helps
+            raise self.coordination.superseded
+        try:
+            return call_manager(self._send, lambda: self.coordination.master, self.name, action, request,
+                                self.failover_wait, idempotent=idempotent,
+                                attempt_timeout=self.failover_wait if idempotent else None,
+                                pool=self._inflight if idempotent else None)
+        except ShardstoreError:
+            if self.coordination.superseded is not None:  # learnt while waiting for a manager
+                raise self.coordination.superseded from None
+            raise
 
     def commit_mapping(self, index: str, base: Mapping, proposed: Mapping) -> Mapping:
         """Have the cluster manager commit ``proposed`` unless the mapping moved on; the mapping after."""

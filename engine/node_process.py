@@ -37,7 +37,7 @@ from shardstore.blobstores import open_store
 from shardstore.blobstores.base import BlobStore
 from shardstore.cluster_state import coordination
 from shardstore.cluster_state.coordination import ClusterManagerNode
-from shardstore.cluster_state.errors import NotMaster, StaleTerm
+from shardstore.cluster_state.errors import ClusterStateSuperseded, NotMaster, StaleTerm
 from shardstore.engine.coordinator import Coordinator
 from shardstore.engine.datadir import DataDirLock
 from shardstore.engine.errors import InvalidRequest, NodeNotReady
@@ -201,8 +201,8 @@ class NodeProcess:
                 return True
             return self.manager.handle(action, req)
         if action.startswith("client."):
-            if self.cm.master is None or self.cm.applied is None:
-                raise NodeNotReady(self.name)
+            if self.cm.applied is None or (self.cm.master is None and self.cm.superseded is None):
+                raise NodeNotReady(self.name)  # (superseded: the coordinator says so where it needs a manager)
             return self.coordinator.handle(action, req)
         if action == "discovery.hello":
             if req.get("name") and req.get("address"):
@@ -214,6 +214,8 @@ class NodeProcess:
                                 self.cm.current_term)
             return {"ephemeral_id": self.ephemeral_id, "answered": self._answer_follower_check(req["master"])}
         if action == "fd.leader_check":
+            if self.cm.superseded is not None:  # another cluster took the store over: every follower learns it
+                raise self.cm.superseded
             if not self.cm.is_master:
                 raise NotMaster(self.name, self.cm.master)
             answer = self.manager.leader_check(req["name"], req.get("ephemeral_id", ""), req.get("applied"))
@@ -352,6 +354,8 @@ class NodeProcess:
         outcome, answer = self._outcome(master, "fd.leader_check", {
             "name": self.name, "address": self.address, "ephemeral_id": self.ephemeral_id,
             "applied": None if applied is None else [applied.term, applied.version]})
+        if isinstance(answer, ClusterStateSuperseded):
+            self.cm.superseded = answer  # its coordinator refuses what needs a manager (index creation, mappings)
         if outcome == OK:
             self._leader_ok_at = time.monotonic()
             self._leader_failures.forget(master)

@@ -33,13 +33,14 @@ def test_create_index_without_a_manager_quorum_raises_and_creates_nothing(tmp_pa
     with pytest.raises(UnavailableError, match="cluster manager") as info:
         cluster.create_index("docs", shards=2, replicas=1)
     assert info.value.retryable
+    # a quorum again: the failed creation left nothing behind, and the same call succeeds; its writes survive
+    # the loss of every node
+    for name in down:
+        cluster.start_node(name)
     assert "docs" not in cluster.indices
     with pytest.raises(IndexNotFound):
         cluster.bulk("docs", [{"_id": "1"}])
-    assert cluster.health().status == "green"  # the failed creation left no shard behind
-    # a quorum again: the same call succeeds and its writes survive the loss of every node
-    for name in down:
-        cluster.start_node(name)
+    assert cluster.wait_for_health("green").status == "green"
     cluster.create_index("docs", shards=2, replicas=1)
     assert not cluster.bulk("docs", [{"_id": str(i)} for i in range(10)]).errors
     cluster.flush("docs")

@@ -18,6 +18,7 @@ from shardstore.engine.metadata import IndexMeta, ShardRouting
 from shardstore.engine.shard import ShardCopy, ShardSpec
 from shardstore.segments.errors import UploadCancelled
 from shardstore.segments.remote_store import RemoteSegmentStore, list_commit_keys
+from shardstore.testing.partition_campaign import wait_until
 from shardstore.translog.operations import index_batch
 
 
@@ -193,9 +194,17 @@ def test_with_two_replicas_the_lagging_one_is_resynced_in_place_not_rebuilt(clus
     meta = cluster.indices["docs"]
     primary = cluster.primary_of("docs", 0)
     ahead, behind = [n for n in meta.routing[0].in_sync if n != primary]
-    cluster.transport.on("shard.replicate", lambda *a: cluster.kill_node(primary), sender=primary, target=behind,
-                         times=1)
-    lost = cluster.bulk("docs", [{"_id": f"b{i}", "v": i} for i in range(50)])
+    # the primary replicates to both at once: hold the copy to ``behind`` until the primary is dead
+    held = cluster.transport.delay(60.0, "shard.replicate", sender=primary, target=behind, times=1)
+    answers: list = []
+    writer = threading.Thread(target=lambda: answers.append(
+        cluster.bulk("docs", [{"_id": f"b{i}", "v": i} for i in range(50)])))
+    writer.start()
+    wait_until(lambda: cluster.nodes[ahead].copies[(meta.uuid, 0)].local_checkpoint == 249, what="ahead's copy")
+    cluster.kill_node(primary)
+    held.remove()  # what the dead primary had sent is dropped, never delivered
+    writer.join()
+    lost = answers[0]
     assert lost.errors and not lost.acknowledged  # the answer died with the primary
     assert cluster.primary_of("docs", 0) == ahead  # the replica that had the bulk
     lagging = cluster.nodes[behind].copies[(meta.uuid, 0)]
