@@ -256,9 +256,8 @@ class Cluster:
             manager = self.manager()
             if manager is not None:
                 since = time.monotonic()
-                with manager._lock:
-                    if done(manager):
-                        return True
+                if done(manager):  # ManagerRole.settled takes the manager's lock itself
+                    return True
             elif time.monotonic() - since > leaderless:
                 return False
             time.sleep(0.01)
