@@ -23,7 +23,7 @@ its own, both alive for the whole run.  Every index has **2 shards and 1 replica
    index ``failover-<rep>`` (2 shards, 1 replica); a shard whose primary's node is not the elected
    cluster manager's (when both primaries are on the manager's node its shard 0 is taken,
    ``victim_is_manager`` says so).  A writer thread sends 1-document bulks of ids routed
-   to that shard (:func:`shardstore.engine.routing.shard_ids`) through a client of the
+   to that shard (:func:`shardstore.engine.coordinator.routing.shard_ids`) through a client of the
    other nodes first (the victim last: a client's host is sticky, so the measure is the
    shard's failover, not the client's).  The victim's process is SIGKILLed; the figure is
    from the kill to the first item acknowledged under a newer primary term (an in-flight
@@ -179,7 +179,7 @@ def _shard_ids_for(shard: int, count: int, prefix: str) -> list[str]:
     """``count`` ids ``<prefix><k>`` that Elasticsearch's routing sends to ``shard`` of a 2-shard index."""
     import pyarrow as pa
 
-    from shardstore.engine.routing import shard_ids
+    from shardstore.engine.coordinator.routing import shard_ids
 
     out: list[str] = []
     k = 0

@@ -92,8 +92,8 @@ def run(ctx: Context) -> Iterator[Figure]:
     import pyarrow as pa
 
     from shardstore.engine import Cluster
-    from shardstore.engine.file_budget import open_files
-    from shardstore.engine.routing import shard_ids
+    from shardstore.engine.coordinator.routing import shard_ids
+    from shardstore.engine.node.file_budget import open_files
     from shardstore.translog.remote import UPLOADER_IDLE_SECONDS
 
     bulks = 3 if ctx.quick else 10

@@ -158,7 +158,7 @@ class _Timer:
 @contextmanager
 def _failover_split() -> Iterator[_Timer]:
     """Time ``ShardCopy.promote`` (this process only)."""
-    from shardstore.engine.shard import ShardCopy
+    from shardstore.engine.shard.shard_copy import ShardCopy
 
     promote = _Timer()
     orig_promote = ShardCopy.promote

@@ -15,7 +15,6 @@ shardstore.engine.demo``).  It builds on every library layer below it (translog,
 cluster_state, blobstores, plugins, core).
 """
 
-from shardstore.engine.allocation import ClusterHealth
 from shardstore.engine.cluster import BulkResult, Cluster
 from shardstore.engine.errors import (
     ClusterClosed,
@@ -32,7 +31,8 @@ from shardstore.engine.errors import (
     StalePrimary,
     VersionConflict,
 )
-from shardstore.engine.shard import ShardCopy, ShardSpec
+from shardstore.engine.manager.allocation import ClusterHealth
+from shardstore.engine.shard.shard_copy import ShardCopy, ShardSpec
 from shardstore.transport import Transport
 
 __all__ = [

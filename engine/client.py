@@ -4,7 +4,7 @@
 ``bulk``, ``index_doc``, ``delete``, ``get``, ``scan``, ``count``, ``refresh``, ``flush``,
 ``health``, ``wait_for_health``, ``primary_of``).  It holds no routing and no
 document logic of its own: every call is a ``client.*`` action to one node, whose
-coordinator runs the one document API (:class:`~shardstore.engine.documents.Documents`).
+coordinator runs the one document API (:class:`~shardstore.engine.coordinator.documents.Documents`).
 
 A call that did not reach a node (``NodeDisconnected.delivered`` False: the node is
 down) is sent to the next host; so is a read whose answer was lost.  A write whose
@@ -21,11 +21,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from shardstore.engine.allocation import ClusterHealth
-from shardstore.engine.documents import BulkResult
+from shardstore.engine.coordinator.documents import BulkResult
+from shardstore.engine.coordinator.routing import shard_id
+from shardstore.engine.coordinator.validation import check_doc_id
 from shardstore.engine.errors import HealthTimeout, InvalidRequest, NodeNotReady
-from shardstore.engine.routing import shard_id
-from shardstore.engine.validation import check_doc_id
+from shardstore.engine.manager.allocation import ClusterHealth
 from shardstore.errors import ShardstoreError
 from shardstore.net.flight import ANY_NODE, FlightTransport
 from shardstore.net.security import Security
@@ -104,7 +104,7 @@ class Client:
             raise InvalidRequest(f"a bulk is a list of documents (dicts), got one {type(docs).__name__}")
         if not isinstance(docs, pa.Table) and not isinstance(docs, Iterable):
             raise InvalidRequest(f"a bulk is a list of documents (dicts) or an Arrow table, got {type(docs).__name__}")
-        # a document that is not a mapping is refused per item by the coordinator's door (engine/validation.py)
+        # a document that is not a mapping is refused per item by the coordinator's door (engine/coordinator/validation.py)
         payload = docs if isinstance(docs, pa.Table) else [dict(d) if isinstance(d, MappingABC) else d for d in docs]
         try:
             return BulkResult(self._call("client.bulk", {"index": index, "docs": payload}))

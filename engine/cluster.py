@@ -2,14 +2,14 @@
 
 ``Cluster(store=url, data_dir=..., nodes=3)`` is a thin launcher.  It starts data nodes
 ``node-0..`` and dedicated cluster-manager nodes ``cm-0..cm-2`` (``cluster_managers``) as
-:class:`~shardstore.engine.embedded_nodes.EmbeddedNodes`: each one the very
-:class:`~shardstore.engine.node_process.NodeProcess` a ``shardstore node`` process runs
+:class:`~shardstore.engine.embedded.EmbeddedNodes`: each one the very
+:class:`~shardstore.engine.node.process.NodeProcess` a ``shardstore node`` process runs
 (data node, cluster-manager-eligible, coordinator, fault detection, elections), over one
 in-process :class:`~shardstore.transport.Transport` and one blob store.  Its document API
 is the network :class:`~shardstore.engine.client.Client` over that transport, so a write
 takes the path a deployed cluster's does: coordinator, primary, replicas; promotion,
 allocation, peer recovery and rebuilds from the store are the manager role's
-(:mod:`~shardstore.engine.manager`).  There is no second implementation of any of them.
+(:mod:`~shardstore.engine.manager.role`).  There is no second implementation of any of them.
 
 What this module adds is what only an in-process launcher can offer:
 
@@ -17,7 +17,7 @@ What this module adds is what only an in-process launcher can offer:
   :meth:`start_node` (the node's roles again on its data directory);
 - fault injection on :attr:`transport` (drops, delays, hooks, partitions by node name);
 - reads of the live roles for tests and benches: :attr:`indices` (the elected manager's
-  routing), :attr:`nodes` (each live node's :class:`~shardstore.engine.node_service.NodeService`),
+  routing), :attr:`nodes` (each live node's :class:`~shardstore.engine.node.data_role.NodeService`),
   :meth:`primary_copy`, :meth:`cluster_state`;
 - :meth:`restore`: a new cluster on empty disks from the blob store alone, which returns
   once every shard is back or raises :class:`~shardstore.engine.errors.RestoreDataLoss`.
@@ -40,10 +40,8 @@ import pyarrow as pa
 from shardstore.blobstores import open_store
 from shardstore.blobstores.base import BlobStore
 from shardstore.cluster_state.errors import NoClusterState
-from shardstore.engine.allocation import ClusterHealth
-from shardstore.engine.datadir import DataDirLock
-from shardstore.engine.documents import BulkResult
-from shardstore.engine.embedded_nodes import EMBEDDED_FD, EmbeddedNodes
+from shardstore.engine.coordinator.documents import BulkResult
+from shardstore.engine.embedded import EMBEDDED_FD, EmbeddedNodes
 from shardstore.engine.errors import (
     ClusterClosed,
     HealthTimeout,
@@ -54,12 +52,14 @@ from shardstore.engine.errors import (
     RestoreDataLoss,
     ShardUnavailable,
 )
-from shardstore.engine.fault_detection import FaultDetectionSettings
-from shardstore.engine.manager import ManagerRole
-from shardstore.engine.metadata import IndexMeta
-from shardstore.engine.node_service import NodeService
-from shardstore.engine.restore_check import ShardLoss
-from shardstore.engine.shard import ShardCopy
+from shardstore.engine.manager.allocation import ClusterHealth
+from shardstore.engine.manager.metadata import IndexMeta
+from shardstore.engine.manager.role import ManagerRole
+from shardstore.engine.node.data_role import NodeService
+from shardstore.engine.node.datadir import DataDirLock
+from shardstore.engine.node.fault_detection import FaultDetectionSettings
+from shardstore.engine.shard.restore_check import ShardLoss
+from shardstore.engine.shard.shard_copy import ShardCopy
 from shardstore.segments.directory import INDEX_BUFFER_BYTES
 from shardstore.transport import Transport
 

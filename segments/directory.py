@@ -74,7 +74,7 @@ from shardstore.segments.versions import first_of_runs, latest_versions, strictl
 log = logging.getLogger(__name__)
 LOCK_FILE = "write.lock"
 #: The indexing buffer: once the buffered documents' Arrow bytes reach this, ``buffer_full`` is
-#: true and the engine refreshes while the bulk's translog upload is in flight (engine/shard.py).
+#: true and the engine refreshes while the bulk's translog upload is in flight (engine/shard/shard_copy.py).
 INDEX_BUFFER_BYTES = 32 << 20
 #: A refresh of at least twice this many documents writes one segment per core, in parallel.
 PARALLEL_SEGMENT_DOCS = 100_000
@@ -305,7 +305,7 @@ class ShardDirectory:
                   versions: list[int], nbytes: int) -> None:
         """Buffer a primary's run of index operations already stamped and parsed against this directory's mapping
         (:func:`buffered_docs` rows with the seq#s ``first_seq_no``.. in order, their ids and versions as lists,
-        ``nbytes`` their share of the Arrow bytes): engine/staging.py's columnar pass."""
+        ``nbytes`` their share of the Arrow bytes): engine/shard/staging.py's columnar pass."""
         with self._lock:
             self._buffer.versions.add_run(len(self._buffer.docs), ids, first_seq_no, primary_term, versions)
             self._buffer.docs.append(docs)

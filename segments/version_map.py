@@ -102,7 +102,7 @@ class VersionMap:
 
     def add_run(self, entry: int, ids: list[str], first_seq_no: int, primary_term: int, versions: list[int]) -> None:
         """Take in a primary's run of index operations: ``ids`` with the seq#s ``first_seq_no``.. in order, one term
-        (the columnar staging of a node's parts, engine/staging.py: no Arrow column read back)."""
+        (the columnar staging of a node's parts, engine/shard/staging.py: no Arrow column read back)."""
         n = len(ids)
         if n >= RUN_ROWS:
             self._add_run(ids, np.arange(first_seq_no, first_seq_no + n, dtype=np.int64), primary_term,

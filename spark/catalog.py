@@ -19,7 +19,7 @@ from shardstore.core.path_strategy import PathStrategy
 from shardstore.core.settings import DATA_CLUSTER_UUID
 from shardstore.errors import InvalidError, NotFoundError
 
-#: The index setting naming its source mode (engine/metadata.py's ``SOURCE_MODE``).
+#: The index setting naming its source mode (engine/manager/metadata.py's ``SOURCE_MODE``).
 SOURCE_MODE_SETTING = "index.mapping.source.mode"
 
 

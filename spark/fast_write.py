@@ -8,7 +8,7 @@ the JVM at about the cost of Spark's whole Parquet write, so the per-row work st
    claim fencing live primaries, base commit with the translog tail folded into C0).
 2. **Write** (Spark SQL builds the columns, the bridge's ``SegmentWriter`` writes them): each
    task routes its rows by ES murmur3 of ``_id`` (the bridge's ``Routing``, equal to
-   engine/routing.py) and hands each row, in its input order, to its shard's open Parquet
+   engine/coordinator/routing.py) and hands each row, in its input order, to its shard's open Parquet
    writer (no partitioned write; no sort for up to :data:`MAX_OPEN_SHARDS` shards, beyond that
    each task's rows are sorted by shard and one file is open at a time); ``_seq_no`` from
    per-shard counters in the driver's JVM started at each shard's first free seq#, taken in

@@ -49,7 +49,7 @@ from shardstore.blobstores.base import BlobStore
 from shardstore.blobstores.errors import BlobAlreadyExists
 from shardstore.core.address import ShardAddress
 from shardstore.core.records import crc32c
-from shardstore.engine.routing import shard_ids
+from shardstore.engine.coordinator.routing import shard_ids
 from shardstore.errors import ConflictError, CorruptError, InvalidError
 from shardstore.segments.commit import CommitPoint, CommittedSegment
 from shardstore.segments.errors import CommitConflict, CommitNotFound, TermAlreadyClaimed

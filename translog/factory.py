@@ -1,6 +1,6 @@
 """Which remote translog a primary copy writes, chosen in one place (issue 42; OpenSearch's ``TranslogFactory``).
 
-A primary copy (:class:`~shardstore.engine.shard.ShardCopy`) logs every operation locally and
+A primary copy (:class:`~shardstore.engine.shard.shard_copy.ShardCopy`) logs every operation locally and
 uploads it before it is acknowledged.  Two writers keep that contract:
 
 - :class:`~shardstore.translog.node_translog.NodeShardTranslog`: the node's one upload stream

@@ -156,8 +156,8 @@ def _node_settings(args: argparse.Namespace) -> Any:
     """A node's settings: flags first, then the settings file (JSON), then ``SHARDSTORE_NODE_<KEY>``, then defaults."""
     import json
 
-    from shardstore.engine.fault_detection import FaultDetectionSettings
-    from shardstore.engine.node_process import ROLES, NodeSettings
+    from shardstore.engine.node.fault_detection import FaultDetectionSettings
+    from shardstore.engine.node.process import ROLES, NodeSettings
     from shardstore.net.security import Security
 
     from_file: dict[str, Any] = {}
@@ -215,7 +215,7 @@ def _node_settings(args: argparse.Namespace) -> Any:
 def _cmd_node(args: argparse.Namespace) -> int:
     import logging
 
-    from shardstore.engine.node_process import run_node
+    from shardstore.engine.node.process import run_node
 
     settings = _node_settings(args)
     logging.basicConfig(level=str(args.log_level or os.environ.get("SHARDSTORE_NODE_LOG_LEVEL", "WARNING")).upper(),

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from shardstore.cluster_state.errors import NotMaster
-from shardstore.engine.node_service import call_manager
+from shardstore.engine.node.data_role import call_manager
 from shardstore.transport import NodeDisconnected
 
 

@@ -1,6 +1,6 @@
 """The production node roles embedded in one process over the in-process transport (issue 42).
 
-:class:`~shardstore.engine.embedded_nodes.EmbeddedNodes` runs the very ``NodeProcess`` roles a
+:class:`~shardstore.engine.embedded.EmbeddedNodes` runs the very ``NodeProcess`` roles a
 ``shardstore node`` process runs (manager, coordinator, data, fault detection, elections), N
 of them over one in-process transport: the faults a process campaign injects (a kill, a pause,
 a partition cut "down" or blackholed) must hold here as they do between real processes.
@@ -16,11 +16,11 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from shardstore.engine import node_service
-from shardstore.engine.embedded_nodes import EmbeddedNodes
+from shardstore.engine.coordinator.routing import shard_id
+from shardstore.engine.embedded import EmbeddedNodes
 from shardstore.engine.errors import ShardUnavailable
-from shardstore.engine.node_process import NodeProcess
-from shardstore.engine.routing import shard_id
+from shardstore.engine.node import data_role as node_service
+from shardstore.engine.node.process import NodeProcess
 from shardstore.net.local_link import LocalLink
 from shardstore.testing.partition_campaign import wait_until
 from shardstore.transport import NodeDisconnected, Transport

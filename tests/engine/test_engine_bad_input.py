@@ -23,9 +23,9 @@ import pyarrow as pa
 import pytest
 
 from shardstore.engine import Cluster
+from shardstore.engine.coordinator.routing import shard_ids
+from shardstore.engine.coordinator.validation import MAX_DEPTH, MAX_DOC_FIELDS, MAX_INDEX_FIELDS
 from shardstore.engine.errors import DataDirInUse, DocumentRejected, InvalidIndexName, InvalidRequest
-from shardstore.engine.routing import shard_ids
-from shardstore.engine.validation import MAX_DEPTH, MAX_DOC_FIELDS, MAX_INDEX_FIELDS
 from shardstore.errors import InvalidError
 from shardstore.segments.mapping import FieldType, Mapping
 

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from shardstore.cluster_state.model import IndexMetadata
 from shardstore.engine import Cluster
+from shardstore.engine.coordinator.validation import MAX_INDEX_NAME_BYTES, check_index_name
 from shardstore.engine.errors import InvalidIndexName
-from shardstore.engine.validation import MAX_INDEX_NAME_BYTES, check_index_name
 from shardstore.segments.mapping import json_default
 from tests.engine.test_engine_bad_input import _snapshot
 

@@ -11,7 +11,7 @@ from shardstore.blobstores import open_store
 from shardstore.cluster_state.errors import NoClusterState
 from shardstore.cluster_state.remote import RemoteClusterStateService
 from shardstore.engine import Cluster
-from shardstore.engine.metadata import DATA_CLUSTER_UUID, DURABILITY
+from shardstore.engine.manager.metadata import DATA_CLUSTER_UUID, DURABILITY
 from shardstore.segments.mapping import Mapping
 
 

@@ -1,4 +1,4 @@
-"""A flush of a copy that changed nothing makes no request (issue 30; engine/flush_policy.py)."""
+"""A flush of a copy that changed nothing makes no request (issue 30; engine/shard/flush_policy.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pyarrow as pa
 import pytest
 
 from shardstore.engine import Cluster
-from shardstore.engine.flush_policy import FlushMark, flush_needed
-from shardstore.engine.routing import shard_ids
+from shardstore.engine.coordinator.routing import shard_ids
+from shardstore.engine.shard.flush_policy import FlushMark, flush_needed
 
 
 def test_flush_needed_against_every_single_change() -> None:
@@ -61,10 +61,10 @@ def test_a_flush_touches_only_the_shards_that_changed(tmp_path: Path) -> None:
 
 
 def test_the_remote_purge_gate_keeps_one_commit_to_fall_back_to_except_on_a_shards_first() -> None:
-    """Every short history of commit checkpoints (pure: engine/flush_policy.py, ``remote_purge_gate``)."""
+    """Every short history of commit checkpoints (pure: engine/shard/flush_policy.py, ``remote_purge_gate``)."""
     from itertools import product
 
-    from shardstore.engine.flush_policy import FALLBACK_COMMITS, remote_purge_gate
+    from shardstore.engine.shard.flush_policy import FALLBACK_COMMITS, remote_purge_gate
 
     for n in range(1, 4):
         for recent in product(range(-1, 4), repeat=n):

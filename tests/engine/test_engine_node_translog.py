@@ -11,8 +11,8 @@ import pytest
 from shardstore.blobstores import open_store
 from shardstore.engine import Cluster
 from shardstore.engine.errors import StalePrimary
-from shardstore.engine.node_remote import NodeRemote
-from shardstore.engine.shard import ShardCopy, ShardSpec
+from shardstore.engine.node.remote import NodeRemote
+from shardstore.engine.shard.shard_copy import ShardCopy, ShardSpec
 from shardstore.testing.faulty import FaultyStore
 from shardstore.translog.operations import index_batch
 

@@ -13,9 +13,9 @@ import pytest
 from shardstore.blobstores import open_store
 from shardstore.core.path_strategy import PlainPathStrategy
 from shardstore.engine import Cluster, StalePrimary
-from shardstore.engine.allocation import cluster_health, plan_replicas, wanted_copies
-from shardstore.engine.metadata import IndexMeta, ShardRouting
-from shardstore.engine.shard import ShardCopy, ShardSpec
+from shardstore.engine.manager.allocation import cluster_health, plan_replicas, wanted_copies
+from shardstore.engine.manager.metadata import IndexMeta, ShardRouting
+from shardstore.engine.shard.shard_copy import ShardCopy, ShardSpec
 from shardstore.segments.errors import UploadCancelled
 from shardstore.segments.remote_store import RemoteSegmentStore, list_commit_keys
 from shardstore.testing.partition_campaign import wait_until

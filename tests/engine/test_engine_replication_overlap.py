@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 import pytest
 
 from shardstore.blobstores import open_store
-from shardstore.engine.shard import ShardCopy, ShardSpec
+from shardstore.engine.shard.shard_copy import ShardCopy, ShardSpec
 from shardstore.testing.faulty import FaultyStore
 from shardstore.translog.errors import TranslogUnavailable
 from shardstore.translog.operations import index_batch

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from shardstore.engine.coordinator.routing import murmur3_hash, murmur3_hashes, shard_id, shard_ids, split_by_shard
 from shardstore.engine.errors import InvalidRequest
-from shardstore.engine.routing import murmur3_hash, murmur3_hashes, shard_id, shard_ids, split_by_shard
 from shardstore.errors import InvalidError
 
 # Elasticsearch's Murmur3HashFunctionTests.testKnownValues (org.elasticsearch.cluster.routing),
@@ -237,7 +237,7 @@ def test_split_by_shard_of_an_empty_table_is_empty() -> None:
 def test_a_bulk_split_by_shard_keeps_every_row_once_in_bulk_order(shard_of_row: list[int]) -> None:
     """The coordinator's split (one stable sort by shard, zero-copy slices): each part holds exactly its shard's
     rows, in bulk order, with their bulk positions and parsed fields alongside."""
-    from shardstore.engine.documents import _split_by_shard
+    from shardstore.engine.coordinator.documents import _split_by_shard
 
     n = len(shard_of_row)
     ops = pa.RecordBatch.from_pydict({"id": [f"d{i}" for i in range(n)]})

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from shardstore.engine.errors import OperationTermTooOld, StalePrimary
-from shardstore.engine.shard import ShardCopy, ShardSpec
+from shardstore.engine.shard.shard_copy import ShardCopy, ShardSpec
 from shardstore.translog.operations import index_batch
 
 REMOTE = pytest.mark.parametrize("backend", ["file", "s3"], indirect=True)

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from shardstore.engine.fault_detection import OK, REFUSED, TIMEOUT, FailureCounter, FaultDetectionSettings
+from shardstore.engine.node.fault_detection import OK, REFUSED, TIMEOUT, FailureCounter, FaultDetectionSettings
 
 
 def _model(outcomes: tuple[str, ...], retries: int) -> list[bool]:

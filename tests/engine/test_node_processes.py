@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 import pytest
 
 from shardstore.engine import Cluster
-from shardstore.engine.fault_detection import FaultDetectionSettings
+from shardstore.engine.node.fault_detection import FaultDetectionSettings
 from shardstore.errors import ShardstoreError
 from shardstore.testing.node_processes import ProcessCluster
 
@@ -131,7 +131,7 @@ def test_sigterm_shuts_down_in_bounded_time_while_a_bulk_waits_on_a_paused_repli
     """A bulk whose replica is paused holds its shard's write lock until the replication request times out
     (here 120 s); a SIGTERM of the primary's process still flushes what it can and exits 0 within the
     shutdown flush budget (SHUTDOWN_FLUSH_SECONDS) plus the leave, not after the request timeout."""
-    from shardstore.engine.node_service import SHUTDOWN_FLUSH_SECONDS
+    from shardstore.engine.node.data_role import SHUTDOWN_FLUSH_SECONDS
 
     procs = ProcessCluster(str(tmp_path / "nodes"), f"file://{tmp_path / 'store'}?create=true", 3,
                            extra_args=["--request-timeout", "120"])

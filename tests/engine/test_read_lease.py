@@ -1,4 +1,4 @@
-"""The manager's bookkeeping of read leases (engine/read_lease.py): pure, every case."""
+"""The manager's bookkeeping of read leases (engine/node/read_lease.py): pure, every case."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from shardstore.engine.read_lease import ReadLeases
+from shardstore.engine.node.read_lease import ReadLeases
 
 
 def test_a_node_never_granted_a_lease_is_promoted_at_once() -> None:

@@ -183,7 +183,7 @@ def test_a_segment_file_every_commit_shares_is_named_when_it_is_lost(tmp_path: P
         for k in range(3):
             cluster.flush("docs")
             # a delete of an id that does not exist: a new seq# (so the next flush is not skipped as unchanged,
-            # engine/flush_policy.py, and moves the translog's purge gate) and no new segment file
+            # engine/shard/flush_policy.py, and moves the translog's purge gate) and no new segment file
             cluster.delete("docs", f"absent-{k}")
         cluster.flush("docs")
     finally:
@@ -203,7 +203,7 @@ def test_a_segment_file_every_commit_shares_is_named_when_it_is_lost(tmp_path: P
 def test_a_shards_only_commit_lost_is_refused_naming_it(tmp_path: Path, part: str, fault: Callable[[Path], None]
                                                          ) -> None:
     """Issue 31: a new shard's first commit covers its translog (there is no commit to fall back to, and keeping
-    it stored the shard twice: engine/flush_policy.py, ``remote_purge_gate``).  So one lost or corrupt blob of
+    it stored the shard twice: engine/shard/flush_policy.py, ``remote_purge_gate``).  So one lost or corrupt blob of
     that commit truly loses its operations: the restore must refuse, naming the blob and seq# 0-19, and with
     ``accept_data_loss`` bring back the 20 documents acknowledged after it."""
     remote = tmp_path / "remote"

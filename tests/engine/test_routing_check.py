@@ -1,12 +1,12 @@
-"""The routing check a cluster heals by (engine/routing_check.py), exhaustively over small cases."""
+"""The routing check a cluster heals by (engine/manager/routing_check.py), exhaustively over small cases."""
 
 from __future__ import annotations
 
 import itertools
 
 from shardstore.core.path_strategy import PlainPathStrategy
-from shardstore.engine.metadata import IndexMeta, ShardRouting
-from shardstore.engine.routing_check import HeldCopy, held_from_stats, routing_faults
+from shardstore.engine.manager.metadata import IndexMeta, ShardRouting
+from shardstore.engine.manager.routing_check import HeldCopy, held_from_stats, routing_faults
 
 NODES = ("n1", "n2", "n3")
 

@@ -1,4 +1,4 @@
-"""The columnar pass staging a node's parts of a bulk (engine/staging.py) writes what the one-part path writes.
+"""The columnar pass staging a node's parts of a bulk (engine/shard/staging.py) writes what the one-part path writes.
 
 Two real clusters (file store, one node each) take the same bulks, one with the columnar pass
 and one with it switched off; every item's stamp, every shard's local translog operations,

@@ -333,7 +333,7 @@ def _cycle_in(graph: dict[str, set[str]], group: set[str]) -> list[str]:
 def test_the_package_folders_are_the_installed_ones() -> None:
     modules = project_modules()
     assert PACKAGE_DIRS["shardstore"] == ROOT / "src" / "shardstore"
-    for name in ("shardstore.engine.shard", "shardstore.cluster_state.remote", "shardstore.spark.bridge",
+    for name in ("shardstore.engine.shard.shard_copy", "shardstore.cluster_state.remote", "shardstore.spark.bridge",
                  "shardstore.segments.segment", "shardstore.translog.remote", "shardstore.blobstores",
                  "shardstore.plugins.s3", "shardstore.core.records", "shardstore.net.flight", "shardstore.testing.faulty"):
         assert name in modules, name

@@ -19,7 +19,7 @@ import pytest
 
 from shardstore.blobstores import open_store
 from shardstore.engine.cluster import Cluster
-from shardstore.engine.routing import shard_ids
+from shardstore.engine.coordinator.routing import shard_ids
 from shardstore.segments.errors import CommitNotFound
 from shardstore.segments.reader import open_commit
 from shardstore.segments.remote_store import latest_commit, latest_term, list_commit_keys, read_metadata

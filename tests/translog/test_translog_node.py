@@ -60,7 +60,7 @@ class Shards:
 
 def _bulk_all(shards: Shards, first: int, n: int) -> None:
     """One append per shard from concurrent threads, each waiting for its upload, the appends staged under the
-    node's ``staging()`` hold as a node stages a bulk's parts (engine/bulk_parts.py)."""
+    node's ``staging()`` hold as a node stages a bulk's parts (engine/coordinator/bulk_parts.py)."""
     errors: list[BaseException] = []
     positions: dict[int, tuple[int, int]] = {}
 

@@ -1,6 +1,6 @@
 """One node's link to the in-process transport, with the surface of a network transport (issue 42).
 
-A node process (:class:`~shardstore.engine.node_process.NodeProcess`) talks to its peers
+A node process (:class:`~shardstore.engine.node.process.NodeProcess`) talks to its peers
 through a :class:`~shardstore.net.flight.FlightTransport`: it hosts one node, keeps an
 address book (``set_peer``, ``remove_peer``, ``peers``), reaches a seed host through an
 alias before it knows the name behind it, and closes.  :class:`LocalLink` gives a node

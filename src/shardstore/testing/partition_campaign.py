@@ -30,8 +30,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from shardstore.engine.coordinator.routing import shard_id
 from shardstore.engine.launcher import ProcessCluster
-from shardstore.engine.routing import shard_id
 from shardstore.testing.partitions import LinkedCluster
 
 __all__ = ["KINDS", "RoundResult", "Writer", "manager_of", "run_round", "wait_until"]

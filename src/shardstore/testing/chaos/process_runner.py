@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shardstore.engine.routing import shard_id
+from shardstore.engine.coordinator.routing import shard_id
 from shardstore.errors import ShardstoreError
 from shardstore.testing.chaos.model import ClientModel, Violation
 from shardstore.testing.chaos.process_schedule import PROCESS_NODES, draw_process_schedule
@@ -100,8 +100,8 @@ class ProcessSimulation(Simulation):
     """One process-mode schedule's node processes, client, model and outcome (see the module docstring)."""
 
     def __init__(self, seed: int, workdir: Path, launcher: str = "processes") -> None:  # noqa: D107
-        from shardstore.engine.embedded_nodes import EmbeddedNodes
-        from shardstore.engine.fault_detection import FaultDetectionSettings
+        from shardstore.engine.embedded import EmbeddedNodes
+        from shardstore.engine.node.fault_detection import FaultDetectionSettings
         from shardstore.testing.partitions import LinkedCluster
 
         if launcher not in LAUNCHERS:

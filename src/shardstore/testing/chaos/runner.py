@@ -105,7 +105,7 @@ class Simulation:
         self.seed = seed
         self.source = source  # the index's source option: "synthetic" logs typed fields, no JSON
         # half the seeds (a bit of its own, not the store's nor the source's) shrink the indexing buffer so
-        # that bulks refresh while their translog upload is in flight (engine/shard.py _log_remote): the
+        # that bulks refresh while their translog upload is in flight (engine/shard/shard_copy.py _log_remote): the
         # overlap meets the store and disk faults too, on both stores and both source options
         self.index_buffer_bytes = SMALL_INDEX_BUFFER if (seed // 4) % 2 else INDEX_BUFFER_BYTES
         self.workdir = Path(workdir)

@@ -2,10 +2,10 @@
 
 Active only on the elected cluster-manager node (the coordination layer,
 :mod:`shardstore.cluster_state.coordination`, elects it over the transport).  It keeps
-the index metadata (:class:`~shardstore.engine.metadata.IndexMeta`: per shard the primary
+the index metadata (:class:`~shardstore.engine.manager.metadata.IndexMeta`: per shard the primary
 term, the copies and the in-sync set) and the membership (the data nodes that joined and
-still answer the follower checks, :mod:`~shardstore.engine.fault_detection`).  It reaches
-copies only through the data role's actions (:mod:`~shardstore.engine.node_service`) and
+still answer the follower checks, :mod:`~shardstore.engine.node.fault_detection`).  It reaches
+copies only through the data role's actions (:mod:`~shardstore.engine.node.data_role`) and
 publishes every change of an index through the coordination layer before it acts on it
 (docs/design/transport.md, "Actions"; docs/design/engine.md, invariants 3 and 7).
 
@@ -34,16 +34,21 @@ from shardstore.blobstores.base import BlobStore
 from shardstore.cluster_state.coordination import ClusterManagerNode
 from shardstore.cluster_state.errors import ClusterStateSuperseded, NoQuorum, NotMaster
 from shardstore.core.path_strategy import PlainPathStrategy
-from shardstore.engine.allocation import AllocationWorker, ClusterHealth, cluster_health, plan_replicas
-from shardstore.engine.documents import with_shard_fields
+from shardstore.engine.coordinator.documents import with_shard_fields
+from shardstore.engine.coordinator.validation import (
+    check_create_args,
+    check_index_name,
+    check_mapping,
+    check_source_mode,
+)
 from shardstore.engine.errors import IndexAlreadyExists, IndexNotCreated, IndexNotFound, ShardUnavailable, StalePrimary
-from shardstore.engine.file_budget import check_file_budget
-from shardstore.engine.metadata import IndexMeta, ShardRouting, indices_from_state, sync_index
-from shardstore.engine.node_service import spec_to_wire
-from shardstore.engine.read_lease import ReadLeases
-from shardstore.engine.routing_check import RoutingFault, held_from_stats, routing_faults
-from shardstore.engine.shard import ShardSpec
-from shardstore.engine.validation import check_create_args, check_index_name, check_mapping, check_source_mode
+from shardstore.engine.manager.allocation import AllocationWorker, ClusterHealth, cluster_health, plan_replicas
+from shardstore.engine.manager.metadata import IndexMeta, ShardRouting, indices_from_state, sync_index
+from shardstore.engine.manager.routing_check import RoutingFault, held_from_stats, routing_faults
+from shardstore.engine.node.data_role import spec_to_wire
+from shardstore.engine.node.file_budget import check_file_budget
+from shardstore.engine.node.read_lease import ReadLeases
+from shardstore.engine.shard.shard_copy import ShardSpec
 from shardstore.errors import ConflictError
 from shardstore.segments.directory import INDEX_BUFFER_BYTES
 from shardstore.segments.mapping import Mapping
@@ -56,7 +61,7 @@ RECOVERY_PAUSE = 5.0
 NOTIFY_TIMEOUT = 10.0
 #: a failed promotion is retried after RETRY_FIRST seconds, doubling up to RETRY_MAX
 RETRY_FIRST, RETRY_MAX = 0.1, 5.0
-#: seconds between two checks of the routing against what the members hold (engine/routing_check.py)
+#: seconds between two checks of the routing against what the members hold (engine/manager/routing_check.py)
 RECONCILE_EVERY = 2.0
 
 
@@ -114,7 +119,7 @@ class ManagerRole:
         Each candidate is asked which copies it holds (``node.stats``): one that does not answer
         is not a member, and a copy the routing names but its node no longer holds (the node
         restarted) is treated as lost, its primary promoted elsewhere.  ``answered``: at least how
-        long ago this node last answered a follower check of another manager (engine/read_lease.py).
+        long ago this node last answered a follower check of another manager (engine/node/read_lease.py).
         """
         held: dict[str, set[tuple[str, int]]] = {}
         ids: dict[str, str] = {}
@@ -143,7 +148,7 @@ class ManagerRole:
             # removed later) may serve reads until a lease after their last round a quorum answered, which a
             # quorum of answers here bounds (two quorums share a node); without one, until a lease from now.  A
             # shard already without a primary may be waiting out its old primary's lease: it waits as long
-            # (engine/read_lease.py)
+            # (engine/node/read_lease.py)
             now = time.monotonic()
             answering = {n for n in ago if n in held or n == self.name}
             since = now - min(ago[n] for n in answering) if self.coordination.has_quorum(answering) else now
@@ -182,7 +187,7 @@ class ManagerRole:
         A lease is granted only to a member that applied the publications that took a primary
         from it and the one this manager took over with: a node that missed one (a link cut one
         way, a rejoin whose publication never reached it) may hold a primary the routing moved
-        away from, and must not go on serving reads from it (engine/read_lease.py).
+        away from, and must not go on serving reads from it (engine/node/read_lease.py).
         """
         member = self.is_member(name, ephemeral_id)
         version = None if applied is None else (int(applied[0]), int(applied[1]))
@@ -409,7 +414,7 @@ class ManagerRole:
             if not live:
                 raise IndexNotCreated(name, "no live data node to hold its shards")
             # all or nothing, before anything is published: the copies a node (a process; all of them when the
-            # nodes share this process, as embedded) opens must fit its open-file limit (engine/file_budget.py)
+            # nodes share this process, as embedded) opens must fit its open-file limit (engine/node/file_budget.py)
             copies = shards * (1 + min(replicas, len(live) - 1))
             check_file_budget(f"create index [{name}]",
                               -(-copies // len(live)) * min(len(live), self.nodes_per_process))
@@ -644,7 +649,7 @@ class ManagerRole:
     def reconcile(self) -> list[RoutingFault]:
         """Check the committed routing against what every member holds, and heal each difference (issue 41).
 
-        A copy the routing names but its node does not hold as routed (engine/routing_check.py)
+        A copy the routing names but its node does not hold as routed (engine/manager/routing_check.py)
         is treated as lost: a primary is promoted elsewhere or rebuilt, a replica rebuilt.  The
         members are asked outside the lock; a shard whose routing changed meanwhile is left to
         the next check.  The faults acted on.

@@ -1,6 +1,6 @@
 """The production node roles, N of them in one Python process over the in-process transport (issue 42).
 
-:class:`EmbeddedNodes` starts N :class:`~shardstore.engine.node_process.NodeProcess` instances,
+:class:`EmbeddedNodes` starts N :class:`~shardstore.engine.node.process.NodeProcess` instances,
 exactly the roles a ``shardstore node`` process runs (data, cluster manager, coordinator,
 fault detection, discovery, elections), each over a
 :class:`~shardstore.net.local_link.LocalLink` to one shared
@@ -34,8 +34,8 @@ from shardstore.blobstores import open_store
 from shardstore.blobstores.base import BlobStore
 from shardstore.engine.client import Client
 from shardstore.engine.errors import InvalidRequest
-from shardstore.engine.fault_detection import FaultDetectionSettings
-from shardstore.engine.node_process import ROLES, NodeProcess, NodeSettings
+from shardstore.engine.node.fault_detection import FaultDetectionSettings
+from shardstore.engine.node.process import ROLES, NodeProcess, NodeSettings
 from shardstore.net.local_link import LocalLink
 from shardstore.segments.directory import INDEX_BUFFER_BYTES
 from shardstore.transport import NodeDisconnected, Rule, Transport, partition_links

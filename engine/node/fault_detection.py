@@ -36,7 +36,7 @@ class FaultDetectionSettings:
 
     @property
     def read_lease_seconds(self) -> float:
-        """How long a node serves reads after a manager last confirmed it a member (engine/read_lease.py):
+        """How long a node serves reads after a manager last confirmed it a member (engine/node/read_lease.py):
         ``(retries - 1) * (interval + timeout)``, at least one check's time, so a check or two may fail."""
         return max(self.interval + self.timeout, (self.retries - 1) * (self.interval + self.timeout))
 

@@ -5,7 +5,7 @@ implementation for the embedded :class:`~shardstore.engine.cluster.Cluster` and 
 process's coordinator: each is a :class:`DocumentRouter` (where an index's metadata comes
 from, how a mapping is committed, how a shard's operations reach its primary).
 
-1. The door (:mod:`~shardstore.engine.validation`): each item is checked for the limits;
+1. The door (:mod:`~shardstore.engine.coordinator.validation`): each item is checked for the limits;
    a bad one is rejected alone (``DocumentRejected``) and never gets a seq#.
 2. One mapping per index (:meth:`Documents._map_items`): the accepted items are parsed
    against the index mapping once; new fields are committed to the cluster state before
@@ -29,11 +29,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shardstore.core.ops import with_fields
-from shardstore.engine.bulk_parts import PartFailed
-from shardstore.engine.errors import DocumentRejected, VersionConflict
-from shardstore.engine.metadata import IndexMeta
-from shardstore.engine.routing import shard_id, shard_ids, shard_runs
-from shardstore.engine.validation import (
+from shardstore.engine.coordinator.bulk_parts import PartFailed
+from shardstore.engine.coordinator.routing import shard_id, shard_ids, shard_runs
+from shardstore.engine.coordinator.validation import (
     MAX_INDEX_FIELDS,
     CheckedDocs,
     check_doc_id,
@@ -41,6 +39,8 @@ from shardstore.engine.validation import (
     docs_from_pylist,
     docs_from_table,
 )
+from shardstore.engine.errors import DocumentRejected, VersionConflict
+from shardstore.engine.manager.metadata import IndexMeta
 from shardstore.segments.errors import MappingConflict
 from shardstore.segments.item_parse import ParsedItems, parse_items
 from shardstore.segments.mapping import Mapping
@@ -97,7 +97,7 @@ class DocumentRouter(Protocol):
     def write_shards(self, meta: IndexMeta, parts: list[tuple[int, pa.RecordBatch, pa.Table | None]],
                      mapping: Mapping | None) -> list[pa.RecordBatch | BaseException]:
         """One bulk's parts for several shards (no expectation), one request per primary node; per part the
-        stamped operations or the error (engine/bulk_parts.py)."""
+        stamped operations or the error (engine/coordinator/bulk_parts.py)."""
 
     def run_parallel(self, fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
         """``[fn(x) for x in items]``, on worker threads."""
@@ -116,7 +116,7 @@ class Documents:
     def bulk(self, index: str, docs: pa.Table | Iterable[MappingABC[str, Any]]) -> BulkResult:
         """Index documents (a table with ``_id`` or dicts with ``_id``); per-item results and the acked ids.
 
-        Each item is checked at the door (:mod:`~shardstore.engine.validation`) and against the
+        Each item is checked at the door (:mod:`~shardstore.engine.coordinator.validation`) and against the
         index mapping before it gets a seq#: a bad item is reported with ``DocumentRejected``
         and exists on no copy; the others go on.
         """

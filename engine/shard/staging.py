@@ -1,7 +1,7 @@
 """A primary's versions and seq#s for a bulk: one part at a time, or a node's parts in one columnar pass.
 
 A bulk of 1,000 documents over a 100-shard index reaches a node as about 100 parts of ~10
-rows (engine/bulk_parts.py).  Staged one by one, each part paid the fixed cost of some thirty
+rows (engine/coordinator/bulk_parts.py).  Staged one by one, each part paid the fixed cost of some thirty
 Arrow calls (its version lookup, stamping, checks, the buffered documents table), ~0.4 ms a
 part: most of the bulk's time (issue 30).  :func:`stage_columnar` stages them together:
 
@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from shardstore.engine.doc_versions import with_versions  # re-exported: the one-part path, below the shard
-from shardstore.engine.shard import ShardCopy
+from shardstore.engine.shard.doc_versions import with_versions  # re-exported: the one-part path, below the shard
+from shardstore.engine.shard.shard_copy import ShardCopy
 from shardstore.segments.directory import buffered_docs
 from shardstore.segments.mapping import Mapping
 from shardstore.segments.versions import SMALL_BATCH, next_versions

@@ -44,7 +44,7 @@ import pyarrow as pa
 from shardstore.blobstores.base import BlobStore
 from shardstore.cluster_state.errors import NotMaster
 from shardstore.core.path_strategy import PathStrategy
-from shardstore.engine.bulk_parts import NodeRoles, apply_one, apply_parts, joining_hold, staging_hold
+from shardstore.engine.coordinator.bulk_parts import NodeRoles, apply_one, apply_parts, joining_hold, staging_hold
 from shardstore.engine.errors import (
     InvalidRequest,
     OperationTermTooOld,
@@ -53,9 +53,9 @@ from shardstore.engine.errors import (
     StalePrimary,
     WriteNotAcknowledged,
 )
-from shardstore.engine.fault_detection import FaultDetectionSettings
-from shardstore.engine.node_remote import NodeRemote
-from shardstore.engine.shard import ShardCopy, ShardSpec
+from shardstore.engine.node.fault_detection import FaultDetectionSettings
+from shardstore.engine.node.remote import NodeRemote
+from shardstore.engine.shard.shard_copy import ShardCopy, ShardSpec
 from shardstore.errors import LocalDiskError
 from shardstore.segments.mapping import Mapping
 from shardstore.transport import NodeDisconnected
@@ -314,7 +314,7 @@ class NodeService:
                 continue
 
     def _bulk(self, req: dict[str, Any]) -> dict[str, Any]:
-        """``shard.bulk`` on the primary (engine/bulk_parts.py, ``apply_one``); the coordinator reads only the
+        """``shard.bulk`` on the primary (engine/coordinator/bulk_parts.py, ``apply_one``); the coordinator reads only the
         seq#, term and version of the stamped batch: sending back its sources would double the bytes."""
         expect = None if req.get("expect") is None else tuple(req["expect"])
         return {"ops": apply_one(req, self._key(req), self._roles(), expect=expect)}
@@ -329,11 +329,11 @@ class NodeService:
     def _bulk_many(self, req: dict[str, Any]) -> dict[str, Any]:
         """``shard.bulk_many``: one bulk's parts for several shards whose primaries are here, staged together
         inside one hold of this node's upload round (issue 30), replicated, then settled; per part
-        ``{"ops"}`` or ``{"error", "retry"}`` (engine/bulk_parts.py)."""
+        ``{"ops"}`` or ``{"error", "retry"}`` (engine/coordinator/bulk_parts.py)."""
         return {"results": apply_parts(req["shards"], self._roles())}
 
     def _roles(self) -> NodeRoles:
-        """This node's side of a bulk for engine/bulk_parts.py."""
+        """This node's side of a bulk for engine/coordinator/bulk_parts.py."""
         return NodeRoles(
             lock=self.write_lock, primary=lambda part: self._copy(part, primary=True),
             hold=lambda keys: staging_hold(self.remote, self.copies, keys),

@@ -2,7 +2,7 @@
 its index directory, and the remote translog above it, with what could not be brought back (issue 14, case 1).
 
 The copy itself (replay, promotion) is :meth:`ShardCopy.recover_from_remote`; the decision
-whether anything acknowledged is missing is :mod:`~shardstore.engine.restore_check`
+whether anything acknowledged is missing is :mod:`~shardstore.engine.shard.restore_check`
 (docs/design/engine.md, "Restore never returns less").
 """
 
@@ -15,8 +15,8 @@ import pyarrow as pa
 
 from shardstore.blobstores.base import BlobStore
 from shardstore.core.address import ShardAddress
-from shardstore.engine.restore_audit import Evidence, audit
-from shardstore.engine.restore_check import ShardLoss, missing_ranges
+from shardstore.engine.shard.restore_audit import Evidence, audit
+from shardstore.engine.shard.restore_check import ShardLoss, missing_ranges
 from shardstore.segments.errors import CommitNotFound
 from shardstore.segments.remote_store import known_terms, restore
 from shardstore.translog.errors import TranslogCorruptedError

@@ -21,8 +21,8 @@ from typing import Any
 import pyarrow as pa
 
 from shardstore.engine.errors import NodeDisconnected, ShardUnavailable
-from shardstore.engine.shard import ShardCopy
-from shardstore.engine.staging import ColumnarPart, Staged, stage_columnar, takes_columnar
+from shardstore.engine.shard.shard_copy import ShardCopy
+from shardstore.engine.shard.staging import ColumnarPart, Staged, stage_columnar, takes_columnar
 from shardstore.errors import LocalDiskError
 
 
@@ -149,7 +149,7 @@ def apply_parts(parts: Sequence[dict[str, Any]], node: NodeRoles) -> list[dict[s
 
 def _stage_together(parts: Sequence[dict[str, Any]], copies: Sequence[ShardCopy | None], mappings: list[Any]
                     ) -> dict[int, Staged | BaseException | None]:
-    """The parts that may be staged in one columnar pass (engine/staging.py), staged: by position, (stamped,
+    """The parts that may be staged in one columnar pass (engine/shard/staging.py), staged: by position, (stamped,
     pending) or the part's error; a part not there (or None) goes through the one-part path."""
     chosen = [i for i, copy in enumerate(copies) if copy is not None and mappings[i] is not None
               and takes_columnar(copy, parts[i]["ops"], parts[i].get("fields"), mappings[i])]

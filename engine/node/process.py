@@ -8,15 +8,15 @@ leaves the cluster and stops) or SIGKILL.  One process holds:
   unless TLS and credentials are configured, docs/design/transport.md, "Security");
 - the coordination node (:class:`~shardstore.cluster_state.coordination.ClusterManagerNode`):
   votes, accepts and applies published cluster states; master-eligible by default;
-- the data role (:class:`~shardstore.engine.node_service.NodeService`): shard copies;
-- the cluster-manager role (:class:`~shardstore.engine.manager.ManagerRole`), active while
+- the data role (:class:`~shardstore.engine.node.data_role.NodeService`): shard copies;
+- the cluster-manager role (:class:`~shardstore.engine.manager.role.ManagerRole`), active while
   this node is the elected manager;
-- the coordinating role (:class:`~shardstore.engine.coordinator.Coordinator`): ``client.*``.
+- the coordinating role (:class:`~shardstore.engine.coordinator.role.Coordinator`): ``client.*``.
 
 A background thread runs, every ``fd.interval`` seconds: discovery (``discovery.hello`` to
 the seed hosts, addresses from the applied cluster state), joining the elected manager,
 an election when no manager is known, and fault detection
-(:mod:`~shardstore.engine.fault_detection`): the manager checks its followers, the
+(:mod:`~shardstore.engine.node.fault_detection`): the manager checks its followers, the
 followers check the manager.
 """
 
@@ -38,13 +38,13 @@ from shardstore.blobstores.base import BlobStore
 from shardstore.cluster_state import coordination
 from shardstore.cluster_state.coordination import ClusterManagerNode
 from shardstore.cluster_state.errors import ClusterStateSuperseded, NotMaster, StaleTerm
-from shardstore.engine.coordinator import Coordinator
-from shardstore.engine.datadir import DataDirLock
+from shardstore.engine.coordinator.role import Coordinator
 from shardstore.engine.errors import InvalidRequest, NodeNotReady
-from shardstore.engine.fault_detection import OK, REFUSED, TIMEOUT, FailureCounter, FaultDetectionSettings
-from shardstore.engine.manager import ManagerRole
-from shardstore.engine.metadata import indices_from_state
-from shardstore.engine.node_service import NodeService
+from shardstore.engine.manager.metadata import indices_from_state
+from shardstore.engine.manager.role import ManagerRole
+from shardstore.engine.node.data_role import NodeService
+from shardstore.engine.node.datadir import DataDirLock
+from shardstore.engine.node.fault_detection import OK, REFUSED, TIMEOUT, FailureCounter, FaultDetectionSettings
 from shardstore.net.flight import ANY_NODE, FlightTransport
 from shardstore.net.security import Security
 from shardstore.net.wire import register_dataclass
@@ -149,7 +149,7 @@ class NodeProcess:
             self._quorum_ok_at = 0.0  # manager: when a quorum last answered its follower checks
             self._lease_until = 0.0  # follower: when its read lease ends (monotonic)
             #: manager -> when this node last answered its follower check (monotonic): a new manager's bound on
-            #: what its predecessors' leases may still run (engine/read_lease.py); before this process started,
+            #: what its predecessors' leases may still run (engine/node/read_lease.py); before this process started,
             #: none (it may have answered one in an earlier run: its start is the bound then)
             self._answered: dict[str, float] = {}
             self._started_at = time.monotonic()
@@ -429,7 +429,7 @@ class NodeProcess:
         longer counts it: its copies may have been promoted elsewhere; process simulator seed 97);
         the manager: a quorum answered a follower-check round started within it.  The lease
         (``fd.read_lease_seconds``, 3 s by default) is waited out by the manager before it promotes
-        another copy of a removed node's primary (engine/read_lease.py), however fast fault
+        another copy of a removed node's primary (engine/node/read_lease.py), however fast fault
         detection removed the node (a refused connection: process simulator seed 291), so a
         primary cut off from the majority stops serving before a newer value can be acknowledged.
         """
@@ -457,7 +457,7 @@ class NodeProcess:
     def may_read(self, index_uuid: str, shard: int) -> bool:
         """Whether this node's primary of the shard may serve a read: within the read lease, and the cluster state
         this node applied still routes the shard's primary here (a grant after a publication that took the
-        primary away finds the node knowing it: engine/read_lease.py)."""
+        primary away finds the node knowing it: engine/node/read_lease.py)."""
         if not self.in_contact():
             return False
         state = self.cm.applied

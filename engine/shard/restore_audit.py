@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from shardstore.blobstores.base import BlobStore
 from shardstore.core.address import ShardAddress
-from shardstore.engine.restore_check import capped
+from shardstore.engine.shard.restore_check import capped
 from shardstore.errors import ShardstoreError
 from shardstore.segments.remote_metadata import RemoteCommitMetadata
 from shardstore.segments.remote_store import iter_commits, read_metadata
@@ -160,7 +160,7 @@ def _purged_without_commit(address: ShardAddress, terms: list[int], ev: Evidence
     """Name the lost commit when none is readable yet the translog starts above seq# 0.
 
     Only a remote commit lets the translog be purged (a new shard's first commit covers all of
-    it: engine/flush_policy.py, ``remote_purge_gate``), so the operations below were in that
+    it: engine/shard/flush_policy.py, ``remote_purge_gate``), so the operations below were in that
     commit, whose metadata blob is gone without a trace to read: the fault is its place.
     """
     if ev.commits or any("/segments/" in f for f in ev.faults):

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from shardstore.engine.metadata import IndexMeta
+from shardstore.engine.manager.metadata import IndexMeta
 
 __all__ = ["FAULTS", "HeldCopy", "RoutingFault", "held_from_stats", "routing_faults"]
 

@@ -1,8 +1,8 @@
 """The coordinating role of a node process: the document API over the network (issue 29).
 
 Every node answers ``client.*`` actions.  Its :class:`Coordinator` is the
-:class:`~shardstore.engine.documents.DocumentRouter` of the one document API
-(:class:`~shardstore.engine.documents.Documents`, shared with the embedded ``Cluster``):
+:class:`~shardstore.engine.coordinator.documents.DocumentRouter` of the one document API
+(:class:`~shardstore.engine.coordinator.documents.Documents`, shared with the embedded ``Cluster``):
 it reads routing from the cluster state this node applied, sends each shard's operations
 to the primary's node (``shard.bulk``) and mapping updates to the cluster manager
 (``cm.put_mapping``).
@@ -28,11 +28,11 @@ from typing import Any
 import pyarrow as pa
 
 from shardstore.cluster_state.coordination import ClusterManagerNode
-from shardstore.engine.bulk_parts import group_by_node, take_answers, unsent
-from shardstore.engine.documents import Documents
+from shardstore.engine.coordinator.bulk_parts import group_by_node, take_answers, unsent
+from shardstore.engine.coordinator.documents import Documents
 from shardstore.engine.errors import ClusterClosed, IndexNotFound, InvalidRequest, ShardUnavailable
-from shardstore.engine.metadata import IndexMeta, indices_from_state
-from shardstore.engine.node_service import call_manager
+from shardstore.engine.manager.metadata import IndexMeta, indices_from_state
+from shardstore.engine.node.data_role import call_manager
 from shardstore.errors import ShardstoreError
 from shardstore.segments.mapping import Mapping
 from shardstore.transport import NodeDisconnected
@@ -143,7 +143,7 @@ class Coordinator:
                      mapping: Mapping | None) -> list[pa.RecordBatch | BaseException]:
         """One bulk's parts, one ``shard.bulk_many`` per primary node (in parallel); per part the stamped
         operations or the error.  A part whose node held no primary, or a request that never reached its
-        node, goes through :meth:`write_shard`, which waits out a failover (engine/bulk_parts.py)."""
+        node, goes through :meth:`write_shard`, which waits out a failover (engine/coordinator/bulk_parts.py)."""
         out: list[pa.RecordBatch | BaseException | None] = [None] * len(parts)
         routing = self.index_meta(meta.name).routing
         groups = group_by_node([p[0] for p in parts], lambda s: routing[s].primary)

@@ -40,20 +40,20 @@ from shardstore.blobstores.base import BlobStore
 from shardstore.core.address import ShardAddress
 from shardstore.core.arrays import filled
 from shardstore.core.path_strategy import PathStrategy, PlainPathStrategy
-from shardstore.engine.doc_versions import with_versions
 from shardstore.engine.errors import (
     OperationTermTooOld,
     RestoreDataLoss,
     ResyncRefused,
     StalePrimary,
 )
-from shardstore.engine.flush_policy import FALLBACK_COMMITS, FlushMark, flush_needed, remote_purge_gate
-from shardstore.engine.local_disk import local_disk
-from shardstore.engine.node_remote import NodeRemote
-from shardstore.engine.restore_check import ShardLoss
-from shardstore.engine.seq_ranges import gaps, split_by_term
-from shardstore.engine.staged_write import Refreshing, Staged
-from shardstore.engine.store_recovery import read_from_store
+from shardstore.engine.node.remote import NodeRemote
+from shardstore.engine.shard.doc_versions import with_versions
+from shardstore.engine.shard.flush_policy import FALLBACK_COMMITS, FlushMark, flush_needed, remote_purge_gate
+from shardstore.engine.shard.local_disk import local_disk
+from shardstore.engine.shard.restore_check import ShardLoss
+from shardstore.engine.shard.seq_ranges import gaps, split_by_term
+from shardstore.engine.shard.staged_write import Refreshing, Staged
+from shardstore.engine.shard.store_recovery import read_from_store
 from shardstore.errors import LocalDiskError, TooManyOpenFiles, is_too_many_open_files
 from shardstore.segments import row_cache
 from shardstore.segments.directory import INDEX_BUFFER_BYTES, Prepared, ShardDirectory
@@ -169,7 +169,7 @@ class ShardCopy:
     # -- set-up -----------------------------------------------------------------------------
 
     def _local_disk(self, op: str) -> contextlib.AbstractContextManager[None]:
-        """Fail this copy for good on a local write or fsync error (engine/local_disk.py)."""
+        """Fail this copy for good on a local write or fsync error (engine/shard/local_disk.py)."""
         return local_disk(self, op)
 
     def _replay_local_translog(self, above: int) -> None:
@@ -287,7 +287,7 @@ class ShardCopy:
 
     @contextlib.contextmanager
     def staging(self) -> Iterator[None]:
-        """Hold this copy while engine/staging.py's columnar pass stages its part; StalePrimary if not a primary."""
+        """Hold this copy while engine/shard/staging.py's columnar pass stages its part; StalePrimary if not a primary."""
         with self._lock, row_cache.warmer.foreground():
             if not self.primary:
                 raise StalePrimary(f"{self.path}: not a primary (term {self.primary_term}); nothing was applied")
@@ -662,7 +662,7 @@ class ShardCopy:
 
     def flush(self) -> bool:
         """Commit locally, upload the commit, then purge what the (remote) commit covers; False when nothing
-        changed since the last flush (then nothing is written and no request is made: engine/flush_policy.py)."""
+        changed since the last flush (then nothing is written and no request is made: engine/shard/flush_policy.py)."""
         with self._lock, self._local_disk("flush"), row_cache.warmer.foreground():
             mark = self._flush_mark()
             if not flush_needed(self._flushed, mark, older_terms_pending=self._older_terms_pending):
@@ -751,7 +751,7 @@ class ShardCopy:
                             index_name: str | None = None, acknowledged_max: int = NO_OPS_PERFORMED,
                             node_remote: NodeRemote | None = None) -> ShardCopy:
         """Rebuild a copy on an empty disk: newest valid remote commit, then the remote translog above it
-        (:func:`~shardstore.engine.store_recovery.read_from_store`, which explains ``known_term`` and
+        (:func:`~shardstore.engine.shard.store_recovery.read_from_store`, which explains ``known_term`` and
         ``acknowledged_max``).
 
         Every seq# the store says was acknowledged must come back (docs/design/engine.md,

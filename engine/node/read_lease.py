@@ -1,7 +1,7 @@
 """Read leases as the cluster manager knows them: when a removed node may still serve a read (issue 41).
 
 A primary serves realtime reads (``shard.get``, ``shard.count``, ``shard.scan``) only within its
-node's read lease (:meth:`~shardstore.engine.node_process.NodeProcess.in_contact`): a follower's
+node's read lease (:meth:`~shardstore.engine.node.process.NodeProcess.in_contact`): a follower's
 lease runs ``seconds`` from the moment it *sent* a leader check that the manager answered
 "member"; the manager's own from the start of a follower-check round a quorum answered.
 

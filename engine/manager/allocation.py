@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from shardstore.engine.metadata import IndexMeta
+from shardstore.engine.manager.metadata import IndexMeta
 
 log = logging.getLogger(__name__)
 

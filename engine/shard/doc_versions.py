@@ -1,6 +1,6 @@
 """A primary's versions for one part of a bulk: the one-part path of :meth:`ShardCopy.primary_apply`.
 
-:mod:`shardstore.engine.staging` (the columnar pass over many copies, which imports the shard)
+:mod:`shardstore.engine.shard.staging` (the columnar pass over many copies, which imports the shard)
 re-exports :func:`with_versions`; the shard imports it from here, below both (issue 42: no cycle).
 """
 
