@@ -21,7 +21,7 @@ direction of a link; a fault proxy per link), checked by the same client model; 
 has its own processes (ports picked by the OS).  A failing or stalled schedule's node logs are copied under ``--chaos-logs``.
 
 ``--embedded-roles`` runs the same process-mode schedules on the same node roles embedded in
-the bench's worker (``shardstore.engine.embedded``, issue 42): one in-process transport
+the bench's worker (``shardstore.engine.Cluster``, issue 42): one in-process transport
 whose rules cut links (down: refused at once; blackhole: a call hangs until its timeout) and
 pause a node (its messages hang); the roles log into the schedule's ``embedded.log``.
 """

@@ -218,7 +218,7 @@ def _failovers(ctx: Context, procs: Any, client: Any, reps: int) -> tuple[list[f
         shard = next((s for s in range(SHARDS) if primaries[s] != manager), 0)
         victim = primaries[shard]
         others = [n for n in procs.names if n != victim]
-        writer_client = procs.client_of([*others, victim])
+        writer_client = procs.client([*others, victim])
         writer = _Writer(writer_client, index, _shard_ids_for(shard, 200_000, f"fo{rep}-"))
         try:
             writer.wait_acks(20)

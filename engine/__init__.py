@@ -15,7 +15,8 @@ shardstore.engine.demo``).  It builds on every library layer below it (translog,
 cluster_state, blobstores, plugins, core).
 """
 
-from shardstore.engine.cluster import BulkResult, Cluster
+from shardstore.engine.cluster import Cluster
+from shardstore.engine.coordinator.documents import BulkResult
 from shardstore.engine.errors import (
     ClusterClosed,
     EngineError,

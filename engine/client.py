@@ -15,7 +15,7 @@ as not acknowledged, a single-document call raises the ``NodeDisconnected``.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from collections.abc import Mapping as MappingABC
 from typing import Any
 
@@ -33,6 +33,7 @@ from shardstore.transport import NodeDisconnected
 
 #: seconds a client trusts its copy of an index's routing (a moved primary still answers, one hop slower)
 ROUTING_TTL = 1.0
+_RANK = {"red": 0, "yellow": 1, "green": 2}
 _WRITES = frozenset({"client.bulk", "client.index_doc", "client.delete", "client.create_index"})
 
 
@@ -89,11 +90,18 @@ class Client:
             time.sleep(0.05)
 
     def create_index(self, name: str, shards: int = 1, replicas: int = 1, mappings: dict | None = None,
-                     durability: str = "request", source: str = "stored") -> str:
-        """Create an index (through the elected cluster manager); its UUID."""
-        return self._call("client.create_index", {"name": name, "shards": shards, "replicas": replicas,
+                     durability: str = "request", source: str = "stored", *, wait: float | None = 120.0) -> str:
+        """Create an index (through the elected cluster manager); its UUID once it is allocated.
+
+        Returns once every shard has its primary and the replicas the data nodes can hold are in
+        sync (HealthTimeout after ``wait`` seconds; ``wait=None``: at once).
+        """
+        uuid = self._call("client.create_index", {"name": name, "shards": shards, "replicas": replicas,
                                                   "mappings": mappings, "durability": durability,
                                                   "source": source})["uuid"]
+        if wait is not None:
+            self.wait_for_allocation(name, timeout=wait)
+        return uuid
 
     def bulk(self, index: str, docs: pa.Table | Iterable[MappingABC[str, Any]]) -> BulkResult:
         """Index documents; per-item results (a lost answer: every item not acknowledged, with the reason)."""
@@ -187,31 +195,45 @@ class Client:
         """Every searchable live document of the primaries as one table."""
         return self._call("client.scan", {"index": _check_index(index), "columns": columns})
 
-    def primary_of(self, index: str, shard: int) -> str:
-        """The node holding the shard's primary."""
-        return self._call("client.primary_of", {"index": index, "shard": shard})
+    def primary_of(self, index: str, shard: int) -> str | None:
+        """The node holding the shard's primary (None while it has none)."""
+        return self._call("client.primary_of", {"index": _check_index(index), "shard": shard})
 
-    def health(self) -> ClusterHealth:
-        """The cluster manager's health: green, yellow or red, with shard counts."""
-        d = self._call("client.health", {})
+    def health(self, index: str | None = None) -> ClusterHealth:
+        """The cluster manager's health of the cluster (or one index): green, yellow or red, with shard counts."""
+        d = self._call("client.health", {} if index is None else {"index": _check_index(index)})
         return ClusterHealth(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
 
     def wait_for_health(self, status: str = "green", timeout: float = 120.0) -> ClusterHealth:
-        """Block until health is at least ``status``; HealthTimeout names what is missing."""
-        rank = {"red": 0, "yellow": 1, "green": 2}
-        if status not in ("yellow", "green"):
+        """Block until health is at least ``status``; HealthTimeout names what is missing, at once when too
+        few data nodes are up for green."""
+        if status not in _RANK or status == "red":
             raise InvalidRequest(f"wait_for_health status must be 'yellow' or 'green', not {status!r}")
+        return self._wait(lambda h: _RANK[h.status] >= _RANK[status], f"health {status}", timeout,
+                          hopeless=lambda h: status == "green" and not h.green_possible and h.status == "yellow"
+                          and not h.initializing_shards)
+
+    def wait_for_allocation(self, index: str | None = None, timeout: float = 120.0) -> ClusterHealth:
+        """Block until every shard (of ``index``, or of all) has its primary and the replicas the data nodes can
+        hold in sync, none recovering (HealthTimeout)."""
+        return self._wait(lambda h: h.settled, "allocation", timeout, index=index)
+
+    def _wait(self, done: Callable[[ClusterHealth], bool], what: str, timeout: float, *, index: str | None = None,
+              hopeless: Callable[[ClusterHealth], bool] = lambda h: False) -> ClusterHealth:
+        """Poll health until ``done``; HealthTimeout after ``timeout`` or once ``hopeless``; elections waited out."""
         deadline = time.monotonic() + timeout
         while True:
             try:
-                h = self.health()
-                if rank[h.status] >= rank[status]:
+                h: Any = self.health(index)
+                if done(h):
                     return h
-            except Exception as exc:  # noqa: BLE001 - no manager yet (an election): waited out
-                h = exc  # type: ignore[assignment]
+                if hopeless(h):
+                    raise HealthTimeout(f"{what}: no recovery can get there with {h.data_nodes} data nodes: {h}")
+            except NodeNotReady as exc:  # no manager yet (an election): waited out
+                h = exc
             if time.monotonic() >= deadline:
-                raise HealthTimeout(f"cluster health is not {status} after {timeout}s: {h}")
-            time.sleep(0.05)
+                raise HealthTimeout(f"{what}: not reached after {timeout}s: {h}")
+            time.sleep(0.02)
 
     def close(self) -> None:
         """Drop the connections."""

@@ -1,28 +1,12 @@
 """The embedded cluster: the production node roles, N of them in this process (issue 42).
 
-``Cluster(store=url, data_dir=..., nodes=3)`` is a thin launcher.  It starts data nodes
-``node-0..`` and dedicated cluster-manager nodes ``cm-0..cm-2`` (``cluster_managers``) as
-:class:`~shardstore.engine.embedded.EmbeddedNodes`: each one the very
-:class:`~shardstore.engine.node.process.NodeProcess` a ``shardstore node`` process runs
-(data node, cluster-manager-eligible, coordinator, fault detection, elections), over one
-in-process :class:`~shardstore.transport.Transport` and one blob store.  Its document API
-is the network :class:`~shardstore.engine.client.Client` over that transport, so a write
-takes the path a deployed cluster's does: coordinator, primary, replicas; promotion,
-allocation, peer recovery and rebuilds from the store are the manager role's
-(:mod:`~shardstore.engine.manager.role`).  There is no second implementation of any of them.
-
-What this module adds is what only an in-process launcher can offer:
-
-- node control: :meth:`kill_node` (a SIGKILL: no flush, optionally the disk wiped),
-  :meth:`start_node` (the node's roles again on its data directory);
-- fault injection on :attr:`transport` (drops, delays, hooks, partitions by node name);
-- reads of the live roles for tests and benches: :attr:`indices` (the elected manager's
-  routing), :attr:`nodes` (each live node's :class:`~shardstore.engine.node.data_role.NodeService`),
-  :meth:`primary_copy`, :meth:`cluster_state`;
-- :meth:`restore`: a new cluster on empty disks from the blob store alone, which returns
-  once every shard is back or raises :class:`~shardstore.engine.errors.RestoreDataLoss`.
-
-See docs/design/engine.md, "One set of roles, launched two ways".
+``Cluster(store=url, data_dir=..., nodes=3)`` starts data nodes ``node-0..`` and dedicated managers ``cm-0..``
+(``cluster_managers=0``: every node holds every role), each the very ``NodeProcess`` a ``shardstore node`` runs,
+over one in-process transport and one blob store.  It *is* the network ``Client`` over that transport, so a write
+takes a deployed cluster's path; no role is implemented twice.  It adds what only an in-process launcher offers:
+node control as ``ProcessCluster`` drives processes (kill, stop, restart, pause, partitions through
+``net/local_faults.py``), ``kill_node``/``start_node`` that wait for the manager to act, reads of the live roles,
+and :meth:`restore`.  docs/design/engine.md, "One set of roles, launched two ways".
 """
 
 from __future__ import annotations
@@ -31,97 +15,77 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Iterable
-from collections.abc import Mapping as MappingABC
 from typing import Any
 
-import pyarrow as pa
-
+import shardstore.engine.errors as err
 from shardstore.blobstores import open_store
 from shardstore.blobstores.base import BlobStore
 from shardstore.cluster_state.errors import NoClusterState
-from shardstore.engine.coordinator.documents import BulkResult
-from shardstore.engine.embedded import EMBEDDED_FD, EmbeddedNodes
-from shardstore.engine.errors import (
-    ClusterClosed,
-    HealthTimeout,
-    IndexNotFound,
-    InvalidRequest,
-    NodeNotFound,
-    NodeNotReady,
-    RestoreDataLoss,
-    ShardUnavailable,
-)
-from shardstore.engine.manager.allocation import ClusterHealth
+from shardstore.engine.client import Client
+from shardstore.engine.coordinator.role import FAILOVER_WAIT
 from shardstore.engine.manager.metadata import IndexMeta
 from shardstore.engine.manager.role import ManagerRole
 from shardstore.engine.node.data_role import NodeService
 from shardstore.engine.node.datadir import DataDirLock
 from shardstore.engine.node.fault_detection import FaultDetectionSettings
+from shardstore.engine.node.process import ROLES, NodeProcess, NodeSettings
 from shardstore.engine.shard.restore_check import ShardLoss
 from shardstore.engine.shard.shard_copy import ShardCopy
+from shardstore.net.local_faults import LocalFaults
+from shardstore.net.local_link import LocalLink
 from shardstore.segments.directory import INDEX_BUFFER_BYTES
 from shardstore.transport import Transport
 
 log = logging.getLogger(__name__)
-__all__ = ["BulkResult", "Cluster"]  # BulkResult lives in documents.py; imported from here too
 #: how long the constructor waits for the first election and for a restore to bring every shard back
 START_TIMEOUT = 120.0
 #: how long ``kill_node`` / ``start_node`` wait for the manager to act on it
 SETTLE_TIMEOUT = 30.0
-#: how long a call waits for a cluster manager to be elected before it raises (NodeNotReady)
-READY_WAIT = 10.0
+#: fault detection of embedded nodes: a silent peer is found in 3 * (0.25 + 1.0) s; a killed one at once
+EMBEDDED_FD = FaultDetectionSettings(interval=0.25, timeout=1.0, retries=3)
 
 
-def _failed_over(manager: ManagerRole, name: str) -> bool:
-    """No shard is routed to ``name`` as its primary, and none waits for a promotion still under way."""
-    return all(sr.primary != name and manager.settled(meta.name, sr.shard)
-               for meta in list(manager.indices.values()) for sr in meta.routing)
+class Cluster(Client):
+    """N production node roles in this process behind the document API (see the module docstring)."""
 
-
-class Cluster:
-    """N production node roles in this process behind the document API (see the module docstring).
-
-    On empty data directories over a store that already holds a cluster state, the elected
-    manager restores it and rebuilds every shard from the store, as :meth:`restore` does.
-    """
-
-    def __init__(self, store: str | BlobStore, data_dir: str = "./shardstore-data", nodes: int = 3,
-                 *, cluster_managers: int = 3, transport: Transport | None = None, recovery_delay: float = 1.0,
-                 accept_data_loss: bool = False, index_buffer_bytes: int = INDEX_BUFFER_BYTES,
-                 fault_detection: FaultDetectionSettings = EMBEDDED_FD, **store_options: Any) -> None:
-        if nodes < 1:
-            raise InvalidRequest(f"a cluster needs at least one node, got nodes={nodes}")
-        if cluster_managers < 1:
-            raise InvalidRequest(f"a cluster needs at least one cluster manager, got cluster_managers={cluster_managers}")
-        if recovery_delay < 0:
-            raise InvalidRequest(f"recovery_delay must be >= 0 seconds, got {recovery_delay}")
-        if isinstance(index_buffer_bytes, bool) or not isinstance(index_buffer_bytes, int) or index_buffer_bytes < 1:
-            raise InvalidRequest(f"index_buffer_bytes must be an int >= 1, got {index_buffer_bytes!r}")
-        if store is None:
-            raise InvalidRequest("a cluster needs a blob store (store='file:///path', 's3://bucket/prefix', ...)")
+    def __init__(self, store: str | BlobStore, data_dir: str = "./shardstore-data", nodes: int = 3, *,
+                 cluster_managers: int = 3, names: list[str] | None = None, transport: Transport | None = None,
+                 recovery_delay: float = 1.0, accept_data_loss: bool = False,
+                 index_buffer_bytes: int = INDEX_BUFFER_BYTES, fault_detection: FaultDetectionSettings = EMBEDDED_FD,
+                 ready_wait: float = 10.0, failover_wait: float = FAILOVER_WAIT, request_timeout: float = 30.0,
+                 **store_options: Any) -> None:
+        """Start the nodes (on a store holding a cluster state: restore it); returns once a manager is elected."""
+        if nodes < 1 or cluster_managers < 0 or recovery_delay < 0 or store is None:
+            raise err.InvalidRequest(f"a cluster needs a store, nodes >= 1, cluster_managers >= 0 and recovery_delay "
+                                 f">= 0, got {store=}, {nodes=}, {cluster_managers=}, {recovery_delay=}")
         if store_options and not isinstance(store, str):
-            raise InvalidRequest(f"store options {sorted(store_options)} apply to a store URL, not to an opened "
+            raise err.InvalidRequest(f"store options {sorted(store_options)} apply to a store URL, not to an opened "
                                  f"{type(store).__name__}")
-        #: after a failover, replica rebuilds and the new primary's re-upload start this many seconds later
-        self.recovery_delay = recovery_delay
-        self.index_buffer_bytes = index_buffer_bytes
-        self.data_dir = data_dir
+        data = list(names) if names is not None else [f"node-{i}" for i in range(nodes)]
+        if len(data) != nodes or len(set(data)) != nodes:
+            raise err.InvalidRequest(f"{nodes} nodes need {nodes} distinct names, got {data}")
+        self.data_dir, self.recovery_delay, self.fd = data_dir, recovery_delay, fault_detection
+        self.managers = [f"cm-{i}" for i in range(cluster_managers)]
+        self.names = data + self.managers
+        self._options = dict(index_buffer_bytes=index_buffer_bytes, accept_data_loss=accept_data_loss,
+                             request_timeout=request_timeout, failover_wait=failover_wait)
         self._dir_lock = DataDirLock(data_dir)  # before the store: a second cluster on this dir writes nothing
         self._closed = False
-        self._launcher: EmbeddedNodes | None = None
+        #: each running node's roles, by name
+        self.processes: dict[str, NodeProcess] = {}
+        self._links: dict[str, LocalLink] = {}
         try:
             self.store = open_store(store, **store_options) if isinstance(store, str) else store
-            self._launcher = EmbeddedNodes(data_dir, self.store, nodes, names=[f"node-{i}" for i in range(nodes)],
-                                           managers=cluster_managers,
-                                           fd=fault_detection, recovery_delay=recovery_delay,
-                                           transport=transport, index_buffer_bytes=index_buffer_bytes,
-                                           accept_data_loss=accept_data_loss)
-            self.transport = self._launcher.transport
-            self._client = self._launcher.client(timeout=60.0, ready_wait=START_TIMEOUT)
+            self.transport = transport or Transport()
+            #: pauses and partitions by node name (``pause``, ``resume``, ``cut``, ``isolate``, ``split``, ``heal``)
+            self.faults = LocalFaults(self.transport, lambda: self.names)
+            for name in self.names:
+                self._start(name)
+            super().__init__(self.names, transport=LocalLink(self.transport, default_timeout=60.0),
+                             ready_wait=START_TIMEOUT)
             state = self._started()
+            self.ready_wait = ready_wait  # from now on an election is waited out this long
             self._cluster_uuid = state.cluster_uuid
-            self._client.ready_wait = READY_WAIT  # from now on an election is waited out this long
             #: indices found in the cluster state at start (a restore): their shards came from the store
             self.restored_indices = sorted(state.indices)
             for loss in self.restore_losses:
@@ -130,46 +94,44 @@ class Cluster:
             self.close()
             raise
 
+    def _start(self, name: str) -> None:
+        roles, eligible = (ROLES, self.names) if not self.managers else (
+            frozenset({"cluster_manager"} if name in self.managers else {"data"}), self.managers)
+        settings = NodeSettings(name=name, data_dir=os.path.join(self.data_dir, name), store="embedded", listen=name,
+                                seed_hosts=tuple(n for n in self.names if n != name), initial_managers=tuple(eligible),
+                                roles=roles, fault_detection=self.fd, recovery_delay=self.recovery_delay,
+                                nodes_per_process=len(self.names), **self._options)
+        link = LocalLink(self.transport, default_timeout=settings.request_timeout,
+                         action_timeouts=settings.action_timeouts())
+        self.processes[name], self._links[name] = NodeProcess(settings, transport=link, store=self.store), link
+
     def _started(self) -> Any:
-        """Wait for the first manager and, on a restore, for every shard to come back; the applied state."""
+        """Wait for a manager and, on a restore, for every shard to come back; the applied cluster state."""
         deadline = time.monotonic() + START_TIMEOUT
-        self._client.health()  # waits out the first election (NodeNotReady) for up to START_TIMEOUT
-        while (state := self.cluster_state()) is None or self.manager() is None:
+        while True:
+            manager = self.manager()
+            lost = [e for e in manager.store_failures() if isinstance(e, err.RestoreDataLoss)] if manager else []
+            if lost:  # a rebuild from the store refused: acknowledged operations are gone
+                raise err.RestoreDataLoss([loss for exc in lost for loss in exc.losses])
+            try:
+                if manager is not None and manager.coordination.applied is not None and self.health().settled:
+                    return manager.coordination.applied
+            except err.NodeNotReady:  # an election meanwhile: waited out
+                pass
             if time.monotonic() > deadline:
-                raise HealthTimeout(f"no cluster manager elected after {START_TIMEOUT}s")
+                raise err.HealthTimeout(f"no manager, or shards not back from the store, after {START_TIMEOUT}s")
             time.sleep(0.02)
-        if state.indices:  # a restore: every shard is rebuilt from the store, or refuses (RestoreDataLoss)
-            while True:
-                manager = self.manager()
-                failures = manager.store_failures() if manager is not None else []
-                losses = [exc for exc in failures if isinstance(exc, RestoreDataLoss)]
-                if losses:
-                    raise RestoreDataLoss([loss for exc in losses for loss in exc.losses])
-                try:
-                    health: Any = self.health()
-                    if health.status != "red":
-                        break
-                except NodeNotReady as exc:  # a new election meanwhile: waited out
-                    health = exc
-                if time.monotonic() > deadline:
-                    raise HealthTimeout(f"restore: shards still red after {START_TIMEOUT}s: {health}")
-                time.sleep(0.02)
-            self.wait_for_allocation()
-        return state
+
+    def _call(self, action: str, request: dict[str, Any]) -> Any:
+        if self._closed:
+            raise err.ClusterClosed(f"{action} on a closed cluster")
+        return super()._call(action, request)
 
     # -- the live roles -----------------------------------------------------------------------------
 
     def manager(self) -> ManagerRole | None:
         """The elected cluster manager's role (None between managers)."""
-        for proc in self._launcher.nodes.copy().values() if self._launcher else ():
-            if proc.manager.active:
-                return proc.manager
-        return None
-
-    def manager_node(self) -> str | None:
-        """The elected cluster manager's node name (None between managers)."""
-        manager = self.manager()
-        return manager.name if manager is not None else None
+        return next((p.manager for p in list(self.processes.values()) if p.manager.active), None)
 
     def cluster_state(self) -> Any:
         """The cluster state the elected cluster manager last applied (None while there is none)."""
@@ -179,9 +141,7 @@ class Cluster:
     @property
     def cluster_uuid(self) -> str:
         """This cluster's UUID (a restore chains a new one to the store's last), as its manager last applied it."""
-        state = self.cluster_state()
-        if state is not None:
-            self._cluster_uuid = state.cluster_uuid
+        self._cluster_uuid = getattr(self.cluster_state(), "cluster_uuid", self._cluster_uuid)
         return self._cluster_uuid
 
     @property
@@ -193,177 +153,115 @@ class Cluster:
     @property
     def nodes(self) -> dict[str, NodeService]:
         """Each live data node's data role (its shard copies), by name."""
-        return {name: proc.node for name, proc in self._launcher.nodes.copy().items() if proc.node.data}
+        return {name: proc.node for name, proc in list(self.processes.items()) if proc.node.data}
 
     @property
     def restore_losses(self) -> list[ShardLoss]:
         """What a restore with ``accept_data_loss=True`` dropped, per shard (else it refuses)."""
-        return [c.restore_loss for n in self.nodes.values() for c in list(n.copies.values())
-                if c.restore_loss is not None]
+        return [c.restore_loss for n in self.nodes.values() for c in list(n.copies.values()) if c.restore_loss]
 
     def index_meta(self, index: str) -> IndexMeta:
-        """The index's metadata as the elected manager holds it (IndexNotFound, ClusterClosed)."""
+        """The index's metadata as the elected manager holds it (err.IndexNotFound, err.ClusterClosed)."""
         if self._closed:
-            raise ClusterClosed(f"index [{index}]")
-        meta = self.indices.get(index)
-        if meta is None:
-            raise IndexNotFound(index)
+            raise err.ClusterClosed(f"index [{index}]")
+        if (meta := self.indices.get(index)) is None:
+            raise err.IndexNotFound(index)
         return meta
 
     def primary_copy(self, index: str, shard: int) -> ShardCopy:
         """The shard's primary copy object (in-process access for tests and benches)."""
-        meta = self.index_meta(index)
-        node = self.primary_of(index, shard)
-        copy = self.nodes[node].copies.get((meta.uuid, shard)) if node in self.nodes else None
+        uuid, node = self.index_meta(index).uuid, self.primary_of(index, shard)
+        copy = self.nodes[node].copies.get((uuid, shard)) if node in self.nodes else None
         if copy is None:
-            raise ShardUnavailable(index, shard, f"its primary on {node} is gone")
+            raise err.ShardUnavailable(index, shard, f"no primary copy (routed to {node})")
         return copy
 
     # -- nodes --------------------------------------------------------------------------------------
 
+    def live(self) -> list[str]:
+        """Names of the nodes whose roles run (managers included)."""
+        return [n for n in self.names if n in self.processes]
+
     def live_nodes(self) -> list[str]:
         """Names of the data nodes whose roles run."""
-        return [n for n in self._launcher.live() if n not in self._launcher.managers]
+        return [n for n in self.live() if n not in self.managers]
+
+    def kill(self, name: str) -> None:
+        """As a SIGKILL: no message from or to the node from now on, then its roles stop without a flush."""
+        node, link = self.processes.pop(name, None), self._links.pop(name, None)
+        if link is not None:
+            link.sever()  # before the resume: a paused node handles nothing of what its pause held
+            self.faults.dead(name)
+        self.faults.resume(name)
+        if node is not None:
+            node.shutdown(clean=False)
+
+    def stop(self, name: str, timeout: float = 60.0) -> int:
+        """A clean shutdown (flush the primaries, leave the cluster); 0 as a process's exit status."""
+        node = self.processes.pop(name, None)
+        self._links.pop(name, None)
+        self.faults.resume(name)
+        if node is not None:
+            node.shutdown(clean=True)
+        return 0
+
+    def restart(self, name: str) -> None:
+        """The node's roles again on its data directory (a new member, as a restarted process)."""
+        if name in self.processes:
+            raise err.InvalidRequest(f"node {name} is running; stop or kill it first")
+        self.faults.revived(name)
+        self._start(name)
+
+    def kill_node(self, name: str, wipe_disk: bool = False) -> None:
+        """:meth:`kill` (optionally losing the disk), then wait until the manager removed the node and failed
+        its primaries over (or left them red with a cause), as a client of a deployed cluster would wait."""
+        if name not in self.names:
+            raise err.NodeNotFound(name)
+        self.kill(name)
+        if wipe_disk:
+            shutil.rmtree(os.path.join(self.data_dir, name), ignore_errors=True)
+        self._settle(lambda m: m.name != name and name not in m.members and m.failed_over(name))
 
     def start_node(self, name: str) -> None:
         """Start a stopped node's roles again on its data directory; returns once it joined the cluster."""
-        if name not in self._launcher.names:
-            raise NodeNotFound(name)
-        if name not in self._launcher.nodes:
-            self._launcher.restart(name)
-            self._settle(lambda m: name in m.members, leaderless=SETTLE_TIMEOUT)  # it may be what restores a quorum
+        if name not in self.names:
+            raise err.NodeNotFound(name)
+        if name not in self.processes:
+            self.restart(name)
+            self._settle(lambda m: name in m.members, leaderless=SETTLE_TIMEOUT)  # it may restore a quorum
 
-    def kill_node(self, name: str, wipe_disk: bool = False) -> None:
-        """Stop a node abruptly, as a SIGKILL (optionally losing its disk).
-
-        Returns once fault detection found it gone and the manager failed its primaries over
-        (or left them red with a cause), as a client of a deployed cluster would wait.
-        """
-        if name not in self._launcher.names:
-            raise NodeNotFound(name)
-        self._launcher.kill(name)
-        if wipe_disk:
-            shutil.rmtree(os.path.join(self.data_dir, name), ignore_errors=True)
-        self._settle(lambda m: m.name != name and name not in m.members and _failed_over(m, name))
-
-    def _settle(self, done: Any, timeout: float = SETTLE_TIMEOUT, leaderless: float | None = None) -> bool:
-        """Wait until ``done(elected manager)`` holds (False after ``timeout``: the caller sees what is)."""
-        deadline = time.monotonic() + timeout
-        if leaderless is None:  # no quorum of managers: nothing will act
-            leaderless = 2 * self._launcher.fd.worst_case_seconds
-        since = time.monotonic()
+    def _settle(self, done: Any, leaderless: float | None = None) -> bool:
+        """Wait until ``done(elected manager)`` holds (False after SETTLE_TIMEOUT: the caller sees what is)."""
+        deadline = since = time.monotonic()
+        deadline += SETTLE_TIMEOUT
+        leaderless = 2 * self.fd.worst_case_seconds if leaderless is None else leaderless
         while time.monotonic() < deadline and not self._closed:
-            manager = self.manager()
-            if manager is not None:
+            if (manager := self.manager()) is not None:
                 since = time.monotonic()
-                if done(manager):  # ManagerRole.settled takes the manager's lock itself
+                if done(manager):
                     return True
-            elif time.monotonic() - since > leaderless:
+            elif time.monotonic() - since > leaderless or not self._quorum_runs():  # nothing will act
                 return False
             time.sleep(0.01)
         return False
 
+    def _quorum_runs(self) -> bool:
+        """Whether a majority of the cluster-manager-eligible nodes runs (else no manager can be elected)."""
+        eligible = self.managers or self.names
+        return 2 * len([n for n in eligible if n in self.processes]) > len(eligible)
+
     def clear_faults(self) -> None:
-        """Remove every fault injected on :attr:`transport` (drops, delays, hooks, partitions)."""
-        self._launcher.clear_faults()
+        """Remove every fault a caller injected on :attr:`transport` (drops, delays, hooks, partitions)."""
+        self.faults.clear_faults()
 
-    # -- the document API (the client's) ------------------------------------------------------------
+    def client(self, names: list[str] | None = None, **options: Any) -> Client:
+        """Another client, of every node (stopped ones are skipped at each call) or of ``names`` only."""
+        return Client(names or self.names, transport=LocalLink(self.transport,
+                                                               default_timeout=options.pop("timeout", 60.0)), **options)
 
-    def _live_client(self) -> Any:
-        if self._closed:
-            raise ClusterClosed("the cluster is closed")
-        return self._client
-
-    def create_index(self, name: str, shards: int = 1, replicas: int = 1, mappings: dict | None = None,
-                     durability: str = "request", source: str = "stored") -> IndexMeta:
-        """Create an index; returns once its primaries and the replicas the live nodes can hold are in sync."""
-        self._live_client().create_index(name, shards=shards, replicas=replicas, mappings=mappings,
-                                         durability=durability, source=source)
-        self.wait_for_allocation()
-        return self.index_meta(name)
-
-    def bulk(self, index: str, docs: pa.Table | Iterable[MappingABC[str, Any]]) -> BulkResult:
-        """Index documents (a table with ``_id`` or dicts with ``_id``); per-item results and the acked ids."""
-        return self._live_client().bulk(index, docs)
-
-    def index_doc(self, index: str, doc: MappingABC[str, Any], *, if_seq_no: int | None = None,
-                  if_primary_term: int | None = None) -> BulkResult:
-        """Index one document with optimistic concurrency (VersionConflict when seq#/term moved on)."""
-        return self._live_client().index_doc(index, doc, if_seq_no=if_seq_no, if_primary_term=if_primary_term)
-
-    def delete(self, index: str, doc_id: str, *, if_seq_no: int | None = None,
-               if_primary_term: int | None = None) -> BulkResult:
-        """Delete one document (optionally only if its current seq# and term match)."""
-        return self._live_client().delete(index, doc_id, if_seq_no=if_seq_no, if_primary_term=if_primary_term)
-
-    def get(self, index: str, doc_id: str) -> dict[str, Any] | None:
-        """The document (realtime: from the primary, refreshed or not), or None."""
-        return self._live_client().get(index, doc_id)
-
-    def refresh(self, index: str) -> None:
-        """Make every copy's buffered documents searchable."""
-        self._live_client().refresh(index)
-
-    def flush(self, index: str) -> None:
-        """Commit every copy; primaries upload their commit and purge what it covers."""
-        self._live_client().flush(index)
-
-    def count(self, index: str) -> int:
-        """Searchable (refreshed) live documents, over the primaries."""
-        return self._live_client().count(index)
-
-    def scan(self, index: str, columns: list[str] | None = None) -> pa.Table:
-        """Every searchable live document of the index's primaries as one table."""
-        return self._live_client().scan(index, columns=columns)
-
-    def primary_of(self, index: str, shard: int) -> str:
-        """The node holding the shard's primary (ShardUnavailable while it has none)."""
-        node = self._live_client().primary_of(index, shard)
-        if node is None:
-            raise ShardUnavailable(index, shard, "no primary")
-        return node
-
-    def health(self) -> ClusterHealth:
-        """Green (every wanted copy in sync), yellow (a replica missing or recovering) or red (no primary)."""
-        return self._live_client().health()
-
-    def wait_for_health(self, status: str = "green", timeout: float = 120.0) -> ClusterHealth:
-        """Block until health is at least ``status``; HealthTimeout at once when too few nodes live for green."""
-        rank = {"red": 0, "yellow": 1, "green": 2}
-        if status not in rank or status == "red":
-            raise InvalidRequest(f"wait_for_health status must be 'yellow' or 'green', not {status!r}")
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                h = self.health()
-            except NodeNotReady as exc:  # an election: waited out
-                if time.monotonic() >= deadline:
-                    raise HealthTimeout(f"cluster health is unknown, not {status}, after {timeout}s: {exc}") from exc
-                time.sleep(0.05)
-                continue
-            if rank[h.status] >= rank[status]:
-                return h
-            if time.monotonic() >= deadline:
-                raise HealthTimeout(f"cluster health is {h.status}, not {status}, after {timeout}s: {h}")
-            live = len(self.live_nodes())
-            if (status == "green" and h.status == "yellow" and not h.initializing_shards
-                    and any(m.replicas + 1 > live for m in self.indices.values())):
-                raise HealthTimeout(f"cluster health is yellow and no recovery can make it green (live nodes "
-                                    f"{self.live_nodes()}): {h}")
-            time.sleep(0.01)
-
-    def wait_for_allocation(self, timeout: float = 120.0) -> None:
-        """Block until every shard has a primary and the replicas the live nodes can hold (HealthTimeout)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            h = self.health()
-            live = len(self.live_nodes())
-            if h.status == "green" or (h.status == "yellow" and not h.initializing_shards and all(
-                    len(sr.in_sync) >= min(m.replicas + 1, live) for m in self.indices.values() for sr in m.routing)):
-                return
-            if time.monotonic() >= deadline:
-                raise HealthTimeout(f"replica recoveries still running after {timeout}s: {h}")
-            time.sleep(0.01)
+    def call(self, name: str, action: str, request: Any, timeout: float = 30.0) -> Any:
+        """Send one action straight to node ``name`` (what a stale router or a peer would send)."""
+        return self.transport.send("test", name, action, request, timeout=timeout)
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -371,38 +269,23 @@ class Cluster:
         """Stop every node as a SIGKILL would (state neither committed nor in the translog is lost); idempotent."""
         if getattr(self, "_stopped", False):
             return
-        self._stopped = True
-        self._closed = True
-        client = getattr(self, "_client", None)
-        if client is not None:
-            client.close()
-        if self._launcher is not None:
-            self._launcher.close()
+        self._stopped = self._closed = True
+        if getattr(self, "_transport", None) is not None:
+            super().close()
+        for name in list(getattr(self, "processes", {})):
+            try:
+                self.kill(name)
+            except Exception:  # noqa: BLE001 - best effort at teardown
+                log.warning("stopping node %s", name, exc_info=True)
         self._dir_lock.release()
 
-    def __enter__(self) -> Cluster:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     @classmethod
-    def restore(cls, store: str | BlobStore, data_dir: str, nodes: int = 3, *, recovery_delay: float = 1.0,
-                accept_data_loss: bool = False, index_buffer_bytes: int = INDEX_BUFFER_BYTES,
-                **store_options: Any) -> Cluster:
-        """A new cluster on empty disks from the blob store alone (every index, every shard).
-
-        The elected manager bootstraps from the latest valid cluster state in the store (a
-        new cluster UUID chained to it) and rebuilds every shard from the remote segment
-        store and translog.  NoClusterState if the store holds none.  RestoreDataLoss if a
-        lost or corrupt blob means acknowledged operations cannot come back (it names the
-        shard, the seq# ranges and the blobs); with ``accept_data_loss`` the rest is
-        restored and ``restore_losses`` lists what was dropped.
-        """
-        cluster = cls(store, data_dir, nodes, recovery_delay=recovery_delay, accept_data_loss=accept_data_loss,
-                      index_buffer_bytes=index_buffer_bytes, **store_options)
+    def restore(cls, store: str | BlobStore, data_dir: str, nodes: int = 3, **options: Any) -> Cluster:
+        """A new cluster on empty disks from the blob store alone: the manager bootstraps from the store's last
+        cluster state and rebuilds every shard (NoClusterState; RestoreDataLoss naming shard, seq# ranges, blobs)."""
+        cluster = cls(store, data_dir, nodes, **options)
         if not cluster.restored_indices:
-            location = cluster.store.location
             cluster.close()
-            raise NoClusterState(location, "nothing to restore: the store holds no cluster state with indices")
+            raise NoClusterState(cluster.store.location, "nothing to restore: the store holds no cluster state "
+                                 "with indices")
         return cluster

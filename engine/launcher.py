@@ -159,13 +159,9 @@ class ProcessCluster:
         """Names of the nodes whose process runs."""
         return [n for n, h in self.nodes.items() if h.alive]
 
-    def client(self, **options: Any) -> Client:
-        """A client of every node started (dead ones are skipped at each call)."""
-        return connect([h.address for h in self.nodes.values()], **options)
-
-    def client_of(self, names: list[str], **options: Any) -> Client:
-        """A client of the named nodes only."""
-        return connect([self.nodes[n].address for n in names], **options)
+    def client(self, names: list[str] | None = None, **options: Any) -> Client:
+        """A client of every node started (dead ones are skipped at each call), or of ``names`` only."""
+        return connect([self.nodes[n].address for n in names or self.nodes], **options)
 
     def call(self, name: str, action: str, request: Any, timeout: float = 30.0) -> Any:
         """Send one action straight to node ``name`` (what a stale router or a peer would send)."""

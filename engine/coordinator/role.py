@@ -315,9 +315,12 @@ class Coordinator:
             tables = [t for t in tables if t is not None]
             return pa.concat_tables(tables, promote_options="default") if tables else pa.table({})
         if action == "client.health":
-            return self._manager("cm.health", {}, idempotent=True)
+            return self._manager("cm.health", {"index": req.get("index")}, idempotent=True)
         if action == "client.primary_of":
-            return self.index_meta(req["index"]).routing[int(req["shard"])].primary
+            meta, shard = self.index_meta(req["index"]), req["shard"]
+            if isinstance(shard, bool) or not isinstance(shard, int) or not 0 <= shard < meta.shards:
+                raise InvalidRequest(f"index [{meta.name}] has shards 0..{meta.shards - 1}, not {shard!r}")
+            return meta.routing[shard].primary
         if action == "client.routing":
             meta = self.index_meta(req["index"])
             nodes = self.coordination.applied.nodes if self.coordination.applied is not None else {}

@@ -47,6 +47,11 @@ class ClusterHealth:
     unassigned_shards: int
     red_shards: tuple[str, ...] = ()  # "index/shard" without a primary
     causes: tuple[str, ...] = ()  # "index/shard: why" for shards that are red for a known reason
+    data_nodes: int = 0  # data nodes the manager counts as members
+    #: every shard has its primary and the in-sync copies the data nodes can hold, none recovering
+    settled: bool = False
+    #: enough data nodes for every wanted copy (else no recovery can make the cluster green)
+    green_possible: bool = True
 
 
 def wanted_copies(meta: IndexMeta, live: int) -> int:
@@ -85,6 +90,7 @@ def cluster_health(indices: Mapping[str, IndexMeta], live: Sequence[str],
     """
     primaries = shards = unassigned = 0
     red = []
+    short = False  # a shard with fewer in-sync copies than the live nodes can hold
     for name in sorted(indices):
         meta = indices[name]
         for sr in meta.routing:
@@ -96,13 +102,16 @@ def cluster_health(indices: Mapping[str, IndexMeta], live: Sequence[str],
             primaries += 1
             active = len([n for n in sr.in_sync if n in live])
             shards += active
+            short = short or active < wanted_copies(meta, len(live))
             unassigned += max(0, wanted - active)
     init = len(initializing)
     unassigned = max(0, unassigned - init)
     status = "red" if red else ("yellow" if unassigned or init else "green")
     why = tuple(f"{name}/{shard}: {cause}" for (name, shard), cause in sorted((causes or {}).items())
                 if f"{name}/{shard}" in red)
-    return ClusterHealth(status, primaries, shards, init, unassigned, tuple(red), why)
+    possible = all(meta.replicas + 1 <= len(live) for meta in indices.values())
+    return ClusterHealth(status, primaries, shards, init, unassigned, tuple(red), why, len(live),
+                         not red and not init and not short, possible)
 
 
 class AllocationWorker:

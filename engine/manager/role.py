@@ -692,10 +692,10 @@ class ManagerRole:
             self._allocation.schedule()
         return acted
 
-    def _health(self, _req: dict[str, Any]) -> dict[str, Any]:
+    def _health(self, req: dict[str, Any]) -> dict[str, Any]:
         """``cm.health``: checked against what the members hold first (one ``node.stats`` each), so green is true."""
         self.reconcile()
-        return self.health().__dict__
+        return self.health(req.get("index")).__dict__
 
     def tick(self) -> None:
         """Periodic work of the manager (fault-detection thread): check the routing, retry red shards and
@@ -766,6 +766,15 @@ class ManagerRole:
                     or not any(n in self.members for n in sr.in_sync) and cause is not None
                     and not cause.startswith(("waiting", "no primary")))
 
+    def failed_over(self, node: str) -> bool:
+        """No shard has ``node`` as its primary, and none waits for a promotion still under way."""
+        with self._lock:
+            keys = [(meta.name, sr.shard) for meta in self.indices.values() for sr in meta.routing
+                    if sr.primary != node]
+            if len(keys) < sum(len(meta.routing) for meta in self.indices.values()):
+                return False
+        return all(self.settled(name, shard) for name, shard in keys)
+
     def not_retried(self) -> frozenset[tuple[str, int]]:
         """Red shards another writer claimed: no promotion is retried (a restore brings them back)."""
         return frozenset(self._not_retried)
@@ -775,8 +784,11 @@ class ManagerRole:
         with self._lock:
             return list(self._store_failures.values())
 
-    def health(self) -> ClusterHealth:
-        """Green, yellow or red over the members that answer (as :func:`cluster_health`)."""
+    def health(self, index: str | None = None) -> ClusterHealth:
+        """Green, yellow or red over the members that answer (as :func:`cluster_health`), of one index or all."""
         with self._lock:
-            return cluster_health(self.indices, self.data_nodes(), frozenset(self._initializing),
-                                  dict(self._unpromoted))
+            indices = self.indices if index is None else {n: m for n, m in self.indices.items() if n == index}
+            if index is not None and not indices:
+                raise IndexNotFound(index)
+            return cluster_health(indices, self.data_nodes(), frozenset(k for k in self._initializing if k[0] in indices),
+                                  {k: v for k, v in self._unpromoted.items() if k[0] in indices})

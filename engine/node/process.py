@@ -38,7 +38,7 @@ from shardstore.blobstores.base import BlobStore
 from shardstore.cluster_state import coordination
 from shardstore.cluster_state.coordination import ClusterManagerNode
 from shardstore.cluster_state.errors import ClusterStateSuperseded, NotMaster, StaleTerm
-from shardstore.engine.coordinator.role import Coordinator
+from shardstore.engine.coordinator.role import FAILOVER_WAIT, Coordinator
 from shardstore.engine.errors import InvalidRequest, NodeNotReady
 from shardstore.engine.manager.metadata import indices_from_state
 from shardstore.engine.manager.role import ManagerRole
@@ -91,10 +91,15 @@ class NodeSettings:
     accept_data_loss: bool = False
     #: how many nodes run in this process and share its open-file limit (embedded: all of them)
     nodes_per_process: int = 1
+    #: how long the coordinator waits out a failover (a shard without a primary, an election) before it refuses
+    failover_wait: float = FAILOVER_WAIT
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
             raise InvalidRequest(f"a node needs a name (--name), got {self.name!r}")
+        if isinstance(self.index_buffer_bytes, bool) or not isinstance(self.index_buffer_bytes, int) \
+                or self.index_buffer_bytes < 1:
+            raise InvalidRequest(f"index_buffer_bytes must be an int >= 1, got {self.index_buffer_bytes!r}")
         unknown = set(self.roles) - ROLES
         if unknown or not self.roles:
             raise InvalidRequest(f"node roles must be a non-empty subset of {sorted(ROLES)}, got {sorted(self.roles)}")
@@ -140,7 +145,8 @@ class NodeProcess:
                                        accept_data_loss=settings.accept_data_loss,
                                        nodes_per_process=settings.nodes_per_process,
                                        read_lease=fd.read_lease_seconds)
-            self.coordinator = Coordinator(self.name, self.cm, self.send, address=settings.publish)
+            self.coordinator = Coordinator(self.name, self.cm, self.send, address=settings.publish,
+                                           failover_wait=settings.failover_wait)
             self._leader_failures = FailureCounter(fd.retries)
             self._follower_failures = FailureCounter(fd.retries)
             self._seeds: dict[str, str | None] = {a: None for a in settings.seed_hosts}  # address -> name

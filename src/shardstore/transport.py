@@ -68,6 +68,15 @@ class NodeNotFound(TransportError, NotFoundError):
         self.node = node
 
 
+class TransportClosed(TransportError):
+    """This node's own transport is closed: the node was stopped (killed); nothing was sent, and no retry on this
+    node can help (a retry loop must not catch it as it catches NodeDisconnected)."""
+
+    def __init__(self, node: str, action: str) -> None:
+        super().__init__(f"[{action}] {node} is stopped: its transport is closed; nothing was sent")
+        self.node = node
+        self.action = action
+
 
 class NodeDisconnected(TransportError, UnavailableError):
     """The transport could not deliver a request, or its response, between two nodes.

@@ -10,7 +10,7 @@ import pytest
 
 from shardstore.cluster_state.errors import NotMaster
 from shardstore.engine.node.data_role import call_manager
-from shardstore.transport import NodeDisconnected
+from shardstore.transport import NodeDisconnected, TransportClosed
 
 
 def test_an_idempotent_report_leaves_a_cut_off_manager_as_soon_as_another_one_leads() -> None:
@@ -56,3 +56,21 @@ def test_no_manager_for_the_whole_wait_raises_not_master() -> None:
     with pytest.raises(NotMaster):
         call_manager(lambda *a, **k: None, lambda: None, "n3", "cm.fail_replica", {}, 0.3, idempotent=True,
                      attempt_timeout=1.0, pool=None)
+
+
+@pytest.mark.parametrize("idempotent", [False, True])
+def test_a_stopped_node_asks_no_manager_again(idempotent: bool) -> None:
+    """A killed embedded node's handler, still running in a caller's thread, reports once and stops: its
+    own link refuses (TransportClosed) and no retry loop waits out ``wait`` on it (simulator seed 3 waited 10 s)."""
+    asked: list[str] = []
+
+    def send(target: str, action: str, request: dict, timeout: float | None = None) -> dict:
+        asked.append(target)
+        raise TransportClosed("n3", action)
+
+    started = time.monotonic()
+    with pytest.raises(TransportClosed):
+        call_manager(send, lambda: "n1", "n3", "cm.copy_failed", {}, 10.0, idempotent=idempotent,
+                     attempt_timeout=1.0 if idempotent else None,
+                     pool=ThreadPoolExecutor(1) if idempotent else None)
+    assert asked == ["n1"] and time.monotonic() - started < 1.0

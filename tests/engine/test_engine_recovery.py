@@ -60,6 +60,28 @@ def test_cluster_health_traffic_light() -> None:
     assert h.status == "red" and h.red_shards == ("a/0",) and h.active_primaries == 1
 
 
+def test_cluster_health_says_when_allocation_settled_and_whether_green_is_possible() -> None:
+    """What ``Client.wait_for_allocation`` and ``wait_for_health`` wait on (issue 42): one answer from the manager
+    for the embedded cluster and for node processes alike."""
+    two = ["n0", "n1"]
+    done = {"a": _meta("a", 1, [("n0", ["n0", "n1"], ["n0", "n1"])])}
+    h = cluster_health(done, two)
+    assert (h.settled, h.green_possible, h.data_nodes) == (True, True, 2)
+    missing = {"a": _meta("a", 1, [("n0", ["n0"], ["n0"])])}
+    assert not cluster_health(missing, two).settled  # a replica the second node can hold is not there yet
+    assert not cluster_health(missing, two, frozenset({("a", 0)})).settled  # recovering
+    # one data node: yellow is all there can be; allocation settled, green impossible
+    h = cluster_health(missing, ["n0"])
+    assert (h.status, h.settled, h.green_possible) == ("yellow", True, False)
+    # two replicas wanted, two nodes: settled with one replica, green impossible
+    wide = {"b": _meta("b", 2, [("n0", ["n0", "n1"], ["n0", "n1"])])}
+    h = cluster_health(wide, two)
+    assert (h.status, h.settled, h.green_possible) == ("yellow", True, False)
+    red = {"a": _meta("a", 1, [(None, [], [])])}
+    assert not cluster_health(red, two).settled
+    assert cluster_health({}, two).settled  # nothing to allocate
+
+
 # -- peer recovery ----------------------------------------------------------------------------
 
 

@@ -94,7 +94,7 @@ def test_a_paused_node_is_failed_over_within_the_detection_timeout_and_fenced_wh
     client.wait_for_health("green", timeout=60)
     assert not client.bulk("docs", [{"_id": str(k), "v": k} for k in range(100)]).errors
     victim = client.primary_of("docs", 0)
-    others = procs.client_of([n for n in procs.names if n != victim])
+    others = procs.client([n for n in procs.names if n != victim])
     procs.pause(victim)
     t0 = time.monotonic()
     while others.primary_of("docs", 0) in (victim, None) and time.monotonic() - t0 < 30:
@@ -144,7 +144,7 @@ def test_sigterm_shuts_down_in_bounded_time_while_a_bulk_waits_on_a_paused_repli
         primary = client.primary_of("docs", 0)
         replica = next(n for n in procs.names if n != primary and procs.call(n, "node.stats", {})["copies"])
         procs.pause(replica)
-        stuck = threading.Thread(target=lambda: procs.client_of([primary]).bulk("docs", [{"_id": "x", "v": 0}]),
+        stuck = threading.Thread(target=lambda: procs.client([primary]).bulk("docs", [{"_id": "x", "v": 0}]),
                                  daemon=True)
         stuck.start()
         time.sleep(1.0)  # the bulk is applied on the primary and waits for the paused replica
@@ -190,7 +190,7 @@ def test_a_node_cut_off_and_slowed_down_by_a_tcp_proxy_loses_nothing(tmp_path: P
     procs = ProcessCluster(str(tmp_path / "nodes"), f"file://{tmp_path / 'store'}?create=true", 3,
                            listen={"n3": f"127.0.0.1:{port}"}, publish={"n3": proxy.address})
     try:
-        client = procs.client_of(["n1", "n2"])
+        client = procs.client(["n1", "n2"])
         client.wait_for_health("green", timeout=60)
         client.create_index("i", shards=3, replicas=1)
         client.wait_for_health("green", timeout=60)

@@ -14,8 +14,10 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from shardstore.engine import Cluster, bulk_parts, staging
+from shardstore.engine import Cluster
+from shardstore.engine.coordinator import bulk_parts
 from shardstore.engine.errors import StalePrimary
+from shardstore.engine.shard import staging
 
 SHARDS = 16
 

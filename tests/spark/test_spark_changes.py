@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from shardstore.engine.cluster import BulkResult, Cluster
+from shardstore.engine import BulkResult, Cluster
 
 INDEX = "events"
 COLS = ["shard", "_seq_no", "_primary_term", "op_type", "_id", "_version", "_source"]

@@ -6,13 +6,15 @@ address book (``set_peer``, ``remove_peer``, ``peers``), reaches a seed host thr
 alias before it knows the name behind it, and closes.  :class:`LocalLink` gives a node
 the same surface over the shared in-process :class:`~shardstore.transport.Transport`, so
 that N instances of the production roles run in one Python process (the embedded
-launcher, :mod:`shardstore.engine.embedded`), as Elasticsearch's internal cluster tests
+launcher, :mod:`shardstore.engine.cluster`), as Elasticsearch's internal cluster tests
 run production node code in one JVM.  Faults stay the shared transport's (partitions,
 drops, delays, hooks); the addresses are the node names.
 
-A link can be *severed* (:meth:`sever`): every message from or to its node then fails
-with :class:`~shardstore.transport.NodeDisconnected` at once, as after a SIGKILL, while
-the roles' threads are still being stopped.
+A link can be *severed* (:meth:`sever`): every message to its node then fails with
+:class:`~shardstore.transport.NodeDisconnected` at once, as after a SIGKILL, and every
+message from it with :class:`~shardstore.transport.TransportClosed`, which no retry loop
+catches: a handler of the dead node still running in a caller's thread ends at its next
+send instead of retrying until its deadline.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from shardstore.transport import ActionStats, Handler, NodeDisconnected, NodeNotFound, Transport, call_timeout
+from shardstore.transport import ActionStats, Handler, NodeNotFound, Transport, TransportClosed, call_timeout
 
 
 class LocalLink:
@@ -85,8 +87,8 @@ class LocalLink:
         """``request`` to the node ``target`` names (an alias resolved through the address book)."""
         with self._lock:
             node = self._peers.get(target, target)
-        if self._severed:
-            raise NodeDisconnected(sender, target, action, f"{sender} is down", delivered=False)
+        if self._severed:  # a killed node's handler still running in a caller's thread: it is gone, so it stops here
+            raise TransportClosed(sender, action)
         return self._transport.send(sender, node, action, request, timeout=self.timeout_for(action, timeout))
 
     def timeout_for(self, action: str, timeout: float | None = None) -> float | None:

@@ -184,8 +184,8 @@ def run_round(root: str | Path, kind: str, mode: str = "blackhole", seconds: flo
         victim = {"isolate_primary": primaries[0], "isolate_manager": manager_of(links), "bridge": "n1"}[kind]
         assert victim is not None
         majority = [n for n in links.names if n != victim] if kind != "bridge" else list(links.names)
-        steady = [Writer(links.client_of(majority), "docs", f"m{s}-", shard=s, shards=shards) for s in range(shards)]
-        writers = [*steady, Writer(links.client_of(majority), "docs", "m"), Writer(links.client_of([victim]), "docs", "p")]
+        steady = [Writer(links.client(majority), "docs", f"m{s}-", shard=s, shards=shards) for s in range(shards)]
+        writers = [*steady, Writer(links.client(majority), "docs", "m"), Writer(links.client([victim]), "docs", "p")]
         try:
             time.sleep(2.0)
             cut_at = time.monotonic()

@@ -100,7 +100,7 @@ class ProcessSimulation(Simulation):
     """One process-mode schedule's node processes, client, model and outcome (see the module docstring)."""
 
     def __init__(self, seed: int, workdir: Path, launcher: str = "processes") -> None:  # noqa: D107
-        from shardstore.engine.embedded import EmbeddedNodes
+        from shardstore.engine.cluster import Cluster
         from shardstore.engine.node.fault_detection import FaultDetectionSettings
         from shardstore.testing.partitions import LinkedCluster
 
@@ -127,11 +127,14 @@ class ProcessSimulation(Simulation):
         self._links = threading.Lock()  # the heal timer and recover() both heal: one at a time
         self.launcher = launcher
         if launcher == "embedded":  # the same roles, N of them in this process over the in-process transport
-            self.procs: Any = EmbeddedNodes(str(self.workdir / "nodes"), self.store_url, len(PROCESS_NODES),
-                                            fd=FaultDetectionSettings(FD_INTERVAL, FD_TIMEOUT, FD_RETRIES))
+            self.procs: Any = Cluster(self.store_url, str(self.workdir / "nodes"), len(PROCESS_NODES),
+                                      cluster_managers=0, names=list(PROCESS_NODES), recovery_delay=0.2,
+                                      fault_detection=FaultDetectionSettings(FD_INTERVAL, FD_TIMEOUT, FD_RETRIES))
         else:
             self.procs = LinkedCluster(str(self.workdir / "nodes"), self.store_url, len(PROCESS_NODES),
                                        fd_interval=FD_INTERVAL, fd_timeout=FD_TIMEOUT, fd_retries=FD_RETRIES)
+        #: pauses and partitions: the embedded launcher's message rules, or the processes' signals and proxies
+        self.faults: Any = self.procs.faults if launcher == "embedded" else self.procs
         try:
             self.client = self.procs.client(timeout=CLIENT_TIMEOUT)
             self.cluster: Any = self.client  # Simulation's write steps call self.cluster; the end restores into it
@@ -297,8 +300,8 @@ class ProcessSimulation(Simulation):
         if how == "kill":
             self.procs.kill(node)
         elif how == "pause":
-            self.procs.pause(node)
-            self._resume = threading.Timer(step.args["seconds"], self.procs.resume, [node])
+            self.faults.pause(node)
+            self._resume = threading.Timer(step.args["seconds"], self.faults.resume, [node])
             self._resume.start()
         elif how == "stop":
             try:
@@ -364,7 +367,7 @@ class ProcessSimulation(Simulation):
         with self._links:
             if self.cut is None:
                 return
-            self.procs.heal()
+            self.faults.heal()
             lasted = time.monotonic() - self._cut_at
             self.outcome.partitions.append(lasted)
             self._note(f"  healed: {self.cut} after {lasted:.1f}s ({why})")
@@ -377,14 +380,14 @@ class ProcessSimulation(Simulation):
         if node == "primary":
             node = self.cluster.primary_of(INDEX, step.args["shard"])
         mode = step.args["mode"]
-        self._partition(step, f"{node} isolated", lambda: self.procs.isolate(node, mode=mode))
+        self._partition(step, f"{node} isolated", lambda: self.faults.isolate(node, mode=mode))
 
     def _do_isolate_manager(self, step: Step) -> None:
         if not self._green_first(step):
             return
         node = self._manager_or_primary()
         mode = step.args["mode"]
-        self._partition(step, f"manager {node} isolated", lambda: self.procs.isolate(node, mode=mode))
+        self._partition(step, f"manager {node} isolated", lambda: self.faults.isolate(node, mode=mode))
 
     def _do_bridge(self, step: Step) -> None:
         if not self._green_first(step):
@@ -392,7 +395,7 @@ class ProcessSimulation(Simulation):
         a, c = (n for n in PROCESS_NODES if n != step.args["via"])
         mode = step.args["mode"]
         self._partition(step, f"{a}-{c} cut, bridged by {step.args['via']} (manager {self._manager()})",
-                        lambda: self.procs.cut(a, c, mode=mode))
+                        lambda: self.faults.cut(a, c, mode=mode))
 
     def _do_one_way(self, step: Step) -> None:
         if not self._green_first(step):
@@ -400,7 +403,7 @@ class ProcessSimulation(Simulation):
         src, dst = step.args["src"], step.args["dst"]
         mode = step.args["mode"]
         self._partition(step, f"{src}->{dst} cut one way (manager {self._manager()})",
-                        lambda: self.procs.cut(src, dst, mode=mode, one_way=True))
+                        lambda: self.faults.cut(src, dst, mode=mode, one_way=True))
 
     def _do_recover(self, step: Step) -> None:
         self.recover()

@@ -48,6 +48,9 @@ INDEX = "docs"
 SETTLE_TIMEOUT = 60.0
 #: a step slower than this is counted as a stall (a timeout waited out somewhere)
 SLOW_STEP = 10.0
+#: how long the simulated cluster waits out an election (client) and a failover (coordinator) before refusing
+SIM_READY_WAIT = 2.0
+SIM_FAILOVER_WAIT = 3.0
 #: The indexing buffer of half the schedules: bulks of a few documents fill it (see Simulation).
 SMALL_INDEX_BUFFER = 1024
 
@@ -145,11 +148,12 @@ class Simulation:
     def _new_cluster(self, restore: bool) -> Any:
         from shardstore.engine import Cluster
 
-        if restore:
-            return Cluster.restore(store=self.store, data_dir=self._data_dir(), nodes=len(DATA_NODES),
-                                   recovery_delay=0.05, index_buffer_bytes=self.index_buffer_bytes)
-        return Cluster(store=self.store, data_dir=self._data_dir(), nodes=len(DATA_NODES), recovery_delay=0.05,
-                       index_buffer_bytes=self.index_buffer_bytes)
+        # a leaderless or red stretch is refused after a few seconds (NodeNotReady, ShardUnavailable: documented)
+        # rather than the 10 s and 15 s a deployment waits: the schedule moves on to its next fault
+        options = dict(store=self.store, data_dir=self._data_dir(), nodes=len(DATA_NODES), recovery_delay=0.05,
+                       index_buffer_bytes=self.index_buffer_bytes, ready_wait=SIM_READY_WAIT,
+                       failover_wait=SIM_FAILOVER_WAIT)
+        return Cluster.restore(**options) if restore else Cluster(**options)
 
     def _error(self, step: Step, exc: BaseException) -> None:
         name = type(exc).__name__
