@@ -29,6 +29,9 @@ its own, both alive for the whole run.  Every index has **2 shards and 1 replica
    from the kill to the first item acknowledged under a newer primary term (an in-flight
    item the old primary acknowledged just before dying does not count).  FAILOVERS times,
    the killed node restarted on its data dir and green waited for between.
+   ``pause_failover_seconds`` (target <= 6 s): the same with SIGSTOP instead of SIGKILL (the
+   node's port still accepts and it answers nothing, so fault detection times it out and the
+   manager waits out its read lease before promoting), SIGCONT and green between reps.
 4. **Lost** (``lost_acked_writes``, target 0): after a refresh, every acknowledged id of
    every bulk (both sides) and of the writer must be in ``scan(index, columns=["_id"])``.
 
@@ -38,7 +41,7 @@ summed (each node reports its store's request counters in ``node.stats``).
 
 Sizes: 30 bulks x 5 reps, 2,000 gets, 3 failovers (quick: 5 bulks x 2 reps, 200 gets,
 2 failovers).  The last stderr line is ``cluster: bulk_ratio R, get_p50_ms G, failover_s F,
-lost L``.  Temp files go to ``SHARDSTORE_BENCH_DIR`` (default: the temp directory).
+pause_failover_s P, lost L``.  Temp files go to ``SHARDSTORE_BENCH_DIR`` (default: the temp directory).
 """
 
 from __future__ import annotations
@@ -203,14 +206,18 @@ def _manager_of(procs: Any) -> str | None:
     return None
 
 
-def _failovers(ctx: Context, procs: Any, client: Any, reps: int) -> tuple[list[float], list[dict[str, Any]],
-                                                                           dict[str, set[str]]]:
-    """(seconds per rep, what each rep killed, per index the ids its writer had acknowledged)."""
+def _failovers(ctx: Context, procs: Any, client: Any, reps: int, how: str = "kill") -> tuple[
+        list[float], list[dict[str, Any]], dict[str, set[str]]]:
+    """(seconds per rep, what each rep killed or paused, per index the ids its writer had acknowledged).
+
+    ``how``: ``kill`` (SIGKILL, the node restarted after) or ``pause`` (SIGSTOP, SIGCONT after: the
+    node's port still accepts, it answers nothing, so fault detection has to time it out)."""
+    signal = "SIGKILL" if how == "kill" else "SIGSTOP"
     seconds: list[float] = []
     details: list[dict[str, Any]] = []
     acked: dict[str, set[str]] = {}
     for rep in range(reps):
-        index = f"{FAILOVER_PREFIX}{rep}"  # a fresh index: its primaries are placed anew, next to a restarted node
+        index = f"{FAILOVER_PREFIX}{how}-{rep}"  # a fresh index: its primaries are placed anew, next to a restarted node
         client.create_index(index, shards=SHARDS, replicas=REPLICAS, durability="request")
         client.wait_for_health("green", timeout=120)
         manager = _manager_of(procs)
@@ -224,7 +231,7 @@ def _failovers(ctx: Context, procs: Any, client: Any, reps: int) -> tuple[list[f
             writer.wait_acks(20)
             term = writer.snapshot()[-1][2]
             t_kill = time.perf_counter()
-            procs.kill(victim)
+            procs.kill(victim) if how == "kill" else procs.pause(victim)
             first = writer.first_ack_above(term, FAILOVER_LIMIT)
             dt = first[0] - t_kill
             writer.wait_acks(len(writer.snapshot()) + 5)  # it goes on under the new primary
@@ -237,16 +244,16 @@ def _failovers(ctx: Context, procs: Any, client: Any, reps: int) -> tuple[list[f
         details.append({"shard": shard, "victim": victim, "manager": manager, "victim_is_manager": victim == manager,
                         "new_primary": new_primary, "term": f"{term}->{first[2]}", "acks": len(writer.acks),
                         "failed": writer.failed})
-        ctx.progress(f"failover {rep + 1}/{reps}: SIGKILL of {victim} (primary of {index}/{shard}, term "
+        ctx.progress(f"failover {rep + 1}/{reps}: {signal} of {victim} (primary of {index}/{shard}, term "
                      f"{term}; elected manager {manager}) -> first acknowledged write under term {first[2]} on "
                      f"{new_primary} after {dt:.3f}s ({len(writer.acks)} acked, {writer.failed} not)")
         t0 = time.perf_counter()
-        procs.restart(victim)
+        procs.restart(victim) if how == "kill" else procs.resume(victim)
         try:
             client.wait_for_health("green", timeout=120)
         except Exception as exc:
             raise RuntimeError(f"not green after restarting {victim}: {exc}\n{procs.logs()}") from exc
-        ctx.progress(f"failover {rep + 1}/{reps}: {victim} restarted, green after {time.perf_counter() - t0:.1f}s")
+        ctx.progress(f"failover {rep + 1}/{reps}: {victim} {'restarted' if how == 'kill' else 'resumed'}, green after {time.perf_counter() - t0:.1f}s")
     return seconds, details, acked
 
 
@@ -371,8 +378,19 @@ def run(ctx: Context) -> Iterator[Figure]:
                      "victim_is_manager": sum(d["victim_is_manager"] for d in details),
                      "how": "SIGKILL of the shard's primary process -> first 1-doc bulk acknowledged under a new term"}
         fo_med = statistics.median(fo)
-        yield ctx.figure("failover_seconds", fo_med, "s", **fo_common, rounds=_rounds(fo))
+        yield ctx.figure("failover_seconds", fo_med, "s", **fo_common, rounds=_rounds(fo), target="<= 5")
         yield ctx.figure("failover_max_seconds", max(fo), "s", **fo_common)
+
+        # 3b. SIGSTOP failovers: the victim's port accepts and answers nothing; fault detection times it out
+        # (3 checks of 0.5 + 1 s), then its read lease must be over before its primary is promoted
+        pz, pz_details, pz_acked = _failovers(ctx, procs, client, n_fail, how="pause")
+        writer_acked.update(pz_acked)
+        pz_common = {**fo_common, "victims": ",".join(d["victim"] for d in pz_details),
+                     "victim_is_manager": sum(d["victim_is_manager"] for d in pz_details),
+                     "how": "SIGSTOP of the shard's primary process -> first 1-doc bulk acknowledged under a new term"}
+        pz_med = statistics.median(pz)
+        yield ctx.figure("pause_failover_seconds", pz_med, "s", **pz_common, rounds=_rounds(pz), target="<= 6")
+        yield ctx.figure("pause_failover_max_seconds", max(pz), "s", **pz_common)
 
         # 4. every acknowledged write is there
         lost: dict[str, int] = {}
@@ -396,5 +414,6 @@ def run(ctx: Context) -> Iterator[Figure]:
                      f"{n_writer}; missing {lost}")
     finally:
         run_cleanups(cleanups, "[cluster] cleanup")
-    print(f"cluster: bulk_ratio {ratio:.2f}, get_p50_ms {get_p50:.2f}, failover_s {fo_med:.2f}, lost {n_lost}",
+    print(f"cluster: bulk_ratio {ratio:.2f}, get_p50_ms {get_p50:.2f}, failover_s {fo_med:.2f}, "
+          f"pause_failover_s {pz_med:.2f}, lost {n_lost}",
           file=ctx.stderr, flush=True)

@@ -205,34 +205,32 @@ class Client:
         return ClusterHealth(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
 
     def wait_for_health(self, status: str = "green", timeout: float = 120.0) -> ClusterHealth:
-        """Block until health is at least ``status``; HealthTimeout names what is missing, at once when too
-        few data nodes are up for green."""
+        """Block until health is at least ``status``; HealthTimeout names what is missing (and when green needs
+        more data nodes than are members)."""
         if status not in _RANK or status == "red":
             raise InvalidRequest(f"wait_for_health status must be 'yellow' or 'green', not {status!r}")
-        return self._wait(lambda h: _RANK[h.status] >= _RANK[status], f"health {status}", timeout,
-                          hopeless=lambda h: status == "green" and not h.green_possible and h.status == "yellow"
-                          and not h.initializing_shards)
+        return self._wait(lambda h: _RANK[h.status] >= _RANK[status], f"health {status}", timeout)
 
     def wait_for_allocation(self, index: str | None = None, timeout: float = 120.0) -> ClusterHealth:
         """Block until every shard (of ``index``, or of all) has its primary and the replicas the data nodes can
         hold in sync, none recovering (HealthTimeout)."""
         return self._wait(lambda h: h.settled, "allocation", timeout, index=index)
 
-    def _wait(self, done: Callable[[ClusterHealth], bool], what: str, timeout: float, *, index: str | None = None,
-              hopeless: Callable[[ClusterHealth], bool] = lambda h: False) -> ClusterHealth:
-        """Poll health until ``done``; HealthTimeout after ``timeout`` or once ``hopeless``; elections waited out."""
+    def _wait(self, done: Callable[[ClusterHealth], bool], what: str, timeout: float, *,
+              index: str | None = None) -> ClusterHealth:
+        """Poll health until ``done``; HealthTimeout after ``timeout``; elections waited out."""
         deadline = time.monotonic() + timeout
         while True:
             try:
                 h: Any = self.health(index)
                 if done(h):
                     return h
-                if hopeless(h):
-                    raise HealthTimeout(f"{what}: no recovery can get there with {h.data_nodes} data nodes: {h}")
             except NodeNotReady as exc:  # no manager yet (an election): waited out
                 h = exc
             if time.monotonic() >= deadline:
-                raise HealthTimeout(f"{what}: not reached after {timeout}s: {h}")
+                short = "" if getattr(h, "green_possible", True) else \
+                    f" (green needs more than the {h.data_nodes} data nodes that are members)"
+                raise HealthTimeout(f"{what}: not reached after {timeout}s{short}: {h}")
             time.sleep(0.02)
 
     def close(self) -> None:

@@ -240,7 +240,8 @@ class Cluster(Client):
                 since = time.monotonic()
                 if done(manager):
                     return True
-            elif time.monotonic() - since > leaderless or not self._quorum_runs():  # nothing will act
+            elif time.monotonic() - since > leaderless or not self._quorum_runs() and not any(
+                    p.cm.master for p in list(self.processes.values())):  # nothing will act, and every node knows
                 return False
             time.sleep(0.01)
         return False

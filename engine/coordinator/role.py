@@ -18,6 +18,7 @@ acknowledged; the caller may retry by id (docs/design/transport.md, "What is ret
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -40,6 +41,9 @@ from shardstore.transport import NodeDisconnected
 log = logging.getLogger(__name__)
 #: a coordinator waits this long for a failover before it reports a shard write as failed
 FAILOVER_WAIT = 15.0
+#: once the routing moved away from a primary a request is in flight on, how long its answer is still awaited
+#: (a primary that failed its own copy reports it, then answers with the cause: LocalDiskError, not "unknown")
+MOVED_GRACE = 0.5
 
 
 class Coordinator:
@@ -207,6 +211,8 @@ class Coordinator:
             except FutureTimeout:
                 now = self.index_meta(index).routing[shard]
                 if (now.primary, now.primary_term) != (sr.primary, sr.primary_term):
+                    with contextlib.suppress(FutureTimeout):  # a primary that failed its copy answers why, soon
+                        return future.result(timeout=MOVED_GRACE)
                     raise NodeDisconnected(self.name, sr.primary, action, f"the shard's primary moved to "
                                            f"{now.primary} (term {now.primary_term}) while the request was in "
                                            f"flight", delivered=None) from None

@@ -47,6 +47,7 @@ from shardstore.core.path_strategy import PathStrategy
 from shardstore.engine.coordinator.bulk_parts import NodeRoles, apply_one, apply_parts, joining_hold, staging_hold
 from shardstore.engine.errors import (
     InvalidRequest,
+    NodeNotReady,
     OperationTermTooOld,
     ResyncRefused,
     ShardUnavailable,
@@ -117,6 +118,8 @@ def call_manager(send: Callable[..., Any], manager: Callable[[], str | None], me
             if isinstance(exc, NodeDisconnected) and exc.delivered is not False and not idempotent:
                 raise
             if time.monotonic() >= deadline:
+                if isinstance(exc, NotMaster):  # no manager to submit to: unavailable, not a conflict to re-read
+                    raise NodeNotReady(me) from exc
                 raise
             time.sleep(0.05)
 

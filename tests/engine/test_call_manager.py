@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from shardstore.cluster_state.errors import NotMaster
+from shardstore.engine.errors import NodeNotReady
 from shardstore.engine.node.data_role import call_manager
 from shardstore.transport import NodeDisconnected, TransportClosed
 
@@ -52,10 +53,12 @@ def test_a_report_that_may_have_been_applied_is_not_sent_again_unless_idempotent
     assert asked == ["n1"]
 
 
-def test_no_manager_for_the_whole_wait_raises_not_master() -> None:
-    with pytest.raises(NotMaster):
+def test_no_manager_for_the_whole_wait_raises_node_not_ready() -> None:
+    """Unavailable (retry later), not NotMaster (a conflict saying "submit there", with nowhere to submit)."""
+    with pytest.raises(NodeNotReady, match="has not joined a cluster manager") as info:
         call_manager(lambda *a, **k: None, lambda: None, "n3", "cm.fail_replica", {}, 0.3, idempotent=True,
                      attempt_timeout=1.0, pool=None)
+    assert info.value.retryable and isinstance(info.value.__cause__, NotMaster)
 
 
 @pytest.mark.parametrize("idempotent", [False, True])

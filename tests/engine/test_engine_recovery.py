@@ -196,7 +196,7 @@ def test_a_stale_primary_cannot_fail_a_replica_and_so_never_acknowledges(cluster
     replica = next(n for n in sr.in_sync if n != sr.primary)
 
     def fail_replica(term: int) -> None:  # what the shard's primary sends the manager when a replica is lost
-        cluster.transport.send(sr.primary, cluster.manager_node(), "cm.fail_replica",
+        cluster.transport.send(sr.primary, cluster.manager().name, "cm.fail_replica",
                                {"index_uuid": meta.uuid, "shard": 0, "node": replica, "term": term,
                                 "reason": "lost the replica"})
 

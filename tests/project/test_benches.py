@@ -322,7 +322,7 @@ def test_cluster_quick_prints_the_figures_and_the_summary_line(tmp_path: Path) -
     assert named[("lost_acked_writes", None)]["value"] == 0 and named[("lost_acked_writes", None)]["met"] is True
     summary = [line for line in err.splitlines() if line.startswith("cluster: ")]
     assert len(summary) == 1
-    assert re.fullmatch(r"cluster: bulk_ratio \d+\.\d\d, get_p50_ms \d+\.\d\d, failover_s \d+\.\d\d, lost 0", summary[0])
+    assert re.fullmatch(r"cluster: bulk_ratio \d+\.\d\d, get_p50_ms \d+\.\d\d, failover_s \d+\.\d\d, pause_failover_s \d+\.\d\d, lost 0", summary[0])
     assert not list(tmp_path.glob("shardstore-bench-cluster-*")), "temp files left behind"
 
 
