@@ -239,3 +239,15 @@ class RecoverySourceClosed(EngineError, UnavailableError):
         super().__init__(f"peer recovery stopped: its source {source} closed meanwhile "
                          f"({type(cause).__name__}: {cause}); it is retried against the shard's current primary")
         self.source = source
+
+
+class InvariantViolated(EngineError):
+    """A routing change broke an invariant of docs/design/engine.md (a bug); it was not published, nothing changed.
+
+    Not retryable: the same decision would break it again.  ``broken`` names each invariant and its reason.
+    """
+
+    def __init__(self, what: str, broken: list[str]) -> None:
+        super().__init__(f"{what}: not published, it breaks {'; '.join(broken)}")
+        self.what = what
+        self.broken = list(broken)

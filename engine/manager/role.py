@@ -43,6 +43,7 @@ from shardstore.engine.coordinator.validation import (
 )
 from shardstore.engine.errors import IndexAlreadyExists, IndexNotCreated, IndexNotFound, ShardUnavailable, StalePrimary
 from shardstore.engine.manager.allocation import AllocationWorker, ClusterHealth, cluster_health, plan_replicas
+from shardstore.engine.manager.invariants import check_routing
 from shardstore.engine.manager.metadata import IndexMeta, ShardRouting, indices_from_state, sync_index
 from shardstore.engine.manager.routing_check import RoutingFault, held_from_stats, routing_faults
 from shardstore.engine.node.data_role import spec_to_wire
@@ -391,6 +392,7 @@ class ManagerRole:
     def _set_routing(self, meta: IndexMeta, shard: int, **changes: Any) -> IndexMeta:
         cur = self.indices.get(meta.name, meta)
         new = cur.with_routing(shard, **changes)
+        check_routing(meta.name, cur.routing[shard], new.routing[shard])  # engine/manager/invariants.py
         self._submit(sync_index(new))  # published (committed on a majority) before it is acted on
         self.indices[meta.name] = new
         return new
