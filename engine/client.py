@@ -26,7 +26,7 @@ from shardstore.engine.coordinator.routing import shard_id
 from shardstore.engine.coordinator.validation import check_doc_id
 from shardstore.engine.errors import HealthTimeout, InvalidRequest, NodeNotReady
 from shardstore.engine.manager.allocation import ClusterHealth
-from shardstore.errors import ShardstoreError
+from shardstore.errors import ShardstoreError, UnavailableError
 from shardstore.net.flight import ANY_NODE, FlightTransport
 from shardstore.net.security import Security
 from shardstore.transport import NodeDisconnected
@@ -225,7 +225,7 @@ class Client:
                 h: Any = self.health(index)
                 if done(h):
                     return h
-            except NodeNotReady as exc:  # no manager yet (an election): waited out
+            except UnavailableError as exc:  # an election, every node restarting, a red index: waited out
                 h = exc
             if time.monotonic() >= deadline:
                 short = "" if getattr(h, "green_possible", True) else \

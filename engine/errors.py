@@ -241,7 +241,7 @@ class RecoverySourceClosed(EngineError, UnavailableError):
         self.source = source
 
 
-class InvariantViolated(EngineError):
+class InvariantViolated(EngineError, InvalidError):
     """A routing change broke an invariant of docs/design/engine.md (a bug); it was not published, nothing changed.
 
     Not retryable: the same decision would break it again.  ``broken`` names each invariant and its reason.

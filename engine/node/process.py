@@ -37,7 +37,7 @@ from shardstore.blobstores import open_store
 from shardstore.blobstores.base import BlobStore
 from shardstore.cluster_state import coordination
 from shardstore.cluster_state.coordination import ClusterManagerNode
-from shardstore.cluster_state.errors import ClusterStateSuperseded, NotMaster, StaleTerm
+from shardstore.cluster_state.errors import ClusterStateSuperseded, NoQuorum, NotMaster, StaleTerm
 from shardstore.engine.coordinator.role import FAILOVER_WAIT, Coordinator
 from shardstore.engine.errors import InvalidRequest, NodeNotReady
 from shardstore.engine.manager.metadata import indices_from_state
@@ -237,6 +237,8 @@ class NodeProcess:
         while not self._stop.wait(0 if not self._managing and self.cm.master is None else interval):
             try:
                 self._round()
+            except (NoQuorum, NotMaster) as exc:  # a manager that lost its quorum mid-round steps down: expected
+                log.warning("%s: node round: %s", self.name, exc)
             except Exception:  # noqa: BLE001 - the loop must survive anything; the next round retries
                 log.exception("%s: node round failed", self.name)
             if self.cm.master is None:
