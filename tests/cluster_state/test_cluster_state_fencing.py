@@ -67,8 +67,10 @@ def test_second_cluster_on_the_store_fences_the_first_one(tmp_path: Path) -> Non
         with pytest.raises(ClusterStateSuperseded) as info:  # raised as is: not retryable, unlike IndexNotCreated
             a.create_index("two")
         cause = info.value
-        assert (cause.cluster_uuid, cause.superseded_by) == (a.cluster_uuid, b.cluster_uuid)
-        assert a.cluster_uuid in str(cause) and b.cluster_uuid in str(cause) and "stop" in str(cause)
+        # b's managers may bootstrap twice (a first election whose publication found no quorum fenced a with
+        # one UUID, the next one took over with another: issue 42's note, "left"); a is fenced either way
+        assert cause.cluster_uuid == a.cluster_uuid and cause.superseded_by not in (None, a.cluster_uuid)
+        assert a.cluster_uuid in str(cause) and cause.superseded_by in str(cause) and "stop" in str(cause)
         assert not cause.retryable
         assert "two" not in a.indices
 
