@@ -15,6 +15,7 @@ as not acknowledged, a single-document call raises the ``NodeDisconnected``.
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Callable, Iterable
 from collections.abc import Mapping as MappingABC
 from typing import Any
@@ -34,7 +35,27 @@ from shardstore.transport import NodeDisconnected
 #: seconds a client trusts its copy of an index's routing (a moved primary still answers, one hop slower)
 ROUTING_TTL = 1.0
 _RANK = {"red": 0, "yellow": 1, "green": 2}
-_WRITES = frozenset({"client.bulk", "client.index_doc", "client.delete", "client.create_index"})
+_WRITES = frozenset({"client.bulk", "client.index_doc", "client.delete", "client.create_index", "client.ingest"})
+#: how long one ``ingest`` call may take (a coordinator applies every staged row before it answers)
+INGEST_TIMEOUT = 3600.0
+
+
+#: clients of the clusters this process runs (embedded ``Cluster``), by store location: how a writer in this process
+#: (a Spark driver) reaches the cluster serving a store whose nodes have no network address
+_IN_PROCESS: weakref.WeakValueDictionary[str, Client] = weakref.WeakValueDictionary()
+
+
+def in_process_client(location: str) -> Client | None:
+    """The client of the cluster this process runs on the store at ``location``, or None."""
+    return _IN_PROCESS.get(location)
+
+
+def serve_in_process(location: str, client: Client, running: bool = True) -> None:
+    """Name ``client`` the in-process client of the store at ``location`` (``running=False``: no longer)."""
+    if running:
+        _IN_PROCESS[location] = client
+    elif _IN_PROCESS.get(location) is client:
+        del _IN_PROCESS[location]
 
 
 def _check_index(index: object) -> str:
@@ -65,7 +86,7 @@ class Client:
         self._known = set(self._hosts)
         self._routing: dict[str, dict[str, Any]] = {}  # index -> shard count and primaries' addresses
 
-    def _call(self, action: str, request: dict[str, Any]) -> Any:
+    def _call(self, action: str, request: dict[str, Any], timeout: float | None = None) -> Any:
         """Send to one host after the other; while every reachable host is between managers (an election,
         ``NodeNotReady``: nothing applied) try them all again, for up to ``ready_wait`` seconds."""
         deadline = time.monotonic() + self.ready_wait
@@ -75,7 +96,7 @@ class Client:
             for i in range(len(self._hosts)):
                 host = self._hosts[(self._next + i) % len(self._hosts)]
                 try:
-                    answer = self._transport.send("client", host, action, request)
+                    answer = self._transport.send("client", host, action, request, timeout=timeout)
                     self._next = (self._next + i) % len(self._hosts)
                     return answer
                 except NodeDisconnected as exc:
@@ -125,6 +146,18 @@ class Client:
                 "primary_term": pa.nulls(n, pa.int64()), "version": pa.nulls(n, pa.int64()),
                 "error": pa.repeat(pa.scalar(f"NodeDisconnected: {exc}", pa.string()), n),
                 "item": pa.array(range(n), pa.int64())}))
+
+    def ingest_prefix(self, index: str, job: str) -> str:
+        """Where ingest job ``job`` of ``index`` stages its files and its record (engine/coordinator/ingest_job.py)."""
+        return self._call("client.ingest_prefix", {"index": _check_index(index), "job": job})
+
+    def ingest(self, index: str, job: str, *, timeout: float = INGEST_TIMEOUT) -> dict[str, Any]:
+        """Apply ingest job ``job`` (files staged and its record written under :meth:`ingest_prefix`) once.
+
+        Its outcome: ``rows``, ``applied``, ``deleted`` and ``replayed`` (the job had been applied before: nothing
+        was applied now).  IngestIncomplete: not every row was acknowledged; calling again applies the job whole.
+        """
+        return self._call("client.ingest", {"index": _check_index(index), "job": job}, timeout=timeout)
 
     def index_doc(self, index: str, doc: MappingABC[str, Any], *, if_seq_no: int | None = None,
                   if_primary_term: int | None = None) -> BulkResult:
@@ -194,6 +227,10 @@ class Client:
     def scan(self, index: str, columns: list[str] | None = None) -> pa.Table:
         """Every searchable live document of the primaries as one table."""
         return self._call("client.scan", {"index": _check_index(index), "columns": columns})
+
+    def index_uuid(self, index: str) -> str:
+        """The UUID of ``index`` (IndexNotFound)."""
+        return self._call("client.index_uuid", {"index": _check_index(index)})
 
     def primary_of(self, index: str, shard: int) -> str | None:
         """The node holding the shard's primary (None while it has none)."""

@@ -21,7 +21,7 @@ import shardstore.engine.errors as err
 from shardstore.blobstores import open_store
 from shardstore.blobstores.base import BlobStore
 from shardstore.cluster_state.errors import NoClusterState
-from shardstore.engine.client import Client
+from shardstore.engine.client import Client, serve_in_process
 from shardstore.engine.coordinator.role import FAILOVER_WAIT
 from shardstore.engine.manager.metadata import IndexMeta
 from shardstore.engine.manager.role import ManagerRole
@@ -87,6 +87,7 @@ class Cluster(Client):
             state = self._started()
             self.ready_wait = ready_wait  # from now on an election is waited out this long
             self._cluster_uuid = state.cluster_uuid
+            serve_in_process(self.store.location, self)  # a Spark job of this process writes through it
             #: indices found in the cluster state at start (a restore): their shards came from the store
             self.restored_indices = sorted(state.indices)
             for loss in self.restore_losses:
@@ -123,10 +124,10 @@ class Cluster(Client):
                 raise err.HealthTimeout(f"no manager, or shards not back from the store, after {START_TIMEOUT}s")
             time.sleep(0.02)
 
-    def _call(self, action: str, request: dict[str, Any]) -> Any:
+    def _call(self, action: str, request: dict[str, Any], timeout: float | None = None) -> Any:
         if self._closed:
             raise err.ClusterClosed(f"{action} on a closed cluster")
-        return super()._call(action, request)
+        return super()._call(action, request, timeout)
 
     # -- the live roles -----------------------------------------------------------------------------
 
@@ -273,6 +274,7 @@ class Cluster(Client):
             return
         self._stopped = self._closed = True
         if getattr(self, "_transport", None) is not None:
+            serve_in_process(self.store.location, self, running=False)
             super().close()
         for name in list(getattr(self, "processes", {})):
             try:

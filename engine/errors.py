@@ -251,3 +251,35 @@ class InvariantViolated(EngineError, InvalidError):
         super().__init__(f"{what}: not published, it breaks {'; '.join(broken)}")
         self.what = what
         self.broken = list(broken)
+
+
+class IngestIncomplete(EngineError, UnavailableError):
+    """An ingest job's rows were not all acknowledged (a shard unavailable, a failover): the job is not recorded as
+    done, the rows acknowledged so far stay; committing the same job again applies it whole (by ``_id``)."""
+
+    def __init__(self, job: str, where: str, failed: int, first: str) -> None:
+        super().__init__(f"ingest job {job}: {failed} row(s) of {where} not acknowledged (first: {first}); the job is "
+                         f"not done: commit it again (same job id) to apply it whole")
+        self.job = job
+        self.where = where
+        self.failed = failed
+
+
+class IngestRejected(EngineError, InvalidError):
+    """An ingest job holds rows the index refuses (a mapping conflict, a bad ``_id``): the job stops there, not done;
+    fix the rows and run a new job (the rows acknowledged before it stay)."""
+
+    def __init__(self, job: str, where: str, failed: int, first: str) -> None:
+        super().__init__(f"ingest job {job}: {failed} row(s) of {where} rejected (first: {first}); the job stopped, "
+                         f"not done")
+        self.job = job
+        self.where = where
+        self.failed = failed
+
+
+class IngestJobNotFound(EngineError, NotFoundError):
+    """No job record at the key a commit named (never written, or the store lost it); nothing was applied."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"no ingest job record at {key!r}; nothing was applied")
+        self.key = key

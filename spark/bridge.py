@@ -16,10 +16,16 @@ Arrow data source (``format("shardstore-arrow")``), as it does when no planner i
   in the driver's verified cache, which remote executors do not see (unless ``cacheDir`` names a
   shared file system: then set ``fastPath=true``).
 
-Writes ask :meth:`Planner.write`: the sink's fast path (:mod:`shardstore.spark.fast_write`: Spark's
+Writes ask :meth:`Planner.write`: into the live cluster serving the store, if one does
+(:mod:`shardstore.spark.live_sink`: every save mode, never fencing it); else the sink's fast path (:mod:`shardstore.spark.fast_write`: Spark's
 own Parquet writer makes the segment files, this driver commits them) on the same conditions as
 reads (``fastPath``), else the Arrow data source's sink.  docs/design/spark.md, "The JVM bridge" and
-"The fast write path", has the protocol and the measurements.
+"The fast write path", has the protocol and the measurements.  ``writeStream.format("shardstore")``
+calls :meth:`Planner.writeBatch` once per micro-batch (the JVM's streaming sink).
+
+A shardstore error reaches the user as one line: the planner raises it marked (:data:`USER_ERROR`)
+and the JVM side (``Bridge.userError``) throws that line alone, instead of a Py4J stack holding the
+Python traceback.
 """
 
 from __future__ import annotations
@@ -33,6 +39,19 @@ from shardstore.spark.bridge_options import JVM_PACKAGE, use_fast_path
 
 log = logging.getLogger(__name__)
 _lock = threading.Lock()
+#: how a planner error the user should read is marked for the JVM side (Bridge.java's MARKED)
+USER_ERROR = "[shardstore] "
+
+
+def _marked(exc: BaseException) -> BaseException:
+    """A shardstore error as one marked line (the JVM side shows that line alone); anything else as it is."""
+    from shardstore.errors import ShardstoreError
+
+    if not isinstance(exc, ShardstoreError):
+        return exc
+    line = " ".join(str(exc).split())
+    retry = " (retrying may help)" if exc.retryable else ""
+    return RuntimeError(f"{USER_ERROR}{type(exc).__name__}: {line}{retry}")
 
 
 class Planner:
@@ -65,7 +84,7 @@ class Planner:
         except Exception as exc:
             # Py4J hands Java only the traceback text; the log keeps the typed error too
             log.debug("shardstore bridge read failed: %r", exc)
-            raise
+            raise _marked(exc) from exc
 
     def write(self, jsession: Any, options_json: str, mode: str, jdf: Any) -> bool:
         """Write the Java DataFrame through the sink's fast path (:mod:`.fast_write`); False: the Python sink writes."""
@@ -74,12 +93,27 @@ class Planner:
             from pyspark.sql.classic.dataframe import DataFrame
 
             from shardstore.spark.fast_write import write
+            from shardstore.spark.live_sink import write_frame
 
             spark = self._session(jsession)
-            return write(spark, DataFrame(jdf, spark), json.loads(options_json), mode)
+            df, options = DataFrame(jdf, spark), json.loads(options_json)
+            return write_frame(spark, df, options, mode) or write(spark, df, options, mode)
         except Exception as exc:
             log.debug("shardstore bridge write failed: %r", exc)
-            raise
+            raise _marked(exc) from exc
+
+    def writeBatch(self, jsession: Any, options_json: str, batch_id: int, jdf: Any) -> None:  # noqa: N802 - Java's
+        """One micro-batch of ``writeStream.format("shardstore")``, applied once (live_sink.write_batch)."""
+        try:
+            from pyspark.sql.classic.dataframe import DataFrame
+
+            from shardstore.spark.live_sink import write_batch
+
+            spark = self._session(jsession)
+            write_batch(spark, DataFrame(jdf, spark), json.loads(options_json), int(batch_id))
+        except Exception as exc:
+            log.debug("shardstore bridge micro-batch failed: %r", exc)
+            raise _marked(exc) from exc
 
     def _session(self, jsession: Any) -> Any:
         """The Python SparkSession of the JVM session the read runs in."""

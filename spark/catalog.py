@@ -58,6 +58,9 @@ RESERVED_READ_WRITE = frozenset({
     "includesource", "includeSource", "fromseqno", "fromSeqNo", "toseqno", "toSeqNo",
     "rowgroupsperpartition", "rowGroupsPerPartition", "cachedir", "cacheDir", "fastpath", "fastPath",
     "refresh", "routing",
+    # the sink into a live cluster (spark/live_sink.py) and Spark's own streaming options
+    "hosts", "cluster", "shards", "replicas", "source", "streamid", "streamId", "checkpointlocation",
+    "checkpointLocation", "ingestjob", "ingestJob",
 })
 
 

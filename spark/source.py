@@ -46,10 +46,19 @@ class ShardstoreDataSource(DataSource):
         return make_reader(dict(self.options), schema, getattr(self, "_plan", None))
 
     def writer(self, schema: StructType, overwrite: bool) -> Any:
-        """A writer indexing the DataFrame's rows into the index's shards."""
+        """A writer indexing the DataFrame's rows: through the live cluster serving the store (never fencing it),
+        else straight into the index's shards (a bulk load)."""
+        from shardstore.spark.live_sink import LiveArrowWriter, plan_live
         from shardstore.spark.writer import make_writer
 
-        return make_writer(dict(self.options), schema, overwrite)
+        job = plan_live(dict(self.options), schema, "overwrite" if overwrite else "append")
+        return LiveArrowWriter(job) if job is not None else make_writer(dict(self.options), schema, overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> Any:  # noqa: N802 - Spark's name
+        """``writeStream.format("shardstore")``: each micro-batch applied once by the live cluster."""
+        from shardstore.spark.live_sink import LiveStreamWriter, stream_id
+
+        return LiveStreamWriter(dict(self.options), schema, stream_id(dict(self.options)))
 
 
 class ShardstoreArrowDataSource(ShardstoreDataSource):

@@ -138,6 +138,13 @@ class Documents:
         ops = unstamped_batch([int(OpType.DELETE)], [doc_id], [1], [None])
         return self._write(index, ops, _expect(doc_id, if_seq_no, if_primary_term))
 
+    def delete_ids(self, index: str, ids: pa.Array) -> BulkResult:
+        """Delete the documents of ``ids`` (at least one; no expectation), columnar; per-item results."""
+        n = len(ids)
+        ops = unstamped_batch(pa.repeat(pa.scalar(int(OpType.DELETE), pa.int8()), n), ids.cast(pa.string()),
+                              pa.repeat(pa.scalar(1, pa.int64()), n), pa.nulls(n, pa.binary()))
+        return self._write(index, ops)
+
     def index_doc(self, index: str, doc: MappingABC[str, Any], *, if_seq_no: int | None = None,
                   if_primary_term: int | None = None) -> BulkResult:
         """Index one document with optimistic concurrency (VersionConflict when seq#/term moved on).

@@ -28,9 +28,12 @@ from typing import Any
 
 import pyarrow as pa
 
+from shardstore.blobstores.base import BlobStore
 from shardstore.cluster_state.coordination import ClusterManagerNode
 from shardstore.engine.coordinator.bulk_parts import group_by_node, take_answers, unsent
 from shardstore.engine.coordinator.documents import Documents
+from shardstore.engine.coordinator.ingest import run_ingest
+from shardstore.engine.coordinator.ingest_job import job_prefix
 from shardstore.engine.errors import ClusterClosed, IndexNotFound, InvalidRequest, ShardUnavailable
 from shardstore.engine.manager.metadata import IndexMeta, indices_from_state
 from shardstore.engine.node.data_role import call_manager
@@ -50,8 +53,10 @@ class Coordinator:
     """Routes a node's ``client.*`` requests (see the module docstring)."""
 
     def __init__(self, name: str, coordination: ClusterManagerNode, send: Callable[..., Any], *,
-                 failover_wait: float = FAILOVER_WAIT, address: str | None = None) -> None:
+                 failover_wait: float = FAILOVER_WAIT, address: str | None = None,
+                 store: BlobStore | None = None) -> None:
         self.name = name
+        self._store = store  # where ingest jobs' staged files are (the cluster's repository)
         self._address = address  # where clients reach this node
         self.coordination = coordination
         self._send = send
@@ -333,9 +338,32 @@ class Coordinator:
             return {"shards": meta.shards,
                     "primaries": [nodes.get(sr.primary) if sr.primary != self.name else self._address
                                   for sr in meta.routing]}
+        if action == "client.ingest":
+            return self._ingest(req["index"], self._ingest_prefix(req["index"], req["job"]))
+        if action == "client.ingest_prefix":
+            return self._ingest_prefix(req["index"], req["job"])
         if action == "client.index_uuid":
             return self.index_meta(req["index"]).uuid
         raise InvalidRequest(f"node {self.name}: unknown client action {action!r}")
+
+    def _ingest_prefix(self, index: str, job: str) -> str:
+        """Where ingest job ``job`` of ``index`` stages its files and records (engine/coordinator/ingest_job.py)."""
+        meta, state = self.index_meta(index), self.coordination.applied
+        return job_prefix(state.cluster_uuid, meta.uuid, job)
+
+    def _ingest(self, index: str, prefix: str) -> dict[str, Any]:
+        """Apply the ingest job staged under ``prefix`` (engine/coordinator/ingest.py); its outcome."""
+        if self._store is None:
+            raise InvalidRequest(f"node {self.name} has no repository to read ingest jobs from")
+
+        def scan_ids(name: str) -> pa.Array:
+            self._on_copies(name, "shard.refresh")
+            tables = [self._on_primary(name, sr.shard, "shard.scan", {"columns": ["_id"]})
+                      for sr in self.index_meta(name).routing]
+            ids = [t.column("_id") for t in tables if t is not None and t.num_rows]
+            return pa.chunked_array([c for i in ids for c in i.chunks], pa.string()).combine_chunks()
+
+        return run_ingest(self.documents, self._store, index, prefix, scan_ids=scan_ids)
 
     def close(self) -> None:
         """Stop taking requests."""

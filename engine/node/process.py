@@ -146,7 +146,7 @@ class NodeProcess:
                                        nodes_per_process=settings.nodes_per_process,
                                        read_lease=fd.read_lease_seconds)
             self.coordinator = Coordinator(self.name, self.cm, self.send, address=settings.publish,
-                                           failover_wait=settings.failover_wait)
+                                           failover_wait=settings.failover_wait, store=self.store)
             self._leader_failures = FailureCounter(fd.retries)
             self._follower_failures = FailureCounter(fd.retries)
             self._seeds: dict[str, str | None] = {a: None for a in settings.seed_hosts}  # address -> name

@@ -8,11 +8,14 @@ import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.SQLContext;
 import org.apache.spark.sql.SaveMode;
+import org.apache.spark.sql.execution.streaming.Sink;
 import org.apache.spark.sql.sources.BaseRelation;
 import org.apache.spark.sql.sources.CreatableRelationProvider;
 import org.apache.spark.sql.sources.DataSourceRegister;
 import org.apache.spark.sql.sources.RelationProvider;
 import org.apache.spark.sql.sources.SchemaRelationProvider;
+import org.apache.spark.sql.sources.StreamSinkProvider;
+import org.apache.spark.sql.streaming.OutputMode;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 
@@ -28,7 +31,8 @@ import org.apache.spark.sql.types.StructType;
  * See docs/design/spark.md, "The JVM bridge".
  */
 public final class DefaultSource
-    implements RelationProvider, SchemaRelationProvider, CreatableRelationProvider, DataSourceRegister {
+    implements RelationProvider, SchemaRelationProvider, CreatableRelationProvider, DataSourceRegister,
+        StreamSinkProvider {
   private static final com.fasterxml.jackson.databind.ObjectMapper JSON =
       new com.fasterxml.jackson.databind.ObjectMapper();
 
@@ -54,7 +58,13 @@ public final class DefaultSource
     Planner planner = Bridge.planner();
     if (planner != null) {
       Map<String, String> options = new HashMap<>(scala.jdk.javaapi.CollectionConverters.asJava(parameters));
-      if (planner.write(ctx.sparkSession(), json(options), mode.name(), data)) {
+      boolean done;
+      try {
+        done = planner.write(ctx.sparkSession(), json(options), mode.name(), data);
+      } catch (RuntimeException e) {
+        throw Bridge.userError(e);
+      }
+      if (done) {
         return new SchemaRelation(ctx, data.schema());
       }
     }
@@ -62,12 +72,59 @@ public final class DefaultSource
     return new SchemaRelation(ctx, data.schema());  // what a save returns: Spark reads nothing from it
   }
 
+  @Override
+  public Sink createSink(SQLContext ctx, scala.collection.immutable.Map<String, String> parameters,
+      scala.collection.immutable.Seq<String> partitionColumns, OutputMode outputMode) {
+    Map<String, String> options = new HashMap<>(scala.jdk.javaapi.CollectionConverters.asJava(parameters));
+    String optionsJson = json(options);
+    return new Sink() {
+      @Override
+      public void addBatch(long batchId, Dataset<Row> data) {
+        Planner planner = Bridge.planner();
+        if (planner == null) {
+          throw new IllegalStateException("shardstore: writeStream needs shardstore.spark.register(spark) in the "
+              + "driver (the bridge's planner applies each micro-batch)");
+        }
+        Dataset<Row> batch = plainBatch(data);
+        try {
+          planner.writeBatch(data.sparkSession(), optionsJson, batchId, batch);
+        } catch (RuntimeException e) {
+          throw Bridge.userError(e);
+        }
+      }
+
+      @Override
+      public String toString() {
+        return "shardstore";
+      }
+    };
+  }
+
+  /**
+   * A micro-batch as a plain (not streaming) DataFrame a job may write like any other: its rows as a
+   * LogicalRDD, as Spark's own foreachBatch sink hands a batch over.
+   */
+  @SuppressWarnings("unchecked")
+  private static Dataset<Row> plainBatch(Dataset<Row> data) {
+    org.apache.spark.sql.classic.Dataset<Row> classic = (org.apache.spark.sql.classic.Dataset<Row>) (Object) data;
+    org.apache.spark.sql.execution.LogicalRDD$ rdds = org.apache.spark.sql.execution.LogicalRDD$.MODULE$;
+    org.apache.spark.sql.execution.LogicalRDD node =
+        rdds.fromDataset(classic.queryExecution().toRdd(), classic, false, rdds.fromDataset$default$4());
+    return org.apache.spark.sql.classic.Dataset$.MODULE$.ofRows(
+        (org.apache.spark.sql.classic.SparkSession) (Object) data.sparkSession(), node);
+  }
+
   private static BaseRelation relation(
       SQLContext ctx, scala.collection.immutable.Map<String, String> parameters, StructType userSchema) {
     Map<String, String> options = new HashMap<>(scala.jdk.javaapi.CollectionConverters.asJava(parameters));
     Planner planner = Bridge.planner();
     if (planner != null) {
-      Dataset<Row> fast = planner.read(ctx.sparkSession(), json(options), userSchema == null ? null : userSchema.json());
+      Dataset<Row> fast;
+      try {
+        fast = planner.read(ctx.sparkSession(), json(options), userSchema == null ? null : userSchema.json());
+      } catch (RuntimeException e) {
+        throw Bridge.userError(e);
+      }
       if (fast != null) {
         return new DatasetRelation(ctx, fast.schema(), cols -> fast, fast);
       }

@@ -24,4 +24,11 @@ public interface Planner {
    * false when the Python sink ({@code format("shardstore-arrow")}) should write instead.
    */
   boolean write(SparkSession session, String optionsJson, String mode, Dataset<Row> data);
+
+  /**
+   * Apply one micro-batch of {@code writeStream.format("shardstore")} once: the batch is an ingest job
+   * named by the stream and {@code batchId}, so a batch Spark runs again after a restart applies nothing
+   * twice (shardstore.spark.live_sink).
+   */
+  void writeBatch(SparkSession session, String optionsJson, long batchId, Dataset<Row> data);
 }

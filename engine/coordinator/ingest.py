@@ -1,0 +1,171 @@
+"""Applying an ingest job: a coordinator adopts a writer's staged files through the document API (issue 43).
+
+The job record (:mod:`.ingest_job`) names Parquet files a writer (a Spark job) staged in the
+store.  :func:`run_ingest` applies them as bulks of :data:`SLICE_ROWS` rows through the one
+write path every client write takes (door, one mapping per index, routing, per-shard seq#s,
+replication, the translog), so replicas, peer recovery, failover and ``restore`` see the rows
+as any other acknowledged write.  Nothing about the cluster is claimed or fenced.
+
+Idempotent by the job id (docs/design/ingest.md): the outcome record ``done`` is written
+put-if-absent only once every row is acknowledged; a commit that finds it answers it again
+and applies nothing.  A job cut short (a coordinator killed, a shard unavailable past the
+failover wait) has no ``done``: committing it again applies every row again, which leaves
+every document as the job wrote it (rows are keyed by ``_id``; versions move on).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from shardstore.blobstores.base import BlobStore
+from shardstore.blobstores.errors import BlobAlreadyExists, BlobNotFound
+from shardstore.core.records import crc32c
+from shardstore.engine.coordinator.documents import BulkResult, Documents
+from shardstore.engine.coordinator.ingest_job import (
+    IngestDone,
+    IngestJob,
+    StagedFile,
+    decode_done,
+    decode_job,
+    done_as_dict,
+    done_key,
+    encode_done,
+    encode_job,
+    files_prefix,
+    job_key,
+)
+from shardstore.engine.errors import IngestIncomplete, IngestJobNotFound, IngestRejected, InvalidRequest
+from shardstore.errors import CorruptError
+
+log = logging.getLogger(__name__)
+#: rows per bulk while a job is applied (bounds the coordinator's memory; one per-item result table each)
+SLICE_ROWS = 65_536
+#: columns a staged file may carry that are not the document's (what a reader adds to every row)
+IGNORED_COLUMNS = ("_seq_no", "_primary_term", "_version", "_source")
+#: error names of items the index refuses for good (anything else is a shard or node being unavailable)
+_REJECTIONS = ("DocumentRejected", "MappingConflict", "InvalidRequest")
+
+
+class StagedFileCorrupt(CorruptError):
+    """A staged file's size or CRC32C is not what its job record says: the job applies nothing more."""
+
+
+def stage_table(store: BlobStore, prefix: str, name: str, table: pa.Table) -> StagedFile:
+    """Write ``table`` as one staged Parquet file of the job under ``prefix`` (zstd; a fresh ``name`` per attempt)."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    data = sink.getvalue().to_pybytes()
+    key = files_prefix(prefix) + name + ".parquet"
+    store.put(key, data, if_absent=True)
+    return StagedFile(key, len(data), crc32c(data), table.num_rows)
+
+
+def write_job(store: BlobStore, prefix: str, job: IngestJob) -> IngestJob:
+    """Write the job record put-if-absent; the record that stands (an earlier attempt's, for a job id written before:
+    a replayed stream batch applies the files its first attempt staged, never two sets)."""
+    try:
+        store.put(job_key(prefix), encode_job(job), if_absent=True)
+        return job
+    except BlobAlreadyExists:
+        return read_job(store, prefix)
+
+
+def read_staged(store: BlobStore, f: StagedFile) -> pa.Table:
+    """A staged file's rows, its size and CRC32C checked against the job record (StagedFileCorrupt names the key)."""
+    data = store.get(f.key)
+    if len(data) != f.size or crc32c(data) != f.crc32c:
+        raise StagedFileCorrupt(f"staged file {f.key}: {len(data)} bytes, CRC32C {crc32c(data):08x}; the job record "
+                                f"says {f.size} bytes, {f.crc32c:08x}; nothing more of the job is applied")
+    table = pq.read_table(pa.BufferReader(data))
+    drop = [c for c in IGNORED_COLUMNS if c in table.column_names]
+    return table.drop_columns(drop) if drop else table
+
+
+def read_done(store: BlobStore, prefix: str) -> IngestDone | None:
+    """The job's outcome record, or None while it is not done."""
+    key = done_key(prefix)
+    try:
+        return decode_done(store.get(key), key)
+    except BlobNotFound:
+        return None
+
+
+def read_job(store: BlobStore, prefix: str) -> IngestJob:
+    """The job record (IngestJobNotFound)."""
+    key = job_key(prefix)
+    try:
+        return decode_job(store.get(key), key)
+    except BlobNotFound:
+        raise IngestJobNotFound(key) from None
+
+
+def _check(result: BulkResult, job: str, where: str) -> int:
+    """Acknowledged items of one slice; IngestRejected / IngestIncomplete when any item was not."""
+    errors = result.items.column("error")
+    failed = len(errors) - errors.null_count
+    if failed:
+        first = str(pc.drop_null(errors)[0])
+        kind = IngestRejected if first.startswith(_REJECTIONS) else IngestIncomplete
+        raise kind(job, where, failed, first)
+    return len(errors)
+
+
+def run_ingest(documents: Documents, store: BlobStore, index: str, prefix: str, *,
+               scan_ids: Callable[[str], pa.Array]) -> dict[str, Any]:
+    """Apply the job under ``prefix`` to ``index`` once (see the module docstring); its outcome as a dict.
+
+    ``scan_ids(index)``: the ``_id`` of every live document (for ``overwrite``, after the job's rows).
+    """
+    done = read_done(store, prefix)
+    if done is not None:
+        return done_as_dict(done, replayed=True)
+    job = read_job(store, prefix)
+    if job.index != index:
+        raise InvalidRequest(f"ingest job {job.job} was staged for index [{job.index}], not [{index}]")
+    meta = documents.router.index_meta(index)
+    if meta.uuid != job.index_uuid:
+        raise InvalidRequest(f"index [{index}] is not the one ingest job {job.job} was staged for (uuid "
+                             f"{meta.uuid}, the job's {job.index_uuid}: deleted and created again since)")
+    applied, written = 0, []
+    for n, f in enumerate(job.files, 1):
+        table = read_staged(store, f)
+        for off in range(0, table.num_rows, SLICE_ROWS):
+            part = table.slice(off, SLICE_ROWS)
+            applied += _check(documents.bulk(index, part), job.job, f.key)
+        if job.mode == "overwrite":
+            written.append(table.column("_id").cast(pa.string()))
+        log.info("ingest job %s: file %d/%d applied (%d of %d rows)", job.job, n, len(job.files), applied, job.rows)
+    deleted = _replace(documents, index, job, written, scan_ids) if job.mode == "overwrite" else 0
+    done = IngestDone(job.job, job.rows, applied, deleted)
+    replayed = False
+    try:
+        store.put(done_key(prefix), encode_done(done), if_absent=True)
+    except BlobAlreadyExists:  # a second commit of the job finished first: its record stands
+        done, replayed = read_done(store, prefix) or done, True
+    _clean(store, prefix, job)
+    return done_as_dict(done, replayed=replayed)
+
+
+def _replace(documents: Documents, index: str, job: IngestJob, written: list[pa.ChunkedArray],
+             scan_ids: Callable[[str], pa.Array]) -> int:
+    """Delete every document of ``index`` the job did not write (``overwrite``); how many."""
+    present = scan_ids(index)
+    keep = pa.chunked_array([c for w in written for c in w.chunks], pa.string())
+    gone = present.filter(pc.invert(pc.is_in(present, value_set=keep.combine_chunks())))
+    for off in range(0, len(gone), SLICE_ROWS):
+        _check(documents.delete_ids(index, gone.slice(off, SLICE_ROWS)), job.job, "the overwrite's deletes")
+    return len(gone)
+
+
+def _clean(store: BlobStore, prefix: str, job: IngestJob) -> None:
+    """Delete the job's staged files (and any other attempt's left under its prefix); the records stay."""
+    try:
+        store.delete(sorted({f.key for f in job.files} | {b.key for b in store.list(files_prefix(prefix))}))
+    except Exception as exc:  # noqa: BLE001 - the job is done; leftovers are only space
+        log.warning("ingest job %s: staged files not deleted (%s)", job.job, exc)

@@ -1,0 +1,137 @@
+"""The records of an ingest job: a writer's staged files adopted by a live cluster (issue 43).
+
+A writer that is not a client of the cluster row by row (a Spark job) stages its rows as
+files in the cluster's blob store, then hands the cluster ONE job record naming them.  A
+coordinator applies the job through the document API and records its outcome; the
+outcome record makes the job's commit idempotent by its id (docs/design/ingest.md).
+
+Keys, under the cluster's UUID (``<c>``) and the index's UUID (``<i>``)::
+
+    <c>/ingest/<i>/<job>/files/<name>.parquet   staged rows (Parquet: ``_id`` + the document's columns)
+    <c>/ingest/<i>/<job>/job                    IngestJob, written by the writer, put-if-absent, last
+    <c>/ingest/<i>/<job>/done                   IngestDone, written by the coordinator, put-if-absent
+
+Records share :mod:`shardstore.core.records`' framing (magic, format version, length, JSON body,
+CRC32C):
+
+* ``SSIJ`` v1, the job: ``{"job", "index", "index_uuid", "mode", "files": [{"key", "size",
+  "crc32c", "rows"}]}``; ``mode`` is ``append`` or ``overwrite`` (every document the job does not
+  write is deleted once the job's rows are applied).
+* ``SSID`` v1, the outcome: ``{"job", "rows", "applied", "deleted"}`` (rows staged, rows
+  acknowledged, documents the overwrite deleted).
+
+An unknown version raises :class:`~shardstore.errors.UnsupportedFormatVersion`; a flipped bit,
+:class:`~shardstore.core.records.RecordCorrupted` naming the key.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from shardstore.core.records import decode_record, encode_record
+from shardstore.errors import InvalidError
+
+JOB_MAGIC, DONE_MAGIC, VERSION = b"SSIJ", b"SSID", 1
+MODES = ("append", "overwrite")
+#: a job id: what a writer names its job (Spark: a random id per batch job, ``<stream>-<batch id>`` per micro-batch)
+_JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+
+
+def check_job_id(job: str) -> str:
+    """``job`` if it is a valid job id (letters, digits, ``_.-``, at most 128), else InvalidError."""
+    if not isinstance(job, str) or not _JOB_ID.fullmatch(job):
+        raise InvalidError(f"an ingest job id is 1-128 letters, digits, '_', '.' or '-' (starting with a letter or "
+                           f"digit), got {job!r}")
+    return job
+
+
+def job_prefix(cluster_uuid: str, index_uuid: str, job: str) -> str:
+    """The prefix of a job's keys (files, job record, outcome)."""
+    return f"{cluster_uuid}/ingest/{index_uuid}/{check_job_id(job)}/"
+
+
+def job_key(prefix: str) -> str:
+    """The key of the job record under ``prefix``."""
+    return prefix + "job"
+
+
+def done_key(prefix: str) -> str:
+    """The key of the outcome record under ``prefix``."""
+    return prefix + "done"
+
+
+def files_prefix(prefix: str) -> str:
+    """Where the job's staged files go under ``prefix``."""
+    return prefix + "files/"
+
+
+@dataclass(frozen=True)
+class StagedFile:
+    """One staged Parquet file: its key, size, CRC32C and row count."""
+
+    key: str
+    size: int
+    crc32c: int
+    rows: int
+
+
+@dataclass(frozen=True)
+class IngestJob:
+    """A job: the staged files to apply to ``index`` (of UUID ``index_uuid``) and how."""
+
+    job: str
+    index: str
+    index_uuid: str
+    mode: str
+    files: tuple[StagedFile, ...]
+
+    @property
+    def rows(self) -> int:
+        """Rows staged over every file."""
+        return sum(f.rows for f in self.files)
+
+
+@dataclass(frozen=True)
+class IngestDone:
+    """A job's outcome: rows staged, rows acknowledged, documents an overwrite deleted."""
+
+    job: str
+    rows: int
+    applied: int
+    deleted: int
+
+
+def encode_job(job: IngestJob) -> bytes:
+    """The job record's bytes (``SSIJ`` v1)."""
+    if job.mode not in MODES:
+        raise InvalidError(f"an ingest job's mode is one of {MODES}, got {job.mode!r}")
+    body = {"job": check_job_id(job.job), "index": job.index, "index_uuid": job.index_uuid, "mode": job.mode,
+            "files": [{"key": f.key, "size": f.size, "crc32c": f.crc32c, "rows": f.rows} for f in job.files]}
+    return encode_record(JOB_MAGIC, VERSION, body)
+
+
+def decode_job(data: bytes, where: str) -> IngestJob:
+    """The job record read from ``where`` (RecordCorrupted, UnsupportedFormatVersion)."""
+    _v, body = decode_record(data, magic=JOB_MAGIC, supported=VERSION, where=where, what="ingest job")
+    files = tuple(StagedFile(str(f["key"]), int(f["size"]), int(f["crc32c"]), int(f["rows"])) for f in body["files"])
+    return IngestJob(str(body["job"]), str(body["index"]), str(body["index_uuid"]), str(body["mode"]), files)
+
+
+def encode_done(done: IngestDone) -> bytes:
+    """The outcome record's bytes (``SSID`` v1)."""
+    return encode_record(DONE_MAGIC, VERSION, {"job": done.job, "rows": done.rows, "applied": done.applied,
+                                               "deleted": done.deleted})
+
+
+def decode_done(data: bytes, where: str) -> IngestDone:
+    """The outcome record read from ``where`` (RecordCorrupted, UnsupportedFormatVersion)."""
+    _v, body = decode_record(data, magic=DONE_MAGIC, supported=VERSION, where=where, what="ingest outcome")
+    return IngestDone(str(body["job"]), int(body["rows"]), int(body["applied"]), int(body["deleted"]))
+
+
+def done_as_dict(done: IngestDone, *, replayed: bool) -> dict[str, Any]:
+    """The outcome as the ``client.ingest`` answer (``replayed``: the job had been applied before)."""
+    return {"job": done.job, "rows": done.rows, "applied": done.applied, "deleted": done.deleted,
+            "replayed": replayed}

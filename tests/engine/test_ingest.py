@@ -1,0 +1,143 @@
+"""Ingest jobs (issue 43): a live cluster adopts staged Parquet files through its one write path, once per job id.
+
+A real embedded cluster (the production roles over the in-process transport) and a file store;
+the staged files are written as the Spark sink writes them (``stage_table`` + ``write_job``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from shardstore.core.records import RecordCorrupted, crc32c
+from shardstore.engine import Cluster
+from shardstore.engine.coordinator.ingest import StagedFileCorrupt, stage_table, write_job
+from shardstore.engine.coordinator.ingest_job import (
+    IngestDone,
+    IngestJob,
+    StagedFile,
+    check_job_id,
+    decode_done,
+    decode_job,
+    done_key,
+    encode_done,
+    encode_job,
+    job_prefix,
+)
+from shardstore.engine.errors import IngestJobNotFound, IngestRejected
+from shardstore.errors import InvalidError, UnsupportedFormatVersion
+
+
+@pytest.fixture()
+def cluster(tmp_path: Path):
+    c = Cluster(store=f"file://{tmp_path / 'remote'}", data_dir=str(tmp_path / "nodes"), nodes=2, recovery_delay=0.05)
+    try:
+        c.create_index("docs", shards=2, replicas=1)
+        yield c
+    finally:
+        c.close()
+
+
+def _stage(c: Cluster, job: str, tables: list[pa.Table], mode: str = "append", index: str = "docs") -> str:
+    prefix = c.ingest_prefix(index, job)
+    assert prefix == job_prefix(c.cluster_uuid, c.index_meta(index).uuid, job)
+    files = tuple(stage_table(c.store, prefix, f"part-{i}", t) for i, t in enumerate(tables))
+    write_job(c.store, prefix, IngestJob(job, index, c.index_meta(index).uuid, mode, files))
+    return prefix
+
+
+def _rows(lo: int, hi: int, tag: str) -> pa.Table:
+    return pa.table({"_id": [f"d{i}" for i in range(lo, hi)], "n": list(range(lo, hi)),
+                     "tag": [tag] * (hi - lo)})
+
+
+def test_a_job_is_applied_once_beside_client_writes(cluster: Cluster) -> None:
+    assert not cluster.bulk("docs", [{"_id": f"d{i}", "n": -1, "tag": "client"} for i in range(0, 50)]).errors
+    prefix = _stage(cluster, "job-1", [_rows(25, 150, "spark"), _rows(150, 300, "spark")])
+    out = cluster.ingest("docs", "job-1")
+    assert out == {"job": "job-1", "rows": 275, "applied": 275, "deleted": 0, "replayed": False}
+    cluster.refresh("docs")
+    assert cluster.count("docs") == 300
+    assert cluster.get("docs", "d10")["_source"] == {"n": -1, "tag": "client"}  # not in the job: untouched
+    doc = cluster.get("docs", "d30")
+    assert doc["_source"] == {"n": 30, "tag": "spark"} and doc["_version"] == 2  # an update of the client's
+    assert cluster.get("docs", "d299")["_version"] == 1
+    # the staged files are gone; the records stay
+    assert not list(cluster.store.list(prefix + "files/"))
+    # committed again (a driver that lost the answer): nothing applied a second time
+    again = cluster.ingest("docs", "job-1")
+    assert again["replayed"] and again["applied"] == 275
+    assert cluster.get("docs", "d30")["_version"] == 2
+    # and the cluster serves client writes as before
+    assert not cluster.bulk("docs", [{"_id": "d30", "n": 0}]).errors
+
+
+def test_overwrite_replaces_the_documents(cluster: Cluster) -> None:
+    assert not cluster.bulk("docs", [{"_id": f"old{i}", "n": i} for i in range(40)] + [{"_id": "d1", "n": 0}]).errors
+    _stage(cluster, "ow", [_rows(0, 20, "new")], mode="overwrite")
+    out = cluster.ingest("docs", "ow")
+    assert out["applied"] == 20 and out["deleted"] == 40
+    cluster.refresh("docs")
+    ids = sorted(cluster.scan("docs", columns=["_id"]).column("_id").to_pylist())
+    assert ids == sorted(f"d{i}" for i in range(20))
+
+
+def test_a_corrupt_staged_file_names_its_key_and_the_job_is_not_done(cluster: Cluster) -> None:
+    prefix = _stage(cluster, "bad", [_rows(0, 10, "x")])
+    job = decode_job(cluster.store.get(prefix + "job"), "job")
+    key = job.files[0].key
+    data = bytearray(cluster.store.get(key))
+    data[len(data) // 2] ^= 0xFF
+    cluster.store.delete([key])
+    cluster.store.put(key, bytes(data))
+    with pytest.raises(StagedFileCorrupt, match=key):
+        cluster.ingest("docs", "bad")
+    assert not cluster.store.exists(done_key(prefix))
+    cluster.refresh("docs")
+    assert cluster.count("docs") == 0
+
+
+def test_rows_the_index_refuses_stop_the_job(cluster: Cluster) -> None:
+    assert not cluster.bulk("docs", [{"_id": "a", "n": 1}]).errors  # n is a long now
+    bad = pa.table({"_id": ["b", "c"], "n": ["not a number", "x"]})
+    _stage(cluster, "rej", [bad])
+    with pytest.raises(IngestRejected, match="2 row"):
+        cluster.ingest("docs", "rej")
+
+
+def test_bad_requests_name_what_is_wrong(cluster: Cluster) -> None:
+    with pytest.raises(IngestJobNotFound, match="nothing was applied"):
+        cluster.ingest("docs", "never")
+    with pytest.raises(InvalidError, match="job id"):
+        cluster.ingest("docs", "../up")
+    cluster.create_index("other", shards=1, replicas=0)
+    prefix = _stage(cluster, "j2", [_rows(0, 2, "x")], index="other")
+    with pytest.raises(IngestJobNotFound):  # a job of another index is not this index's
+        cluster.ingest("docs", "j2")
+    with pytest.raises(InvalidError, match="job id"):
+        check_job_id("")
+    # a job id names one job: the first record stands (a replayed stream batch applies its first attempt's files)
+    job = decode_job(cluster.store.get(prefix + "job"), "job")
+    assert write_job(cluster.store, prefix, replace(job, mode="overwrite")) == job
+
+
+def test_the_records_round_trip_and_refuse_damage() -> None:
+    job = IngestJob("j", "docs", "u" * 32, "append", (StagedFile("k/files/a.parquet", 10, 7, 3),))
+    assert decode_job(encode_job(job), "where") == job
+    done = IngestDone("j", 3, 3, 0)
+    assert decode_done(encode_done(done), "where") == done
+    raw = bytearray(encode_job(job))
+    raw[14] ^= 1
+    with pytest.raises(RecordCorrupted, match="where"):
+        decode_job(bytes(raw), "where")
+    newer = bytearray(encode_done(done))
+    newer[4:6] = (9).to_bytes(2, "little")
+    # the CRC over the changed header, so only the version is wrong
+    newer[-4:] = crc32c(bytes(newer[:-4])).to_bytes(4, "little")
+    with pytest.raises(UnsupportedFormatVersion):
+        decode_done(bytes(newer), "where")
+    with pytest.raises(InvalidError, match="mode"):
+        encode_job(replace(job, mode="upsert"))

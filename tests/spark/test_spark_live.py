@@ -1,0 +1,173 @@
+"""Spark writes into a live cluster without fencing it (issue 43): real Spark, real nodes, a real file store.
+
+The embedded cluster (production roles in this process) and three ``shardstore node`` processes
+serve the store while Spark appends, creates indices with every save mode, overwrites and streams.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from shardstore.blobstores import open_store
+from shardstore.engine import Cluster
+from shardstore.spark.live_sink import find_live, stream_id
+from shardstore.testing.node_processes import ProcessCluster
+
+
+def _frame(spark, lo: int, hi: int, tag: str):
+    return spark.range(lo, hi).selectExpr("concat('s', cast(id as string)) as _id", "id as n",
+                                          f"'{tag}' as tag", "id % 7 = 0 as seven")
+
+
+@pytest.fixture()
+def cluster(tmp_path: Path):
+    c = Cluster(store=f"file://{tmp_path / 'remote'}", data_dir=str(tmp_path / "nodes"), nodes=2, recovery_delay=0.05)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def test_an_append_goes_through_the_live_cluster_beside_client_writes(spark, cluster: Cluster, tmp_path: Path) -> None:
+    url = f"file://{tmp_path / 'remote'}"
+    cluster.create_index("live", shards=2, replicas=1)
+    assert not cluster.bulk("live", [{"_id": f"c{i}", "n": i, "tag": "client"} for i in range(100)]).errors
+    failed: list[str] = []
+    acked: list[str] = []
+    stop = threading.Event()
+
+    def client_writes() -> None:
+        i = 0
+        while not stop.is_set():
+            res = cluster.bulk("live", [{"_id": f"w{i}-{j}", "n": j, "tag": "during"} for j in range(20)])
+            acked.extend(res.acknowledged)
+            failed.extend(e for e in res.items.column("error").to_pylist() if e)
+            i += 1
+
+    writer = threading.Thread(target=client_writes)
+    writer.start()
+    try:
+        _frame(spark, 0, 20_000, "spark").write.format("shardstore").option("store", url).option("index", "live") \
+            .mode("append").save()
+    finally:
+        stop.set()
+        writer.join()
+    assert failed == []
+    # the cluster keeps serving writes after the job: it was never fenced
+    assert not cluster.bulk("live", [{"_id": "after", "n": 1}]).errors
+    cluster.refresh("live")
+    assert cluster.count("live") == 100 + 20_000 + len(acked) + 1
+    assert cluster.get("live", "s123")["_source"] == {"n": 123, "tag": "spark", "seven": False}
+    assert all(cluster.get("live", i) is not None for i in acked[:: max(1, len(acked) // 50)])
+    cluster.flush("live")
+    read = spark.read.format("shardstore").option("store", url).option("index", "live").load()
+    assert read.filter("tag = 'spark'").count() == 20_000
+    assert read.count() == cluster.count("live")
+
+
+def test_save_modes_create_and_replace_an_index(spark, cluster: Cluster, tmp_path: Path) -> None:
+    url = f"file://{tmp_path / 'remote'}"
+    opts = {"store": url, "index": "made", "shards": "3", "replicas": "1"}
+    _frame(spark, 0, 500, "first").write.format("shardstore").options(**opts).save()  # errorifexists: created
+    meta = cluster.index_meta("made")
+    assert meta.shards == 3 and meta.replicas == 1
+    # the mapping comes from the DataFrame's schema
+    assert meta.mappings["properties"] == {"n": {"type": "long"}, "tag": {"type": "keyword"},
+                                           "seven": {"type": "boolean"}}
+    with pytest.raises(Exception) as info:
+        _frame(spark, 0, 10, "again").write.format("shardstore").options(**opts).save()
+    # one line naming the cause, not a Py4J stack holding a Python traceback
+    assert str(info.value).startswith("shardstore: IndexExists: index [made] exists: save mode errorifexists")
+    assert "\n" not in str(info.value) and len(str(info.value)) < 300, str(info.value)
+    _frame(spark, 0, 10, "ignored").write.format("shardstore").options(**opts).mode("ignore").save()
+    cluster.refresh("made")
+    assert cluster.count("made") == 500 and cluster.get("made", "s1")["_source"]["tag"] == "first"
+    # the new index takes client writes and reads like any other
+    assert not cluster.bulk("made", [{"_id": "client", "n": 5, "tag": "client"}]).errors
+    _frame(spark, 400, 700, "second").write.format("shardstore").options(**opts).mode("overwrite").save()
+    cluster.refresh("made")
+    ids = set(cluster.scan("made", columns=["_id"]).column("_id").to_pylist())
+    assert ids == {f"s{i}" for i in range(400, 700)}
+    assert cluster.get("made", "s450")["_source"]["tag"] == "second"
+    # ignore on a missing index writes it
+    _frame(spark, 0, 5, "x").write.format("shardstore").options(**{**opts, "index": "fresh"}).mode("ignore").save()
+    cluster.refresh("fresh")
+    assert cluster.count("fresh") == 5
+
+
+def test_a_streaming_query_applies_each_batch_once_across_a_restart(spark, cluster: Cluster, tmp_path: Path) -> None:
+    url = f"file://{tmp_path / 'remote'}"
+    source = tmp_path / "incoming"
+    source.mkdir()
+    checkpoint = str(tmp_path / "checkpoint")
+    schema = "_id string, n long"
+
+    def run() -> None:
+        q = (spark.readStream.schema(schema).json(str(source)).writeStream.format("shardstore")
+             .option("store", url).option("index", "stream").option("checkpointLocation", checkpoint)
+             .trigger(availableNow=True).start())
+        q.awaitTermination(120)
+        assert q.exception() is None
+
+    (source / "a.json").write_text("".join(f'{{"_id": "a{i}", "n": {i}}}\n' for i in range(300)))
+    run()
+    (source / "b.json").write_text("".join(f'{{"_id": "b{i}", "n": {i}}}\n' for i in range(200)))
+    run()  # restarted from its checkpoint: only the new file is a new batch
+    cluster.refresh("stream")
+    assert cluster.count("stream") == 500
+    assert cluster.get("stream", "a5")["_version"] == 1 and cluster.get("stream", "b5")["_version"] == 1
+    sid = stream_id({"checkpointLocation": checkpoint})
+    prefix = cluster.ingest_prefix("stream", f"{sid}-0")
+    assert cluster.store.exists(prefix + "done")
+    # batch 0 committed again (a driver that died after the ingest, before Spark's commit log): nothing applied
+    assert cluster.ingest("stream", f"{sid}-0")["replayed"]
+    assert cluster.get("stream", "a5")["_version"] == 1
+
+
+def test_node_processes_take_the_append_and_a_dead_cluster_is_bulk_loaded(spark, tmp_path: Path) -> None:
+    url = f"file://{tmp_path / 'store'}"
+    procs = ProcessCluster(str(tmp_path / "nodes"), f"{url}?create=true", 3)
+    try:
+        client = procs.client()
+        client.create_index("proc", shards=2, replicas=1)
+        assert not client.bulk("proc", [{"_id": "c1", "n": 1}]).errors
+        assert find_live({"store": url, "index": "proc"}, open_store(url)) not in (None, ())
+        _frame(spark, 0, 3_000, "spark").write.format("shardstore").option("store", url).option("index", "proc") \
+            .mode("append").save()
+        assert not client.bulk("proc", [{"_id": "c2", "n": 2}]).errors  # not fenced
+        client.refresh("proc")
+        assert client.count("proc") == 3_002
+        assert client.get("proc", "s2999")["_source"]["tag"] == "spark"
+        client.flush("proc")
+        client.close()
+    finally:
+        procs.close()
+    # every node gone (connections refused): the store is bulk-loaded as before, claiming a term
+    assert find_live({"store": url, "index": "proc"}, open_store(url)) is None
+    _frame(spark, 5_000, 5_010, "offline").write.format("shardstore").option("store", url).option("index", "proc") \
+        .mode("append").save()
+    read = spark.read.format("shardstore").option("store", url).option("index", "proc").load()
+    assert read.count() == 3_012
+
+
+def test_a_paused_cluster_is_not_fenced(spark, tmp_path: Path) -> None:
+    url = f"file://{tmp_path / 'store'}"
+    procs = ProcessCluster(str(tmp_path / "nodes"), f"{url}?create=true", 1)
+    try:
+        with procs.client() as client:
+            client.create_index("quiet", shards=1, replicas=0)
+            assert not client.bulk("quiet", [{"_id": "c1", "n": 1}]).errors
+        procs.pause(procs.live()[0])  # SIGSTOP: alive, answering nothing
+        with pytest.raises(Exception, match="alive but did not take this job"):
+            _frame(spark, 0, 10, "x").write.format("shardstore").option("store", url).option("index", "quiet") \
+                .mode("append").save()
+        procs.resume(procs.live()[0])
+        with procs.client() as client:  # not fenced: it serves writes where it left off
+            assert not client.bulk("quiet", [{"_id": "c2", "n": 2}]).errors
+            client.refresh("quiet")
+            assert client.count("quiet") == 2
+    finally:
+        procs.close()
