@@ -654,7 +654,7 @@ class ShardDirectory:
             versions = self._buffer.versions
             newest = versions.min_seq_no > self._refreshed_seq
             if not any(s.live.live_count for s in self._segments.values()) and (newest or not self._tombstones.num_rows):
-                return versions.versions(ids)  # the buffer alone decides (as latest_versions would)
+                return versions.versions(ids, arr)  # the buffer alone decides (as latest_versions would)
         found = self.current_versions(arr).column("_version")
         return np.asarray(filled(found, 0).to_numpy(zero_copy_only=False), dtype=np.int64)
 

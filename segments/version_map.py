@@ -26,7 +26,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from shardstore.core.arrays import one_array
 from shardstore.segments.point_read import PointIndex
 
 
@@ -54,11 +56,26 @@ RUN_ROWS = 16_384
 class _Run:
     """One large batch of buffered operations, kept columnar; its hash index is built on its first lookup."""
 
-    __slots__ = ("entry", "ids", "index", "seqs", "terms", "versions")
+    __slots__ = ("entry", "ids", "index", "latest", "seqs", "terms", "versions")
 
     def __init__(self, ids: pa.Array | list[str], seqs: np.ndarray, terms: Any, versions: Any, entry: int) -> None:
         self.ids, self.seqs, self.terms, self.versions, self.entry = ids, seqs, terms, versions, entry
         self.index: PointIndex | None = None
+        self.latest: tuple[pa.Array, np.ndarray] | None = None  # (ids once each, row of each one's highest seq#)
+
+    def match(self, query: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+        """Columnar: (positions in ``query``, the run's row of the highest-seq# operation) of the ids it holds."""
+        if self.latest is None:
+            ids = pa.array(self.ids, pa.string()) if isinstance(self.ids, list) else one_array(self.ids)
+            table = pa.table({"id": ids, "seq": pa.array(self.seqs, pa.int64())})
+            order = pc.sort_indices(table, sort_keys=[("id", "ascending"), ("seq", "descending")])
+            ordered = ids.take(order)
+            first = first_of_runs(ordered)
+            self.latest = (ordered.filter(first), np.asarray(order.filter(first), dtype=np.int64))
+        uniq, rows = self.latest
+        at = pc.index_in(query, value_set=uniq)
+        hit = np.flatnonzero(np.asarray(pc.is_valid(at), dtype=bool))
+        return hit, rows[np.asarray(at.drop_null() if at.null_count else at, dtype=np.int64)]
 
     def find(self, doc_id: str) -> tuple | None:
         """The fields of the run's highest-seq# operation on ``doc_id``, or None."""
@@ -160,19 +177,75 @@ class VersionMap:
         op = self._getter()(doc_id)
         return None if op is None else BufferedOp(*op)
 
-    def lookup(self, ids: list) -> pa.Table:
+    def lookup(self, ids: list | pa.Array) -> pa.Table:
         """Per id (order kept): seq#, term, version of its newest buffered index operation (nulls: none
         buffered, or a delete is newest), as :data:`VERSIONS_SCHEMA`."""
+        if self._runs and not isinstance(ids, list):
+            return self._lookup_columnar(one_array(ids))
+        if not isinstance(ids, list):
+            ids = ids.to_pylist()
         get = self._getter()
         rows = [_live(get(i)) for i in ids]
         cols = list(zip(*rows)) if rows else [(), (), ()]
         return pa.table([pa.array(c, pa.int64()) for c in cols], schema=VERSIONS_SCHEMA)
 
-    def versions(self, ids: list) -> list[int]:
+    def _newest(self, ids: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Columnar over the runs (issue 43: a 200k-row bulk over runs was a Python lookup per id), the dict's
+        entries merged in per id: per id, (found, seq#, term, version; -1 for a delete's term and version)."""
+        n = len(ids)
+        found = np.zeros(n, dtype=bool)
+        seq = np.full(n, -(2**63), dtype=np.int64)
+        term = np.full(n, -1, dtype=np.int64)
+        version = np.full(n, -1, dtype=np.int64)
+        for run in self._runs:
+            q, rows = run.match(ids)
+            if not len(q):
+                continue
+            s = run.seqs[rows]
+            newer = s > seq[q]
+            q, rows, s = q[newer], rows[newer], s[newer]
+            found[q] = True
+            seq[q] = s
+            term[q] = (run.terms[rows] if isinstance(run.terms, np.ndarray) else
+                       np.full(len(q), -1 if run.terms is None else run.terms, dtype=np.int64))
+            version[q] = -1 if run.versions is None else run.versions[rows]
+        if self._ops:
+            get = self._ops.get
+            for i, op in enumerate(map(get, ids.to_pylist())):
+                if op is not None and op[0] > seq[i]:
+                    found[i], seq[i] = True, op[0]
+                    term[i] = -1 if op[1] is None else op[1]
+                    version[i] = -1 if op[2] is None else op[2]
+        return found, seq, term, version
+
+    def _lookup_columnar(self, ids: pa.Array) -> pa.Table:
+        found, seq, term, version = self._newest(ids)
+        null = ~found | (version < 0)  # absent, or a delete is newest
+        return pa.table([pa.array(seq, pa.int64(), mask=null), pa.array(term, pa.int64(), mask=null),
+                         pa.array(version, pa.int64(), mask=null)], schema=VERSIONS_SCHEMA)
+
+    def versions(self, ids: list, arr: pa.Array | None = None) -> list[int] | np.ndarray:
         """Per id (order kept): the version of its newest buffered index operation, 0 when there is none or a
-        delete is newest (what the next version counts from)."""
+        delete is newest (what the next version counts from); ``arr``: the same ids as Arrow (columnar then)."""
+        if self._runs and arr is not None:
+            found, _seq, _term, version = self._newest(one_array(arr))
+            return np.where(found & (version >= 0), version, 0)
         get = self._getter()
         return [(op[2] or 0) if (op := get(i)) is not None else 0 for i in ids]
+
+    def candidates_table(self, uniq: pa.Array, schema: pa.Schema) -> pa.Table:
+        """:meth:`candidates` as a table of ``schema`` (q, _seq_no, _primary_term, _version, deleted), columnar
+        over the runs."""
+        if not self._runs:
+            q, seq, term, version, deleted = self.candidates(uniq.to_pylist())
+            return pa.table([pa.array(q, pa.int64()), pa.array(seq, pa.int64()), pa.array(term, pa.int64()),
+                             pa.array(version, pa.int64()), pa.array(deleted, pa.bool_())], schema=schema)
+        found, seq, term, version = self._newest(one_array(uniq))
+        q = np.flatnonzero(found)
+        dead = version[q] < 0
+        return pa.table([pa.array(q, pa.int64()), pa.array(seq[q], pa.int64()),
+                         pa.array(term[q], pa.int64(), mask=term[q] < 0), pa.array(version[q], pa.int64(), mask=dead),
+                         pa.array(dead, pa.bool_())], schema=schema)
 
     def candidates(self, uniq: list) -> tuple[list[int], list[int], list[int | None], list[int | None], list[bool]]:
         """For the columnar merge with segment copies: (query position, seq#, term, version, deleted) per id
@@ -195,6 +268,15 @@ def _numpy(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """An int64 column without nulls as numpy (zero copy when it can)."""
     return np.asarray(arr.to_numpy() if isinstance(arr, pa.ChunkedArray) else arr.to_numpy(zero_copy_only=False),
                       dtype=np.int64)
+
+
+def first_of_runs(sorted_values: pa.Array) -> pa.BooleanArray:
+    """True where a sorted array's value differs from the previous one (first of each run)."""
+    n = len(sorted_values)
+    if n == 0:
+        return pa.array([], pa.bool_())
+    differs = pc.not_equal(sorted_values.slice(1), sorted_values.slice(0, n - 1))
+    return pa.concat_arrays([pa.array([True]), differs.cast(pa.bool_())])
 
 
 def _live(op: tuple | None) -> tuple[int | None, int | None, int | None]:

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 from shardstore.core.arrays import filled, one_array
 from shardstore.segments.livedocs import LiveDocs
 from shardstore.segments.segment import SegmentReader, lookup_segments
-from shardstore.segments.version_map import VERSIONS_SCHEMA, VersionMap
+from shardstore.segments.version_map import VERSIONS_SCHEMA, VersionMap, first_of_runs
 
 _CANDIDATE = pa.schema([pa.field("q", pa.int64()), pa.field("_seq_no", pa.int64()),
                         pa.field("_primary_term", pa.int64()), pa.field("_version", pa.int64()),
@@ -49,7 +49,7 @@ def latest_versions(ids: pa.Array, buffered: VersionMap | None,
         return _absent(len(ids))
     if not segments and tombstones is None:  # the buffer alone decides: one dict lookup per id
         assert buffered is not None
-        return buffered.lookup(ids.to_pylist())
+        return buffered.lookup(ids)
     uniq = pc.unique(ids)
     cands = []
     if len(uniq):
@@ -71,12 +71,9 @@ def latest_versions(ids: pa.Array, buffered: VersionMap | None,
     if tombstones is not None:
         cands.append(_refreshed_deletes(tombstones, uniq))
     if not cands:  # no live segment copy of any id: the buffer (if any) decides
-        return _absent(len(ids)) if buffered is None else buffered.lookup(ids.to_pylist())
+        return _absent(len(ids)) if buffered is None else buffered.lookup(ids)
     if buffered is not None:
-        q, seq, term, version, deleted = buffered.candidates(uniq.to_pylist())
-        if q:
-            cands.append(pa.table([pa.array(q, pa.int64()), pa.array(seq, pa.int64()), pa.array(term, pa.int64()),
-                                   pa.array(version, pa.int64()), pa.array(deleted, pa.bool_())], schema=_CANDIDATE))
+        cands.append(buffered.candidates_table(uniq, _CANDIDATE))
     out = {name: np.zeros(len(uniq), dtype=np.int64) for name in VERSIONS_SCHEMA.names}
     found = np.zeros(len(uniq), dtype=bool)
     allc = pa.concat_tables([c for c in cands if c.num_rows])
@@ -160,10 +157,3 @@ def _refreshed_deletes(tombstones: pa.Table, uniq: pa.Array) -> pa.Table:
                      pa.nulls(n, pa.int64()), pa.array(np.ones(n, dtype=bool))], schema=_CANDIDATE)
 
 
-def first_of_runs(sorted_values: pa.Array) -> pa.BooleanArray:
-    """True where a sorted array's value differs from the previous one (first of each run)."""
-    n = len(sorted_values)
-    if n == 0:
-        return pa.array([], pa.bool_())
-    differs = pc.not_equal(sorted_values.slice(1), sorted_values.slice(0, n - 1))
-    return pa.concat_arrays([pa.array([True]), differs.cast(pa.bool_())])

@@ -140,10 +140,17 @@ def _check_version_map(batches: list[list[tuple[str, int, bool]]]) -> None:
     for i in IDS:
         got = vm.get(i)
         assert (tuple(got) if got else None) == oracle.get(i)
-    assert vm.lookup(IDS).to_pylist() == [
-        dict(zip(("_seq_no", "_primary_term", "_version"), oracle[i][:3] if i in oracle and oracle[i][2] else (None,) * 3))
-        for i in IDS]
+    want = [dict(zip(("_seq_no", "_primary_term", "_version"), oracle[i][:3] if i in oracle and oracle[i][2]
+                     else (None,) * 3)) for i in IDS]
+    assert vm.lookup(IDS).to_pylist() == want
+    # the columnar lookups (issue 43: over runs, no Python loop per id) agree with the per-id ones
+    assert vm.lookup(pa.array(IDS)).to_pylist() == want
     assert vm.versions(IDS) == [(oracle[i][2] or 0) if i in oracle else 0 for i in IDS]
-    q, seq, _term, _version, deleted = vm.candidates(IDS)
+    assert list(vm.versions(IDS, pa.array(IDS))) == vm.versions(IDS)
+    q, seq, term, version, deleted = vm.candidates(IDS)
     assert [IDS[p] for p in q] == [i for i in IDS if i in oracle]
     assert seq == [oracle[IDS[p]][0] for p in q] and deleted == [oracle[IDS[p]][2] is None for p in q]
+    from shardstore.segments.versions import _CANDIDATE
+
+    assert vm.candidates_table(pa.array(IDS), _CANDIDATE).to_pydict() == {
+        "q": q, "_seq_no": seq, "_primary_term": term, "_version": version, "deleted": deleted}
