@@ -25,7 +25,8 @@ Queries: ``count()``, and ``groupBy(carrier).agg(avg(dep_delay), count)`` collec
 Figures: seconds per path and query, and ``<query>_<path>_vs_native`` (native seconds / path
 seconds: 1.0 is native speed; targets from issue 7: ``format("shardstore")`` and the fast
 path >= 0.9, the Python source >= 0.6).  ``python_ceiling`` is a Python source doing no work
-(:mod:`benches.spark_ceiling`).  Then the sink figures of :mod:`benches.spark_sink`.
+(:mod:`benches.spark_ceiling`).  Then the sink figures of :mod:`benches.spark_sink`, and the writes into a
+live cluster of :mod:`benches.spark_live` (``--spark-live-only``: those alone).
 """
 
 from __future__ import annotations
@@ -57,6 +58,21 @@ def add_arguments(group: Any) -> None:
     """Options of this bench (the runner adds them to its parser)."""
     group.add_argument("--spark-rows", type=int, default=None,
                        help=f"rows to index (default {ROWS:,}; quick {QUICK_ROWS:,})")
+    group.add_argument("--spark-live-only", action="store_true",
+                       help="only the writes into a live cluster (benches/spark_live.py: append and streaming sink)")
+
+
+def _live_only(ctx: Context, rows: int) -> Iterator[Figure]:
+    """Only the writes into a live cluster (``--spark-live-only``)."""
+    from benches.spark_live import ROWS as LIVE_ROWS
+    from benches.spark_live import figures as live_figures
+
+    table, _data = _table(min(rows, LIVE_ROWS))
+    spark = _session()
+    try:
+        yield from live_figures(ctx, spark, table)
+    finally:
+        spark.stop()
 
 
 def _table(rows: int) -> tuple[pa.Table, str]:
@@ -133,6 +149,9 @@ def run(ctx: Context) -> Iterator[Figure]:
 
     rows = getattr(ctx.args, "spark_rows", None) or (QUICK_ROWS if ctx.quick else ROWS)
     reps = QUICK_REPS if ctx.quick else REPS
+    if getattr(ctx.args, "spark_live_only", False):
+        yield from _live_only(ctx, rows)
+        return
     root = tempfile.mkdtemp(prefix="shardstore-bench-spark-", dir=os.environ.get("SHARDSTORE_BENCH_DIR"))
     cleanups: list[Callable[[], Any]] = [lambda: shutil.rmtree(root, ignore_errors=True)]
     try:
@@ -193,5 +212,11 @@ def run(ctx: Context) -> Iterator[Figure]:
             sink_figures = None
         if sink_figures is not None:
             yield from sink_figures(ctx, spark, table.slice(0, min(rows, 50_000)) if ctx.quick else table)
+        if ctx.quick:  # three node processes and four Spark jobs per round: --spark-live-only --quick runs them
+            ctx.progress("the writes into a live cluster: python -m benches spark --spark-live-only --quick")
+        else:
+            from benches.spark_live import figures as live_figures
+
+            yield from live_figures(ctx, spark, table)
     finally:
         run_cleanups(cleanups, "[spark] cleanup")

@@ -45,9 +45,9 @@ from shardstore.blobstores.base import BlobStore
 from shardstore.cluster_state.errors import NoClusterState
 from shardstore.core.records import crc32c
 from shardstore.engine.client import Client, connect, in_process_client
-from shardstore.engine.coordinator.ingest import IGNORED_COLUMNS, read_done, stage_table, write_job
+from shardstore.engine.coordinator.ingest import IGNORED_COLUMNS, read_done, read_job, stage_table, write_job
 from shardstore.engine.coordinator.ingest_job import IngestJob, StagedFile, check_job_id, files_prefix
-from shardstore.engine.errors import IndexAlreadyExists, IndexNotFound, NodeNotReady
+from shardstore.engine.errors import IndexAlreadyExists, IndexNotFound, IngestJobNotFound, NodeNotReady
 from shardstore.errors import ConflictError, InvalidError, ShardstoreError, UnavailableError
 from shardstore.spark.catalog import open_from_options
 
@@ -307,33 +307,53 @@ def _attempt_name() -> str:
 
 
 def commit_live(job: LiveJob, messages: list[Any]) -> dict[str, Any]:
-    """Step 3: write the job record, then have the cluster apply it, retrying by job id; the job's outcome."""
+    """Step 3: write the job record, then have the cluster apply it, retrying by job id; the job's outcome.
+
+    Once the record is written the job's files stay until a coordinator applied it (an abort then keeps
+    them: :func:`abort_live`), so committing the same job id again, a replayed micro-batch included,
+    can always apply it.  Each attempt starts at another host (a paused node does not hold every
+    retry) and waits at most :func:`_attempt_timeout`; retries go on for :data:`COMMIT_RETRY_SECONDS`
+    after the first failure.
+    """
     store = open_from_options(job.options)
     files = tuple(f for m in messages if isinstance(m, LiveCommitMessage) for f in m.files)
     standing = write_job(store, job.prefix, IngestJob(job.job, job.index, job.index_uuid, job.mode, files))
     if standing.files != files:  # a replayed micro-batch: the first attempt's files are applied, ours deleted
         store.delete([f.key for f in files])
-    deadline = time.monotonic() + COMMIT_RETRY_SECONDS
+    deadline: float | None = None
     started = time.perf_counter()
+    hosts = job.hosts
     while True:
         try:
-            with client_for(job, store.location) as client:
-                out = client.ingest(job.index, job.job)
+            with client_for(hosts, store.location) as client:
+                out = client.ingest(job.index, job.job, timeout=_attempt_timeout(standing))
             log.info("spark job %s: %d rows into [%s] in %.2fs (%s)", job.job, out["applied"], job.index,
                      time.perf_counter() - started, "replayed" if out["replayed"] else "applied")
             return out
-        except UnavailableError as exc:  # a failover, a killed coordinator, a lost answer: the same job again
+        except UnavailableError as exc:  # a failover, a killed or paused coordinator, a lost answer: the same job again
+            deadline = deadline or time.monotonic() + COMMIT_RETRY_SECONDS
             if time.monotonic() >= deadline:
                 raise
             log.warning("spark job %s: ingest cut short (%s); committing it again", job.job, exc)
+            hosts = hosts[1:] + hosts[:1]
             time.sleep(0.5)
 
 
+def _attempt_timeout(job: IngestJob) -> float:
+    """How long one ``ingest`` call may take: a minute, plus a second per 2,000 rows (a slow, loaded cluster)."""
+    return 60.0 + job.rows / 2_000
+
+
 def abort_live(job: LiveJob, messages: list[Any]) -> None:
-    """Step 4: delete what the attempts staged (no job record was written: nothing is applied)."""
+    """Step 4: delete what the attempts staged, except the files a job record names (that job may still be applied:
+    a retry, a replayed micro-batch)."""
     store = open_from_options(job.options)
     keys = {f.key for m in messages if isinstance(m, LiveCommitMessage) for f in m.files}
     keys |= {b.key for b in store.list(files_prefix(job.prefix))}
+    try:
+        keys -= {f.key for f in read_job(store, job.prefix).files}
+    except IngestJobNotFound:
+        pass
     if keys:
         store.delete(sorted(keys))
 
@@ -443,11 +463,13 @@ class LiveStreamWriter(DataSourceStreamArrowWriter):
         commit_live(batch, messages)
 
     def abort(self, messages: list[Any], batchId: int) -> None:  # noqa: N803 - Spark's name
-        """Delete what this micro-batch's attempts staged."""
-        store = open_from_options(self.options)
-        keys = sorted({f.key for m in messages if isinstance(m, LiveCommitMessage) for f in m.files})
-        if keys:
-            store.delete(keys)
+        """Delete what this micro-batch's attempts staged (unless its job record names it: a replay applies it)."""
+        assert self._first is not None
+        with client_for(self._first, open_from_options(self.options).location) as client:
+            job = f"{self.stream}-{batchId}"
+            prefix = client.ingest_prefix(self._first.index, job)
+        abort_live(LiveJob(self._first.options, self._first.hosts, self._first.index, self._first.index_uuid, job,
+                           prefix, "append"), messages)
 
 
 __all__ = ["IndexExists", "LiveArrowWriter", "LiveClusterUnreachable", "LiveCommitMessage", "LiveJob", "LiveStreamWriter",

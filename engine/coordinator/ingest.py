@@ -53,7 +53,7 @@ _REJECTIONS = ("DocumentRejected", "MappingConflict", "InvalidRequest")
 
 
 class StagedFileCorrupt(CorruptError):
-    """A staged file's size or CRC32C is not what its job record says: the job applies nothing more."""
+    """A staged file's size or CRC32C is not what its job record says, or it is gone: the job applies nothing more."""
 
 
 def stage_table(store: BlobStore, prefix: str, name: str, table: pa.Table) -> StagedFile:
@@ -78,7 +78,11 @@ def write_job(store: BlobStore, prefix: str, job: IngestJob) -> IngestJob:
 
 def read_staged(store: BlobStore, f: StagedFile) -> pa.Table:
     """A staged file's rows, its size and CRC32C checked against the job record (StagedFileCorrupt names the key)."""
-    data = store.get(f.key)
+    try:
+        data = store.get(f.key)
+    except BlobNotFound:
+        raise StagedFileCorrupt(f"staged file {f.key} ({f.rows} rows) is gone from the store; the job record names it; "
+                                f"nothing more of the job is applied: run the job again") from None
     if len(data) != f.size or crc32c(data) != f.crc32c:
         raise StagedFileCorrupt(f"staged file {f.key}: {len(data)} bytes, CRC32C {crc32c(data):08x}; the job record "
                                 f"says {f.size} bytes, {f.crc32c:08x}; nothing more of the job is applied")

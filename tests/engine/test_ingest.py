@@ -100,6 +100,15 @@ def test_a_corrupt_staged_file_names_its_key_and_the_job_is_not_done(cluster: Cl
     assert cluster.count("docs") == 0
 
 
+def test_a_staged_file_gone_from_the_store_is_named(cluster: Cluster) -> None:
+    prefix = _stage(cluster, "gone", [_rows(0, 10, "x")])
+    key = decode_job(cluster.store.get(prefix + "job"), "job").files[0].key
+    cluster.store.delete([key])
+    with pytest.raises(StagedFileCorrupt, match=f"{key} .10 rows. is gone"):
+        cluster.ingest("docs", "gone")
+    assert not cluster.store.exists(done_key(prefix))
+
+
 def test_rows_the_index_refuses_stop_the_job(cluster: Cluster) -> None:
     assert not cluster.bulk("docs", [{"_id": "a", "n": 1}]).errors  # n is a long now
     bad = pa.table({"_id": ["b", "c"], "n": ["not a number", "x"]})

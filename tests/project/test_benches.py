@@ -18,18 +18,19 @@ REPO = Path(__file__).resolve().parents[2]
 REQUIRED = {"bench": str, "name": str, "value": (int, float), "unit": str, "params": dict}
 
 
-def _run(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+def _run(*args: str, tmp_path: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "benches", *args],
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=timeout,
         env={**os.environ, "SHARDSTORE_BENCH_DIR": str(tmp_path)},
     )
 
 
-def _quick(bench: str, tmp_path: Path, *extra: str, zero_ok: tuple[str, ...] = ()) -> tuple[list[dict], list[str], list[str], str]:
+def _quick(bench: str, tmp_path: Path, *extra: str, zero_ok: tuple[str, ...] = (),
+           timeout: float = 180) -> tuple[list[dict], list[str], list[str], str]:
     """Run ``python -m benches <bench> --quick``; check the format; return (figures, table, json lines, stderr).
 
     Every line before the blank line is one JSON figure carrying bench, name, value,
@@ -38,7 +39,7 @@ def _quick(bench: str, tmp_path: Path, *extra: str, zero_ok: tuple[str, ...] = (
     and one row per figure (its params indented below it), within 120 columns.
     """
     out_file = tmp_path / f"{bench}.jsonl"
-    proc = _run(bench, "--quick", *extra, "--out", str(out_file), tmp_path=tmp_path)
+    proc = _run(bench, "--quick", *extra, "--out", str(out_file), tmp_path=tmp_path, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
     assert "" in lines, f"no blank line before the table:\n{proc.stdout[-2000:]}"
@@ -237,6 +238,21 @@ def test_spark_quick_prints_json_figures_then_a_table(tmp_path: Path) -> None:
     for name in ("null_python_sink_vs_parquet", "sink_vs_null_python_sink"):
         assert next(f for f in figures if f["name"] == name)["value"] > 0
     assert not list(tmp_path.glob("shardstore-bench-spark-*")), "temp files left behind"
+
+
+def test_spark_live_quick_appends_and_streams_into_node_processes(tmp_path: Path) -> None:
+    """``python -m benches spark --spark-live-only --quick``: a Spark append and a streaming query into a live index of
+    three node processes while a client bulks into it; nothing failed, lost or missing (issue 43)."""
+    checks = ("live_append_failed_client_writes", "live_append_lost", "live_append_missing_rows", "stream_missing_rows")
+    figures, _table, _json_lines, _err = _quick("spark", tmp_path, "--spark-live-only", zero_ok=checks, timeout=420)
+    named = {f["name"]: f for f in figures}
+    for name in checks:
+        assert named[name]["value"] == 0 and named[name]["met"] is True, named[name]
+    assert named["live_append_failed_client_writes"]["params"]["client_acked"] > 0
+    for name in ("live_append_rows_per_s", "live_append_vs_parquet", "stream_sink_rows_per_s", "stream_sink_vs_parquet"):
+        assert named[name]["value"] > 0
+    assert named["live_append_vs_parquet"]["target"] == ">= 0.5"
+    assert not list(tmp_path.glob("bench-spark-live-*")), "temp files left behind"
 
 
 def test_chaos_quick_runs_seeds_and_prints_the_totals_line(tmp_path: Path) -> None:

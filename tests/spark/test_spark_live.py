@@ -171,3 +171,34 @@ def test_a_paused_cluster_is_not_fenced(spark, tmp_path: Path) -> None:
             assert client.count("quiet") == 2
     finally:
         procs.close()
+
+
+def test_an_abort_after_the_job_record_keeps_what_the_record_names(cluster: Cluster, tmp_path: Path) -> None:
+    """A commit that failed once its job record was written (IngestIncomplete past the retries) is aborted by Spark;
+    the same job id (a replayed micro-batch, a retry) must still find its files and apply them."""
+    import pyarrow as pa
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from shardstore.engine.coordinator.ingest import write_job
+    from shardstore.engine.coordinator.ingest_job import IngestJob
+    from shardstore.spark.live_sink import abort_live, plan_live, stage_rows
+
+    opts = {"store": f"file://{tmp_path / 'remote'}", "index": "kept"}
+    schema = StructType([StructField("_id", StringType()), StructField("n", LongType())])
+    batch = pa.record_batch({"_id": [f"k{i}" for i in range(100)], "n": list(range(100))})
+    job = plan_live(opts, schema, "append")
+    assert job is not None and job.hosts == ()  # the cluster this process runs
+    msg = stage_rows(job, iter([batch]), "t0")
+    write_job(cluster.store, job.prefix, IngestJob(job.job, "kept", job.index_uuid, "append", msg.files))
+    late = stage_rows(job, iter([batch]), "t1")  # another attempt's files: no record names them
+    abort_live(job, [msg, late])
+    assert all(cluster.store.exists(f.key) for f in msg.files)
+    assert not any(cluster.store.exists(f.key) for f in late.files)
+    assert cluster.ingest("kept", job.job)["applied"] == 100
+    cluster.refresh("kept")
+    assert cluster.count("kept") == 100
+    # a job that never got its record: an abort deletes every file it staged
+    other = plan_live(opts, schema, "append")
+    gone = stage_rows(other, iter([batch]), "t0")
+    abort_live(other, [gone])
+    assert not any(cluster.store.exists(f.key) for f in gone.files)
