@@ -306,16 +306,17 @@ def _attempt_name() -> str:
     return f"{where}-{uuid.uuid4().hex[:12]}"
 
 
-def commit_live(job: LiveJob, messages: list[Any]) -> dict[str, Any]:
+def commit_live(job: LiveJob, messages: list[Any], *, store: BlobStore | None = None,
+                retry_seconds: float = COMMIT_RETRY_SECONDS) -> dict[str, Any]:
     """Step 3: write the job record, then have the cluster apply it, retrying by job id; the job's outcome.
 
     Once the record is written the job's files stay until a coordinator applied it (an abort then keeps
     them: :func:`abort_live`), so committing the same job id again, a replayed micro-batch included,
     can always apply it.  Each attempt starts at another host (a paused node does not hold every
-    retry) and waits at most :func:`_attempt_timeout`; retries go on for :data:`COMMIT_RETRY_SECONDS`
-    after the first failure.
+    retry) and waits at most :func:`_attempt_timeout`; retries go on for ``retry_seconds`` after the
+    first failure.  ``store``: the job's store when the caller has it open (else from its options).
     """
-    store = open_from_options(job.options)
+    store = store if store is not None else open_from_options(job.options)
     files = tuple(f for m in messages if isinstance(m, LiveCommitMessage) for f in m.files)
     standing = write_job(store, job.prefix, IngestJob(job.job, job.index, job.index_uuid, job.mode, files))
     if standing.files != files:  # a replayed micro-batch: the first attempt's files are applied, ours deleted
@@ -331,7 +332,7 @@ def commit_live(job: LiveJob, messages: list[Any]) -> dict[str, Any]:
                      time.perf_counter() - started, "replayed" if out["replayed"] else "applied")
             return out
         except UnavailableError as exc:  # a failover, a killed or paused coordinator, a lost answer: the same job again
-            deadline = deadline or time.monotonic() + COMMIT_RETRY_SECONDS
+            deadline = deadline or time.monotonic() + retry_seconds
             if time.monotonic() >= deadline:
                 raise
             log.warning("spark job %s: ingest cut short (%s); committing it again", job.job, exc)

@@ -20,6 +20,7 @@ and checks that the checker reports it, so a silent checker cannot pass.
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
@@ -38,7 +39,15 @@ def test_the_same_seed_draws_the_same_schedule():
     assert [str(s) for s in draw_schedule(7, 50)] != [str(s) for s in draw_schedule(8, 50)]
     kinds = {s.kind for seed in range(20) for s in draw_schedule(seed, 60)}
     assert {"bulk", "delete", "conditional", "kill", "store_fault", "drop", "restore", "heal", "corrupt",
-            "concurrent", "disk_fault", "partition", "delay", "kill_at_send", "kill_coordinator"} <= kinds
+            "concurrent", "disk_fault", "partition", "delay", "kill_at_send", "kill_coordinator", "ingest"} <= kinds
+    # issue 43's ingest steps are bulk steps written another way: every other step is the one drawn before
+    from shardstore.testing.chaos.schedule import draw_step
+
+    for seed in range(20):
+        rng = random.Random(seed)
+        before = [draw_step(rng, i) for i in range(60)]
+        after = draw_schedule(seed, 60)
+        assert [(s.kind if s.kind != "ingest" else "bulk", s.args) for s in after] == [(s.kind, s.args) for s in before]
     actions = {s.args["action"] for seed in range(20) for s in draw_schedule(seed, 60) if s.kind == "store_fault"}
     assert "stale_list" in actions
 

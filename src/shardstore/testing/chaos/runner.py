@@ -229,6 +229,39 @@ class Simulation:
         docs = [{"_id": i, "v": v} for i, v in values.items()]
         self._guarded_write(step, values, lambda: self.cluster.bulk(INDEX, docs))
 
+    def _do_ingest(self, step: Step) -> None:
+        """The Spark sink's commit into a live cluster, without Spark (issue 43): the rows staged as one Parquet file
+        under the job's prefix, then ``commit_live`` (job record, ``Client.ingest`` retried by job id).  Every row is
+        acknowledged when the commit returns; a commit that raised leaves each row uncertain."""
+        import pyarrow as pa
+
+        from shardstore.engine.coordinator.ingest import stage_table
+        from shardstore.spark.live_sink import LiveCommitMessage, LiveJob, commit_live
+
+        values: dict[str, str | None] = {i: self._value(step, i) for i in step.args["ids"]}
+
+        def commit() -> dict[str, Any]:
+            name = f"sim-{self.seed}-{step.index}-{self._generation}"
+            prefix = self.cluster.ingest_prefix(INDEX, name)
+            job = LiveJob({}, (), INDEX, self.cluster.index_uuid(INDEX), name, prefix, "append")
+            staged = stage_table(self.store, prefix, "p0-a0", pa.table({"_id": list(values),
+                                                                        "v": list(values.values())}))
+            return commit_live(job, [LiveCommitMessage((staged,))], store=self.store, retry_seconds=SIM_FAILOVER_WAIT)
+
+        try:
+            out = commit()
+        except BaseException:
+            for doc_id, value in values.items():
+                self.model.uncertain(doc_id, value)
+                self.outcome.failed += 1
+            raise
+        if out["applied"] != len(values):
+            self.outcome.violations.append(Violation("unclean", step.index, f"ingest applied {out}, not "
+                                                                             f"{len(values)} rows"))
+        for doc_id, value in values.items():
+            self.outcome.acked += 1
+            self.model.acknowledged(doc_id, value)
+
     def _clients(self, parts: list[dict[str, str | None]], meanwhile: Callable[[], None] | None = None) -> list[Any]:
         """One client thread per part bulk-writing it at once (``meanwhile`` runs on this thread); their results."""
         results: list[Any] = [None] * len(parts)

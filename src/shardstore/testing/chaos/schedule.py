@@ -35,7 +35,14 @@ Kinds (weights in :data:`WEIGHTS`):
 ``disk_fault``            a data node's next matching local write or fsync (translog or
                           segment files) fails: disk full, EIO, a torn write, or a crash
                           (the node is killed right there, inside the running step)
+``ingest``                ``ids`` written as a Spark job commits into a live cluster (issue 43):
+                          staged as a Parquet file, a job record, ``Client.ingest`` retried by
+                          job id (``spark/live_sink.commit_live``), no Spark started
 ========================  ==================================================================
+
+``ingest`` steps are not drawn by weight: :func:`draw_schedule` turns :data:`INGEST_SHARE` of the
+``bulk`` steps into them with a random stream of their own, so every other step of a seed is
+the one it drew before issue 43.
 
 A ``store_fault`` with action ``stale_list`` answers the next matching LIST as it was
 ``after + 1`` mutations ago (FaultyStore).
@@ -161,10 +168,17 @@ def draw_step(rng: random.Random, index: int) -> Step:
     return Step(index, kind, args)
 
 
+#: the share of ``bulk`` steps written through the Spark sink's commit path instead (module docstring)
+INGEST_SHARE = 0.25
+
+
 def draw_schedule(seed: int, length: int) -> list[Step]:
     """The schedule of ``seed``: ``length`` steps, the same ones every time."""
     rng = random.Random(seed)
-    return [draw_step(rng, i) for i in range(length)]
+    steps = [draw_step(rng, i) for i in range(length)]
+    pick = random.Random(f"ingest-{seed}")  # a stream of its own: the other steps stay as drawn before
+    return [Step(s.index, "ingest", s.args) if s.kind == "bulk" and pick.random() < INGEST_SHARE else s
+            for s in steps]
 
 
-__all__ = ["CORRUPT_HOW", "CORRUPT_PARTS", "corrupt_target", "DATA_NODES", "KEYSPACE", "MANAGERS", "STORE_ACTIONS", "Step", "WEIGHTS", "draw_schedule", "draw_step"]
+__all__ = ["INGEST_SHARE", "CORRUPT_HOW", "CORRUPT_PARTS", "corrupt_target", "DATA_NODES", "KEYSPACE", "MANAGERS", "STORE_ACTIONS", "Step", "WEIGHTS", "draw_schedule", "draw_step"]
