@@ -34,7 +34,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
@@ -62,6 +62,8 @@ from shardstore.segments.mapping import Mapping
 from shardstore.transport import NodeDisconnected
 
 log = logging.getLogger(__name__)
+#: how long a request the cluster manager sends under its own lock waits for a shard's write lock
+MANAGER_LOCK_WAIT = 5.0
 
 Key = tuple[str, int]
 #: bytes per ``recovery.chunk`` answer when a replica copies its primary's files
@@ -183,6 +185,24 @@ class NodeService:
         with self._lock:
             return self._write_locks.setdefault(key, threading.RLock())
 
+    @contextlib.contextmanager
+    def _manager_asked_lock(self, key: Key) -> Iterator[None]:
+        """The write lock, for a request the cluster manager sends while it holds its own lock (open, promote,
+        rebuild from the store): waited for at most :data:`MANAGER_LOCK_WAIT` seconds, then ShardUnavailable.
+
+        A holder of this lock may be waiting for that manager (a peer recovery's finalize asks it to mark the
+        replica in sync): waiting longer would deadlock the two (simulator seeds 1111 and 1360, issue 42: for
+        good in process, a request timeout over the network).  The manager retries the shard later.
+        """
+        lock = self.write_lock(key)
+        if not lock.acquire(timeout=MANAGER_LOCK_WAIT):
+            raise ShardUnavailable(key[0], key[1], f"{self.name}: the shard is busy (its write lock held over "
+                                                   f"{MANAGER_LOCK_WAIT:g}s, a recovery finalizing); retried later")
+        try:
+            yield
+        finally:
+            lock.release()
+
     def _manager_call(self, action: str, request: dict[str, Any], *, idempotent: bool = False) -> Any:
         """Send to the elected cluster manager, waiting out an election (up to ``manager_wait`` seconds).
 
@@ -199,7 +219,7 @@ class NodeService:
         """``shard.open``: a new empty copy (a created index's primary)."""
         spec = spec_from_wire(req["spec"])
         key = (spec.index_uuid, spec.shard)
-        with self.write_lock(key):
+        with self._manager_asked_lock(key):
             self._discard(key)
             shutil.rmtree(os.path.join(self.data_dir, spec.index_uuid, str(spec.shard)), ignore_errors=True)
             self.copies[key] = ShardCopy(spec, self.data_dir, self.store, primary_term=int(req["term"]),
@@ -211,7 +231,7 @@ class NodeService:
         """``shard.recover_from_store``: rebuild a primary from the blob store alone (restore, red shard)."""
         spec = spec_from_wire(req["spec"])
         key = (spec.index_uuid, spec.shard)
-        with self.write_lock(key):
+        with self._manager_asked_lock(key):
             self._discard(key)
             shutil.rmtree(os.path.join(self.data_dir, spec.index_uuid, str(spec.shard)), ignore_errors=True)
             assert self.store is not None
@@ -380,7 +400,7 @@ class NodeService:
         """``shard.promote``: become primary of ``term``, resync the other in-sync copies; those kept."""
         key = self._key(req)
         term = int(req["term"])
-        with self.write_lock(key):
+        with self._manager_asked_lock(key):
             copy = self._copy(req)
             copy.promote(term)
             kept = []

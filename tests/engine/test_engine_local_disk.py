@@ -145,3 +145,52 @@ def test_a_write_whose_copy_closes_under_it_gets_a_typed_answer_not_a_raw_oserro
         assert error.startswith("WriteNotAcknowledged") and "closed during the write" in error, error
     finally:
         c.close()
+
+
+def test_a_rebuild_the_manager_asks_for_never_deadlocks_with_a_finalizing_recovery(tmp_path: Path) -> None:
+    """Found by the simulator (seeds 1111 and 1360 of issue 42's run hung for good): a peer recovery's finalize held
+    the shard's write lock on the primary's node and asked the manager to mark the replica in sync, while the manager,
+    under its own lock, had that same node rebuild the shard from the store (its primary's disk had failed): each
+    waited for the other's lock.  The interleaving is forced here with the two real locks; no scheduler does it on
+    demand."""
+    import threading
+
+    cluster = Cluster(store=f"file://{tmp_path / 'remote'}", data_dir=str(tmp_path / "nodes"), nodes=1,
+                      recovery_delay=0.05)
+    try:
+        cluster.create_index("docs", shards=1, replicas=0)
+        assert not cluster.bulk("docs", [{"_id": str(i), "v": 0} for i in range(10)]).errors
+        node, meta, manager = cluster.primary_of("docs", 0), cluster.index_meta("docs"), cluster.manager()
+        service, key = cluster.nodes[node], (cluster.index_meta("docs").uuid, 0)
+        holding = threading.Event()
+
+        def finalize() -> None:  # data_role._recovery_finalize: the write lock, then the manager
+            with service.write_lock(key):
+                holding.set()
+                with manager._lock:
+                    pass
+
+        asked: list = []
+
+        def copy_failed() -> None:  # the manager's side: its lock, then a rebuild on that node
+            with manager._lock:
+                finalizing = threading.Thread(target=finalize, daemon=True)
+                finalizing.start()
+                assert holding.wait(10)
+                try:
+                    asked.append(cluster.call(manager.name, "cm.copy_failed", {
+                        "index_uuid": meta.uuid, "shard": 0, "node": node, "reason": "disk failed (test)"}))
+                except Exception as exc:  # noqa: BLE001 - judged below
+                    asked.append(exc)
+            finalizing.join(10)
+
+        worker = threading.Thread(target=copy_failed, daemon=True)
+        worker.start()
+        worker.join(60)
+        assert not worker.is_alive(), "the manager's rebuild and the finalizing recovery deadlocked"
+        # the shard comes back from the store (the manager retries it) and every document is there
+        wait_until(lambda: cluster.primary_of("docs", 0) is not None, 60, "the shard rebuilt from the store")
+        assert not cluster.bulk("docs", [{"_id": "x", "v": 2}]).errors
+        assert _docs(cluster) == {**{str(i): 0 for i in range(10)}, "x": 2}
+    finally:
+        cluster.close()
