@@ -154,8 +154,8 @@ class Client:
     def ingest(self, index: str, job: str, *, timeout: float = INGEST_TIMEOUT) -> dict[str, Any]:
         """Apply ingest job ``job`` (files staged and its record written under :meth:`ingest_prefix`) once.
 
-        Its outcome: ``rows``, ``applied``, ``deleted`` and ``replayed`` (the job had been applied before: nothing
-        was applied now).  IngestIncomplete: not every row was acknowledged; calling again applies the job whole.
+        Its outcome: ``rows``, ``applied``, ``deleted`` and ``replayed`` (another commit of the job recorded the
+        outcome first: this call applied nothing, or, running at the same time, the same rows again).  IngestIncomplete: not every row was acknowledged; calling again applies the job whole.
         """
         return self._call("client.ingest", {"index": _check_index(index), "job": job}, timeout=timeout)
 

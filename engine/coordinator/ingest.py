@@ -138,7 +138,14 @@ def run_ingest(documents: Documents, store: BlobStore, index: str, prefix: str, 
                              f"{meta.uuid}, the job's {job.index_uuid}: deleted and created again since)")
     applied, written = 0, []
     for n, f in enumerate(job.files, 1):
-        table = read_staged(store, f)
+        try:
+            table = read_staged(store, f)
+        except StagedFileCorrupt:
+            # a second commit of the job running at once finished first and deleted the files: its outcome stands
+            finished = read_done(store, prefix)
+            if finished is not None:
+                return done_as_dict(finished, replayed=True)
+            raise
         for off in range(0, table.num_rows, SLICE_ROWS):
             part = table.slice(off, SLICE_ROWS)
             applied += _check(documents.bulk(index, part), job.job, f.key)

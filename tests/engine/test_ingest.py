@@ -109,6 +109,33 @@ def test_a_staged_file_gone_from_the_store_is_named(cluster: Cluster) -> None:
     assert not cluster.store.exists(done_key(prefix))
 
 
+def test_a_second_commit_running_at_once_answers_the_first_ones_outcome(cluster: Cluster) -> None:
+    """Two commits of one job at once (a retry after a lost answer while the first coordinator still applies): the
+    first to finish deletes the staged files; the other, reading them, answers that outcome instead of failing."""
+    from shardstore.engine.coordinator.ingest import run_ingest
+
+    prefix = _stage(cluster, "twice", [_rows(0, 50, "x")])
+
+    class Racing:  # the store as the second coordinator sees it: the first commit finishes under its first read
+        def __init__(self, store):
+            self.store, self.raced = store, False
+
+        def __getattr__(self, name):
+            return getattr(self.store, name)
+
+        def get(self, key):
+            if "/files/" in key and not self.raced:
+                self.raced = True
+                assert cluster.ingest("docs", "twice")["replayed"] is False  # the other commit: done, files gone
+            return self.store.get(key)
+
+    documents = next(iter(cluster.processes.values())).coordinator.documents
+    out = run_ingest(documents, Racing(cluster.store), "docs", prefix, scan_ids=lambda _i: pa.array([], pa.string()))
+    assert out["replayed"] and out["applied"] == 50
+    cluster.refresh("docs")
+    assert cluster.count("docs") == 50
+
+
 def test_rows_the_index_refuses_stop_the_job(cluster: Cluster) -> None:
     assert not cluster.bulk("docs", [{"_id": "a", "n": 1}]).errors  # n is a long now
     bad = pa.table({"_id": ["b", "c"], "n": ["not a number", "x"]})
