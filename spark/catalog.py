@@ -72,6 +72,18 @@ def open_from_options(options: dict[str, str]) -> BlobStore:
     return open_store(url, **store_options(options))
 
 
+def sink_index(options: dict[str, str], schema: Any) -> str:
+    """The index a sink writes (option ``index``), after checking the frame has the ``_id`` it routes by
+    (InvalidError naming what is missing): the one check of the bulk-load and the live-cluster sinks."""
+    index = next((str(v) for k, v in options.items() if str(k).lower() == "index"), None)
+    if not index:
+        raise InvalidError("the shardstore sink needs .option('index', '<name>')")
+    if "_id" not in schema.fieldNames():
+        raise InvalidError(f"the DataFrame needs an _id column (string) to route and index rows; it has "
+                           f"{schema.fieldNames()}")
+    return index
+
+
 def resolve_index(store: BlobStore, index: str) -> IndexLocation:
     """The index's location from the latest committed cluster state of the store."""
     from shardstore.cluster_state.remote import RemoteClusterStateService

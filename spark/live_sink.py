@@ -49,7 +49,7 @@ from shardstore.engine.coordinator.ingest import IGNORED_COLUMNS, read_done, rea
 from shardstore.engine.coordinator.ingest_job import IngestJob, StagedFile, check_job_id, files_prefix
 from shardstore.engine.errors import IndexAlreadyExists, IndexNotFound, IngestJobNotFound, NodeNotReady
 from shardstore.errors import ConflictError, InvalidError, ShardstoreError, UnavailableError
-from shardstore.spark.catalog import open_from_options
+from shardstore.spark.catalog import open_from_options, sink_index
 
 log = logging.getLogger(__name__)
 #: how long the probe of the nodes a cluster state names waits for an answer
@@ -239,12 +239,7 @@ def mapping_from_schema(schema: Any) -> dict[str, Any]:
 def plan_live(options: dict[str, str], schema: Any, mode: str, *, job: str | None = None) -> LiveJob | None:
     """Plan a write into the live cluster serving the store (step 1), or None when no cluster serves it."""
     mode = save_mode(mode)
-    index = _option(options, "index")
-    if not index:
-        raise InvalidError("the shardstore sink needs .option('index', '<name>')")
-    if "_id" not in schema.fieldNames():
-        raise InvalidError(f"the DataFrame needs an _id column (string) to route and index rows; it has "
-                           f"{schema.fieldNames()}")
+    index = sink_index(options, schema)
     store = open_from_options(options)
     hosts = find_live(options, store)
     if hosts is None:

@@ -67,7 +67,7 @@ from shardstore.segments.remote_store import (
     read_metadata,
 )
 from shardstore.segments.segment import SegmentInfo, lookup_segments, segment_file_name, write_segment
-from shardstore.spark.catalog import open_from_options, resolve_index
+from shardstore.spark.catalog import open_from_options, resolve_index, sink_index
 from shardstore.spark.segment_files import in_parallel
 from shardstore.spark.sink_rows import last_per_id, superseded_copies, typed_fields
 from shardstore.translog.operations import MAX_ID_BYTES
@@ -144,12 +144,7 @@ def make_writer(options: dict[str, str], schema: Any, overwrite: bool) -> Shards
     if overwrite:
         raise InvalidError("the shardstore sink only appends: use .mode('append') (overwrite is not supported; "
                            "delete the index through the engine first)")
-    index = options.get("index")
-    if not index:
-        raise InvalidError("the shardstore sink needs .option('index', '<name>')")
-    if "_id" not in schema.fieldNames():
-        raise InvalidError(f"the DataFrame needs an _id column (string) to route and index rows; it has "
-                           f"{schema.fieldNames()}")
+    index = sink_index(options, schema)
     store = open_from_options(options)
     loc = resolve_index(store, index)
     job = f"spark{uuid.uuid4().hex[:20]}"

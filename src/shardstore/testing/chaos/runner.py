@@ -214,13 +214,17 @@ class Simulation:
                 self.model.uncertain(doc_id, values[doc_id])
                 self._item_error(step, row["error"])
 
+    def _uncertain(self, values: dict[str, str | None]) -> None:
+        """A write whose outcome is unknown (it raised): each of its values may or may not be current."""
+        for doc_id, value in values.items():
+            self.model.uncertain(doc_id, value)
+            self.outcome.failed += 1
+
     def _guarded_write(self, step: Step, values: dict[str, str | None], call: Callable[[], Any]) -> None:
         try:
             result = call()
         except BaseException:
-            for doc_id, value in values.items():
-                self.model.uncertain(doc_id, value)
-                self.outcome.failed += 1
+            self._uncertain(values)
             raise
         self._write_result(step, values, result)
 
@@ -251,9 +255,7 @@ class Simulation:
         try:
             out = commit()
         except BaseException:
-            for doc_id, value in values.items():
-                self.model.uncertain(doc_id, value)
-                self.outcome.failed += 1
+            self._uncertain(values)
             raise
         if out["applied"] != len(values):
             self.outcome.violations.append(Violation("unclean", step.index, f"ingest applied {out}, not "
@@ -286,9 +288,7 @@ class Simulation:
         """Each client's outcome into the model: acknowledged items pinned, the rest uncertain."""
         for values, result in zip(parts, results):
             if isinstance(result, BaseException):
-                for doc_id, value in values.items():
-                    self.model.uncertain(doc_id, value)
-                    self.outcome.failed += 1
+                self._uncertain(values)
                 self._error(step, result)
             else:
                 self._write_result(step, values, result)
