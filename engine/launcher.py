@@ -140,6 +140,15 @@ class ProcessCluster:
         assert self.nodes[name].proc is not None
         self.nodes[name].proc.send_signal(signal.SIGCONT)
 
+    def dump_stacks(self) -> list[str]:
+        """SIGUSR1 to every live node: each writes all its threads' stacks to its log and goes on; the names."""
+        names = []
+        for name, h in self.nodes.items():
+            if h.alive and h.proc is not None:
+                h.proc.send_signal(signal.SIGUSR1)
+                names.append(name)
+        return names
+
     def stop(self, name: str, timeout: float = 60.0) -> int:
         """SIGTERM (flush, leave, exit) and wait; the exit status."""
         h = self.nodes[name]

@@ -734,6 +734,7 @@ class ManagerRole:
             meta = self.indices[a.index]
             sr = meta.routing[a.shard]
             self._initializing.add((a.index, a.shard))
+        log.info("recovering a replica of %s/%d on %s from %s", a.index, a.shard, a.target, sr.primary)
         try:
             self._send(a.target, "shard.recover_replica", {"spec": spec_to_wire(self._spec(meta, a.shard)),
                                                            "source": sr.primary})

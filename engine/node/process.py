@@ -22,6 +22,7 @@ followers check the manager.
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
 import random
@@ -507,6 +508,9 @@ def run_node(settings: NodeSettings) -> int:
     """Run a node process until SIGTERM or SIGINT, then shut down cleanly and end the process with status 0."""
     import signal
 
+    # SIGUSR1 writes every thread's stack to the log (stderr) and the node goes on: what an operator (or the
+    # process simulator, on a stuck verdict) reads to see where a node waits
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     stopping: list[int] = []  # the handler only appends: it takes no lock the main thread could hold
 
     def on_signal(signum: int, _frame: object) -> None:

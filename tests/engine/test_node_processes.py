@@ -272,3 +272,18 @@ def test_every_process_killed_then_restarted_or_replaced_recovers_from_the_store
         assert _ids(client.scan("i", columns=["_id"])) == acked
     finally:
         second.close()
+
+
+def test_sigusr1_writes_every_threads_stack_to_the_log_and_the_node_goes_on(procs: ProcessCluster) -> None:
+    client = procs.client()
+    client.wait_for_health("green", timeout=60)
+    assert procs.dump_stacks() == procs.names
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not all(
+            "Current thread" in Path(procs.nodes[n].log_path).read_text() for n in procs.names):
+        time.sleep(0.1)
+    for name in procs.names:
+        text = Path(procs.nodes[name].log_path).read_text()
+        assert "Current thread" in text and "run_node" in text, f"{name}: no stack dump in its log"
+    client.create_index("after-dump", shards=1, replicas=1)  # every node still serves
+    assert not client.bulk("after-dump", [{"_id": "a", "v": 1}]).errors

@@ -248,8 +248,7 @@ class ProcessSimulation(Simulation):
                 return True
             time.sleep(0.1)
             masters = self._masters()
-        self.outcome.violations.append(Violation("stuck", step, f"{when}: the nodes never agreed on one "
-                                                                f"manager in {SETTLE_TIMEOUT:.0f}s: {masters}"))
+        self._stuck(step, f"{when}: the nodes never agreed on one manager in {SETTLE_TIMEOUT:.0f}s: {masters}")
         return False
 
     def _health(self, step: int, status: str, when: str) -> bool:
@@ -262,8 +261,16 @@ class ProcessSimulation(Simulation):
                 causes = " ".join(self.cluster.health().causes)
             except Exception as health_exc:  # noqa: BLE001 - no manager answers
                 causes = f"health() failed: {health_exc!r}"
-            self.outcome.violations.append(Violation("stuck", step, f"{when}: {exc}; causes: {causes or 'none'}"))
+            self._stuck(step, f"{when}: {exc}; causes: {causes or 'none'}")
             return False
+
+    def _stuck(self, step: int, text: str) -> None:
+        """A *stuck* verdict; the first of a schedule has every live node write its threads' stacks to its log."""
+        if not any(v.kind == "stuck" for v in self.outcome.violations):
+            dump = getattr(self.procs, "dump_stacks", None)  # node processes only (SIGUSR1)
+            if dump is not None:
+                self._note(f"  stacks dumped to the logs of {dump()}")
+        self.outcome.violations.append(Violation("stuck", step, text))
 
     def _manager(self) -> str | None:
         """The elected cluster manager, as the live nodes tell it (``discovery.hello``)."""
@@ -466,9 +473,8 @@ class ProcessSimulation(Simulation):
                 acked = {row["_id"] for row in items if row["error"] is None}
                 probes = {s: i for s, i in probes.items() if i not in acked}
             if probes and time.monotonic() >= deadline:
-                self.outcome.violations.append(Violation(
-                    "stuck", step, f"after the final heal: shard(s) {sorted(probes)} green but took no write in "
-                                   f"{WRITABLE_TIMEOUT:.0f}s ({attempt} attempts); last: {'; '.join(errors)}"))
+                self._stuck(step, f"after the final heal: shard(s) {sorted(probes)} green but took no write in "
+                                  f"{WRITABLE_TIMEOUT:.0f}s ({attempt} attempts); last: {'; '.join(errors)}")
                 return False
             if probes:
                 time.sleep(0.5)
