@@ -18,6 +18,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterable
 from collections.abc import Mapping as MappingABC
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
@@ -25,17 +26,19 @@ import pyarrow as pa
 from shardstore.engine.coordinator.documents import BulkResult
 from shardstore.engine.coordinator.routing import shard_id
 from shardstore.engine.coordinator.validation import check_doc_id
-from shardstore.engine.errors import HealthTimeout, InvalidRequest, NodeNotReady
+from shardstore.engine.errors import HealthTimeout, InvalidRequest, NodeNotReady, NoNodeReachable
 from shardstore.engine.manager.allocation import ClusterHealth
 from shardstore.errors import ShardstoreError, UnavailableError
 from shardstore.net.flight import ANY_NODE, FlightTransport
-from shardstore.net.security import Security
+from shardstore.net.security import Security, TransportAuthError
 from shardstore.transport import NodeDisconnected
 
 #: seconds a client trusts its copy of an index's routing (a moved primary still answers, one hop slower)
 ROUTING_TTL = 1.0
 _RANK = {"red": 0, "yellow": 1, "green": 2}
 _WRITES = frozenset({"client.bulk", "client.index_doc", "client.delete", "client.create_index", "client.ingest"})
+#: seconds ``connect()`` waits for the first answer of any host (a wrong address fails fast, not at the first call)
+CONNECT_TIMEOUT = 1.5
 #: how long one ``ingest`` call may take (a coordinator applies every staged row before it answers)
 INGEST_TIMEOUT = 3600.0
 
@@ -109,6 +112,24 @@ class Client:
             if not_ready is None or time.monotonic() >= deadline:
                 raise last
             time.sleep(0.05)
+
+    def probe(self, timeout: float = CONNECT_TIMEOUT) -> dict[str, str | None]:
+        """Ask every host at once who it is; {node name: the manager it follows (None: none yet)} of those that
+        answered, NoNodeReachable naming every address and its cause when none did within ``timeout``."""
+        def hello(host: str) -> tuple[str, Any]:
+            try:
+                return host, self._transport.send("client", host, "discovery.hello", {}, timeout=timeout)
+            except Exception as exc:  # noqa: BLE001 - every cause is named in the error
+                return host, exc
+        with ThreadPoolExecutor(max_workers=min(16, len(self._hosts))) as pool:
+            answers = list(pool.map(hello, self._hosts))
+        seen = {a["name"]: a.get("master") for _, a in answers if isinstance(a, dict)}
+        if not seen:
+            refused = [a for _, a in answers if isinstance(a, TransportAuthError)]
+            if len(refused) == len(answers):
+                raise refused[0]  # every node answered, and refused these credentials: that is the cause to fix
+            raise NoNodeReachable({h[len(ANY_NODE):]: _short(a) for h, a in answers}, timeout)
+        return seen
 
     def create_index(self, name: str, shards: int = 1, replicas: int = 1, mappings: dict | None = None,
                      durability: str = "request", source: str = "stored", *, wait: float | None = 120.0) -> str:
@@ -267,7 +288,8 @@ class Client:
             if time.monotonic() >= deadline:
                 short = "" if getattr(h, "green_possible", True) else \
                     f" (green needs more than the {h.data_nodes} data nodes that are members)"
-                raise HealthTimeout(f"{what}: not reached after {timeout}s{short}: {h}")
+                raise HealthTimeout(f"{what}{'' if index is None else f' of index {index!r}'}: not reached after "
+                                    f"{timeout}s{short}: {_missing(h)}")
             time.sleep(0.02)
 
     def close(self) -> None:
@@ -281,6 +303,38 @@ class Client:
         self.close()
 
 
-def connect(hosts: str | Iterable[str], *, security: Security | None = None, timeout: float = 60.0) -> Client:
-    """A :class:`Client` of the cluster reachable at ``hosts`` (``"h1:9400,h2:9400"``)."""
-    return Client(hosts, security=security, timeout=timeout)
+def _missing(h: Any) -> str:
+    """What a health wait still waits for, in words (or the last error when no health answered)."""
+    if not isinstance(h, ClusterHealth):
+        return f"no health answered: {_short(h) if isinstance(h, BaseException) else h}"
+    parts = [f"status {h.status}", f"{h.data_nodes} data node(s)"]
+    if h.red_shards:
+        parts.append(f"{len(h.red_shards)} shard(s) without a primary ({', '.join(h.red_shards[:5])})")
+    if h.unassigned_shards:
+        parts.append(f"{h.unassigned_shards} copy(ies) unassigned")
+    if h.initializing_shards:
+        parts.append(f"{h.initializing_shards} recovering")
+    return "; ".join(parts) + (f"; causes: {' '.join(h.causes)}" if h.causes else "") + f" [{h}]"
+
+
+def _short(exc: BaseException) -> str:
+    """One line of a connection failure: its kind and first sentence (gRPC's texts run to 300 characters)."""
+    text = str(exc).split(";")[0].split("\n")[0]
+    return f"{type(exc).__name__}: {text[:160]}"
+
+
+def connect(hosts: str | Iterable[str], *, security: Security | None = None, timeout: float = 60.0,
+            connect_timeout: float | None = CONNECT_TIMEOUT) -> Client:
+    """A :class:`Client` of the cluster reachable at ``hosts`` (``"h1:9400,h2:9400"``).
+
+    Fails fast: NoNodeReachable, naming every address and its cause, when no host answers within
+    ``connect_timeout`` seconds (``None``: no check, the first call finds out).
+    """
+    client = Client(hosts, security=security, timeout=timeout)
+    if connect_timeout is not None:
+        try:
+            client.probe(connect_timeout)
+        except BaseException:
+            client.close()
+            raise
+    return client

@@ -137,6 +137,16 @@ class NodeNotReady(EngineError, UnavailableError):
         self.node = node
 
 
+class NoNodeReachable(EngineError, UnavailableError):
+    """``connect()``: no address answered in time; names every address tried and why (a wrong port, a node not
+    started yet, TLS or credentials refused).  Retry once a node is up."""
+
+    def __init__(self, tried: dict[str, str], seconds: float) -> None:
+        causes = "; ".join(f"{a}: {why}" for a, why in tried.items())
+        super().__init__(f"no node answered at {', '.join(tried)} within {seconds:g}s ({causes})")
+        self.tried = tried
+
+
 class IndexNotCreated(EngineError, UnavailableError):
     """An index could not be created (its metadata was not committed, or no data node is up); it takes no writes."""
 

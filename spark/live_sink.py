@@ -188,7 +188,7 @@ def client_for(job: LiveJob | tuple[str, ...], location: str) -> Iterator[Client
                                          f"more of the job is written")
         yield client
         return
-    client = connect(",".join(hosts))
+    client = connect(",".join(hosts), connect_timeout=None)  # commit_live retries a cluster between nodes itself
     try:
         yield client
     finally:

@@ -287,3 +287,29 @@ def test_sigusr1_writes_every_threads_stack_to_the_log_and_the_node_goes_on(proc
         assert "Current thread" in text and "run_node" in text, f"{name}: no stack dump in its log"
     client.create_index("after-dump", shards=1, replicas=1)  # every node still serves
     assert not client.bulk("after-dump", [{"_id": "a", "v": 1}]).errors
+
+
+def test_connect_fails_fast_naming_every_address_when_nothing_listens() -> None:
+    from shardstore.engine.client import connect
+    from shardstore.engine.errors import NoNodeReachable
+    from shardstore.engine.launcher import free_port
+
+    addresses = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
+    t0 = time.monotonic()
+    with pytest.raises(NoNodeReachable) as refused:
+        connect(",".join(addresses))
+    assert time.monotonic() - t0 <= 2.0
+    assert all(a in str(refused.value) for a in addresses) and refused.value.retryable
+    assert "\n" not in str(refused.value)
+
+
+def test_a_health_wait_that_times_out_names_what_is_missing(procs: ProcessCluster) -> None:
+    from shardstore.engine.errors import HealthTimeout
+
+    client = procs.client()
+    client.wait_for_health("green", timeout=60)
+    client.create_index("short", shards=1, replicas=5, wait=None)  # 3 nodes hold at most 2 replicas
+    with pytest.raises(HealthTimeout) as timed_out:
+        client.wait_for_health("green", timeout=1.0)
+    text = str(timed_out.value)
+    assert "green needs more than the 3 data nodes" in text and "copy(ies) unassigned" in text

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from shardstore.engine.errors import NoNodeReachable
 from shardstore.net.security import Security, TransportAuthError
 from shardstore.testing.node_processes import ProcessCluster
 from shardstore.transport import NodeDisconnected
@@ -43,14 +44,21 @@ def test_a_tls_cluster_with_a_secret_serves_its_clients_and_refuses_everyone_els
     client.refresh("i")
     assert client.count("i") == 50
 
-    intruder = procs.client(security=Security(tls_ca=str(pki.ca), secret=WRONG))
+    # connect() itself fails fast with the cause (its probe is refused); a client made without the probe is
+    # refused at its first call, nothing applied
+    with pytest.raises(TransportAuthError, match="wrong cluster secret") as refused:
+        procs.client(security=Security(tls_ca=str(pki.ca), secret=WRONG))
+    assert WRONG not in str(refused.value) and SECRET not in str(refused.value)
+    intruder = procs.client(security=Security(tls_ca=str(pki.ca), secret=WRONG), connect_timeout=None)
     with pytest.raises(TransportAuthError, match="wrong cluster secret") as refused:
         intruder.bulk("i", [{"_id": "intruder", "v": 1}])
     assert WRONG not in str(refused.value) and SECRET not in str(refused.value)
-    no_secret = procs.client(security=Security(tls_ca=str(pki.ca)))
+    no_secret = procs.client(security=Security(tls_ca=str(pki.ca)), connect_timeout=None)
     with pytest.raises(TransportAuthError, match="missing cluster secret"):
         no_secret.get("i", "1")
-    plaintext = procs.client()  # no TLS at all: the handshake fails, nothing is delivered
+    with pytest.raises(NoNodeReachable, match="no node answered"):  # no TLS at all: every handshake fails
+        procs.client()
+    plaintext = procs.client(connect_timeout=None)
     with pytest.raises(NodeDisconnected) as cut:
         plaintext.count("i")
     assert cut.value.delivered is False
