@@ -113,6 +113,11 @@ class Client:
                 raise last
             time.sleep(0.05)
 
+    def cluster(self) -> dict[str, Any]:
+        """Health, nodes and shard copies as an operator reads them (``shardstore cluster``; see
+        engine/coordinator/cluster_view.py for the keys)."""
+        return self._call("client.cluster", {})
+
     def probe(self, timeout: float = CONNECT_TIMEOUT) -> dict[str, str | None]:
         """Ask every host at once who it is; {node name: the manager it follows (None: none yet)} of those that
         answered, NoNodeReachable naming every address and its cause when none did within ``timeout``."""

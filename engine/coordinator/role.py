@@ -19,6 +19,7 @@ acknowledged; the caller may retry by id (docs/design/transport.md, "What is ret
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -31,10 +32,11 @@ import pyarrow as pa
 from shardstore.blobstores.base import BlobStore
 from shardstore.cluster_state.coordination import ClusterManagerNode
 from shardstore.engine.coordinator.bulk_parts import group_by_node, take_answers, unsent
+from shardstore.engine.coordinator.cluster_view import build_view
 from shardstore.engine.coordinator.documents import Documents
 from shardstore.engine.coordinator.ingest import run_ingest
 from shardstore.engine.coordinator.ingest_job import job_prefix
-from shardstore.engine.errors import ClusterClosed, IndexNotFound, InvalidRequest, ShardUnavailable
+from shardstore.engine.errors import ClusterClosed, IndexNotFound, InvalidRequest, NodeNotReady, ShardUnavailable
 from shardstore.engine.manager.metadata import IndexMeta, indices_from_state
 from shardstore.engine.node.data_role import call_manager
 from shardstore.errors import ShardstoreError
@@ -47,6 +49,8 @@ FAILOVER_WAIT = 15.0
 #: once the routing moved away from a primary a request is in flight on, how long its answer is still awaited
 #: (a primary that failed its own copy reports it, then answers with the cause: LocalDiskError, not "unknown")
 MOVED_GRACE = 0.5
+#: seconds the cluster view waits for a member's list of copies (one that does not answer is shown as such)
+VIEW_TIMEOUT = 2.0
 
 
 class Coordinator:
@@ -344,7 +348,32 @@ class Coordinator:
             return self._ingest_prefix(req["index"], req["job"])
         if action == "client.index_uuid":
             return self.index_meta(req["index"]).uuid
+        if action == "client.cluster":
+            return self._cluster_view()
         raise InvalidRequest(f"node {self.name}: unknown client action {action!r}")
+
+    def _cluster_view(self) -> dict[str, Any]:
+        """``client.cluster``: health, nodes and shard copies as an operator reads them (engine/coordinator/cluster_view.py)."""
+        state = self.coordination.applied
+        if state is None:
+            raise NodeNotReady(self.name)
+        nodes = dict(state.nodes)
+        held: dict[str, Any] = {}
+
+        def ask(node: str) -> None:
+            try:
+                held[node] = self._send(node, "node.shards", {}, timeout=VIEW_TIMEOUT)
+            except Exception as exc:  # noqa: BLE001 - shown as the node's error, never waited for
+                held[node] = exc
+        list(self._inflight.map(ask, nodes))
+        try:
+            health: dict[str, Any] = dict(self._manager("cm.health", {}, idempotent=True))
+        except ShardstoreError as exc:
+            health = {"error": f"{type(exc).__name__}: {exc}"}
+        view = build_view(cluster_uuid=state.cluster_uuid, manager=self.coordination.master,
+                          term=state.term, version=state.version, answered_by=self.name, nodes=nodes,
+                          indices=self._indices(), held=held, health=health)
+        return json.loads(json.dumps(view, default=str))  # plain data on every transport
 
     def _ingest_prefix(self, index: str, job: str) -> str:
         """Where ingest job ``job`` of ``index`` stages its files and records (engine/coordinator/ingest_job.py)."""

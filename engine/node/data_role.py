@@ -285,6 +285,21 @@ class NodeService:
         return {"copies": [[k[0], k[1], c.primary, c.primary_term, c.global_checkpoint] for k, c in list(held.items())],
                 "requests": requests, "data": self.data}
 
+    def _shards(self, _req: dict[str, Any]) -> list[dict[str, Any]]:
+        """``node.shards``: each copy this node holds, for the cluster view (engine/coordinator/cluster_view.py)."""
+        out = []
+        for (index_uuid, shard), copy, state in [*((k, c, "recovering") for k, c in list(self._recovering.items())),
+                                                 *((k, c, "started") for k, c in list(self.copies.items()))]:
+            commit = copy.directory.last_commit
+            committed = commit.local_checkpoint if commit is not None else -1
+            out.append({"index_uuid": index_uuid, "shard": int(shard), "primary": copy.primary, "state": state,
+                        "term": copy.primary_term, "local_checkpoint": copy.local_checkpoint,
+                        "global_checkpoint": copy.global_checkpoint, "max_seq_no": copy.max_seq_no,
+                        "committed_checkpoint": committed, "docs": copy.directory.count(),
+                        "bytes": _tree_bytes(copy.path),
+                        "disk_failure": None if copy.disk_failure is None else str(copy.disk_failure)})
+        return out
+
     def _group(self, req: dict[str, Any]) -> bool:
         """``shard.group``: the cluster manager removed replicas; keep only those still named."""
         key = self._key(req)
@@ -640,6 +655,16 @@ class NodeService:
             self.remote.close()
 
 
+def _tree_bytes(path: str) -> int:
+    """Bytes of the files under ``path`` (a copy's directory; 0 when it is gone)."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):  # a merge or a flush may remove a file meanwhile
+                total += os.path.getsize(os.path.join(root, name))
+    return total
+
+
 _ACTIONS: dict[str, Callable[[NodeService, dict[str, Any]], Any]] = {
     "shard.open": NodeService._open,
     "shard.recover_from_store": NodeService._recover_from_store,
@@ -665,6 +690,7 @@ _ACTIONS: dict[str, Callable[[NodeService, dict[str, Any]], Any]] = {
     "recovery.end": NodeService._recovery_end,
     "node.stats": NodeService.node_stats,
     "node.ping": NodeService._ping,
+    "node.shards": NodeService._shards,
 }
 #: the actions a node's data role answers
 ACTIONS = frozenset(_ACTIONS)

@@ -1,4 +1,4 @@
-"""The shardstore command: version, installed plugins, a store self-test, and the cluster-state report.
+"""The shardstore command: run a node, look at a running cluster, check a store, read the cluster state.
 
 Read-only commands (cluster-state show) open the store read-only: they create
 nothing and fail on a missing root.  store check writes scratch blobs but does not
@@ -34,7 +34,8 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:  # type: ignore[override]
         """Print the usage error as one line and exit with :data:`EXIT_USAGE`."""
-        self.exit(EXIT_USAGE, f"shardstore: error: {self.prog}: {message} (see {self.prog} --help)\n")
+        where = self.prog.removeprefix("shardstore").strip()
+        self.exit(EXIT_USAGE, f"shardstore: error: {where + ': ' if where else ''}{message} (see {self.prog} --help)\n")
 
 
 class UsageError(InvalidError):
@@ -182,6 +183,10 @@ def _node_settings(args: argparse.Namespace) -> Any:
     def names(value: Any) -> tuple[str, ...]:
         return tuple(v.strip() for v in (value.split(",") if isinstance(value, str) else value) if v.strip())
 
+    for flag in ("listen", "publish"):
+        value = get(flag)
+        if value is not None:
+            _check_address(f"--{flag}", str(value))
     for required in ("name", "data_dir", "store"):
         if not get(required):
             raise UsageError(f"a node needs --{required.replace('_', '-')} (or {required!r} in the settings file, "
@@ -210,6 +215,41 @@ def _node_settings(args: argparse.Namespace) -> Any:
         seed_hosts=names(get("seed_hosts", "")), initial_managers=names(get("initial_managers", "")),
         roles=frozenset(names(get("roles", ",".join(sorted(ROLES))))), fault_detection=fd, security=security,
         store_options={**from_file.get("store_options", {}), **_parse_options(args.option)})
+
+
+def _check_address(flag: str, value: str) -> None:
+    """A ``host:port`` flag: UsageError naming the flag unless the port is a number from 0 to 65535."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise UsageError(f"{flag} takes HOST:PORT with a port from 0 to 65535, got {value!r}")
+
+
+def _cmd_cluster(args: argparse.Namespace) -> int:
+    from shardstore.engine.client import connect
+    from shardstore.engine.coordinator.cluster_view import format_health, format_nodes, format_shards, to_json
+    from shardstore.net.security import Security
+
+    hosts = args.hosts or os.environ.get("SHARDSTORE_HOSTS")
+    if not hosts:
+        raise UsageError("cluster commands need --hosts HOST:PORT,... (or SHARDSTORE_HOSTS)")
+    for host in hosts.split(","):
+        if host.strip():
+            _check_address("--hosts", host.strip())
+    secret = os.environ.get("SHARDSTORE_NODE_SECRET")  # never a flag: ps shows flags
+    security = Security(tls_ca=args.tls_ca, tls_cert=args.tls_cert, tls_key=args.tls_key, secret=secret) \
+        if (args.tls_ca or secret) else None
+    client = connect(hosts, security=security, timeout=args.timeout)
+    try:
+        view = client.cluster()
+    finally:
+        client.close()
+    what = args.cluster_command
+    if args.format == "json":
+        print(to_json(view, what))
+    else:
+        print({"health": format_health, "nodes": format_nodes, "shards": format_shards}[what](view))
+    health = view["health"]
+    return 0 if what != "health" or health.get("status") in ("green", "yellow") else 1
 
 
 def _cmd_node(args: argparse.Namespace) -> int:
@@ -243,7 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("plugins", help="list the installed blob-store plugins")
-    p.set_defaults(func=_cmd_plugins)
+    p.set_defaults(func=_cmd_plugins, leaf=p)
 
     store_sub = _command_group(sub, "store", "blob-store tools")
     check = store_sub.add_parser(
@@ -252,7 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("url", help="store URL, e.g. s3://bucket/prefix or file:///tmp/store")
     _store_options(check)
     check.add_argument("--prefix", default="_shardstore_check", help="scratch prefix (removed afterwards)")
-    check.set_defaults(func=_cmd_store_check)
+    check.set_defaults(func=_cmd_store_check, leaf=check)
 
     cs_sub = _command_group(sub, "cluster-state", "remote cluster-state tools")
     show = cs_sub.add_parser(
@@ -262,7 +302,21 @@ def build_parser() -> argparse.ArgumentParser:
     _store_options(show)
     show.add_argument("--keep", type=_at_least_one, default=10, help="manifests a purge keeps per UUID (default 10)")
     show.add_argument("--no-verify", action="store_true", help="do not read back the latest state's entities")
-    show.set_defaults(func=_cmd_cluster_state_show)
+    show.set_defaults(func=_cmd_cluster_state_show, leaf=show)
+
+    cl_sub = _command_group(sub, "cluster", "look at a running cluster (health, nodes, shards)")
+    for name, text in (("health", "status, nodes, shard counts, the manager and its term (exit 1 when red)"),
+                       ("nodes", "each node: address, manager, copies, primaries, documents, size"),
+                       ("shards", "each shard copy: primary or replica, state, node, documents, size, translog "
+                                  "backlog")):
+        view = cl_sub.add_parser(name, help=text)
+        view.add_argument("--hosts", help="HOST:PORT,... of one or more nodes (or SHARDSTORE_HOSTS)")
+        view.add_argument("--format", choices=("table", "json"), default="table", help="table (default) or json")
+        view.add_argument("--timeout", type=float, default=20.0, help="seconds to wait for the answer (20)")
+        view.add_argument("--tls-ca", dest="tls_ca", help="PEM CA of the nodes' certificates (TLS)")
+        view.add_argument("--tls-cert", dest="tls_cert", help="PEM client certificate (mutual TLS)")
+        view.add_argument("--tls-key", dest="tls_key", help="PEM client key (mutual TLS)")
+        view.set_defaults(func=_cmd_cluster, leaf=view)
 
     node = sub.add_parser("node", help="run a node process (data and cluster-manager roles) until SIGTERM")
     node.add_argument("--name", help="this node's name, unique in the cluster")
@@ -290,14 +344,16 @@ def build_parser() -> argparse.ArgumentParser:
                                        "'store_options'); the cluster secret comes from there or SHARDSTORE_NODE_SECRET")
     node.add_argument("--log-level", dest="log_level", help="WARNING (default), INFO, DEBUG")
     _store_options(node)
-    node.set_defaults(func=_cmd_node)
+    node.set_defaults(func=_cmd_node, leaf=node)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``shardstore`` command line; returns the exit status."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # a typo in a subcommand's option: that subcommand's help, not the top level's
+        (getattr(args, "leaf", None) or parser).error(f"unrecognized arguments: {' '.join(extra)}")
     func = getattr(args, "func", None)
     if func is None:  # a command that needs a subcommand (or none at all): its own help, a usage error
         (getattr(args, "parser", None) or parser).print_help(sys.stderr)
@@ -311,6 +367,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         _silence_stdout()
         return EXIT_BROKEN_PIPE
+    except UsageError as exc:
+        print(f"shardstore: error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_USAGE
     except (ShardstoreError, OSError) as exc:
         print(f"shardstore: error: {_one_line(exc)}", file=sys.stderr)
         return 1
