@@ -1,7 +1,7 @@
 """What a routing change of one shard must keep true, as named predicates (issue 42; docs/design/engine.md).
 
 The cluster manager publishes every routing change before it is acted on
-(:meth:`~shardstore.engine.manager.role.ManagerRole._set_routing`); :func:`check_routing` runs
+(:meth:`~shardstore.engine.manager.role.ManagerRole.set_routing`); :func:`check_routing` runs
 first and refuses a change that breaks one of :data:`ROUTING_INVARIANTS` with
 :class:`~shardstore.engine.errors.InvariantViolated`, so a bug in a decision stops at the
 manager instead of reaching the copies and the store.  Each predicate is pure and cheap: two

@@ -16,7 +16,7 @@ When a node leaves, each primary it held is promoted at once: the in-sync copy w
 highest local checkpoint becomes primary of term + 1 (``shard.promote``; it claims the
 term in the store, which fences the old primary, and resyncs the other copies).  A shard
 with no in-sync copy left is rebuilt from the blob store.  A failed promotion leaves the
-shard red with its cause and is retried at the next :meth:`ManagerRole.tick`.
+shard red with its cause and is retried at the next :meth:`ManagerRole.tick` (engine/manager/promotion.py).
 """
 
 from __future__ import annotations
@@ -34,34 +34,33 @@ from shardstore.blobstores.base import BlobStore
 from shardstore.cluster_state.coordination import ClusterManagerNode
 from shardstore.cluster_state.errors import ClusterStateSuperseded, NoQuorum, NotMaster
 from shardstore.core.path_strategy import PlainPathStrategy
-from shardstore.engine.coordinator.documents import with_shard_fields
 from shardstore.engine.coordinator.validation import (
     check_create_args,
     check_index_name,
     check_mapping,
     check_source_mode,
 )
-from shardstore.engine.errors import IndexAlreadyExists, IndexNotCreated, IndexNotFound, ShardUnavailable, StalePrimary
+from shardstore.engine.errors import IndexAlreadyExists, IndexNotCreated, IndexNotFound, StalePrimary
 from shardstore.engine.manager.allocation import AllocationWorker, ClusterHealth, cluster_health, plan_replicas
 from shardstore.engine.manager.invariants import check_routing
 from shardstore.engine.manager.metadata import IndexMeta, ShardRouting, indices_from_state, sync_index
+from shardstore.engine.manager.promotion import Promotions
 from shardstore.engine.manager.routing_check import RoutingFault, held_from_stats, routing_faults
 from shardstore.engine.node.data_role import spec_to_wire
 from shardstore.engine.node.file_budget import check_file_budget
 from shardstore.engine.node.read_lease import ReadLeases
 from shardstore.engine.shard.shard_copy import ShardSpec
-from shardstore.errors import ConflictError
 from shardstore.segments.directory import INDEX_BUFFER_BYTES
 from shardstore.segments.mapping import Mapping
-from shardstore.segments.remote_store import next_free_term
 
 log = logging.getLogger(__name__)
+#: what an operator wants at the default level (a node logs WARNING and up, and this logger's INFO): the cluster
+#: formed and who manages it, nodes joining and leaving in order (src/shardstore/cli.py, ``node``)
+events = logging.getLogger("shardstore.events")
 #: a shard whose replica recovery failed 3 times in a row is not tried again for this many seconds
 RECOVERY_PAUSE = 5.0
-#: seconds a background notice (:meth:`ManagerRole._notify`) waits for its answer
+#: seconds a background notice (:meth:`ManagerRole.notify`) waits for its answer
 NOTIFY_TIMEOUT = 10.0
-#: a failed promotion is retried after RETRY_FIRST seconds, doubling up to RETRY_MAX
-RETRY_FIRST, RETRY_MAX = 0.1, 5.0
 #: seconds between two checks of the routing against what the members hold (engine/manager/routing_check.py)
 RECONCILE_EVERY = 2.0
 
@@ -76,18 +75,14 @@ class ManagerRole:
         self.name = name
         self.coordination = coordination
         self.store = store
-        self._send = send  # send(target, action, request) -> response
+        self.send = send  # send(target, action, request) -> response
         self.recovery_delay = recovery_delay
         self.check_timeout = check_timeout  # a member that does not answer in this long at activation is out
         self.index_buffer_bytes = index_buffer_bytes
         self.accept_data_loss = accept_data_loss
         self.nodes_per_process = nodes_per_process  # data nodes sharing one process's open-file limit
-        #: (index, shard) -> why its last rebuild from the store failed (a RestoreDataLoss names the lost ranges)
-        self._store_failures: dict[tuple[str, int], Exception] = {}
-        #: (index, shard) -> the backoff of its failed promotions, and when the next one may run
-        self._retry_delay: dict[tuple[str, int], float] = {}
-        self._retry_at: dict[tuple[str, int], float] = {}
         self._lock = threading.RLock()
+        self.lock = self._lock  # the promotions' too (engine/manager/promotion.py): one lock over the routing
         self.indices: dict[str, IndexMeta] = {}
         self.members: dict[str, str] = {}  # node name -> transport address
         self._data: set[str] = set()  # the members with the data role: copies are allocated to them only
@@ -96,21 +91,13 @@ class ManagerRole:
         self._initializing: set[tuple[str, int]] = set()
         #: (index, shard) -> (failed recoveries in a row, when the last failed): 3 in a row pause it for a while
         self._failures: dict[tuple[str, int], tuple[int, float]] = {}
-        self._unpromoted: dict[tuple[str, int], str] = {}
-        #: red shards another writer claimed: never promoted again (a restore brings them back)
-        self._not_retried: set[tuple[str, int]] = set()
-        #: (index UUID, shard) -> the highest global checkpoint its primary reported (node.stats): every
-        #: operation up to it was acknowledged and is in the store, so a rebuild from the store that comes
-        #: back with less refuses (RestoreDataLoss), as the embedded cluster's ``acknowledged_max`` (issue 42)
-        self._acknowledged: dict[tuple[str, int], int] = {}
         self._reconciled_at = 0.0  # monotonic time of the last routing check
         #: until when a removed node may still serve reads: its primaries are promoted only after (issue 41)
         self._leases = ReadLeases(read_lease)
-        #: (index, shard) -> when its promotion may run: the old primary's read lease is over by then (a later
-        #: grant goes only to a node that applied the routing without it, so it no longer serves the shard)
-        self._lease_waits: dict[tuple[str, int], float] = {}
         self._notifier = ThreadPoolExecutor(max_workers=4, thread_name_prefix=f"notify-{name}")
         self._allocation = AllocationWorker(self._allocation_round, name=f"allocation-{name}")
+        #: shards without a primary: their promotion or rebuild from the store, and why they are red
+        self.promotions = Promotions(self)
 
     # -- activation -------------------------------------------------------------------------------
 
@@ -129,12 +116,12 @@ class ManagerRole:
 
         def ask(node: str) -> None:
             try:
-                check = self._send(node, "fd.follower_check", {"master": self.name,
+                check = self.send(node, "fd.follower_check", {"master": self.name,
                                                                "term": self.coordination.current_term},
                                    timeout=self.check_timeout)
                 ids[node] = check["ephemeral_id"]
                 ago[node] = float(check.get("answered", 0.0))
-                stats = self._send(node, "node.stats", {}, timeout=self.check_timeout)
+                stats = self.send(node, "node.stats", {}, timeout=self.check_timeout)
                 held[node] = {(k[0], int(k[1])) for k in stats["copies"]}
                 if stats.get("data", True):
                     data.add(node)
@@ -155,13 +142,13 @@ class ManagerRole:
             since = now - min(ago[n] for n in answering) if self.coordination.has_quorum(answering) else now
             self._leases.assume({sr.primary for m in self.indices.values() for sr in m.routing
                                  if sr.primary and sr.primary != self.name}, since)
-            self._lease_waits = {(m.name, sr.shard): since + self._leases.seconds for m in self.indices.values()
+            self.promotions.lease_waits = {(m.name, sr.shard): since + self._leases.seconds for m in self.indices.values()
                                  for sr in m.routing if sr.primary is None}
             self.members = {n: a for n, a in members.items() if n in held}
             self._data = data & set(self.members)
             self._ephemeral = ids
             self.active = True
-            self._unpromoted.clear()
+            self.promotions.causes.clear()
             self._publish_members()
             self._leases.took_over(self._applied_version())
             for name in list(self.indices):
@@ -171,12 +158,12 @@ class ManagerRole:
                         if key not in held.get(node, set()):
                             self._node_left_shard(name, sr.shard, node, answered=node in held)
                     if self.indices[name].routing[sr.shard].primary is None:
-                        self._unpromoted.setdefault((name, sr.shard), "no primary")
+                        self.promotions.causes.setdefault((name, sr.shard), "no primary")
             self._publish_members()
-        self._retry_red()
+        self.promotions.retry_red()
         self._allocation.schedule()
-        log.info("%s is the cluster manager (term %d), members %s", self.name, self.coordination.current_term,
-                 sorted(self.members))
+        events.info("%s is the cluster manager (term %d), members %s", self.name, self.coordination.current_term,
+                    sorted(self.members))
 
     def is_member(self, name: str, ephemeral_id: str) -> bool:
         """Whether ``name`` is a member as the process ``ephemeral_id`` (not an earlier run of it)."""
@@ -206,7 +193,7 @@ class ManagerRole:
         self._notifier.shutdown(wait=False, cancel_futures=True)
         self._allocation.close(wait)
 
-    def _submit(self, task: Any) -> None:
+    def submit(self, task: Any) -> None:
         """Publish ``task`` (committed on a majority) before anything acts on it; step down if it was not.
 
         A manager that cannot commit has lost its quorum (cut off, or deposed): it stops at once
@@ -229,7 +216,7 @@ class ManagerRole:
         if was:
             log.warning("%s steps down as cluster manager: %s", self.name, reason)
 
-    def _notify(self, node: str, action: str, request: dict[str, Any]) -> None:
+    def notify(self, node: str, action: str, request: dict[str, Any]) -> None:
         """Send ``request`` in the background: never wait, holding the manager's lock, on a node that may be gone.
 
         For what the committed routing already decided (drop a copy, shrink a group): a node
@@ -239,7 +226,7 @@ class ManagerRole:
         """
         def send() -> None:
             try:
-                self._send(node, action, request, timeout=NOTIFY_TIMEOUT)
+                self.send(node, action, request, timeout=NOTIFY_TIMEOUT)
             except Exception as exc:  # noqa: BLE001 - see above
                 log.info("%s: %s to %s not delivered: %r", self.name, action, node, exc)
         self._notifier.submit(send)
@@ -280,6 +267,7 @@ class ManagerRole:
                 # publication makes a node a follower, so publish again; else it never rejoins
                 fresh = True
             if name not in self.members:
+                events.info("%s: node %s joined the cluster at %s", self.name, name, req["address"])
                 self._drop_unrouted(name)
             self.members[name] = req["address"]
             if req.get("data", True):
@@ -291,7 +279,7 @@ class ManagerRole:
             if fresh:
                 self._publish_members(force=True)
         self._allocation.schedule()
-        self._retry_red()
+        self.promotions.retry_red()
         return {"master": self.name, "term": self.coordination.current_term}
 
     def _drop_unrouted(self, node: str) -> None:
@@ -302,7 +290,7 @@ class ManagerRole:
         """
         routed = {(m.uuid, r.shard) for m in self.indices.values() for r in m.routing if node in r.copies}
         try:
-            held = self._send(node, "node.stats", {}, timeout=self.check_timeout)["copies"]
+            held = self.send(node, "node.stats", {}, timeout=self.check_timeout)["copies"]
         except Exception as exc:  # noqa: BLE001 - it joins again at its next leader check
             log.info("%s: copies of joining %s not listed: %r", self.name, node, exc)
             return
@@ -310,10 +298,11 @@ class ManagerRole:
             if (index_uuid, shard) not in routed:
                 log.warning("%s: %s rejoined with a copy of %s/%s that is no longer routed to it; discarding it",
                             self.name, node, index_uuid, shard)
-                self._send(node, "shard.discard", {"index_uuid": index_uuid, "shard": int(shard)})  # it is joining: up
+                self.send(node, "shard.discard", {"index_uuid": index_uuid, "shard": int(shard)})  # it is joining: up
 
-    def node_left(self, node: str, reason: str) -> None:
-        """A member stopped answering (fault detection): promote its primaries, drop its replicas."""
+    def node_left(self, node: str, reason: str, *, orderly: bool = False) -> None:
+        """A member stopped answering (fault detection), or left in ``orderly`` shutdown: promote its primaries,
+        drop its replicas."""
         with self._lock:
             self._data.discard(node)
             if self.members.pop(node, None) is None:
@@ -321,7 +310,7 @@ class ManagerRole:
             self._ephemeral.pop(node, None)
             self.coordination.peers = tuple(n for n in self.members if n != self.name)  # no publication waits on it
             self._failures.clear()  # recoveries that failed towards it are planned elsewhere now
-            log.warning("%s: node %s left the cluster: %s", self.name, node, reason)
+            (events.info if orderly else log.warning)("%s: node %s left the cluster: %s", self.name, node, reason)
             for name in list(self.indices):
                 for sr in self.indices[name].routing:
                     if node in sr.copies or sr.primary == node:
@@ -350,19 +339,19 @@ class ManagerRole:
                 wait = 0.0
             if wait > 0:
                 rest = [c for c in sr.in_sync if c != node]
-                self._set_routing(meta, shard, primary=None, copies=[c for c in sr.copies if c != node], in_sync=rest)
-                self._unpromoted[(name, shard)] = (f"waiting {wait:.1f}s for {node}'s read lease to end before "
+                self.set_routing(meta, shard, primary=None, copies=[c for c in sr.copies if c != node], in_sync=rest)
+                self.promotions.causes[(name, shard)] = (f"waiting {wait:.1f}s for {node}'s read lease to end before "
                                                    f"promoting a copy (it may still answer reads)")
-                self._lease_waits[(name, shard)] = time.monotonic() + wait
+                self.promotions.lease_waits[(name, shard)] = time.monotonic() + wait
                 log.info("%s/%d: promotion waits %.1fs for %s's read lease", name, shard, wait, node)
                 return
-            self._promote(meta, sr, [n for n in sr.in_sync if n != node and n in self.members])
+            self.promotions.promote(meta, sr, [n for n in sr.in_sync if n != node and n in self.members])
             return
-        self._set_routing(meta, shard, copies=[c for c in sr.copies if c != node],
+        self.set_routing(meta, shard, copies=[c for c in sr.copies if c != node],
                           in_sync=[c for c in sr.in_sync if c != node])
         if sr.primary is not None:
             # told in the background: a primary that misses it fails the replica itself at its next write
-            self._notify(sr.primary, "shard.group", {"index_uuid": meta.uuid, "shard": shard,
+            self.notify(sr.primary, "shard.group", {"index_uuid": meta.uuid, "shard": shard,
                                                      "replicas": [n for n in sr.in_sync if n not in (node, sr.primary)]})
 
     def _publish_members(self, force: bool = False) -> None:
@@ -380,20 +369,20 @@ class ManagerRole:
             if force:  # the same members: a new version all the same, for a node that missed the last one
                 return state.with_custom("membership", {"revision": state.version + 1})
             return state
-        self._submit(task)
+        self.submit(task)
 
     # -- metadata -----------------------------------------------------------------------------------
 
-    def _spec(self, meta: IndexMeta, shard: int) -> ShardSpec:
+    def spec(self, meta: IndexMeta, shard: int) -> ShardSpec:
         return ShardSpec(meta.data_cluster_uuid, meta.uuid, shard, durability=meta.durability,
                          mapping=meta.mappings, strategy=meta.strategy, reupload_delay=self.recovery_delay,
                          index_buffer_bytes=self.index_buffer_bytes)
 
-    def _set_routing(self, meta: IndexMeta, shard: int, **changes: Any) -> IndexMeta:
+    def set_routing(self, meta: IndexMeta, shard: int, **changes: Any) -> IndexMeta:
         cur = self.indices.get(meta.name, meta)
         new = cur.with_routing(shard, **changes)
         check_routing(meta.name, cur.routing[shard], new.routing[shard])  # engine/manager/invariants.py
-        self._submit(sync_index(new))  # published (committed on a majority) before it is acted on
+        self.submit(sync_index(new))  # published (committed on a majority) before it is acted on
         self.indices[meta.name] = new
         return new
 
@@ -426,14 +415,14 @@ class ManagerRole:
                                                         (live[s % len(live)],)) for s in range(shards)),
                              data_cluster_uuid=self.coordination.applied.cluster_uuid, source=source)
             try:
-                self._submit(sync_index(meta))
+                self.submit(sync_index(meta))
             except ClusterStateSuperseded:
                 raise  # another cluster took the store over: no retry helps, this one must stop
             except Exception as exc:
                 raise IndexNotCreated(name, f"its metadata was not committed ({type(exc).__name__}: {exc})") from exc
             self.indices[name] = meta
             for sr in meta.routing:
-                self._send(sr.primary, "shard.open", {"spec": spec_to_wire(self._spec(meta, sr.shard)), "term": 1})
+                self.send(sr.primary, "shard.open", {"spec": spec_to_wire(self.spec(meta, sr.shard)), "term": 1})
         self._allocation.schedule()
         return {"uuid": meta.uuid}
 
@@ -446,7 +435,7 @@ class ManagerRole:
             if current != Mapping.from_dict(req["base"]):
                 return current.to_dict()
             updated = replace(meta, mappings=Mapping.from_dict(req["proposed"]).to_dict())
-            self._submit(sync_index(updated))
+            self.submit(sync_index(updated))
             self.indices[meta.name] = updated
             return updated.mappings
 
@@ -463,9 +452,9 @@ class ManagerRole:
                                    current_term=sr.primary_term)
             if node in sr.in_sync:
                 log.warning("failing replica %s of %s/%d: %s", node, meta.name, shard, req.get("reason"))
-                sr = self._set_routing(meta, shard, copies=[c for c in sr.copies if c != node],
+                sr = self.set_routing(meta, shard, copies=[c for c in sr.copies if c != node],
                                        in_sync=[c for c in sr.in_sync if c != node]).routing[shard]
-                self._notify(node, "shard.discard", {"index_uuid": meta.uuid, "shard": shard})
+                self.notify(node, "shard.discard", {"index_uuid": meta.uuid, "shard": shard})
         self._allocation.schedule()
         return {"replicas": [n for n in sr.in_sync if n != sr.primary]}
 
@@ -479,7 +468,7 @@ class ManagerRole:
                                    f"{req['term']}) refused; the primary is now {sr.primary} of term "
                                    f"{sr.primary_term}", term=int(req["term"]), current_term=sr.primary_term)
             if node not in sr.in_sync:
-                sr = self._set_routing(meta, shard, copies=[*dict.fromkeys([*sr.copies, node])],
+                sr = self.set_routing(meta, shard, copies=[*dict.fromkeys([*sr.copies, node])],
                                        in_sync=[*sr.in_sync, node]).routing[shard]
             return {"replicas": [n for n in sr.in_sync if n != sr.primary]}
 
@@ -489,164 +478,6 @@ class ManagerRole:
             self._node_left_shard(meta.name, int(req["shard"]), req["node"], answered=True)
         self._allocation.schedule(self.recovery_delay)
         return True
-
-    # -- promotion ----------------------------------------------------------------------------------
-
-    def _promote(self, meta: IndexMeta, sr: ShardRouting, candidates: list[str]) -> bool:
-        """Promote the most advanced candidate (lock held); red with the cause on failure; whether it did.
-
-        The decision is published first (issue 41): the new primary and its term are committed
-        on a majority before the copy claims the term in the store and takes writes.  A manager
-        that cannot commit raises (NoQuorum) having sent nothing, and steps down.
-        """
-        key = (meta.name, sr.shard)
-        if not candidates:
-            self._set_routing(meta, sr.shard, primary=None, copies=[], in_sync=[])
-            self._unpromoted[key] = "no in-sync copy left; recovering it from the blob store"
-            return self._recover_from_store(self.indices[meta.name], sr.shard)
-        term = sr.primary_term + 1
-        stats: dict[str, dict] = {}
-        unreachable = []
-        for n in candidates:
-            try:
-                s = self._send(n, "shard.stats", {"index_uuid": meta.uuid, "shard": sr.shard},
-                               timeout=self.check_timeout)
-            except Exception:  # noqa: BLE001 - it may come back: the promotion is retried
-                unreachable.append(n)
-                continue
-            if s is not None and s["disk_failure"] is None:
-                stats[n] = s
-        if not stats and not unreachable:  # every in-sync copy is gone (restarted nodes, a restore)
-            return self._promote(meta, sr, [])
-        if not stats:
-            return self._promotion_failed(meta, sr, term, candidates,
-                                          ShardUnavailable(meta.name, sr.shard, f"no in-sync copy answered ({unreachable})"))
-        best = max(stats, key=lambda n: stats[n]["local_checkpoint"])
-        group = [best, *(n for n in stats if n != best)]
-        self._set_routing(meta, sr.shard, primary=best, primary_term=term, copies=group, in_sync=group)
-        try:
-            answer = self._send(best, "shard.promote", {"index_uuid": meta.uuid, "shard": sr.shard, "term": term,
-                                                        "replicas": group[1:]})
-        except ConflictError as exc:
-            # a newer term claimed the shard: another writer (a Spark job's sink) owns it now.  Claiming a
-            # term above it would fence that writer and drop its commit from what restore reads, so the
-            # shard stays red with the cause and is not retried (issue 42)
-            cause = (f"promotion to term {term} refused ({type(exc).__name__}: {exc}); another writer owns the "
-                     f"shard: restore the index from the store once it is done")
-            log.error("%s/%d: %s", meta.name, sr.shard, cause)
-            self._unpromoted[key] = cause
-            self._not_retried.add(key)
-            self._set_routing(meta, sr.shard, primary=None, primary_term=term, copies=group, in_sync=group)
-            return False
-        except Exception as exc:  # noqa: BLE001 - red with the cause, retried with a newer term
-            return self._promotion_failed(meta, sr, term, group, exc)
-        kept = [best, *answer["kept"]]
-        if kept != group:
-            self._set_routing(meta, sr.shard, copies=kept, in_sync=kept)
-        for n in candidates:
-            if n not in kept:
-                self._notify(n, "shard.discard", {"index_uuid": meta.uuid, "shard": sr.shard})
-        self._unpromoted.pop(key, None)
-        self._retry_delay.pop(key, None)
-        self._retry_at.pop(key, None)
-        log.info("promoted %s to primary of %s/%d with term %d", best, meta.name, sr.shard, term)
-        return True
-
-    def _promotion_failed(self, meta: IndexMeta, sr: ShardRouting, term: int, candidates: list[str],
-                          exc: Exception) -> bool:
-        """Leave the shard red with the cause; ``term`` counts as used (its claim may have landed)."""
-        cause = f"promotion to term {term} failed ({type(exc).__name__}: {exc}); retrying"
-        log.error("%s/%d: %s", meta.name, sr.shard, cause)
-        key = (meta.name, sr.shard)
-        self._unpromoted[key] = cause
-        # retried after 0.1 s, doubling to 5 s: a store that keeps refusing does not burn a term per tick
-        delay = min(RETRY_MAX, 2 * self._retry_delay.get(key, RETRY_FIRST / 2))
-        self._retry_delay[key] = delay
-        self._retry_at[key] = time.monotonic() + delay
-        self._set_routing(meta, sr.shard, primary=None, primary_term=term, copies=candidates, in_sync=candidates)
-        return False
-
-    def _recover_from_store(self, meta: IndexMeta, shard: int) -> bool:
-        """Rebuild a shard with no in-sync copy from the blob store on the least loaded member (lock held).
-
-        As a promotion, the target and its term are committed before it claims the term (issue 41).
-        """
-        key = (meta.name, shard)
-        if not self.data_nodes():
-            self._unpromoted[key] = "no in-sync copy left and no data node up"
-            return False
-        load = {n: 0 for n in self.data_nodes()}
-        for m in self.indices.values():
-            for r in m.routing:
-                for c in r.copies:
-                    if c in load:
-                        load[c] += 1
-        target = min(load, key=lambda n: (load[n], n))
-        sr = meta.routing[shard]
-        spec = self._spec(meta, shard)
-        try:
-            term = next_free_term(self.store, spec.address, at_least=sr.primary_term)
-        except Exception as exc:  # noqa: BLE001 - a store error: red, named, retried
-            self._unpromoted[key] = f"no in-sync copy left; listing its terms failed ({type(exc).__name__}: {exc})"
-            return False
-        self._set_routing(meta, shard, primary=target, primary_term=term, copies=[target], in_sync=[target])
-        try:
-            answer = self._send(target, "shard.recover_from_store", {
-                "spec": spec_to_wire(spec), "term": term, "known_term": sr.primary_term, "index_name": meta.name,
-                "acknowledged_max": self._acknowledged.get((meta.uuid, shard), -1),
-                "accept_data_loss": self.accept_data_loss})
-        except Exception as exc:  # noqa: BLE001 - a store error or a refused (lossy) recovery: red, named
-            self._store_failures[key] = exc
-            self._unpromoted[key] = (f"no in-sync copy left; recovery from the blob store failed "
-                                     f"({type(exc).__name__}: {exc}); retrying")
-            log.error("%s/%d: %s", meta.name, shard, self._unpromoted[key])
-            self._set_routing(meta, shard, primary=None, copies=[], in_sync=[])
-            return False
-        self._unpromoted.pop(key, None)
-        self._store_failures.pop(key, None)
-        self._retry_delay.pop(key, None)
-        self._retry_at.pop(key, None)
-        self._take_shard_fields(meta.name, Mapping.from_dict(answer["mapping"]))
-        log.warning("%s/%d: recovered from the blob store on %s with term %d", meta.name, shard, target, term)
-        return True
-
-    def _take_shard_fields(self, name: str, shard_mapping: Mapping) -> None:
-        """Publish the fields a rebuilt shard's commit maps and the index mapping lacks (a store written before
-        mappings were per index, issue 15), so a later bulk does not guess another type (lock held)."""
-        meta = self.indices.get(name)
-        if meta is None:
-            return
-        merged = with_shard_fields(meta, Mapping.from_dict(meta.mappings), [shard_mapping])
-        if merged is not meta:
-            try:
-                self._submit(sync_index(merged))
-                self.indices[name] = merged
-            except Exception as exc:  # noqa: BLE001 - the next rebuild or mapping update publishes them
-                log.error("%s: the restored shards' fields were not published (%s: %s)", name,
-                          type(exc).__name__, exc)
-
-    def _retry_red(self) -> None:
-        """Promote or rebuild every shard left without a primary (a failed promotion, a restore)."""
-        with self._lock:
-            if not self.active:
-                return
-            for (name, shard) in list(self._unpromoted):
-                if (name, shard) in self._not_retried:
-                    continue
-                meta = self.indices.get(name)
-                if meta is None:
-                    self._unpromoted.pop((name, shard), None)
-                    continue
-                sr = meta.routing[shard]
-                if sr.primary is not None and sr.primary in self.members:
-                    self._unpromoted.pop((name, shard), None)
-                    continue
-                if time.monotonic() < self._lease_waits.get((name, shard), 0.0):
-                    continue  # the old primary may still answer reads
-                if time.monotonic() < self._retry_at.get((name, shard), 0.0):
-                    continue  # its last promotion failed: retried once its backoff is over
-                self._lease_waits.pop((name, shard), None)
-                self._promote(meta, sr, [n for n in sr.in_sync if n in self.members])
 
     def reconcile(self) -> list[RoutingFault]:
         """Check the committed routing against what every member holds, and heal each difference (issue 41).
@@ -665,7 +496,7 @@ class ManagerRole:
 
         def ask(node: str) -> None:
             try:
-                held[node] = held_from_stats(self._send(node, "node.stats", {}, timeout=self.check_timeout)["copies"])
+                held[node] = held_from_stats(self.send(node, "node.stats", {}, timeout=self.check_timeout)["copies"])
             except Exception as exc:  # noqa: BLE001 - fault detection deals with a member that does not answer
                 log.debug("%s: node.stats of %s failed: %r", self.name, node, exc)
         with ThreadPoolExecutor(max_workers=max(1, len(members))) as pool:
@@ -676,7 +507,7 @@ class ManagerRole:
             for copies in held.values():
                 for key, copy in copies.items():
                     if copy.primary:
-                        self._acknowledged[key] = max(self._acknowledged.get(key, -1), copy.global_checkpoint)
+                        self.promotions.acknowledged[key] = max(self.promotions.acknowledged.get(key, -1), copy.global_checkpoint)
             if not self.active:
                 return []
             for fault in routing_faults({n: m for n, m in snapshot.items() if self.indices.get(n) is m}, held):
@@ -686,7 +517,7 @@ class ManagerRole:
                 log.warning("%s: %s/%d on %s: %s (the routing says otherwise); treating the copy as lost",
                             self.name, fault.index, fault.shard, fault.node, fault.what)
                 if fault.what == "stale_primary":
-                    self._notify(fault.node, "shard.discard", {"index_uuid": meta.uuid, "shard": fault.shard})
+                    self.notify(fault.node, "shard.discard", {"index_uuid": meta.uuid, "shard": fault.shard})
                 # a copy held as a primary of another term may still serve reads: its lease is waited out
                 self._node_left_shard(fault.index, fault.shard, fault.node, answered=fault.what != "stale_primary")
                 acted.append(fault)
@@ -704,8 +535,8 @@ class ManagerRole:
         paused recoveries."""
         if time.monotonic() - self._reconciled_at >= RECONCILE_EVERY:
             self.reconcile()
-        if self._unpromoted:
-            self._retry_red()
+        if self.promotions.causes:
+            self.promotions.retry_red()
             self._allocation.schedule()
         elif self._failures and self._allocation.idle:
             self._allocation.schedule()  # a recovery paused after 3 failures is tried again once the pause ends
@@ -736,7 +567,7 @@ class ManagerRole:
             self._initializing.add((a.index, a.shard))
         log.info("recovering a replica of %s/%d on %s from %s", a.index, a.shard, a.target, sr.primary)
         try:
-            self._send(a.target, "shard.recover_replica", {"spec": spec_to_wire(self._spec(meta, a.shard)),
+            self.send(a.target, "shard.recover_replica", {"spec": spec_to_wire(self.spec(meta, a.shard)),
                                                            "source": sr.primary})
             log.info("replica of %s/%d recovered on %s", a.index, a.shard, a.target)
         except Exception as exc:  # noqa: BLE001 - retried (3 times) by the next rounds
@@ -764,8 +595,8 @@ class ManagerRole:
             sr = meta.routing[shard]
             if sr.primary is not None:
                 return sr.primary in self.members
-            cause = self._unpromoted.get((name, shard))
-            return ((name, shard) in self._not_retried or (name, shard) in self._retry_at
+            cause = self.promotions.causes.get((name, shard))
+            return ((name, shard) in self.promotions.not_retried or (name, shard) in self.promotions.retry_at
                     or not any(n in self.members for n in sr.in_sync) and cause is not None
                     and not cause.startswith(("waiting", "no primary")))
 
@@ -780,12 +611,12 @@ class ManagerRole:
 
     def not_retried(self) -> frozenset[tuple[str, int]]:
         """Red shards another writer claimed: no promotion is retried (a restore brings them back)."""
-        return frozenset(self._not_retried)
+        return frozenset(self.promotions.not_retried)
 
     def store_failures(self) -> list[Exception]:
         """Why the shards that no rebuild from the store brought back failed (a restore's RestoreDataLoss)."""
         with self._lock:
-            return list(self._store_failures.values())
+            return list(self.promotions.store_failures.values())
 
     def health(self, index: str | None = None) -> ClusterHealth:
         """Green, yellow or red over the members that answer (as :func:`cluster_health`), of one index or all."""
@@ -794,4 +625,4 @@ class ManagerRole:
             if index is not None and not indices:
                 raise IndexNotFound(index)
             return cluster_health(indices, self.data_nodes(), frozenset(k for k in self._initializing if k[0] in indices),
-                                  {k: v for k, v in self._unpromoted.items() if k[0] in indices})
+                                  {k: v for k, v in self.promotions.causes.items() if k[0] in indices})

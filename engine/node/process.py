@@ -204,7 +204,7 @@ class NodeProcess:
                 self.transport.reconnect(req["name"])
             if action == "cm.leave":
                 self.manager._check_active()
-                self.manager.node_left(req["name"], "it left (shutdown)")
+                self.manager.node_left(req["name"], "it left (shutdown)", orderly=True)
                 return True
             return self.manager.handle(action, req)
         if action.startswith("client."):

@@ -258,8 +258,11 @@ def _cmd_node(args: argparse.Namespace) -> int:
     from shardstore.engine.node.process import run_node
 
     settings = _node_settings(args)
-    logging.basicConfig(level=str(args.log_level or os.environ.get("SHARDSTORE_NODE_LOG_LEVEL", "WARNING")).upper(),
-                        format=f"%(asctime)s {settings.name} %(levelname)s %(name)s: %(message)s")
+    level = str(args.log_level or os.environ.get("SHARDSTORE_NODE_LOG_LEVEL", "WARNING")).upper()
+    logging.basicConfig(level=level, format=f"%(asctime)s {settings.name} %(levelname)s %(name)s: %(message)s")
+    if logging.getLogger().getEffectiveLevel() == logging.WARNING:
+        # at the default level: the cluster forming, its manager, nodes joining and leaving (engine/manager/role.py)
+        logging.getLogger("shardstore.events").setLevel(logging.INFO)
     return run_node(settings)
 
 

@@ -313,3 +313,24 @@ def test_a_health_wait_that_times_out_names_what_is_missing(procs: ProcessCluste
         client.wait_for_health("green", timeout=1.0)
     text = str(timed_out.value)
     assert "green needs more than the 3 data nodes" in text and "copy(ies) unassigned" in text
+
+
+def test_at_the_default_log_level_a_node_says_who_manages_and_an_orderly_leave_is_no_warning(tmp_path: Path) -> None:
+    procs = ProcessCluster(str(tmp_path / "nodes"), f"file://{tmp_path / 'store'}?create=true", 3,
+                           extra_args=["--log-level", "WARNING"])
+    try:
+        client = procs.client()
+        client.wait_for_health("green", timeout=60)
+        manager = next(n for n in procs.names if "is the cluster manager" in Path(procs.nodes[n].log_path).read_text())
+        leaver = next(n for n in procs.names if n != manager)
+        assert procs.stop(leaver) == 0
+        deadline = time.monotonic() + 20
+        text = ""
+        while time.monotonic() < deadline and f"node {leaver} left the cluster" not in text:
+            time.sleep(0.1)
+            text = Path(procs.nodes[manager].log_path).read_text()
+        left = [line for line in text.splitlines() if f"node {leaver} left the cluster" in line]
+        assert left and all(" INFO shardstore.events:" in line for line in left), left
+        assert " INFO shardstore.engine" not in text  # the rest of INFO stays off at the default level
+    finally:
+        procs.close()
