@@ -32,8 +32,12 @@ its own, both alive for the whole run.  Every index has **2 shards and 1 replica
    ``pause_failover_seconds`` (target <= 6 s): the same with SIGSTOP instead of SIGKILL (the
    node's port still accepts and it answers nothing, so fault detection times it out and the
    manager waits out its read lease before promoting), SIGCONT and green between reps.
+   The writer alternates ``index_doc`` and 1-document ``bulk``; ``failover_client_errors`` (and
+   ``pause_failover_client_errors``, target 0 each) counts the writes whose error reached it: a write whose
+   answer was lost is retried under its request id by the client and the coordinator, so none should.
 4. **Lost** (``lost_acked_writes``, target 0): after a refresh, every acknowledged id of
-   every bulk (both sides) and of the writer must be in ``scan(index, columns=["_id"])``.
+   every bulk (both sides) and of the writer must be in ``scan(index, columns=["_id"])``;
+   ``failover_applied_twice`` (target 0): no id of the writer (each written once) reads ``_version`` > 1.
 
 Object-store requests (``requests_per_bulk`` per side): the in-process side's
 ``store.metrics()`` deltas over the timed bulks, and the node processes' own stores' deltas
@@ -59,6 +63,7 @@ from typing import Any
 
 from benches.engine import acked_bulk
 from benches.runner import Context, Figure, run_cleanups
+from shardstore.errors import ShardstoreError
 
 BULK = 1_000
 SHARDS = 2
@@ -116,12 +121,15 @@ def _ids_of(table: Any) -> set[str]:
 
 
 class _Writer:
-    """1-document bulks of ids routed to one shard, in a loop on a thread; every ack with its term and time."""
+    """Writes of ids routed to one shard, in a loop on a thread, ``index_doc`` and 1-document ``bulk`` in turn;
+    every ack with its term and time, every error the client saw (the client retries a write whose answer was
+    lost under its request id: none should reach it)."""
 
     def __init__(self, client: Any, index: str, ids: list[str]) -> None:
         self.client, self.index, self.ids = client, index, ids
         self.acks: list[tuple[float, str, int]] = []  # (perf_counter at the answer, id, primary term)
         self.failed = 0
+        self.first_failure = ""
         self.error: BaseException | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -133,14 +141,19 @@ class _Writer:
             for n, doc_id in enumerate(self.ids):
                 if self._stop.is_set():
                     return
-                res = self.client.bulk(self.index, [{"_id": doc_id, "n": n, "carrier": "ZZ"}])
+                doc = {"_id": doc_id, "n": n, "carrier": "ZZ"}
+                try:
+                    res = self.client.index_doc(self.index, doc) if n % 2 else self.client.bulk(self.index, [doc])
+                    row = res.items.to_pylist()[0]
+                except ShardstoreError as exc:  # a single-document call raises what a bulk reports per item
+                    row = {"error": f"{type(exc).__name__}: {exc}"}
                 now = time.perf_counter()
-                row = res.items.to_pylist()[0]
                 with self._lock:
                     if row["error"] is None:
                         self.acks.append((now, doc_id, int(row["primary_term"])))
                     else:
                         self.failed += 1
+                        self.first_failure = self.first_failure or str(row["error"])[:300]
             raise RuntimeError(f"the writer ran out of ids ({len(self.ids)})")
         except BaseException as exc:  # noqa: BLE001 - reported by wait_*
             self.error = exc
@@ -243,7 +256,7 @@ def _failovers(ctx: Context, procs: Any, client: Any, reps: int, how: str = "kil
         seconds.append(dt)
         details.append({"shard": shard, "victim": victim, "manager": manager, "victim_is_manager": victim == manager,
                         "new_primary": new_primary, "term": f"{term}->{first[2]}", "acks": len(writer.acks),
-                        "failed": writer.failed})
+                        "failed": writer.failed, "first_failure": writer.first_failure})
         ctx.progress(f"failover {rep + 1}/{reps}: {signal} of {victim} (primary of {index}/{shard}, term "
                      f"{term}; elected manager {manager}) -> first acknowledged write under term {first[2]} on "
                      f"{new_primary} after {dt:.3f}s ({len(writer.acks)} acked, {writer.failed} not)")
@@ -387,6 +400,11 @@ def run(ctx: Context) -> Iterator[Figure]:
             yield ctx.figure(f"{prefix}failover_seconds", med, "s", **common, rounds=_rounds(secs),
                              target=f"<= {limit:g}", met=med <= limit)
             yield ctx.figure(f"{prefix}failover_max_seconds", max(secs), "s", **common)
+            errors = sum(d["failed"] for d in details)
+            yield ctx.figure(f"{prefix}failover_client_errors", errors, "writes", **common,
+                             acked=sum(d["acks"] for d in details),
+                             first=next((d["first_failure"] for d in details if d["first_failure"]), ""),
+                             target="== 0", met=errors == 0)
         fo_med, pz_med = medians["kill"], medians["pause"]
 
         # 4. every acknowledged write is there
@@ -399,9 +417,14 @@ def run(ctx: Context) -> Iterator[Figure]:
                 missing += len(all_ids - _ids_of(target.scan(index, columns=["_id"])))
             lost[side] = missing
         lost["writer"] = 0
+        applied_twice = 0  # each id is written once: a second apply (a retry not recognized) reads _version 2
         for index, ids in writer_acked.items():
             client.refresh(index)
-            lost["writer"] += len(ids - _ids_of(client.scan(index, columns=["_id"])))
+            got = client.scan(index, columns=["_id", "_version"])
+            lost["writer"] += len(ids - _ids_of(got))
+            applied_twice += sum(v > 1 for v in got.column("_version").to_pylist()) if got.num_rows else 0
+        yield ctx.figure("failover_applied_twice", applied_twice, "docs", target="== 0", met=applied_twice == 0,
+                         checked=sum(len(ids) for ids in writer_acked.values()))
         n_writer = sum(len(ids) for ids in writer_acked.values())
         n_lost = sum(lost.values())
         yield ctx.figure("lost_acked_writes", n_lost, "docs", target="== 0", met=n_lost == 0,

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from shardstore.blobstores.base import BlobStore
-from shardstore.blobstores.errors import BlobAlreadyExists, BlobNotFound
+from shardstore.blobstores.errors import AccessDenied, BlobAlreadyExists, BlobNotFound, Unreachable
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,9 @@ def run_checks(
     scratch: str = "_shardstore_check",
     on_result: Callable[[CheckResult], None] | None = None,
 ) -> list[CheckResult]:
-    """Run every check against ``store`` (``on_result`` sees each as it ends); never raises for a failed check."""
+    """Run every check against ``store`` (``on_result`` sees each as it ends); never raises for a failed check,
+    except when the first one finds the store unusable as a whole (nothing answers at its endpoint, or it refuses
+    the credentials): that error is raised at once, not repeated by every later check."""
     base = f"{scratch}/{uuid.uuid4().hex}"
     payload = os.urandom(1024)
     keys = [f"{base}/a", f"{base}/b/c", f"{base}/d"]
@@ -117,13 +119,17 @@ def run_checks(
             try:
                 detail, ok = fn(), True
             except Exception as exc:  # a check reports failures; it does not stop the run
+                if not results and isinstance(exc, Unreachable | AccessDenied):
+                    base = ""  # the store as a whole, and nothing was written: every other check would fail alike
+                    raise
                 detail, ok = f"{type(exc).__name__}: {exc}", False
             results.append(CheckResult(name, ok, (time.perf_counter() - t0) * 1000, detail))
             if on_result is not None:
                 on_result(results[-1])
     finally:
         try:
-            store.delete([i.key for i in store.list(base + "/")])
+            if base:
+                store.delete([i.key for i in store.list(base + "/")])
         except Exception as exc:
             results.append(CheckResult("clean-up", False, 0.0, f"{type(exc).__name__}: {exc}"))
             if on_result is not None:

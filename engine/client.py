@@ -7,14 +7,19 @@ document logic of its own: every call is a ``client.*`` action to one node, whos
 coordinator runs the one document API (:class:`~shardstore.engine.coordinator.documents.Documents`).
 
 A call that did not reach a node (``NodeDisconnected.delivered`` False: the node is
-down) is sent to the next host; so is a read whose answer was lost.  A write whose
-answer was lost is not sent again (it may have been applied): a bulk reports its items
-as not acknowledged, a single-document call raises the ``NodeDisconnected``.
+down) is sent to the next host; so is a read whose answer was lost.  Every write carries
+a request id (this client's id and a counter): one whose answer was lost (its node died,
+a link was cut: it may have been applied) is sent again under the same id through the
+failover, and applied once (engine/shard/request_ledger.py).  Only when the retries run
+out (``retry_wait``) does a bulk report its items as not acknowledged, and a
+single-document call raise the ``NodeDisconnected``.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
+import uuid
 import weakref
 from collections.abc import Callable, Iterable
 from collections.abc import Mapping as MappingABC
@@ -39,6 +44,8 @@ _RANK = {"red": 0, "yellow": 1, "green": 2}
 _WRITES = frozenset({"client.bulk", "client.index_doc", "client.delete", "client.create_index", "client.ingest"})
 #: seconds ``connect()`` waits for the first answer of any host (a wrong address fails fast, not at the first call)
 CONNECT_TIMEOUT = 1.5
+#: seconds a write whose outcome is unknown is sent again under its request id (through a failover)
+RETRY_WAIT = 30.0
 #: how long one ``ingest`` call may take (a coordinator applies every staged row before it answers)
 INGEST_TIMEOUT = 3600.0
 
@@ -88,14 +95,31 @@ class Client:
         self.ready_wait = ready_wait
         self._known = set(self._hosts)
         self._routing: dict[str, dict[str, Any]] = {}  # index -> shard count and primaries' addresses
+        #: this client's id and the counter naming its writes ``writer:n``: a write whose answer was lost is sent
+        #: again under its name, and whichever primary gets it answers the first attempt's outcome if it was
+        #: applied (engine/shard/request_ledger.py; docs/design/engine.md, "Writes retried exactly once")
+        self.writer = uuid.uuid4().hex
+        self._sequence = itertools.count(1)
+        #: how long a write whose outcome is unknown is sent again (a failover: detection, promotion, resync)
+        self.retry_wait = RETRY_WAIT
+
+    def _request_id(self) -> str:
+        """A new write's name, unique over every client."""
+        return f"{self.writer}:{next(self._sequence)}"
 
     def _call(self, action: str, request: dict[str, Any], timeout: float | None = None) -> Any:
         """Send to one host after the other; while every reachable host is between managers (an election,
-        ``NodeNotReady``: nothing applied) try them all again, for up to ``ready_wait`` seconds."""
-        deadline = time.monotonic() + self.ready_wait
+        ``NodeNotReady``: nothing applied) try them all again, for up to ``ready_wait`` seconds.
+
+        A write named by a request id whose answer was lost (its node died or was cut off: it may have been
+        applied) is sent again under the same id, for up to ``retry_wait`` seconds: it is applied once.  A
+        write without one is never sent twice.
+        """
+        named = action in _WRITES and bool(request.get("request"))
+        deadline = time.monotonic() + (max(self.ready_wait, self.retry_wait) if named else self.ready_wait)
         while True:
             last: NodeDisconnected | NodeNotReady | None = None
-            not_ready: NodeNotReady | None = None
+            again: ShardstoreError | None = None
             for i in range(len(self._hosts)):
                 host = self._hosts[(self._next + i) % len(self._hosts)]
                 try:
@@ -104,12 +128,14 @@ class Client:
                     return answer
                 except NodeDisconnected as exc:
                     if exc.delivered is not False and action in _WRITES:
-                        raise  # it may have been applied: never sent twice
+                        if not named:
+                            raise  # it may have been applied, and no id tells: never sent twice
+                        again = exc
                     last = exc
                 except NodeNotReady as exc:  # it just started, or its manager is being elected
-                    last = not_ready = exc
+                    last = again = exc
             assert last is not None
-            if not_ready is None or time.monotonic() >= deadline:
+            if again is None or time.monotonic() >= deadline:
                 raise last
             time.sleep(0.05)
 
@@ -162,7 +188,8 @@ class Client:
         # a document that is not a mapping is refused per item by the coordinator's door (engine/coordinator/validation.py)
         payload = docs if isinstance(docs, pa.Table) else [dict(d) if isinstance(d, MappingABC) else d for d in docs]
         try:
-            return BulkResult(self._call("client.bulk", {"index": index, "docs": payload}))
+            return BulkResult(self._call("client.bulk", {"index": index, "docs": payload,
+                                                         "request": self._request_id()}))
         except NodeDisconnected as exc:
             ids = payload.column("_id").cast(pa.string()) if isinstance(payload, pa.Table) else \
                 pa.array([str(d.get("_id")) for d in payload], pa.string())
@@ -192,14 +219,16 @@ class Client:
         if not isinstance(doc, MappingABC):
             raise InvalidRequest(f"a document is a dict, got {type(doc).__name__}")
         return BulkResult(self._call("client.index_doc", {"index": index, "doc": dict(doc), "if_seq_no": if_seq_no,
-                                                          "if_primary_term": if_primary_term}))
+                                                          "if_primary_term": if_primary_term,
+                                                          "request": self._request_id()}))
 
     def delete(self, index: str, doc_id: str, *, if_seq_no: int | None = None,
                if_primary_term: int | None = None) -> BulkResult:
         """Delete one document."""
         _check_index(index)
         return BulkResult(self._call("client.delete", {"index": index, "id": doc_id, "if_seq_no": if_seq_no,
-                                                       "if_primary_term": if_primary_term}))
+                                                       "if_primary_term": if_primary_term,
+                                                       "request": self._request_id()}))
 
     def get(self, index: str, doc_id: str) -> dict[str, Any] | None:
         """The document (realtime, from its primary), or None.

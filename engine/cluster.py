@@ -21,7 +21,7 @@ import shardstore.engine.errors as err
 from shardstore.blobstores import open_store
 from shardstore.blobstores.base import BlobStore
 from shardstore.cluster_state.errors import NoClusterState
-from shardstore.engine.client import Client, serve_in_process
+from shardstore.engine.client import RETRY_WAIT, Client, serve_in_process
 from shardstore.engine.coordinator.role import FAILOVER_WAIT
 from shardstore.engine.manager.metadata import IndexMeta
 from shardstore.engine.manager.role import ManagerRole
@@ -54,7 +54,7 @@ class Cluster(Client):
                  recovery_delay: float = 1.0, accept_data_loss: bool = False,
                  index_buffer_bytes: int = INDEX_BUFFER_BYTES, fault_detection: FaultDetectionSettings = EMBEDDED_FD,
                  ready_wait: float = 10.0, failover_wait: float = FAILOVER_WAIT, request_timeout: float = 30.0,
-                 **store_options: Any) -> None:
+                 retry_wait: float = RETRY_WAIT, **store_options: Any) -> None:
         """Start the nodes (on a store holding a cluster state: restore it); returns once a manager is elected."""
         if nodes < 1 or cluster_managers < 0 or recovery_delay < 0 or store is None:
             raise err.InvalidRequest(f"a cluster needs a store, nodes >= 1, cluster_managers >= 0 and recovery_delay "
@@ -86,6 +86,7 @@ class Cluster(Client):
                              ready_wait=START_TIMEOUT)
             state = self._started()
             self.ready_wait = ready_wait  # from now on an election is waited out this long
+            self.retry_wait = retry_wait  # a write whose answer was lost is sent again this long (engine/client.py)
             self._cluster_uuid = state.cluster_uuid
             serve_in_process(self.store.location, self)  # a Spark job of this process writes through it
             #: indices found in the cluster state at start (a restore): their shards came from the store

@@ -21,6 +21,7 @@ from typing import Any
 import pyarrow as pa
 
 from shardstore.engine.errors import NodeDisconnected, ShardUnavailable
+from shardstore.engine.shard.request_ledger import Applied
 from shardstore.engine.shard.shard_copy import ShardCopy
 from shardstore.engine.shard.staging import ColumnarPart, Staged, stage_columnar, takes_columnar
 from shardstore.errors import LocalDiskError
@@ -55,7 +56,10 @@ class NodeRoles:
     primary: Callable[[dict[str, Any]], ShardCopy]  # the part's primary copy here (ShardUnavailable if none)
     hold: Callable[[list[Key]], contextlib.AbstractContextManager[Any]]  # the node's upload-round hold
     join: Callable[[Key], contextlib.AbstractContextManager[Any]]  # ask the next round to wait for a one-shard bulk
-    replicate: Callable[[Key, ShardCopy, pa.RecordBatch, Any, list[int]], None]  # to the shard's in-sync copies
+    #: to the shard's in-sync copies (key, copy, stamped, mapping, checkpoints out, request id)
+    replicate: Callable[[Key, ShardCopy, pa.RecordBatch, Any, list[int], str | None], None]
+    #: a retried request's first attempt made durable here and on every in-sync copy, else ShardUnavailable
+    confirm: Callable[[Key, ShardCopy, Applied], None]
     settle: Callable[[Key, ShardCopy, Any], None]  # wait for the part's upload (a disk failure reported)
     disk_failed: Callable[[Key, ShardCopy, LocalDiskError], None]
     mapping: Callable[[Any], Any]  # the part's mapping as the copy takes it
@@ -70,22 +74,29 @@ def apply_one(req: dict[str, Any], key: Key, node: NodeRoles, expect: tuple | No
     concurrent bulks of the shard share an upload round (``NodeTranslog.joining``).
     """
     checkpoints: list[int] = []
+    request = req.get("request")
     with contextlib.ExitStack() as joined:
         joined.enter_context(node.join(key))  # before the lock: queued bulks join the next round
         with node.lock(key):
             copy = node.primary(req)
-            try:
+            first = copy.requests.get(request)  # a retry: its first attempt is in this copy's history
+            if first is None:
                 try:
-                    stamped, pending = copy.primary_stage(req["ops"], expect=expect,
-                                                          mapping=node.mapping(req.get("mapping")),
-                                                          fields=req.get("fields"))
-                finally:
-                    joined.close()  # staged: the round may start without waiting for this bulk any more
-                copy.replicate_staged(stamped, pending,
-                                      lambda st: node.replicate(key, copy, st, req.get("mapping"), checkpoints))
-            except LocalDiskError as exc:
-                node.disk_failed(key, copy, exc)  # a replica takes over; the client retries
-                raise
+                    try:
+                        stamped, pending = copy.primary_stage(req["ops"], expect=expect,
+                                                              mapping=node.mapping(req.get("mapping")),
+                                                              fields=req.get("fields"))
+                    finally:
+                        joined.close()  # staged: the round may start without waiting for this bulk any more
+                    copy.requests.record(request, stamped, pending)
+                    copy.replicate_staged(stamped, pending, lambda st: node.replicate(
+                        key, copy, st, req.get("mapping"), checkpoints, request))
+                except LocalDiskError as exc:
+                    node.disk_failed(key, copy, exc)  # a replica takes over; the client retries
+                    raise
+    if first is not None:  # applied once already: its outcome, once it is as durable as an acknowledgement
+        node.confirm(key, copy, first)
+        return first.reply
     node.settle(key, copy, pending)
     copy.update_global_checkpoint(min([copy.local_checkpoint, *checkpoints]))
     return node.reply(stamped)
@@ -98,6 +109,7 @@ def apply_parts(parts: Sequence[dict[str, Any]], node: NodeRoles) -> list[dict[s
     staged: list[tuple[int, Key, ShardCopy, pa.RecordBatch, Any, list[int]]] = []
     keys = sorted({(str(p["index_uuid"]), int(p["shard"])) for p in parts})
     replicated = []
+    retried: list[tuple[int, Key, ShardCopy, Applied]] = []
     with contextlib.ExitStack() as held:
         for k in keys:
             held.enter_context(node.lock(k))
@@ -106,9 +118,15 @@ def apply_parts(parts: Sequence[dict[str, Any]], node: NodeRoles) -> list[dict[s
             mappings = [node.mapping(part.get("mapping")) for part in parts]
             for i, part in enumerate(parts):
                 try:
-                    copies[i] = node.primary(part)
+                    copy = node.primary(part)
                 except Exception as exc:  # noqa: BLE001 - reported for this part only
                     results[i] = part_failure(exc)
+                    continue
+                first = copy.requests.get(part.get("request"))
+                if first is not None:  # a retried part applied once already: confirmed below, not staged
+                    retried.append((i, (str(part["index_uuid"]), int(part["shard"])), copy, first))
+                else:
+                    copies[i] = copy
             together = _stage_together(parts, copies, mappings)
             for i, part in enumerate(parts):
                 copy = copies[i]
@@ -126,12 +144,13 @@ def apply_parts(parts: Sequence[dict[str, Any]], node: NodeRoles) -> list[dict[s
                         node.disk_failed(key, copy, exc)
                     results[i] = part_failure(exc)
                     continue
+                copy.requests.record(part.get("request"), stamped, pending)
                 staged.append((i, key, copy, stamped, pending, []))
         for i, key, copy, stamped, pending, checkpoints in staged:
             wire = parts[i].get("mapping")
             try:
-                copy.replicate_staged(stamped, pending, lambda st, k=key, c=copy, m=wire, cp=checkpoints:
-                                      node.replicate(k, c, st, m, cp))
+                copy.replicate_staged(stamped, pending, lambda st, k=key, c=copy, m=wire, cp=checkpoints,
+                                      r=parts[i].get("request"): node.replicate(k, c, st, m, cp, r))
             except Exception as exc:  # noqa: BLE001 - reported for this part only
                 results[i] = part_failure(exc)
                 continue
@@ -144,6 +163,13 @@ def apply_parts(parts: Sequence[dict[str, Any]], node: NodeRoles) -> list[dict[s
             continue
         copy.update_global_checkpoint(min([copy.local_checkpoint, *checkpoints]))
         results[i] = {"ops": node.reply(stamped)}
+    for i, key, copy, first in retried:
+        try:
+            node.confirm(key, copy, first)
+        except Exception as exc:  # noqa: BLE001 - reported for this part only (retried again by its sender)
+            results[i] = part_failure(exc)
+            continue
+        results[i] = {"ops": first.reply}
     return results  # type: ignore[return-value]
 
 

@@ -88,14 +88,15 @@ class DocumentRouter(Protocol):
         """Commit ``proposed`` (``base`` plus new fields) unless the index mapping moved on from ``base``; the mapping after."""
 
     def write_shard(self, meta: IndexMeta, shard: int, ops: pa.RecordBatch, expect: tuple | None,
-                    mapping: Mapping | None, fields: pa.Table | None) -> pa.RecordBatch:
-        """Send one shard's operations to its primary; the stamped operations once acknowledged."""
+                    mapping: Mapping | None, fields: pa.Table | None, request: str | None = None) -> pa.RecordBatch:
+        """Send one shard's operations to its primary; the stamped operations once acknowledged (``request``: the
+        write's id; an attempt whose outcome is unknown is sent again with it, engine/shard/request_ledger.py)."""
 
     def read_doc(self, meta: IndexMeta, shard: int, doc_id: str) -> dict[str, Any] | None:
         """The document from the shard's primary (realtime), raw ``_source`` bytes, or None."""
 
     def write_shards(self, meta: IndexMeta, parts: list[tuple[int, pa.RecordBatch, pa.Table | None]],
-                     mapping: Mapping | None) -> list[pa.RecordBatch | BaseException]:
+                     mapping: Mapping | None, request: str | None = None) -> list[pa.RecordBatch | BaseException]:
         """One bulk's parts for several shards (no expectation), one request per primary node; per part the
         stamped operations or the error (engine/coordinator/bulk_parts.py)."""
 
@@ -113,7 +114,8 @@ class Documents:
     def __init__(self, router: DocumentRouter) -> None:
         self.router = router
 
-    def bulk(self, index: str, docs: pa.Table | Iterable[MappingABC[str, Any]]) -> BulkResult:
+    def bulk(self, index: str, docs: pa.Table | Iterable[MappingABC[str, Any]], *,
+             request: str | None = None) -> BulkResult:
         """Index documents (a table with ``_id`` or dicts with ``_id``); per-item results and the acked ids.
 
         Each item is checked at the door (:mod:`~shardstore.engine.coordinator.validation`) and against the
@@ -128,15 +130,15 @@ class Documents:
         checked, mapping, fields, direct = self._map_items(index, checked)
         ops = _index_ops(checked, fields, mapping, synthetic=synthetic, direct=direct)
         return self._write(index, ops, mapping=mapping, rejected=checked.rejected, positions=checked.positions,
-                           fields=fields)
+                           fields=fields, request=request)
 
     def delete(self, index: str, doc_id: str, *, if_seq_no: int | None = None,
-               if_primary_term: int | None = None) -> BulkResult:
+               if_primary_term: int | None = None, request: str | None = None) -> BulkResult:
         """Delete one document (optionally only if its current seq# and term match)."""
         check_doc_id(doc_id)
         check_expectation(if_seq_no, if_primary_term)
         ops = unstamped_batch([int(OpType.DELETE)], [doc_id], [1], [None])
-        return self._write(index, ops, _expect(doc_id, if_seq_no, if_primary_term))
+        return self._write(index, ops, _expect(doc_id, if_seq_no, if_primary_term), request=request)
 
     def delete_ids(self, index: str, ids: pa.Array) -> BulkResult:
         """Delete the documents of ``ids`` (at least one; no expectation), columnar; per-item results."""
@@ -146,7 +148,7 @@ class Documents:
         return self._write(index, ops)
 
     def index_doc(self, index: str, doc: MappingABC[str, Any], *, if_seq_no: int | None = None,
-                  if_primary_term: int | None = None) -> BulkResult:
+                  if_primary_term: int | None = None, request: str | None = None) -> BulkResult:
         """Index one document with optimistic concurrency (VersionConflict when seq#/term moved on).
 
         A document that breaks a rule raises ``DocumentRejected`` (nothing applied).
@@ -158,7 +160,7 @@ class Documents:
             raise checked.rejected[0]
         ops = _index_ops(checked, fields, mapping, synthetic=synthetic, direct=direct)
         return self._write(index, ops, _expect(checked.ids[0].as_py(), if_seq_no, if_primary_term), mapping=mapping,
-                           fields=fields)
+                           fields=fields, request=request)
 
     def get(self, index: str, doc_id: str) -> dict[str, Any] | None:
         """The document as Elasticsearch's get API shapes it, or None: ``_index``, ``_id``, ``_version``,
@@ -203,7 +205,8 @@ class Documents:
 
     def _write(self, index: str, ops: pa.RecordBatch, expect: tuple | None = None, *,
                mapping: Mapping | None = None, rejected: tuple[DocumentRejected, ...] = (),
-               positions: pa.Array | None = None, fields: pa.Table | None = None) -> BulkResult:
+               positions: pa.Array | None = None, fields: pa.Table | None = None,
+               request: str | None = None) -> BulkResult:
         meta = self.router.index_meta(index)
         if positions is None:
             positions = pa.array(range(ops.num_rows), pa.int64())
@@ -211,13 +214,14 @@ class Documents:
 
         # Shards are written in parallel (the router's workers).
         def write(sub: tuple[int, pa.RecordBatch, pa.Array, pa.Table | None]) -> pa.Table:
-            part = self._write_shard(index, meta, sub[0], sub[1], expect=expect, mapping=mapping, fields=sub[3])
+            part = self._write_shard(index, meta, sub[0], sub[1], expect=expect, mapping=mapping, fields=sub[3],
+                                     request=request)
             return part.append_column("item", sub[2])
 
         if len(subs) > 1 and expect is None:
             # one request per primary node for all its shards: the node stages them all before its
             # translog upload round, so the bulk costs one round per node, not one per shard (issue 30)
-            results = self.router.write_shards(meta, [(sub[0], sub[1], sub[3]) for sub in subs], mapping)
+            results = self.router.write_shards(meta, [(sub[0], sub[1], sub[3]) for sub in subs], mapping, request)
             parts = [_parts_items(subs, results)]
         else:
             parts = [write(subs[0])] if len(subs) == 1 else self.router.run_parallel(write, subs)
@@ -230,11 +234,11 @@ class Documents:
 
     def _write_shard(self, index: str, meta: IndexMeta, s: int, sub: pa.RecordBatch,
                      expect: tuple | None = None, mapping: Mapping | None = None,
-                     fields: pa.Table | None = None) -> pa.Table:
+                     fields: pa.Table | None = None, request: str | None = None) -> pa.Table:
         """One shard's part of a bulk through the router; per-item results (error null = acknowledged)."""
         error, stamped = None, None
         try:
-            stamped = self.router.write_shard(meta, s, sub, expect, mapping, fields)
+            stamped = self.router.write_shard(meta, s, sub, expect, mapping, fields, request)
         except VersionConflict as exc:
             raise VersionConflict(exc.doc_id, exc.expected_seq_no, exc.expected_primary_term, exc.actual_seq_no,
                                   exc.actual_primary_term, index=index, shard=s) from None

@@ -129,12 +129,14 @@ class Coordinator:
         return Mapping.from_dict(after)
 
     def write_shard(self, meta: IndexMeta, shard: int, ops: pa.RecordBatch, expect: tuple | None,
-                    mapping: Mapping | None, fields: pa.Table | None) -> pa.RecordBatch:
-        """Send one shard's operations to its primary; retried on a failover only when not applied."""
+                    mapping: Mapping | None, fields: pa.Table | None, request_id: str | None = None) -> pa.RecordBatch:
+        """Send one shard's operations to its primary; retried on a failover when not applied, or when the write has
+        a ``request_id``: whichever primary gets it again answers its first attempt's outcome if it was applied
+        (engine/shard/request_ledger.py)."""
         deadline = time.monotonic() + self.failover_wait
         request = {"index_uuid": meta.uuid, "shard": shard, "ops": ops, "fields": fields,
                    "expect": None if expect is None else list(expect),
-                   "mapping": None if mapping is None else mapping.to_dict()}
+                   "mapping": None if mapping is None else mapping.to_dict(), "request": request_id}
         seen: tuple[str | None, int] | None = None
         while True:
             sr = self.index_meta(meta.name).routing[shard]
@@ -143,8 +145,8 @@ class Coordinator:
                     raise ShardUnavailable(meta.name, shard, "no primary")
                 return self._while_routed(meta.name, shard, sr, "shard.bulk", request)["ops"]
             except (NodeDisconnected, ShardUnavailable) as exc:
-                if isinstance(exc, NodeDisconnected) and exc.delivered is not False:
-                    raise  # it may have been applied: reported, never sent twice
+                if isinstance(exc, NodeDisconnected) and exc.delivered is not False and request_id is None:
+                    raise  # it may have been applied, and nothing could tell: reported, never sent twice
                 if time.monotonic() >= deadline:
                     raise
                 seen = (sr.primary, sr.primary_term)
@@ -153,7 +155,7 @@ class Coordinator:
                 self._wait_for_routing(meta.name, shard, seen, min(deadline, time.monotonic() + 0.25))
 
     def write_shards(self, meta: IndexMeta, parts: list[tuple[int, pa.RecordBatch, pa.Table | None]],
-                     mapping: Mapping | None) -> list[pa.RecordBatch | BaseException]:
+                     mapping: Mapping | None, request_id: str | None = None) -> list[pa.RecordBatch | BaseException]:
         """One bulk's parts, one ``shard.bulk_many`` per primary node (in parallel); per part the stamped
         operations or the error.  A part whose node held no primary, or a request that never reached its
         node, goes through :meth:`write_shard`, which waits out a failover (engine/coordinator/bulk_parts.py)."""
@@ -164,7 +166,7 @@ class Coordinator:
 
         def one(i: int) -> pa.RecordBatch | BaseException:
             try:
-                return self.write_shard(meta, parts[i][0], parts[i][1], None, mapping, parts[i][2])
+                return self.write_shard(meta, parts[i][0], parts[i][1], None, mapping, parts[i][2], request_id)
             except Exception as exc:  # noqa: BLE001 - reported for this part
                 return exc
 
@@ -174,12 +176,14 @@ class Coordinator:
                     out[i] = one(i)
                 return
             request = {"shards": [{"index_uuid": meta.uuid, "shard": parts[i][0], "ops": parts[i][1],
-                                   "fields": parts[i][2], "mapping": wire_mapping} for i in positions]}
+                                   "fields": parts[i][2], "mapping": wire_mapping, "request": request_id}
+                                  for i in positions]}
             try:
                 answer = self._while_routed_many(meta.name, [parts[i][0] for i in positions], node, request)
-            except Exception as exc:  # noqa: BLE001 - sent again part by part only if it never arrived
+            except Exception as exc:  # noqa: BLE001 - sent again part by part if it never arrived, or has an id
+                again = unsent(exc) or (request_id is not None and isinstance(exc, NodeDisconnected))
                 for i in positions:
-                    out[i] = one(i) if unsent(exc) else exc
+                    out[i] = one(i) if again else exc
                 return
             take_answers(positions, answer, out, one)
 
@@ -303,13 +307,14 @@ class Coordinator:
     def handle(self, action: str, req: dict[str, Any]) -> Any:
         """Transport entry point for ``client.*`` actions."""
         if action == "client.bulk":
-            return self.documents.bulk(req["index"], req["docs"]).items
+            return self.documents.bulk(req["index"], req["docs"], request=req.get("request")).items
         if action == "client.index_doc":
             return self.documents.index_doc(req["index"], req["doc"], if_seq_no=req.get("if_seq_no"),
-                                            if_primary_term=req.get("if_primary_term")).items
+                                            if_primary_term=req.get("if_primary_term"),
+                                            request=req.get("request")).items
         if action == "client.delete":
             return self.documents.delete(req["index"], req["id"], if_seq_no=req.get("if_seq_no"),
-                                         if_primary_term=req.get("if_primary_term")).items
+                                         if_primary_term=req.get("if_primary_term"), request=req.get("request")).items
         if action == "client.get":
             return self.documents.get(req["index"], req["id"])
         if action == "client.create_index":

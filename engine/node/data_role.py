@@ -56,6 +56,7 @@ from shardstore.engine.errors import (
 )
 from shardstore.engine.node.fault_detection import FaultDetectionSettings
 from shardstore.engine.node.remote import NodeRemote
+from shardstore.engine.shard.request_ledger import Applied
 from shardstore.engine.shard.shard_copy import ShardCopy, ShardSpec
 from shardstore.errors import LocalDiskError
 from shardstore.segments.mapping import Mapping
@@ -312,10 +313,11 @@ class NodeService:
     # -- writes ---------------------------------------------------------------------------------
 
     def _replicate_to_group(self, key: Key, copy: ShardCopy, stamped: pa.RecordBatch, mapping: Any,
-                            checkpoints: list[int]) -> None:
-        """Send ``stamped`` to the shard's group at once (while the primary's own upload is in flight)."""
+                            checkpoints: list[int], request_id: str | None = None) -> None:
+        """Send ``stamped`` to the shard's group at once (while the primary's own upload is in flight); each replica
+        remembers ``request_id`` with it (engine/shard/request_ledger.py)."""
         request = {"index_uuid": key[0], "shard": key[1], "ops": stamped, "term": copy.primary_term,
-                   "global_checkpoint": copy.global_checkpoint, "mapping": mapping}
+                   "global_checkpoint": copy.global_checkpoint, "mapping": mapping, "request": request_id}
         sent = [(replica, self._replication.submit(self._send, replica, "shard.replicate", request))
                 for replica in self.groups.get(key, ())]
         for replica, future in sent:
@@ -376,7 +378,7 @@ class NodeService:
             lock=self.write_lock, primary=lambda part: self._copy(part, primary=True),
             hold=lambda keys: staging_hold(self.remote, self.copies, keys),
             join=lambda key: joining_hold(self.remote, self.copies, key), replicate=self._replicate_to_group,
-            settle=self._settle, disk_failed=self._report_disk_failure, mapping=_mapping,
+            settle=self._settle, disk_failed=self._report_disk_failure, mapping=_mapping, confirm=self._confirm,
             reply=lambda stamped: stamped.select(["seq_no", "primary_term", "version"]))
 
     def _fail_replica(self, key: Key, replica: str, term: int, reason: str) -> None:
@@ -406,8 +408,31 @@ class NodeService:
         copy = self.copies.get(key) or self._recovering.get(key)
         if copy is None:
             raise ShardUnavailable(key[0], key[1], f"no copy on {self.name}")
-        return copy.replica_apply(req["ops"], int(req["term"]), int(req["global_checkpoint"]),
-                                  _mapping(req.get("mapping")))
+        checkpoint = copy.replica_apply(req["ops"], int(req["term"]), int(req["global_checkpoint"]),
+                                        _mapping(req.get("mapping")))
+        copy.requests.record(req.get("request"), req["ops"])  # applied and durable here: a promoted retry finds it
+        return checkpoint
+
+    def _confirm(self, key: Key, copy: ShardCopy, first: Applied) -> None:
+        """A retried write's first attempt (engine/shard/request_ledger.py) is as durable as an acknowledgement:
+        in the store through this copy (its upload settled) and on every in-sync copy (the global checkpoint,
+        brought up to date by asking the group); else ShardUnavailable, and the sender tries again later."""
+        if first.pending is not None and first.max_seq_no > copy.local_checkpoint:
+            self._settle(key, copy, first.pending)  # the first attempt's upload (raises if it failed)
+        if first.max_seq_no > copy.local_checkpoint:
+            raise ShardUnavailable(key[0], key[1], f"the first attempt of this write (up to seq# {first.max_seq_no}) "
+                                                   f"is not yet durable here; retry")
+        if first.max_seq_no <= copy.global_checkpoint:
+            return
+        checkpoints = [copy.local_checkpoint]
+        for replica in self.groups.get(key, ()):
+            stats = self._send(replica, "shard.stats", {"index_uuid": key[0], "shard": key[1]},
+                               timeout=self.fault_detection.timeout)
+            checkpoints.append(-1 if stats is None else int(stats["local_checkpoint"]))
+        copy.update_global_checkpoint(min(checkpoints))
+        if first.max_seq_no > copy.global_checkpoint:
+            raise ShardUnavailable(key[0], key[1], f"the first attempt of this write (up to seq# {first.max_seq_no}) "
+                                                   f"is not yet on every in-sync copy; retry")
 
     # -- promotion ------------------------------------------------------------------------------
 

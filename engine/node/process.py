@@ -125,6 +125,8 @@ class NodeProcess:
         self.settings = settings
         self.name = settings.name
         self.ephemeral_id = uuid.uuid4().hex  # a restarted process is a new member: its copies are gone
+        if transport is None:  # refused before anything is made: no data dir, no store root left behind
+            settings.security.check_bind(settings.listen.rpartition(":")[0].strip("[]"))
         self._dir_lock = DataDirLock(settings.data_dir)
         fd = settings.fault_detection
         self.transport = transport if transport is not None else FlightTransport(

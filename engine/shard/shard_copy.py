@@ -50,6 +50,7 @@ from shardstore.engine.node.remote import NodeRemote
 from shardstore.engine.shard.doc_versions import with_versions
 from shardstore.engine.shard.flush_policy import FALLBACK_COMMITS, FlushMark, flush_needed, remote_purge_gate
 from shardstore.engine.shard.local_disk import local_disk
+from shardstore.engine.shard.request_ledger import RequestLedger
 from shardstore.engine.shard.restore_check import ShardLoss
 from shardstore.engine.shard.seq_ranges import gaps, split_by_term
 from shardstore.engine.shard.staged_write import Refreshing, Staged
@@ -107,7 +108,6 @@ class ShardSpec:
         return ShardAddress(self.cluster_uuid, self.index_uuid, self.shard, self.strategy)
 
 
-
 class ShardCopy:
     """One copy (primary or replica) of one shard on one node's disk."""
 
@@ -150,6 +150,7 @@ class ShardCopy:
         self._older_terms_pending = False
         #: local checkpoints of the last FALLBACK_COMMITS commits this copy uploaded in its term (the purge gate)
         self._remote_checkpoints: list[int] = []
+        self.requests = RequestLedger()  # request id -> a write's first attempt here: a retry gets its outcome
         self._flushed: FlushMark | None = None  # the state the last successful flush left (flush_policy.py)
         #: what a restore from the store could not bring back (recover_from_remote), or None
         self.restore_loss: ShardLoss | None = None

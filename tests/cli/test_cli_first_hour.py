@@ -11,6 +11,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -117,3 +118,16 @@ def test_the_sdk_loggers_are_quiet_only_while_a_command_runs(tmp_path: Path) -> 
         assert botocore.level == logging.DEBUG
     finally:
         botocore.setLevel(logging.NOTSET)
+
+
+def test_store_check_on_an_endpoint_that_refuses_connections_is_one_error_line(tmp_path: Path) -> None:
+    with socket.socket() as sock:  # a port nothing listens on (bound, not listening: connections are refused)
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        t0 = time.monotonic()
+        out = _run("store", "check", "s3://bucket/prefix", "-o", f"endpoint_url=http://127.0.0.1:{port}",
+                   "-o", "key=test", "-o", "secret=test", cwd=tmp_path)
+        took = time.monotonic() - t0
+    line = _one_line(out, 1, "nothing answers", f"127.0.0.1:{port}")
+    assert len(line) < 500 and took <= 5.0
+    assert len(out.stdout.splitlines()) <= 1  # at most the "checking ..." line: 2 lines in all

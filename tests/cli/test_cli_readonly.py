@@ -208,7 +208,7 @@ def test_cluster_state_show_of_proc_self_creates_nothing_and_never_tracebacks(tm
 
 def test_a_bad_option_pair_is_a_one_line_error(tmp_path: Path) -> None:
     out = _run("store", "check", f"file://{tmp_path}", "-o", "novalue", cwd=tmp_path)
-    assert out.returncode == 1
+    assert out.returncode == 2  # a malformed argument: a usage error
     _assert_one_line_error(out.stderr, "name=value")
     assert _tree(tmp_path) == []
 

@@ -78,3 +78,4 @@ def test_a_node_refuses_to_listen_beyond_loopback_without_tls_and_credentials(tm
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("shardstore: error: "), proc.stderr
     assert "0.0.0.0" in lines[0] and "TLS" in lines[0], lines[0]
+    assert not (tmp_path / "n1").exists() and not (tmp_path / "store").exists()  # refused before making anything

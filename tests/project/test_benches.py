@@ -330,12 +330,15 @@ def test_cluster_quick_prints_the_figures_and_the_summary_line(tmp_path: Path) -
     import re
 
     figures, _table, _json_lines, err = _quick("cluster", tmp_path, "--cluster-bulks", "2", "--cluster-failovers", "1",
-                                               zero_ok=("lost_acked_writes",))
+                                               zero_ok=("lost_acked_writes", "failover_client_errors",
+                                                        "pause_failover_client_errors", "failover_applied_twice"))
     named = {(f["name"], f["params"].get("impl")): f for f in figures}
     assert {("bulk_docs_per_s", "processes"), ("bulk_docs_per_s", "inproc"), ("bulk_ratio", "processes/inproc docs/s"),
             ("get_p50_ms", "processes"), ("get_p99_ms", "processes"), ("failover_seconds", None),
             ("failover_max_seconds", None), ("lost_acked_writes", None)} <= set(named)
     assert named[("lost_acked_writes", None)]["value"] == 0 and named[("lost_acked_writes", None)]["met"] is True
+    for name in ("failover_client_errors", "pause_failover_client_errors", "failover_applied_twice"):
+        assert named[(name, None)]["value"] == 0, named[(name, None)]  # retried writes: no error, none twice
     summary = [line for line in err.splitlines() if line.startswith("cluster: ")]
     assert len(summary) == 1
     assert re.fullmatch(r"cluster: bulk_ratio \d+\.\d\d, get_p50_ms \d+\.\d\d, failover_s \d+\.\d\d, pause_failover_s \d+\.\d\d, lost 0", summary[0])

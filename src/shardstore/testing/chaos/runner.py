@@ -152,6 +152,7 @@ class Simulation:
         # rather than the 10 s and 15 s a deployment waits: the schedule moves on to its next fault
         options = dict(store=self.store, data_dir=self._data_dir(), nodes=len(DATA_NODES), recovery_delay=0.05,
                        index_buffer_bytes=self.index_buffer_bytes, ready_wait=SIM_READY_WAIT,
+                       retry_wait=SIM_READY_WAIT + SIM_FAILOVER_WAIT,
                        failover_wait=SIM_FAILOVER_WAIT)
         return Cluster.restore(**options) if restore else Cluster(**options)
 
