@@ -80,6 +80,7 @@ from typing import Any
 
 from benches.engine import INDEX, acked_bulk
 from benches.runner import Context, Figure, run_cleanups
+from shardstore.fileio import tree_bytes
 
 STORES = ("file", "s3")
 PEERS = ("deltalake", "slatedb", "duckdb")
@@ -143,10 +144,6 @@ def _rounds(xs: list[float]) -> str:
     return "/".join(f"{x:.0f}" if abs(x) >= 100 else f"{x:.3g}" for x in xs)
 
 
-def _tree_bytes(path: str) -> int:
-    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
-
-
 def _store_parts(root: str) -> dict[str, int]:
     """Bytes under a shardstore store root by what they are: segments, translog (node and shard), the rest."""
     parts = {"segments": 0, "translog": 0, "metadata": 0}
@@ -160,9 +157,9 @@ def _store_parts(root: str) -> dict[str, int]:
 
 def _sizes(sys_: Any, name: str, docs: int) -> dict[str, Any]:
     """What a system's root holds (shardstore: by part, and its nodes' local directories apart)."""
-    out: dict[str, Any] = {"bytes": _tree_bytes(sys_.root), "docs": docs}
+    out: dict[str, Any] = {"bytes": tree_bytes(sys_.root), "docs": docs}
     if name in OURS:
-        out["local_bytes"] = _tree_bytes(sys_.data)
+        out["local_bytes"] = tree_bytes(sys_.data)
         out["parts"] = _store_parts(sys_.root)
     return out
 

@@ -59,6 +59,7 @@ from shardstore.engine.node.remote import NodeRemote
 from shardstore.engine.shard.request_ledger import Applied
 from shardstore.engine.shard.shard_copy import ShardCopy, ShardSpec
 from shardstore.errors import LocalDiskError
+from shardstore.fileio import tree_bytes
 from shardstore.segments.mapping import Mapping
 from shardstore.transport import NodeDisconnected
 
@@ -297,7 +298,7 @@ class NodeService:
                         "term": copy.primary_term, "local_checkpoint": copy.local_checkpoint,
                         "global_checkpoint": copy.global_checkpoint, "max_seq_no": copy.max_seq_no,
                         "committed_checkpoint": committed, "docs": copy.directory.count(),
-                        "bytes": _tree_bytes(copy.path),
+                        "bytes": tree_bytes(copy.path),
                         "disk_failure": None if copy.disk_failure is None else str(copy.disk_failure)})
         return out
 
@@ -678,16 +679,6 @@ class NodeService:
             self._discard(key)
         if self.remote is not None:
             self.remote.close()
-
-
-def _tree_bytes(path: str) -> int:
-    """Bytes of the files under ``path`` (a copy's directory; 0 when it is gone)."""
-    total = 0
-    for root, _dirs, files in os.walk(path):
-        for name in files:
-            with contextlib.suppress(OSError):  # a merge or a flush may remove a file meanwhile
-                total += os.path.getsize(os.path.join(root, name))
-    return total
 
 
 _ACTIONS: dict[str, Callable[[NodeService, dict[str, Any]], Any]] = {

@@ -46,7 +46,7 @@ from shardstore.engine.manager.role import ManagerRole
 from shardstore.engine.node.data_role import NodeService
 from shardstore.engine.node.datadir import DataDirLock
 from shardstore.engine.node.fault_detection import OK, REFUSED, TIMEOUT, FailureCounter, FaultDetectionSettings
-from shardstore.net.flight import ANY_NODE, FlightTransport
+from shardstore.net.flight import ANY_NODE, FlightTransport, split_address
 from shardstore.net.security import Security
 from shardstore.net.wire import register_dataclass
 from shardstore.segments.directory import INDEX_BUFFER_BYTES
@@ -126,7 +126,7 @@ class NodeProcess:
         self.name = settings.name
         self.ephemeral_id = uuid.uuid4().hex  # a restarted process is a new member: its copies are gone
         if transport is None:  # refused before anything is made: no data dir, no store root left behind
-            settings.security.check_bind(settings.listen.rpartition(":")[0].strip("[]"))
+            settings.security.check_bind(split_address(settings.listen)[0])
         self._dir_lock = DataDirLock(settings.data_dir)
         fd = settings.fault_detection
         self.transport = transport if transport is not None else FlightTransport(

@@ -218,10 +218,14 @@ def _node_settings(args: argparse.Namespace) -> Any:
 
 
 def _check_address(flag: str, value: str) -> None:
-    """A ``host:port`` flag: UsageError naming the flag unless the port is a number from 0 to 65535."""
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise UsageError(f"{flag} takes HOST:PORT with a port from 0 to 65535, got {value!r}")
+    """A ``host:port`` flag, as the transport parses it (``split_address``): UsageError naming the flag."""
+    from shardstore.net.flight import split_address
+    from shardstore.transport import InvalidTransportRequest
+
+    try:
+        split_address(value)
+    except InvalidTransportRequest:
+        raise UsageError(f"{flag} takes HOST:PORT with a port from 0 to 65535, got {value!r}") from None
 
 
 def _cmd_cluster(args: argparse.Namespace) -> int:

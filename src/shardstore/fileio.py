@@ -142,3 +142,13 @@ def mapped(f: BinaryIO) -> Iterator[memoryview]:
         view.release()
         with contextlib.suppress(BufferError):
             m.close()
+
+
+def tree_bytes(path: str) -> int:
+    """Bytes of the files under ``path`` (0 when it is gone; a file removed meanwhile counts 0)."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):  # a merge or a flush may remove a file meanwhile
+                total += os.path.getsize(os.path.join(root, name))
+    return total

@@ -12,7 +12,6 @@ from __future__ import annotations
 import random
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -22,12 +21,9 @@ from shardstore.translog.operations import unstamped_batch
 
 
 @pytest.fixture
-def cluster(tmp_path: Path):
-    c = Cluster(store=f"file://{tmp_path / 'store'}", data_dir=str(tmp_path / "nodes"), nodes=3, recovery_delay=0.05)
-    try:
-        yield c
-    finally:
-        c.close()
+def cluster(embedded: Cluster) -> Cluster:
+    """Three embedded nodes (tests/engine/conftest.py)."""
+    return embedded
 
 
 def _once(cluster: Cluster, index: str, ids: list[str]) -> None:
