@@ -806,8 +806,8 @@ def _counted(ctx: Context, env: _Env, inp: _Inputs, plan: Plan, peers: list[str]
 # -- run ----------------------------------------------------------------------------------------------
 
 
-def _summary(ctx: Context, figures: list[Figure]) -> None:
-    """The side-by-side table of issue 16, on stderr (the figures themselves are on stdout)."""
+def _summary(ctx: Context, figures: list[Figure], peers: list[str]) -> None:
+    """The side-by-side table of issue 16 (a summary: stderr now, stdout after the figure table)."""
     def val(name: str, **p: Any) -> Figure | None:
         for f in figures:
             if f.name == name and all(f.params.get(k) == v for k, v in p.items()):
@@ -867,7 +867,11 @@ def _summary(ctx: Context, figures: list[Figure]) -> None:
             lines.append(f"| bytes per 1k docs after flush, {phase}, {label} source | {ss.value:,.0f} | "
                          f"{f'deltalake {dl.value:,.0f}' if dl else '-'} | "
                          f"{fmt(val('bytes_ratio', phase=phase, impl=f'{ours}/deltalake'))} |")
-    ctx.progress("side by side:\n" + "\n".join(lines))
+    missing = [p for p in PEERS if p not in peers]
+    if missing:  # a '-' in the peers column is a peer not installed, not a peer that measured nothing
+        lines.append(f"\n{', '.join(missing)} not installed here: '-' where they would be; install the bench extra: "
+                     f"{EXTRA}")
+    ctx.summary("side by side:\n" + "\n".join(lines))
 
 
 def run(ctx: Context) -> Iterator[Figure]:
@@ -912,6 +916,6 @@ def run(ctx: Context) -> Iterator[Figure]:
             for fig in _bytes_figures(ctx, sizes):
                 figures.append(fig)
                 yield fig
-        _summary(ctx, figures)
+        _summary(ctx, figures, peers)
     finally:
         run_cleanups(cleanups, "[peers] cleanup")

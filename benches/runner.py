@@ -99,10 +99,17 @@ class Context:
     quick: bool
     args: argparse.Namespace
     stderr: TextIO = sys.stderr
+    #: summaries the bench wrote (a side-by-side table, a one-line verdict): on stdout after the figure table
+    summaries: list[str] = field(default_factory=list)
 
     def progress(self, msg: str) -> None:
         """A progress line on stderr: ``[bench] msg``."""
         print(f"[{self.bench}] {msg}", file=self.stderr, flush=True)
+
+    def summary(self, text: str) -> None:
+        """A summary for the reader: on stderr now, and on stdout after the figure table (unless ``--json-only``)."""
+        self.progress(text)
+        self.summaries.append(text)
 
     def figure(self, name: str, value: float, unit: str, target: str | None = None,
                met: bool | None = None, **params: Any) -> Figure:
@@ -181,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     out = open(args.out, "w", encoding="utf-8") if args.out else None
     figures: list[Figure] = []
     failed: list[str] = []
+    contexts: list[Context] = []
     t0 = time.monotonic()
     try:
         for name in names:
@@ -188,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
                 failed.append(name)
                 continue
             ctx = Context(bench=name, quick=args.quick, args=args)
+            contexts.append(ctx)
             start = time.monotonic()
             try:
                 for fig in modules[name].run(ctx):
@@ -208,6 +217,9 @@ def main(argv: list[str] | None = None) -> int:
         # A blank line separates the JSON lines from the table.
         print()
         print(_table(figures, quick=args.quick))
+        for ctx in contexts:
+            for text in ctx.summaries:
+                print(f"\n[{ctx.bench}] {text}")
     print(f"[runner] {len(figures)} figures in {time.monotonic() - t0:.1f}s"
           + (f"; failed: {', '.join(failed)}" if failed else ""), file=sys.stderr)
     return 1 if failed else 0

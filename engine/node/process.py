@@ -127,13 +127,14 @@ class NodeProcess:
         self.ephemeral_id = uuid.uuid4().hex  # a restarted process is a new member: its copies are gone
         if transport is None:  # refused before anything is made: no data dir, no store root left behind
             settings.security.check_bind(split_address(settings.listen)[0])
+        # the store before the data dir: a store that cannot be opened (a missing root without create=true) leaves none
+        self.store = store if store is not None else open_store(settings.store, **settings.store_options)
         self._dir_lock = DataDirLock(settings.data_dir)
         fd = settings.fault_detection
         self.transport = transport if transport is not None else FlightTransport(
             settings.listen, security=settings.security, default_timeout=settings.request_timeout,
             action_timeouts=settings.action_timeouts())
         try:
-            self.store = store if store is not None else open_store(settings.store, **settings.store_options)
             eligible = "cluster_manager" in settings.roles
             self.cm = ClusterManagerNode(self.name, self.transport, self.store,
                                          os.path.join(settings.data_dir, "cluster-state"), master_eligible=eligible,

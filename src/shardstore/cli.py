@@ -214,7 +214,23 @@ def _node_settings(args: argparse.Namespace) -> Any:
         publish=get("publish"),
         seed_hosts=names(get("seed_hosts", "")), initial_managers=names(get("initial_managers", "")),
         roles=frozenset(names(get("roles", ",".join(sorted(ROLES))))), fault_detection=fd, security=security,
-        store_options={**from_file.get("store_options", {}), **_parse_options(args.option)})
+        store_options=_no_new_root(get("store"), {**from_file.get("store_options", {}), **_parse_options(args.option)}))
+
+
+def _no_new_root(url: str, options: dict[str, Any]) -> dict[str, Any]:
+    """A node's store options: like every command, it creates a missing store root only when asked (``create=true``)."""
+    from shardstore.blobstores import plugin_class
+    from shardstore.blobstores.options import parse_url
+    from shardstore.errors import ShardstoreError
+
+    try:
+        parsed = parse_url(url)
+        has_create = "create" in getattr(plugin_class(parsed.scheme), "OPTIONS", {})
+    except ShardstoreError:
+        return options  # the node's own open names what is wrong with the URL
+    if has_create and "create" not in options and "create" not in parsed.query:
+        return {"create": False, **options}
+    return options
 
 
 def _check_address(flag: str, value: str) -> None:

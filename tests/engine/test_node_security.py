@@ -79,3 +79,14 @@ def test_a_node_refuses_to_listen_beyond_loopback_without_tls_and_credentials(tm
     assert len(lines) == 1 and lines[0].startswith("shardstore: error: "), proc.stderr
     assert "0.0.0.0" in lines[0] and "TLS" in lines[0], lines[0]
     assert not (tmp_path / "n1").exists() and not (tmp_path / "store").exists()  # refused before making anything
+
+
+def test_a_node_creates_a_missing_store_root_only_when_asked(tmp_path: Path) -> None:
+    missing = tmp_path / "store"
+    proc = subprocess.run([sys.executable, "-m", "shardstore", "node", "--name", "n1", "--data-dir",
+                           str(tmp_path / "n1"), "--store", f"file://{missing}", "--listen", "127.0.0.1:0"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "does not exist (pass create=true)" in lines[0] and str(missing) in lines[0], proc.stderr
+    assert not missing.exists() and not (tmp_path / "n1").exists()  # nothing made: not the root, not the data dir

@@ -59,9 +59,12 @@ def _quick(bench: str, tmp_path: Path, *extra: str, zero_ok: tuple[str, ...] = (
         assert fig["value"] > 0 or (fig["name"] in zero_ok and fig["value"] == 0), line
         figures.append(fig)
     assert table[0].split()[:2] == ["bench", "name"]
-    rows = [row for row in table[2:] if not row.startswith(" ")]  # params go on indented lines of their own
+    figure_table = table[: table.index("")] if "" in table else table  # the bench's summaries follow, if any
+    summaries = table[len(figure_table):]
+    assert not summaries or (summaries[0] == "" and summaries[1].startswith(f"[{bench}] ")), summaries[:2]
+    rows = [row for row in figure_table[2:] if not row.startswith(" ")]  # params go on indented lines of their own
     assert len(rows) == len(figures)
-    assert max(len(row) for row in table) <= 120, max(table, key=len)
+    assert max(len(row) for row in figure_table) <= 120, max(figure_table, key=len)
     assert not any(row.endswith(("met", "NOT MET")) for row in rows)  # a quick run judges no target
     assert out_file.read_text().splitlines() == json_lines
     assert f"[{bench}]" in proc.stderr
@@ -322,6 +325,9 @@ def test_peers_quick_on_the_file_store(tmp_path: Path) -> None:
     if len(peers) < 3:
         assert "pip install '.[bench]'" in err
     assert "side by side:" in err
+    assert "[peers] side by side:" in _table  # and on stdout, after the figure table
+    if len(peers) < 3:
+        assert any("not installed here" in line and "pip install '.[bench]'" in line for line in _table)
     assert not list(tmp_path.glob("shardstore-bench-peers-*")), "temp files left behind"
 
 

@@ -109,7 +109,7 @@ class ProcessSimulation(Simulation):
 
         self.seed = seed
         self.workdir = Path(workdir)
-        self.store_url = f"file://{self.workdir / 'remote'}?fsync=false"
+        self.store_url = f"file://{self.workdir / 'remote'}?fsync=false&create=true"
         self.model = ClientModel()
         self.outcome = ProcessOutcome(seed, 0)
         self.documented = _documented_names()
