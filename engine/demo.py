@@ -19,9 +19,12 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -138,6 +141,23 @@ def check(cluster, source: pa.Table, label: str, log) -> bool:
     return ok and want_h == got_h and same_doc
 
 
+def _operator_view(procs: ProcessCluster, cluster: Any, log: Callable[[str], None]) -> bool:
+    """What an operator sees of the running nodes: ``shardstore cluster health`` and ``shards``, as a command."""
+    cluster.wait_for_health("green", timeout=60)
+    hosts = ",".join(h.address for h in procs.nodes.values())
+    shown: dict[str, str] = {}
+    for view in ("health", "nodes", "shards"):
+        command = ["shardstore", "cluster", view, "--hosts", hosts]
+        log(f"$ {' '.join(command)}")
+        done = subprocess.run([sys.executable, "-m", *command], capture_output=True, text=True, timeout=60)
+        print((done.stdout + done.stderr).rstrip(), flush=True)
+        shown[view] = done.stdout if done.returncode == 0 else ""
+    green = shown["health"].splitlines()[1:2] and shown["health"].splitlines()[1].split()[0] == "green"
+    if not green:
+        log("MISMATCH: `shardstore cluster health` does not show green")
+    return bool(green) and all(shown.values())
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the drill; exit status 0 only if every check matched."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -183,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
                 procs.killed.clear()
         log(f"{retried:,} items were retried after failovers")
         ok = check(cluster, flights, "cluster", log)
+        if procs is not None:
+            ok = _operator_view(procs, cluster, log) and ok
         if procs is None:
             requests = cluster.store.metrics()["requests"]
             log(f"blob-store requests: {dict((k, v) for k, v in requests.items() if v)}")

@@ -151,3 +151,9 @@ def test_the_demo_drill_passes_on_real_flights(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "ALL CHECKS PASSED" in proc.stdout and "MISMATCH" not in proc.stdout
     assert proc.stdout.count("killing ") == 2
+    # the operator's view of the demo's nodes, through the CLI: health green, every shard copy started
+    health = proc.stdout.split("$ shardstore cluster health --hosts ", 1)[1].splitlines()
+    assert health[1].split()[:2] == ["status", "nodes"] and health[2].split()[:2] == ["green", "3"], health[:3]
+    shards = proc.stdout.split("$ shardstore cluster shards --hosts ", 1)[1].splitlines()[2:6]
+    assert sorted((r.split()[1], r.split()[2], r.split()[3]) for r in shards) == [
+        ("0", "p", "started"), ("0", "r", "started"), ("1", "p", "started"), ("1", "r", "started")], shards
