@@ -22,6 +22,13 @@ random ids at ``request`` durability; every index has 0 replicas unless said.
    ``fds_per_copy``: open files per shard copy then (its lock; the translog file is released
    when idle).
 
+6. ``node_translog_streams``, ``node_translog_bytes``: a 3-node index of 2 shards with 1 replica,
+   10 cycles (quick: 4) of 20 bulks of 200 then a SIGKILL of a primary's node and its restart,
+   then one flush and a bulk and a second flush: the node-translog streams and bytes left in the store once the
+   manager's collection of dead streams ran after each (target after the second: no more streams
+   than live data nodes; after the first, a dead stream keeps what the restore's fallback commit
+   needs, as a live one does: docs/design/translog.md, "Collecting dead streams").
+
 Sizes: 10 bulks per cell (quick: 3).  Temp files go to ``SHARDSTORE_BENCH_DIR``.
 """
 
@@ -85,6 +92,59 @@ class _Stores:
             self.cleanups.append(self._emu.stop)
             self._emu.make_bucket(self._bucket)
         return self._emu.store_url(self._bucket, f"ss-{uuid.uuid4().hex[:8]}"), self._emu.store_options()
+
+
+def _dead_streams(ctx: Context, stores: _Stores, base: str, rng: random.Random, cycles: int) -> Iterator[Figure]:
+    """Node-translog bytes and streams in the store after ``cycles`` SIGKILL-and-restart cycles of a primary's
+    node, then a flush: before and after the manager's collection of dead streams (issue 46)."""
+    from shardstore.engine import Cluster
+    from shardstore.engine.manager.translog_gc import list_streams
+
+    url, options = stores.url("file")
+    c = Cluster(store=url, data_dir=os.path.join(base, f"data-{uuid.uuid4().hex[:8]}"), nodes=3, recovery_delay=0.05,
+                translog_gc_grace=0.0, **options)
+    try:
+        c.create_index("i", shards=2, replicas=1)
+        c.wait_for_health("green", timeout=60)
+
+        def streams() -> tuple[int, int]:
+            listing = list_streams(c.store, c.index_meta("i").data_cluster_uuid)
+            return len(listing.rounds), listing.total_bytes
+
+        for cycle in range(cycles):
+            for _ in range(20):
+                assert not c.bulk("i", _docs(200, rng)).errors
+            victim = c.primary_of("i", cycle % 2)
+            c.kill_node(victim)
+            c.start_node(victim)
+            c.wait_for_health("green", timeout=60)
+            n, size = streams()
+            ctx.progress(f"cycle {cycle + 1}/{cycles}: {n} streams, {size:,} bytes of node translog")
+        before = streams()
+        live = len(c.live_nodes())
+        ctx.progress(f"after {cycles} kill-and-restart cycles: {before[0]} streams, {before[1]:,} bytes ({live} live "
+                     "data nodes)")
+        for flushes in (1, 2):
+            manager = c.manager()
+            passes = manager.translog_gc.passes if manager is not None else 0
+            if flushes == 2:
+                assert not c.bulk("i", _docs(200, rng)).errors  # a flush of an unchanged shard commits nothing
+            c.flush("i")  # asks the manager for a collection pass
+            deadline = time.monotonic() + 30
+            while manager is not None and manager.translog_gc.passes == passes and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if manager is not None:
+                manager.translog_gc.run_once()  # the pass the flush asked for may have started before its commit
+            after = streams()
+            yield ctx.figure("node_translog_streams", after[0], "streams",
+                             target=f"<= {live} (one per live data node)" if flushes == 2 else None,
+                             met=after[0] <= live if flushes == 2 else None, store="file", cycles=cycles,
+                             flushes=flushes, before=before[0])
+            yield ctx.figure("node_translog_bytes", after[1], "bytes", store="file", cycles=cycles, flushes=flushes,
+                             before=before[1])
+            ctx.progress(f"after {flushes} flush(es) and the collection: {after[0]} streams, {after[1]:,} bytes")
+    finally:
+        c.close()
 
 
 def run(ctx: Context) -> Iterator[Figure]:
@@ -209,6 +269,8 @@ def run(ctx: Context) -> Iterator[Figure]:
                 ctx.progress(f"{kind}: 4 clients on one shard: {per_bulk:.2f} PUT per bulk")
             finally:
                 c.close()
+        # 6. the streams of killed processes after 10 kill-and-restart cycles plus a flush (file store)
+        yield from _dead_streams(ctx, stores, base, rng, cycles=4 if ctx.quick else 10)
         # 5. threads as shards grow (file store)
         for shards in (100, 1_000, *((5_000,) if getattr(ctx.args, "cost_big", False) else ())):
             before, fds_before = threading.active_count(), open_files()

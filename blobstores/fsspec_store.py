@@ -179,7 +179,8 @@ class FsspecStore(BackendStore):
             return BlobNotFound("no such blob", **where)
         if isinstance(exc, FileExistsError):
             return BlobAlreadyExists("the key already exists", **where)
-        if isinstance(exc, PermissionError):
+        if isinstance(exc, PermissionError) or any(type(c).__name__ == "NoCredentialsError" for c in _chain(exc)):
+            # botocore's NoCredentialsError: no credentials anywhere in the SDK's chain (one line: the store check)
             return AccessDenied(f"access denied: {text}", **where)
         if any(isinstance(cause, ConnectionRefusedError) for cause in _chain(exc)):
             return Unreachable(f"nothing answers at the endpoint (connection refused): {text}", **where)

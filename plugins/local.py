@@ -106,7 +106,8 @@ class LocalStore(BackendStore):
             raise ConfigError("the root directory does not exist (a read-only open creates nothing)",
                               location=self.location)
         if not self.options["create"]:
-            raise ConfigError("the root directory does not exist (pass create=true)", location=self.location)
+            raise ConfigError("the root directory does not exist (pass create=true: ?create=true in the URL, -o "
+                              "create=true on the command line)", location=self.location)
         self._make_dir(self.root, "the root directory")
 
     def _make_dir(self, path: str, what: str) -> None:

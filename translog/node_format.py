@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import json
 import struct
+import uuid
 from dataclasses import dataclass
 
 from shardstore.translog.errors import TranslogCorruptedError
@@ -176,6 +177,31 @@ def stream_prefix(cluster_uuid: str, stream: str) -> str:
     return f"{cluster_uuid}/{NODE_TRANSLOG_DIR}/{stream}"
 
 
+#: separates a stream id's owner (the writing process's id) from its own random part
+OWNER_SEPARATOR = "."
+
+
+def new_stream_id(owner: str | None) -> str:
+    """A fresh stream id: ``<owner>.<random>`` when the writing process's id is known, else ``<random>``.
+
+    The owner is the node process's ephemeral id, the one it joins the cluster with, so the cluster
+    manager can tell the stream of a live member from one whose process is gone (issue 46).
+    """
+    random_part = uuid.uuid4().hex
+    if not owner:
+        return random_part
+    if "/" in owner or OWNER_SEPARATOR in owner:
+        raise ValueError(f"a stream owner has no '/' or {OWNER_SEPARATOR!r}: {owner!r}")
+    return f"{owner}{OWNER_SEPARATOR}{random_part}"
+
+
+def stream_owner(stream: str) -> str | None:
+    """The process id a stream id (or its prefix) names as its writer; None for a stream of an older version."""
+    name = stream.rstrip("/").rsplit("/", 1)[-1]
+    owner, sep, _rest = name.partition(OWNER_SEPARATOR)
+    return owner if sep and owner else None
+
+
 def data_key(prefix: str, round_no: int) -> str:
     """The data blob of round ``round_no`` of the stream at ``prefix``."""
     return f"{prefix}/{DATA_DIR}{_inv(round_no)}{DATA_SUFFIX}"
@@ -204,7 +230,9 @@ __all__ = [
     "decode_index",
     "index_from_data",
     "index_key",
+    "new_stream_id",
     "parse_round",
+    "stream_owner",
     "stream_prefix",
     "trailer",
 ]

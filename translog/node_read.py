@@ -121,6 +121,55 @@ def shard_entries(store: BlobStore, streams: Iterable[tuple[str, int]], index_uu
     return out
 
 
+class StreamCatalog:
+    """Every node stream of a cluster from ONE listing of ``<cluster>/node_translog/`` (issue 46).
+
+    What a restore reads a shard's sections through: 1 LIST however many streams (live or
+    dead) the cluster holds, where :func:`shard_entries` takes 2 per stream; the round indices
+    are read once per process (cached).  The collection of dead streams reads the same listing.
+    """
+
+    def __init__(self, store: BlobStore, cluster_uuid: str) -> None:
+        self.store = store
+        root = f"{cluster_uuid}/{NODE_TRANSLOG_DIR}/"
+        #: stream prefix -> round -> its keys (data blob, index blob: either may be missing)
+        self.rounds: dict[str, dict[int, list[str]]] = {}
+        #: key -> bytes
+        self.sizes: dict[str, int] = {}
+        for info in store.list(root):
+            rest = info.key[len(root):]
+            if "/" not in rest:
+                continue
+            stream = root + rest.split("/", 1)[0]
+            self.rounds.setdefault(stream, {})
+            self.sizes[info.key] = info.size
+            try:
+                round_no = parse_round(info.key)
+            except ValueError:
+                continue
+            self.rounds[stream].setdefault(round_no, []).append(info.key)
+
+    @property
+    def total_bytes(self) -> int:
+        """Bytes of every stream's blobs."""
+        return sum(self.sizes.values())
+
+    def have(self, stream: str, round_no: int) -> tuple[bool, bool]:
+        """(data blob listed, index blob listed) of one round, as :func:`read_round` takes."""
+        keys = self.rounds.get(stream, {}).get(round_no, [])
+        return (any(f"/{DATA_DIR}" in k for k in keys), any(f"/{INDEX_DIR}" in k for k in keys))
+
+    def entries(self, index_uuid: str, shard: int, faults: list[str] | None = None) -> list[RemoteGeneration]:
+        """The shard's sections in every stream, oldest round first per stream (no request but uncached indices)."""
+        out: list[RemoteGeneration] = []
+        for stream in self.rounds:
+            for r in sorted(self.rounds[stream]):
+                index = read_round(self.store, stream, r, self.have(stream, r), faults)
+                if index is not None:
+                    out.extend(index.for_shard(index_uuid, shard))
+        return out
+
+
 def cluster_streams(store: BlobStore, cluster_uuid: str) -> list[str]:
     """Every node stream of the cluster (one LIST of every round key: a restore's fallback)."""
     root = f"{cluster_uuid}/{NODE_TRANSLOG_DIR}/"
@@ -139,4 +188,4 @@ def forget_cached(store: BlobStore, keys: Iterable[str]) -> None:
             _cache.pop((store.location, k), None)
 
 
-__all__ = ["cluster_streams", "forget_cached", "list_rounds", "read_round", "shard_entries"]
+__all__ = ["StreamCatalog", "cluster_streams", "forget_cached", "list_rounds", "read_round", "shard_entries"]

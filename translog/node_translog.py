@@ -54,7 +54,15 @@ from shardstore.errors import LocalDiskError
 from shardstore.translog.checkpoint import Checkpoint, read_checkpoint
 from shardstore.translog.errors import TranslogCorruptedError, TranslogError, TranslogUnavailable
 from shardstore.translog.local import CHECKPOINT, LocalTranslog, generation_file
-from shardstore.translog.node_format import RoundIndex, Section, data_key, index_key, stream_prefix, trailer
+from shardstore.translog.node_format import (
+    RoundIndex,
+    Section,
+    data_key,
+    index_key,
+    new_stream_id,
+    stream_prefix,
+    trailer,
+)
 from shardstore.translog.node_read import forget_cached, shard_entries
 from shardstore.translog.operations import Summary
 from shardstore.translog.pieces import Piece
@@ -115,11 +123,14 @@ class NodeTranslog:
     """One node's translog uploads: a round puts the new sealed generations of all its shards in one data blob."""
 
     def __init__(self, store: BlobStore, cluster_uuid: str, *, node: str = "node",
-                 after_round: Callable[[], None] | None = None, retry_pause: float = 0.05) -> None:
-        """``after_round``: run after a round landed and before its writes count as uploaded (the fence)."""
+                 after_round: Callable[[], None] | None = None, retry_pause: float = 0.05,
+                 owner: str | None = None) -> None:
+        """``after_round``: run after a round landed and before its writes count as uploaded (the fence);
+        ``owner``: the node process's ephemeral id, named in the stream id (the store-side collection of the
+        streams of processes that are gone tells them by it: docs/design/translog.md, "Collecting dead streams")."""
         self.store = store
         self.node = node
-        self.stream = uuid.uuid4().hex
+        self.stream = new_stream_id(owner)
         self.prefix = stream_prefix(cluster_uuid, self.stream)
         self.writer = uuid.uuid4().hex
         self.after_round = after_round

@@ -54,6 +54,7 @@ from shardstore.translog.errors import TranslogCorruptedError, TranslogError, Tr
 from shardstore.translog.frames import HEADER_SIZE, GenerationHeader, iter_frames
 from shardstore.translog.local import LocalTranslog, generation_file, sealed_checkpoint_file
 from shardstore.translog.node_format import DATA_DIR as NODE_DATA_DIR
+from shardstore.translog.node_format import NODE_TRANSLOG_DIR
 from shardstore.translog.node_read import shard_entries
 from shardstore.translog.operations import Summary
 from shardstore.translog.purge import GenerationInfo, remote_deletable, remote_deletable_sections
@@ -516,11 +517,15 @@ class RemoteTranslog:
         """
         prefixes = [prefix] if isinstance(prefix, str) else list(prefix)
         seen: list[str | None] | None = None
+        round_gone = False
         for attempt in range(_READ_ATTEMPTS):
             found = [latest_metadata(store, p.rstrip("/")) for p in prefixes]
             keys = [f[0] if f else None for f in found]
-            if seen is not None and keys == seen:
+            if seen is not None and keys == seen and not round_gone:
                 break  # nothing newer to retry with: the blob is really missing
+            # a node-translog round listed, then deleted (a purge, or the collection of a dead stream: its
+            # sections are covered, translog/stream_gc.py): listed again, it is not there any more
+            round_gone = False
             seen = keys
             entries: dict[tuple[str, int], RemoteGeneration] = {}
             trims = [f[1].trim for f in found if f is not None and f[1].trim is not None]
@@ -532,6 +537,7 @@ class RemoteTranslog:
                 return RemoteTranslog.read_entries(store, entries.values(), from_seq_no, to_seq_no)
             except _MissingBlob as exc:
                 missing = exc
+                round_gone = f"/{NODE_TRANSLOG_DIR}/" in exc.path
         raise missing
 
     @staticmethod

@@ -102,6 +102,17 @@ class Coordinator:
             self._mappings[meta.uuid] = cached
         return cached[1]
 
+    def _ask_translog_collection(self) -> None:
+        """After a flush: ask the manager for a pass of the dead-stream collection (engine/manager/translog_gc.py).
+        Best effort and bounded: the manager's timer runs one anyway."""
+        master = self.coordination.master
+        if master is None:
+            return
+        try:
+            self._send(master, "cm.collect_translog", {}, timeout=2.0)
+        except Exception as exc:  # noqa: BLE001 - see above
+            log.debug("%s: no translog collection asked of %s: %r", self.name, master, exc)
+
     def _manager(self, action: str, request: dict[str, Any], *, idempotent: bool = False) -> Any:
         """Send to the elected cluster manager, waiting out an election (up to ``failover_wait``).
 
@@ -324,6 +335,7 @@ class Coordinator:
             return True
         if action == "client.flush":
             self._on_copies(req["index"], "shard.flush")
+            self._ask_translog_collection()
             return True
         if action == "client.count":
             meta = self.index_meta(req["index"])
@@ -371,10 +383,17 @@ class Coordinator:
             except Exception as exc:  # noqa: BLE001 - shown as the node's error, never waited for
                 held[node] = exc
         list(self._inflight.map(ask, nodes))
-        try:
-            health: dict[str, Any] = dict(self._manager("cm.health", {}, idempotent=True))
-        except ShardstoreError as exc:
-            health = {"error": f"{type(exc).__name__}: {exc}"}
+        health: dict[str, Any]
+        if self.coordination.master is None:  # shown at once: an operator looks when something is wrong
+            answering = sorted(n for n, a in held.items() if not isinstance(a, BaseException))
+            health = {"error": f"no elected cluster manager: red, nothing can be written; {self.name} follows none "
+                               f"(the cluster-manager-eligible nodes that answer must be a majority; answering here: "
+                               f"{', '.join(answering) or 'none'})"}
+        else:
+            try:
+                health = dict(self._manager("cm.health", {}, idempotent=True))
+            except ShardstoreError as exc:
+                health = {"error": f"{type(exc).__name__}: {exc}"}
         view = build_view(cluster_uuid=state.cluster_uuid, manager=self.coordination.master,
                           term=state.term, version=state.version, answered_by=self.name, nodes=nodes,
                           indices=self._indices(), held=held, health=health)

@@ -33,6 +33,7 @@ from typing import Any
 from shardstore.blobstores.base import BlobStore
 from shardstore.cluster_state.coordination import ClusterManagerNode
 from shardstore.cluster_state.errors import ClusterStateSuperseded, NoQuorum, NotMaster
+from shardstore.core.address import ShardAddress
 from shardstore.core.path_strategy import PlainPathStrategy
 from shardstore.engine.coordinator.validation import (
     check_create_args,
@@ -46,6 +47,7 @@ from shardstore.engine.manager.invariants import check_routing
 from shardstore.engine.manager.metadata import IndexMeta, ShardRouting, indices_from_state, sync_index
 from shardstore.engine.manager.promotion import Promotions
 from shardstore.engine.manager.routing_check import RoutingFault, held_from_stats, routing_faults
+from shardstore.engine.manager.translog_gc import COLLECT_EVERY, GRACE_SECONDS, CollectionWorker, StreamCollector
 from shardstore.engine.node.data_role import spec_to_wire
 from shardstore.engine.node.file_budget import check_file_budget
 from shardstore.engine.node.read_lease import ReadLeases
@@ -71,7 +73,8 @@ class ManagerRole:
     def __init__(self, name: str, coordination: ClusterManagerNode, store: BlobStore,
                  send: Callable[..., Any], *, recovery_delay: float = 0.5, check_timeout: float = 1.0,
                  read_lease: float = 0.0, index_buffer_bytes: int = INDEX_BUFFER_BYTES,
-                 accept_data_loss: bool = False, nodes_per_process: int = 1) -> None:
+                 accept_data_loss: bool = False, nodes_per_process: int = 1,
+                 translog_gc_grace: float = GRACE_SECONDS, translog_gc_every: float = COLLECT_EVERY) -> None:
         self.name = name
         self.coordination = coordination
         self.store = store
@@ -98,6 +101,9 @@ class ManagerRole:
         self._allocation = AllocationWorker(self._allocation_round, name=f"allocation-{name}")
         #: shards without a primary: their promotion or rebuild from the store, and why they are red
         self.promotions = Promotions(self)
+        #: the store-side collection of dead node-translog streams (issue 46), on its own thread
+        self.translog_gc = CollectionWorker(StreamCollector(store, grace=translog_gc_grace), self._gc_snapshot,
+                                            every=translog_gc_every, name=f"translog-gc-{name}")
 
     # -- activation -------------------------------------------------------------------------------
 
@@ -192,6 +198,28 @@ class ManagerRole:
         self.deactivate()
         self._notifier.shutdown(wait=False, cancel_futures=True)
         self._allocation.close(wait)
+        self.translog_gc.close()
+
+    def _gc_snapshot(self) -> tuple[frozenset[str], dict[str, dict[tuple[str, int], ShardAddress]]] | None:
+        """What a translog collection pass needs (engine/manager/translog_gc.py): the members' process ids and
+        each data cluster's shard addresses; None when not managing or a member's process id is not known yet."""
+        with self._lock:
+            if not self.active:
+                return None
+            owners = [self._ephemeral.get(n) for n in self.members]
+            if not owners or any(o is None for o in owners):
+                return None
+            clusters: dict[str, dict[tuple[str, int], ShardAddress]] = {}
+            for meta in self.indices.values():
+                for sr in meta.routing:
+                    clusters.setdefault(meta.data_cluster_uuid, {})[(meta.uuid, sr.shard)] = ShardAddress(
+                        meta.data_cluster_uuid, meta.uuid, sr.shard, meta.strategy)
+            return frozenset(o for o in owners if o is not None), clusters
+
+    def _collect_translog(self, req: dict[str, Any]) -> bool:
+        """``cm.collect_translog``: a flush asks for a collection pass soon (answered at once)."""
+        self.translog_gc.request()
+        return True
 
     def submit(self, task: Any) -> None:
         """Publish ``task`` (committed on a majority) before anything acts on it; step down if it was not.
@@ -205,7 +233,7 @@ class ManagerRole:
             self.step_down("a publication was not committed by a majority")
             raise
 
-    def step_down(self, reason: str) -> None:
+    def step_down(self, reason: str, *, orderly: bool = False) -> None:
         """Stop acting as cluster manager now: no promotion, no verdict, no index creation until re-elected."""
         with self._lock:
             was = self.active
@@ -214,7 +242,7 @@ class ManagerRole:
             self.coordination.is_master = False
             self.coordination.master = None
         if was:
-            log.warning("%s steps down as cluster manager: %s", self.name, reason)
+            (log.info if orderly else log.warning)("%s steps down as cluster manager: %s", self.name, reason)
 
     def notify(self, node: str, action: str, request: dict[str, Any]) -> None:
         """Send ``request`` in the background: never wait, holding the manager's lock, on a node that may be gone.
@@ -245,6 +273,7 @@ class ManagerRole:
             "cm.join": self._join, "cm.create_index": self._create_index, "cm.put_mapping": self._put_mapping,
             "cm.fail_replica": self._fail_replica, "cm.replica_started": self._replica_started,
             "cm.copy_failed": self._copy_failed, "cm.health": self._health,
+            "cm.collect_translog": self._collect_translog,
         }.get(action)
         if method is None:
             raise NotMaster(self.name, self.coordination.master)

@@ -138,7 +138,8 @@ class NodeService:
     def __init__(self, name: str, data_dir: str, store: BlobStore | None, send: Callable[..., Any],
                  manager: Callable[[], str | None], *, manager_wait: float = 10.0,
                  fault_detection: FaultDetectionSettings | None = None,
-                 may_read: Callable[[str, int], bool] | None = None, data: bool = True) -> None:
+                 may_read: Callable[[str, int], bool] | None = None, data: bool = True,
+                 owner: str | None = None) -> None:
         self.name = name
         #: whether this node has the data role: the manager allocates copies to data nodes only
         self.data = data
@@ -155,7 +156,7 @@ class NodeService:
         self._manager = manager  # the elected cluster manager's node name, or None
         self.copies: dict[Key, ShardCopy] = {}
         #: the node-level translog and claim watch every primary copy here shares (issue 30)
-        self.remote = NodeRemote(store, name) if store is not None else None
+        self.remote = NodeRemote(store, name, owner=owner) if store is not None else None
         self.groups: dict[Key, tuple[str, ...]] = {}
         self._write_locks: dict[Key, threading.RLock] = {}
         self._lock = threading.RLock()

@@ -43,6 +43,7 @@ from shardstore.engine.coordinator.role import FAILOVER_WAIT, Coordinator
 from shardstore.engine.errors import InvalidRequest, NodeNotReady
 from shardstore.engine.manager.metadata import indices_from_state
 from shardstore.engine.manager.role import ManagerRole
+from shardstore.engine.manager.translog_gc import COLLECT_EVERY, GRACE_SECONDS
 from shardstore.engine.node.data_role import NodeService
 from shardstore.engine.node.datadir import DataDirLock
 from shardstore.engine.node.fault_detection import OK, REFUSED, TIMEOUT, FailureCounter, FaultDetectionSettings
@@ -53,6 +54,7 @@ from shardstore.segments.directory import INDEX_BUFFER_BYTES
 from shardstore.transport import NodeDisconnected
 
 log = logging.getLogger(__name__)
+events = logging.getLogger("shardstore.events")  # cluster events at a node's default level (engine/manager/role.py)
 
 for _cls in (coordination.PreVote, coordination.PreVoteGrant, coordination.StartJoin, coordination.Join, coordination.Publish, coordination.PublishAck,
              coordination.Commit):
@@ -94,6 +96,10 @@ class NodeSettings:
     nodes_per_process: int = 1
     #: how long the coordinator waits out a failover (a shard without a primary, an election) before it refuses
     failover_wait: float = FAILOVER_WAIT
+    #: the manager's collection of dead translog streams: seconds a stream's process must be gone, seconds between
+    #: passes (engine/manager/translog_gc.py)
+    translog_gc_grace: float = GRACE_SECONDS
+    translog_gc_every: float = COLLECT_EVERY
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
@@ -142,13 +148,14 @@ class NodeProcess:
                                          parallel_publish=True)
             self.node = NodeService(self.name, os.path.join(settings.data_dir, "shards"), self.store, self.send,
                                     lambda: self.cm.master, fault_detection=fd, may_read=self.may_read,
-                                    data="data" in settings.roles)
+                                    data="data" in settings.roles, owner=self.ephemeral_id)
             self.manager = ManagerRole(self.name, self.cm, self.store, self.send,
                                        recovery_delay=settings.recovery_delay, check_timeout=fd.timeout,
                                        index_buffer_bytes=settings.index_buffer_bytes,
                                        accept_data_loss=settings.accept_data_loss,
                                        nodes_per_process=settings.nodes_per_process,
-                                       read_lease=fd.read_lease_seconds)
+                                       read_lease=fd.read_lease_seconds, translog_gc_grace=settings.translog_gc_grace,
+                                       translog_gc_every=settings.translog_gc_every)
             self.coordinator = Coordinator(self.name, self.cm, self.send, address=settings.publish,
                                            failover_wait=settings.failover_wait, store=self.store)
             self._leader_failures = FailureCounter(fd.retries)
@@ -167,6 +174,7 @@ class NodeProcess:
             self._routed: tuple[Any, frozenset[tuple[str, int]]] = (None, frozenset())  # state -> its primaries
             self._checks = ThreadPoolExecutor(max_workers=8, thread_name_prefix=f"fd-{self.name}")
             self._join_attempts = 0  # joins sent since this node last knew a manager
+            self._joined: str | None = None  # the manager this node last joined (logged once per manager)
             self._stop = threading.Event()
             self._managing = False
             self._election_after = time.monotonic() + random.uniform(0, 2 * fd.interval)
@@ -211,7 +219,8 @@ class NodeProcess:
                 return True
             return self.manager.handle(action, req)
         if action.startswith("client."):
-            if self.cm.applied is None or (self.cm.master is None and self.cm.superseded is None):
+            if self.cm.applied is None or (self.cm.master is None and self.cm.superseded is None
+                                           and action != "client.cluster"):  # the view says there is no manager
                 raise NodeNotReady(self.name)  # (superseded: the coordinator says so where it needs a manager)
             return self.coordinator.handle(action, req)
         if action == "discovery.hello":
@@ -223,6 +232,13 @@ class NodeProcess:
                 raise StaleTerm(f"node {self.name}: follower check by {req['master']}", int(req["term"]),
                                 self.cm.current_term)
             return {"ephemeral_id": self.ephemeral_id, "answered": self._answer_follower_check(req["master"])}
+        if action == "fd.manager_leaving":  # an orderly shutdown of the manager: elect another now, said at INFO
+            if req.get("master") == self.cm.master and req.get("master") != self.name:
+                events.info("%s: the cluster manager %s left (shutdown); electing another", self.name, req["master"])
+                self.cm.master = None
+                self._failed_leader = req["master"]
+                self._election_after = time.monotonic() + random.uniform(0, self.settings.fault_detection.interval)
+            return True
         if action == "fd.leader_check":
             if self.cm.superseded is not None:  # another cluster took the store over: every follower learns it
                 raise self.cm.superseded
@@ -384,6 +400,10 @@ class NodeProcess:
                     self._join(master)
             if not answer["member"]:
                 self._join(master)
+            elif master != self._joined:  # said once per manager, at the default level
+                events.info("%s joined the cluster; its manager is %s (term %d)", self.name, master,
+                            self.cm.current_term)
+                self._joined = master
             return
         if self._leader_failures.record(master, outcome):
             log.warning("%s: the cluster manager %s failed its leader checks (%s); electing another", self.name,
@@ -494,6 +514,17 @@ class NodeProcess:
                     self.send(master, "cm.leave", {"name": self.name}, timeout=5.0)
                 except Exception as exc:  # noqa: BLE001 - fault detection notices it anyway
                     log.info("%s: leaving via %s failed: %s", self.name, master, exc)
+            elif master == self.name:  # the manager leaves: it decides nothing more, and its members elect another now
+                members = [m for m in self.manager.members if m != self.name]
+                self.manager.step_down("it shuts down", orderly=True)
+                events.info("%s: the cluster manager shuts down; its members elect another", self.name)
+
+                def tell(member: str) -> None:
+                    try:
+                        self.send(member, "fd.manager_leaving", {"master": self.name}, timeout=1.0)
+                    except Exception as exc:  # noqa: BLE001 - fault detection notices it anyway
+                        log.info("%s: %s not told of the shutdown: %s", self.name, member, exc)
+                list(self._checks.map(tell, members))
         self._stop.set()
         self._thread.join(timeout=10)
         # an allocation round waiting on a peer that stopped answering is not waited out: the process exits

@@ -20,9 +20,11 @@ from shardstore.translog.node_translog import NodeTranslog
 class NodeRemote:
     """The node-level translog and claim watch of one node, created per cluster on first use."""
 
-    def __init__(self, store: BlobStore, node: str) -> None:
+    def __init__(self, store: BlobStore, node: str, *, owner: str | None = None) -> None:
+        """``owner``: this node process's ephemeral id, which its translog streams carry (issue 46)."""
         self.store = store
         self.node = node
+        self.owner = owner
         self._lock = threading.Lock()
         self._translogs: dict[str, NodeTranslog] = {}
         self._watches: dict[str, ClaimWatch] = {}
@@ -42,7 +44,7 @@ class NodeRemote:
             tl = self._translogs.get(cluster_uuid)
             if tl is None:
                 tl = self._translogs[cluster_uuid] = NodeTranslog(self.store, cluster_uuid, node=self.node,
-                                                                  after_round=watch.refresh)
+                                                                  after_round=watch.refresh, owner=self.owner)
             return tl
 
     def staging(self, cluster_uuid: str) -> contextlib.AbstractContextManager[None]:

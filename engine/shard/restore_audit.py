@@ -31,7 +31,7 @@ from shardstore.errors import ShardstoreError
 from shardstore.segments.remote_metadata import RemoteCommitMetadata
 from shardstore.segments.remote_store import iter_commits, read_metadata
 from shardstore.translog.frames import HEADER_SIZE, GenerationHeader, iter_frames
-from shardstore.translog.node_read import cluster_streams, shard_entries
+from shardstore.translog.node_read import StreamCatalog
 from shardstore.translog.remote import UNASSIGNED
 from shardstore.translog.remote_metadata import (
     DATA_DIR,
@@ -124,22 +124,27 @@ def _translog(store: BlobStore, address: ShardAddress, term: int, ev: Evidence) 
         ev.entries.append(orphan)
 
 
-def _streams(store: BlobStore, address: ShardAddress, ev: Evidence) -> None:
-    """Add the shard's sections in every node-level translog stream of the cluster (each named once)."""
+def _streams(store: BlobStore, address: ShardAddress, ev: Evidence, catalog: StreamCatalog | None) -> None:
+    """Add the shard's sections in every node-level translog stream of the cluster (each named once): from one
+    listing of every stream (``catalog``, shared by the shards of one restore; else one LIST here)."""
     seen = {(e.blob_key, e.offset) for e in ev.entries}
-    streams = [(s, 0) for s in cluster_streams(store, address.cluster_uuid)]
-    for e in shard_entries(store, streams, address.index_uuid, address.shard, ev.faults):
+    if catalog is None or catalog.store.location != store.location:
+        catalog = StreamCatalog(store, address.cluster_uuid)
+    for e in catalog.entries(address.index_uuid, address.shard, ev.faults):
         if (e.blob_key, e.offset) not in seen:
             seen.add((e.blob_key, e.offset))
             ev.entries.append(e)
 
 
-def audit(store: BlobStore, address: ShardAddress, terms: list[int]) -> Evidence:
-    """Read every term's translog and commit metadata of the shard: what it must restore (see the module)."""
+def audit(store: BlobStore, address: ShardAddress, terms: list[int], *, streams: StreamCatalog | None = None) -> Evidence:
+    """Read every term's translog and commit metadata of the shard: what it must restore (see the module).
+
+    ``streams``: the cluster's node-translog streams listed once for several shards (else listed here: one LIST
+    however many streams, dead ones included)."""
     ev = Evidence()
     for term in terms:
         _translog(store, address, term, ev)
-    _streams(store, address, ev)
+    _streams(store, address, ev, streams)
     for e in ev.entries:
         if e.num_ops:
             top = e.max_seq_no if e.trimmed_above_seq_no == UNASSIGNED else min(e.max_seq_no, e.trimmed_above_seq_no)

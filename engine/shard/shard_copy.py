@@ -542,6 +542,10 @@ class ShardCopy:
             with self._lock:
                 self._abandon_promotion()
             raise
+        # a replica's documents are not searchable until a refresh (it serves no reads); as primary it answers
+        # count and scan, which must not drop below what the old primary made searchable (issue 45's newcomer:
+        # count 100 -> 0 after a failover onto a peer-recovered replica)
+        self.refresh()
         self._start_background_upload()
 
     def _upload_unconfirmed(self) -> int:

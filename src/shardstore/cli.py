@@ -150,13 +150,15 @@ def _at_least_one(text: str) -> int:
 
 #: node settings: flag -> (settings-file key, environment variable)
 _NODE_KEYS = ("name", "data_dir", "store", "listen", "publish", "peer_addresses", "seed_hosts", "initial_managers", "roles", "tls_cert", "tls_key",
-              "tls_ca", "mutual_tls", "fd_interval", "fd_timeout", "fd_retries", "request_timeout", "log_level")
+              "tls_ca", "mutual_tls", "fd_interval", "fd_timeout", "fd_retries", "request_timeout", "log_level",
+              "translog_gc_grace", "translog_gc_every")
 
 
 def _node_settings(args: argparse.Namespace) -> Any:
     """A node's settings: flags first, then the settings file (JSON), then ``SHARDSTORE_NODE_<KEY>``, then defaults."""
     import json
 
+    from shardstore.engine.manager.translog_gc import COLLECT_EVERY, GRACE_SECONDS
     from shardstore.engine.node.fault_detection import FaultDetectionSettings
     from shardstore.engine.node.process import ROLES, NodeSettings
     from shardstore.net.security import Security
@@ -187,10 +189,11 @@ def _node_settings(args: argparse.Namespace) -> Any:
         value = get(flag)
         if value is not None:
             _check_address(f"--{flag}", str(value))
-    for required in ("name", "data_dir", "store"):
-        if not get(required):
-            raise UsageError(f"a node needs --{required.replace('_', '-')} (or {required!r} in the settings file, "
-                             f"or SHARDSTORE_NODE_{required.upper()})")
+    missing = [r for r in ("name", "data_dir", "store") if not get(r)]
+    if missing:
+        flags = " and ".join(f"--{r.replace('_', '-')}" for r in missing)
+        raise UsageError(f"a node needs {flags} (or {', '.join(repr(r) for r in missing)} in the settings file, or "
+                         f"{', '.join(f'SHARDSTORE_NODE_{r.upper()}' for r in missing)}; see shardstore node --help)")
     secret = from_file.get("secret") or os.environ.get("SHARDSTORE_NODE_SECRET")  # never a flag: ps shows flags
     security = Security(tls_cert=get("tls_cert"), tls_key=get("tls_key"), tls_ca=get("tls_ca"), secret=secret,
                         mutual_tls=str(get("mutual_tls", "false")).lower() in ("1", "true", "yes"))
@@ -200,6 +203,9 @@ def _node_settings(args: argparse.Namespace) -> Any:
         request_timeout = float(get("request_timeout", 30.0))
         if not request_timeout > 0:
             raise ValueError(f"--request-timeout must be a positive number of seconds, not {request_timeout}")
+        gc = {k: float(get(k, d)) for k, d in (("translog_gc_grace", GRACE_SECONDS), ("translog_gc_every", COLLECT_EVERY))}
+        if gc["translog_gc_grace"] < 0 or not gc["translog_gc_every"] > 0:
+            raise ValueError(f"translog_gc_grace must be >= 0 and translog_gc_every > 0 seconds, got {gc}")
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     peers: dict[str, str] = {}
@@ -213,7 +219,7 @@ def _node_settings(args: argparse.Namespace) -> Any:
         name=get("name"), data_dir=get("data_dir"), store=get("store"), listen=get("listen", "127.0.0.1:9400"),
         publish=get("publish"),
         seed_hosts=names(get("seed_hosts", "")), initial_managers=names(get("initial_managers", "")),
-        roles=frozenset(names(get("roles", ",".join(sorted(ROLES))))), fault_detection=fd, security=security,
+        roles=frozenset(names(get("roles", ",".join(sorted(ROLES))))), fault_detection=fd, security=security, **gc,
         store_options=_no_new_root(get("store"), {**from_file.get("store_options", {}), **_parse_options(args.option)}))
 
 

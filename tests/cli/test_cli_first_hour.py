@@ -131,3 +131,23 @@ def test_store_check_on_an_endpoint_that_refuses_connections_is_one_error_line(t
     line = _one_line(out, 1, "nothing answers", f"127.0.0.1:{port}")
     assert len(line) < 500 and took <= 5.0
     assert len(out.stdout.splitlines()) <= 1  # at most the "checking ..." line: 2 lines in all
+
+
+def test_store_check_without_credentials_is_one_error_line(tmp_path: Path) -> None:
+    """No credentials anywhere in the SDK's chain: one line naming it, not a FAIL row per check (issue 45)."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"), AWS_CONFIG_FILE=str(tmp_path / "none"),
+               AWS_EC2_METADATA_DISABLED="true")
+    t0 = time.monotonic()
+    out = _run("store", "check", "s3://bucket/prefix", "-o", "endpoint_url=http://127.0.0.1:1", cwd=tmp_path, env=env)
+    line = _one_line(out, 1, "access denied", "credentials")
+    assert len(line) < 500 and time.monotonic() - t0 <= 5.0
+    assert len(out.stdout.splitlines()) <= 1
+
+
+def test_a_node_without_its_required_settings_names_them_all_at_once(tmp_path: Path) -> None:
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("SHARDSTORE_NODE_")}
+    _one_line(_run("node", cwd=tmp_path, env=env), 2, "--name and --data-dir and --store", "shardstore node --help")
+    _one_line(_run("node", "--name", "n1", cwd=tmp_path, env=env), 2, "--data-dir and --store")

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from shardstore.core.path_strategy import PlainPathStrategy
@@ -93,3 +94,19 @@ def test_the_cluster_commands_show_a_running_cluster(procs: ProcessCluster, tmp_
 
     wrong = _cli("cluster", "health", "--hosts", "127.0.0.1:abc")
     assert wrong.returncode == 2 and wrong.stderr.count("\n") == 1 and "--hosts" in wrong.stderr
+
+    # the quorum lost (2 of 3 nodes killed): the views still answer, and say there is no manager
+    survivor = procs.names[-1]
+    for name in procs.names[:-1]:
+        procs.kill(name)
+    alone = procs.nodes[survivor].address
+    deadline = time.monotonic() + 30
+    while True:
+        health = _cli("cluster", "health", "--hosts", alone)
+        if "no elected cluster manager" in health.stdout or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert health.returncode == 1 and "no elected cluster manager" in health.stdout, (health.stdout, health.stderr)
+    assert "Traceback" not in health.stdout + health.stderr
+    nodes = json.loads(_cli("cluster", "nodes", "--hosts", alone, "--format", "json").stdout)
+    assert [n["name"] for n in nodes if n["answered"]] == [survivor]

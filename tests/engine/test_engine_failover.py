@@ -157,3 +157,27 @@ def test_the_demo_drill_passes_on_real_flights(tmp_path: Path) -> None:
     shards = proc.stdout.split("$ shardstore cluster shards --hosts ", 1)[1].splitlines()[2:6]
     assert sorted((r.split()[1], r.split()[2], r.split()[3]) for r in shards) == [
         ("0", "p", "started"), ("0", "r", "started"), ("1", "p", "started"), ("1", "r", "started")], shards
+
+
+def test_what_was_searchable_stays_searchable_through_a_failover(tmp_path: Path) -> None:
+    """A promoted replica answers count and scan with at least what its old primary had made searchable (no refresh
+    by the client): the newcomer of issue 45 saw count drop from 100 to 0, health green."""
+    cluster = Cluster(store=f"file://{tmp_path / 'store'}", data_dir=str(tmp_path / "nodes"), nodes=3,
+                      recovery_delay=0.05)
+    try:
+        cluster.create_index("seen", shards=1, replicas=1)
+        cluster.wait_for_health("green", timeout=30)
+        assert not cluster.bulk("seen", [{"_id": str(k), "v": k} for k in range(100)]).errors
+        cluster.refresh("seen")
+        assert cluster.count("seen") == 100
+        replica = next(n for n in cluster.index_meta("seen").routing[0].copies if n != cluster.primary_of("seen", 0))
+        cluster.kill_node(replica)  # the replica comes back by peer recovery, then is promoted
+        cluster.start_node(replica)
+        cluster.wait_for_health("green", timeout=60)
+        assert cluster.count("seen") == 100
+        cluster.kill_node(cluster.primary_of("seen", 0))
+        assert cluster.primary_of("seen", 0) == replica
+        assert cluster.count("seen") == 100
+        assert cluster.scan("seen").num_rows == 100
+    finally:
+        cluster.close()

@@ -332,5 +332,21 @@ def test_at_the_default_log_level_a_node_says_who_manages_and_an_orderly_leave_i
         left = [line for line in text.splitlines() if f"node {leaver} left the cluster" in line]
         assert left and all(" INFO shardstore.events:" in line for line in left), left
         assert " INFO shardstore.engine" not in text  # the rest of INFO stays off at the default level
+        stayer = next(n for n in procs.names if n not in (manager, leaver))
+        joined = ""
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and f"{stayer} joined the cluster; its manager is {manager}" not in joined:
+            time.sleep(0.1)  # said at its first leader check answered as a member
+            joined = Path(procs.nodes[stayer].log_path).read_text()
+        assert f"{stayer} joined the cluster; its manager is {manager}" in joined  # every node says who manages
+        # the manager's own orderly shutdown: the one left says so at INFO, no leader-check WARNING
+        assert procs.stop(manager) == 0
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and "left (shutdown)" not in joined:
+            time.sleep(0.1)
+            joined = Path(procs.nodes[stayer].log_path).read_text()
+        said = [line for line in joined.splitlines() if f"the cluster manager {manager} left (shutdown)" in line]
+        assert said and all(" INFO shardstore.events:" in line for line in said), joined[-2000:]
+        assert "failed its leader checks" not in joined, joined[-2000:]
     finally:
         procs.close()

@@ -88,5 +88,5 @@ def test_a_node_creates_a_missing_store_root_only_when_asked(tmp_path: Path) -> 
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "does not exist (pass create=true)" in lines[0] and str(missing) in lines[0], proc.stderr
+    assert len(lines) == 1 and "does not exist (pass create=true" in lines[0] and "-o create=true" in lines[0] and str(missing) in lines[0], proc.stderr
     assert not missing.exists() and not (tmp_path / "n1").exists()  # nothing made: not the root, not the data dir

@@ -1,0 +1,164 @@
+"""The store-side collection of dead node-translog streams (issue 46), on the production roles.
+
+The issue's scenario on the embedded cluster (every role as a node process runs it, over the
+in-process transport): 3 nodes, an index of 2 shards with 1 replica, rounds of bulks each
+ending with a SIGKILL of a primary's node and its restart.  Every restart leaves the killed
+process's stream behind; the cluster manager's collection (engine/manager/translog_gc.py)
+deletes it once the shards' remote commits cover it, and nothing acknowledged is lost.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from shardstore.blobstores import open_store
+from shardstore.core.address import ShardAddress
+from shardstore.engine import Cluster
+from shardstore.engine.manager.translog_gc import list_streams
+from shardstore.engine.shard.restore_audit import audit
+from shardstore.segments.remote_store import list_terms
+from shardstore.translog.node_format import stream_owner
+from shardstore.translog.node_read import StreamCatalog
+
+
+def _manager_gc(cluster: Cluster):
+    manager = cluster.manager()
+    assert manager is not None
+    return manager.translog_gc
+
+
+def _streams(cluster: Cluster) -> tuple[int, int, set[str]]:
+    """(streams, bytes, owners) of the cluster's node-translog streams in the store."""
+    listing = list_streams(cluster.store, cluster.cluster_uuid)
+    return len(listing.rounds), listing.total_bytes, {stream_owner(s) or "" for s in listing.rounds}
+
+
+def _live_owners(cluster: Cluster) -> set[str]:
+    return {p.ephemeral_id for p in cluster.processes.values()}
+
+
+def test_the_streams_of_killed_processes_are_collected_once_commits_cover_them(tmp_path: Path) -> None:
+    cluster = Cluster(store=f"file://{tmp_path / 'store'}", data_dir=str(tmp_path / "nodes"), nodes=3,
+                      recovery_delay=0.05)
+    try:
+        cluster.create_index("live", shards=2, replicas=1)
+        cluster.wait_for_health("green", timeout=30)
+        ids: list[str] = []
+        seen: list[tuple[int, int]] = []
+        for round_ in range(4):
+            for b in range(20):
+                batch = [f"r{round_}-{b}-{k}" for k in range(200)]
+                assert not cluster.bulk("live", [{"_id": i, "v": round_} for i in batch]).errors
+                ids += batch
+            victim = cluster.primary_of("live", round_ % 2)
+            cluster.kill_node(victim)
+            cluster.start_node(victim)
+            cluster.wait_for_health("green", timeout=60)
+            streams, size, _ = _streams(cluster)
+            seen.append((streams, size))
+        assert seen[-1][0] >= 4, seen  # every killed process left its stream behind
+        gc = _manager_gc(cluster)
+        gc.collector.grace = 0.0
+        for k in range(4):
+            batch = [f"after-{k}-{j}" for j in range(200)]
+            assert not cluster.bulk("live", [{"_id": i, "v": 9} for i in batch]).errors
+            ids += batch
+            cluster.flush("live")
+        cluster.flush("live")
+        cluster.flush("live")
+        gc.run_once()
+        streams, size, owners = _streams(cluster)
+        live = _live_owners(cluster)
+        dead_left = owners - live
+        assert not dead_left, (seen, streams, size, owners, live)  # 0 bytes of dead streams
+        assert streams <= len(live)
+        # nothing acknowledged is lost, live or restored from the store alone
+        cluster.refresh("live")
+        assert cluster.count("live") == len(ids)
+        for doc_id in ids[::997]:
+            assert cluster.get("live", doc_id) is not None, doc_id
+    finally:
+        cluster.close()
+    restored = Cluster.restore(store=f"file://{tmp_path / 'store'}", data_dir=str(tmp_path / "restored"), nodes=3)
+    try:
+        restored.refresh("live")
+        assert restored.count("live") == len(ids)
+    finally:
+        restored.close()
+
+
+def test_a_dead_stream_the_commits_do_not_cover_yet_is_kept(tmp_path: Path) -> None:
+    """No flush after the kill: the killed primary's sections are above every commit, so they stay (a restore needs
+    them), and a restore finds every acknowledged write."""
+    cluster = Cluster(store=f"file://{tmp_path / 'store'}", data_dir=str(tmp_path / "nodes"), nodes=3,
+                      recovery_delay=0.05)
+    try:
+        cluster.create_index("live", shards=1, replicas=1)
+        cluster.wait_for_health("green", timeout=30)
+        cluster.flush("live")
+        ids = [f"d{k}" for k in range(500)]
+        assert not cluster.bulk("live", [{"_id": i} for i in ids]).errors
+        victim = cluster.primary_of("live", 0)
+        killed_owner = cluster.processes[victim].ephemeral_id
+        cluster.kill_node(victim)
+        gc = _manager_gc(cluster)
+        gc.collector.grace = 0.0
+        reports = gc.run_once()
+        assert reports and reports[0].dead >= 1 and reports[0].rounds_deleted == 0, reports
+        assert killed_owner in _streams(cluster)[2]
+    finally:
+        cluster.close()
+    restored = Cluster.restore(store=f"file://{tmp_path / 'store'}", data_dir=str(tmp_path / "restored"), nodes=1)
+    try:
+        restored.refresh("live")
+        assert restored.count("live") == len(ids)
+    finally:
+        restored.close()
+
+
+class _Recording:
+    """A store that records the prefix of every LIST (and delegates everything else)."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.lists: list[str] = []
+
+    def list(self, prefix: str, *args, **kwargs):
+        self.lists.append(prefix)
+        return self.inner.list(prefix, *args, **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+
+def test_a_restore_lists_the_streams_once_however_many_died(tmp_path: Path) -> None:
+    """The restore audit reads the cluster's streams from one listing per shard (or one per restore, shared), however
+    many dead streams the store holds: the same LISTs under node_translog/ as with one stream."""
+    store = open_store(f"file://{tmp_path / 'store'}")
+    cluster = Cluster(store=store, data_dir=str(tmp_path / "nodes"), nodes=3, recovery_delay=0.05)
+    try:
+        cluster.create_index("live", shards=2, replicas=1)
+        cluster.wait_for_health("green", timeout=30)
+        meta = cluster.index_meta("live")
+        addresses = [ShardAddress(meta.data_cluster_uuid, meta.uuid, s, meta.strategy) for s in range(2)]
+
+        def node_translog_lists(catalog: StreamCatalog | None = None) -> int:
+            recording = _Recording(store)
+            for address in addresses:
+                audit(recording, address, list_terms(store, address), streams=catalog)
+            return sum(1 for p in recording.lists if "/node_translog" in p)
+
+        assert not cluster.bulk("live", [{"_id": f"first-{k}"} for k in range(300)]).errors
+        one_stream = node_translog_lists()
+        for round_ in range(3):
+            assert not cluster.bulk("live", [{"_id": f"{round_}-{k}"} for k in range(300)]).errors
+            victim = cluster.primary_of("live", 0)
+            cluster.kill_node(victim)
+            cluster.start_node(victim)
+            cluster.wait_for_health("green", timeout=60)
+        assert len(list_streams(store, meta.data_cluster_uuid).rounds) >= 3
+        assert node_translog_lists() == one_stream == len(addresses)  # one LIST per shard, not 2 per stream
+        catalog = StreamCatalog(store, meta.data_cluster_uuid)
+        assert node_translog_lists(catalog) == 0  # a restore of several shards shares one listing
+    finally:
+        cluster.close()
