@@ -25,7 +25,7 @@ from shardstore.engine.client import RETRY_WAIT, Client, serve_in_process
 from shardstore.engine.coordinator.role import FAILOVER_WAIT
 from shardstore.engine.manager.metadata import IndexMeta
 from shardstore.engine.manager.role import ManagerRole
-from shardstore.engine.manager.translog_gc import GRACE_SECONDS
+from shardstore.engine.manager.translog_gc import COLLECT_EVERY, GRACE_SECONDS
 from shardstore.engine.node.data_role import NodeService
 from shardstore.engine.node.datadir import DataDirLock
 from shardstore.engine.node.fault_detection import FaultDetectionSettings
@@ -56,7 +56,7 @@ class Cluster(Client):
                  index_buffer_bytes: int = INDEX_BUFFER_BYTES, fault_detection: FaultDetectionSettings = EMBEDDED_FD,
                  ready_wait: float = 10.0, failover_wait: float = FAILOVER_WAIT, request_timeout: float = 30.0,
                  retry_wait: float = RETRY_WAIT, translog_gc_grace: float = GRACE_SECONDS,
-                 **store_options: Any) -> None:
+                 translog_gc_every: float = COLLECT_EVERY, **store_options: Any) -> None:
         """Start the nodes (on a store holding a cluster state: restore it); returns once a manager is elected."""
         if nodes < 1 or cluster_managers < 0 or recovery_delay < 0 or store is None:
             raise err.InvalidRequest(f"a cluster needs a store, nodes >= 1, cluster_managers >= 0 and recovery_delay "
@@ -72,7 +72,7 @@ class Cluster(Client):
         self.names = data + self.managers
         self._options = dict(index_buffer_bytes=index_buffer_bytes, accept_data_loss=accept_data_loss,
                              request_timeout=request_timeout, failover_wait=failover_wait,
-                             translog_gc_grace=translog_gc_grace)
+                             translog_gc_grace=translog_gc_grace, translog_gc_every=translog_gc_every)
         self._dir_lock = DataDirLock(data_dir)  # before the store: a second cluster on this dir writes nothing
         self._closed = False
         #: each running node's roles, by name

@@ -59,6 +59,8 @@ log = logging.getLogger(__name__)
 
 #: fault detection of the node processes (ProcessCluster's defaults): a paused node is removed after ~4.5 s
 FD_INTERVAL, FD_TIMEOUT, FD_RETRIES = 0.5, 1.0, 3
+#: the collection of dead translog streams (issue 46) at its harshest: no grace, a pass every second
+GC_GRACE, GC_EVERY = 0.0, 1.0
 #: a partition that lasts longer than this outlasts fault detection (a node is declared failed)
 FD_SECONDS = FD_RETRIES * (FD_INTERVAL + FD_TIMEOUT)
 #: a client call's timeout: longer than a coordinator's own worst case (failover wait + a node-to-node
@@ -129,10 +131,13 @@ class ProcessSimulation(Simulation):
         if launcher == "embedded":  # the same roles, N of them in this process over the in-process transport
             self.procs: Any = Cluster(self.store_url, str(self.workdir / "nodes"), len(PROCESS_NODES),
                                       cluster_managers=0, names=list(PROCESS_NODES), recovery_delay=0.2,
-                                      fault_detection=FaultDetectionSettings(FD_INTERVAL, FD_TIMEOUT, FD_RETRIES))
+                                      fault_detection=FaultDetectionSettings(FD_INTERVAL, FD_TIMEOUT, FD_RETRIES),
+                                      translog_gc_grace=GC_GRACE, translog_gc_every=GC_EVERY)
         else:
             self.procs = LinkedCluster(str(self.workdir / "nodes"), self.store_url, len(PROCESS_NODES),
-                                       fd_interval=FD_INTERVAL, fd_timeout=FD_TIMEOUT, fd_retries=FD_RETRIES)
+                                       fd_interval=FD_INTERVAL, fd_timeout=FD_TIMEOUT, fd_retries=FD_RETRIES,
+                                       env={"SHARDSTORE_NODE_TRANSLOG_GC_GRACE": str(GC_GRACE),
+                                            "SHARDSTORE_NODE_TRANSLOG_GC_EVERY": str(GC_EVERY)})
         #: pauses and partitions: the embedded launcher's message rules, or the processes' signals and proxies
         self.faults: Any = self.procs.faults if launcher == "embedded" else self.procs
         try:

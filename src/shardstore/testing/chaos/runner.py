@@ -153,7 +153,9 @@ class Simulation:
         options = dict(store=self.store, data_dir=self._data_dir(), nodes=len(DATA_NODES), recovery_delay=0.05,
                        index_buffer_bytes=self.index_buffer_bytes, ready_wait=SIM_READY_WAIT,
                        retry_wait=SIM_READY_WAIT + SIM_FAILOVER_WAIT,
-                       failover_wait=SIM_FAILOVER_WAIT)
+                       failover_wait=SIM_FAILOVER_WAIT,
+                       # the collection of dead translog streams (issue 46) at its harshest: no grace, a pass a second
+                       translog_gc_grace=0.0, translog_gc_every=1.0)
         return Cluster.restore(**options) if restore else Cluster(**options)
 
     def _error(self, step: Step, exc: BaseException) -> None:
