@@ -117,6 +117,8 @@ def add_arguments(group: Any) -> None:
     group.add_argument("--translog-remote-backends", default=None,
                        help=f"comma-separated subset of {','.join(REMOTE_BACKENDS)} for the remote translog runs "
                             f"(default {','.join(REMOTE_BACKENDS)}; with --quick none unless given; '' or 'none' for none)")
+    group.add_argument("--translog-sealed-mb", type=int, default=None,
+                       help="size of the sealed generation one round uploads, in MB (default 1024, quick 64)")
     group.add_argument("--translog-remote-seconds", type=float, default=None,
                        help=f"length of each remote run (default {REMOTE_SECONDS:g}, quick {REMOTE_SECONDS_QUICK:g})")
 
@@ -624,6 +626,9 @@ def run(ctx: Context) -> Iterator[Figure]:
             yield ctx.figure("group_commit_speedup", ops_s / single["ops"], "ratio", **params,
                              vs="1 thread bulk=100 request")
         yield from _remote(ctx, base, remote_kinds, inputs)
+        from benches.sealed_upload import figures as sealed_figures
+
+        yield from sealed_figures(ctx, getattr(ctx.args, "translog_sealed_mb", None) or (64 if ctx.quick else 1024))
     finally:
         counter.uninstall()
         shutil.rmtree(base, ignore_errors=True)

@@ -51,8 +51,10 @@ from shardstore.blobstores.base import BlobStore
 from shardstore.blobstores.errors import BlobAlreadyExists
 from shardstore.core.ops import NO_OPS
 from shardstore.errors import LocalDiskError
+from shardstore.translog.chained import ChainedReader, FileRegion, Part, file_crc32c
 from shardstore.translog.checkpoint import Checkpoint, read_checkpoint
 from shardstore.translog.errors import TranslogCorruptedError, TranslogError, TranslogUnavailable
+from shardstore.translog.frames import HEADER_SIZE, GenerationHeader, iter_frames
 from shardstore.translog.local import CHECKPOINT, LocalTranslog, generation_file
 from shardstore.translog.node_format import (
     RoundIndex,
@@ -67,6 +69,7 @@ from shardstore.translog.node_read import forget_cached, shard_entries
 from shardstore.translog.operations import Summary
 from shardstore.translog.pieces import Piece
 from shardstore.translog.purge import remote_deletable_sections
+from shardstore.translog.records import ZLIB_CRC_VERSION
 from shardstore.translog.remote import (
     KEEP_METADATA,
     _checked,
@@ -103,15 +106,30 @@ def entry_key(e: RemoteGeneration) -> EntryKey:
 
 
 def read_sealed(directory: str, cp: Checkpoint) -> Piece:
-    """A sealed generation read back from its file as one piece, every frame's CRC checked (no image in memory)."""
+    """A sealed generation as one piece, every frame's CRC checked, its bytes left in the file: the round streams
+    them to the store (a 1 GB generation is never held in memory, issue 46; a version 1 file is read whole)."""
     path = f"{directory}/{generation_file(cp.generation)}"
     with open(path, "rb") as f:
-        data = f.read(cp.offset)
-    if len(data) < cp.offset:
-        raise TranslogCorruptedError(path, len(data), f"short sealed generation: sealed checkpoint covers {cp.offset}")
-    header, _checksum = _checked(memoryview(data), path, cp.offset)
-    return Piece(cp.generation, header.primary_term, data, 0, cp.offset, cp.min_seq_no, cp.max_seq_no, cp.num_ops,
-                 cp.trimmed_above_seq_no)
+        size = f.seek(0, os.SEEK_END)
+        if size < cp.offset:
+            raise TranslogCorruptedError(path, size, f"short sealed generation: sealed checkpoint covers {cp.offset}")
+        f.seek(0)
+        head = f.read(HEADER_SIZE)
+        header = GenerationHeader.decode(head, path)
+        if header.version == ZLIB_CRC_VERSION:  # legacy: its blob checksum is zlib's CRC32, taken over the bytes
+            f.seek(0)
+            data = f.read(cp.offset)
+            header, _checksum = _checked(memoryview(data), path, cp.offset)
+            return Piece(cp.generation, header.primary_term, data, 0, cp.offset, cp.min_seq_no, cp.max_seq_no,
+                         cp.num_ops, cp.trimmed_above_seq_no)
+        for _frame in iter_frames(f, HEADER_SIZE, cp.offset, path):  # one frame in memory at a time
+            pass
+    try:
+        crc = file_crc32c(path, cp.offset)
+    except OSError as exc:
+        raise TranslogCorruptedError(path, 0, f"sealed generation unreadable: {exc}") from None
+    return Piece(cp.generation, header.primary_term, b"", 0, cp.offset, cp.min_seq_no, cp.max_seq_no, cp.num_ops,
+                 cp.trimmed_above_seq_no, region=FileRegion(path, cp.offset), crc=crc)
 
 
 def section_key(generation: int, data_key: str, offset: int) -> EntryKey:
@@ -347,25 +365,25 @@ class NodeTranslog:
                 self._open_round = None
 
     def _upload_round(self, round_no: int, handles: list[NodeShardTranslog]) -> bool:
-        parts: list[bytes] = []
+        parts: list[Part] = []
         sections: list[Section] = []
         owners: list[tuple[NodeShardTranslog, list[Section]]] = []
         offset = 0
         for h in handles:
             mine: list[Section] = []
             for s in h._seal(round_no):
-                mine.append(Section(h.index_uuid, h.shard, s.generation, s.primary_term, offset, len(s.data),
-                                    generation_checksum(s.data), s.min_seq_no, s.max_seq_no, s.num_ops,
-                                    s.trimmed_above_seq_no))
-                parts.append(s.data)
-                offset += len(s.data)
+                mine.append(Section(h.index_uuid, h.shard, s.generation, s.primary_term, offset, s.size,
+                                    s.crc if s.crc is not None else generation_checksum(s.data), s.min_seq_no,
+                                    s.max_seq_no, s.num_ops, s.trimmed_above_seq_no))
+                parts.append(s.part)
+                offset += s.size
             sections.extend(mine)
             owners.append((h, mine))
         if sections:
             _sync_local([h for h, mine in owners if mine])  # one sync per round, not an fsync per shard
             index = RoundIndex(self.prefix, round_no, self.node, tuple(sections)).encode()
             parts.append(trailer(index))
-            self._put(data_key(self.prefix, round_no), b"".join(parts))
+            self._put_parts(data_key(self.prefix, round_no), parts)
             self._put(index_key(self.prefix, round_no), index)
             with self._cond:
                 key = data_key(self.prefix, round_no)
@@ -384,6 +402,21 @@ class NodeTranslog:
             with self._cond:
                 self.rounds += 1
         return bool(sections)
+
+    def _put_parts(self, key: str, parts: list[Part]) -> None:
+        """The round's data blob: one put of the joined bytes, or streamed when a section stays in its file."""
+        if not any(isinstance(p, FileRegion) for p in parts):
+            self._put(key, b"".join(parts))  # type: ignore[arg-type]
+            return
+        reader = ChainedReader(parts)
+        try:
+            try:
+                self.store.put_stream(key, reader, if_absent=True, token=self.writer)
+            except BlobAlreadyExists:  # an earlier attempt of ours landed although it reported failure
+                if self.store.stat(key).size != reader.size:
+                    raise TranslogError(f"{key}: a different node translog blob already exists") from None
+        finally:
+            reader.close()
 
     def _put(self, key: str, data: bytes) -> None:
         try:

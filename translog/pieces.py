@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from shardstore.core.ops import NO_OPS
+from shardstore.translog.chained import FileRegion
 from shardstore.translog.errors import TranslogError
 
 
@@ -40,6 +41,20 @@ class Piece:
     max_seq_no: int
     num_ops: int
     trimmed_above_seq_no: int
+    #: a sealed generation read back from its file: the bytes stay there (``data`` is empty), streamed to the store
+    #: by the round (issue 46), with their CRC32C taken as they were checked
+    region: FileRegion | None = None
+    crc: int | None = None
+
+    @property
+    def size(self) -> int:
+        """How many bytes the piece uploads."""
+        return self.region.length if self.region is not None else len(self.data)
+
+    @property
+    def part(self) -> bytes | FileRegion:
+        """Its bytes for the round's data blob: in memory, or a region of its file."""
+        return self.region if self.region is not None else self.data
 
 
 class GenerationImage:

@@ -286,7 +286,8 @@ class NodeService:
         requests = dict(metrics()["requests"]) if callable(metrics) else {}
         held = {**self._recovering, **self.copies}
         return {"copies": [[k[0], k[1], c.primary, c.primary_term, c.global_checkpoint] for k, c in list(held.items())],
-                "requests": requests, "data": self.data}
+                "requests": requests, "data": self.data,
+                "process": self.remote.owner if self.remote is not None else None}  # its translog streams name it
 
     def _shards(self, _req: dict[str, Any]) -> list[dict[str, Any]]:
         """``node.shards``: each copy this node holds, for the cluster view (engine/coordinator/cluster_view.py)."""

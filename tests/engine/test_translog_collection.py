@@ -9,6 +9,7 @@ deletes it once the shards' remote commits cover it, and nothing acknowledged is
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from shardstore.blobstores import open_store
@@ -162,3 +163,58 @@ def test_a_restore_lists_the_streams_once_however_many_died(tmp_path: Path) -> N
         assert node_translog_lists(catalog) == 0  # a restore of several shards shares one listing
     finally:
         cluster.close()
+
+
+def test_node_processes_collect_the_streams_of_killed_processes(tmp_path: Path) -> None:
+    """The issue's scenario on `shardstore node` processes (2 rounds of it): each round bulks, SIGKILLs a primary's
+    process and restarts it; then bulks each with a flush, and two flushes: no byte of a dead stream is left."""
+    from shardstore.testing.node_processes import ProcessCluster
+
+    store_url = f"file://{tmp_path / 'store'}?create=true"
+    procs = ProcessCluster(str(tmp_path / "nodes"), store_url, 3,
+                           env={"SHARDSTORE_NODE_TRANSLOG_GC_GRACE": "0", "SHARDSTORE_NODE_TRANSLOG_GC_EVERY": "1"})
+    try:
+        client = procs.client()
+        client.create_index("live", shards=2, replicas=1)
+        client.wait_for_health("green", timeout=60)
+        store = open_store(f"file://{tmp_path / 'store'}")
+        ids: list[str] = []
+        killed: list[str] = []
+        for round_ in range(2):
+            for b in range(10):
+                batch = [f"r{round_}-{b}-{k}" for k in range(200)]
+                assert not client.bulk("live", [{"_id": i} for i in batch]).errors
+                ids += batch
+            victim = client.cluster()["shards"][0]["node"] if round_ == 0 else next(
+                s["node"] for s in client.cluster()["shards"] if s["role"] == "primary" and s["shard"] == 1)
+            killed.append(victim)
+            procs.kill(victim)
+            procs.restart(victim)
+            client.wait_for_health("green", timeout=90)
+        cluster_uuid = next(p.name for p in (tmp_path / "store").iterdir() if (p / "node_translog").is_dir())
+        before = list_streams(store, cluster_uuid)
+        assert len(before.rounds) >= 2, before.rounds.keys()
+        for k in range(4):
+            batch = [f"after-{k}-{j}" for j in range(100)]
+            assert not client.bulk("live", [{"_id": i} for i in batch]).errors
+            ids += batch
+            client.flush("live")
+        client.flush("live")
+        client.flush("live")
+        live_owners: set[str] = set()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            listing = list_streams(store, cluster_uuid)
+            live_owners = {procs.call(n, "node.stats", {})["process"] for n in procs.names}
+            dead = [s for s in listing.rounds if stream_owner(s) not in live_owners]
+            if not dead:
+                break
+            time.sleep(0.5)
+        assert not dead, (dead, live_owners)
+        dead_bytes = sum(size for key, size in listing.sizes.items()
+                         if stream_owner(key.split("/node_translog/")[1].split("/")[0]) not in live_owners)
+        assert dead_bytes == 0
+        client.refresh("live")
+        assert client.count("live") == len(ids)
+    finally:
+        procs.close()
