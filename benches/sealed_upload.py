@@ -22,6 +22,9 @@ from collections.abc import Iterator
 
 from benches.runner import Context, Figure
 
+#: what the round may add to the RSS (MB): a read chunk, a copy buffer and a frame, not the generation
+BOUND_MB = 64
+
 
 def _rss_mb() -> float:
     """This process's resident set now (MB), from /proc."""
@@ -73,9 +76,9 @@ def figures(ctx: Context, mb: int) -> Iterator[Figure]:
         got = json.loads(out.stdout.strip().splitlines()[-1])
     added = got["peak_rss_mb"] - got["rss_before_round_mb"]
     params = {"generation_mb": round(got["generation_mb"], 1), "store": "file", "upload_s": round(got["upload_s"], 2)}
-    yield ctx.figure("sealed_upload_peak_rss_mb", got["peak_rss_mb"], "MB", target="bounded: not the generation's size",
-                     met=added < got["generation_mb"] / 4, rss_before_round_mb=round(got["rss_before_round_mb"], 1),
-                     **params)
+    yield ctx.figure("sealed_upload_peak_rss_mb", got["peak_rss_mb"], "MB",
+                     target=f"< {BOUND_MB} MB above the RSS before the round, whatever the size",
+                     met=added < BOUND_MB, rss_before_round_mb=round(got["rss_before_round_mb"], 1), **params)
     ctx.progress(f"{got['generation_mb']:.0f} MB sealed generation uploaded in {got['upload_s']:.2f}s; peak RSS "
                  f"{got['peak_rss_mb']:.0f} MB ({got['rss_before_round_mb']:.0f} MB before the round)")
 
