@@ -354,7 +354,11 @@ def _missing(h: Any) -> str:
 def _short(exc: BaseException) -> str:
     """One line of a connection failure: its kind and first sentence (gRPC's texts run to 300 characters)."""
     text = str(exc).split(";")[0].split("\n")[0]
-    return f"{type(exc).__name__}: {text[:160]}"
+    if text.startswith("[") and "]" in text and ": " in text:  # "[action] a -> b: " names what the caller knows
+        text = text.split(": ", 1)[1]
+    if len(text) > 160:
+        text = text[:160].rsplit(" ", 1)[0] + " ..."  # cut at a word, and say so
+    return f"{type(exc).__name__}: {text}"
 
 
 def connect(hosts: str | Iterable[str], *, security: Security | None = None, timeout: float = 60.0,

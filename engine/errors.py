@@ -143,7 +143,7 @@ class NoNodeReachable(EngineError, UnavailableError):
 
     def __init__(self, tried: dict[str, str], seconds: float) -> None:
         causes = "; ".join(f"{a}: {why}" for a, why in tried.items())
-        super().__init__(f"no node answered at {', '.join(tried)} within {seconds:g}s ({causes})")
+        super().__init__(f"no node answered: {causes} (each address tried at once, waited for at most {seconds:g}s)")
         self.tried = tried
 
 
