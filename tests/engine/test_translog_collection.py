@@ -78,6 +78,15 @@ def test_the_streams_of_killed_processes_are_collected_once_commits_cover_them(t
         assert cluster.count("live") == len(ids)
         for doc_id in ids[::997]:
             assert cluster.get("live", doc_id) is not None, doc_id
+        # Spark's changes reader, from seq# 0: the translog that is left plus the newest commit's documents
+        from shardstore.spark.changes import shard_operations
+
+        meta = cluster.index_meta("live")
+        changed: set[str] = set()
+        for shard in range(2):
+            address = ShardAddress(meta.data_cluster_uuid, meta.uuid, shard, meta.strategy)
+            changed |= set(shard_operations(cluster.store, address, shard, 0).column("_id").to_pylist())
+        assert changed == set(ids)
     finally:
         cluster.close()
     restored = Cluster.restore(store=f"file://{tmp_path / 'store'}", data_dir=str(tmp_path / "restored"), nodes=3)
