@@ -182,9 +182,15 @@ def format_inspection(r: Inspection) -> str:
             lines.append(f"    {kind:<13} v{ref.version}  {ref.size:>8} B  crc32c {ref.checksum:#010x}  {ref.key}")
         for cid, ref in sorted(m.chunks.items()):
             lines.append(f"    chunk {cid:<7} {ref.count:>4} indices  {ref.size:>8} B  {ref.key}")
-    if r.problems:
-        lines.append(f"  problems ({len(r.problems)}):")
-        lines += [f"    {p.kind:<8} {p.key}  {p.detail}" for p in r.problems]
+    problems = [p for p in r.problems if p.kind != "orphan"]
+    orphans = [p for p in r.problems if p.kind == "orphan"]
+    if problems:
+        lines.append(f"  problems ({len(problems)}):")
+        lines += [f"    {p.kind:<8} {p.key}  {p.detail}" for p in problems]
     else:
         lines.append("  problems: none")
+    if orphans:  # not a fault: superseded or crashed uploads, which the cluster manager's purge deletes
+        lines.append(f"  left for the cluster manager's purge ({len(orphans)}: blobs no kept manifest references; "
+                     "a live cluster deletes them as it publishes):")
+        lines += [f"    {p.kind:<8} {p.key}" for p in orphans]
     return "\n".join(lines)
