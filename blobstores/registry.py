@@ -105,8 +105,8 @@ def plugin_class(scheme: str) -> type[BlobStore]:
     if not claims:
         installed = ", ".join(schemes()) or "(none: is shardstore installed, not just on sys.path?)"
         raise ConfigError(
-            f"no blob-store plugin for scheme {scheme!r}; installed schemes: {installed} "
-            "(plugin installed just now? call shardstore.blobstores.registry.refresh())"
+            f"no blob-store plugin for scheme {scheme!r}; installed schemes: {installed} (`shardstore plugins` "
+            "lists them; a plugin installed into a running process: shardstore.blobstores.registry.refresh())"
         )
     if len(claims) > 1:
         who = ", ".join(f"{_dist_name(c)} ({c.value})" for c in claims)
