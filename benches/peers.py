@@ -813,7 +813,7 @@ def _counted(ctx: Context, env: _Env, inp: _Inputs, plan: Plan, peers: list[str]
 # -- run ----------------------------------------------------------------------------------------------
 
 
-def _summary(ctx: Context, figures: list[Figure], peers: list[str]) -> None:
+def _summary(ctx: Context, figures: list[Figure], installed: list[str]) -> None:
     """The side-by-side table of issue 16 (a summary: stderr now, stdout after the figure table)."""
     def val(name: str, **p: Any) -> Figure | None:
         for f in figures:
@@ -874,7 +874,7 @@ def _summary(ctx: Context, figures: list[Figure], peers: list[str]) -> None:
             lines.append(f"| bytes per 1k docs after flush, {phase}, {label} source | {ss.value:,.0f} | "
                          f"{f'deltalake {dl.value:,.0f}' if dl else '-'} | "
                          f"{fmt(val('bytes_ratio', phase=phase, impl=f'{ours}/deltalake'))} |")
-    missing = [p for p in PEERS if p not in peers]
+    missing = [p for p in PEERS if p not in installed]
     if missing:  # a '-' in the peers column is a peer not installed, not a peer that measured nothing
         lines.append(f"\n{', '.join(missing)} not installed here: '-' where they would be; install the bench extra: "
                      f"{EXTRA}")

@@ -159,7 +159,7 @@ class Client:
             refused = [a for _, a in answers if isinstance(a, TransportAuthError)]
             if len(refused) == len(answers):
                 raise refused[0]  # every node answered, and refused these credentials: that is the cause to fix
-            raise NoNodeReachable({h[len(ANY_NODE):]: _short(a) for h, a in answers}, timeout)
+            raise NoNodeReachable({h[len(ANY_NODE):]: _short(a, h[len(ANY_NODE):]) for h, a in answers}, timeout)
         return seen
 
     def create_index(self, name: str, shards: int = 1, replicas: int = 1, mappings: dict | None = None,
@@ -280,7 +280,11 @@ class Client:
         return int(self._call("client.count", {"index": _check_index(index)}))
 
     def scan(self, index: str, columns: list[str] | None = None) -> pa.Table:
-        """Every searchable live document of the primaries as one table."""
+        """Every searchable live document of the primaries (as of their last refresh) as ONE ``pyarrow.Table``.
+
+        Iterating the table yields its columns; for rows use ``table.to_pylist()`` (dicts) or ``table.to_batches()``.
+        ``columns`` picks fields (``_id`` and ``_source`` included by name); writes since the last ``refresh`` are
+        not in it (``get`` by id sees them)."""
         return self._call("client.scan", {"index": _check_index(index), "columns": columns})
 
     def index_uuid(self, index: str) -> str:
@@ -351,11 +355,14 @@ def _missing(h: Any) -> str:
     return "; ".join(parts) + (f"; causes: {' '.join(h.causes)}" if h.causes else "") + f" [{h}]"
 
 
-def _short(exc: BaseException) -> str:
-    """One line of a connection failure: its kind and first sentence (gRPC's texts run to 300 characters)."""
+def _short(exc: BaseException, address: str = "") -> str:
+    """One line of a connection failure: its kind and first sentence (gRPC's texts run to 300 characters), without
+    the address the caller names already."""
     text = str(exc).split(";")[0].split("\n")[0]
     if text.startswith("[") and "]" in text and ": " in text:  # "[action] a -> b: " names what the caller knows
         text = text.split(": ", 1)[1]
+    if address and text.startswith(f"{address} "):
+        text = text[len(address) + 1:]
     if len(text) > 160:
         text = text[:160].rsplit(" ", 1)[0] + " ..."  # cut at a word, and say so
     return f"{type(exc).__name__}: {text}"

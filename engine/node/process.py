@@ -280,6 +280,10 @@ class NodeProcess:
             self._managing = False
             self.manager.deactivate()
         master = self.cm.master
+        if master == self.name:  # named manager, yet not one (a publication of its own failed): nobody to check
+            log.info("%s: no longer the cluster manager (its last publication failed); electing", self.name)
+            self.cm.master = None
+            return
         if master is None:
             if not self._join_known_leader():
                 self._maybe_elect()
