@@ -60,7 +60,7 @@ RESERVED_READ_WRITE = frozenset({
     "refresh", "routing",
     # the sink into a live cluster (spark/live_sink.py) and Spark's own streaming options
     "hosts", "cluster", "shards", "replicas", "source", "streamid", "streamId", "checkpointlocation",
-    "checkpointLocation", "ingestjob", "ingestJob",
+    "checkpointLocation", "ingestjob", "ingestJob", "tlsca", "tlsCa", "tlscert", "tlsCert", "tlskey", "tlsKey",
 })
 
 

@@ -49,6 +49,7 @@ from shardstore.engine.coordinator.ingest import IGNORED_COLUMNS, read_done, rea
 from shardstore.engine.coordinator.ingest_job import IngestJob, StagedFile, check_job_id, files_prefix
 from shardstore.engine.errors import IndexAlreadyExists, IndexNotFound, IngestJobNotFound, NodeNotReady
 from shardstore.errors import ConflictError, InvalidError, ShardstoreError, UnavailableError
+from shardstore.net.security import Security
 from shardstore.spark.catalog import open_from_options, sink_index
 
 log = logging.getLogger(__name__)
@@ -128,7 +129,27 @@ def find_live(options: dict[str, str], store: BlobStore) -> tuple[str, ...] | No
     addresses = _state_addresses(store)
     if not addresses:
         return None
-    return addresses if _probe(addresses, store.location) else None
+    return addresses if _probe(addresses, store.location, sink_security(options)) else None
+
+
+#: the sink's options for a secured cluster (the cluster secret is never one: Spark shows options in its plans)
+TLS_OPTIONS = {"tlsca": "tls_ca", "tlscert": "tls_cert", "tlskey": "tls_key"}
+
+
+def sink_security(options: dict[str, str]) -> Security | None:
+    """TLS and credentials for a secured cluster: options ``tlsCa`` (the nodes' CA), ``tlsCert`` and ``tlsKey``
+    (mutual TLS), and the cluster secret from the driver's ``SHARDSTORE_NODE_SECRET``; None when none is given.
+
+    An option named like a secret is refused (InvalidError): the query plan, the UI and the logs show options."""
+    for k in options:
+        if "secret" in str(k).lower() or "password" in str(k).lower():
+            raise InvalidError(f"option {k!r}: a cluster secret is never an option (Spark shows options in its plans "
+                               f"and UI); set SHARDSTORE_NODE_SECRET in the driver's environment")
+    tls = {field: _option(options, name) for name, field in TLS_OPTIONS.items()}
+    secret = os.environ.get("SHARDSTORE_NODE_SECRET")
+    if not any(tls.values()) and not secret:
+        return None
+    return Security(secret=secret, **tls)
 
 
 def _state_addresses(store: BlobStore) -> tuple[str, ...]:
@@ -145,7 +166,7 @@ def _state_addresses(store: BlobStore) -> tuple[str, ...]:
     return tuple(sorted({a for a in nodes.values() if isinstance(a, str) and a.rpartition(":")[2].isdigit()}))
 
 
-def _probe(addresses: tuple[str, ...], location: str) -> bool:
+def _probe(addresses: tuple[str, ...], location: str, security: Security | None = None) -> bool:
     """True if a node answers; False if every node refuses the TCP connection (no process listens: gone); else
     LiveClusterUnreachable (a node accepts and does not answer: paused, overloaded, or it refused this job)."""
     errors: list[str] = []
@@ -158,7 +179,7 @@ def _probe(addresses: tuple[str, ...], location: str) -> bool:
         except OSError as exc:
             errors.append(f"{address}: {exc or type(exc).__name__}")
             continue
-        client = Client([address], timeout=PROBE_SECONDS, ready_wait=0.0)
+        client = Client([address], timeout=PROBE_SECONDS, ready_wait=0.0, security=security)
         try:
             client.health()
             return True
@@ -178,9 +199,12 @@ def _probe(addresses: tuple[str, ...], location: str) -> bool:
 
 
 @contextmanager
-def client_for(job: LiveJob | tuple[str, ...], location: str) -> Iterator[Client]:
-    """A client of the job's cluster (the in-process one, or over the network; closed after)."""
+def client_for(job: LiveJob | tuple[str, ...], location: str, options: dict[str, str] | None = None) -> Iterator[Client]:
+    """A client of the job's cluster (the in-process one, or over the network with the options' TLS and the
+    driver's cluster secret: :func:`sink_security`; closed after)."""
     hosts = job.hosts if isinstance(job, LiveJob) else job
+    if options is None:
+        options = job.options if isinstance(job, LiveJob) else {}
     if not hosts:
         client = in_process_client(location)
         if client is None:
@@ -188,7 +212,8 @@ def client_for(job: LiveJob | tuple[str, ...], location: str) -> Iterator[Client
                                          f"more of the job is written")
         yield client
         return
-    client = connect(",".join(hosts), connect_timeout=None)  # commit_live retries a cluster between nodes itself
+    client = connect(",".join(hosts), connect_timeout=None,  # commit_live retries a cluster between nodes itself
+                     security=sink_security(options))
     try:
         yield client
     finally:
@@ -244,7 +269,7 @@ def plan_live(options: dict[str, str], schema: Any, mode: str, *, job: str | Non
     hosts = find_live(options, store)
     if hosts is None:
         return None
-    with client_for(hosts, store.location) as client:
+    with client_for(hosts, store.location, options) as client:
         try:
             index_uuid = client.index_uuid(index)
             exists = True
@@ -321,7 +346,7 @@ def commit_live(job: LiveJob, messages: list[Any], *, store: BlobStore | None = 
     hosts = job.hosts
     while True:
         try:
-            with client_for(hosts, store.location) as client:
+            with client_for(hosts, store.location, job.options) as client:
                 out = client.ingest(job.index, job.job, timeout=_attempt_timeout(standing))
             log.info("spark job %s: %d rows into [%s] in %.2fs (%s)", job.job, out["applied"], job.index,
                      time.perf_counter() - started, "replayed" if out["replayed"] else "applied")
