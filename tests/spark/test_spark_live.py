@@ -202,3 +202,37 @@ def test_an_abort_after_the_job_record_keeps_what_the_record_names(cluster: Clus
     gone = stage_rows(other, iter([batch]), "t0")
     abort_live(other, [gone])
     assert not any(cluster.store.exists(f.key) for f in gone.files)
+
+
+def test_the_python_sources_stream_writer_applies_each_batch_once_into_node_processes(spark, tmp_path: Path) -> None:
+    """``writeStream.format("shardstore-arrow")`` (LiveStreamWriter, run in Spark's Python workers, which reach the
+    nodes over the network): two runs from one checkpoint, each batch once, then a replayed batch applies nothing."""
+    procs = ProcessCluster(str(tmp_path / "nodes"), f"file://{tmp_path / 'remote'}?create=true", 3)
+    try:
+        client = procs.client()
+        client.create_index("arrow", shards=2, replicas=1)
+        client.wait_for_health("green", timeout=60)
+        hosts = ",".join(h.address for h in procs.nodes.values())
+        source = tmp_path / "incoming"
+        source.mkdir()
+        checkpoint = str(tmp_path / "checkpoint")
+
+        def run() -> None:
+            q = (spark.readStream.schema("_id string, n long").json(str(source)).writeStream.format("shardstore-arrow")
+                 .option("store", f"file://{tmp_path / 'remote'}").option("index", "arrow").option("hosts", hosts)
+                 .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+            q.awaitTermination(180)
+            assert q.exception() is None
+
+        (source / "a.json").write_text("".join(f'{{"_id": "a{i}", "n": {i}}}\n' for i in range(300)))
+        run()
+        (source / "b.json").write_text("".join(f'{{"_id": "b{i}", "n": {i}}}\n' for i in range(200)))
+        run()  # restarted from its checkpoint: only the new file is a new batch
+        client.refresh("arrow")
+        assert client.count("arrow") == 500
+        assert client.get("arrow", "a5")["_version"] == 1 and client.get("arrow", "b5")["_version"] == 1
+        sid = stream_id({"checkpointLocation": checkpoint})
+        assert client.ingest("arrow", f"{sid}-0")["replayed"]  # committed again: nothing applied
+        assert client.get("arrow", "a5")["_version"] == 1
+    finally:
+        procs.close()
