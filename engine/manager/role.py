@@ -43,6 +43,7 @@ from shardstore.engine.coordinator.validation import (
 )
 from shardstore.engine.errors import IndexAlreadyExists, IndexNotCreated, IndexNotFound, StalePrimary
 from shardstore.engine.manager.allocation import AllocationWorker, ClusterHealth, cluster_health, plan_replicas
+from shardstore.engine.manager.ingest_gc import IngestCollector
 from shardstore.engine.manager.invariants import check_routing
 from shardstore.engine.manager.metadata import IndexMeta, ShardRouting, indices_from_state, sync_index
 from shardstore.engine.manager.promotion import Promotions
@@ -103,7 +104,8 @@ class ManagerRole:
         self.promotions = Promotions(self)
         #: the store-side collection of dead node-translog streams (issue 46), on its own thread
         self.translog_gc = CollectionWorker(StreamCollector(store, grace=translog_gc_grace), self._gc_snapshot,
-                                            every=translog_gc_every, name=f"translog-gc-{name}")
+                                            every=translog_gc_every, name=f"translog-gc-{name}",
+                                            ingest=IngestCollector(store), ingest_cluster=self._ingest_cluster)
 
     # -- activation -------------------------------------------------------------------------------
 
@@ -215,6 +217,11 @@ class ManagerRole:
                     clusters.setdefault(meta.data_cluster_uuid, {})[(meta.uuid, sr.shard)] = ShardAddress(
                         meta.data_cluster_uuid, meta.uuid, sr.shard, meta.strategy)
             return frozenset(o for o in owners if o is not None), clusters
+
+    def _ingest_cluster(self) -> str | None:
+        """The cluster UUID ingest jobs are staged under (the applied state's), while this node manages."""
+        state = self.coordination.applied
+        return state.cluster_uuid if self.active and state is not None else None
 
     def _collect_translog(self, req: dict[str, Any]) -> bool:
         """``cm.collect_translog``: a flush asks for a collection pass soon (answered at once)."""

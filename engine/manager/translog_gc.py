@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from shardstore.blobstores.base import BlobStore
 from shardstore.core.address import ShardAddress
+from shardstore.engine.manager.ingest_gc import IngestCollector
 from shardstore.engine.shard.flush_policy import FALLBACK_COMMITS
 from shardstore.engine.shard.restore_audit import Evidence
 from shardstore.errors import ShardstoreError
@@ -185,9 +186,14 @@ class CollectionWorker:
 
     def __init__(self, collector: StreamCollector,
                  snapshot: Callable[[], tuple[frozenset[str], dict[str, dict[tuple[str, int], ShardAddress]]] | None],
-                 *, every: float = COLLECT_EVERY, name: str = "translog-gc") -> None:
+                 *, every: float = COLLECT_EVERY, name: str = "translog-gc",
+                 ingest: IngestCollector | None = None, ingest_cluster: Callable[[], str | None] | None = None) -> None:
+        """``ingest``: also collect Spark ingest jobs' leftovers under the cluster ``ingest_cluster()`` names
+        (engine/manager/ingest_gc.py), in the same passes."""
         self.collector = collector
         self.snapshot = snapshot
+        self.ingest = ingest
+        self.ingest_cluster = ingest_cluster
         self.every = every
         self.last: CollectionReport | None = None
         self.passes = 0
@@ -210,6 +216,8 @@ class CollectionWorker:
         for cluster_uuid, addresses in sorted(clusters.items()):
             reports.append(self.collector.collect(cluster_uuid, owners,
                                                   lambda index_uuid, shard, a=addresses: a.get((index_uuid, shard))))
+        if self.ingest is not None and self.ingest_cluster is not None and (uuid := self.ingest_cluster()):
+            self.ingest.collect(uuid)
         self.passes += 1
         if reports:
             self.last = reports[-1]
