@@ -128,6 +128,10 @@ def add_arguments(group: Any) -> None:
                        help=f"comma-separated subset of {','.join(STORES)} (default both; s3 = moto)")
     group.add_argument("--peers-reps", type=int, default=None,
                        help="reps per measurement (default 3, the one go 7; quick 3)")
+    group.add_argument("--peers-steady-docs", type=int, default=None,
+                       help="documents loaded before the steady-state bulks (default 1,000,000; quick 20,000; 0: none)")
+    group.add_argument("--peers-steady-rows", type=int, default=None,
+                       help="rows of the steady-state bulks per bulk size (default 200,000; quick 20,000)")
     group.add_argument("--peers-one-go-docs", type=int, default=None,
                        help="rows of the one-go part (default all 336,776; quick 2,000)")
 
@@ -923,6 +927,15 @@ def run(ctx: Context) -> Iterator[Figure]:
             for fig in _bytes_figures(ctx, sizes):
                 figures.append(fig)
                 yield fig
+            steady = getattr(ctx.args, "peers_steady_docs", None)
+            steady = (20_000 if ctx.quick else 1_000_000) if steady is None else steady
+            if steady:  # bulks into an index that holds data, with updates (benches/steady.py)
+                from benches.steady import figures as steady_figures
+
+                rows = getattr(ctx.args, "peers_steady_rows", None) or (20_000 if ctx.quick else 200_000)
+                for fig in steady_figures(ctx, peers, preload=steady, rows=rows):
+                    figures.append(fig)
+                    yield fig
         _summary(ctx, figures, peers)
     finally:
         run_cleanups(cleanups, "[peers] cleanup")

@@ -47,7 +47,7 @@ DURATIONS: dict[str, tuple[str, str]] = {
     "spark": ("4.5 min", "45 s"),
     "chaos": ("45 s", "1 min"),
     "failover": ("20 s", "5 s"),
-    "peers": ("3-5 min", "30 s"),
+    "peers": ("5-7 min", "45 s"),
     "cluster": ("25 s", "10 s"),
     "cost": ("45 s; +1 min s3", "35 s"),
     "partitions": ("5 min", "1.5 min"),

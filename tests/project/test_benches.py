@@ -326,6 +326,12 @@ def test_peers_quick_on_the_file_store(tmp_path: Path) -> None:
     expected |= {("duckdb", "parquet")} if "duckdb" in peers else set()
     assert sizes == expected
     assert all(f["params"]["store"] == "file" for f in figures)
+    # steady state (benches/steady.py): bulks of 1k/10k/50k at 0% and 10% updates into an index holding data
+    steady = {(f["params"]["impl"], f["params"]["bulk"], f["params"]["updates"]) for f in figures
+              if f["name"] == "steady_docs_per_s"}
+    assert steady == {(i, b, u) for i in {"shardstore"} | ({"deltalake"} & set(peers))
+                      for b in (1000, 10000, 50000) for u in ("0%", "10%")}
+    assert len([f for f in figures if f["name"] == "steady_ratio"]) == (6 if "deltalake" in peers else 0)
     if len(peers) < 3:
         assert "pip install '.[bench]'" in err
     assert "side by side:" in err
