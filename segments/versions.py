@@ -64,10 +64,11 @@ def latest_versions(ids: pa.Array, buffered: VersionMap | None,
                 alive = np.asarray(live.mask().take(pa.array(r)).to_numpy(zero_copy_only=False), dtype=bool)
                 if not alive.any():
                     continue
-                got = reader.take(r[alive], columns=["_seq_no", "_primary_term", "_version"])
-                cands.append(pa.table([pa.array(q_np[sel][alive], pa.int64()), got.column("_seq_no"),
-                                       got.column("_primary_term"), got.column("_version"),
-                                       pa.array(np.zeros(int(alive.sum()), dtype=bool))], schema=_CANDIDATE))
+                hit = pa.array(r[alive])
+                seq, term, version = reader.version_columns()  # cached per segment: no row group decoded per bulk
+                cands.append(pa.table([pa.array(q_np[sel][alive], pa.int64()), seq.take(hit), term.take(hit),
+                                       version.take(hit), pa.array(np.zeros(int(alive.sum()), dtype=bool))],
+                                      schema=_CANDIDATE))
     if tombstones is not None:
         cands.append(_refreshed_deletes(tombstones, uniq))
     if not cands:  # no live segment copy of any id: the buffer (if any) decides
