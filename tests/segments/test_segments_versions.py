@@ -154,3 +154,29 @@ def _check_version_map(batches: list[list[tuple[str, int, bool]]]) -> None:
 
     assert vm.candidates_table(pa.array(IDS), _CANDIDATE).to_pydict() == {
         "q": q, "_seq_no": seq, "_primary_term": term, "_version": version, "deleted": deleted}
+
+
+def test_a_lookup_of_scattered_ids_decodes_no_row_group_per_bulk(monkeypatch) -> None:
+    """Issue 44: a bulk's updates fall anywhere in a segment; once a segment's version columns are read, each lookup
+    takes its hits from them (SegmentReader.version_columns) instead of decoding every row group holding one."""
+    import pyarrow.parquet as pq
+
+    reads: list[int] = []
+    original = pq.ParquetFile.read_row_groups
+
+    def counting(self, row_groups, *args, **kwargs):
+        reads.append(len(row_groups))
+        return original(self, row_groups, *args, **kwargs)
+
+    with tempfile.TemporaryDirectory() as tmp, ShardDirectory(tmp, fsync=False) as sd:
+        n = 20_000
+        ids = [f"d{k}" for k in range(n)]
+        sd.apply(stamp(unstamped_batch([int(OpType.INDEX)] * n, ids, [1] * n, [b"{}"] * n), 0, 1))
+        sd.refresh()
+        monkeypatch.setattr(pq.ParquetFile, "read_row_groups", counting)
+        first = sd.current_versions(pa.array(ids[::997])).column("_version").to_pylist()
+        reads.clear()
+        for bulk in range(5):  # scattered hits, bulk after bulk
+            got = sd.current_versions(pa.array(ids[bulk::1001])).column("_version").to_pylist()
+            assert got == [1] * len(got)
+        assert first == [1] * len(first) and reads == [], reads
