@@ -370,8 +370,13 @@ class ShardDirectory:
             written: list[str] = []
             if len(keep_rows):
                 assert docs is not None
-                for info in self._write_segments(docs, keep_rows):  # in _id order: winners are sorted
+                infos = self._write_segments(docs, keep_rows)  # in _id order: winners are sorted
+                for i, info in enumerate(infos):
                     reader = SegmentReader(os.path.join(self.path, info.file_name), info)
+                    n = len(keep_rows)  # the writer's parts, as _write_segments split them
+                    part = keep_rows.slice(n * i // len(infos), n * (i + 1) // len(infos) - n * i // len(infos))
+                    reader.install_version_columns(*(docs.column(c).take(part) for c in
+                                                     ("_seq_no", "_primary_term", "_version")))
                     self._segments[info.name] = _Segment(reader, LiveDocs.all_live(info.doc_count))
                     self._queue_warming(reader)
                     written.append(info.name)

@@ -469,11 +469,20 @@ class SegmentReader:
         cached = self.__dict__.get("_version_cache")
         if cached is None:
             try:
-                cached = (self._seq_nos()[0], self._whole_column("_primary_term"), self._whole_column("_version"))
+                cached = tuple(_int64(a) for a in (self._seq_nos()[0], self._whole_column("_primary_term"),
+                                                   self._whole_column("_version")))
             except pa.ArrowException as exc:
                 raise SegmentCorrupted(self._where, f"cannot read the version columns: {exc}") from None
             self.__dict__["_version_cache"] = cached
         return cached
+
+    def install_version_columns(self, seq_no: pa.Array, primary_term: pa.Array, version: pa.Array) -> None:
+        """Adopt the version columns its writer had in memory (a refresh: rows in the file's order), so the next
+        version lookup reads none of them back; ignored when one is installed already or a length differs."""
+        n = self.info.doc_count
+        if "_version_cache" in self.__dict__ or not len(seq_no) == len(primary_term) == len(version) == n:
+            return
+        self.__dict__["_version_cache"] = tuple(_int64(a) for a in (seq_no, primary_term, version))
 
     def live_filter(self, live: LiveDocs | None) -> pc.Expression | None:
         """An expression keeping only the live rows (``~_seq_no.isin(deleted)``), or
@@ -692,3 +701,10 @@ def conform(data: pa.Table | pa.RecordBatch, schema: pa.Schema) -> pa.Table | pa
 def mentions(expr: pc.Expression, name: str) -> bool:
     """Whether ``expr`` reads field ``name`` (Expression has no public field listing; its text names them)."""
     return re.search(rf"(?<![\w.]){re.escape(name)}(?![\w.])", str(expr)) is not None
+
+
+def _int64(a: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """One contiguous int64 array (a version lookup's candidate columns are int64)."""
+    if isinstance(a, pa.ChunkedArray):
+        a = a.combine_chunks()
+    return a if a.type == pa.int64() else a.cast(pa.int64())

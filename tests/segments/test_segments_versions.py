@@ -180,3 +180,19 @@ def test_a_lookup_of_scattered_ids_decodes_no_row_group_per_bulk(monkeypatch) ->
             got = sd.current_versions(pa.array(ids[bulk::1001])).column("_version").to_pylist()
             assert got == [1] * len(got)
         assert first == [1] * len(first) and reads == [], reads
+
+
+def test_a_refresh_installs_the_version_columns_the_file_holds() -> None:
+    """The columns a refresh installs on its new segments (no read back) equal what a fresh reader of the file reads."""
+    from shardstore.segments.segment import SegmentReader
+
+    with tempfile.TemporaryDirectory() as tmp, ShardDirectory(tmp, fsync=False) as sd:
+        n = 30_000
+        ids = [f"d{(k * 7919) % n}" for k in range(n)]  # not in id order: the segment sorts them
+        sd.apply(stamp(unstamped_batch([int(OpType.INDEX)] * n, ids, [1 + k % 3 for k in range(n)], [b"{}"] * n), 0, 2))
+        sd.refresh()
+        readers = [r for r, _live in sd.searchable_segments()]
+        assert readers and all("_version_cache" in r.__dict__ for r in readers)
+        for r in readers:
+            fresh = SegmentReader(r.path, r.info)
+            assert [a.to_pylist() for a in r.version_columns()] == [a.to_pylist() for a in fresh.version_columns()]
