@@ -86,9 +86,9 @@ class ChainedReader(io.RawIOBase):
 
     def readinto(self, buffer: Any) -> int:
         """Fill ``buffer`` from the part holding the current position (at most that part's rest)."""
-        if self._pos >= self.size:
-            return 0
         view = memoryview(buffer).cast("B")
+        if self._pos >= self.size or not len(view):
+            return 0
         i = self._index(self._pos)
         part, within = self._parts[i], self._pos - self._starts[i]
         n = min(len(view), part_size(part) - within)

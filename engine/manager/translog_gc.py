@@ -83,9 +83,11 @@ class StreamCollector:
         self._commits: dict[str, RemoteCommitMetadata] = {}  # commit metadata key -> decoded (written once)
 
     def collect(self, cluster_uuid: str, live_owners: Iterable[str],
-                address_of: Callable[[str, int], ShardAddress | None]) -> CollectionReport:
+                address_of: Callable[[str, int], ShardAddress | None],
+                still_managing: Callable[[], bool] = lambda: True) -> CollectionReport:
         """One pass over ``cluster_uuid``'s streams; ``live_owners``: the members' process ids;
-        ``address_of(index_uuid, shard)``: where a shard's blobs live (None: an index this cluster does not know)."""
+        ``address_of(index_uuid, shard)``: where a shard's blobs live (None: an index this cluster does not know);
+        ``still_managing()``: asked right before the delete (a manager deposed during the pass deletes nothing)."""
         listing = list_streams(self.store, cluster_uuid)
         live = frozenset(live_owners)
         now = self.clock()
@@ -112,6 +114,8 @@ class StreamCollector:
         doomed = doomed_rounds(rounds, dead, retention, fallback=self.fallback)
         keys = [k for r in doomed for k in r.keys]
         deleted_bytes = sum(listing.sizes.get(k, 0) for k in keys)
+        if keys and not still_managing():
+            doomed, keys, deleted_bytes = [], [], 0  # its member list may be stale now: the next manager decides
         if keys:
             self.store.delete(keys)  # one request per service batch: data blobs and index blobs alike
             forget_cached(self.store, keys)
@@ -125,17 +129,6 @@ class StreamCollector:
                                 blobs_deleted=len(keys), bytes_deleted=deleted_bytes,
                                 bytes_left=listing.total_bytes - deleted_bytes, streams_left=streams_left)
 
-        keys = [k for r in doomed for k in r.keys]
-        deleted_bytes = sum(listing.sizes.get(k, 0) for k in keys)
-        if keys:
-            self.store.delete(keys)  # one request per service batch: data blobs and index blobs alike
-            forget_cached(self.store, keys)
-            log.info("translog collection: %d rounds (%d blobs, %d bytes) of %d dead streams deleted",
-                     len(doomed), len(keys), deleted_bytes, len(dead))
-        left = {s: set(rs) for s, rs in listing.rounds.items()}
-        for r in doomed:
-            left[r.stream].discard(r.round)
-        streams_left = sum(1 for rs in left.values() if rs)
     def _round_view(self, listing: StreamCatalog, stream: str, round_no: int) -> RoundView:
         """A round of a dead stream as the decision sees it (its index read once: cached per key)."""
         keys = tuple(listing.rounds[stream][round_no])
@@ -159,6 +152,8 @@ class StreamCollector:
                 named.update((e.blob_key, e.offset) for e in md.entries)
                 if md.trim is not None:
                     ev.trims.append(md.trim)
+        if len(self._commits) > 50_000:  # decoded commits of shards long collected: bounded
+            self._commits.clear()
         for key in iter_commits(self.store, address, terms):
             md = self._commits.get(key)
             if md is None:
@@ -172,8 +167,11 @@ class StreamCollector:
         best = tuple((by_key[k].commit.local_checkpoint, by_key[k].primary_term) for k in ev.restore_order())
         return ShardRetention(commits=best, named=frozenset(named))
 
-
-
+    def forget(self) -> None:
+        """Drop what this collector saw (a manager that stopped managing: when it manages again, every stream's
+        grace counts afresh, as the design says) and the decoded commits (bounded by what one term reads)."""
+        self._absent_since.clear()
+        self._commits.clear()
 
 
 class CollectionWorker:
@@ -210,12 +208,14 @@ class CollectionWorker:
         """One pass over every data cluster UUID now (the worker's own step; tests call it too)."""
         view = self.snapshot()
         if view is None:
+            self.collector.forget()  # not managing: when this node manages again, graces count afresh
             return []
         owners, clusters = view
         reports = []
         for cluster_uuid, addresses in sorted(clusters.items()):
             reports.append(self.collector.collect(cluster_uuid, owners,
-                                                  lambda index_uuid, shard, a=addresses: a.get((index_uuid, shard))))
+                                                  lambda index_uuid, shard, a=addresses: a.get((index_uuid, shard)),
+                                                  still_managing=lambda: self.snapshot() is not None))
         if self.ingest is not None and self.ingest_cluster is not None and (uuid := self.ingest_cluster()):
             self.ingest.collect(uuid)
         self.passes += 1

@@ -227,3 +227,42 @@ def test_node_processes_collect_the_streams_of_killed_processes(tmp_path: Path) 
         assert client.count("live") == len(ids)
     finally:
         procs.close()
+
+
+def test_a_manager_that_stops_managing_forgets_how_long_streams_were_dead() -> None:
+    """A stream seen dead by this node while it managed counts afresh when it manages again (a node slow to rejoin
+    under the next manager is not collected at once when this one is re-elected), and a deposed manager deletes
+    nothing (review of issue 46)."""
+    from shardstore.engine.manager.translog_gc import CollectionWorker, StreamCollector
+    from shardstore.translog.node_format import index_key
+
+    store = open_store("memory://gc-forget")
+    stream = "c/node_translog/gone.0001"
+    store.put(index_key(stream, 0), b"not an index")  # a round of a stream whose owner is no member
+    now = [0.0]
+    collector = StreamCollector(store, grace=10.0, clock=lambda: now[0])
+    managing = [True]
+    worker = CollectionWorker(collector, lambda: (frozenset({"alive"}), {"c": {}}) if managing[0] else None,
+                              every=3600.0)
+    try:
+        assert worker.run_once()[0].dead == 0  # first seen now: the grace starts
+        now[0] = 11.0
+        assert worker.run_once()[0].dead == 1
+        managing[0] = False
+        assert worker.run_once() == []  # not managing: forgets
+        managing[0] = True
+        assert worker.run_once()[0].dead == 0  # counts afresh
+    finally:
+        worker.close()
+
+
+def test_the_chained_reader_answers_an_empty_read_with_nothing(tmp_path: Path) -> None:
+    from shardstore.translog.chained import ChainedReader, FileRegion
+
+    path = tmp_path / "f"
+    path.write_bytes(b"abcdef")
+    reader = ChainedReader([FileRegion(str(path), 3), b"xyz"])
+    assert reader.read(0) == b"" and reader.read() == b"abcxyz"
+    reader.seek(3)
+    assert reader.read(0) == b"" and reader.read(2) == b"xy"
+    reader.close()
