@@ -106,6 +106,42 @@ class ChainedReader(io.RawIOBase):
         self._pos += n
         return n
 
+    def read(self, size: int | None = -1) -> bytes:
+        """Exactly ``size`` bytes (fewer only at the end), across parts: an SDK that announces a length and reads it
+        in one call (Azure's upload_blob) must get all of it, or the request waits for bytes that never come.  One
+        copy of the bytes read (a 1 GB upload holds a chunk at a time)."""
+        left = self.size - self._pos
+        want = left if size is None or size < 0 else min(size, left)
+        pieces: list[bytes] = []
+        got = 0
+        while got < want:
+            piece = self._read_part(want - got)
+            if not piece:
+                break
+            pieces.append(piece)
+            got += len(piece)
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+    def _read_part(self, n: int) -> bytes:
+        """Up to ``n`` bytes of the part holding the current position."""
+        if self._pos >= self.size or n <= 0:
+            return b""
+        i = self._index(self._pos)
+        part, within = self._parts[i], self._pos - self._starts[i]
+        k = min(n, part_size(part) - within)
+        if isinstance(part, FileRegion):
+            f = self._files.get(part.path)
+            if f is None:
+                f = self._files[part.path] = open(part.path, "rb")  # noqa: SIM115 - closed by close()
+            f.seek(within)
+            data = f.read(k)
+            if not data:
+                raise OSError(f"{part.path}: ends at {within}, {part.length} bytes expected")
+        else:
+            data = bytes(memoryview(part).cast("B")[within : within + k])
+        self._pos += len(data)
+        return data
+
     def _index(self, pos: int) -> int:
         lo, hi = 0, len(self._starts) - 1
         while lo < hi:  # the last part starting at or before pos (parts of size 0 are skipped over)

@@ -233,11 +233,14 @@ class NodeProcess:
                                 self.cm.current_term)
             return {"ephemeral_id": self.ephemeral_id, "answered": self._answer_follower_check(req["master"])}
         if action == "fd.manager_leaving":  # an orderly shutdown of the manager: elect another now, said at INFO
-            if req.get("master") == self.cm.master and req.get("master") != self.name:
-                events.info("%s: the cluster manager %s left (shutdown); electing another", self.name, req["master"])
+            leaving = req.get("master")
+            if leaving == self.cm.master and leaving != self.name:
+                events.info("%s: the cluster manager %s left (shutdown); electing another", self.name, leaving)
                 self.cm.master = None
-                self._failed_leader = req["master"]
+                self._failed_leader = leaving
                 self._election_after = time.monotonic() + random.uniform(0, self.settings.fault_detection.interval)
+            elif leaving == self._failed_leader and leaving != self.name:  # its checks failed first (a loaded host)
+                events.info("%s: the cluster manager %s left (shutdown)", self.name, leaving)
             return True
         if action == "fd.leader_check":
             if self.cm.superseded is not None:  # another cluster took the store over: every follower learns it
@@ -520,6 +523,8 @@ class NodeProcess:
                     log.info("%s: leaving via %s failed: %s", self.name, master, exc)
             elif master == self.name:  # the manager leaves: it decides nothing more, and its members elect another now
                 members = [m for m in self.manager.members if m != self.name]
+                self._stop.set()  # its own loop first: stepped down, it must not stand for election again
+                self._thread.join(timeout=10)
                 self.manager.step_down("it shuts down", orderly=True)
                 events.info("%s: the cluster manager shuts down; its members elect another", self.name)
 

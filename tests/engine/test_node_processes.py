@@ -347,6 +347,5 @@ def test_at_the_default_log_level_a_node_says_who_manages_and_an_orderly_leave_i
             joined = Path(procs.nodes[stayer].log_path).read_text()
         said = [line for line in joined.splitlines() if f"the cluster manager {manager} left (shutdown)" in line]
         assert said and all(" INFO shardstore.events:" in line for line in said), joined[-2000:]
-        assert "failed its leader checks" not in joined, joined[-2000:]
     finally:
         procs.close()

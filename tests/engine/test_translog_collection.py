@@ -262,6 +262,8 @@ def test_the_chained_reader_answers_an_empty_read_with_nothing(tmp_path: Path) -
     path = tmp_path / "f"
     path.write_bytes(b"abcdef")
     reader = ChainedReader([FileRegion(str(path), 3), b"xyz"])
+    assert reader.read(5) == b"abcxy"  # a read is whole across parts (Azure's SDK reads what it announced at once)
+    reader.seek(0)
     assert reader.read(0) == b"" and reader.read() == b"abcxyz"
     reader.seek(3)
     assert reader.read(0) == b"" and reader.read(2) == b"xy"
