@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from shardstore.blobstores.fsspec_store import read_full
 from shardstore.translog.records import crc32c
 
 #: bytes read from a file per call (checksums, frame checks and uploads alike)
@@ -87,40 +88,16 @@ class ChainedReader(io.RawIOBase):
     def readinto(self, buffer: Any) -> int:
         """Fill ``buffer`` from the part holding the current position (at most that part's rest)."""
         view = memoryview(buffer).cast("B")
-        if self._pos >= self.size or not len(view):
-            return 0
-        i = self._index(self._pos)
-        part, within = self._parts[i], self._pos - self._starts[i]
-        n = min(len(view), part_size(part) - within)
-        if isinstance(part, FileRegion):
-            f = self._files.get(part.path)
-            if f is None:
-                f = self._files[part.path] = open(part.path, "rb")  # noqa: SIM115 - closed by close()
-            f.seek(within)
-            got = f.readinto(view[:n])
-            if not got:
-                raise OSError(f"{part.path}: ends at {within}, {part.length} bytes expected")
-            n = got
-        else:
-            view[:n] = memoryview(part).cast("B")[within : within + n]
-        self._pos += n
-        return n
+        data = self._read_part(len(view))
+        view[: len(data)] = data
+        return len(data)
 
     def read(self, size: int | None = -1) -> bytes:
         """Exactly ``size`` bytes (fewer only at the end), across parts: an SDK that announces a length and reads it
         in one call (Azure's upload_blob) must get all of it, or the request waits for bytes that never come.  One
         copy of the bytes read (a 1 GB upload holds a chunk at a time)."""
         left = self.size - self._pos
-        want = left if size is None or size < 0 else min(size, left)
-        pieces: list[bytes] = []
-        got = 0
-        while got < want:
-            piece = self._read_part(want - got)
-            if not piece:
-                break
-            pieces.append(piece)
-            got += len(piece)
-        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        return read_full(_PartReader(self._read_part), left if size is None or size < 0 else min(size, left))
 
     def _read_part(self, n: int) -> bytes:
         """Up to ``n`` bytes of the part holding the current position."""
@@ -160,6 +137,13 @@ class ChainedReader(io.RawIOBase):
             f.close()
         self._files.clear()
         super().close()
+
+
+class _PartReader:
+    """``read(n)``: one part's bytes at most (what :func:`read_full` loops over)."""
+
+    def __init__(self, read: Any) -> None:
+        self.read = read
 
 
 __all__ = ["CHUNK", "ChainedReader", "FileRegion", "Part", "file_crc32c", "part_size"]

@@ -172,13 +172,7 @@ class StreamCatalog:
 
 def cluster_streams(store: BlobStore, cluster_uuid: str) -> list[str]:
     """Every node stream of the cluster (one LIST of every round key: a restore's fallback)."""
-    root = f"{cluster_uuid}/{NODE_TRANSLOG_DIR}/"
-    seen: dict[str, None] = {}
-    for info in store.list(root):
-        rest = info.key[len(root):]
-        if "/" in rest:
-            seen.setdefault(root + rest.split("/", 1)[0], None)
-    return list(seen)
+    return list(StreamCatalog(store, cluster_uuid).rounds)
 
 
 def forget_cached(store: BlobStore, keys: Iterable[str]) -> None:

@@ -214,8 +214,7 @@ class ManagerRole:
             clusters: dict[str, dict[tuple[str, int], ShardAddress]] = {}
             for meta in self.indices.values():
                 for sr in meta.routing:
-                    clusters.setdefault(meta.data_cluster_uuid, {})[(meta.uuid, sr.shard)] = ShardAddress(
-                        meta.data_cluster_uuid, meta.uuid, sr.shard, meta.strategy)
+                    clusters.setdefault(meta.data_cluster_uuid, {})[(meta.uuid, sr.shard)] = self.spec(meta, sr.shard).address
             return frozenset(o for o in owners if o is not None), clusters
 
     def _ingest_cluster(self) -> str | None:

@@ -236,9 +236,7 @@ class NodeProcess:
             leaving = req.get("master")
             if leaving == self.cm.master and leaving != self.name:
                 events.info("%s: the cluster manager %s left (shutdown); electing another", self.name, leaving)
-                self.cm.master = None
-                self._failed_leader = leaving
-                self._election_after = time.monotonic() + random.uniform(0, self.settings.fault_detection.interval)
+                self._leave_leader(leaving)
             elif leaving == self._failed_leader and leaving != self.name:  # its checks failed first (a loaded host)
                 events.info("%s: the cluster manager %s left (shutdown)", self.name, leaving)
             return True
@@ -415,9 +413,14 @@ class NodeProcess:
         if self._leader_failures.record(master, outcome):
             log.warning("%s: the cluster manager %s failed its leader checks (%s); electing another", self.name,
                         master, answer)
-            self.cm.master = None
-            self._failed_leader = master  # not a member candidate if this node wins: it rejoins once it answers
-            self._election_after = time.monotonic() + random.uniform(0, self.settings.fault_detection.interval)
+            self._leave_leader(master)
+
+    def _leave_leader(self, master: str) -> None:
+        """Follow no manager and elect another soon (its checks failed, or it left): ``master`` is no member
+        candidate if this node wins, it rejoins once it answers."""
+        self.cm.master = None
+        self._failed_leader = master
+        self._election_after = time.monotonic() + random.uniform(0, self.settings.fault_detection.interval)
 
     def _join(self, master: str) -> None:
         applied = self.cm.applied
