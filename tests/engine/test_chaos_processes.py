@@ -121,3 +121,34 @@ def test_a_partition_schedule_breaks_no_guarantee(tmp_path: Path):
     assert out.acked > 0 and out.restores == 1
     assert out.faults == 3 and out.partitions_over_fd >= 2, out.partitions  # the manager isolated, the bridge
     assert timeline.count("  cut: ") == 3 and timeline.count("  healed: ") == 3, timeline
+
+
+def test_a_start_that_lost_its_port_to_another_process_starts_afresh(tmp_path: Path):
+    """The harness picks a port, then the node binds it: a process beside it (a CI run) can take it between.
+    That start is retried on a fresh cluster (the half-started one's files kept aside); any other failure is not."""
+    from types import SimpleNamespace
+
+    from shardstore.engine.launcher import NodeStartFailed
+
+    starts: list[str] = []
+
+    def linked(root: str, store: str, nodes: int, **_: object) -> str:
+        starts.append(root)
+        (Path(root) / "n1.log").write_text("half started")
+        (tmp_path / "remote").mkdir(exist_ok=True)
+        if len(starts) < 3:
+            raise NodeStartFailed("node n3 did not start: OSError: [Errno 98] Address already in use")
+        return "cluster"
+
+    (tmp_path / "nodes").mkdir()
+    sim = SimpleNamespace(workdir=tmp_path, store_url="file:///nowhere")
+    assert ProcessSimulation._linked_cluster(sim, linked) == "cluster"
+    assert len(starts) == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["nodes", "nodes.port-taken-1", "nodes.port-taken-2",
+                                                          "remote", "remote.port-taken-1", "remote.port-taken-2"]
+
+    def broken(root: str, store: str, nodes: int, **_: object) -> str:
+        raise NodeStartFailed("node n1 did not start: no store")
+
+    with pytest.raises(NodeStartFailed, match="no store"):
+        ProcessSimulation._linked_cluster(sim, broken)

@@ -134,10 +134,7 @@ class ProcessSimulation(Simulation):
                                       fault_detection=FaultDetectionSettings(FD_INTERVAL, FD_TIMEOUT, FD_RETRIES),
                                       translog_gc_grace=GC_GRACE, translog_gc_every=GC_EVERY)
         else:
-            self.procs = LinkedCluster(str(self.workdir / "nodes"), self.store_url, len(PROCESS_NODES),
-                                       fd_interval=FD_INTERVAL, fd_timeout=FD_TIMEOUT, fd_retries=FD_RETRIES,
-                                       env={"SHARDSTORE_NODE_TRANSLOG_GC_GRACE": str(GC_GRACE),
-                                            "SHARDSTORE_NODE_TRANSLOG_GC_EVERY": str(GC_EVERY)})
+            self.procs = self._linked_cluster(LinkedCluster)
         #: pauses and partitions: the embedded launcher's message rules, or the processes' signals and proxies
         self.faults: Any = self.procs.faults if launcher == "embedded" else self.procs
         try:
@@ -149,6 +146,28 @@ class ProcessSimulation(Simulation):
         except BaseException:
             self.procs.close()
             raise
+
+    def _linked_cluster(self, linked: Any) -> Any:
+        """The schedule's node processes; a start that lost a port picked for a node to another process on this
+        host (``free_port`` checks, then the node binds: a CI run beside it can take the port between) starts
+        afresh on new ports, up to 3 times: nothing of the schedule has run yet, so this is the harness's fault."""
+        from shardstore.engine.launcher import NodeStartFailed
+
+        for attempt in range(1, 4):
+            try:
+                return linked(str(self.workdir / "nodes"), self.store_url, len(PROCESS_NODES),
+                              fd_interval=FD_INTERVAL, fd_timeout=FD_TIMEOUT, fd_retries=FD_RETRIES,
+                              env={"SHARDSTORE_NODE_TRANSLOG_GC_GRACE": str(GC_GRACE),
+                                   "SHARDSTORE_NODE_TRANSLOG_GC_EVERY": str(GC_EVERY)})
+            except NodeStartFailed as exc:
+                if "Address already in use" not in str(exc) or attempt == 3:
+                    raise
+                for name in ("nodes", "remote"):  # a fresh cluster: the half-started one may have bootstrapped
+                    path = self.workdir / name
+                    if path.exists():
+                        path.rename(self.workdir / f"{name}.port-taken-{attempt}")
+                (self.workdir / "nodes").mkdir(parents=True)
+        raise AssertionError("unreachable")
 
     # -- judging --------------------------------------------------------------------------
 
