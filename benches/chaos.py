@@ -148,6 +148,8 @@ def run(ctx: Context) -> Iterator[Figure]:
     failures = []
     t0 = time.monotonic()
     base = a.chaos_dir or ("/dev/shm" if Path("/dev/shm").is_dir() else None)
+    if a.chaos_dir:
+        Path(a.chaos_dir).mkdir(parents=True, exist_ok=True)  # a new folder named on the command line
     with tempfile.TemporaryDirectory(prefix="shardstore-chaos-", dir=base) as tmp:
         for n, (seed, store, source, out) in enumerate(_outcomes(max(1, a.chaos_jobs), work, steps, tmp, logs, launcher), 1):
             totals["acked"] += out.acked

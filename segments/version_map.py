@@ -51,6 +51,14 @@ _ABSENT = (None, None, None)
 
 #: A batch this large is kept as a run, not entered in the dict (module docstring).
 RUN_ROWS = 16_384
+#: A lookup of n ids goes through the dict's columnar copy (:meth:`VersionMap._small_run`) instead of a dict call
+#: per id when n * DICT_COST_PER_ID exceeds what the copy costs: sorting the dict's entries again when batches came
+#: since it was built (REBUILD_COST_PER_ENTRY each), plus one hash pass over them (PROBE_COST_PER_ENTRY each).
+#: Relative costs measured on this machine (issue 44: a 32,768-id slice of an ingest job spent 0.12 s in the
+#: dict calls; a bulk of 1,000 beside a 200,000-entry dict must not pay a 30 ms sort for it)
+DICT_COST_PER_ID, REBUILD_COST_PER_ENTRY, PROBE_COST_PER_ENTRY = 16, 4, 1
+#: below this many ids a lookup with no runs takes the dict (one call per id beats any Arrow kernel's overhead)
+COLUMNAR_MIN_IDS = 64
 
 
 class _Run:
@@ -97,6 +105,10 @@ class VersionMap:
     def __init__(self) -> None:
         self._ops: dict[str, tuple] = {}  # id -> the fields of a BufferedOp (plain tuples: cheaper to build)
         self._runs: list[_Run] = []  # large batches, kept columnar (module docstring)
+        #: the dict's batches as given (ids, seq#s, terms and versions; -1 for a delete's): its columnar copy
+        self._small: list[tuple[pa.Array, np.ndarray, np.ndarray, np.ndarray]] = []
+        self._small_rows = 0
+        self._small_built: _Run | None = None  # a _Run over self._small, None once a batch came after it
         #: no operation taken in has a lower seq# (it may have been replaced since: a lower bound)
         self.min_seq_no = 2**63 - 1
         self.max_seq_no = -(2**63)
@@ -111,6 +123,7 @@ class VersionMap:
             self._add_run(ids, _numpy(seq_nos), _numpy(terms), _numpy(versions), entry)
             return
         self._add(ids, seq_nos, terms.to_pylist(), versions.to_pylist(), entry)
+        self._keep_small(ids, _numpy(seq_nos), _numpy(terms), _numpy(versions))
 
     def _add_run(self, ids: pa.Array | list[str], seqs: np.ndarray, terms: Any, versions: Any, entry: int) -> None:
         self._runs.append(_Run(ids, seqs, terms, versions, entry))
@@ -127,6 +140,8 @@ class VersionMap:
         elif n:
             rows = zip(range(first_seq_no, first_seq_no + n), repeat(primary_term), versions, repeat(entry), range(n))
             self._take(ids, rows, first_seq_no, first_seq_no + n - 1, ascending=True)
+            self._keep_small(pa.array(ids, pa.string()), np.arange(first_seq_no, first_seq_no + n, dtype=np.int64),
+                             np.full(n, primary_term, dtype=np.int64), np.asarray(versions, dtype=np.int64))
 
     def add_deletes(self, ids: pa.Array, seq_nos: pa.Array) -> None:
         """Take in buffered delete operations."""
@@ -134,6 +149,9 @@ class VersionMap:
             self._add_run(ids, _numpy(seq_nos), None, None, -1)
             return
         self._add(ids, seq_nos, repeat(None), repeat(None), -1)
+        if len(ids):
+            self._keep_small(ids, _numpy(seq_nos), np.full(len(ids), -1, dtype=np.int64),
+                             np.full(len(ids), -1, dtype=np.int64))
 
     def _add(self, ids: pa.Array, seq_nos: pa.Array, terms: Iterable, versions: Iterable, entry: int) -> None:
         n = len(ids)
@@ -160,6 +178,30 @@ class VersionMap:
         self.min_seq_no = min(self.min_seq_no, low)
         self.max_seq_no = max(self.max_seq_no, high)
 
+    def _keep_small(self, ids: pa.Array | pa.ChunkedArray, seqs: np.ndarray, terms: np.ndarray,
+                    versions: np.ndarray) -> None:
+        """Keep a batch the dict took in as columns too (its columnar copy, built when a big lookup asks)."""
+        self._small.append((one_array(ids).cast(pa.string()), seqs, terms, versions))
+        self._small_rows += len(seqs)
+        self._small_built = None
+
+    def _columnar(self, n: int) -> bool:
+        """Whether a lookup of ``n`` ids is cheaper through the dict's columnar copy than a dict call per id
+        (DICT_COST_PER_ID: the copy is only rebuilt for a lookup big enough to pay for it)."""
+        if not self._ops:
+            return True
+        cost = self._small_rows * (PROBE_COST_PER_ENTRY + (REBUILD_COST_PER_ENTRY if self._small_built is None else 0))
+        return n * DICT_COST_PER_ID > cost
+
+    def _small_run(self) -> _Run | None:
+        """The dict's operations as one :class:`_Run` (the highest seq# per id wins in it as in the dict)."""
+        if not self._small:
+            return None
+        if self._small_built is None:
+            ids = pa.concat_arrays([b[0] for b in self._small])
+            self._small_built = _Run(ids, *(np.concatenate([b[k] for b in self._small]) for k in (1, 2, 3)), -2)
+        return self._small_built
+
     def _find(self, doc_id: str) -> tuple | None:
         """The fields of the highest-seq# buffered operation on ``doc_id`` among the dict and the runs."""
         op = self._ops.get(doc_id)
@@ -180,8 +222,10 @@ class VersionMap:
     def lookup(self, ids: list | pa.Array) -> pa.Table:
         """Per id (order kept): seq#, term, version of its newest buffered index operation (nulls: none
         buffered, or a delete is newest), as :data:`VERSIONS_SCHEMA`."""
-        if self._runs and not isinstance(ids, list):
+        if not isinstance(ids, list) and (self._runs or len(ids) >= COLUMNAR_MIN_IDS) and self._columnar(len(ids)):
             return self._lookup_columnar(one_array(ids))
+        if self._runs and not isinstance(ids, list):
+            return self._lookup_columnar(one_array(ids), by_dict=True)
         if not isinstance(ids, list):
             ids = ids.to_pylist()
         get = self._getter()
@@ -189,15 +233,17 @@ class VersionMap:
         cols = list(zip(*rows)) if rows else [(), (), ()]
         return pa.table([pa.array(c, pa.int64()) for c in cols], schema=VERSIONS_SCHEMA)
 
-    def _newest(self, ids: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Columnar over the runs (issue 43: a 200k-row bulk over runs was a Python lookup per id), the dict's
-        entries merged in per id: per id, (found, seq#, term, version; -1 for a delete's term and version)."""
+    def _newest(self, ids: pa.Array, by_dict: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Columnar over the runs (issue 43: a 200k-row bulk over runs was a Python lookup per id) and over the
+        dict's columnar copy (issue 44), or, ``by_dict``, the dict's entries merged in per id (a small lookup
+        beside a big dict: :meth:`_columnar`): per id, (found, seq#, term, version; -1 for a delete's)."""
         n = len(ids)
         found = np.zeros(n, dtype=bool)
         seq = np.full(n, -(2**63), dtype=np.int64)
         term = np.full(n, -1, dtype=np.int64)
         version = np.full(n, -1, dtype=np.int64)
-        for run in self._runs:
+        small = None if by_dict else self._small_run()
+        for run in self._runs if small is None else [*self._runs, small]:
             q, rows = run.match(ids)
             if not len(q):
                 continue
@@ -209,7 +255,7 @@ class VersionMap:
             term[q] = (run.terms[rows] if isinstance(run.terms, np.ndarray) else
                        np.full(len(q), -1 if run.terms is None else run.terms, dtype=np.int64))
             version[q] = -1 if run.versions is None else run.versions[rows]
-        if self._ops:
+        if by_dict and self._ops:
             get = self._ops.get
             for i, op in enumerate(map(get, ids.to_pylist())):
                 if op is not None and op[0] > seq[i]:
@@ -218,8 +264,8 @@ class VersionMap:
                     version[i] = -1 if op[2] is None else op[2]
         return found, seq, term, version
 
-    def _lookup_columnar(self, ids: pa.Array) -> pa.Table:
-        found, seq, term, version = self._newest(ids)
+    def _lookup_columnar(self, ids: pa.Array, by_dict: bool = False) -> pa.Table:
+        found, seq, term, version = self._newest(ids, by_dict)
         null = ~found | (version < 0)  # absent, or a delete is newest
         return pa.table([pa.array(seq, pa.int64(), mask=null), pa.array(term, pa.int64(), mask=null),
                          pa.array(version, pa.int64(), mask=null)], schema=VERSIONS_SCHEMA)
@@ -227,8 +273,8 @@ class VersionMap:
     def versions(self, ids: list, arr: pa.Array | None = None) -> list[int] | np.ndarray:
         """Per id (order kept): the version of its newest buffered index operation, 0 when there is none or a
         delete is newest (what the next version counts from); ``arr``: the same ids as Arrow (columnar then)."""
-        if self._runs and arr is not None:
-            found, _seq, _term, version = self._newest(one_array(arr))
+        if arr is not None and (self._runs or len(arr) >= COLUMNAR_MIN_IDS):
+            found, _seq, _term, version = self._newest(one_array(arr), not self._columnar(len(arr)))
             return np.where(found & (version >= 0), version, 0)
         get = self._getter()
         return [(op[2] or 0) if (op := get(i)) is not None else 0 for i in ids]
@@ -236,11 +282,11 @@ class VersionMap:
     def candidates_table(self, uniq: pa.Array, schema: pa.Schema) -> pa.Table:
         """:meth:`candidates` as a table of ``schema`` (q, _seq_no, _primary_term, _version, deleted), columnar
         over the runs."""
-        if not self._runs:
+        if not self._runs and (len(uniq) < COLUMNAR_MIN_IDS or not self._columnar(len(uniq))):
             q, seq, term, version, deleted = self.candidates(uniq.to_pylist())
             return pa.table([pa.array(q, pa.int64()), pa.array(seq, pa.int64()), pa.array(term, pa.int64()),
                              pa.array(version, pa.int64()), pa.array(deleted, pa.bool_())], schema=schema)
-        found, seq, term, version = self._newest(one_array(uniq))
+        found, seq, term, version = self._newest(one_array(uniq), not self._columnar(len(uniq)))
         q = np.flatnonzero(found)
         dead = version[q] < 0
         return pa.table([pa.array(q, pa.int64()), pa.array(seq[q], pa.int64()),

@@ -105,18 +105,22 @@ def test_current_versions_on_a_replica_applying_out_of_order(history: list[tuple
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.lists(st.tuples(st.sampled_from(IDS), st.integers(0, 40), st.booleans()), min_size=1, max_size=6),
-                min_size=1, max_size=6), st.sampled_from([1, 3, 10**9]))
-def test_version_map_keeps_each_ids_highest_seq_no(batches: list[list[tuple[str, int, bool]]], run_rows: int) -> None:
+                min_size=1, max_size=6), st.sampled_from([1, 3, 10**9]), st.sampled_from(["dict", "columnar"]))
+def test_version_map_keeps_each_ids_highest_seq_no(batches: list[list[tuple[str, int, bool]]], run_rows: int,
+                                                   lookups: str) -> None:
     """Batches in any seq# order (a primary's ascending ones take the dict-update path, others the loop,
     large ones -- ``run_rows`` -- are kept as runs, issue 31): per id the operation with the highest seq# is
-    kept, a delete included, and its row is the right one."""
+    kept, a delete included, and its row is the right one.  ``lookups``: Arrow lookups through a dict call per
+    id, or through the dict's columnar copy (issue 44: no Python call per id), whichever the cost rule picks."""
     from shardstore.segments import version_map
 
-    saved, version_map.RUN_ROWS = version_map.RUN_ROWS, run_rows
+    saved = version_map.RUN_ROWS, version_map.DICT_COST_PER_ID, version_map.COLUMNAR_MIN_IDS
+    version_map.RUN_ROWS = run_rows
+    version_map.DICT_COST_PER_ID, version_map.COLUMNAR_MIN_IDS = (0, 10**9) if lookups == "dict" else (10**9, 0)
     try:
         _check_version_map(batches)
     finally:
-        version_map.RUN_ROWS = saved
+        version_map.RUN_ROWS, version_map.DICT_COST_PER_ID, version_map.COLUMNAR_MIN_IDS = saved
 
 
 def _check_version_map(batches: list[list[tuple[str, int, bool]]]) -> None:
