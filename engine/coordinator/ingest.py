@@ -16,7 +16,9 @@ every document as the job wrote it (rows are keyed by ``_id``; versions move on)
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
@@ -46,6 +48,10 @@ from shardstore.errors import CorruptError
 log = logging.getLogger(__name__)
 #: rows per bulk while a job is applied (bounds the coordinator's memory; one per-item result table each)
 SLICE_ROWS = 65_536
+#: staged files applied at once: a job's files are Spark partitions, whose rows have no order between them, so
+#: one file's routing and parsing run while another's slice is on the primaries and replicas (each file's own
+#: slices stay in order: a later row of an id wins); the coordinator holds this many files decoded
+FILES_AT_ONCE = 2
 #: columns a staged file may carry that are not the document's (what a reader adds to every row)
 IGNORED_COLUMNS = ("_seq_no", "_primary_term", "_version", "_source")
 #: error names of items the index refuses for good (anything else is a shard or node being unavailable)
@@ -136,22 +142,38 @@ def run_ingest(documents: Documents, store: BlobStore, index: str, prefix: str, 
     if meta.uuid != job.index_uuid:
         raise InvalidRequest(f"index [{index}] is not the one ingest job {job.job} was staged for (uuid "
                              f"{meta.uuid}, the job's {job.index_uuid}: deleted and created again since)")
-    applied, written = 0, []
-    for n, f in enumerate(job.files, 1):
+    stop = threading.Event()  # a file failed: the others apply no further slice
+    progress = {"files": 0, "rows": 0}
+    lock = threading.Lock()
+
+    def apply_file(f: StagedFile) -> tuple[int, pa.ChunkedArray | None]:
         try:
             table = read_staged(store, f)
-        except StagedFileCorrupt:
-            # a second commit of the job running at once finished first and deleted the files: its outcome stands
-            finished = read_done(store, prefix)
-            if finished is not None:
-                return done_as_dict(finished, replayed=True)
+            rows = 0
+            for off in range(0, table.num_rows, SLICE_ROWS):
+                if stop.is_set():
+                    raise _Stopped
+                rows += _check(documents.bulk(index, table.slice(off, SLICE_ROWS)), job.job, f.key)
+        except BaseException:
+            stop.set()
             raise
-        for off in range(0, table.num_rows, SLICE_ROWS):
-            part = table.slice(off, SLICE_ROWS)
-            applied += _check(documents.bulk(index, part), job.job, f.key)
-        if job.mode == "overwrite":
-            written.append(table.column("_id").cast(pa.string()))
-        log.info("ingest job %s: file %d/%d applied (%d of %d rows)", job.job, n, len(job.files), applied, job.rows)
+        with lock:
+            progress["files"] += 1
+            progress["rows"] += rows
+            log.info("ingest job %s: %d of %d files applied (%d of %d rows)", job.job, progress["files"],
+                     len(job.files), progress["rows"], job.rows)
+        return rows, table.column("_id").cast(pa.string()) if job.mode == "overwrite" else None
+
+    try:
+        outcomes = _each_file(apply_file, job.files)
+    except StagedFileCorrupt:
+        # a second commit of the job running at once finished first and deleted the files: its outcome stands
+        finished = read_done(store, prefix)
+        if finished is not None:
+            return done_as_dict(finished, replayed=True)
+        raise
+    applied = sum(rows for rows, _ in outcomes)
+    written = [ids for _, ids in outcomes if ids is not None]
     deleted = _replace(documents, index, job, written, scan_ids) if job.mode == "overwrite" else 0
     done = IngestDone(job.job, job.rows, applied, deleted)
     replayed = False
@@ -161,6 +183,24 @@ def run_ingest(documents: Documents, store: BlobStore, index: str, prefix: str, 
         done, replayed = read_done(store, prefix) or done, True
     _clean(store, prefix, job)
     return done_as_dict(done, replayed=replayed)
+
+
+class _Stopped(Exception):
+    """A file stopped between slices because another file of the job failed (that failure is the one raised)."""
+
+
+def _each_file(apply_file: Callable[[StagedFile], Any], files: tuple[StagedFile, ...]) -> list[Any]:
+    """``apply_file`` over the job's files, :data:`FILES_AT_ONCE` at a time (each file's slices in order); the
+    first real failure is raised once every file stopped."""
+    if len(files) <= 1 or FILES_AT_ONCE <= 1:
+        return [apply_file(f) for f in files]
+    with ThreadPoolExecutor(min(FILES_AT_ONCE, len(files)), thread_name_prefix="ingest-file") as pool:
+        futures = [pool.submit(apply_file, f) for f in files]
+    errors = [e for e in (fu.exception() for fu in futures) if e is not None]
+    first = next((e for e in errors if not isinstance(e, _Stopped)), errors[0] if errors else None)
+    if first is not None:
+        raise first
+    return [fu.result() for fu in futures]
 
 
 def _replace(documents: Documents, index: str, job: IngestJob, written: list[pa.ChunkedArray],
