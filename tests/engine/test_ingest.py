@@ -177,3 +177,21 @@ def test_the_records_round_trip_and_refuse_damage() -> None:
         decode_done(bytes(newer), "where")
     with pytest.raises(InvalidError, match="mode"):
         encode_job(replace(job, mode="upsert"))
+
+
+def test_files_applied_at_once_keep_each_files_order_and_raise_the_real_failure(cluster: Cluster, monkeypatch) -> None:
+    """Two files at a time (FILES_AT_ONCE): an id written twice in one file ends as its later row; a file the
+    index refuses, beside files that apply, raises IngestRejected (never the stop the other files saw)."""
+    from shardstore.engine.coordinator import ingest
+
+    monkeypatch.setattr(ingest, "SLICE_ROWS", 4)  # several slices per file: the stop lands between them
+    twice = pa.table({"_id": [f"t{i % 6}" for i in range(12)], "n": list(range(12)), "tag": ["x"] * 12})
+    _stage(cluster, "order", [twice, _rows(0, 40, "a"), _rows(40, 80, "b")])
+    assert cluster.ingest("docs", "order")["applied"] == 92
+    assert {i: cluster.get("docs", f"t{i}")["_source"]["n"] for i in range(6)} == {i: i + 6 for i in range(6)}
+
+    assert not cluster.bulk("docs", [{"_id": "a", "n": 1}]).errors
+    bad = pa.table({"_id": ["b1", "b2"], "n": ["not a number", "x"]})
+    _stage(cluster, "mixed", [_rows(100, 140, "c"), bad, _rows(140, 180, "d")])
+    with pytest.raises(IngestRejected, match="2 row"):
+        cluster.ingest("docs", "mixed")
