@@ -53,6 +53,7 @@ from shardstore.segments.commit import (
 )
 from shardstore.segments.errors import InvalidDocument, SegmentCorrupted, SegmentError
 from shardstore.segments.gc import local_deletable, retained_commits
+from shardstore.segments.held_view import HeldView
 from shardstore.segments.livedocs import LiveDocs, livedocs_file_name
 from shardstore.segments.mapping import Mapping
 from shardstore.segments.merge_policy import SegmentStats, TieredMergePolicy
@@ -190,6 +191,7 @@ class ShardDirectory:
         #: above it is newer than any refreshed copy, so the buffer alone decides its id
         self._refreshed_seq = NO_OPS
         self._locked: dict[int, int] = {}  # commit generation -> lock count
+        self._view = HeldView()  # what reads see while ingest jobs apply (segments/held_view.py)
         self.last_commit: CommitPoint | None = None
         self.max_seq_no = NO_OPS
         try:
@@ -464,8 +466,11 @@ class ShardDirectory:
     # -- merging ----------------------------------------------------------------------------
 
     def maybe_merge(self) -> list[str]:
-        """Run the merges the tiered policy asks for now; returns the new segments' names."""
+        """Run the merges the tiered policy asks for now; returns the new segments' names (none while a view is held:
+        a merge would take away a pinned segment's file)."""
         with self._lock:
+            if self.view_held:
+                return []
             merges = self.merge_policy.find_merges([s.stats() for s in self._segments.values()])
             return [self._merge(m) for m in merges]
 
@@ -473,6 +478,8 @@ class ShardDirectory:
         """Merge until at most ``max_segments`` segments remain (deleted docs dropped)."""
         out = []
         with self._lock:
+            if self.view_held:
+                return out
             while True:
                 merges = self.merge_policy.find_forced_merges([s.stats() for s in self._segments.values()], max_segments)
                 if not merges:
@@ -572,7 +579,7 @@ class ShardDirectory:
                 except (SegmentCorrupted, OSError):
                     continue
                 kept_files.append(frozenset(c.files()) | {commit_file_name(g)})
-        open_files = {LOCK_FILE}
+        open_files = {LOCK_FILE} | self._view.pinned_files()
         for seg in self._segments.values():
             open_files.add(seg.reader.info.file_name)
             if seg.live_file:
@@ -589,19 +596,58 @@ class ShardDirectory:
     # -- reading ----------------------------------------------------------------------------
 
     def searchable_segments(self) -> list[tuple[SegmentReader, LiveDocs]]:
-        """The refreshed segments with their live docs (a point-in-time view)."""
+        """The refreshed segments with their live docs (a point-in-time view), held views aside: what a commit,
+        an upload or a check works on."""
         with self._lock:
             return [(s.reader, s.live) for s in self._segments.values()]
 
-    def count(self) -> int:
-        """Live documents visible to search (refreshed)."""
+    def visible_segments(self) -> list[tuple[SegmentReader, LiveDocs]]:
+        """What searches see: the refreshed segments, or the view an ingest job holds (segments/held_view.py)."""
         with self._lock:
-            return sum(s.live.live_count for s in self._segments.values())
+            view = self._view.visible(lambda: [(s.reader, s.live) for s in self._segments.values()])
+            self._log_lapsed()
+            return view
+
+    def count(self) -> int:
+        """Live documents visible to search (refreshed; the held view while an ingest job holds it)."""
+        return sum(live.live_count for _reader, live in self.visible_segments())
+
+    # -- views held for ingest jobs (segments/held_view.py) ------------------------------------------
+
+    @property
+    def view_held(self) -> bool:
+        """Whether an ingest job holds this copy's view."""
+        with self._lock:
+            return self._view.held
+
+    def hold_view(self, job: str, seconds: float) -> bool:
+        """Hold what searches see for ``job`` for at most ``seconds``: the first hold refreshes, then pins the
+        segments (everything acknowledged before it stays searchable); True when this pinned the view."""
+        with self._lock:
+            if not self._view.held:
+                self.refresh()
+            return self._view.hold(job, seconds, self.searchable_segments)
+
+    def release_view(self, job: str) -> bool:
+        """``job`` ends its hold; once no job holds the view, a refresh makes every buffered operation searchable
+        at once with the rest (one step under the lock: no reader sees half); True then."""
+        with self._lock:
+            if set(self._view.jobs) - {job}:
+                self._view.release(job)
+                return False
+            self.refresh()
+            return self._view.release(job)
+
+    def _log_lapsed(self) -> None:
+        if self._view.lapsed:
+            jobs, self._view.lapsed = self._view.lapsed, []
+            log.warning("%s: the view held for ingest job(s) %s lapsed (no release within its lease): what is "
+                        "applied of them is searchable", self.path, ", ".join(jobs))
 
     def scan(self, columns: Sequence[str] | None = None, filter: pc.Expression | None = None  # noqa: A002
              ) -> Iterator[pa.RecordBatch]:
         """Live documents of the refreshed segments as batches with the mapping's full schema."""
-        yield from scan_readers(self.searchable_segments(), self.mapping, columns, filter)
+        yield from scan_readers(self.visible_segments(), self.mapping, columns, filter)
 
     def get(self, doc_id: str, *, realtime: bool = True) -> dict[str, Any] | None:
         """The newest live copy of ``doc_id`` (buffered operations too when ``realtime``), or None."""

@@ -132,6 +132,19 @@ class Documents:
         return self._write(index, ops, mapping=mapping, rejected=checked.rejected, positions=checked.positions,
                            fields=fields, request=request)
 
+    def refusals(self, index: str, table: pa.Table, mapping: Mapping | None = None
+                 ) -> tuple[Mapping, list[DocumentRejected]]:
+        """What a bulk of ``table`` would refuse, at the door and against ``mapping`` (default: the index's),
+        applying and committing nothing; and the mapping it would leave (its new fields added), against which the
+        next table of the same ingest job is checked."""
+        base = mapping if mapping is not None else self.router.mapping_of(self.router.index_meta(index))
+        checked = docs_from_table(table, sources=False)
+        parsed, _direct = _parse(checked, base)
+        refused = [*checked.rejected, *(DocumentRejected(checked.positions[f.position].as_py(),
+                                                         checked.ids[f.position].as_py(), f.field, f.rule)
+                                        for f in parsed.failures)]
+        return parsed.mapping, refused
+
     def delete(self, index: str, doc_id: str, *, if_seq_no: int | None = None,
                if_primary_term: int | None = None, request: str | None = None) -> BulkResult:
         """Delete one document (optionally only if its current seq# and term match)."""

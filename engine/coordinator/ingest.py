@@ -52,6 +52,9 @@ SLICE_ROWS = 65_536
 #: one file's routing and parsing run while another's slice is on the primaries and replicas (each file's own
 #: slices stay in order: a later row of an id wins); the coordinator holds this many files decoded
 FILES_AT_ONCE = 2
+#: a job whose staged files hold at most this many bytes keeps them decoded from the check to the apply (one GET
+#: and decode per file); a bigger one is read twice (checked, then applied) to bound the coordinator's memory
+KEEP_CHECKED_BYTES = 64 << 20
 #: columns a staged file may carry that are not the document's (what a reader adds to every row)
 IGNORED_COLUMNS = ("_seq_no", "_primary_term", "_version", "_source")
 #: error names of items the index refuses for good (anything else is a shard or node being unavailable)
@@ -126,11 +129,21 @@ def _check(result: BulkResult, job: str, where: str) -> int:
     return len(errors)
 
 
+def hold_seconds(job: IngestJob) -> float:
+    """How long the copies hold their view for ``job`` at most: a minute, plus a second per 2,000 rows (as long as
+    the Spark sink lets one commit attempt take; a hold outliving its coordinator lapses then)."""
+    return 60.0 + job.rows / 2_000
+
+
 def run_ingest(documents: Documents, store: BlobStore, index: str, prefix: str, *,
-               scan_ids: Callable[[str], pa.Array]) -> dict[str, Any]:
+               scan_ids: Callable[[str], pa.Array], hold: Callable[[str, float], None] | None = None,
+               release: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Apply the job under ``prefix`` to ``index`` once (see the module docstring); its outcome as a dict.
 
-    ``scan_ids(index)``: the ``_id`` of every live document (for ``overwrite``, after the job's rows).
+    ``scan_ids(index)``: the ``_id`` of every live document searches see (for ``overwrite``).  ``hold(job,
+    seconds)`` / ``release(job)``: every copy of the index holds what searches see while the job applies, and
+    shows all of it at once when released (docs/design/ingest.md, "Atomic visibility"); ``release`` runs once
+    ``done`` is written, never after a failure (a retry of the job holds again and keeps the view pinned first).
     """
     done = read_done(store, prefix)
     if done is not None:
@@ -142,13 +155,18 @@ def run_ingest(documents: Documents, store: BlobStore, index: str, prefix: str, 
     if meta.uuid != job.index_uuid:
         raise InvalidRequest(f"index [{index}] is not the one ingest job {job.job} was staged for (uuid "
                              f"{meta.uuid}, the job's {job.index_uuid}: deleted and created again since)")
+    checked = _check_files(documents, store, index, prefix, job)
+    if isinstance(checked, IngestDone):  # a second commit of the job running at once finished first
+        return done_as_dict(checked, replayed=True)
+    if hold is not None:
+        hold(job.job, hold_seconds(job))
     stop = threading.Event()  # a file failed: the others apply no further slice
     progress = {"files": 0, "rows": 0}
     lock = threading.Lock()
 
     def apply_file(f: StagedFile) -> tuple[int, pa.ChunkedArray | None]:
         try:
-            table = read_staged(store, f)
+            table = checked.pop(f.key) if f.key in checked else read_staged(store, f)
             rows = 0
             for off in range(0, table.num_rows, SLICE_ROWS):
                 if stop.is_set():
@@ -181,8 +199,39 @@ def run_ingest(documents: Documents, store: BlobStore, index: str, prefix: str, 
         store.put(done_key(prefix), encode_done(done), if_absent=True)
     except BlobAlreadyExists:  # a second commit of the job finished first: its record stands
         done, replayed = read_done(store, prefix) or done, True
+    if release is not None:
+        try:
+            release(job.job)
+        except Exception as exc:  # noqa: BLE001 - the job is done; a copy not released shows it when its hold lapses
+            log.warning("ingest job %s: a copy's view not released (%s: %s); it shows the job when its hold "
+                        "lapses", job.job, type(exc).__name__, exc)
     _clean(store, prefix, job)
     return done_as_dict(done, replayed=replayed)
+
+
+def _check_files(documents: Documents, store: BlobStore, index: str, prefix: str, job: IngestJob
+                 ) -> dict[str, pa.Table] | IngestDone:
+    """Every file of the job read and checked at the door and against the mapping before any row is applied, so
+    a job the index refuses applies nothing (IngestRejected names the file and the first refused row).  The
+    decoded files, when together they are at most :data:`KEEP_CHECKED_BYTES` staged, for the apply (else it reads
+    them again); or the outcome of a second commit of the job that finished first (it deleted the files)."""
+    keep = sum(f.size for f in job.files) <= KEEP_CHECKED_BYTES
+    tables: dict[str, pa.Table] = {}
+    mapping = None
+    for f in job.files:
+        try:
+            table = read_staged(store, f)
+        except StagedFileCorrupt:
+            finished = read_done(store, prefix)
+            if finished is not None:
+                return finished
+            raise
+        mapping, refused = documents.refusals(index, table, mapping)
+        if refused:
+            raise IngestRejected(job.job, f.key, len(refused), f"{type(refused[0]).__name__}: {refused[0]}")
+        if keep:
+            tables[f.key] = table
+    return tables
 
 
 class _Stopped(Exception):

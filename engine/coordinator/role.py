@@ -275,8 +275,8 @@ class Coordinator:
                 self._wait_for_routing(index, shard, (sr.primary, sr.primary_term),
                                        min(deadline, time.monotonic() + 0.25))
 
-    def _on_copies(self, index: str, action: str) -> None:
-        """``action`` on every copy of every shard (refresh, flush), the primary first.
+    def _on_copies(self, index: str, action: str, extra: dict[str, Any] | None = None) -> None:
+        """``action`` (with ``extra``) on every copy of every shard (refresh, flush, a held view), the primary first.
 
         A copy that fails is asked again (a quarter second later, or once the routing moved on)
         until it succeeds or leaves the routing (failed by the manager, rebuilt), for up to
@@ -301,7 +301,7 @@ class Coordinator:
                     break
                 node = primary if primary in pending else pending[0]
                 try:
-                    self._send(node, action, {"index_uuid": meta.uuid, "shard": shard})
+                    self._send(node, action, {"index_uuid": meta.uuid, "shard": shard, **(extra or {})})
                 except (NodeDisconnected, ShardUnavailable):
                     if time.monotonic() < deadline:
                         self._wait_for_routing(index, shard, (sr.primary, sr.primary_term),
@@ -416,7 +416,16 @@ class Coordinator:
             ids = [t.column("_id") for t in tables if t is not None and t.num_rows]
             return pa.chunked_array([c for i in ids for c in i.chunks], pa.string()).combine_chunks()
 
-        return run_ingest(self.documents, self._store, index, prefix, scan_ids=scan_ids)
+        def hold(job: str, seconds: float) -> None:
+            self._on_copies(index, "shard.hold_view", {"job": job, "seconds": seconds})
+
+        def release(job: str) -> None:
+            # the job's rows are written to segments first, behind the held views; the releases then only flip
+            # the views (and refresh what came meanwhile): shard after shard within one round of messages
+            self._on_copies(index, "shard.refresh")
+            self._on_copies(index, "shard.release_view", {"job": job})
+
+        return run_ingest(self.documents, self._store, index, prefix, scan_ids=scan_ids, hold=hold, release=release)
 
     def close(self) -> None:
         """Stop taking requests."""

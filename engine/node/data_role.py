@@ -517,6 +517,25 @@ class NodeService:
             raise
         return True
 
+    def _hold_view(self, req: dict[str, Any]) -> bool:
+        """``shard.hold_view``: this copy's searches keep their view while ingest job ``job`` applies, for at most
+        ``seconds`` (docs/design/ingest.md, "Atomic visibility")."""
+        copy = self._copy(req)
+        try:
+            return copy.hold_view(str(req["job"]), float(req["seconds"]))
+        except LocalDiskError as exc:
+            self._report_disk_failure(self._key(req), copy, exc)
+            raise
+
+    def _release_view(self, req: dict[str, Any]) -> bool:
+        """``shard.release_view``: ingest job ``job`` is done; the last release makes it searchable at once."""
+        copy = self._copy(req)
+        try:
+            return copy.release_view(str(req["job"]))
+        except LocalDiskError as exc:
+            self._report_disk_failure(self._key(req), copy, exc)
+            raise
+
     def _flush(self, req: dict[str, Any]) -> bool:
         key = self._key(req)
         with self.write_lock(key):
@@ -699,6 +718,8 @@ _ACTIONS: dict[str, Callable[[NodeService, dict[str, Any]], Any]] = {
     "shard.scan": NodeService._scan,
     "shard.refresh": NodeService._refresh,
     "shard.flush": NodeService._flush,
+    "shard.hold_view": NodeService._hold_view,
+    "shard.release_view": NodeService._release_view,
     "shard.recover_replica": NodeService._recover_replica,
     "recovery.start": NodeService._recovery_start,
     "recovery.chunk": NodeService._recovery_chunk,

@@ -659,9 +659,20 @@ class ShardCopy:
             return sent
 
     def refresh(self) -> None:
-        """Make buffered documents searchable (writes a segment file)."""
+        """Make buffered documents searchable (writes a segment file; searches see it once no ingest job holds
+        the view: segments/held_view.py)."""
         with self._local_disk("refresh"):
             self.directory.refresh()
+
+    def hold_view(self, job: str, seconds: float) -> bool:
+        """Hold what searches see for ingest job ``job`` (docs/design/ingest.md, "Atomic visibility")."""
+        with self._local_disk("refresh"):
+            return self.directory.hold_view(job, seconds)
+
+    def release_view(self, job: str) -> bool:
+        """End ``job``'s hold; the last one makes everything applied searchable at once."""
+        with self._local_disk("refresh"):
+            return self.directory.release_view(job)
 
     # -- flush ------------------------------------------------------------------------------
 
@@ -669,6 +680,9 @@ class ShardCopy:
         """Commit locally, upload the commit, then purge what the (remote) commit covers; False when nothing
         changed since the last flush (then nothing is written and no request is made: engine/shard/flush_policy.py)."""
         with self._lock, self._local_disk("flush"), row_cache.warmer.foreground():
+            if self.directory.view_held:  # a commit would show Spark readers and restores part of an ingest job
+                log.info("%s: flush deferred while ingest job(s) hold the view", self.path)
+                return False
             mark = self._flush_mark()
             if not flush_needed(self._flushed, mark, older_terms_pending=self._older_terms_pending):
                 return False

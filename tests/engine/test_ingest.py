@@ -6,6 +6,7 @@ the staged files are written as the Spark sink writes them (``stage_table`` + ``
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -195,3 +196,128 @@ def test_files_applied_at_once_keep_each_files_order_and_raise_the_real_failure(
     _stage(cluster, "mixed", [_rows(100, 140, "c"), bad, _rows(140, 180, "d")])
     with pytest.raises(IngestRejected, match="2 row"):
         cluster.ingest("docs", "mixed")
+
+
+def _counting_slices(monkeypatch, cluster: Cluster, seen: list[int], *, fail_at: int | None = None) -> None:
+    """Before each slice of a job: a client refresh, then a count (what a reader polling beside the job sees);
+    ``fail_at``: that slice (1-based) is not acknowledged once (IngestIncomplete, as a shard unavailable)."""
+    from shardstore.engine.coordinator import ingest
+    from shardstore.engine.errors import IngestIncomplete
+
+    monkeypatch.setattr(ingest, "SLICE_ROWS", 10)
+    monkeypatch.setattr(ingest, "FILES_AT_ONCE", 1)
+    real = ingest._check
+    slices = [0]
+
+    def check(result, job, where):  # noqa: ANN001, ANN202 - the wrapped private helper
+        slices[0] += 1
+        if fail_at is not None and slices[0] == fail_at:
+            raise IngestIncomplete(job, where, 1, "ShardUnavailable: planted")
+        out = real(result, job, where)
+        cluster.refresh("docs")
+        seen.append(cluster.count("docs"))
+        return out
+
+    monkeypatch.setattr(ingest, "_check", check)
+
+
+def test_searches_see_a_job_all_at_once_however_often_they_refresh_meanwhile(cluster: Cluster, monkeypatch) -> None:
+    """Docs/design/ingest.md, "Atomic visibility": a reader refreshing and counting after every slice of a job
+    sees the count before the job until it is done, then every row of it (updates included) in one step."""
+    assert not cluster.bulk("docs", [{"_id": f"d{i}", "n": -1, "tag": "client"} for i in range(30)]).errors
+    cluster.refresh("docs")
+    seen: list[int] = []
+    _counting_slices(monkeypatch, cluster, seen)
+    _stage(cluster, "atomic", [_rows(20, 60, "spark"), _rows(60, 100, "spark")])
+    assert cluster.ingest("docs", "atomic")["applied"] == 80
+    assert len(seen) == 8 and set(seen) == {30}  # the 8 slices: nothing of the job searchable
+    assert cluster.count("docs") == 100  # then all of it, without a refresh
+    assert {d["tag"] for d in cluster.scan("docs", columns=["tag"]).to_pylist()} == {"client", "spark"}
+    assert cluster.get("docs", "d25")["_source"]["tag"] == "spark"
+
+
+def test_a_job_the_index_refuses_applies_nothing(cluster: Cluster) -> None:
+    """The files are checked before any row is applied: the first file's good rows are not applied either."""
+    assert not cluster.bulk("docs", [{"_id": "a", "n": 1}]).errors  # n is a long now
+    bad = pa.table({"_id": ["b", "c"], "n": ["not a number", "x"], "tag": ["t", "t"]})
+    prefix = _stage(cluster, "refused", [_rows(0, 50, "good"), bad])
+    with pytest.raises(IngestRejected, match="refused.*2 row"):
+        cluster.ingest("docs", "refused")
+    cluster.refresh("docs")
+    assert cluster.count("docs") == 1 and cluster.get("docs", "d0") is None  # not even realtime
+    assert not cluster.store.exists(done_key(prefix))
+
+
+def test_a_job_cut_short_stays_unseen_until_committed_again(cluster: Cluster, monkeypatch) -> None:
+    """A slice not acknowledged (IngestIncomplete): the views stay held (no release after a failure), so the
+    rows applied so far stay unseen; the job committed again shows all of it at once."""
+    from shardstore.engine.errors import IngestIncomplete
+
+    seen: list[int] = []
+    _counting_slices(monkeypatch, cluster, seen, fail_at=3)
+    _stage(cluster, "cut", [_rows(0, 50, "spark")])
+    with pytest.raises(IngestIncomplete, match="planted"):
+        cluster.ingest("docs", "cut")
+    cluster.refresh("docs")
+    assert cluster.count("docs") == 0 and cluster.get("docs", "d0") is not None  # applied, acknowledged, unseen
+    assert cluster.ingest("docs", "cut")["applied"] == 50
+    assert set(seen) == {0} and cluster.count("docs") == 50
+
+
+def test_a_hold_lapses_after_its_lease(cluster: Cluster, monkeypatch, caplog) -> None:
+    """A job cut short and never committed again: once its lease runs out, what it applied is searchable."""
+    from shardstore.engine.coordinator import ingest
+    from shardstore.engine.errors import IngestIncomplete
+
+    _counting_slices(monkeypatch, cluster, [], fail_at=3)
+    monkeypatch.setattr(ingest, "hold_seconds", lambda job: 0.5)
+    _stage(cluster, "lapse", [_rows(0, 50, "spark")])
+    with pytest.raises(IngestIncomplete):
+        cluster.ingest("docs", "lapse")
+    assert cluster.count("docs") == 0
+    time.sleep(0.6)
+    with caplog.at_level("WARNING", logger="shardstore.segments.directory"):
+        assert cluster.count("docs") == 20  # the two slices acknowledged before the planted failure
+    assert "ingest job(s) lapse lapsed" in caplog.text
+
+
+def test_a_failover_during_a_job_keeps_the_view(tmp_path: Path, monkeypatch) -> None:
+    """Every copy holds its view before the job's first row, so the replica promoted when the primary's node dies
+    mid-job answers from the view the job started from; the job committed again (as the sink does after
+    IngestIncomplete or a lost answer) shows all of it at once."""
+    from shardstore.engine.coordinator import ingest
+    from shardstore.errors import UnavailableError
+
+    c = Cluster(store=f"file://{tmp_path / 'remote'}", data_dir=str(tmp_path / "nodes"), nodes=3, recovery_delay=0.05)
+    try:
+        c.create_index("docs", shards=1, replicas=1)
+        c.wait_for_health("green", timeout=30)
+        assert not c.bulk("docs", [{"_id": f"c{i}", "n": i, "tag": "client"} for i in range(30)]).errors
+        sr = c.index_meta("docs").routing[0]
+        primary, spare = sr.primary, next(n for n in c.live_nodes() if n not in sr.copies)
+        client = c.client(names=[spare])  # the coordinator outlives the primary
+        monkeypatch.setattr(ingest, "SLICE_ROWS", 10)
+        real, slices, seen = ingest._check, [0], []
+
+        def check(result, job, where):  # noqa: ANN001, ANN202 - the wrapped private helper
+            out = real(result, job, where)
+            slices[0] += 1
+            if slices[0] == 2:
+                c.kill(primary)
+            client.refresh("docs")
+            seen.append(client.count("docs"))
+            return out
+
+        monkeypatch.setattr(ingest, "_check", check)
+        _stage(c, "failover", [_rows(0, 60, "spark")])
+        for _attempt in range(5):
+            try:
+                out = client.ingest("docs", "failover")
+                break
+            except UnavailableError:
+                seen.append(client.count("docs"))
+        assert out["applied"] == 60 and c.index_meta("docs").routing[0].primary != primary
+        assert seen and set(seen) == {30}, seen
+        assert client.count("docs") == 90
+    finally:
+        c.close()

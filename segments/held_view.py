@@ -1,0 +1,85 @@
+"""What searches see while ingest jobs apply: a shard copy's view, held at one refresh until the jobs end (issue 43).
+
+An ingest job (docs/design/ingest.md, "Atomic visibility") is applied through the write path
+slice by slice, so each refresh in between (a full indexing buffer, a client's ``refresh``)
+would make part of it searchable.  Before its first row the coordinator asks every copy of
+the index to *hold* its view for the job: the copy refreshes once (everything acknowledged
+before the job becomes searchable) and pins that list of segments with their live docs.
+From then on ``count``, ``scan`` and every read built on them answer from the pinned list,
+while writes, refreshes and version lookups go on against the current segments.  When
+every job holding the view is released (its ``done`` record written) the view follows the
+current segments again: the jobs' rows appear in one step, as do client writes made meanwhile.
+
+A hold lapses on its own after its lease (the coordinator died, or its job failed and was not
+committed again in time): the copy then shows what is applied, as it would without holds.
+Holding the same job again extends its lease and keeps the view it pinned first.
+
+Pure bookkeeping, under the directory's lock: no I/O here.  What a copy must not do while a
+view is held (merge away a pinned segment's file, upload a commit that Spark readers and
+restores would see) is asked through :attr:`HeldView.held`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["HeldView"]
+
+
+class HeldView:
+    """The jobs holding one copy's view, their leases, and the view they pinned (see the module docstring)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:  # noqa: D107
+        self._clock = clock
+        self._leases: dict[str, float] = {}  # job -> when its hold lapses (clock seconds)
+        self._pinned: list[tuple[Any, Any]] | None = None
+        self.lapsed: list[str] = []  # jobs whose hold lapsed since the caller last looked (for a log line)
+
+    @property
+    def held(self) -> bool:
+        """Whether some job holds the view now (lapsed holds dropped first)."""
+        self._lapse()
+        return bool(self._leases)
+
+    @property
+    def jobs(self) -> tuple[str, ...]:
+        """The jobs holding the view, oldest first."""
+        self._lapse()
+        return tuple(self._leases)
+
+    def hold(self, job: str, seconds: float, current: Callable[[], list[tuple[Any, Any]]]) -> bool:
+        """Hold the view for ``job`` for ``seconds`` (again: a new lease, the same view); True when this pinned it,
+        from ``current()`` (the caller refreshed just before)."""
+        if seconds <= 0:
+            raise ValueError(f"a hold needs a lease of more than 0 seconds, got {seconds}")
+        self._lapse()
+        pinned = self._pinned is None
+        if pinned:
+            self._pinned = list(current())
+        self._leases[job] = self._clock() + seconds
+        return pinned
+
+    def release(self, job: str) -> bool:
+        """``job`` no longer holds the view; True when no job does any more (the view follows the segments)."""
+        self._leases.pop(job, None)
+        self._lapse()
+        return not self._leases
+
+    def visible(self, current: Callable[[], list[tuple[Any, Any]]]) -> list[tuple[Any, Any]]:
+        """What reads see: the pinned view while a job holds it, else ``current()``."""
+        self._lapse()
+        return list(self._pinned) if self._pinned is not None else current()
+
+    def pinned_files(self) -> set[str]:
+        """File names of the pinned view's segments (kept on disk while it is held)."""
+        return {reader.info.file_name for reader, _live in self._pinned or ()}
+
+    def _lapse(self) -> None:
+        now = self._clock()
+        for job in [j for j, until in self._leases.items() if until <= now]:
+            del self._leases[job]
+            self.lapsed.append(job)
+        if not self._leases:
+            self._pinned = None

@@ -1,0 +1,101 @@
+"""Views held for ingest jobs (issue 43, segments/held_view.py): the pure bookkeeping, then a directory's reads."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from shardstore.segments.held_view import HeldView
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_view_is_pinned_by_the_first_hold_and_follows_the_segments_after_the_last_release():
+    clock, segments = Clock(), [("s1", "live1")]
+    view = HeldView(clock)
+    assert view.visible(lambda: list(segments)) == [("s1", "live1")] and not view.held
+    assert view.hold("a", 10, lambda: list(segments)) is True
+    segments.append(("s2", "live2"))
+    assert view.hold("b", 10, lambda: list(segments)) is False  # a second job keeps the first one's view
+    assert view.visible(lambda: list(segments)) == [("s1", "live1")]
+    assert view.release("a") is False and view.jobs == ("b",)
+    assert view.visible(lambda: list(segments)) == [("s1", "live1")]
+    assert view.release("b") is True and not view.held
+    assert view.visible(lambda: list(segments)) == [("s1", "live1"), ("s2", "live2")]
+    assert view.release("never held") is True  # releasing twice, or a job a lapse dropped, is harmless
+    with pytest.raises(ValueError, match="more than 0 seconds"):
+        view.hold("c", 0, lambda: segments)
+
+
+def test_every_short_history_matches_a_model():
+    """All 3,125 histories of 5 events over two jobs with 5-tick leases: the view is pinned exactly while some
+    unexpired hold exists, pinned by the first hold after it was last free, and re-holding extends a lease."""
+    events = ["hold a", "hold b", "release a", "release b", "tick"]
+    histories = list(itertools.product(events, repeat=5))
+    assert len(histories) == 3125
+    for history in histories:
+        _check_history(history)
+
+
+def _check_history(events: tuple[str, ...]) -> None:
+    clock, generation = Clock(), [0]
+    view = HeldView(clock)
+    leases: dict[str, float] = {}
+    pinned_at: int | None = None
+    for event in events:
+        generation[0] += 1  # the segments change between any two events
+        current = lambda: [(generation[0], None)]  # noqa: E731
+        if event == "tick":
+            clock.now += 3
+        else:
+            verb, job = event.split()
+            if verb == "hold":
+                leases = {j: t for j, t in leases.items() if t > clock.now}
+                if not leases:
+                    pinned_at = generation[0]
+                leases[job] = clock.now + 5
+                view.hold(job, 5, current)
+            else:
+                leases.pop(job, None)
+                view.release(job)
+        leases = {j: t for j, t in leases.items() if t > clock.now}
+        if not leases:
+            pinned_at = None
+        want = [(pinned_at, None)] if pinned_at is not None else current()
+        assert view.visible(current) == want, events
+        assert view.held == bool(leases) and set(view.jobs) == set(leases)
+
+
+def test_a_directory_answers_count_and_scan_from_the_held_view_and_flips_at_the_last_release(tmp_path: Path):
+    """Updates, deletes and new ids of a job, refreshed twice behind the held view: count and scan show the view
+    as it was (the update's old copy included), get stays realtime, nothing is merged; the release shows all."""
+    from shardstore.segments.directory import ShardDirectory
+
+    from .test_segments_directory import deletes, docs, live_ids
+
+    sd = ShardDirectory(str(tmp_path / "shard"), fsync=False)
+    try:
+        sd.apply(docs(0, ["a", "b", "x"]))
+        assert sd.hold_view("job", 60) is True  # refreshes first: what was acknowledged before stays searchable
+        assert sd.count() == 3
+        sd.apply(docs(3, ["c", "d", "a"]))
+        sd.apply(deletes(6, ["x"]))
+        sd.refresh()
+        sd.apply(docs(7, ["e"]))
+        assert sd.hold_view("job", 60) is False  # a retried commit: the same view
+        sd.refresh()
+        assert sd.count() == 3 and live_ids(sd) == {"a": 0, "b": 1, "x": 2}
+        assert sd.get("a")["_seq_no"] == 5 and sd.get("x") is None  # get stays realtime
+        assert sd.maybe_merge() == [] and sd.force_merge() == []  # no pinned segment's file merged away
+        assert sd.release_view("job") is True
+        assert sd.count() == 5 and live_ids(sd) == {"a": 5, "b": 1, "c": 3, "d": 4, "e": 7}
+    finally:
+        sd.close()
