@@ -628,14 +628,16 @@ class ShardDirectory:
                 self.refresh()
             return self._view.hold(job, seconds, self.searchable_segments)
 
-    def release_view(self, job: str) -> bool:
-        """``job`` ends its hold; once no job holds the view, a refresh makes every buffered operation searchable
-        at once with the rest (one step under the lock: no reader sees half); True then."""
+    def release_view(self, job: str, *, refresh: bool = True) -> bool:
+        """``job`` ends its hold; once no job holds the view, a refresh (unless not ``refresh``: a replica, which
+        serves no reads) makes every buffered operation searchable at once with the rest (one step under the lock:
+        no reader sees half); True then."""
         with self._lock:
             if set(self._view.jobs) - {job}:
                 self._view.release(job)
                 return False
-            self.refresh()
+            if refresh:
+                self.refresh()
             return self._view.release(job)
 
     def _log_lapsed(self) -> None:

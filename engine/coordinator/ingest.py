@@ -55,6 +55,10 @@ FILES_AT_ONCE = 2
 #: a job whose staged files hold at most this many bytes keeps them decoded from the check to the apply (one GET
 #: and decode per file); a bigger one is read twice (checked, then applied) to bound the coordinator's memory
 KEEP_CHECKED_BYTES = 64 << 20
+#: seconds a copy holds its view for a job past the coordinator's last word: the coordinator renews the hold while
+#: it applies (every slice, once a third of this passed), and the sink commits a job cut short again within a
+#: second, so a job that fails for good, or whose coordinator died, shows what it applied this long after
+HOLD_LEASE = 30.0
 #: columns a staged file may carry that are not the document's (what a reader adds to every row)
 IGNORED_COLUMNS = ("_seq_no", "_primary_term", "_version", "_source")
 #: error names of items the index refuses for good (anything else is a shard or node being unavailable)
@@ -129,12 +133,6 @@ def _check(result: BulkResult, job: str, where: str) -> int:
     return len(errors)
 
 
-def hold_seconds(job: IngestJob) -> float:
-    """How long the copies hold their view for ``job`` at most: a minute, plus a second per 2,000 rows (as long as
-    the Spark sink lets one commit attempt take; a hold outliving its coordinator lapses then)."""
-    return 60.0 + job.rows / 2_000
-
-
 def run_ingest(documents: Documents, store: BlobStore, index: str, prefix: str, *,
                scan_ids: Callable[[str], pa.Array], hold: Callable[[str, float], None] | None = None,
                release: Callable[[str], None] | None = None) -> dict[str, Any]:
@@ -158,8 +156,6 @@ def run_ingest(documents: Documents, store: BlobStore, index: str, prefix: str, 
     checked = _check_files(documents, store, index, prefix, job)
     if isinstance(checked, IngestDone):  # a second commit of the job running at once finished first
         return done_as_dict(checked, replayed=True)
-    if hold is not None:
-        hold(job.job, hold_seconds(job))
     stop = threading.Event()  # a file failed: the others apply no further slice
     progress = {"files": 0, "rows": 0}
     lock = threading.Lock()
@@ -183,7 +179,10 @@ def run_ingest(documents: Documents, store: BlobStore, index: str, prefix: str, 
         return rows, table.column("_id").cast(pa.string()) if job.mode == "overwrite" else None
 
     try:
-        outcomes = _each_file(apply_file, job.files)
+        with _Renewal(hold, job.job):
+            outcomes = _each_file(apply_file, job.files)
+            written = [ids for _, ids in outcomes if ids is not None]
+            deleted = _replace(documents, index, job, written, scan_ids) if job.mode == "overwrite" else 0
     except StagedFileCorrupt:
         # a second commit of the job running at once finished first and deleted the files: its outcome stands
         finished = read_done(store, prefix)
@@ -191,8 +190,6 @@ def run_ingest(documents: Documents, store: BlobStore, index: str, prefix: str, 
             return done_as_dict(finished, replayed=True)
         raise
     applied = sum(rows for rows, _ in outcomes)
-    written = [ids for _, ids in outcomes if ids is not None]
-    deleted = _replace(documents, index, job, written, scan_ids) if job.mode == "overwrite" else 0
     done = IngestDone(job.job, job.rows, applied, deleted)
     replayed = False
     try:
@@ -232,6 +229,37 @@ def _check_files(documents: Documents, store: BlobStore, index: str, prefix: str
         if keep:
             tables[f.key] = table
     return tables
+
+
+class _Renewal:
+    """The coordinator's hold on every copy's view for one job: taken before the first row (a failure raises: nothing
+    is applied), then renewed every third of :data:`HOLD_LEASE` on a thread of its own while the job applies, so a
+    slice waiting out a failover does not outlast it; a renewal that fails is logged (the next one tries again)."""
+
+    def __init__(self, hold: Callable[[str, float], None] | None, job: str) -> None:  # noqa: D107
+        self._hold, self._job = hold, job
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> _Renewal:
+        if self._hold is not None:
+            self._hold(self._job, HOLD_LEASE)
+            self._thread = threading.Thread(target=self._run, name=f"ingest-hold-{self._job}", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _run(self) -> None:
+        assert self._hold is not None
+        while not self._stop.wait(HOLD_LEASE / 3):
+            try:
+                self._hold(self._job, HOLD_LEASE)
+            except Exception as exc:  # noqa: BLE001 - a copy not renewed now may be by the next renewal
+                log.warning("ingest job %s: views not held again (%s: %s)", self._job, type(exc).__name__, exc)
 
 
 class _Stopped(Exception):

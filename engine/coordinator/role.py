@@ -275,7 +275,8 @@ class Coordinator:
                 self._wait_for_routing(index, shard, (sr.primary, sr.primary_term),
                                        min(deadline, time.monotonic() + 0.25))
 
-    def _on_copies(self, index: str, action: str, extra: dict[str, Any] | None = None) -> None:
+    def _on_copies(self, index: str, action: str, extra: dict[str, Any] | None = None, *,
+                   parallel: bool = False) -> None:
         """``action`` (with ``extra``) on every copy of every shard (refresh, flush, a held view), the primary first.
 
         A copy that fails is asked again (a quarter second later, or once the routing moved on)
@@ -284,34 +285,43 @@ class Coordinator:
         and the copy it takes for a replica already is the primary a read goes to next (process
         simulator seed 294: a refresh "done", then a scan without the refreshed writes).  Past
         the wait a replica is skipped and a primary's failure raised.  A copy that becomes the
-        primary meanwhile runs the action again, as the primary.
+        primary meanwhile runs the action again, as the primary.  ``parallel``: the shards at once (each shard's
+        copies still one after the other).
         """
         meta = self.index_meta(index)
-        for shard in range(meta.shards):
-            deadline = time.monotonic() + self.failover_wait
-            done: set[str] = set()
-            primary = self.index_meta(index).routing[shard].primary
-            while True:
-                sr = self.index_meta(index).routing[shard]
-                if sr.primary != primary:
-                    primary = sr.primary
-                    done.discard(primary)  # again, as the primary
-                pending = [n for n in sr.copies if n not in done]
-                if not pending:
-                    break
-                node = primary if primary in pending else pending[0]
-                try:
-                    self._send(node, action, {"index_uuid": meta.uuid, "shard": shard, **(extra or {})})
-                except (NodeDisconnected, ShardUnavailable):
-                    if time.monotonic() < deadline:
-                        self._wait_for_routing(index, shard, (sr.primary, sr.primary_term),
-                                               min(deadline, time.monotonic() + 0.25))
-                        continue
-                    if node == sr.primary:
-                        raise
-                    log.info("%s/%d: %s on %s skipped: the copy failed for %.0fs", index, shard, action, node,
-                             self.failover_wait)
-                done.add(node)
+        if parallel:
+            self.run_parallel(lambda shard: self._on_shard_copies(index, shard, action, extra), list(range(meta.shards)))
+        else:
+            for shard in range(meta.shards):
+                self._on_shard_copies(index, shard, action, extra)
+
+    def _on_shard_copies(self, index: str, shard: int, action: str, extra: dict[str, Any] | None) -> None:
+        """:meth:`_on_copies` for one shard."""
+        meta = self.index_meta(index)
+        deadline = time.monotonic() + self.failover_wait
+        done: set[str] = set()
+        primary = self.index_meta(index).routing[shard].primary
+        while True:
+            sr = self.index_meta(index).routing[shard]
+            if sr.primary != primary:
+                primary = sr.primary
+                done.discard(primary)  # again, as the primary
+            pending = [n for n in sr.copies if n not in done]
+            if not pending:
+                break
+            node = primary if primary in pending else pending[0]
+            try:
+                self._send(node, action, {"index_uuid": meta.uuid, "shard": shard, **(extra or {})})
+            except (NodeDisconnected, ShardUnavailable):
+                if time.monotonic() < deadline:
+                    self._wait_for_routing(index, shard, (sr.primary, sr.primary_term),
+                                           min(deadline, time.monotonic() + 0.25))
+                    continue
+                if node == sr.primary:
+                    raise
+                log.info("%s/%d: %s on %s skipped: the copy failed for %.0fs", index, shard, action, node,
+                         self.failover_wait)
+            done.add(node)
 
     # -- client actions -----------------------------------------------------------------------------
 
@@ -417,13 +427,14 @@ class Coordinator:
             return pa.chunked_array([c for i in ids for c in i.chunks], pa.string()).combine_chunks()
 
         def hold(job: str, seconds: float) -> None:
-            self._on_copies(index, "shard.hold_view", {"job": job, "seconds": seconds})
+            self._on_copies(index, "shard.hold_view", {"job": job, "seconds": seconds}, parallel=True)
 
         def release(job: str) -> None:
-            # the job's rows are written to segments first, behind the held views; the releases then only flip
-            # the views (and refresh what came meanwhile): shard after shard within one round of messages
-            self._on_copies(index, "shard.refresh")
-            self._on_copies(index, "shard.release_view", {"job": job})
+            # the job's rows are written to segments first, behind the primaries' held views (replicas serve no
+            # reads; a promoted one refreshes); the releases then only flip the views, the shards at once
+            self.run_parallel(lambda sr: self._on_primary(index, sr.shard, "shard.refresh", {}),
+                              list(self.index_meta(index).routing))
+            self._on_copies(index, "shard.release_view", {"job": job}, parallel=True)
 
         return run_ingest(self.documents, self._store, index, prefix, scan_ids=scan_ids, hold=hold, release=release)
 

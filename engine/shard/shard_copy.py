@@ -670,9 +670,10 @@ class ShardCopy:
             return self.directory.hold_view(job, seconds)
 
     def release_view(self, job: str) -> bool:
-        """End ``job``'s hold; the last one makes everything applied searchable at once."""
+        """End ``job``'s hold; the last one makes everything applied searchable at once (a primary refreshes; a
+        replica serves no reads and refreshes when promoted)."""
         with self._local_disk("refresh"):
-            return self.directory.release_view(job)
+            return self.directory.release_view(job, refresh=self.primary)
 
     # -- flush ------------------------------------------------------------------------------
 

@@ -270,7 +270,7 @@ def test_a_hold_lapses_after_its_lease(cluster: Cluster, monkeypatch, caplog) ->
     from shardstore.engine.errors import IngestIncomplete
 
     _counting_slices(monkeypatch, cluster, [], fail_at=3)
-    monkeypatch.setattr(ingest, "hold_seconds", lambda job: 0.5)
+    monkeypatch.setattr(ingest, "HOLD_LEASE", 0.5)
     _stage(cluster, "lapse", [_rows(0, 50, "spark")])
     with pytest.raises(IngestIncomplete):
         cluster.ingest("docs", "lapse")

@@ -51,6 +51,9 @@ SLOW_STEP = 10.0
 #: how long the simulated cluster waits out an election (client) and a failover (coordinator) before refusing
 SIM_READY_WAIT = 2.0
 SIM_FAILOVER_WAIT = 3.0
+#: the lease of a view held for an ingest job in the simulated cluster (engine/coordinator/ingest.py HOLD_LEASE, 30 s
+#: in a deployment): an ingest step that failed leaves its views held this long, which a check waits out
+SIM_HOLD_LEASE = 2.0
 #: The indexing buffer of half the schedules: bulks of a few documents fill it (see Simulation).
 SMALL_INDEX_BUFFER = 1024
 
@@ -112,6 +115,7 @@ class Simulation:
         # overlap meets the store and disk faults too, on both stores and both source options
         self.index_buffer_bytes = SMALL_INDEX_BUFFER if (seed // 4) % 2 else INDEX_BUFFER_BYTES
         self.workdir = Path(workdir)
+        self._views_held_until = 0.0  # until when a failed ingest step's views may stay held (monotonic)
         if store_kind == "file":
             url = f"file://{self.workdir / 'remote'}?fsync=false"
         elif store_kind == "memory":
@@ -255,10 +259,16 @@ class Simulation:
                                                                         "v": list(values.values())}))
             return commit_live(job, [LiveCommitMessage((staged,))], store=self.store, retry_seconds=SIM_FAILOVER_WAIT)
 
+        from shardstore.engine.coordinator import ingest
+
+        ingest.HOLD_LEASE = SIM_HOLD_LEASE  # this process is the simulated cluster's (its coordinators read it)
         try:
             out = commit()
         except BaseException:
             self._uncertain(values)
+            # a job cut short keeps every copy's view until it lapses (docs/design/ingest.md, "Atomic visibility"):
+            # searches then miss writes acknowledged after it, as documented; the next check reads once it lapsed
+            self._views_held_until = time.monotonic() + SIM_HOLD_LEASE + 0.5
             raise
         if out["applied"] != len(values):
             self.outcome.violations.append(Violation("unclean", step.index, f"ingest applied {out}, not "
@@ -490,9 +500,10 @@ class Simulation:
             return False
 
     def verify(self, step: int) -> None:
-        """Settle, then read the whole index and check it with the model."""
+        """Settle, then read the whole index and check it with the model (once a failed ingest step's views lapsed)."""
         if not self.settle(step):
             return
+        time.sleep(max(0.0, self._views_held_until - time.monotonic()))
         self.cluster.refresh(INDEX)
         rows = self.cluster.scan(INDEX, columns=["_id", "v"]).to_pylist()
         count = self.cluster.count(INDEX)
