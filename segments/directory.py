@@ -636,9 +636,12 @@ class ShardDirectory:
             if set(self._view.jobs) - {job}:
                 self._view.release(job)
                 return False
-            if refresh:
-                self.refresh()
-            return self._view.release(job)
+            try:
+                if refresh:
+                    self.refresh()
+            finally:  # a refresh that failed (the local disk: this copy is failed) still ends the hold
+                released = self._view.release(job)
+            return released
 
     def _log_lapsed(self) -> None:
         if self._view.lapsed:

@@ -431,9 +431,15 @@ class Coordinator:
 
         def release(job: str) -> None:
             # the job's rows are written to segments first, behind the primaries' held views (replicas serve no
-            # reads; a promoted one refreshes); the releases then only flip the views, the shards at once
-            self.run_parallel(lambda sr: self._on_primary(index, sr.shard, "shard.refresh", {}),
-                              list(self.index_meta(index).routing))
+            # reads; a promoted one refreshes); the releases then only flip the views, the shards at once.  A
+            # refresh that fails here is the release's to redo: every copy is released all the same
+            def refresh(shard: int) -> None:
+                try:
+                    self._on_primary(index, shard, "shard.refresh", {})
+                except Exception as exc:  # noqa: BLE001 - the release refreshes again
+                    log.info("%s/%d: refresh before the release of ingest job %s failed (%r)", index, shard, job, exc)
+
+            self.run_parallel(refresh, list(range(self.index_meta(index).shards)))
             self._on_copies(index, "shard.release_view", {"job": job}, parallel=True)
 
         return run_ingest(self.documents, self._store, index, prefix, scan_ids=scan_ids, hold=hold, release=release)

@@ -68,6 +68,33 @@ def test_an_append_goes_through_the_live_cluster_beside_client_writes(spark, clu
     assert read.count() == cluster.count("live")
 
 
+def test_a_reader_sees_a_spark_append_all_at_once(spark, cluster: Cluster, tmp_path: Path) -> None:
+    """Docs/design/ingest.md, "Atomic visibility": a reader refreshing and counting in a loop while Spark appends
+    20,000 rows (10 staged files, several slices each) sees the count before the job, then the count after it,
+    and nothing in between."""
+    url = f"file://{tmp_path / 'remote'}"
+    cluster.create_index("live", shards=2, replicas=1)
+    assert not cluster.bulk("live", [{"_id": f"c{i}", "n": i, "tag": "client"} for i in range(100)]).errors
+    seen: list[int] = []
+    stop = threading.Event()
+
+    def reader() -> None:
+        while not stop.is_set():
+            cluster.refresh("live")
+            seen.append(cluster.count("live"))
+
+    poll = threading.Thread(target=reader)
+    poll.start()
+    try:
+        _frame(spark, 0, 20_000, "spark").repartition(10).write.format("shardstore").option("store", url) \
+            .option("index", "live").mode("append").save()
+    finally:
+        stop.set()
+        poll.join()
+    assert set(seen) <= {100, 20_100} and 100 in seen, sorted(set(seen))
+    assert cluster.count("live") == 20_100
+
+
 def test_save_modes_create_and_replace_an_index(spark, cluster: Cluster, tmp_path: Path) -> None:
     url = f"file://{tmp_path / 'remote'}"
     opts = {"store": url, "index": "made", "shards": "3", "replicas": "1"}

@@ -52,7 +52,7 @@ SLOW_STEP = 10.0
 SIM_READY_WAIT = 2.0
 SIM_FAILOVER_WAIT = 3.0
 #: the lease of a view held for an ingest job in the simulated cluster (engine/coordinator/ingest.py HOLD_LEASE, 30 s
-#: in a deployment): an ingest step that failed leaves its views held this long, which a check waits out
+#: in a deployment): a copy an ingest step's release did not reach keeps its view this long, which a check waits out
 SIM_HOLD_LEASE = 2.0
 #: The indexing buffer of half the schedules: bulks of a few documents fill it (see Simulation).
 SMALL_INDEX_BUFFER = 1024
@@ -266,10 +266,12 @@ class Simulation:
             out = commit()
         except BaseException:
             self._uncertain(values)
-            # a job cut short keeps every copy's view until it lapses (docs/design/ingest.md, "Atomic visibility"):
-            # searches then miss writes acknowledged after it, as documented; the next check reads once it lapsed
-            self._views_held_until = time.monotonic() + SIM_HOLD_LEASE + 0.5
             raise
+        finally:
+            # a job cut short, or a copy its release did not reach (a fault), keeps its view until the hold lapses
+            # (docs/design/ingest.md, "Atomic visibility"): searches miss writes acknowledged meanwhile, as
+            # documented; the next check reads once every hold of this step lapsed
+            self._views_held_until = time.monotonic() + SIM_HOLD_LEASE + 0.5
         if out["applied"] != len(values):
             self.outcome.violations.append(Violation("unclean", step.index, f"ingest applied {out}, not "
                                                                              f"{len(values)} rows"))
