@@ -96,7 +96,7 @@ class ShardCommitReader:
     def scan(self, columns: Sequence[str] | None = None, filter: pc.Expression | None = None  # noqa: A002
              ) -> Iterator[pa.RecordBatch]:
         """Live documents of the commit as batches of :meth:`schema` (missing fields are nulls)."""
-        from shardstore.segments.directory import scan_readers
+        from shardstore.segments.scan_readers import scan_readers
 
         yield from scan_readers(self.segments(), self.mapping, columns, filter)
 
