@@ -20,6 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from shardstore.core.ops import index_fields
 from shardstore.engine.errors import NodeDisconnected, ShardUnavailable
 from shardstore.engine.shard.request_ledger import Applied
 from shardstore.engine.shard.shard_copy import ShardCopy
@@ -177,12 +178,14 @@ def _stage_together(parts: Sequence[dict[str, Any]], copies: Sequence[ShardCopy 
                     ) -> dict[int, Staged | BaseException | None]:
     """The parts that may be staged in one columnar pass (engine/shard/staging.py), staged: by position, (stamped,
     pending) or the part's error; a part not there (or None) goes through the one-part path."""
+    # the parsed fields come as the operations' fields column (engine/coordinator/role.py _fields_to_send)
+    fields = [p.get("fields") if p.get("fields") is not None else index_fields(p["ops"]) for p in parts]
     chosen = [i for i, copy in enumerate(copies) if copy is not None and mappings[i] is not None
-              and takes_columnar(copy, parts[i]["ops"], parts[i].get("fields"), mappings[i])]
+              and takes_columnar(copy, parts[i]["ops"], fields[i], mappings[i])]
     chosen = [i for i in chosen if mappings[i] == mappings[chosen[0]]]  # one mapping per pass (one bulk's)
     if len(chosen) < 2:
         return {}
-    done = stage_columnar([ColumnarPart(copies[i], parts[i]["ops"], parts[i].get("fields"))  # type: ignore[arg-type]
+    done = stage_columnar([ColumnarPart(copies[i], parts[i]["ops"], fields[i])  # type: ignore[arg-type]
                            for i in chosen], mappings[chosen[0]])
     return dict(zip(chosen, done, strict=True))
 

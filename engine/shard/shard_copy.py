@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 from shardstore.blobstores.base import BlobStore
 from shardstore.core.address import ShardAddress
 from shardstore.core.arrays import filled
-from shardstore.core.ops import FIELDS_COLUMN, fields_of
+from shardstore.core.ops import index_fields
 from shardstore.core.path_strategy import PathStrategy, PlainPathStrategy
 from shardstore.engine.errors import (
     OperationTermTooOld,
@@ -275,7 +275,7 @@ class ShardCopy:
             if mapping is not None:
                 self.directory.merge_mapping(mapping)
             if fields is None and mapping is not None:  # the coordinator's parse, carried as the ops' fields column
-                fields = _typed_index_fields(ops)
+                fields = index_fields(ops)
             if fields is not None and mapping is not None and self.directory.mapping == mapping \
                     and fields.num_rows == ops.num_rows:
                 prepared = Prepared(ops.num_rows, fields, mapping, all_index=True)  # every op is an index op
@@ -821,13 +821,3 @@ class ShardCopy:
                 self.translog.close()
             finally:
                 self.directory.close()
-
-
-def _typed_index_fields(ops: pa.RecordBatch) -> pa.Table | None:
-    """The typed fields of a batch of index operations that all carry them (a coordinator's parse, sent once as
-    the ``fields`` column: engine/coordinator/role.py ``_fields_to_send``), else None (the copy parses)."""
-    if FIELDS_COLUMN not in ops.schema.names or ops.column(FIELDS_COLUMN).null_count:
-        return None
-    if not pc.all(pc.equal(ops.column("op_type"), int(OpType.INDEX))).as_py():
-        return None
-    return fields_of(ops)

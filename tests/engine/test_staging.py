@@ -135,3 +135,25 @@ def test_a_pass_failing_before_any_seq_no_is_taken_leaves_every_part_to_the_one_
         assert not result.errors
         for copy in copies:
             assert copy.local_checkpoint == copy.max_seq_no >= 0
+
+
+def test_a_many_shard_bulk_through_the_coordinator_takes_the_columnar_pass(tmp_path: Path, monkeypatch) -> None:
+    """The coordinator sends the parsed fields once, as the operations' ``fields`` column (no table beside them):
+    the node still stages a small bulk's parts in one columnar pass (a18aead had lost it: every part alone)."""
+    passes: list[int] = []
+    real = bulk_parts.stage_columnar
+
+    def spy(parts, mapping):  # noqa: ANN001, ANN202 - the wrapped function's own types
+        passes.append(len(parts))
+        return real(parts, mapping)
+
+    monkeypatch.setattr(bulk_parts, "stage_columnar", spy)
+    c = Cluster(store=f"file://{tmp_path / 'remote'}", data_dir=str(tmp_path / "nodes"), nodes=1)
+    try:
+        c.create_index("x", shards=8, replicas=0)
+        assert not c.bulk("x", [{"_id": f"d{i}", "n": i} for i in range(64)]).errors
+        assert passes == [8]
+        c.refresh("x")
+        assert c.count("x") == 64 and c.get("x", "d7")["_source"] == {"n": 7}
+    finally:
+        c.close()

@@ -5,10 +5,11 @@ from __future__ import annotations
 from enum import IntEnum
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from shardstore.core.arrays import one_array
 
-__all__ = ["FIELDS_COLUMN", "NO_OPS", "OP_NAMES", "OpType", "fields_of", "with_fields"]
+__all__ = ["FIELDS_COLUMN", "NO_OPS", "OP_NAMES", "OpType", "fields_of", "index_fields", "with_fields"]
 
 #: The seq# (and checkpoint) of a shard that holds no operation yet.
 NO_OPS = -1
@@ -59,3 +60,13 @@ def fields_of(batch: pa.RecordBatch | pa.Table) -> pa.Table | None:
         return pa.Table.from_arrays(struct.flatten(), schema=pa.schema(list(struct.type)))
     return pa.Table.from_arrays([struct.field(i) for i in range(struct.type.num_fields)],
                                 schema=pa.schema(list(struct.type)))
+
+
+def index_fields(batch: pa.RecordBatch | pa.Table) -> pa.Table | None:
+    """The typed fields of a batch of index operations that all carry them (a coordinator's parse, sent once as the
+    ``fields`` column), else None (the copy parses the sources)."""
+    if FIELDS_COLUMN not in batch.schema.names or batch.column(FIELDS_COLUMN).null_count:
+        return None
+    if not pc.all(pc.equal(batch.column("op_type"), int(OpType.INDEX))).as_py():
+        return None
+    return fields_of(batch)
