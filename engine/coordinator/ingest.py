@@ -55,9 +55,9 @@ FILES_AT_ONCE = 2
 #: a job whose staged files hold at most this many bytes keeps them decoded from the check to the apply (one GET
 #: and decode per file); a bigger one is read twice (checked, then applied) to bound the coordinator's memory
 KEEP_CHECKED_BYTES = 64 << 20
-#: seconds a copy holds its view for a job past the coordinator's last word: the coordinator renews the hold while
-#: it applies (every slice, once a third of this passed), and the sink commits a job cut short again within a
-#: second, so a job that fails for good, or whose coordinator died, shows what it applied this long after
+#: seconds a copy holds its view for a job past the coordinator's last word: the coordinator renews the hold every
+#: third of this on a thread of its own while it applies (_Renewal), and the sink commits a job cut short again
+#: within a second, so a job that fails for good, or whose coordinator died, shows what it applied this long after
 HOLD_LEASE = 30.0
 #: columns a staged file may carry that are not the document's (what a reader adds to every row)
 IGNORED_COLUMNS = ("_seq_no", "_primary_term", "_version", "_source")
@@ -183,12 +183,8 @@ def run_ingest(documents: Documents, store: BlobStore, index: str, prefix: str, 
             outcomes = _each_file(apply_file, job.files)
             written = [ids for _, ids in outcomes if ids is not None]
             deleted = _replace(documents, index, job, written, scan_ids) if job.mode == "overwrite" else 0
-    except StagedFileCorrupt:
-        # a second commit of the job running at once finished first and deleted the files: its outcome stands
-        finished = read_done(store, prefix)
-        if finished is not None:
-            return done_as_dict(finished, replayed=True)
-        raise
+    except StagedFileCorrupt as exc:
+        return done_as_dict(_finished_first(store, prefix, exc), replayed=True)
     applied = sum(rows for rows, _ in outcomes)
     done = IngestDone(job.job, job.rows, applied, deleted)
     replayed = False
@@ -218,17 +214,23 @@ def _check_files(documents: Documents, store: BlobStore, index: str, prefix: str
     for f in job.files:
         try:
             table = read_staged(store, f)
-        except StagedFileCorrupt:
-            finished = read_done(store, prefix)
-            if finished is not None:
-                return finished
-            raise
+        except StagedFileCorrupt as exc:
+            return _finished_first(store, prefix, exc)
         mapping, refused = documents.refusals(index, table, mapping)
         if refused:
             raise IngestRejected(job.job, f.key, len(refused), f"{type(refused[0]).__name__}: {refused[0]}")
         if keep:
             tables[f.key] = table
     return tables
+
+
+def _finished_first(store: BlobStore, prefix: str, missing: StagedFileCorrupt) -> IngestDone:
+    """On a staged file gone or damaged: the outcome of a second commit of the job that ran at once, finished first
+    and deleted the files (its outcome stands), else ``missing`` raised."""
+    finished = read_done(store, prefix)
+    if finished is None:
+        raise missing
+    return finished
 
 
 class _Renewal:

@@ -509,32 +509,27 @@ class NodeService:
         return pa.Table.from_batches(list(copy.directory.scan(columns=req.get("columns"))))
 
     def _refresh(self, req: dict[str, Any]) -> bool:
+        self._on_local_disk(req, lambda copy: copy.refresh())
+        return True
+
+    def _on_local_disk(self, req: dict[str, Any], fn: Callable[[ShardCopy], Any]) -> Any:
+        """``fn`` on the request's copy; a local disk failure is reported (the copy is failed and rebuilt:
+        docs/design/engine.md, invariant 13), then raised."""
         copy = self._copy(req)
         try:
-            copy.refresh()
-        except LocalDiskError as exc:  # the copy is failed and rebuilt (docs/design/engine.md, invariant 13)
+            return fn(copy)
+        except LocalDiskError as exc:
             self._report_disk_failure(self._key(req), copy, exc)
             raise
-        return True
 
     def _hold_view(self, req: dict[str, Any]) -> bool:
         """``shard.hold_view``: this copy's searches keep their view while ingest job ``job`` applies, for at most
         ``seconds`` (docs/design/ingest.md, "Atomic visibility")."""
-        copy = self._copy(req)
-        try:
-            return copy.hold_view(str(req["job"]), float(req["seconds"]))
-        except LocalDiskError as exc:
-            self._report_disk_failure(self._key(req), copy, exc)
-            raise
+        return self._on_local_disk(req, lambda copy: copy.hold_view(str(req["job"]), float(req["seconds"])))
 
     def _release_view(self, req: dict[str, Any]) -> bool:
         """``shard.release_view``: ingest job ``job`` is done; the last release makes it searchable at once."""
-        copy = self._copy(req)
-        try:
-            return copy.release_view(str(req["job"]))
-        except LocalDiskError as exc:
-            self._report_disk_failure(self._key(req), copy, exc)
-            raise
+        return self._on_local_disk(req, lambda copy: copy.release_view(str(req["job"])))
 
     def _flush(self, req: dict[str, Any]) -> bool:
         key = self._key(req)
