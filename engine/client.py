@@ -208,7 +208,9 @@ class Client:
         """Apply ingest job ``job`` (files staged and its record written under :meth:`ingest_prefix`) once.
 
         Its outcome: ``rows``, ``applied``, ``deleted`` and ``replayed`` (another commit of the job recorded the
-        outcome first: this call applied nothing, or, running at the same time, the same rows again).  IngestIncomplete: not every row was acknowledged; calling again applies the job whole.
+        outcome first: this call applied nothing, or, running at the same time, the same rows again), and ``seconds``
+        (this call's phases: ``check``, ``hold``, ``apply``, ``release``, ``total``).  IngestIncomplete: not every row
+        was acknowledged; calling again applies the job whole.
         """
         return self._call("client.ingest", {"index": _check_index(index), "job": job}, timeout=timeout)
 

@@ -141,6 +141,36 @@ class _Buffer:
     def __bool__(self) -> bool:
         return bool(self.docs or self.deletes)
 
+    def add_docs(self, docs: pa.Table, order: pa.Array | None = None) -> None:
+        """Buffer stamped documents (:func:`buffered_docs` rows); ``order``: the permutation sorting their ids."""
+        self.versions.add_docs(len(self.docs), docs.column("_id"), docs.column("_seq_no"),
+                               docs.column("_primary_term"), docs.column("_version"))
+        self.docs.append(docs)
+        self.orders.append(order)
+        self.doc_bytes += docs.nbytes
+
+    def add_deletes(self, deletes: pa.Table) -> None:
+        """Buffer stamped deletes (``_DELETES`` rows)."""
+        self.versions.add_deletes(deletes.column("_id"), deletes.column("_seq_no"))
+        self.deletes.append(deletes)
+
+    def split_above(self, seq_no: int) -> _Buffer:
+        """A new buffer of the operations above ``seq_no``; this one keeps the rest (each table's rows in order)."""
+        above, kept = _Buffer(), _Buffer()
+        for docs in self.docs:
+            high = pc.greater(docs.column("_seq_no"), seq_no)
+            for part, rows in ((above, docs.filter(high)), (kept, docs.filter(pc.invert(high)))):
+                if rows.num_rows:
+                    part.add_docs(rows)
+        for dels in self.deletes:
+            high = pc.greater(dels.column("_seq_no"), seq_no)
+            for part, rows in ((above, dels.filter(high)), (kept, dels.filter(pc.invert(high)))):
+                if rows.num_rows:
+                    part.add_deletes(rows)
+        self.docs, self.deletes, self.orders = kept.docs, kept.deletes, kept.orders
+        self.doc_bytes, self.versions = kept.doc_bytes, kept.versions
+        return above
+
     def latest(self, doc_id: str) -> tuple[int, pa.Table | None, int] | None:
         """The buffered operation on ``doc_id`` with the highest seq#: (seq#, its docs table or None for a
         delete, row), or None when nothing buffered names it."""
@@ -189,6 +219,7 @@ class ShardDirectory:
         self._refreshed_seq = NO_OPS
         self._locked: dict[int, int] = {}  # commit generation -> lock count
         self._view = HeldView()  # what reads see while ingest jobs apply (segments/held_view.py)
+        self._deferred_pin: int | None = None  # a replica's hold without a refresh: its buffer's seq# mark (hold_view)
         self.last_commit: CommitPoint | None = None
         self.max_seq_no = NO_OPS
         try:
@@ -229,6 +260,15 @@ class ShardDirectory:
                 SegmentReader(path, cs.info), live, cs.livedocs_generation, cs.livedocs_file,
                 cs.livedocs_size, cs.livedocs_checksum)
             self._queue_warming(self._segments[cs.info.name].reader)
+
+    def set_warming(self, on: bool) -> None:
+        """Queue published segments for the row-cache warmer from now on (every current one too) or not: a replica
+        serves no point reads, so its copy warms nothing until it is promoted."""
+        with self._lock:
+            was, self._warm = self._warm, on
+            if on and not was:
+                for seg in self._segments.values():
+                    self._queue_warming(seg.reader)
 
     def _queue_warming(self, reader: SegmentReader) -> None:
         """Hand a newly published segment to the row-cache warmer: its first get is then a hit."""
@@ -287,15 +327,10 @@ class ShardDirectory:
                 docs = buffered_docs(idx, prepared.fields)
                 if prepared.mapping is not self.mapping:
                     self.mapping = self.mapping.with_fields({n: prepared.mapping[n] for n in prepared.mapping.order})
-                self._buffer.versions.add_docs(len(self._buffer.docs), docs.column("_id"), docs.column("_seq_no"),
-                                               docs.column("_primary_term"), docs.column("_version"))
-                self._buffer.docs.append(docs)
-                self._buffer.orders.append(id_order if id_order is not None and len(id_order) == docs.num_rows
-                                           and docs.num_rows == table.num_rows else None)
-                self._buffer.doc_bytes += docs.nbytes
+                self._buffer.add_docs(docs, id_order if id_order is not None and len(id_order) == docs.num_rows
+                                      and docs.num_rows == table.num_rows else None)
             if dels.num_rows:
-                self._buffer.versions.add_deletes(dels.column("id"), dels.column("seq_no"))
-                self._buffer.deletes.append(pa.table([dels.column("id"), dels.column("seq_no")], schema=_DELETES))
+                self._buffer.add_deletes(pa.table([dels.column("id"), dels.column("seq_no")], schema=_DELETES))
             top = pc.max(table.column("seq_no")).as_py()
             self.max_seq_no = max(self.max_seq_no, top)
         return idx.num_rows + dels.num_rows
@@ -320,6 +355,7 @@ class ShardDirectory:
     def refresh(self) -> RefreshResult:
         """Make buffered operations searchable: one new segment, older copies marked deleted."""
         with self._lock:
+            self._pin_deferred_view()
             if not self._buffer:
                 return RefreshResult(None)
             docs = (pa.concat_tables(self._buffer.docs, promote_options="default").combine_chunks()
@@ -601,6 +637,7 @@ class ShardDirectory:
     def visible_segments(self) -> list[tuple[SegmentReader, LiveDocs]]:
         """What searches see: the refreshed segments, or the view an ingest job holds (segments/held_view.py)."""
         with self._lock:
+            self._pin_deferred_view()
             view = self._view.visible(lambda: [(s.reader, s.live) for s in self._segments.values()])
             self._log_lapsed()
             return view
@@ -617,13 +654,24 @@ class ShardDirectory:
         with self._lock:
             return self._view.held
 
-    def hold_view(self, job: str, seconds: float) -> bool:
+    def hold_view(self, job: str, seconds: float, *, refresh: bool = True) -> bool:
         """Hold what searches see for ``job`` for at most ``seconds``: the first hold refreshes, then pins the
-        segments (everything acknowledged before it stays searchable); True when this pinned the view."""
+        segments (everything acknowledged before it stays searchable); True when this pinned the view.
+
+        Not ``refresh`` (a replica, which serves no reads): the first hold writes nothing and marks the buffer's
+        seq# instead (every operation acknowledged before the job is buffered at or below it, every row of the
+        job is stamped above it); the buffered operations up to that mark are written and pinned only if the
+        view is read or anything would change the segments before the release: a promotion's refresh, a full
+        buffer (:meth:`_pin_deferred_view`).  So a replica's hold costs no segment write.
+        """
         with self._lock:
-            if not self._view.held:
+            first = not self._view.held
+            if first and refresh:
                 self.refresh()
-            return self._view.hold(job, seconds, self.searchable_segments)
+            pinned = self._view.hold(job, seconds, self.searchable_segments)
+            if pinned and not refresh and self._buffer:
+                self._deferred_pin = self.max_seq_no
+            return pinned
 
     def release_view(self, job: str, *, refresh: bool = True) -> bool:
         """``job`` ends its hold; once no job holds the view, a refresh (unless not ``refresh``: a replica, which
@@ -638,7 +686,28 @@ class ShardDirectory:
                     self.refresh()
             finally:  # a refresh that failed (the local disk: this copy is failed) still ends the hold
                 released = self._view.release(job)
+                if released:
+                    self._deferred_pin = None
             return released
+
+    def _pin_deferred_view(self) -> None:
+        """Write and pin the view a hold without a refresh deferred (:meth:`hold_view`): the buffered operations up
+        to its mark become one segment, the rest stay buffered, and the view pins the segments then."""
+        upto, self._deferred_pin = self._deferred_pin, None
+        if upto is None or not self._view.held:
+            return
+        above = self._buffer.split_above(upto)
+        top = self.max_seq_no
+        self.max_seq_no = upto  # the refresh's high-water mark: only what it writes
+        try:
+            self.refresh()
+        finally:
+            self.max_seq_no = top
+            for docs in above.docs:
+                self._buffer.add_docs(docs)
+            for dels in above.deletes:
+                self._buffer.add_deletes(dels)
+        self._view.repin(self.searchable_segments)
 
     def _log_lapsed(self) -> None:
         if self._view.lapsed:

@@ -61,6 +61,13 @@ class HeldView:
         self._leases[job] = self._clock() + seconds
         return pinned
 
+    def repin(self, current: Callable[[], list[tuple[Any, Any]]]) -> None:
+        """Pin ``current()`` in place of the pinned view, while some job holds it: a copy held without a refresh
+        (its buffer not yet written: ShardDirectory.hold_view) pins the segments it then writes for the view."""
+        self._lapse()
+        if self._pinned is not None:
+            self._pinned = list(current())
+
     def release(self, job: str) -> bool:
         """``job`` no longer holds the view; True when no job does any more (the view follows the segments)."""
         self._leases.pop(job, None)

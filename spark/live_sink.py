@@ -348,8 +348,10 @@ def commit_live(job: LiveJob, messages: list[Any], *, store: BlobStore | None = 
         try:
             with client_for(hosts, store.location, job.options) as client:
                 out = client.ingest(job.index, job.job, timeout=_attempt_timeout(standing))
-            log.info("spark job %s: %d rows into [%s] in %.2fs (%s)", job.job, out["applied"], job.index,
-                     time.perf_counter() - started, "replayed" if out["replayed"] else "applied")
+            log.info("spark job %s: %d rows into [%s] in %.2fs (%s; the cluster's phases: %s)", job.job,
+                     out["applied"], job.index, time.perf_counter() - started,
+                     "replayed" if out["replayed"] else "applied",
+                     ", ".join(f"{k} {v:.2f}s" for k, v in out.get("seconds", {}).items()))
             return out
         except UnavailableError as exc:  # a failover, a killed or paused coordinator, a lost answer: the same job again
             deadline = deadline or time.monotonic() + retry_seconds

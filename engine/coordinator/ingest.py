@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -138,14 +139,18 @@ def run_ingest(documents: Documents, store: BlobStore, index: str, prefix: str, 
                release: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Apply the job under ``prefix`` to ``index`` once (see the module docstring); its outcome as a dict.
 
+    The outcome's ``seconds``: where this call's time went (``check``, ``hold``, ``apply``, ``release`` and
+    ``total``; only ``total`` for a job applied before), for the sink's log line and ``benches/ingest.py``.
+
     ``scan_ids(index)``: the ``_id`` of every live document searches see (for ``overwrite``).  ``hold(job,
     seconds)`` / ``release(job)``: every copy of the index holds what searches see while the job applies, and
     shows all of it at once when released (docs/design/ingest.md, "Atomic visibility"); ``release`` runs once
     ``done`` is written, never after a failure (a retry of the job holds again and keeps the view pinned first).
     """
+    clock = _Phases()
     done = read_done(store, prefix)
     if done is not None:
-        return done_as_dict(done, replayed=True)
+        return clock.outcome(done_as_dict(done, replayed=True))
     job = read_job(store, prefix)
     if job.index != index:
         raise InvalidRequest(f"ingest job {job.job} was staged for index [{job.index}], not [{index}]")
@@ -154,8 +159,9 @@ def run_ingest(documents: Documents, store: BlobStore, index: str, prefix: str, 
         raise InvalidRequest(f"index [{index}] is not the one ingest job {job.job} was staged for (uuid "
                              f"{meta.uuid}, the job's {job.index_uuid}: deleted and created again since)")
     checked = _check_files(documents, store, index, prefix, job)
+    clock.mark("check")
     if isinstance(checked, IngestDone):  # a second commit of the job running at once finished first
-        return done_as_dict(checked, replayed=True)
+        return clock.outcome(done_as_dict(checked, replayed=True))
     stop = threading.Event()  # a file failed: the others apply no further slice
     progress = {"files": 0, "rows": 0}
     lock = threading.Lock()
@@ -180,11 +186,13 @@ def run_ingest(documents: Documents, store: BlobStore, index: str, prefix: str, 
 
     try:
         with _Renewal(hold, job.job):
+            clock.mark("hold")
             outcomes = _each_file(apply_file, job.files)
             written = [ids for _, ids in outcomes if ids is not None]
             deleted = _replace(documents, index, job, written, scan_ids) if job.mode == "overwrite" else 0
     except StagedFileCorrupt as exc:
-        return done_as_dict(_finished_first(store, prefix, exc), replayed=True)
+        return clock.outcome(done_as_dict(_finished_first(store, prefix, exc), replayed=True))
+    clock.mark("apply")
     applied = sum(rows for rows, _ in outcomes)
     done = IngestDone(job.job, job.rows, applied, deleted)
     replayed = False
@@ -198,8 +206,12 @@ def run_ingest(documents: Documents, store: BlobStore, index: str, prefix: str, 
         except Exception as exc:  # noqa: BLE001 - the job is done; a copy not released shows it when its hold lapses
             log.warning("ingest job %s: a copy's view not released (%s: %s); it shows the job when its hold "
                         "lapses", job.job, type(exc).__name__, exc)
+    clock.mark("release")
     _clean(store, prefix, job)
-    return done_as_dict(done, replayed=replayed)
+    out = clock.outcome(done_as_dict(done, replayed=replayed))
+    log.info("ingest job %s: %d rows into [%s] (%s)", job.job, applied, index,
+             ", ".join(f"{k} {v:.2f}s" for k, v in out["seconds"].items()))
+    return out
 
 
 def _check_files(documents: Documents, store: BlobStore, index: str, prefix: str, job: IngestJob
@@ -231,6 +243,23 @@ def _finished_first(store: BlobStore, prefix: str, missing: StagedFileCorrupt) -
     if finished is None:
         raise missing
     return finished
+
+
+class _Phases:
+    """Seconds per phase of one ``run_ingest`` call (the outcome's ``seconds``)."""
+
+    def __init__(self) -> None:  # noqa: D107
+        self._start = self._last = time.perf_counter()
+        self.seconds: dict[str, float] = {}
+
+    def mark(self, phase: str) -> None:
+        """``phase`` ended now."""
+        now = time.perf_counter()
+        self.seconds[phase], self._last = round(now - self._last, 4), now
+
+    def outcome(self, out: dict[str, Any]) -> dict[str, Any]:
+        """``out`` with ``seconds``: the phases so far and ``total``."""
+        return {**out, "seconds": {**self.seconds, "total": round(time.perf_counter() - self._start, 4)}}
 
 
 class _Renewal:

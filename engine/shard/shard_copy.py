@@ -132,7 +132,7 @@ class ShardCopy:
         directory: ShardDirectory | None = None
         try:
             directory = ShardDirectory(os.path.join(self.path, "index"), mapping=spec.mapping,
-                                       index_buffer_bytes=spec.index_buffer_bytes)
+                                       index_buffer_bytes=spec.index_buffer_bytes, warm=primary)
             self.translog = LocalTranslog(os.path.join(self.path, "translog"), primary_term=primary_term,
                                           durability="request" if spec.durability == "request" else "async")
         except OSError as exc:
@@ -462,6 +462,7 @@ class ShardCopy:
             newest = self._newest_claim()
             if newest is not None and newest > self.primary_term:
                 self.primary = False
+                self.directory.set_warming(False)
                 raise StalePrimary(f"{self.path}: shard claimed by primary term {newest}; this primary (term "
                                    f"{self.primary_term}) is stale", term=self.primary_term, current_term=newest)
 
@@ -549,6 +550,7 @@ class ShardCopy:
         # count and scan, which must not drop below what the old primary made searchable (issue 45's newcomer:
         # count 100 -> 0 after a failover onto a peer-recovered replica)
         self.refresh()
+        self.directory.set_warming(True)  # it answers gets now: its segments' first gets are hits
         self._start_background_upload()
 
     def _upload_unconfirmed(self) -> int:
@@ -568,6 +570,7 @@ class ShardCopy:
     def _abandon_promotion(self) -> None:
         """Undo a promotion that failed part-way: a replica again, ready to be promoted to a newer term."""
         self.primary = False
+        self.directory.set_warming(False)
         remote, self.remote_translog, self.remote_segments = self.remote_translog, None, None
         if self.translog.durability == "remote":
             self.translog.set_durability("request")
@@ -668,9 +671,10 @@ class ShardCopy:
             self.directory.refresh()
 
     def hold_view(self, job: str, seconds: float) -> bool:
-        """Hold what searches see for ingest job ``job`` (docs/design/ingest.md, "Atomic visibility")."""
+        """Hold what searches see for ingest job ``job`` (docs/design/ingest.md, "Atomic visibility"); a replica
+        serves no reads and defers its refresh until promoted (segments/directory.py ``hold_view``)."""
         with self._local_disk("refresh"):
-            return self.directory.hold_view(job, seconds)
+            return self.directory.hold_view(job, seconds, refresh=self.primary)
 
     def release_view(self, job: str) -> bool:
         """End ``job``'s hold; the last one makes everything applied searchable at once (a primary refreshes; a

@@ -123,3 +123,31 @@ def test_a_stale_primary_without_replicas_never_acknowledges_a_lost_write(store_
     got = visible(again)
     assert "lost" not in got and got["b0"] == "new" and len(got) == 21
     again.close()
+
+
+def test_a_replica_warms_no_row_group_until_it_is_promoted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replica serves no point reads: its refreshed segments are not decoded into the row cache (issue 43: that
+    was a core's half of the ingest's background work); promoted, its segments are warmed for the gets it answers."""
+    from shardstore.segments import row_cache
+
+    cache = row_cache.RowGroupCache(64 << 20)
+    warmer = row_cache.Warmer(cache, enabled=True)
+    monkeypatch.setattr(row_cache, "row_groups", cache)
+    monkeypatch.setattr(row_cache, "warmer", warmer)
+    spec = ShardSpec("cluster-w", "index-w", 0)
+    primary = ShardCopy(spec, str(tmp_path / "n1"), None, primary_term=1, primary=True)
+    replica = ShardCopy(spec, str(tmp_path / "n2"), None, primary_term=1, primary=False)
+    try:
+        stamped = primary.primary_apply(bulk([f"d{i}" for i in range(2_000)], "x"))
+        replica.replica_apply(stamped, 1, primary.global_checkpoint)
+        primary.refresh()
+        replica.refresh()
+        assert warmer.wait_idle(60)
+        warmed_by_primary = warmer.warmed_groups
+        assert warmed_by_primary >= 1
+        replica.promote(2)
+        assert warmer.wait_idle(60)
+        assert warmer.warmed_groups == 2 * warmed_by_primary  # the promoted copy's segment, warmed only now
+    finally:
+        primary.close()
+        replica.close()

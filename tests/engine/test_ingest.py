@@ -59,7 +59,10 @@ def test_a_job_is_applied_once_beside_client_writes(cluster: Cluster) -> None:
     assert not cluster.bulk("docs", [{"_id": f"d{i}", "n": -1, "tag": "client"} for i in range(0, 50)]).errors
     prefix = _stage(cluster, "job-1", [_rows(25, 150, "spark"), _rows(150, 300, "spark")])
     out = cluster.ingest("docs", "job-1")
+    seconds = out.pop("seconds")
     assert out == {"job": "job-1", "rows": 275, "applied": 275, "deleted": 0, "replayed": False}
+    assert list(seconds) == ["check", "hold", "apply", "release", "total"]
+    assert 0 <= sum(seconds.values()) - seconds["total"] <= seconds["total"]  # the phases fit in the call
     cluster.refresh("docs")
     assert cluster.count("docs") == 300
     assert cluster.get("docs", "d10")["_source"] == {"n": -1, "tag": "client"}  # not in the job: untouched

@@ -289,6 +289,15 @@ def test_failover_quick_prints_the_ratio(tmp_path: Path) -> None:
     assert ratio["target"] == ">= 0.667"  # smallest / largest: higher is better, as every ratio
 
 
+def test_ingest_quick_prints_the_commits_phases(tmp_path: Path) -> None:
+    """``python -m benches ingest --quick``: an ingest job's commit into node processes, each phase, and the bulks."""
+    figures, _table, _json_lines, _err = _quick("ingest", tmp_path, zero_ok=("ingest_phase_seconds",))
+    phases = {f["params"]["phase"]: f["value"] for f in figures if f["name"] == "ingest_phase_seconds"}
+    assert list(phases) == ["check", "hold", "apply", "release", "total"]
+    assert phases["apply"] > 0 and sum(phases.values()) - phases["total"] <= phases["total"] * 1.01
+    assert {f["name"] for f in figures} >= {"ingest_rows_per_s", "bulk_rows_per_s", "ingest_vs_bulk"}
+
+
 def test_peers_quick_on_the_file_store(tmp_path: Path) -> None:
     """``python -m benches peers --quick --peers-stores file``: shardstore next to each installed peer, positive figures.
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 from pathlib import Path
 
 import pytest
@@ -97,5 +98,83 @@ def test_a_directory_answers_count_and_scan_from_the_held_view_and_flips_at_the_
         assert sd.maybe_merge() == [] and sd.force_merge() == []  # no pinned segment's file merged away
         assert sd.release_view("job") is True
         assert sd.count() == 5 and live_ids(sd) == {"a": 5, "b": 1, "c": 3, "d": 4, "e": 7}
+    finally:
+        sd.close()
+
+
+def test_repin_replaces_the_pinned_view_only_while_it_is_held():
+    clock, segments = Clock(), [("s1", "live1")]
+    view = HeldView(clock)
+    view.repin(lambda: [("never", None)])  # nothing held: nothing pinned
+    assert view.visible(lambda: list(segments)) == [("s1", "live1")]
+    view.hold("a", 5, lambda: list(segments))
+    view.repin(lambda: [("s1", "live1b"), ("s2", "live2")])
+    assert view.visible(lambda: [("other", None)]) == [("s1", "live1b"), ("s2", "live2")]
+    clock.now = 6  # lapsed: a repin after that pins nothing
+    view.repin(lambda: [("late", None)])
+    assert not view.held and view.visible(lambda: [("now", None)]) == [("now", None)]
+
+
+def test_a_hold_without_refresh_writes_nothing_and_pins_what_came_before_the_job_when_read(tmp_path: Path):
+    """A replica's hold (refresh=False) writes no segment; operations at or below the buffer's mark (one arriving
+    late, below it, included) are what the view shows once read, the job's above it are not, until the release."""
+    from shardstore.segments.directory import ShardDirectory
+
+    from .test_segments_directory import deletes, docs, live_ids
+
+    sd = ShardDirectory(str(tmp_path / "shard"), fsync=False)
+    try:
+        sd.apply(docs(0, ["a", "b"]))
+        sd.refresh()
+        sd.apply(docs(3, ["x"]))  # buffered before the job; seq# 2 is still on its way
+        files = set(os.listdir(sd.path))
+        assert sd.hold_view("job", 60, refresh=False) is True
+        assert set(os.listdir(sd.path)) == files  # no segment written by the hold
+        sd.apply(docs(2, ["late"]))  # an operation below the mark arriving after the hold: not the job's
+        sd.apply(docs(4, ["a", "c"]))  # the job: an update and a new id
+        sd.apply(deletes(6, ["x"]))
+        assert sd.hold_view("job", 60, refresh=False) is False
+        assert sd.get("a")["_seq_no"] == 4 and sd.get("x") is None  # get stays realtime
+        assert set(os.listdir(sd.path)) == files
+        assert live_ids(sd) == {"a": 0, "b": 1, "late": 2, "x": 3}  # the read writes and pins the view
+        assert sd.count() == 4
+        sd.refresh()  # the job's operations are written behind the view
+        assert live_ids(sd) == {"a": 0, "b": 1, "late": 2, "x": 3}
+        assert sd.release_view("job") is True
+        assert live_ids(sd) == {"a": 4, "b": 1, "late": 2, "c": 5}
+    finally:
+        sd.close()
+
+
+def test_a_hold_without_refresh_pins_before_a_refresh_and_a_release_writes_nothing(tmp_path: Path):
+    """A refresh while a deferred hold stands (a promotion, a full buffer) first writes what came before the job,
+    then the rest, and the view shows only the first; a replica's release (refresh=False) of a view never read
+    writes nothing, and the next refresh writes every buffered operation."""
+    from shardstore.segments.directory import ShardDirectory
+
+    from .test_segments_directory import docs, live_ids
+
+    sd = ShardDirectory(str(tmp_path / "a"), fsync=False)
+    try:
+        sd.apply(docs(0, ["a", "b"]))
+        sd.hold_view("job", 60, refresh=False)
+        sd.apply(docs(2, ["a", "c"]))
+        sd.refresh()
+        assert live_ids(sd) == {"a": 0, "b": 1}
+        assert sd.get("a")["_seq_no"] == 2
+        assert sd.release_view("job", refresh=False) is True
+        assert live_ids(sd) == {"a": 2, "b": 1, "c": 3}
+    finally:
+        sd.close()
+    sd = ShardDirectory(str(tmp_path / "b"), fsync=False)
+    try:
+        sd.apply(docs(0, ["a", "b"]))
+        files = set(os.listdir(sd.path))
+        sd.hold_view("job", 60, refresh=False)
+        sd.apply(docs(2, ["a", "c"]))
+        assert sd.release_view("job", refresh=False) is True
+        assert set(os.listdir(sd.path)) == files
+        sd.refresh()
+        assert live_ids(sd) == {"a": 2, "b": 1, "c": 3}
     finally:
         sd.close()

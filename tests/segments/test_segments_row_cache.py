@@ -104,6 +104,20 @@ def test_a_refreshed_segment_is_warmed_so_its_first_get_decodes_nothing(tmp_path
     assert warm.cache.size_bytes == 0  # a closed copy's row groups do not keep budget
 
 
+def test_a_copy_not_warming_queues_nothing_until_warming_is_turned_on(tmp_path: Path,
+                                                                      warm: row_cache.Warmer) -> None:
+    """A replica's directory (warming off: it serves no point reads) decodes nothing at refresh; turned on (its
+    copy promoted) every current segment is warmed."""
+    with _directory_with(tmp_path, 20_000) as d:
+        d.set_warming(False)
+        d.refresh()
+        assert warm.wait_idle(60) and warm.warmed_groups == 0 and warm.cache.size_bytes == 0
+        d.set_warming(True)
+        assert warm.wait_idle(60)
+        (reader, _live), = d.searchable_segments()
+        assert warm.warmed_groups == reader.info.row_groups > 1
+
+
 def test_warming_stops_short_of_the_budget_and_a_merged_segment_is_forgotten(tmp_path: Path,
                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     small = row_cache.RowGroupCache(10 << 20)  # room for about two decoded row groups of this segment

