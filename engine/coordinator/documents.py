@@ -145,6 +145,20 @@ class Documents:
                                         for f in parsed.failures)]
         return parsed.mapping, refused
 
+    def reserve_fields(self, index: str, proposed: Mapping) -> None:
+        """Commit the fields of ``proposed`` the index mapping lacks, before any row needs them (an ingest job's, once
+        its files are checked: a client mapping one of them another way afterwards is refused, not the job's rows);
+        MappingConflict when the index maps one of them another way already."""
+        base = self.router.mapping_of(self.router.index_meta(index))
+        while True:
+            merged = base.merged(proposed)
+            if merged == base:
+                return
+            after = self.router.commit_mapping(index, base, merged)
+            if after.merged(proposed) == after:
+                return
+            base = after  # another writer added fields meanwhile: merged again against those
+
     def delete(self, index: str, doc_id: str, *, if_seq_no: int | None = None,
                if_primary_term: int | None = None, request: str | None = None) -> BulkResult:
         """Delete one document (optionally only if its current seq# and term match)."""

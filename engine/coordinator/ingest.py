@@ -45,6 +45,8 @@ from shardstore.engine.coordinator.ingest_job import (
 )
 from shardstore.engine.errors import IngestIncomplete, IngestJobNotFound, IngestRejected, InvalidRequest
 from shardstore.errors import CorruptError
+from shardstore.segments.errors import MappingConflict
+from shardstore.segments.mapping import Mapping
 
 log = logging.getLogger(__name__)
 #: rows per bulk while a job is applied (bounds the coordinator's memory; one per-item result table each)
@@ -159,9 +161,14 @@ def run_ingest(documents: Documents, store: BlobStore, index: str, prefix: str, 
         raise InvalidRequest(f"index [{index}] is not the one ingest job {job.job} was staged for (uuid "
                              f"{meta.uuid}, the job's {job.index_uuid}: deleted and created again since)")
     checked = _check_files(documents, store, index, prefix, job)
-    clock.mark("check")
     if isinstance(checked, IngestDone):  # a second commit of the job running at once finished first
         return clock.outcome(done_as_dict(checked, replayed=True))
+    checked, mapping = checked
+    try:  # the job's new fields, before its first row: a client mapping one another way meanwhile is refused
+        documents.reserve_fields(index, mapping)
+    except MappingConflict as exc:  # one was mapped another way since the check: nothing is applied
+        raise IngestRejected(job.job, "the index mapping", job.rows, f"MappingConflict: {exc}") from None
+    clock.mark("check")
     stop = threading.Event()  # a file failed: the others apply no further slice
     progress = {"files": 0, "rows": 0}
     lock = threading.Lock()
@@ -215,11 +222,12 @@ def run_ingest(documents: Documents, store: BlobStore, index: str, prefix: str, 
 
 
 def _check_files(documents: Documents, store: BlobStore, index: str, prefix: str, job: IngestJob
-                 ) -> dict[str, pa.Table] | IngestDone:
+                 ) -> tuple[dict[str, pa.Table], Mapping] | IngestDone:
     """Every file of the job read and checked at the door and against the mapping before any row is applied, so
     a job the index refuses applies nothing (IngestRejected names the file and the first refused row).  The
     decoded files, when together they are at most :data:`KEEP_CHECKED_BYTES` staged, for the apply (else it reads
-    them again); or the outcome of a second commit of the job that finished first (it deleted the files)."""
+    them again), and the mapping the job's rows leave (the index's plus their new fields); or the outcome of a
+    second commit of the job that finished first (it deleted the files)."""
     keep = sum(f.size for f in job.files) <= KEEP_CHECKED_BYTES
     tables: dict[str, pa.Table] = {}
     mapping = None
@@ -233,7 +241,9 @@ def _check_files(documents: Documents, store: BlobStore, index: str, prefix: str
             raise IngestRejected(job.job, f.key, len(refused), f"{type(refused[0]).__name__}: {refused[0]}")
         if keep:
             tables[f.key] = table
-    return tables
+    if mapping is None:  # a job of no files
+        mapping = documents.router.mapping_of(documents.router.index_meta(index))
+    return tables, mapping
 
 
 def _finished_first(store: BlobStore, prefix: str, missing: StagedFileCorrupt) -> IngestDone:

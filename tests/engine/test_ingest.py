@@ -251,6 +251,31 @@ def test_a_job_the_index_refuses_applies_nothing(cluster: Cluster) -> None:
     assert not cluster.store.exists(done_key(prefix))
 
 
+def test_a_client_mapping_a_jobs_new_field_otherwise_meanwhile_is_refused_not_the_job(cluster: Cluster,
+                                                                                       monkeypatch) -> None:
+    """The fields a job's rows add are committed to the index mapping once its files are checked, before its hold:
+    a client that maps one of them another way after the check is refused, and the job applies every row. Before,
+    the client's field won and the job stopped mid-way with IngestRejected, held until its lease ran out."""
+    from shardstore.engine.coordinator import ingest
+
+    enter = ingest._Renewal.__enter__
+    client: list[object] = []
+
+    def client_writes_first(self):  # between the check and the first row: a client maps "score" as a keyword
+        client.append(cluster.bulk("docs", [{"_id": "z", "score": "high"}]))
+        return enter(self)
+
+    monkeypatch.setattr(ingest._Renewal, "__enter__", client_writes_first)
+    rows = pa.table({"_id": [f"s{i}" for i in range(20)], "score": list(range(20))})
+    _stage(cluster, "scored", [rows])
+    assert cluster.ingest("docs", "scored")["applied"] == 20
+    (refused,) = client
+    assert refused.errors and "score" in refused.items.column("error")[0].as_py()
+    cluster.refresh("docs")
+    assert cluster.count("docs") == 20 and cluster.get("docs", "s7")["_source"] == {"score": 7}
+    assert cluster.index_meta("docs").mappings["properties"]["score"]["type"] == "long"
+
+
 def test_a_job_cut_short_stays_unseen_until_committed_again(cluster: Cluster, monkeypatch) -> None:
     """A slice not acknowledged (IngestIncomplete): the views stay held (no release after a failure), so the
     rows applied so far stay unseen; the job committed again shows all of it at once."""
