@@ -30,7 +30,7 @@ import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -53,6 +53,8 @@ from shardstore.segments.commit import (
 from shardstore.segments.errors import InvalidDocument, SegmentCorrupted, SegmentError
 from shardstore.segments.gc import local_deletable, retained_commits
 from shardstore.segments.held_view import HeldView
+from shardstore.segments.index_buffer import DELETES as _DELETES
+from shardstore.segments.index_buffer import IndexBuffer
 from shardstore.segments.livedocs import LiveDocs, livedocs_file_name
 from shardstore.segments.mapping import Mapping
 from shardstore.segments.merge_policy import SegmentStats, TieredMergePolicy
@@ -66,7 +68,6 @@ from shardstore.segments.segment import (
     write_segment,
 )
 from shardstore.segments.synthetic import index_op_fields, row_source
-from shardstore.segments.version_map import VersionMap
 from shardstore.segments.versions import first_of_runs, latest_versions, strictly_ascending
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,6 @@ LOCK_FILE = "write.lock"
 INDEX_BUFFER_BYTES = 32 << 20
 #: A refresh of at least twice this many documents writes one segment per core, in parallel.
 PARALLEL_SEGMENT_DOCS = 100_000
-_DELETES = pa.schema([pa.field("_id", pa.string()), pa.field("_seq_no", pa.int64())])
 
 
 @dataclass
@@ -125,61 +125,6 @@ class Prepared:
     all_index: bool = False  # every operation is an index operation (the caller knows: no split needed)
 
 
-@dataclass
-class _Buffer:
-    docs: list[pa.Table] = field(default_factory=list)
-    deletes: list[pa.Table] = field(default_factory=list)
-    doc_bytes: int = 0  # Arrow bytes of ``docs``
-    #: per entry of ``docs``, the permutation sorting its ``_id`` column if the writer had it (a hint the
-    #: refresh checks before it trusts it), else None
-    orders: list[pa.Array | None] = field(default_factory=list)
-
-    #: id -> its newest buffered operation (updated by every apply: the write path's version lookup and a
-    #: realtime get are one dict lookup each)
-    versions: VersionMap = field(default_factory=VersionMap)
-
-    def __bool__(self) -> bool:
-        return bool(self.docs or self.deletes)
-
-    def add_docs(self, docs: pa.Table, order: pa.Array | None = None) -> None:
-        """Buffer stamped documents (:func:`buffered_docs` rows); ``order``: the permutation sorting their ids."""
-        self.versions.add_docs(len(self.docs), docs.column("_id"), docs.column("_seq_no"),
-                               docs.column("_primary_term"), docs.column("_version"))
-        self.docs.append(docs)
-        self.orders.append(order)
-        self.doc_bytes += docs.nbytes
-
-    def add_deletes(self, deletes: pa.Table) -> None:
-        """Buffer stamped deletes (``_DELETES`` rows)."""
-        self.versions.add_deletes(deletes.column("_id"), deletes.column("_seq_no"))
-        self.deletes.append(deletes)
-
-    def split_above(self, seq_no: int) -> _Buffer:
-        """A new buffer of the operations above ``seq_no``; this one keeps the rest (each table's rows in order)."""
-        above, kept = _Buffer(), _Buffer()
-        for docs in self.docs:
-            high = pc.greater(docs.column("_seq_no"), seq_no)
-            for part, rows in ((above, docs.filter(high)), (kept, docs.filter(pc.invert(high)))):
-                if rows.num_rows:
-                    part.add_docs(rows)
-        for dels in self.deletes:
-            high = pc.greater(dels.column("_seq_no"), seq_no)
-            for part, rows in ((above, dels.filter(high)), (kept, dels.filter(pc.invert(high)))):
-                if rows.num_rows:
-                    part.add_deletes(rows)
-        self.docs, self.deletes, self.orders = kept.docs, kept.deletes, kept.orders
-        self.doc_bytes, self.versions = kept.doc_bytes, kept.versions
-        return above
-
-    def latest(self, doc_id: str) -> tuple[int, pa.Table | None, int] | None:
-        """The buffered operation on ``doc_id`` with the highest seq#: (seq#, its docs table or None for a
-        delete, row), or None when nothing buffered names it."""
-        op = self.versions.get(doc_id)
-        if op is None:
-            return None
-        return op.seq_no, (self.docs[op.entry] if op.version is not None else None), op.row
-
-
 class ShardDirectory:
     """One shard's local segments and commits (single writer per directory)."""
 
@@ -212,7 +157,7 @@ class ShardDirectory:
             os.close(self._lock_fd)
             raise SegmentError(f"{path}: the shard directory is open by another writer ({LOCK_FILE} is locked)") from None
         self._segments: dict[str, _Segment] = {}
-        self._buffer = _Buffer()
+        self._buffer = IndexBuffer()
         self._tombstones = _DELETES.empty_table()
         #: every operation refreshed (in a segment or a tombstone) has a seq# <= this: a buffered operation
         #: above it is newer than any refreshed copy, so the buffer alone decides its id
@@ -418,7 +363,7 @@ class ShardDirectory:
             # deletes that won are remembered as tombstones (a late, older index op stays dead)
             is_del = pc.and_(pc.is_null(winners.column("_row")), pc.invert(stale))
             self._tombstones = pa.table({"_id": w_ids.filter(is_del), "_seq_no": w_seq.filter(is_del)}, schema=_DELETES)
-            self._buffer = _Buffer()
+            self._buffer = IndexBuffer()
             self._refreshed_seq = max(self._refreshed_seq, self.max_seq_no)
             applied = pc.and_(winners.column("_buffered"), pc.invert(stale))
             n_applied = int(pc.sum(applied.cast(pa.int64())).as_py() or 0)

@@ -1,0 +1,79 @@
+"""The indexing buffer of a shard directory: operations applied since the last refresh, columnar.
+
+Index operations are kept as the tables they came in (with the permutation sorting their ids when the
+writer had it), deletes as ``(_id, _seq_no)`` tables, and a :class:`~shardstore.segments.version_map.VersionMap`
+answers "the newest buffered operation on this id" for the write path's version lookups and realtime gets.
+A refresh (segments/directory.py) writes it to a segment and starts a new one; a replica's deferred view
+(``ShardDirectory.hold_view(refresh=False)``) splits it at a seq# first (:meth:`IndexBuffer.split_above`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from shardstore.segments.version_map import VersionMap
+
+__all__ = ["DELETES", "IndexBuffer"]
+
+#: the schema of buffered deletes and of a directory's tombstones
+DELETES = pa.schema([pa.field("_id", pa.string()), pa.field("_seq_no", pa.int64())])
+
+
+@dataclass
+class IndexBuffer:
+    """A shard copy's operations applied since its last refresh (see the module docstring)."""
+
+    docs: list[pa.Table] = field(default_factory=list)
+    deletes: list[pa.Table] = field(default_factory=list)
+    doc_bytes: int = 0  # Arrow bytes of ``docs``
+    #: per entry of ``docs``, the permutation sorting its ``_id`` column if the writer had it (a hint the
+    #: refresh checks before it trusts it), else None
+    orders: list[pa.Array | None] = field(default_factory=list)
+
+    #: id -> its newest buffered operation (updated by every apply: the write path's version lookup and a
+    #: realtime get are one dict lookup each)
+    versions: VersionMap = field(default_factory=VersionMap)
+
+    def __bool__(self) -> bool:
+        return bool(self.docs or self.deletes)
+
+    def add_docs(self, docs: pa.Table, order: pa.Array | None = None) -> None:
+        """Buffer stamped documents (:func:`buffered_docs` rows); ``order``: the permutation sorting their ids."""
+        self.versions.add_docs(len(self.docs), docs.column("_id"), docs.column("_seq_no"),
+                               docs.column("_primary_term"), docs.column("_version"))
+        self.docs.append(docs)
+        self.orders.append(order)
+        self.doc_bytes += docs.nbytes
+
+    def add_deletes(self, deletes: pa.Table) -> None:
+        """Buffer stamped deletes (``DELETES`` rows)."""
+        self.versions.add_deletes(deletes.column("_id"), deletes.column("_seq_no"))
+        self.deletes.append(deletes)
+
+    def split_above(self, seq_no: int) -> IndexBuffer:
+        """A new buffer of the operations above ``seq_no``; this one keeps the rest (each table's rows in order)."""
+        above, kept = IndexBuffer(), IndexBuffer()
+        for docs in self.docs:
+            high = pc.greater(docs.column("_seq_no"), seq_no)
+            for part, rows in ((above, docs.filter(high)), (kept, docs.filter(pc.invert(high)))):
+                if rows.num_rows:
+                    part.add_docs(rows)
+        for dels in self.deletes:
+            high = pc.greater(dels.column("_seq_no"), seq_no)
+            for part, rows in ((above, dels.filter(high)), (kept, dels.filter(pc.invert(high)))):
+                if rows.num_rows:
+                    part.add_deletes(rows)
+        self.docs, self.deletes, self.orders = kept.docs, kept.deletes, kept.orders
+        self.doc_bytes, self.versions = kept.doc_bytes, kept.versions
+        return above
+
+    def latest(self, doc_id: str) -> tuple[int, pa.Table | None, int] | None:
+        """The buffered operation on ``doc_id`` with the highest seq#: (seq#, its docs table or None for a
+        delete, row), or None when nothing buffered names it."""
+        op = self.versions.get(doc_id)
+        if op is None:
+            return None
+        return op.seq_no, (self.docs[op.entry] if op.version is not None else None), op.row
