@@ -300,7 +300,12 @@ class ShardDirectory:
     def refresh(self) -> RefreshResult:
         """Make buffered operations searchable: one new segment, older copies marked deleted."""
         with self._lock:
-            self._pin_deferred_view()
+            pinned = self._pin_deferred_view()
+            if pinned is not None:  # the view's segment first, then the rest: one result for both
+                rest = self.refresh()
+                return RefreshResult(pinned.segment or rest.segment, pinned.indexed + rest.indexed,
+                                     pinned.deleted + rest.deleted, pinned.stale + rest.stale,
+                                     pinned.segments + rest.segments)
             if not self._buffer:
                 return RefreshResult(None)
             docs = (pa.concat_tables(self._buffer.docs, promote_options="default").combine_chunks()
@@ -587,9 +592,15 @@ class ShardDirectory:
             self._log_lapsed()
             return view
 
-    def count(self) -> int:
-        """Live documents visible to search (refreshed; the held view while an ingest job holds it)."""
-        return sum(live.live_count for _reader, live in self.visible_segments())
+    def count(self, *, write_deferred: bool = True) -> int:
+        """Live documents visible to search (refreshed; the held view while an ingest job holds it).  Not
+        ``write_deferred``: a replica's view deferred by its hold is counted as pinned, without writing it (the
+        cluster view's count of every copy: a look at the cluster writes no segment)."""
+        if write_deferred:
+            return sum(live.live_count for _reader, live in self.visible_segments())
+        with self._lock:
+            view = self._view.visible(lambda: [(s.reader, s.live) for s in self._segments.values()])
+        return sum(live.live_count for _reader, live in view)
 
     # -- views held for ingest jobs (segments/held_view.py) ------------------------------------------
 
@@ -635,24 +646,30 @@ class ShardDirectory:
                     self._deferred_pin = None
             return released
 
-    def _pin_deferred_view(self) -> None:
+    def _pin_deferred_view(self) -> RefreshResult | None:
         """Write and pin the view a hold without a refresh deferred (:meth:`hold_view`): the buffered operations up
-        to its mark become one segment, the rest stay buffered, and the view pins the segments then."""
+        to its mark become one segment, the rest stay buffered, and the view pins the segments then; what that
+        refresh did, or None when no mark stands.  A refresh that fails (the disk) keeps the mark: the next one
+        writes the same operations first."""
         upto, self._deferred_pin = self._deferred_pin, None
         if upto is None or not self._view.held:
-            return
-        above = self._buffer.split_above(upto)
+            return None
+        above_docs, above_deletes = self._buffer.split_above(upto)
         top = self.max_seq_no
         self.max_seq_no = upto  # the refresh's high-water mark: only what it writes
         try:
-            self.refresh()
+            done = self.refresh()
+        except BaseException:
+            self._deferred_pin = upto
+            raise
         finally:
             self.max_seq_no = top
-            for docs in above.docs:
+            for docs in above_docs:
                 self._buffer.add_docs(docs)
-            for dels in above.deletes:
+            for dels in above_deletes:
                 self._buffer.add_deletes(dels)
         self._view.repin(self.searchable_segments)
+        return done
 
     def _log_lapsed(self) -> None:
         if self._view.lapsed:

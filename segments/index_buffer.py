@@ -53,22 +53,27 @@ class IndexBuffer:
         self.versions.add_deletes(deletes.column("_id"), deletes.column("_seq_no"))
         self.deletes.append(deletes)
 
-    def split_above(self, seq_no: int) -> IndexBuffer:
-        """A new buffer of the operations above ``seq_no``; this one keeps the rest (each table's rows in order)."""
-        above, kept = IndexBuffer(), IndexBuffer()
-        for docs in self.docs:
-            high = pc.greater(docs.column("_seq_no"), seq_no)
-            for part, rows in ((above, docs.filter(high)), (kept, docs.filter(pc.invert(high)))):
-                if rows.num_rows:
-                    part.add_docs(rows)
-        for dels in self.deletes:
-            high = pc.greater(dels.column("_seq_no"), seq_no)
-            for part, rows in ((above, dels.filter(high)), (kept, dels.filter(pc.invert(high)))):
-                if rows.num_rows:
-                    part.add_deletes(rows)
+    def split_above(self, seq_no: int) -> tuple[list[pa.Table], list[pa.Table]]:
+        """The buffered documents and deletes above ``seq_no`` (each table's rows in order), taken out: this buffer
+        keeps the rest.  A table wholly on one side of ``seq_no`` moves as it is (no copy)."""
+        kept = IndexBuffer()
+        above_docs: list[pa.Table] = []
+        above_deletes: list[pa.Table] = []
+        for tables, add, above in ((self.docs, kept.add_docs, above_docs),
+                                   (self.deletes, kept.add_deletes, above_deletes)):
+            for table in tables:
+                lo, hi = pc.min_max(table.column("_seq_no")).values()
+                if hi.as_py() <= seq_no:
+                    add(table)
+                elif lo.as_py() > seq_no:
+                    above.append(table)
+                else:
+                    high = pc.greater(table.column("_seq_no"), seq_no)
+                    add(table.filter(pc.invert(high)))
+                    above.append(table.filter(high))
         self.docs, self.deletes, self.orders = kept.docs, kept.deletes, kept.orders
         self.doc_bytes, self.versions = kept.doc_bytes, kept.versions
-        return above
+        return above_docs, above_deletes
 
     def latest(self, doc_id: str) -> tuple[int, pa.Table | None, int] | None:
         """The buffered operation on ``doc_id`` with the highest seq#: (seq#, its docs table or None for a

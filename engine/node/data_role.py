@@ -299,7 +299,8 @@ class NodeService:
             out.append({"index_uuid": index_uuid, "shard": int(shard), "primary": copy.primary, "state": state,
                         "term": copy.primary_term, "local_checkpoint": copy.local_checkpoint,
                         "global_checkpoint": copy.global_checkpoint, "max_seq_no": copy.max_seq_no,
-                        "committed_checkpoint": committed, "docs": copy.directory.count(),
+                        "committed_checkpoint": committed,
+                        "docs": copy.directory.count(write_deferred=False),  # a look writes no replica's deferred view
                         "bytes": tree_bytes(copy.path),
                         "disk_failure": None if copy.disk_failure is None else str(copy.disk_failure)})
         return out

@@ -178,3 +178,58 @@ def test_a_hold_without_refresh_pins_before_a_refresh_and_a_release_writes_nothi
         assert live_ids(sd) == {"a": 2, "b": 1, "c": 3}
     finally:
         sd.close()
+
+
+def test_a_deferred_view_whose_write_failed_is_written_again_by_the_next_refresh(tmp_path: Path, monkeypatch):
+    """The deferred segment's write fails (the disk): the mark stays, so the next refresh writes the operations up to
+    it first and pins them; before, the mark was dropped and the view missed a write acknowledged before the job."""
+    from shardstore.segments.directory import ShardDirectory
+
+    from .test_segments_directory import docs, live_ids
+
+    sd = ShardDirectory(str(tmp_path / "shard"), fsync=False)
+    try:
+        sd.apply(docs(0, ["a", "b"]))
+        sd.refresh()
+        sd.apply(docs(2, ["pre"]))  # acknowledged before the job
+        sd.hold_view("job", 60, refresh=False)
+        sd.apply(docs(3, ["j1", "a"]))  # the job
+        write, calls = sd._write_segments, []
+
+        def fails_once(*args, **kwargs):
+            calls.append(1)
+            if len(calls) == 1:
+                raise OSError("injected: the disk")
+            return write(*args, **kwargs)
+
+        monkeypatch.setattr(sd, "_write_segments", fails_once)
+        with pytest.raises(OSError, match="injected"):
+            sd.count()
+        assert sd.get("pre")["_seq_no"] == 2 and sd.get("a")["_seq_no"] == 4  # nothing lost from the buffer
+        sd.refresh()
+        assert live_ids(sd) == {"a": 0, "b": 1, "pre": 2}
+        assert sd.release_view("job") is True
+        assert live_ids(sd) == {"a": 4, "b": 1, "pre": 2, "j1": 3}
+    finally:
+        sd.close()
+
+
+def test_counting_without_writing_the_deferred_view(tmp_path: Path):
+    """``count(write_deferred=False)`` (the cluster view's count of a replica) answers from the segments the hold
+    pinned and writes nothing; a plain count writes the deferred view."""
+    from shardstore.segments.directory import ShardDirectory
+
+    from .test_segments_directory import docs
+
+    sd = ShardDirectory(str(tmp_path / "shard"), fsync=False)
+    try:
+        sd.apply(docs(0, ["a", "b"]))
+        sd.refresh()
+        sd.apply(docs(2, ["pre"]))
+        sd.hold_view("job", 60, refresh=False)
+        files = set(os.listdir(sd.path))
+        assert sd.count(write_deferred=False) == 2
+        assert set(os.listdir(sd.path)) == files
+        assert sd.count() == 3 and set(os.listdir(sd.path)) != files
+    finally:
+        sd.close()
