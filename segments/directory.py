@@ -584,23 +584,20 @@ class ShardDirectory:
         with self._lock:
             return [(s.reader, s.live) for s in self._segments.values()]
 
-    def visible_segments(self) -> list[tuple[SegmentReader, LiveDocs]]:
-        """What searches see: the refreshed segments, or the view an ingest job holds (segments/held_view.py)."""
+    def visible_segments(self, *, write_deferred: bool = True) -> list[tuple[SegmentReader, LiveDocs]]:
+        """What searches see: the refreshed segments, or the view an ingest job holds (segments/held_view.py).  Not
+        ``write_deferred``: a replica's view deferred by its hold is taken as pinned, without writing it."""
         with self._lock:
-            self._pin_deferred_view()
-            view = self._view.visible(lambda: [(s.reader, s.live) for s in self._segments.values()])
+            if write_deferred:
+                self._pin_deferred_view()
+            view = self._view.visible(self.searchable_segments)
             self._log_lapsed()
             return view
 
     def count(self, *, write_deferred: bool = True) -> int:
         """Live documents visible to search (refreshed; the held view while an ingest job holds it).  Not
-        ``write_deferred``: a replica's view deferred by its hold is counted as pinned, without writing it (the
-        cluster view's count of every copy: a look at the cluster writes no segment)."""
-        if write_deferred:
-            return sum(live.live_count for _reader, live in self.visible_segments())
-        with self._lock:
-            view = self._view.visible(lambda: [(s.reader, s.live) for s in self._segments.values()])
-        return sum(live.live_count for _reader, live in view)
+        ``write_deferred``: the cluster view's count of every copy (a look at the cluster writes no segment)."""
+        return sum(live.live_count for _reader, live in self.visible_segments(write_deferred=write_deferred))
 
     # -- views held for ingest jobs (segments/held_view.py) ------------------------------------------
 
