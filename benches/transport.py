@@ -11,7 +11,8 @@ control action (``{"op": "ping", "term": 3, "seq": 17}``) and of a 1,000-row rec
   (``do_action``); ``flight-exchange`` forces ``do_exchange`` for comparison;
 - ``raw do_action``: a bare ``pyarrow.flight`` echo of the same frame (the floor).
 
-Also a 2 MB table (``do_action`` against ``do_exchange``), which sets ``EXCHANGE_OVER``.
+Also a 2 MB table (``do_action`` against ``do_exchange``), which sets ``EXCHANGE_OVER``, and the wire codec
+alone (``encode`` only: ``wire-encode``) of a shard request's size: 65,536 flights rows with every column.
 Not registered in the benches CLI; :func:`run` has the runner's signature for when it is.
 """
 
@@ -36,6 +37,14 @@ SMALL = {"op": "ping", "term": 3, "seq": 17}
 def _batch(rows: int) -> pa.RecordBatch:
     return pa.record_batch({"_id": pa.array([f"doc-{i:08d}" for i in range(rows)]),
                             "seq": pa.array(range(rows), pa.int64())})
+
+
+def _flights_rows(rows: int) -> pa.Table:
+    """``rows`` flights rows (every column, repeated as needed) with a ``_source``-sized string column."""
+    from shardstore.datasets import flights
+
+    table = flights(rows)
+    return table.append_column("_source", pa.array([f'{{"n": {i}, "pad": "{"x" * 120}"}}' for i in range(rows)]))
 
 
 def _percentiles(fn: Callable[[], Any], reps: int, warmup: int = 20) -> tuple[float, float]:
@@ -92,6 +101,9 @@ def measure(reps: int = 1000) -> Iterator[tuple[str, str, float, float]]:
                         ("flight-exchange", forced)):
             yield (f"{big.nbytes / 1e6:.1f} MB table", name, *_percentiles(lambda t=t: t.send("b", "a", "e", big),
                                                                            max(reps // 50, 10), warmup=2))
+        request = _flights_rows(65_536)
+        yield (f"{request.num_rows:,} flights rows", "wire-encode",
+               *_percentiles(lambda: wire.encode({"ops": request}), max(reps // 20, 10), warmup=3))
     finally:
         for t in (client, forced, server):
             t.close()
@@ -111,9 +123,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--reps", type=int, default=1000)
     args = parser.parse_args(argv)
-    print(f"{'payload':<18} {'transport':<16} {'p50 ms':>8} {'p90 ms':>8}")
+    print(f"{'payload':<22} {'transport':<16} {'p50 ms':>8} {'p90 ms':>8}")
     for payload, name, p50, p90 in measure(args.reps):
-        print(f"{payload:<18} {name:<16} {p50:>8.3f} {p90:>8.3f}", flush=True)
+        print(f"{payload:<22} {name:<16} {p50:>8.3f} {p90:>8.3f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -376,14 +376,25 @@ class ShardDirectory:
                                  n_docs + deletes.num_rows - n_applied, tuple(written))
 
     def _presorted_winners(self, docs: pa.Table | None) -> pa.Table | None:
-        """The refresh's winners without a sort, when the buffer is one batch of index ops whose writer sorted
-        their ids (``id_order``), there are no deletes or tombstones, and the hint holds: the ids it orders
-        are strictly ascending (so unique, every one a winner); else None (the general path decides)."""
+        """The refresh's winners from the order hints, when every batch of the buffer is index ops whose writer sorted
+        their ids (``id_order``), there are no deletes or tombstones, and the hints hold: the ids they order, merged,
+        are strictly ascending (so unique, every one a winner); else None (the general path decides).
+
+        One batch needs no sort at all; several (a job's slices) are sorted as runs already in order, which Arrow's
+        stable sort does in about a third of the time of the general path's two-key sort of the raw buffer (100,000
+        ids in 7 runs: 8 ms against 26 ms, stop 49's scratch timing)."""
         buf = self._buffer
-        if docs is None or len(buf.docs) != 1 or buf.orders[0] is None or buf.deletes or self._tombstones.num_rows:
+        if docs is None or not buf.docs or any(o is None for o in buf.orders) or buf.deletes or self._tombstones.num_rows:
             return None
-        order = buf.orders[0].cast(pa.int64())
+        runs, offset = [], 0
+        for batch, order in zip(buf.docs, buf.orders):
+            runs.append(pc.add(order.cast(pa.int64()), offset) if offset else order.cast(pa.int64()))
+            offset += batch.num_rows
+        order = runs[0] if len(runs) == 1 else pa.concat_arrays(runs)
         ids = one_array(docs.column("_id")).take(order)
+        if len(runs) > 1:
+            merged = pc.sort_indices(ids)
+            order, ids = order.take(merged), ids.take(merged)
         if not strictly_ascending(ids):
             return None
         return pa.table({"_id": ids, "_seq_no": one_array(docs.column("_seq_no")).take(order), "_row": order,

@@ -337,3 +337,37 @@ def test_a_refresh_takes_the_writers_id_order_and_checks_it(tmp_path: Path, monk
         shard.apply(stamp(unstamped_batch([OpType.DELETE], ["k5"], [None], [None]), 300, 1))
         shard.refresh()
         assert "k5" not in _ordered_ids(shard) and len(_ordered_ids(shard)) == 299
+
+
+def test_a_refresh_merges_several_hinted_batches_without_the_general_sort(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job's slices reach a primary as several batches, each with its id sort: the refresh merges those runs
+    (one stable sort of ids already in runs) instead of the general two-key sort, when the merged ids are unique;
+    an id in two batches (an update), or a batch without a hint, goes the general way, and the newest op wins."""
+    general: list[int] = []
+    sort_all = ShardDirectory._winners
+    monkeypatch.setattr(ShardDirectory, "_winners", lambda self, *a: general.append(1) or sort_all(self, *a))
+
+    def batch(ids: list[str], first: int) -> tuple[pa.RecordBatch, pa.Array]:
+        sources = [f'{{"n":{first + i}}}'.encode() for i in range(len(ids))]
+        return stamp(index_batch(ids, sources), first, 1), pc.array_sort_indices(pa.array(ids))
+
+    runs = [[f"k{i:03d}" for i in range(j, 300, 3)][::-1] for j in range(3)]  # interleaved, each reversed
+    cases = {"disjoint": (runs, [True] * 3, 0), "unhinted": (runs, [True, False, True], 1),
+             "updated": ([runs[0], runs[1], runs[0][:5]], [True] * 3, 1)}
+    for name, (parts, hinted, sorts) in cases.items():
+        general.clear()
+        with ShardDirectory(str(tmp_path / name)) as shard:
+            first = 0
+            for ids, hint in zip(parts, hinted):
+                ops, order = batch(ids, first)
+                shard.apply(ops, id_order=order if hint else None)
+                first += len(ids)
+            expected = sorted({i for ids in parts for i in ids})
+            assert shard.refresh().indexed == len(expected), name
+            assert len(general) == sorts, name
+            assert _ordered_ids(shard) == expected, name
+            if name == "updated":  # the third batch re-indexed runs[0]'s first five ids: its ops are newest
+                assert shard.get(runs[0][0])["n"] == 200 and shard.get(runs[0][5])["n"] == 5
+            else:  # runs[1] (ids k001, k004, ... k298) reversed, from seq# 100: k001 is its last row
+                assert shard.get("k001")["n"] == 199 and shard.get("k299")["n"] == 200 and shard.get("k297")["n"] == 0
