@@ -43,7 +43,7 @@ class IndexBuffer:
     def add_docs(self, docs: pa.Table, order: pa.Array | None = None) -> None:
         """Buffer stamped documents (:func:`buffered_docs` rows); ``order``: the permutation sorting their ids."""
         self.versions.add_docs(len(self.docs), docs.column("_id"), docs.column("_seq_no"),
-                               docs.column("_primary_term"), docs.column("_version"))
+                               docs.column("_primary_term"), docs.column("_version"), order)
         self.docs.append(docs)
         self.orders.append(order)
         self.doc_bytes += docs.nbytes

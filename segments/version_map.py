@@ -64,10 +64,12 @@ COLUMNAR_MIN_IDS = 64
 class _Run:
     """One large batch of buffered operations, kept columnar; its hash index is built on its first lookup."""
 
-    __slots__ = ("entry", "ids", "index", "latest", "seqs", "terms", "versions")
+    __slots__ = ("entry", "ids", "index", "latest", "order", "seqs", "terms", "versions")
 
-    def __init__(self, ids: pa.Array | list[str], seqs: np.ndarray, terms: Any, versions: Any, entry: int) -> None:
+    def __init__(self, ids: pa.Array | list[str], seqs: np.ndarray, terms: Any, versions: Any, entry: int,
+                 order: pa.Array | None = None) -> None:
         self.ids, self.seqs, self.terms, self.versions, self.entry = ids, seqs, terms, versions, entry
+        self.order = order  # the writer's permutation sorting ``ids`` (a hint, checked before it is used), or None
         self.index: PointIndex | None = None
         self.latest: tuple[pa.Array, np.ndarray] | None = None  # (ids once each, row of each one's highest seq#)
 
@@ -75,6 +77,12 @@ class _Run:
         """Columnar: (positions in ``query``, the run's row of the highest-seq# operation) of the ids it holds."""
         if self.latest is None:
             ids = pa.array(self.ids, pa.string()) if isinstance(self.ids, list) else one_array(self.ids)
+            if self.order is not None:  # the writer sorted them: unique ids in that order need no sort here
+                ordered = ids.take(self.order)
+                if strictly_ascending(ordered):
+                    self.latest = (ordered, np.asarray(self.order.cast(pa.int64()), dtype=np.int64))
+                self.order = None
+        if self.latest is None:
             table = pa.table({"id": ids, "seq": pa.array(self.seqs, pa.int64())})
             order = pc.sort_indices(table, sort_keys=[("id", "ascending"), ("seq", "descending")])
             ordered = ids.take(order)
@@ -117,16 +125,19 @@ class VersionMap:
         """Entries: ids of the dict plus rows of the runs (an id in two of them counts twice)."""
         return len(self._ops) + sum(len(r.seqs) for r in self._runs)
 
-    def add_docs(self, entry: int, ids: pa.Array, seq_nos: pa.Array, terms: pa.Array, versions: pa.Array) -> None:
-        """Take in a buffered table of index operations (``entry``: its index in the buffer's docs)."""
+    def add_docs(self, entry: int, ids: pa.Array, seq_nos: pa.Array, terms: pa.Array, versions: pa.Array,
+                 order: pa.Array | None = None) -> None:
+        """Take in a buffered table of index operations (``entry``: its index in the buffer's docs; ``order``: the
+        permutation sorting ``ids``, if the writer had it: a run's first lookup then checks it instead of sorting)."""
         if len(ids) >= RUN_ROWS:
-            self._add_run(ids, _numpy(seq_nos), _numpy(terms), _numpy(versions), entry)
+            self._add_run(ids, _numpy(seq_nos), _numpy(terms), _numpy(versions), entry, order)
             return
         self._add(ids, seq_nos, terms.to_pylist(), versions.to_pylist(), entry)
         self._keep_small(ids, _numpy(seq_nos), _numpy(terms), _numpy(versions))
 
-    def _add_run(self, ids: pa.Array | list[str], seqs: np.ndarray, terms: Any, versions: Any, entry: int) -> None:
-        self._runs.append(_Run(ids, seqs, terms, versions, entry))
+    def _add_run(self, ids: pa.Array | list[str], seqs: np.ndarray, terms: Any, versions: Any, entry: int,
+                 order: pa.Array | None = None) -> None:
+        self._runs.append(_Run(ids, seqs, terms, versions, entry, order))
         self.min_seq_no = min(self.min_seq_no, int(seqs.min()))
         self.max_seq_no = max(self.max_seq_no, int(seqs.max()))
 
@@ -314,6 +325,14 @@ def _numpy(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """An int64 column without nulls as numpy (zero copy when it can)."""
     return np.asarray(arr.to_numpy() if isinstance(arr, pa.ChunkedArray) else arr.to_numpy(zero_copy_only=False),
                       dtype=np.int64)
+
+
+def strictly_ascending(values: pa.Array) -> bool:
+    """Whether every value is greater than the one before it: sorted, and no value twice (no nulls)."""
+    n = len(values)
+    if values.null_count:
+        return False
+    return n < 2 or bool(pc.all(pc.less(values.slice(0, n - 1), values.slice(1))).as_py())
 
 
 def first_of_runs(sorted_values: pa.Array) -> pa.BooleanArray:

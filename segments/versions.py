@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 from shardstore.core.arrays import filled, one_array
 from shardstore.segments.livedocs import LiveDocs
 from shardstore.segments.segment import SegmentReader, lookup_segments
-from shardstore.segments.version_map import VERSIONS_SCHEMA, VersionMap, first_of_runs
+from shardstore.segments.version_map import VERSIONS_SCHEMA, VersionMap, first_of_runs, strictly_ascending
 
 _CANDIDATE = pa.schema([pa.field("q", pa.int64()), pa.field("_seq_no", pa.int64()),
                         pa.field("_primary_term", pa.int64()), pa.field("_version", pa.int64()),
@@ -135,14 +135,6 @@ def _has_repeats(ids: pa.Array, order: pa.Array | None = None) -> bool:
         return len(set(ids.to_pylist())) < n
     ordered = ids.take(id_order(ids) if order is None else order)
     return not strictly_ascending(ordered)
-
-
-def strictly_ascending(values: pa.Array) -> bool:
-    """Whether every value is greater than the one before it: sorted, and no value twice (no nulls)."""
-    n = len(values)
-    if values.null_count:
-        return False
-    return n < 2 or bool(pc.all(pc.less(values.slice(0, n - 1), values.slice(1))).as_py())
 
 
 def _absent(n: int) -> pa.Table:

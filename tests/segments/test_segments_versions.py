@@ -5,6 +5,7 @@ from __future__ import annotations
 import tempfile
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -105,25 +106,28 @@ def test_current_versions_on_a_replica_applying_out_of_order(history: list[tuple
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.lists(st.tuples(st.sampled_from(IDS), st.integers(0, 40), st.booleans()), min_size=1, max_size=6),
-                min_size=1, max_size=6), st.sampled_from([1, 3, 10**9]), st.sampled_from(["dict", "columnar"]))
+                min_size=1, max_size=6), st.sampled_from([1, 3, 10**9]), st.sampled_from(["dict", "columnar"]),
+       st.sampled_from(["none", "right", "wrong"]))
 def test_version_map_keeps_each_ids_highest_seq_no(batches: list[list[tuple[str, int, bool]]], run_rows: int,
-                                                   lookups: str) -> None:
+                                                   lookups: str, hint: str) -> None:
     """Batches in any seq# order (a primary's ascending ones take the dict-update path, others the loop,
     large ones -- ``run_rows`` -- are kept as runs, issue 31): per id the operation with the highest seq# is
     kept, a delete included, and its row is the right one.  ``lookups``: Arrow lookups through a dict call per
-    id, or through the dict's columnar copy (issue 44: no Python call per id), whichever the cost rule picks."""
+    id, or through the dict's columnar copy (issue 44: no Python call per id), whichever the cost rule picks.
+    ``hint``: each batch's id sort handed in (a run's first lookup then skips its own sort), none, or a wrong
+    one (the identity reversed), which must be ignored."""
     from shardstore.segments import version_map
 
     saved = version_map.RUN_ROWS, version_map.DICT_COST_PER_ID, version_map.COLUMNAR_MIN_IDS
     version_map.RUN_ROWS = run_rows
     version_map.DICT_COST_PER_ID, version_map.COLUMNAR_MIN_IDS = (0, 10**9) if lookups == "dict" else (10**9, 0)
     try:
-        _check_version_map(batches)
+        _check_version_map(batches, hint)
     finally:
         version_map.RUN_ROWS, version_map.DICT_COST_PER_ID, version_map.COLUMNAR_MIN_IDS = saved
 
 
-def _check_version_map(batches: list[list[tuple[str, int, bool]]]) -> None:
+def _check_version_map(batches: list[list[tuple[str, int, bool]]], hint: str = "none") -> None:
     from shardstore.segments.version_map import VersionMap
 
     vm, oracle = VersionMap(), {}
@@ -137,7 +141,10 @@ def _check_version_map(batches: list[list[tuple[str, int, bool]]]) -> None:
         if deleted:
             vm.add_deletes(ids, seqs)
         else:
-            vm.add_docs(entry, ids, seqs, pa.array([7] * len(batch), pa.int64()), pa.array([s + 100 for _, s, _ in batch]))
+            order = {"none": None, "right": pc.sort_indices(ids),
+                     "wrong": pa.array(range(len(batch) - 1, -1, -1), pa.uint64())}[hint]
+            vm.add_docs(entry, ids, seqs, pa.array([7] * len(batch), pa.int64()), pa.array([s + 100 for _, s, _ in batch]),
+                        order)
         for row, (i, s, _) in enumerate(batch):
             if i not in oracle or s > oracle[i][0]:
                 oracle[i] = (s, None if deleted else 7, None if deleted else s + 100, -1 if deleted else entry, row)
