@@ -730,14 +730,15 @@ class ShardDirectory:
         hit = t.filter(pc.equal(t.column("_id"), doc_id))
         return max(hit.column("_seq_no").to_pylist(), default=NO_OPS)
 
-    def current_versions(self, ids: pa.Array) -> pa.Table:
+    def current_versions(self, ids: pa.Array, *, unique: bool = False) -> pa.Table:
         """Per id (order kept): ``_seq_no``, ``_primary_term``, ``_version`` of its newest live copy, buffered
-        operations included (nulls when absent or deleted); see :mod:`~shardstore.segments.versions`."""
+        operations included (nulls when absent or deleted); see :mod:`~shardstore.segments.versions` (``unique``:
+        the caller knows no id occurs twice)."""
         with self._lock:
             segments = [(s.reader, s.live) for s in self._segments.values() if s.live.live_count]
             versions = self._buffer.versions
             newest = versions.min_seq_no > self._refreshed_seq
-            return latest_versions(ids, versions, segments, None if newest else self._tombstones)
+            return latest_versions(ids, versions, segments, None if newest else self._tombstones, unique=unique)
 
     def current_version_numbers(self, ids: list[str], arr: pa.Array) -> list[int] | np.ndarray:
         """Per id of ``ids`` (``arr``: the same ids as Arrow), the version its next write counts from: that of its

@@ -31,9 +31,12 @@ _CANDIDATE = pa.schema([pa.field("q", pa.int64()), pa.field("_seq_no", pa.int64(
 
 
 def latest_versions(ids: pa.Array, buffered: VersionMap | None,
-                    segments: Sequence[tuple[SegmentReader, LiveDocs]], tombstones: pa.Table | None = None
-                    ) -> pa.Table:
+                    segments: Sequence[tuple[SegmentReader, LiveDocs]], tombstones: pa.Table | None = None,
+                    *, unique: bool = False) -> pa.Table:
     """Per id of ``ids`` (duplicates allowed, order kept): seq#, term and version of its newest live copy.
+
+    ``unique``: the caller knows no id occurs twice (a primary that sorted them, :func:`ids_unique`): the two
+    hash passes that fold repeats and map them back are skipped.
 
     ``tombstones`` (``_id``, ``_seq_no`` of refreshed deletes): needed only when a buffered operation
     may be older than a refreshed one (a replica applying out of order); None when every buffered
@@ -50,7 +53,7 @@ def latest_versions(ids: pa.Array, buffered: VersionMap | None,
     if not segments and tombstones is None:  # the buffer alone decides: one dict lookup per id
         assert buffered is not None
         return buffered.lookup(ids)
-    uniq = pc.unique(ids)
+    uniq = ids if unique else pc.unique(ids)
     cands = []
     if len(uniq):
         readers = [r for r, _ in segments]
@@ -86,6 +89,9 @@ def latest_versions(ids: pa.Array, buffered: VersionMap | None,
     found[wq] = True
     for name in VERSIONS_SCHEMA.names:
         out[name][wq] = filled(winners.column(name), 0).to_numpy()
+    if unique:
+        return pa.table([pa.array(out[name], pa.int64(), mask=~found) for name in VERSIONS_SCHEMA.names],
+                        schema=VERSIONS_SCHEMA)
     back = pc.index_in(ids, value_set=uniq).to_numpy(zero_copy_only=False).astype(np.int64)
     mask = ~found[back]
     return pa.table([pa.array(out[name][back], pa.int64(), mask=mask) for name in VERSIONS_SCHEMA.names],
@@ -98,10 +104,17 @@ def id_order(ids: pa.Array | pa.ChunkedArray) -> pa.Array:
     return pc.array_sort_indices(ids)
 
 
-def next_versions(ids: pa.Array, current: pa.Array, order: pa.Array | None = None) -> pa.Array:
+def ids_unique(ids: pa.Array, order: pa.Array) -> bool:
+    """Whether no id occurs twice, given ``order`` (:func:`id_order` of ``ids``): the sorted ids strictly ascend."""
+    return strictly_ascending(one_array(ids).take(order))
+
+
+def next_versions(ids: pa.Array, current: pa.Array, order: pa.Array | None = None, *,
+                  unique: bool | None = None) -> pa.Array:
     """Versions for a batch of index/delete ops: current (null = 0) + 1, +1 more per earlier op on the same id.
 
-    ``order``: :func:`id_order` of ``ids`` if the caller has it (else it is computed here).
+    ``order``: :func:`id_order` of ``ids`` if the caller has it (else it is computed here); ``unique``: whether
+    no id occurs twice, if the caller knows (:func:`ids_unique`).
     """
     if isinstance(ids, pa.ChunkedArray):
         ids = one_array(ids)
@@ -109,7 +122,8 @@ def next_versions(ids: pa.Array, current: pa.Array, order: pa.Array | None = Non
     if n == 0:
         return pa.array([], pa.int64())
     base = np.asarray(filled(current, 0).to_numpy(zero_copy_only=False), dtype=np.int64)
-    if not _has_repeats(ids, order):  # no id twice in the batch (the common bulk): no ranks to count
+    repeats = _has_repeats(ids, order) if unique is None else not unique
+    if not repeats:  # no id twice in the batch (the common bulk): no ranks to count
         return pa.array(base + 1, pa.int64())
     codes = ids.dictionary_encode().indices.to_numpy(zero_copy_only=False).astype(np.int64)
     order = np.argsort(codes, kind="stable")

@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 from shardstore.core.arrays import filled
 from shardstore.engine.errors import VersionConflict
 from shardstore.segments.directory import ShardDirectory
-from shardstore.segments.versions import next_versions
+from shardstore.segments.versions import ids_unique, next_versions
 from shardstore.translog.operations import OpType
 
 
@@ -22,14 +22,15 @@ def with_versions(directory: ShardDirectory, ops: pa.RecordBatch, expect: tuple 
     ``expect`` (id, if_seq_no, if_primary_term) checked first (VersionConflict)."""
     ids = ops.column("id")
     keys = filled(ids, "")
-    current = directory.current_versions(keys)
+    unique = ids_unique(keys, order) if order is not None else None  # one check for both lookups below
+    current = directory.current_versions(keys, unique=bool(unique))
     if expect is not None:
         doc_id, if_seq_no, if_term = expect
         pos = pc.index(ids, doc_id).as_py()
         row = current.slice(pos, 1).to_pylist()[0] if pos >= 0 else {"_seq_no": None, "_primary_term": None}
         if (row["_seq_no"], row["_primary_term"]) != (if_seq_no, if_term):
             raise VersionConflict(doc_id, if_seq_no, if_term, row["_seq_no"], row["_primary_term"])
-    versions = next_versions(keys, current.column("_version"), order)
+    versions = next_versions(keys, current.column("_version"), order, unique=unique)
     op_type = ops.column("op_type")
     if not all_index and pc.any(pc.equal(op_type, int(OpType.NO_OP))).as_py():
         versions = pc.if_else(pc.equal(op_type, int(OpType.NO_OP)), pa.nulls(len(versions), pa.int64()), versions)

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardstore.segments.directory import ShardDirectory
-from shardstore.segments.versions import next_versions
+from shardstore.segments.versions import id_order, ids_unique, next_versions
 from shardstore.translog.operations import OpType, stamp, unstamped_batch
 
 IDS = ["a", "b", "c", "d", "e"]
@@ -40,6 +40,13 @@ def test_current_versions_match_an_oracle(steps: list[tuple], queries: list[str]
             term = 1 + seq // 7
             current = sd.current_versions(pa.array(ids))
             versions = next_versions(pa.array(ids), current.column("_version")).to_pylist()
+            # a primary's path: the ids' sort says whether they are unique, and both lookups take that answer
+            order = id_order(pa.array(ids))
+            unique = ids_unique(pa.array(ids), order)
+            assert unique == (len(set(ids)) == len(ids))
+            if unique:
+                assert sd.current_versions(pa.array(ids), unique=True) == current
+            assert next_versions(pa.array(ids), current.column("_version"), order, unique=unique).to_pylist() == versions
             # the oracle: version before the batch (0 if absent or deleted) + 1, then +1 per earlier op
             # on the same id in this batch (a batch counts on through its own deletes, like a version map)
             expect, last = [], {i: (oracle[i][2] if oracle.get(i) else 0) for i in ids}
@@ -57,6 +64,8 @@ def test_current_versions_match_an_oracle(steps: list[tuple], queries: list[str]
         want = [dict(zip(("_seq_no", "_primary_term", "_version"), oracle.get(q) or (None, None, None)))
                 for q in queries]
         assert got == want
+        once = list(dict.fromkeys(queries))  # the same queries, each once: the unique path agrees
+        assert sd.current_versions(pa.array(once), unique=True).to_pylist() == [want[queries.index(q)] for q in once]
 
 
 def test_next_versions_counts_repeats_within_a_batch() -> None:
