@@ -218,8 +218,8 @@ def _ipc_stream(schema: pa.Schema, batches: list[pa.RecordBatch]) -> pa.Buffer:
     """The IPC stream of ``batches``, written once into a buffer of its exact size.
 
     A first pass into a ``MockOutputStream`` only counts bytes; the second writes into a buffer allocated
-    once.  A growing ``BufferOutputStream`` copies what it holds at every doubling: 3-4x slower for a
-    shard request of 65,536 flights rows (``python -m benches transport``; stop 49's scratch timing)."""
+    once.  A growing ``BufferOutputStream`` copies what it holds at every doubling: ``python -m benches.transport``
+    (``wire-encode``, 65,536 flights rows) encodes in 5.5 ms against 9.8 ms that way, on this machine."""
     mock = pa.MockOutputStream()
     with pa.ipc.new_stream(mock, schema) as writer:
         for batch in batches:
