@@ -24,7 +24,10 @@ Per round (one warm-up, then REPS), one after the other:
 Figures: ``live_append_idle_rows_per_s``, ``live_append_idle_vs_parquet`` (target >= 0.5: per round
 parquet seconds / idle append seconds, the median), ``live_append_rows_per_s``,
 ``live_append_vs_parquet`` (beside the client), ``stream_sink_rows_per_s``,
-``stream_sink_vs_parquet``; and the checks, each target 0: ``live_append_failed_client_writes``
+``stream_sink_vs_parquet``; where the idle append's time goes: ``live_append_idle_commit_seconds`` (the
+cluster's commit as the sink logs it: writing the job record and ``Client.ingest``, median; its phases in the
+progress lines) and ``live_append_idle_spark_seconds`` (the rest: Spark's own Parquet write of the staged
+files, planning, staging; median); and the checks, each target 0: ``live_append_failed_client_writes``
 (client items not acknowledged during the appends), ``live_append_lost`` (acknowledged client
 documents not found after), ``live_append_missing_rows`` (Spark rows not found through
 ``count``/``scan`` and ``spark.read.format("shardstore")``), ``stream_missing_rows``.
@@ -32,6 +35,7 @@ documents not found after), ``live_append_missing_rows`` (Spark rows not found t
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import statistics
@@ -50,6 +54,21 @@ ROWS, QUICK_ROWS = 200_000, 20_000
 REPS, QUICK_REPS = 3, 1
 PRELOAD = 50_000
 CLIENT_BULK = 500
+
+
+class _Commits(logging.Handler):
+    """Keeps the seconds and phases of each commit the sink logs (``live_sink.commit_live``'s INFO line)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.seconds: list[float] = []
+        self.phases: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Take a commit's line: its args are (job, rows, index, seconds, outcome, phases)."""
+        if record.msg.startswith("spark job %s: %d rows into") and len(record.args or ()) == 6:
+            self.seconds.append(float(record.args[3]))  # type: ignore[index]
+            self.phases.append(str(record.args[5]))  # type: ignore[index]
 
 
 def _client_load(client: Any, index: str, stop: threading.Event, acked: list[str], failed: list[str]) -> None:
@@ -95,6 +114,11 @@ def figures(ctx: Context, spark: Any, table: pa.Table) -> Iterator[Figure]:
         secs: dict[str, list[float]] = {"parquet": [], "idle": [], "append": [], "stream": []}
         acked: list[str] = []
         failed: list[str] = []
+        commits = _Commits()
+        sink_log = logging.getLogger("shardstore.spark.live_sink")
+        sink_log.addHandler(commits)
+        level, sink_log.level = sink_log.level, logging.INFO
+        idle_commit: list[float] = []
         for r in range(reps + 1):  # round 0 warms up
             frame = df.withColumn("_id", F.concat(F.lit(f"r{r}-"), F.col("_id")))
             out = f"{root}/parquet{r}"
@@ -105,6 +129,8 @@ def figures(ctx: Context, spark: Any, table: pa.Table) -> Iterator[Figure]:
             (frame.withColumn("_id", F.concat(F.lit("idle-"), F.col("_id"))).write.format("shardstore")
              .option("store", url).option("index", "live").mode("append").save())
             secs["idle"].append(time.perf_counter() - t)
+            idle_commit.append(commits.seconds[-1] if commits.seconds else float("nan"))
+            idle_phases = commits.phases[-1] if commits.phases else "?"
             stop = threading.Event()
             load = threading.Thread(target=_client_load, args=(client, "live", stop, acked, failed))
             load.start()
@@ -130,7 +156,10 @@ def figures(ctx: Context, spark: Any, table: pa.Table) -> Iterator[Figure]:
             secs["stream"].append(time.perf_counter() - t)
             shutil.rmtree(out, ignore_errors=True)
             ctx.progress(f"{'warm-up' if r == 0 else f'rep {r}'}: " + ", ".join(f"{k} {v[-1]:.2f}s"
-                                                                                for k, v in secs.items()))
+                                                                                for k, v in secs.items())
+                         + f" (idle commit {idle_commit[-1]:.2f}s: {idle_phases})")
+        sink_log.removeHandler(commits)
+        sink_log.level = level
         # the checks: nothing the client was told is lost, every Spark row is there
         for index in ("live", "stream"):
             client.refresh(index)
@@ -144,7 +173,7 @@ def figures(ctx: Context, spark: Any, table: pa.Table) -> Iterator[Figure]:
         missing += max(0, len(ids) - read.count())
         stream_ids = set(client.scan("stream", columns=["_id"]).column("_id").to_pylist())
         stream_missing = len({i for i in spark_ids if not i.startswith("idle-")} - stream_ids)
-        for v in secs.values():
+        for v in [*secs.values(), idle_commit]:
             del v[0]  # the warm-up round
         common = {"rows": rows, "columns": len(table.column_names), "shards": 2, "replicas": 1, "nodes": 3,
                   "reps": reps, "preloaded": preload.num_rows, "client_bulk": CLIENT_BULK}
@@ -156,6 +185,9 @@ def figures(ctx: Context, spark: Any, table: pa.Table) -> Iterator[Figure]:
             yield ctx.figure("live_append_idle_vs_parquet_run", p / a, "x", run=i, **common)
         yield ctx.figure("live_append_idle_vs_parquet", vs["idle"], "x", target=">= 0.5", met=vs["idle"] >= 0.5,
                          **common)
+        yield ctx.figure("live_append_idle_commit_seconds", statistics.median(idle_commit), "s", **common)
+        yield ctx.figure("live_append_idle_spark_seconds",
+                         statistics.median(a - c for a, c in zip(secs["idle"], idle_commit)), "s", **common)
         yield ctx.figure("live_append_rows_per_s", rows / statistics.median(secs["append"]), "rows/s",
                          beside="a client bulking", **common)
         for i, (p, a) in enumerate(zip(secs["parquet"], secs["append"]), 1):

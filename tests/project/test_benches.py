@@ -259,6 +259,10 @@ def test_spark_live_quick_appends_and_streams_into_node_processes(tmp_path: Path
     for name in ("live_append_idle_rows_per_s", "live_append_idle_vs_parquet", "live_append_rows_per_s",
                  "live_append_vs_parquet", "stream_sink_rows_per_s", "stream_sink_vs_parquet"):
         assert named[name]["value"] > 0
+    # where the idle append's time goes: the cluster's commit (as the sink logged it) and the rest, both inside it
+    idle_seconds = named["live_append_idle_rows_per_s"]["params"]["rows"] / named["live_append_idle_rows_per_s"]["value"]
+    commit, rest = named["live_append_idle_commit_seconds"]["value"], named["live_append_idle_spark_seconds"]["value"]
+    assert 0 < commit < idle_seconds and 0 < rest < idle_seconds, (commit, rest, idle_seconds)
     assert named["live_append_idle_vs_parquet"]["target"] == ">= 0.5"  # the speed measure: nothing beside
     assert named["live_append_vs_parquet"]["params"]["beside"] == "a client bulking"
     assert not list(tmp_path.glob("bench-spark-live-*")), "temp files left behind"
