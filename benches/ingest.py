@@ -11,7 +11,10 @@ Figures: ``ingest_rows_per_s`` (staging excluded: the commit alone), ``ingest_ph
 of the commit as the coordinator reports it (``check``: every file read and checked against the door
 and the mapping; ``hold``: every copy's view held; ``apply``: the slices through the write path;
 ``release``: the outcome record, each primary's refresh and the views released; ``total``), medians
-over the rounds; ``bulk_rows_per_s`` and ``ingest_vs_bulk`` (the commit's rows/s over the bulks').
+over the rounds; ``bulk_rows_per_s`` and ``ingest_vs_bulk`` (the commit's rows/s over the bulks');
+``ingest_node_cpu_seconds`` and ``bulk_node_cpu_seconds``: the CPU time the three node processes spent during
+the commit and during the bulks (user + system, from ``/proc``; medians; not printed where there is no
+``/proc``), and ``ingest_node_cores``, the commit's CPU over its wall time: how much of the machine it kept busy.
 """
 
 from __future__ import annotations
@@ -39,6 +42,19 @@ def add_arguments(group: Any) -> None:
     group.add_argument("--ingest-rows", type=int, default=None, help=f"rows per job (default {ROWS:,}; quick "
                                                                      f"{QUICK_ROWS:,})")
     group.add_argument("--ingest-reps", type=int, default=None, help="rounds after the warm-up (default 3; quick 1)")
+
+
+def _cpu_seconds(pids: list[int]) -> float | None:
+    """User + system CPU seconds of the processes ``pids`` so far (every thread), or None without ``/proc``."""
+    try:
+        total = 0
+        for pid in pids:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of proc(5))
+        return total / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _with_ids(table: Any, prefix: str) -> Any:
@@ -90,6 +106,8 @@ def run(ctx: Context) -> Iterator[Figure]:
         phases: dict[str, list[float]] = {}
         ingest_secs: list[float] = []
         bulk_secs: list[float] = []
+        cpu: dict[str, list[float]] = {"ingest": [], "bulk": []}
+        pids = [h.proc.pid for h in procs.nodes.values() if h.proc is not None]
         for r in range(reps + 1):
             job = f"bench-{r}"
             frame = _round_rows(table, "r", r, preload)
@@ -97,23 +115,29 @@ def run(ctx: Context) -> Iterator[Figure]:
             per = -(-rows // FILES)
             files = tuple(stage_table(store, prefix, f"part-{i}", frame.slice(i * per, per)) for i in range(FILES))
             write_job(store, prefix, IngestJob(job, "live", uuid, "append", files))
-            t = time.perf_counter()
+            c0, t = _cpu_seconds(pids), time.perf_counter()
             out = client.ingest("live", job)
-            took = time.perf_counter() - t
+            took, c_ingest = time.perf_counter() - t, _cpu_seconds(pids)
             if out["applied"] != rows:
                 raise RuntimeError(f"ingest job {job} applied {out['applied']} of {rows} rows")
             frame = _round_rows(table, "b", r, preload)
-            t = time.perf_counter()
+            c1, t = _cpu_seconds(pids), time.perf_counter()
             for off in range(0, rows, BULK):
                 if client.bulk("live", frame.slice(off, BULK)).errors:
                     raise RuntimeError(f"round {r}: a bulk was not acknowledged")
             client.refresh("live")
-            bulked = time.perf_counter() - t
+            bulked, c2 = time.perf_counter() - t, _cpu_seconds(pids)
+            spent = {"ingest": None if c0 is None or c_ingest is None else c_ingest - c0,
+                     "bulk": None if c1 is None or c2 is None else c2 - c1}
             ctx.progress(f"{'warm-up' if r == 0 else f'rep {r}'}: ingest {took:.2f}s ("
                          + ", ".join(f"{k} {v:.2f}s" for k, v in out["seconds"].items())
-                         + f"), bulk + refresh {bulked:.2f}s")
+                         + f"), bulk + refresh {bulked:.2f}s"
+                         + ("" if spent["ingest"] is None else f"; node CPU {spent['ingest']:.2f}s and {spent['bulk']:.2f}s"))
             if r == 0:
                 continue
+            for k, v in spent.items():
+                if v is not None:
+                    cpu[k].append(v)
             ingest_secs.append(took)
             bulk_secs.append(bulked)
             for k, v in out["seconds"].items():
@@ -129,6 +153,11 @@ def run(ctx: Context) -> Iterator[Figure]:
             yield ctx.figure("ingest_phase_seconds", statistics.median(v), "s", phase=k, **common)
         yield ctx.figure("bulk_rows_per_s", rows / statistics.median(bulk_secs), "rows/s", bulk=BULK,
                          refresh="after the bulks", **common)
+        if cpu["ingest"] and cpu["bulk"]:
+            yield ctx.figure("ingest_node_cpu_seconds", statistics.median(cpu["ingest"]), "s", **common)
+            yield ctx.figure("ingest_node_cores", statistics.median(c / t for c, t in zip(cpu["ingest"], ingest_secs)),
+                             "cores", cores=os.cpu_count(), **common)
+            yield ctx.figure("bulk_node_cpu_seconds", statistics.median(cpu["bulk"]), "s", bulk=BULK, **common)
         yield ctx.figure("ingest_vs_bulk", statistics.median(bulk_secs) / statistics.median(ingest_secs), "ratio",
                          **common)
         client.close()

@@ -66,7 +66,6 @@ Peers that are not installed are skipped with a line naming the extra (``pip ins
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import random
 import shutil
@@ -431,9 +430,12 @@ class _Inputs:
 
 
 def _pairs(table: Any) -> list[tuple[bytes, bytes]]:
-    ids = table.column("_id").to_pylist()
-    rows = table.drop_columns(["_id"]).to_pylist()
-    return [(i.encode(), json.dumps(r, separators=(",", ":")).encode()) for i, r in zip(ids, rows)]
+    """SlateDB's (key, value) pairs: each row's id and its JSON source as shardstore writes it (nulls left out,
+    ``time_hour`` as ISO-8601 UTC; ``segments/source_json.py``)."""
+    from shardstore.segments.source_json import sources_from_table
+
+    ids, sources = sources_from_table(table)
+    return list(zip((i.encode() for i in ids.to_pylist()), sources.to_pylist()))  # the sources are bytes already
 
 
 def _inputs(n: int, one_go: int) -> _Inputs:

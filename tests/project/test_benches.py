@@ -302,6 +302,10 @@ def test_ingest_quick_prints_the_commits_phases(tmp_path: Path) -> None:
     assert list(phases) == ["check", "hold", "apply", "release", "total"]
     assert phases["apply"] > 0 and sum(phases.values()) - phases["total"] <= phases["total"] * 1.01
     assert {f["name"] for f in figures} >= {"ingest_rows_per_s", "bulk_rows_per_s", "ingest_vs_bulk"}
+    # what the commit cost the three node processes (this machine has /proc): some CPU, at most every core busy
+    named = {f["name"]: f for f in figures}
+    assert named["ingest_node_cpu_seconds"]["value"] > 0 and named["bulk_node_cpu_seconds"]["value"] > 0
+    assert 0 < named["ingest_node_cores"]["value"] <= named["ingest_node_cores"]["params"]["cores"] * 1.05
 
 
 def test_peers_quick_on_the_file_store(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ import importlib.util
 import subprocess
 import sys
 
+import pyarrow as pa
 import pytest
 
 from shardstore import datasets
@@ -22,7 +23,12 @@ def test_flights_reads_the_installed_zip_without_pandas() -> None:
 def test_flights_whole_and_without_ids() -> None:
     whole = datasets.flights(with_id=False)
     assert whole.num_rows == datasets.FLIGHTS_ROWS and "_id" not in whole.column_names
-    assert "time_hour" not in whole.column_names and {"dep_delay", "carrier", "year"} <= set(whole.column_names)
+    assert {"dep_delay", "carrier", "year"} <= set(whole.column_names) and len(whole.column_names) == 19
+    # every column of the file, the hour of departure as a timestamp (issue 44): the same instant as its parts
+    assert whole.schema.field("time_hour").type == pa.timestamp("s", tz="UTC")
+    first = whole.slice(0, 1).to_pylist()[0]
+    assert (first["time_hour"].year, first["time_hour"].month, first["time_hour"].day) == (2013, 1, 1)
+    assert first["time_hour"].hour == (first["hour"] + 5) % 24  # New York's winter hour, in UTC
     assert datasets.flights(0).num_rows == 0
     with pytest.raises(ValueError, match="limit must be >= 0"):
         datasets.flights(-1)
