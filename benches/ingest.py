@@ -68,12 +68,15 @@ def _with_ids(table: Any, prefix: str) -> Any:
 def _round_rows(table: Any, prefix: str, r: int, preload: int) -> Any:
     """Round ``r``'s rows (the job's, or the bulks'): the first :data:`UPDATES` of the rows take preloaded ids (spread over the preload), the
     rest ids of their own."""
+    import numpy as np
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     frame = _with_ids(table, f"{prefix}{r}-")
     k = int(table.num_rows * UPDATES)
     step = max(1, preload // max(k, 1))
-    ids = pa.concat_arrays([pa.array([f"pre-{(r + i * step) % preload}" for i in range(k)], pa.string()),
+    picked = pc.cast(pa.array((r + np.arange(k, dtype=np.int64) * step) % preload), pa.string())
+    ids = pa.concat_arrays([pc.binary_join_element_wise(pa.scalar("pre-"), picked, ""),
                             frame.column("_id").combine_chunks().slice(k)])
     return frame.set_column(frame.column_names.index("_id"), "_id", ids)
 

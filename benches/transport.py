@@ -40,11 +40,12 @@ def _batch(rows: int) -> pa.RecordBatch:
 
 
 def _flights_rows(rows: int) -> pa.Table:
-    """``rows`` flights rows (every column, repeated as needed) with a ``_source``-sized string column."""
+    """The first ``rows`` flights rows (every column) with the ``_source`` the engine writes from them."""
     from shardstore.datasets import flights
+    from shardstore.segments.source_json import sources_from_table
 
     table = flights(rows)
-    return table.append_column("_source", pa.array([f'{{"n": {i}, "pad": "{"x" * 120}"}}' for i in range(rows)]))
+    return table.append_column("_source", sources_from_table(table)[1])
 
 
 def _percentiles(fn: Callable[[], Any], reps: int, warmup: int = 20) -> tuple[float, float]:

@@ -147,8 +147,7 @@ def _has_repeats(ids: pa.Array, order: pa.Array | None = None) -> bool:
         return False
     if n <= SMALL_BATCH:  # a shard's slice of a many-shard bulk: a set beats three Arrow calls
         return len(set(ids.to_pylist())) < n
-    ordered = ids.take(id_order(ids) if order is None else order)
-    return not strictly_ascending(ordered)
+    return not ids_unique(ids, id_order(ids) if order is None else order)
 
 
 def _absent(n: int) -> pa.Table:

@@ -219,7 +219,7 @@ def _ipc_stream(schema: pa.Schema, batches: list[pa.RecordBatch]) -> pa.Buffer:
 
     A first pass into a ``MockOutputStream`` only counts bytes; the second writes into a buffer allocated
     once.  A growing ``BufferOutputStream`` copies what it holds at every doubling: ``python -m benches.transport``
-    (``wire-encode``, 65,536 flights rows) encodes in 5.5 ms against 9.8 ms that way, on this machine."""
+    (``wire-encode``, 65,536 flights rows with their ``_source``) encodes in 8.9 ms against 13.1 ms that way."""
     mock = pa.MockOutputStream()
     with pa.ipc.new_stream(mock, schema) as writer:
         for batch in batches:
