@@ -846,13 +846,15 @@ def _summary(ctx: Context, figures: list[Figure], installed: list[str]) -> None:
             lines.append(f"| durable bulks of 1,000, {kind}, {label} source | {fmt(ss, 'docs/s')} | "
                          + ("; ".join(f"{p} {fmt(f, 'docs/s')}" for p, f, _ in peers if f) or "-") + " | "
                          + ("; ".join(f"{fmt(r)}" for _, f, r in peers if f) or "-") + " |")
-    def against_deltalake(name: str, ratio: str, work: Callable[[Figure], str], show: Callable[[Figure], str]) -> None:
+    def against_deltalake(name: str, ratio: str, work: Callable[[Figure], str], show: Callable[[Figure], str],
+                          theirs: str | None = None) -> None:
+        """A row per store and source: ours, deltalake's ``theirs`` figure (default: the same name), the ratio."""
         for kind in ("file", "s3"):
             for ours, label in OURS.items():
                 ss = val(name, store=kind, impl=ours)
                 if ss is None:
                     continue
-                dl = val(name, store=kind, impl="deltalake")
+                dl = val(theirs or name, store=kind, impl="deltalake")
                 lines.append(f"| {work(ss)}, {kind}, {label} source | {show(ss)} | "
                              f"{'deltalake ' + show(dl) if dl else '-'} | "
                              f"{fmt(val(ratio, store=kind, impl=f'{ours}/deltalake'))} |")
@@ -871,6 +873,9 @@ def _summary(ctx: Context, figures: list[Figure], installed: list[str]) -> None:
                          + ("; ".join(fmt(r) for _, f, r in ps if f) or "-") + " |")
     against_deltalake("scan_s", "scan_ratio", lambda f: f"scan of {f.params['columns']} typed columns",
                       lambda f: f"{f.value:.3f} s")
+    # the same scan with the row cache bypassed, next to the same deltalake read as the row above
+    against_deltalake("scan_cold_s", "scan_cold_ratio", lambda f: f"cold scan of {f.params['columns']} typed columns",
+                      lambda f: f"{f.value:.3f} s", theirs="scan_s")
     for phase in ("one_go", "bulks"):
         for ours, label in OURS.items():
             ss = val("bytes_per_1k_docs", impl=ours, phase=phase)
@@ -880,6 +885,13 @@ def _summary(ctx: Context, figures: list[Figure], installed: list[str]) -> None:
             lines.append(f"| bytes per 1k docs after flush, {phase}, {label} source | {ss.value:,.0f} | "
                          f"{f'deltalake {dl.value:,.0f}' if dl else '-'} | "
                          f"{fmt(val('bytes_ratio', phase=phase, impl=f'{ours}/deltalake'))} |")
+    for ss in [f for f in figures if f.name == "steady_docs_per_s" and f.params.get("impl") == "shardstore"]:
+        at = {k: ss.params[k] for k in ("bulk", "updates", "store")}  # benches/steady.py: issue 44's steady state
+        dl = val("steady_docs_per_s", impl="deltalake", **at)
+        theirs = f"deltalake {fmt(dl, 'docs/s')}" if dl else "-"
+        lines.append(f"| bulks of {at['bulk']:,} into {ss.params['preload']:,} docs, {at['updates']} updates, "
+                     f"{at['store']} | {fmt(ss, 'docs/s')} | {theirs} | "
+                     f"{fmt(val('steady_ratio', impl='shardstore/deltalake', **at))} |")
     missing = [p for p in PEERS if p not in installed]
     if missing:  # a '-' in the peers column is a peer not installed, not a peer that measured nothing
         lines.append(f"\n{', '.join(missing)} not installed here: '-' where they would be; install the bench extra: "

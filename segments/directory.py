@@ -27,6 +27,7 @@ import fcntl
 import logging
 import os
 import threading
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -38,7 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shardstore.core.arrays import filled, one_array
-from shardstore.core.ops import NO_OPS, OpType
+from shardstore.core.ops import NO_OPS
 from shardstore.core.records import crc32c
 from shardstore.fileio import write_atomic
 from shardstore.segments import row_cache
@@ -54,21 +55,16 @@ from shardstore.segments.errors import InvalidDocument, SegmentCorrupted, Segmen
 from shardstore.segments.gc import local_deletable, retained_commits
 from shardstore.segments.held_view import HeldView
 from shardstore.segments.index_buffer import DELETES as _DELETES
-from shardstore.segments.index_buffer import IndexBuffer
+from shardstore.segments.index_buffer import IndexBuffer, buffered_docs, split_ops
 from shardstore.segments.livedocs import LiveDocs, livedocs_file_name
 from shardstore.segments.mapping import Mapping
 from shardstore.segments.merge_policy import SegmentStats, TieredMergePolicy
+from shardstore.segments.refresh_plan import RefreshPlan, index_rows, older_copies, plan_refresh
 from shardstore.segments.scan_readers import scan_readers
-from shardstore.segments.segment import (
-    BASE_SCHEMA,
-    SegmentInfo,
-    SegmentReader,
-    lookup_segments,
-    segment_file_name,
-    write_segment,
-)
+from shardstore.segments.segment import SegmentInfo, SegmentReader, segment_file_name, write_segment
 from shardstore.segments.synthetic import index_op_fields, row_source
-from shardstore.segments.versions import first_of_runs, latest_versions, strictly_ascending
+from shardstore.segments.version_map import VersionMap
+from shardstore.segments.versions import latest_versions
 
 log = logging.getLogger(__name__)
 LOCK_FILE = "write.lock"
@@ -77,6 +73,8 @@ LOCK_FILE = "write.lock"
 INDEX_BUFFER_BYTES = 32 << 20
 #: A refresh of at least twice this many documents writes one segment per core, in parallel.
 PARALLEL_SEGMENT_DOCS = 100_000
+#: how long closing waits for a refresh beside the writes to end (it writes into the directory)
+CLOSE_WAIT_SECONDS = 60.0
 
 
 @dataclass
@@ -113,6 +111,15 @@ class RefreshResult:
     deleted: int = 0  # older copies marked deleted
     stale: int = 0  # buffered operations that did not apply: the same id has an op with a higher seq#
     segments: tuple[str, ...] = ()  # every segment the refresh wrote (one per core for a big refresh)
+
+
+@dataclass(frozen=True)
+class Sealed:
+    """A buffer sealed for a refresh beside the writes (:meth:`ShardDirectory.seal`)."""
+
+    buffer: IndexBuffer
+    top: int  # the directory's max seq# when it was sealed: every sealed operation is at or below it
+    tombstones: pa.Table  # the tombstones then (the winners are decided against them)
 
 
 @dataclass(frozen=True)
@@ -158,6 +165,11 @@ class ShardDirectory:
             raise SegmentError(f"{path}: the shard directory is open by another writer ({LOCK_FILE} is locked)") from None
         self._segments: dict[str, _Segment] = {}
         self._buffer = IndexBuffer()
+        #: a full buffer whose segments a refresh beside the writes is writing (seal, write_sealed): still visible to
+        #: version lookups and realtime gets until they are installed; ``_sealed_failed``: that refresh failed
+        self._sealed: IndexBuffer | None = None
+        self._sealed_failed = False
+        self._sealed_done = threading.Condition(self._lock)
         self._tombstones = _DELETES.empty_table()
         #: every operation refreshed (in a segment or a tombstone) has a seq# <= this: a buffered operation
         #: above it is newer than any refreshed copy, so the buffer alone decides its id
@@ -239,7 +251,7 @@ class ShardDirectory:
         A primary prepares before it hands out seq#s, so a rejected batch consumes none.
         """
         table = ops if isinstance(ops, pa.Table) else pa.Table.from_batches([ops])
-        idx, dels = _split_ops(table)
+        idx, dels = split_ops(table)
         if dels.num_rows and dels.column("id").null_count:
             raise InvalidDocument(None, None, "a delete operation has no id")
         with self._lock:
@@ -265,7 +277,7 @@ class ShardDirectory:
             prepared = self.prepare(table)
         elif prepared.rows != table.num_rows:
             raise SegmentError(f"prepared {prepared.rows} rows, asked to apply {table.num_rows}")
-        idx, dels = (table, table.slice(0, 0)) if prepared.all_index else _split_ops(table)
+        idx, dels = (table, table.slice(0, 0)) if prepared.all_index else split_ops(table)
         with self._lock:
             if idx.num_rows:
                 assert prepared.fields is not None
@@ -300,6 +312,7 @@ class ShardDirectory:
     def refresh(self) -> RefreshResult:
         """Make buffered operations searchable: one new segment, older copies marked deleted."""
         with self._lock:
+            self._settle_sealed()
             pinned = self._pin_deferred_view()
             if pinned is not None:  # the view's segment first, then the rest: one result for both
                 rest = self.refresh()
@@ -308,115 +321,124 @@ class ShardDirectory:
                                      pinned.segments + rest.segments)
             if not self._buffer:
                 return RefreshResult(None)
-            docs = (pa.concat_tables(self._buffer.docs, promote_options="default").combine_chunks()
-                    if self._buffer.docs else None)
-            deletes = (pa.concat_tables(self._buffer.deletes).combine_chunks() if self._buffer.deletes
-                       else _DELETES.empty_table())
-            n_docs = docs.num_rows if docs is not None else 0
-            # 1. per id, the newest operation wins (deletes and tombstones included)
-            winners = self._presorted_winners(docs)
-            if winners is None:
-                winners = self._winners(docs, deletes)
-            w_ids = one_array(winners.column("_id"))
-            w_seq = one_array(winners.column("_seq_no"))
-            # 2. existing live copies
-            stale_np = np.zeros(winners.num_rows, dtype=bool)
-            marks: dict[str, Any] = {}
-            segs = list(self._segments.values())
-            all_q, all_s, all_r = lookup_segments([s.reader for s in segs], w_ids) if segs and len(w_ids) else ([], [], [])
-            if len(all_q):
-                seg_of = pc.cast(all_s, pa.int64()).to_numpy()
-                bounds = np.flatnonzero(np.diff(seg_of)) + 1  # results come ordered by segment
-                for lo, hi in zip(np.concatenate([[0], bounds]), np.concatenate([bounds, [len(seg_of)]])):
-                    seg = segs[int(seg_of[lo])]
-                    qpos, rows = all_q.slice(lo, hi - lo), all_r.slice(lo, hi - lo)
-                    live = seg.live.mask().take(rows)
-                    qpos, rows = qpos.filter(live), rows.filter(live)
-                    if len(qpos) == 0:
-                        continue
-                    seg_seq = seg.reader.seq_nos().take(rows)
-                    newer_here = pc.greater(seg_seq, w_seq.take(qpos))
-                    if pc.any(newer_here).as_py():
-                        stale_np[qpos.filter(newer_here).to_numpy()] = True
-                    doomed = rows.filter(pc.invert(newer_here))
-                    if len(doomed):
-                        marks[seg.name] = doomed
-            stale = pa.array(stale_np, pa.bool_())
-            deleted = 0
-            for name, rows in marks.items():
-                seg = self._segments[name]
-                before = seg.live.deleted_count
-                seg.live = seg.live.delete(rows)
-                seg.dirty = seg.dirty or seg.live.deleted_count != before
-                deleted += seg.live.deleted_count - before
-            # 3. the surviving index operations become one segment
-            keep_rows = one_array(winners.column("_row")).filter(
-                pc.and_(pc.is_valid(winners.column("_row")), pc.invert(stale)))
-            written: list[str] = []
-            if len(keep_rows):
-                assert docs is not None
-                infos = self._write_segments(docs, keep_rows)  # in _id order: winners are sorted
-                for i, info in enumerate(infos):
-                    reader = SegmentReader(os.path.join(self.path, info.file_name), info)
-                    n = len(keep_rows)  # the writer's parts, as _write_segments split them
-                    part = keep_rows.slice(n * i // len(infos), n * (i + 1) // len(infos) - n * i // len(infos))
-                    reader.install_version_columns(*(docs.column(c).take(part) for c in
-                                                     ("_seq_no", "_primary_term", "_version")))
-                    self._segments[info.name] = _Segment(reader, LiveDocs.all_live(info.doc_count))
-                    self._queue_warming(reader)
-                    written.append(info.name)
-            # deletes that won are remembered as tombstones (a late, older index op stays dead)
-            is_del = pc.and_(pc.is_null(winners.column("_row")), pc.invert(stale))
-            self._tombstones = pa.table({"_id": w_ids.filter(is_del), "_seq_no": w_seq.filter(is_del)}, schema=_DELETES)
+            plan = plan_refresh(self._buffer, self._tombstones)
+            stale, marks = older_copies(self._segment_list(), plan)
+            keep = index_rows(plan, stale)
+            readers = self._write_readers(plan.docs, keep)  # in _id order: winners are sorted
+            result = self._install(plan, stale, marks, readers, None, self.max_seq_no)
             self._buffer = IndexBuffer()
-            self._refreshed_seq = max(self._refreshed_seq, self.max_seq_no)
-            applied = pc.and_(winners.column("_buffered"), pc.invert(stale))
-            n_applied = int(pc.sum(applied.cast(pa.int64())).as_py() or 0)
-            return RefreshResult(written[0] if written else None, len(keep_rows), deleted,
-                                 n_docs + deletes.num_rows - n_applied, tuple(written))
+            return result
 
-    def _presorted_winners(self, docs: pa.Table | None) -> pa.Table | None:
-        """The refresh's winners from the order hints, when every batch of the buffer is index ops whose writer sorted
-        their ids (``id_order``), there are no deletes or tombstones, and the hints hold: the ids they order, merged,
-        are strictly ascending (so unique, every one a winner); else None (the general path decides).
+    def seal(self) -> Sealed | None:
+        """Take the buffer out of the write path for :meth:`write_sealed` on another thread; None when there is
+        nothing to seal or a replica's hold deferred a view (then :meth:`refresh` it in place).
 
-        One batch needs no sort at all; several (a job's slices) are sorted as runs already in order: one stable
-        sort of the ids alone, cheaper than the general path's two-key sort of the raw buffer."""
-        buf = self._buffer
-        if docs is None or not buf.docs or any(o is None for o in buf.orders) or buf.deletes or self._tombstones.num_rows:
-            return None
-        runs, offset = [], 0
-        for batch, order in zip(buf.docs, buf.orders):
-            runs.append(pc.add(order.cast(pa.int64()), offset) if offset else order.cast(pa.int64()))
-            offset += batch.num_rows
-        order = runs[0] if len(runs) == 1 else pa.concat_arrays(runs)
-        ids = one_array(docs.column("_id")).take(order)
-        if len(runs) > 1:
-            merged = pc.sort_indices(ids)
-            order, ids = order.take(merged), ids.take(merged)
-        if not strictly_ascending(ids):
-            return None
-        return pa.table({"_id": ids, "_seq_no": one_array(docs.column("_seq_no")).take(order), "_row": order,
-                         "_buffered": pa.array(np.ones(len(order), dtype=bool))})
+        A new buffer takes the writes; the sealed one stays visible to version lookups and realtime gets until its
+        segments are installed.  One is sealed at a time: sealing waits for the one before to be installed (the
+        writer that filled the next buffer meanwhile waits: back-pressure).  See docs/design/segments.md, "A full
+        buffer is refreshed beside the writes".
+        """
+        with self._lock:
+            self._settle_sealed()
+            if self._deferred_pin is not None or not self._buffer:
+                return None
+            sealed, self._buffer = self._buffer, IndexBuffer()
+            self._sealed, self._sealed_failed = sealed, False
+            return Sealed(sealed, self.max_seq_no, self._tombstones)
 
-    def _winners(self, docs: pa.Table | None, deletes: pa.Table) -> pa.Table:
-        """Per id of the buffer (documents, deletes) and the tombstones, the newest operation, in ``_id`` order."""
-        n_docs = docs.num_rows if docs is not None else 0
-        ops = pa.table({
-            "_id": pa.concat_arrays([one_array(docs.column("_id")) if docs is not None else pa.array([], pa.string()),
-                                     one_array(deletes.column("_id")),
-                                     one_array(self._tombstones.column("_id"))]),
-            "_seq_no": pa.concat_arrays([one_array(docs.column("_seq_no")) if docs is not None else pa.array([], pa.int64()),
-                                         one_array(deletes.column("_seq_no")),
-                                         one_array(self._tombstones.column("_seq_no"))]),
-            "_row": pa.concat_arrays([pa.array(np.arange(n_docs, dtype=np.int64)),
-                                      pa.nulls(deletes.num_rows + self._tombstones.num_rows, pa.int64())]),
-            "_buffered": pa.array(np.arange(n_docs + deletes.num_rows + self._tombstones.num_rows)
-                                  < n_docs + deletes.num_rows),
-        })
-        order = pc.sort_indices(ops, sort_keys=[("_id", "ascending"), ("_seq_no", "descending")])
-        ops = ops.take(order)
-        return ops.filter(first_of_runs(one_array(ops.column("_id"))))
+    def write_sealed(self, sealed: Sealed) -> RefreshResult:
+        """Write a sealed buffer's segments without the lock, then, under it, mark the older copies deleted and
+        publish the segments at the same moment (no search sees a document twice or not at all).  A winner found
+        stale then (a newer copy in a segment) is deleted in its own new segment.  On failure nothing is published
+        and the next refresh puts the operations back in front of the buffer."""
+        readers: list[SegmentReader] = []
+        try:
+            plan = plan_refresh(sealed.buffer, sealed.tombstones)
+            keep = index_rows(plan, None)
+            readers = self._write_readers(plan.docs, keep)
+            with self._lock:
+                stale, marks = older_copies(self._segment_list(), plan)
+                kept = pc.is_valid(plan.winners.column("_row")).to_numpy(zero_copy_only=False)
+                result = self._install(plan, stale, marks, readers, stale[kept], sealed.top)
+                self._sealed = None
+                self._sealed_done.notify_all()
+                return result
+        except BaseException:
+            with self._lock:
+                if self._sealed is sealed.buffer:  # not installed
+                    self._sealed_failed = True
+                    self._sealed_done.notify_all()
+                    for reader in readers:
+                        with contextlib.suppress(OSError):
+                            os.unlink(reader.path)
+            raise
+
+    def _settle_sealed(self) -> None:
+        """Under the lock: wait until no refresh runs beside the writes (the lock is released meanwhile); the
+        operations of one that failed go back in front of the buffer, in order."""
+        while self._sealed is not None and not self._sealed_failed:
+            self._sealed_done.wait()
+        if self._sealed is not None:
+            back, self._sealed, self._sealed_failed = self._sealed, None, False
+            for docs, order in zip(self._buffer.docs, self._buffer.orders):
+                back.add_docs(docs, order)
+            for deletes in self._buffer.deletes:
+                back.add_deletes(deletes)
+            self._buffer = back
+
+    def _segment_list(self) -> list[tuple[str, SegmentReader, LiveDocs]]:
+        return [(name, seg.reader, seg.live) for name, seg in self._segments.items()]
+
+    def _write_readers(self, docs: pa.Table | None, keep: pa.Array) -> list[SegmentReader]:
+        """Write the ``keep`` rows of ``docs`` as new segment files and open them, their version columns and id index
+        built from ``docs`` (no lock needed: nothing is published)."""
+        if not len(keep):
+            return []
+        assert docs is not None
+        infos = self._write_segments(docs, keep)
+        readers = []
+        for i, info in enumerate(infos):
+            reader = SegmentReader(os.path.join(self.path, info.file_name), info)
+            n = len(keep)  # the writer's parts, as _write_segments split them
+            part = keep.slice(n * i // len(infos), n * (i + 1) // len(infos) - n * i // len(infos))
+            reader.install_version_columns(*(docs.column(c).take(part) for c in ("_seq_no", "_primary_term", "_version")))
+            reader.install_index(one_array(docs.column("_id")).take(part))  # the next version lookup reads no _id back
+            readers.append(reader)
+        return readers
+
+    def _install(self, plan: RefreshPlan, stale: np.ndarray, marks: dict[str, pa.Array], readers: list[SegmentReader],
+                 dead: np.ndarray | None, top: int) -> RefreshResult:
+        """Under the lock: mark the older copies deleted, publish the new segments (``dead``: per written row, a
+        winner found stale since, deleted in its own segment), remember the winning deletes as tombstones."""
+        deleted = 0
+        for name, rows in marks.items():
+            seg = self._segments[name]
+            before = seg.live.deleted_count
+            seg.live = seg.live.delete(rows)
+            seg.dirty = seg.dirty or seg.live.deleted_count != before
+            deleted += seg.live.deleted_count - before
+        written, start = [], 0
+        for reader in readers:
+            n = reader.info.doc_count
+            live = LiveDocs.all_live(n)
+            gone = None if dead is None else np.flatnonzero(dead[start:start + n])
+            if gone is not None and gone.size:
+                live = live.delete(pa.array(gone, pa.int64()))
+            self._segments[reader.info.name] = _Segment(reader, live, dirty=live.deleted_count > 0)
+            self._queue_warming(reader)
+            written.append(reader.info.name)
+            start += n
+        indexed = start - (int(dead.sum()) if dead is not None else 0)
+        # deletes that won are remembered as tombstones (a late, older index op stays dead)
+        winners = plan.winners
+        not_stale = pa.array(~stale, pa.bool_())
+        is_del = pc.and_(pc.is_null(winners.column("_row")), not_stale)
+        self._tombstones = pa.table({"_id": plan.ids.filter(is_del), "_seq_no": plan.seq_nos.filter(is_del)},
+                                    schema=_DELETES)
+        self._refreshed_seq = max(self._refreshed_seq, top)
+        applied = pc.and_(winners.column("_buffered"), not_stale)
+        n_applied = int(pc.sum(applied.cast(pa.int64())).as_py() or 0)
+        return RefreshResult(written[0] if written else None, indexed, deleted, plan.ops - n_applied, tuple(written))
 
     def _write_segments(self, docs: pa.Table, rows: pa.Array) -> list[SegmentInfo]:
         """Write the ``rows`` of ``docs`` (in ``_id`` order, one per id) as one segment, or one per core when many.
@@ -462,6 +484,7 @@ class ShardDirectory:
         """Run the merges the tiered policy asks for now; returns the new segments' names (none while a view is held:
         a merge would take away a pinned segment's file)."""
         with self._lock:
+            self._settle_sealed()
             if self.view_held:
                 return []
             merges = self.merge_policy.find_merges([s.stats() for s in self._segments.values()])
@@ -471,6 +494,7 @@ class ShardDirectory:
         """Merge until at most ``max_segments`` segments remain (deleted docs dropped)."""
         out = []
         with self._lock:
+            self._settle_sealed()
             if self.view_held:
                 return out
             while True:
@@ -562,6 +586,7 @@ class ShardDirectory:
             self._delete_unreferenced()
 
     def _delete_unreferenced(self) -> list[str]:
+        self._settle_sealed()  # the files a refresh beside the writes is writing are not published yet
         gens = list_commit_generations(self.path)
         keep = retained_commits(gens, self.keep_commits, self._locked)
         kept_files = []
@@ -628,6 +653,7 @@ class ShardDirectory:
         buffer (:meth:`_pin_deferred_view`).  So a replica's hold costs no segment write.
         """
         with self._lock:
+            self._settle_sealed()
             first = not self._view.held
             if first and refresh:
                 self.refresh()
@@ -641,6 +667,7 @@ class ShardDirectory:
         serves no reads) makes every buffered operation searchable at once with the rest (one step under the lock:
         no reader sees half); True then."""
         with self._lock:
+            self._settle_sealed()
             if set(self._view.jobs) - {job}:
                 self._view.release(job)
                 return False
@@ -692,12 +719,25 @@ class ShardDirectory:
     def get(self, doc_id: str, *, realtime: bool = True) -> dict[str, Any] | None:
         """The newest live copy of ``doc_id`` (buffered operations too when ``realtime``), or None."""
         with self._lock:
-            hit = self._buffer.latest(doc_id) if realtime and self._buffer else None
+            hit = self._latest_buffered(doc_id) if realtime else None
             if hit is None or hit[0] <= self._refreshed_seq:  # else newer than anything refreshed: it decides
                 found = self._refreshed_copy(doc_id)
                 if hit is None or hit[0] <= max(found[0], self._tombstone_seq(doc_id)):
                     return found[1]
             return None if hit[1] is None else self._doc(hit[1].slice(hit[2], 1))
+
+    def _latest_buffered(self, doc_id: str) -> tuple[int, pa.Table | None, int] | None:
+        """The newest unrefreshed operation on ``doc_id`` (the buffer's, or a sealed buffer's), as ``IndexBuffer.latest``."""
+        hit = self._buffer.latest(doc_id) if self._buffer else None
+        if self._sealed is not None:
+            older = self._sealed.latest(doc_id)
+            if older is not None and (hit is None or older[0] > hit[0]):
+                hit = older
+        return hit
+
+    def _buffered_maps(self) -> list[VersionMap]:
+        """The version maps of the unrefreshed operations: a sealed buffer's (if any), then the buffer's."""
+        return ([self._sealed.versions] if self._sealed is not None else []) + [self._buffer.versions]
 
     def _doc(self, rows: pa.Table) -> dict[str, Any]:
         """One row as a dict, a null ``_source`` rebuilt from its fields."""
@@ -735,9 +775,9 @@ class ShardDirectory:
         the caller knows no id occurs twice)."""
         with self._lock:
             segments = [(s.reader, s.live) for s in self._segments.values() if s.live.live_count]
-            versions = self._buffer.versions
-            newest = versions.min_seq_no > self._refreshed_seq
-            return latest_versions(ids, versions, segments, None if newest else self._tombstones, unique=unique)
+            maps = self._buffered_maps()
+            newest = min(m.min_seq_no for m in maps) > self._refreshed_seq
+            return latest_versions(ids, maps, segments, None if newest else self._tombstones, unique=unique)
 
     def current_version_numbers(self, ids: list[str], arr: pa.Array) -> list[int] | np.ndarray:
         """Per id of ``ids`` (``arr``: the same ids as Arrow), the version its next write counts from: that of its
@@ -745,7 +785,8 @@ class ShardDirectory:
         with self._lock:
             versions = self._buffer.versions
             newest = versions.min_seq_no > self._refreshed_seq
-            if not any(s.live.live_count for s in self._segments.values()) and (newest or not self._tombstones.num_rows):
+            if self._sealed is None and not any(s.live.live_count for s in self._segments.values()) \
+                    and (newest or not self._tombstones.num_rows):
                 return versions.versions(ids, arr)  # the buffer alone decides (as latest_versions would)
         found = self.current_versions(arr).column("_version")
         return np.asarray(filled(found, 0).to_numpy(zero_copy_only=False), dtype=np.int64)
@@ -757,6 +798,13 @@ class ShardDirectory:
 
     def close(self) -> None:
         """Release the directory's write lock and open segment files (buffered, unrefreshed operations are dropped)."""
+        with self._lock:  # a refresh beside the writes ends first: it writes into this directory
+            deadline = time.monotonic() + CLOSE_WAIT_SECONDS
+            while self._sealed is not None and not self._sealed_failed and time.monotonic() < deadline:
+                self._sealed_done.wait(max(0.0, deadline - time.monotonic()))
+            if self._sealed is not None and not self._sealed_failed:
+                log.error("%s: closed while a refresh beside the writes still ran after %.0f s; its operations are "
+                          "in the translog", self.path, CLOSE_WAIT_SECONDS)
         for seg in self._segments.values():
             row_cache.warmer.discard(seg.reader.path)  # unqueued first; its decoded row groups would only take budget
             seg.reader.close()
@@ -770,32 +818,3 @@ class ShardDirectory:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-_DOC_SCHEMAS: dict[pa.Schema, pa.Schema] = {}
-
-
-def _doc_schema(fields: pa.Schema) -> pa.Schema:
-    """A buffered documents table's schema for these parsed field columns (built once per field schema)."""
-    found = _DOC_SCHEMAS.get(fields)
-    if found is None:
-        if len(_DOC_SCHEMAS) > 256:
-            _DOC_SCHEMAS.clear()
-        found = _DOC_SCHEMAS[fields] = pa.schema(list(BASE_SCHEMA) + list(fields))
-    return found
-
-
-def buffered_docs(ops: pa.RecordBatch | pa.Table, fields: pa.Table) -> pa.Table:
-    """The buffered documents table of stamped index operations ``ops`` and their parsed ``fields`` (same rows)."""
-    return pa.table([one_array(ops.column("id")), ops.column("seq_no"), ops.column("primary_term"),
-                     filled(ops.column("version"), 1), ops.column("source")] + list(fields.columns),
-                    schema=_doc_schema(fields.schema))
-
-
-def _split_ops(table: pa.Table) -> tuple[pa.Table, pa.Table]:
-    """(index operations, delete operations) of a batch; an all-index batch is returned as it is, not copied."""
-    op_type = table.column("op_type")
-    is_index = pc.equal(op_type, int(OpType.INDEX))
-    if pc.all(is_index, skip_nulls=False).as_py():  # None (not True) when an op_type is null
-        return table, table.slice(0, 0)
-    return table.filter(is_index), table.filter(pc.equal(op_type, int(OpType.DELETE)))

@@ -14,9 +14,12 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from shardstore.core.arrays import filled, one_array
+from shardstore.core.ops import OpType
+from shardstore.segments.segment import BASE_SCHEMA
 from shardstore.segments.version_map import VersionMap
 
-__all__ = ["DELETES", "IndexBuffer"]
+__all__ = ["DELETES", "IndexBuffer", "buffered_docs", "split_ops"]
 
 #: the schema of buffered deletes and of a directory's tombstones
 DELETES = pa.schema([pa.field("_id", pa.string()), pa.field("_seq_no", pa.int64())])
@@ -82,3 +85,32 @@ class IndexBuffer:
         if op is None:
             return None
         return op.seq_no, (self.docs[op.entry] if op.version is not None else None), op.row
+
+
+_DOC_SCHEMAS: dict[pa.Schema, pa.Schema] = {}
+
+
+def _doc_schema(fields: pa.Schema) -> pa.Schema:
+    """A buffered documents table's schema for these parsed field columns (built once per field schema)."""
+    found = _DOC_SCHEMAS.get(fields)
+    if found is None:
+        if len(_DOC_SCHEMAS) > 256:
+            _DOC_SCHEMAS.clear()
+        found = _DOC_SCHEMAS[fields] = pa.schema(list(BASE_SCHEMA) + list(fields))
+    return found
+
+
+def buffered_docs(ops: pa.RecordBatch | pa.Table, fields: pa.Table) -> pa.Table:
+    """The buffered documents table of stamped index operations ``ops`` and their parsed ``fields`` (same rows)."""
+    return pa.table([one_array(ops.column("id")), ops.column("seq_no"), ops.column("primary_term"),
+                     filled(ops.column("version"), 1), ops.column("source")] + list(fields.columns),
+                    schema=_doc_schema(fields.schema))
+
+
+def split_ops(table: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """(index operations, delete operations) of a batch; an all-index batch is returned as it is, not copied."""
+    op_type = table.column("op_type")
+    is_index = pc.equal(op_type, int(OpType.INDEX))
+    if pc.all(is_index, skip_nulls=False).as_py():  # None (not True) when an op_type is null
+        return table, table.slice(0, 0)
+    return table.filter(is_index), table.filter(pc.equal(op_type, int(OpType.DELETE)))

@@ -444,7 +444,10 @@ class SegmentReader:
         return self._ds
 
     def seq_nos(self) -> pa.Array:
-        """The ``_seq_no`` column in row order (read once, then cached)."""
+        """The ``_seq_no`` column in row order (read once, then cached; the installed version columns' when there)."""
+        versions = self.__dict__.get("_version_cache")
+        if versions is not None:  # a refresh's older-copy check reads no file it wrote itself (issue 44)
+            return versions[0]
         return self._seq_nos()[0]
 
     def _seq_nos(self) -> tuple[pa.Array, bool]:

@@ -30,7 +30,7 @@ _CANDIDATE = pa.schema([pa.field("q", pa.int64()), pa.field("_seq_no", pa.int64(
                         pa.field("deleted", pa.bool_())])
 
 
-def latest_versions(ids: pa.Array, buffered: VersionMap | None,
+def latest_versions(ids: pa.Array, buffered: VersionMap | Sequence[VersionMap] | None,
                     segments: Sequence[tuple[SegmentReader, LiveDocs]], tombstones: pa.Table | None = None,
                     *, unique: bool = False) -> pa.Table:
     """Per id of ``ids`` (duplicates allowed, order kept): seq#, term and version of its newest live copy.
@@ -44,14 +44,14 @@ def latest_versions(ids: pa.Array, buffered: VersionMap | None,
     """
     if isinstance(ids, pa.ChunkedArray):
         ids = one_array(ids)
-    if buffered is not None and not len(buffered):
-        buffered = None
-    if buffered is None or (tombstones is not None and not tombstones.num_rows):
+    # several maps: a buffer sealed for a refresh running beside the writes, and the buffer after it
+    maps = [m for m in (buffered if isinstance(buffered, (list, tuple)) else (buffered,)) if m is not None and len(m)]
+    buffered = maps[0] if len(maps) == 1 else None
+    if not maps or (tombstones is not None and not tombstones.num_rows):
         tombstones = None  # a tombstone only ever outranks a buffered operation
-    if buffered is None and not segments:  # nothing to find (a fresh shard)
+    if not maps and not segments:  # nothing to find (a fresh shard)
         return _absent(len(ids))
-    if not segments and tombstones is None:  # the buffer alone decides: one dict lookup per id
-        assert buffered is not None
+    if buffered is not None and not segments and tombstones is None:  # the buffer alone decides: one dict lookup per id
         return buffered.lookup(ids)
     uniq = ids if unique else pc.unique(ids)
     cands = []
@@ -74,13 +74,15 @@ def latest_versions(ids: pa.Array, buffered: VersionMap | None,
                                       schema=_CANDIDATE))
     if tombstones is not None:
         cands.append(_refreshed_deletes(tombstones, uniq))
-    if not cands:  # no live segment copy of any id: the buffer (if any) decides
+    if not cands and len(maps) < 2:  # no live segment copy of any id: the buffer (if any) decides
         return _absent(len(ids)) if buffered is None else buffered.lookup(ids)
-    if buffered is not None:
-        cands.append(buffered.candidates_table(uniq, _CANDIDATE))
+    cands += [m.candidates_table(uniq, _CANDIDATE) for m in maps]
+    cands = [c for c in cands if c.num_rows]
+    if not cands:
+        return _absent(len(ids))
     out = {name: np.zeros(len(uniq), dtype=np.int64) for name in VERSIONS_SCHEMA.names}
     found = np.zeros(len(uniq), dtype=bool)
-    allc = pa.concat_tables([c for c in cands if c.num_rows])
+    allc = pa.concat_tables(cands)
     allc = allc.take(pc.sort_indices(allc, sort_keys=[("q", "ascending"), ("_seq_no", "descending")]))
     q_sorted = allc.column("q").combine_chunks()
     first = first_of_runs(q_sorted)

@@ -58,7 +58,7 @@ from shardstore.engine.shard.staged_write import Refreshing, Staged
 from shardstore.engine.shard.store_recovery import read_from_store
 from shardstore.errors import LocalDiskError, TooManyOpenFiles, is_too_many_open_files
 from shardstore.segments import row_cache
-from shardstore.segments.directory import INDEX_BUFFER_BYTES, Prepared, ShardDirectory
+from shardstore.segments.directory import INDEX_BUFFER_BYTES, Prepared, RefreshResult, ShardDirectory
 from shardstore.segments.errors import CommitConflict, UploadCancelled
 from shardstore.segments.mapping import Mapping
 from shardstore.segments.remote_store import (
@@ -327,15 +327,11 @@ class ShardCopy:
             return Staged(seq_nos, None, (0, 0))
         self.directory.apply(stamped, prepared, id_order=order)
         remote = self.remote_translog
-        refreshing = Refreshing(self.directory, self.spec.shard) if self.directory.buffer_full else None
-        try:
-            position = remote.append(stamped)
-        except BaseException:
-            if refreshing is not None:
-                with contextlib.suppress(Exception):  # the append's error is the one raised
-                    refreshing.join()
-            raise
-        return Staged(seq_nos, remote, position, refreshing)
+        if self.directory.buffer_full:  # its segments are written beside the writes; nothing waits for them
+            sealed = self.directory.seal()  # waits for the one before, if it is still being written
+            if sealed is not None:
+                Refreshing(self.directory, sealed, self.spec.shard, self._refreshed_beside)
+        return Staged(seq_nos, remote, remote.append(stamped))
 
     def settle(self, staged: Staged) -> None:
         """Wait for a staged batch's upload, check the fence, then count it processed (its seq#s may
@@ -343,7 +339,7 @@ class ShardCopy:
         if staged.remote is None:
             return
         with self._local_disk("write"):
-            self._await_upload(staged.remote, staged.position, staged.refreshing)
+            self._await_upload(staged.remote, staged.position)
             self._check_not_fenced()
         self.tracker.mark_processed_range(*staged.seq_nos)
 
@@ -384,8 +380,7 @@ class ShardCopy:
         remote = self.remote_translog
         self._await_upload(remote, remote.append(stamped, history=history))
 
-    def _await_upload(self, remote: ShardRemoteTranslog, position: tuple[int, int],
-                      refreshing: Refreshing | None = None) -> None:
+    def _await_upload(self, remote: ShardRemoteTranslog, position: tuple[int, int]) -> None:
         """Wait for the upload of what was logged before local ``position``; a full indexing buffer is refreshed
         while it is in flight.
 
@@ -399,13 +394,13 @@ class ShardCopy:
         A refresh that fails on the local disk (an ``OSError``: the copy is then failed for
         good by ``_local_disk``) is raised once the upload settled; any other refresh failure
         is logged and the write goes on as without the overlap (the documents stay buffered
-        and the next refresh writes them).  ``refreshing``: that refresh, already begun when the
-        batch was buffered (:class:`Refreshing`), is joined instead.
+        and the next refresh writes them).  A primary's bulk sealed its full buffer instead (:class:`Refreshing`,
+        :meth:`_stage_stamped`): nothing is full here then.
         """
-        if refreshing is not None or self.directory.buffer_full:
+        if self.directory.buffer_full:
             try:
                 with self._lock:
-                    self._upload_ahead(refreshing.join() if refreshing is not None else self.directory.refresh().segments)
+                    self._upload_ahead(self.directory.refresh().segments)
             except OSError:  # the local disk: this copy is failed (_local_disk); not acknowledged either way
                 try:
                     remote.wait_uploaded(position)
@@ -416,6 +411,26 @@ class ShardCopy:
                 log.exception("%s: a refresh during the translog upload failed; the documents stay buffered",
                               self.path)
         remote.wait_uploaded(position)
+
+    def _refreshed_beside(self, result: RefreshResult | None, error: BaseException | None) -> None:
+        """A sealed buffer's segments were written beside the writes (:class:`Refreshing`): upload them ahead of
+        the commit; a local disk error fails this copy for good (the next call on it raises), any other failure is
+        logged (the next refresh writes those operations).  Their writes were acknowledged either way: they are in
+        the translog of every in-sync copy."""
+        if error is None:
+            assert result is not None
+            with self._lock:
+                self._upload_ahead(result.segments)
+            return
+        if isinstance(error, OSError):  # LocalDiskError included: the copy keeps it and raises it from now on
+            with contextlib.suppress(Exception), self._local_disk("refresh"):
+                raise error
+        if self.disk_failure is not None:
+            log.error("%s: the refresh beside the writes failed on the local disk; this copy is failed (%s)",
+                      self.path, self.disk_failure)
+        elif not self.closed:
+            log.error("%s: the refresh beside the writes failed; the documents stay buffered (%s: %s)",
+                      self.path, type(error).__name__, error)
 
     def _upload_ahead(self, names: tuple[str, ...]) -> None:
         """Upload the segments a full indexing buffer's refresh just wrote, on a background thread.

@@ -1,19 +1,22 @@
-"""A primary's write between staging and acknowledgement: what :meth:`ShardCopy.settle` waits for.
+"""A primary's write between staging and acknowledgement, and the refresh its full buffer starts beside it.
 
-:class:`Staged` is a batch applied and logged locally whose translog upload is in flight;
-:class:`Refreshing` the refresh of the indexing buffer that batch filled, begun on a thread of
-its own before the batch's translog frame is encoded (issue 31; docs/design/segments.md, "Uploads
-ahead of the commit", "The refresh starts before the append").
+:class:`Staged` is a batch applied and logged locally whose translog upload is in flight
+(:meth:`ShardCopy.settle` waits for it).  :class:`Refreshing` writes the segments of an indexing
+buffer that batch filled, sealed out of the write path (``ShardDirectory.seal``), on a thread of its
+own: the batch's translog frame is encoded and uploaded, and the next bulks are applied, while the
+segments are written (issue 31: overlap with the append; issue 44: the writes no longer wait for it;
+docs/design/segments.md, "A full buffer is refreshed beside the writes").
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from shardstore.segments.directory import ShardDirectory
+    from shardstore.segments.directory import RefreshResult, Sealed, ShardDirectory
     from shardstore.translog.factory import ShardRemoteTranslog
 
 __all__ = ["Refreshing", "Staged"]
@@ -26,33 +29,32 @@ class Staged:
     seq_nos: tuple[int, int]  # first..last: a primary stamps contiguous seq#s
     remote: ShardRemoteTranslog | None  # None: nothing to wait for (no remote translog; already counted processed)
     position: tuple[int, int]  # the local append's (generation, offset): the upload to wait for
-    refreshing: Refreshing | None = None  # the refresh of a full buffer, started before the append
 
 
 class Refreshing:
-    """A refresh of a full indexing buffer on a thread of its own, begun as soon as the batch is buffered.
+    """A sealed buffer's segments written on a thread of its own; ``done(result, error)`` is called when it ends.
 
-    The batch's translog frame is then encoded (the append) while the segments are written, on the
-    two cores, instead of one after the other (issue 31: the 336,776-row one go spent 70 ms encoding,
-    then 206 ms writing segments).  :meth:`ShardCopy.settle` joins it: it never outlives the write.
+    Nothing waits for it to acknowledge a write: its operations are in the translog, and until its segments are
+    installed they stay visible to version lookups and realtime gets (``ShardDirectory.write_sealed``).  The next
+    seal waits for it (one at a time), and so does closing the directory.
     """
 
-    def __init__(self, directory: ShardDirectory, shard: int) -> None:
-        self.segments: tuple[str, ...] = ()
-        self.error: BaseException | None = None
+    def __init__(self, directory: ShardDirectory, sealed: Sealed, shard: int,
+                 done: Callable[[RefreshResult | None, BaseException | None], None]) -> None:
         self._directory = directory
+        self._sealed = sealed
+        self._done = done
         self._thread = threading.Thread(target=self._run, name=f"refresh-{shard}", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         try:
-            self.segments = self._directory.refresh().segments
-        except BaseException as exc:  # noqa: BLE001 - handed to the joining writer (ShardCopy._await_upload)
-            self.error = exc
+            result = self._directory.write_sealed(self._sealed)
+        except BaseException as exc:  # noqa: BLE001 - handed to the copy's callback (ShardCopy._refreshed_beside)
+            self._done(None, exc)
+            return
+        self._done(result, None)
 
-    def join(self) -> tuple[str, ...]:
-        """The new segments once written; the refresh's error, if it failed."""
-        self._thread.join()
-        if self.error is not None:
-            raise self.error
-        return self.segments
+    def join(self, timeout: float | None = None) -> None:
+        """Wait until its segments are installed, or its failure handled."""
+        self._thread.join(timeout)

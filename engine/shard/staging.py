@@ -33,7 +33,7 @@ import pyarrow as pa
 
 from shardstore.engine.shard.doc_versions import with_versions  # re-exported: the one-part path, below the shard
 from shardstore.engine.shard.shard_copy import ShardCopy
-from shardstore.segments.directory import buffered_docs
+from shardstore.segments.index_buffer import buffered_docs
 from shardstore.segments.mapping import Mapping
 from shardstore.segments.versions import SMALL_BATCH, next_versions
 from shardstore.translog.errors import InvalidOperation

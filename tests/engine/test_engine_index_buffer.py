@@ -1,10 +1,9 @@
-"""The indexing buffer (issue 16): a bulk that fills it refreshes while its translog upload is in flight.
+"""The indexing buffer (issues 16, 44): a primary's bulk that fills it seals it, and its segments are written beside
+the writes (``ShardDirectory.seal``, ``write_sealed``) while the bulk's translog upload is in flight and after.
 
-``ShardCopy._log_remote`` overlaps the refresh (CPU) with the remote translog upload (I/O).
-Nothing about acknowledgement may change: a bulk is acknowledged only once its upload
-landed; a failed upload is not acknowledged, a failed refresh fails the copy
-(``LocalDiskError``) and its replica takes over; every acknowledged document survives a
-restore.  The buffer threshold is lowered here so that small bulks fill it.  Faults come
+A bulk is acknowledged only once its upload landed, never later for the refresh: a failed upload
+is not acknowledged; a failed refresh fails the copy (``LocalDiskError`` for the next write) and
+its replica takes over; every acknowledged document survives a restore.  The buffer threshold is lowered here so that small bulks fill it.  Faults come
 from a FaultyStore around a real file store (a failed PUT) and from DiskFaults (a failed
 fsync of a segment file), since no real store or disk fails one chosen call on demand.
 """
@@ -21,6 +20,7 @@ from shardstore.engine import Cluster
 from shardstore.engine.errors import InvalidRequest
 from shardstore.testing import FaultyStore
 from shardstore.testing.disk import DiskFaults
+from shardstore.testing.partition_campaign import wait_until
 
 SMALL = {"index_buffer_bytes": 1}  # every bulk fills the indexing buffer
 
@@ -35,14 +35,18 @@ def _restored_ids(url: str, data_dir: Path) -> dict[str, dict]:
 
 
 @pytest.mark.parametrize("source", ["stored", "synthetic"])
-def test_a_full_buffer_is_searchable_when_the_bulk_returns(tmp_path: Path, source: str) -> None:
+def test_a_full_buffer_becomes_searchable_without_a_refresh_call(tmp_path: Path, source: str) -> None:
+    """Its segments are written beside the writes (issue 44): the bulk returns once its translog landed, and the
+    documents become searchable soon after with no refresh asked for; a get finds them all along."""
     url = f"file://{tmp_path / 'remote'}"
     cluster = Cluster(store=url, data_dir=str(tmp_path / "a"), nodes=2, recovery_delay=0.05, **SMALL)
     try:
         cluster.create_index("docs", shards=2, replicas=1, source=source)
         for r in range(3):
             assert not cluster.bulk("docs", [{"_id": f"{r}-{i}", "v": r} for i in range(200)]).errors
-            assert cluster.count("docs") == 200 * (r + 1)  # refreshed during the bulk: no refresh call
+            assert cluster.get("docs", f"{r}-7")["_source"] == {"v": r}  # realtime: sealed or not, it is found
+            wait_until(lambda r=r: cluster.count("docs") == 200 * (r + 1), timeout=30,
+                       what=f"the refresh beside bulk {r}")
         assert cluster.get("docs", "2-5")["_source"] == {"v": 2}
     finally:
         cluster.close()
@@ -83,15 +87,26 @@ def test_a_failed_upload_is_not_acknowledged_and_a_retry_is(tmp_path: Path) -> N
 
 
 def test_a_failed_refresh_fails_the_primary_and_loses_nothing(tmp_path: Path) -> None:
+    """The refresh of a full buffer runs beside the writes (issue 44): the bulk that filled it is acknowledged once
+    its translog landed on every in-sync copy, whatever the refresh does; a disk error in that refresh fails the
+    primary for good, the next write on it is refused with LocalDiskError, the replica takes over, and every
+    acknowledged document survives, the failed refresh's included."""
     url = f"file://{tmp_path / 'remote'}"
     cluster, acked = _started(url, tmp_path / "a", nodes=3)
     try:
         primary = cluster.primary_of("docs", 0)
+        copy = cluster.primary_copy("docs", 0)
         with DiskFaults() as faults:
             faults.inject(op="fsync", path=f"*/{primary}/*/index/*.parquet*", action="eio")
-            failed = cluster.bulk("docs", [{"_id": f"b{i}", "v": 2} for i in range(50)])
+            filled = cluster.bulk("docs", [{"_id": f"b{i}", "v": 2} for i in range(50)])
+            wait_until(lambda: copy.disk_failure is not None, timeout=30, what="the refresh's disk error")
             assert faults.fired_total == 1
-        assert failed.errors and "LocalDiskError" in failed.items.column("error")[0].as_py()
+        acked |= set(filled.acknowledged)
+        # the bulk that filled the buffer is acknowledged unless the refresh failed the copy before its upload
+        # settled (then it is refused as a whole); the next write on the copy is refused either way
+        refused = filled if filled.errors else cluster.bulk("docs", [{"_id": f"c{i}", "v": 2} for i in range(50)])
+        assert refused.errors and refused.acknowledged == []
+        assert "LocalDiskError" in refused.items.column("error")[0].as_py()
         assert cluster.primary_of("docs", 0) != primary, "the failed primary must be replaced by its replica"
         retry = cluster.bulk("docs", [{"_id": f"b{i}", "v": 3} for i in range(50)])
         assert not retry.errors

@@ -355,6 +355,16 @@ def test_peers_quick_on_the_file_store(tmp_path: Path) -> None:
         assert "pip install '.[bench]'" in err
     assert "side by side:" in err
     assert "[peers] side by side:" in _table  # and on stdout, after the figure table
+    # issue 44's figures in the side-by-side table too: a row per steady (bulk, updates), the cold scan per source
+    side = _table[_table.index("[peers] side by side:"):]
+    dl = "deltalake" in peers
+    steady_rows = [line for line in side if line.startswith("| bulks of ") and " updates, file |" in line]
+    assert [line.split(" | ")[0] for line in steady_rows] == [
+        f"| bulks of {b:,} into 20,000 docs, {u} updates, file" for b in (1000, 10000, 50000) for u in ("0%", "10%")]
+    assert all((" | deltalake " in line) == dl for line in steady_rows), steady_rows
+    cold = [line for line in side if line.startswith("| cold scan of ")]
+    assert [line.split(", ")[-1].split(" |")[0] for line in cold] == ["stored source", "synthetic source"], cold
+    assert all((" | deltalake " in line) == dl for line in cold), cold
     if len(peers) < 3:
         assert any("not installed here" in line and "pip install '.[bench]'" in line for line in _table)
     assert not list(tmp_path.glob("shardstore-bench-peers-*")), "temp files left behind"

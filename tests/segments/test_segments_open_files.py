@@ -72,7 +72,9 @@ _CHILD = textwrap.dedent('''
     docs = [{"_id": f"a{k}", "v": k} for k in range(3000)]
     assert not c.bulk("i", docs).errors
     c.flush("i")
-    assert not c.bulk("i", [{"_id": f"a{k}", "v": -k} for k in range(3000)]).errors  # versions read every segment
+    assert not c.bulk("i", [{"_id": f"a{k}", "v": -k} for k in range(3000)]).errors
+    c.refresh("i")
+    assert c.scan("i", columns=["_id", "v"]).num_rows == 3000  # reads every segment's file
     def target(fd):
         try:
             return os.readlink(f"/proc/self/fd/{fd}")

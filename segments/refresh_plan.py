@@ -1,0 +1,161 @@
+"""What a refresh writes and marks deleted, decided from an indexing buffer: pure Arrow work, no I/O.
+
+A refresh (segments/directory.py) turns a buffer into segments in three steps, each a function here
+or there:
+
+1. :func:`plan_refresh`: per id, the newest buffered operation wins (buffered deletes and the
+   directory's tombstones included), in ``_id`` order;
+2. :func:`older_copies`: the live copies the segments hold of the winning ids, found with each
+   segment's id index; a copy older than its winner is to be marked deleted, a copy newer makes the
+   winner stale (a replica receiving operations out of order);
+3. the directory writes the winning index operations as segments, marks the older copies deleted and
+   remembers the winning deletes as tombstones.
+
+Step 1 reads only the buffer and the tombstones, so a refresh of a sealed buffer (one taken out of the
+write path, :meth:`ShardDirectory.seal` then :meth:`~ShardDirectory.write_sealed`) runs it with no lock held; step 2 reads the
+segments' live docs, so it runs under the directory's lock, at the moment the new segments are
+installed (docs/design/segments.md, "A full buffer is refreshed beside the writes").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from shardstore.core.arrays import one_array
+from shardstore.segments.index_buffer import DELETES, IndexBuffer
+from shardstore.segments.livedocs import LiveDocs
+from shardstore.segments.segment import SegmentReader, lookup_segments
+from shardstore.segments.versions import first_of_runs, strictly_ascending
+
+__all__ = ["RefreshPlan", "index_rows", "older_copies", "plan_refresh"]
+
+
+@dataclass(frozen=True)
+class RefreshPlan:
+    """A buffer's refresh decided: its documents as one table and, per id, the operation that wins."""
+
+    docs: pa.Table | None  # the buffered documents, one table (None: only deletes were buffered)
+    ops: int  # buffered operations in all (documents and deletes)
+    #: per id the newest operation, in ``_id`` order: ``_id``, ``_seq_no``, ``_row`` (its row of ``docs``; null
+    #: for a delete or a tombstone), ``_buffered`` (False: an older tombstone, not an operation of this buffer)
+    winners: pa.Table
+
+    @property
+    def ids(self) -> pa.Array:
+        """The winning ids, ascending."""
+        return one_array(self.winners.column("_id"))
+
+    @property
+    def seq_nos(self) -> pa.Array:
+        """The winners' seq#s."""
+        return one_array(self.winners.column("_seq_no"))
+
+
+def plan_refresh(buffer: IndexBuffer, tombstones: pa.Table) -> RefreshPlan:
+    """Step 1 of the module docstring for ``buffer`` and the directory's ``tombstones`` (``DELETES`` rows)."""
+    docs = (pa.concat_tables(buffer.docs, promote_options="default").combine_chunks() if buffer.docs else None)
+    deletes = pa.concat_tables(buffer.deletes).combine_chunks() if buffer.deletes else DELETES.empty_table()
+    n_docs = docs.num_rows if docs is not None else 0
+    winners = _presorted_winners(buffer, docs, tombstones)
+    if winners is None:
+        winners = _winners(docs, deletes, tombstones)
+    return RefreshPlan(docs, n_docs + deletes.num_rows, winners)
+
+
+def older_copies(segments: Sequence[tuple[str, SegmentReader, LiveDocs]], plan: RefreshPlan
+                 ) -> tuple[np.ndarray, dict[str, pa.Array]]:
+    """Step 2: ``(stale, marks)``: per winner whether a live segment copy is newer (bool), and per segment name the
+    rows of live copies older than their winner (to mark deleted)."""
+    ids, seqs = plan.ids, plan.seq_nos
+    stale = np.zeros(len(ids), dtype=bool)
+    marks: dict[str, pa.Array] = {}
+    if not segments or not len(ids):
+        return stale, marks
+    all_q, all_s, all_r = lookup_segments([reader for _name, reader, _live in segments], ids)
+    if not len(all_q):
+        return stale, marks
+    seg_of = pc.cast(all_s, pa.int64()).to_numpy()
+    bounds = np.flatnonzero(np.diff(seg_of)) + 1  # results come ordered by segment
+    for lo, hi in zip(np.concatenate([[0], bounds]), np.concatenate([bounds, [len(seg_of)]])):
+        name, reader, live = segments[int(seg_of[lo])]
+        qpos, rows = all_q.slice(lo, hi - lo), all_r.slice(lo, hi - lo)
+        alive = live.mask().take(rows)
+        qpos, rows = qpos.filter(alive), rows.filter(alive)
+        if len(qpos) == 0:
+            continue
+        newer_here = pc.greater(reader.seq_nos().take(rows), seqs.take(qpos))
+        if pc.any(newer_here).as_py():
+            stale[qpos.filter(newer_here).to_numpy()] = True
+        doomed = rows.filter(pc.invert(newer_here))
+        if len(doomed):
+            marks[name] = doomed
+    return stale, marks
+
+
+def _presorted_winners(buffer: IndexBuffer, docs: pa.Table | None, tombstones: pa.Table) -> pa.Table | None:
+    """The winners from the order hints, when every batch of the buffer is index ops whose writer sorted their ids
+    (``id_order``) and there are no deletes or tombstones; else None (the general path decides).
+
+    The hinted runs are merged by one stable sort of the ids alone (one batch needs none), cheaper than the general
+    path's two-key sort of the raw buffer.  An id in several batches (a bulk updating what an earlier one wrote)
+    keeps its last copy: batches are buffered in seq# order, so the last is the newest, which is checked (the
+    seq#s must rise within every run of one id) before it is trusted."""
+    if docs is None or not buffer.docs or any(o is None for o in buffer.orders) or buffer.deletes \
+            or tombstones.num_rows:
+        return None
+    runs, offset = [], 0
+    for batch, order in zip(buffer.docs, buffer.orders):
+        runs.append(pc.add(order.cast(pa.int64()), offset) if offset else order.cast(pa.int64()))
+        offset += batch.num_rows
+    order = runs[0] if len(runs) == 1 else pa.concat_arrays(runs)
+    ids = one_array(docs.column("_id")).take(order)
+    if len(runs) > 1:
+        merged = pc.sort_indices(ids)  # stable: the copies of one id keep their buffer order
+        order, ids = order.take(merged), ids.take(merged)
+    seqs = one_array(docs.column("_seq_no")).take(order)
+    if not strictly_ascending(ids):
+        n = len(ids)
+        if ids.null_count or n < 2:
+            return None
+        same = pc.equal(ids.slice(1), ids.slice(0, n - 1))  # row i + 1 repeats row i's id
+        rising = pc.greater(seqs.slice(1), seqs.slice(0, n - 1))
+        if not pc.all(pc.or_(pc.invert(same), rising)).as_py():
+            return None  # a repeat whose later copy is not the newer one: the general path decides
+        last = pa.concat_arrays([pc.invert(same), pa.array([True])])  # the last copy of each id
+        if not pc.all(pc.less_equal(ids.slice(0, n - 1), ids.slice(1))).as_py():
+            return None  # the hints did not sort the ids
+        order, ids, seqs = order.filter(last), ids.filter(last), seqs.filter(last)
+    return pa.table({"_id": ids, "_seq_no": seqs, "_row": order,
+                     "_buffered": pa.array(np.ones(len(order), dtype=bool))})
+
+
+def _winners(docs: pa.Table | None, deletes: pa.Table, tombstones: pa.Table) -> pa.Table:
+    """Per id of the buffer (documents, deletes) and the tombstones, the newest operation, in ``_id`` order."""
+    n_docs = docs.num_rows if docs is not None else 0
+    ops = pa.table({
+        "_id": pa.concat_arrays([one_array(docs.column("_id")) if docs is not None else pa.array([], pa.string()),
+                                 one_array(deletes.column("_id")), one_array(tombstones.column("_id"))]),
+        "_seq_no": pa.concat_arrays([one_array(docs.column("_seq_no")) if docs is not None else pa.array([], pa.int64()),
+                                     one_array(deletes.column("_seq_no")), one_array(tombstones.column("_seq_no"))]),
+        "_row": pa.concat_arrays([pa.array(np.arange(n_docs, dtype=np.int64)),
+                                  pa.nulls(deletes.num_rows + tombstones.num_rows, pa.int64())]),
+        "_buffered": pa.array(np.arange(n_docs + deletes.num_rows + tombstones.num_rows)
+                              < n_docs + deletes.num_rows),
+    })
+    order = pc.sort_indices(ops, sort_keys=[("_id", "ascending"), ("_seq_no", "descending")])
+    ops = ops.take(order)
+    return ops.filter(first_of_runs(one_array(ops.column("_id"))))
+
+
+def index_rows(plan: RefreshPlan, stale: np.ndarray | None) -> pa.Array:
+    """The rows of ``plan.docs`` a refresh writes, in ``_id`` order: the winning index operations (not ``stale``)."""
+    rows = plan.winners.column("_row")
+    keep = pc.is_valid(rows)
+    if stale is not None:
+        keep = pc.and_(keep, pa.array(~stale, pa.bool_()))
+    return one_array(rows).filter(keep)
