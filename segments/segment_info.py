@@ -34,6 +34,8 @@ ZSTD_LEVEL = 1
 #: Segments whose Arrow data is at most this big are encoded into memory, then
 #: checksummed and written in one go; bigger ones stream through a CRC-computing file.
 IN_MEMORY_WRITE_BYTES = 512 << 20
+#: A segment written from chosen ``rows`` of a table takes at most this many Arrow bytes of them at a time.
+TAKE_BYTES = 64 << 20
 #: A scan with deletions reads runs of row groups of about this many bytes (uncompressed).
 SCAN_READ_BYTES = 64 << 20
 _LIVE_COLUMN = "__shardstore_live__"
