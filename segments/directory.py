@@ -71,6 +71,11 @@ LOCK_FILE = "write.lock"
 #: The indexing buffer: once the buffered documents' Arrow bytes reach this, ``buffer_full`` is
 #: true and the engine refreshes while the bulk's translog upload is in flight (engine/shard/shard_copy.py).
 INDEX_BUFFER_BYTES = 32 << 20
+#: A primary seals its buffer for a refresh beside the writes once it holds this share of ``index_buffer_bytes``
+#: and no sealed buffer is being written (``ready_to_seal``): the refreshes keep pace with a steady bulk stream
+#: instead of starting only when the buffer is full (docs/design/segments.md, "A full buffer is refreshed beside
+#: the writes").
+SEAL_EARLY_SHARE = 0.25
 #: A refresh of at least twice this many documents writes one segment per core, in parallel.
 PARALLEL_SEGMENT_DOCS = 100_000
 #: how long closing waits for a refresh beside the writes to end (it writes into the directory)
@@ -261,14 +266,17 @@ class ShardDirectory:
         return Prepared(table.num_rows, fields, mapping)
 
     def apply(self, ops: pa.RecordBatch | pa.Table, prepared: Prepared | None = None, *,
-              id_order: pa.Array | None = None) -> int:
+              id_order: pa.Array | None = None, new_ids: np.ndarray | None = None) -> int:
         """Buffer a batch of stamped translog operations (index, delete, no-op); returns how many were buffered.
 
         Index sources are parsed against the mapping first (or taken from ``prepared``):
         MappingConflict or InvalidDocument rejects the whole batch and nothing of it is
         buffered.  ``id_order``: the permutation sorting the batch's ids, if the caller
         sorted them already (a primary does, for the versions); kept for the refresh when
-        every operation is an index operation.
+        every operation is an index operation.  ``new_ids``: per operation, whether the caller's version
+        lookup (:meth:`current_versions` with ``seen``, under the same write lock) found no copy of its id at
+        all; kept likewise, so the refresh looks for older copies of the other ids only
+        (docs/design/segments.md, "Ids new to the shard").
         """
         table = ops if isinstance(ops, pa.Table) else pa.Table.from_batches([ops])
         if table.num_rows == 0:
@@ -284,8 +292,11 @@ class ShardDirectory:
                 docs = buffered_docs(idx, prepared.fields)
                 if prepared.mapping is not self.mapping:
                     self.mapping = self.mapping.with_fields({n: prepared.mapping[n] for n in prepared.mapping.order})
-                self._buffer.add_docs(docs, id_order if id_order is not None and len(id_order) == docs.num_rows
-                                      and docs.num_rows == table.num_rows else None)
+                whole = docs.num_rows == table.num_rows  # every operation an index operation: rows line up
+                self._buffer.add_docs(docs, id_order if whole and id_order is not None and len(id_order) == docs.num_rows
+                                      else None,
+                                      new_ids if whole and new_ids is not None and len(new_ids) == docs.num_rows
+                                      else None)
             if dels.num_rows:
                 self._buffer.add_deletes(pa.table([dels.column("id"), dels.column("seq_no")], schema=_DELETES))
             top = pc.max(table.column("seq_no")).as_py()
@@ -301,6 +312,7 @@ class ShardDirectory:
             self._buffer.versions.add_run(len(self._buffer.docs), ids, first_seq_no, primary_term, versions)
             self._buffer.docs.append(docs)
             self._buffer.orders.append(None)
+            self._buffer.news.append(None)
             self._buffer.doc_bytes += nbytes
             self.max_seq_no = max(self.max_seq_no, first_seq_no + len(ids) - 1)
 
@@ -308,6 +320,13 @@ class ShardDirectory:
     def buffer_full(self) -> bool:
         """Whether the buffered documents hold at least ``index_buffer_bytes`` of Arrow data."""
         return self._buffer.doc_bytes >= self.index_buffer_bytes
+
+    @property
+    def ready_to_seal(self) -> bool:
+        """Whether a writer should :meth:`seal` the buffer now: it is full, or it holds ``SEAL_EARLY_SHARE`` of the
+        budget and no sealed buffer is being written (sealing then waits for nothing)."""
+        held = self._buffer.doc_bytes
+        return held >= self.index_buffer_bytes or (self._sealed is None and held >= self.index_buffer_bytes * SEAL_EARLY_SHARE)
 
     def refresh(self) -> RefreshResult:
         """Make buffered operations searchable: one new segment, older copies marked deleted."""
@@ -380,8 +399,8 @@ class ShardDirectory:
             self._sealed_done.wait()
         if self._sealed is not None:
             back, self._sealed, self._sealed_failed = self._sealed, None, False
-            for docs, order in zip(self._buffer.docs, self._buffer.orders):
-                back.add_docs(docs, order)
+            for docs, order, new in zip(self._buffer.docs, self._buffer.orders, self._buffer.news):
+                back.add_docs(docs, order, new)
             for deletes in self._buffer.deletes:
                 back.add_deletes(deletes)
             self._buffer = back
@@ -769,15 +788,16 @@ class ShardDirectory:
         hit = t.filter(pc.equal(t.column("_id"), doc_id))
         return max(hit.column("_seq_no").to_pylist(), default=NO_OPS)
 
-    def current_versions(self, ids: pa.Array, *, unique: bool = False) -> pa.Table:
+    def current_versions(self, ids: pa.Array, *, unique: bool = False, seen: bool = False) -> pa.Table:
         """Per id (order kept): ``_seq_no``, ``_primary_term``, ``_version`` of its newest live copy, buffered
         operations included (nulls when absent or deleted); see :mod:`~shardstore.segments.versions` (``unique``:
-        the caller knows no id occurs twice)."""
+        the caller knows no id occurs twice; ``seen``: the ``_seen`` column too)."""
         with self._lock:
             segments = [(s.reader, s.live) for s in self._segments.values() if s.live.live_count]
             maps = self._buffered_maps()
             newest = min(m.min_seq_no for m in maps) > self._refreshed_seq
-            return latest_versions(ids, maps, segments, None if newest else self._tombstones, unique=unique)
+            return latest_versions(ids, maps, segments, None if newest else self._tombstones, unique=unique,
+                                   seen=seen)
 
     def current_version_numbers(self, ids: list[str], arr: pa.Array) -> list[int] | np.ndarray:
         """Per id of ``ids`` (``arr``: the same ids as Arrow), the version its next write counts from: that of its

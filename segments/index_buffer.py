@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -35,6 +36,9 @@ class IndexBuffer:
     #: per entry of ``docs``, the permutation sorting its ``_id`` column if the writer had it (a hint the
     #: refresh checks before it trusts it), else None
     orders: list[pa.Array | None] = field(default_factory=list)
+    #: per entry of ``docs``, per row whether the writer's version lookup found no copy of its id at all (a
+    #: primary's: ``ShardDirectory.apply``'s ``new_ids``), else None: the refresh looks up the others only
+    news: list[np.ndarray | None] = field(default_factory=list)
 
     #: id -> its newest buffered operation (updated by every apply: the write path's version lookup and a
     #: realtime get are one dict lookup each)
@@ -43,12 +47,14 @@ class IndexBuffer:
     def __bool__(self) -> bool:
         return bool(self.docs or self.deletes)
 
-    def add_docs(self, docs: pa.Table, order: pa.Array | None = None) -> None:
-        """Buffer stamped documents (:func:`buffered_docs` rows); ``order``: the permutation sorting their ids."""
+    def add_docs(self, docs: pa.Table, order: pa.Array | None = None, new: np.ndarray | None = None) -> None:
+        """Buffer stamped documents (:func:`buffered_docs` rows); ``order``: the permutation sorting their ids;
+        ``new``: per row, whether its id was new to the shard when the writer looked it up (see ``news``)."""
         self.versions.add_docs(len(self.docs), docs.column("_id"), docs.column("_seq_no"),
                                docs.column("_primary_term"), docs.column("_version"), order)
         self.docs.append(docs)
         self.orders.append(order)
+        self.news.append(new)
         self.doc_bytes += docs.nbytes
 
     def add_deletes(self, deletes: pa.Table) -> None:
@@ -74,7 +80,7 @@ class IndexBuffer:
                     high = pc.greater(table.column("_seq_no"), seq_no)
                     add(table.filter(pc.invert(high)))
                     above.append(table.filter(high))
-        self.docs, self.deletes, self.orders = kept.docs, kept.deletes, kept.orders
+        self.docs, self.deletes, self.orders, self.news = kept.docs, kept.deletes, kept.orders, kept.news
         self.doc_bytes, self.versions = kept.doc_bytes, kept.versions
         return above_docs, above_deletes
 

@@ -44,6 +44,9 @@ class RefreshPlan:
     #: per id the newest operation, in ``_id`` order: ``_id``, ``_seq_no``, ``_row`` (its row of ``docs``; null
     #: for a delete or a tombstone), ``_buffered`` (False: an older tombstone, not an operation of this buffer)
     winners: pa.Table
+    #: per winner, whether its id was new to the shard when its writer looked it up (``IndexBuffer.news``): no older
+    #: copy of it can be in a segment, so :func:`older_copies` skips it; None: every winner is looked up
+    new: np.ndarray | None = None
 
     @property
     def ids(self) -> pa.Array:
@@ -64,7 +67,27 @@ def plan_refresh(buffer: IndexBuffer, tombstones: pa.Table) -> RefreshPlan:
     winners = _presorted_winners(buffer, docs, tombstones)
     if winners is None:
         winners = _winners(docs, deletes, tombstones)
-    return RefreshPlan(docs, n_docs + deletes.num_rows, winners)
+    return RefreshPlan(docs, n_docs + deletes.num_rows, winners, _new_winners(buffer, winners))
+
+
+def _new_winners(buffer: IndexBuffer, winners: pa.Table) -> np.ndarray | None:
+    """Per winner, whether its writer found its id new to the shard (``IndexBuffer.news`` of its row; a delete, a
+    tombstone or a row without the hint: False); None when no entry of the buffer has the hint.
+
+    Why skipping those is safe (docs/design/segments.md, "Ids new to the shard"): the writer's lookup saw every
+    segment and every buffered operation (the sealed buffer's too) under the shard's write lock, and found none
+    for the id.  A segment installed since holds only operations that were buffered then, or later operations on
+    the id, which are newer than this one and so win instead of it; a merge adds no id."""
+    if all(n is None for n in buffer.news):
+        return None
+    flags = np.concatenate([n if n is not None else np.zeros(d.num_rows, dtype=bool)
+                            for d, n in zip(buffer.docs, buffer.news)])
+    rows = one_array(winners.column("_row"))
+    new = np.zeros(len(rows), dtype=bool)
+    valid = np.asarray(pc.is_valid(rows).to_numpy(zero_copy_only=False), dtype=bool)
+    if valid.any():
+        new[valid] = flags[np.asarray(rows.filter(pc.is_valid(rows)).to_numpy(zero_copy_only=False), dtype=np.int64)]
+    return new
 
 
 def older_copies(segments: Sequence[tuple[str, SegmentReader, LiveDocs]], plan: RefreshPlan
@@ -76,7 +99,15 @@ def older_copies(segments: Sequence[tuple[str, SegmentReader, LiveDocs]], plan: 
     marks: dict[str, pa.Array] = {}
     if not segments or not len(ids):
         return stale, marks
-    all_q, all_s, all_r = lookup_segments([reader for _name, reader, _live in segments], ids)
+    if plan.new is not None:  # ids new to the shard have no older copy to find
+        asked = np.flatnonzero(~plan.new)
+        if not asked.size:
+            return stale, marks
+        all_q, all_s, all_r = lookup_segments([reader for _name, reader, _live in segments],
+                                              ids.take(pa.array(asked)))
+        all_q = pa.array(asked[all_q.to_numpy()], pa.int64())  # positions among the winners again
+    else:
+        all_q, all_s, all_r = lookup_segments([reader for _name, reader, _live in segments], ids)
     if not len(all_q):
         return stale, marks
     seg_of = pc.cast(all_s, pa.int64()).to_numpy()

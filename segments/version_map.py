@@ -46,6 +46,11 @@ class BufferedOp(NamedTuple):
 VERSIONS_SCHEMA = pa.schema([pa.field("_seq_no", pa.int64()), pa.field("_primary_term", pa.int64()),
                              pa.field("_version", pa.int64())])
 
+#: The column a lookup asked for ``seen`` adds: whether any copy of the id was found (a live segment copy, a
+#: buffered index or delete, a refreshed delete).  False: the id is new to the shard, so no older copy of it can
+#: be in a segment when this write is refreshed (a primary's refresh skips its lookup: segments/refresh_plan.py).
+SEEN = "_seen"
+
 _ABSENT = (None, None, None)
 
 
@@ -230,19 +235,22 @@ class VersionMap:
         op = self._getter()(doc_id)
         return None if op is None else BufferedOp(*op)
 
-    def lookup(self, ids: list | pa.Array) -> pa.Table:
+    def lookup(self, ids: list | pa.Array, *, seen: bool = False) -> pa.Table:
         """Per id (order kept): seq#, term, version of its newest buffered index operation (nulls: none
-        buffered, or a delete is newest), as :data:`VERSIONS_SCHEMA`."""
+        buffered, or a delete is newest), as :data:`VERSIONS_SCHEMA`; ``seen``: plus the :data:`SEEN` column
+        (True where any operation on the id is buffered, a delete included)."""
         if not isinstance(ids, list) and (self._runs or len(ids) >= COLUMNAR_MIN_IDS) and self._columnar(len(ids)):
-            return self._lookup_columnar(one_array(ids))
+            return self._lookup_columnar(one_array(ids), seen=seen)
         if self._runs and not isinstance(ids, list):
-            return self._lookup_columnar(one_array(ids), by_dict=True)
+            return self._lookup_columnar(one_array(ids), by_dict=True, seen=seen)
         if not isinstance(ids, list):
             ids = ids.to_pylist()
         get = self._getter()
-        rows = [_live(get(i)) for i in ids]
+        ops = [get(i) for i in ids]
+        rows = [_live(op) for op in ops]
         cols = list(zip(*rows)) if rows else [(), (), ()]
-        return pa.table([pa.array(c, pa.int64()) for c in cols], schema=VERSIONS_SCHEMA)
+        table = pa.table([pa.array(c, pa.int64()) for c in cols], schema=VERSIONS_SCHEMA)
+        return table.append_column(SEEN, pa.array([op is not None for op in ops], pa.bool_())) if seen else table
 
     def _newest(self, ids: pa.Array, by_dict: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Columnar over the runs (issue 43: a 200k-row bulk over runs was a Python lookup per id) and over the
@@ -275,11 +283,12 @@ class VersionMap:
                     version[i] = -1 if op[2] is None else op[2]
         return found, seq, term, version
 
-    def _lookup_columnar(self, ids: pa.Array, by_dict: bool = False) -> pa.Table:
+    def _lookup_columnar(self, ids: pa.Array, by_dict: bool = False, *, seen: bool = False) -> pa.Table:
         found, seq, term, version = self._newest(ids, by_dict)
         null = ~found | (version < 0)  # absent, or a delete is newest
-        return pa.table([pa.array(seq, pa.int64(), mask=null), pa.array(term, pa.int64(), mask=null),
-                         pa.array(version, pa.int64(), mask=null)], schema=VERSIONS_SCHEMA)
+        table = pa.table([pa.array(seq, pa.int64(), mask=null), pa.array(term, pa.int64(), mask=null),
+                          pa.array(version, pa.int64(), mask=null)], schema=VERSIONS_SCHEMA)
+        return table.append_column(SEEN, pa.array(found, pa.bool_())) if seen else table
 
     def versions(self, ids: list, arr: pa.Array | None = None) -> list[int] | np.ndarray:
         """Per id (order kept): the version of its newest buffered index operation, 0 when there is none or a
@@ -350,4 +359,4 @@ def _live(op: tuple | None) -> tuple[int | None, int | None, int | None]:
     return op[:3]
 
 
-__all__ = ["RUN_ROWS", "VERSIONS_SCHEMA", "BufferedOp", "VersionMap"]
+__all__ = ["RUN_ROWS", "SEEN", "VERSIONS_SCHEMA", "BufferedOp", "VersionMap"]

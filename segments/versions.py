@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 from shardstore.core.arrays import filled, one_array
 from shardstore.segments.livedocs import LiveDocs
 from shardstore.segments.segment import SegmentReader, lookup_segments
-from shardstore.segments.version_map import VERSIONS_SCHEMA, VersionMap, first_of_runs, strictly_ascending
+from shardstore.segments.version_map import SEEN, VERSIONS_SCHEMA, VersionMap, first_of_runs, strictly_ascending
 
 _CANDIDATE = pa.schema([pa.field("q", pa.int64()), pa.field("_seq_no", pa.int64()),
                         pa.field("_primary_term", pa.int64()), pa.field("_version", pa.int64()),
@@ -32,11 +32,12 @@ _CANDIDATE = pa.schema([pa.field("q", pa.int64()), pa.field("_seq_no", pa.int64(
 
 def latest_versions(ids: pa.Array, buffered: VersionMap | Sequence[VersionMap] | None,
                     segments: Sequence[tuple[SegmentReader, LiveDocs]], tombstones: pa.Table | None = None,
-                    *, unique: bool = False) -> pa.Table:
+                    *, unique: bool = False, seen: bool = False) -> pa.Table:
     """Per id of ``ids`` (duplicates allowed, order kept): seq#, term and version of its newest live copy.
 
     ``unique``: the caller knows no id occurs twice (a primary that sorted them, :func:`ids_unique`): the two
-    hash passes that fold repeats and map them back are skipped.
+    hash passes that fold repeats and map them back are skipped.  ``seen``: the table has the
+    :data:`~shardstore.segments.version_map.SEEN` column too (any copy found, deleted or not).
 
     ``tombstones`` (``_id``, ``_seq_no`` of refreshed deletes): needed only when a buffered operation
     may be older than a refreshed one (a replica applying out of order); None when every buffered
@@ -50,10 +51,11 @@ def latest_versions(ids: pa.Array, buffered: VersionMap | Sequence[VersionMap] |
     if not maps or (tombstones is not None and not tombstones.num_rows):
         tombstones = None  # a tombstone only ever outranks a buffered operation
     if not maps and not segments:  # nothing to find (a fresh shard)
-        return _absent(len(ids))
+        return _absent(len(ids), seen)
     if buffered is not None and not segments and tombstones is None:  # the buffer alone decides: one dict lookup per id
-        return buffered.lookup(ids)
+        return buffered.lookup(ids, seen=seen)
     uniq = ids if unique else pc.unique(ids)
+    found_any = np.zeros(len(uniq), dtype=bool)  # any candidate of the id: a live segment copy, a buffered op, a tombstone
     cands = []
     if len(uniq):
         readers = [r for r, _ in segments]
@@ -75,11 +77,13 @@ def latest_versions(ids: pa.Array, buffered: VersionMap | Sequence[VersionMap] |
     if tombstones is not None:
         cands.append(_refreshed_deletes(tombstones, uniq))
     if not cands and len(maps) < 2:  # no live segment copy of any id: the buffer (if any) decides
-        return _absent(len(ids)) if buffered is None else buffered.lookup(ids)
+        return _absent(len(ids), seen) if buffered is None else buffered.lookup(ids, seen=seen)
     cands += [m.candidates_table(uniq, _CANDIDATE) for m in maps]
     cands = [c for c in cands if c.num_rows]
     if not cands:
-        return _absent(len(ids))
+        return _absent(len(ids), seen)
+    for c in cands:
+        found_any[c.column("q").to_numpy()] = True
     out = {name: np.zeros(len(uniq), dtype=np.int64) for name in VERSIONS_SCHEMA.names}
     found = np.zeros(len(uniq), dtype=bool)
     allc = pa.concat_tables(cands)
@@ -92,12 +96,14 @@ def latest_versions(ids: pa.Array, buffered: VersionMap | Sequence[VersionMap] |
     for name in VERSIONS_SCHEMA.names:
         out[name][wq] = filled(winners.column(name), 0).to_numpy()
     if unique:
-        return pa.table([pa.array(out[name], pa.int64(), mask=~found) for name in VERSIONS_SCHEMA.names],
-                        schema=VERSIONS_SCHEMA)
+        table = pa.table([pa.array(out[name], pa.int64(), mask=~found) for name in VERSIONS_SCHEMA.names],
+                         schema=VERSIONS_SCHEMA)
+        return table.append_column(SEEN, pa.array(found_any, pa.bool_())) if seen else table
     back = pc.index_in(ids, value_set=uniq).to_numpy(zero_copy_only=False).astype(np.int64)
     mask = ~found[back]
-    return pa.table([pa.array(out[name][back], pa.int64(), mask=mask) for name in VERSIONS_SCHEMA.names],
-                    schema=VERSIONS_SCHEMA)
+    table = pa.table([pa.array(out[name][back], pa.int64(), mask=mask) for name in VERSIONS_SCHEMA.names],
+                     schema=VERSIONS_SCHEMA)
+    return table.append_column(SEEN, pa.array(found_any[back], pa.bool_())) if seen else table
 
 
 def id_order(ids: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -152,8 +158,9 @@ def _has_repeats(ids: pa.Array, order: pa.Array | None = None) -> bool:
     return not ids_unique(ids, id_order(ids) if order is None else order)
 
 
-def _absent(n: int) -> pa.Table:
-    return pa.table([pa.nulls(n, pa.int64()) for _ in VERSIONS_SCHEMA.names], schema=VERSIONS_SCHEMA)
+def _absent(n: int, seen: bool = False) -> pa.Table:
+    table = pa.table([pa.nulls(n, pa.int64()) for _ in VERSIONS_SCHEMA.names], schema=VERSIONS_SCHEMA)
+    return table.append_column(SEEN, pa.array(np.zeros(n, dtype=bool))) if seen else table
 
 
 def _refreshed_deletes(tombstones: pa.Table, uniq: pa.Array) -> pa.Table:

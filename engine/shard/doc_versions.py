@@ -6,24 +6,28 @@ re-exports :func:`with_versions`; the shard imports it from here, below both (is
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from shardstore.core.arrays import filled
 from shardstore.engine.errors import VersionConflict
 from shardstore.segments.directory import ShardDirectory
+from shardstore.segments.version_map import SEEN
 from shardstore.segments.versions import ids_unique, next_versions
 from shardstore.translog.operations import OpType
 
 
 def with_versions(directory: ShardDirectory, ops: pa.RecordBatch, expect: tuple | None,
-                  order: pa.Array | None = None, *, all_index: bool = False) -> pa.RecordBatch:
-    """``ops`` with each index/delete's version set to the id's current version + 1 (+1 per earlier op on it);
-    ``expect`` (id, if_seq_no, if_primary_term) checked first (VersionConflict)."""
+                  order: pa.Array | None = None, *, all_index: bool = False) -> tuple[pa.RecordBatch, np.ndarray]:
+    """``ops`` with each index/delete's version set to the id's current version + 1 (+1 per earlier op on it),
+    and per op whether its id is new to the shard (no copy of it found at all: ``ShardDirectory.apply``'s
+    ``new_ids``); ``expect`` (id, if_seq_no, if_primary_term) checked first (VersionConflict)."""
     ids = ops.column("id")
     keys = filled(ids, "")
     unique = ids_unique(keys, order) if order is not None else None  # one check for both lookups below
-    current = directory.current_versions(keys, unique=bool(unique))
+    current = directory.current_versions(keys, unique=bool(unique), seen=True)
+    new_ids = ~np.asarray(current.column(SEEN).to_numpy(), dtype=bool)
     if expect is not None:
         doc_id, if_seq_no, if_term = expect
         pos = pc.index(ids, doc_id).as_py()
@@ -34,7 +38,7 @@ def with_versions(directory: ShardDirectory, ops: pa.RecordBatch, expect: tuple 
     op_type = ops.column("op_type")
     if not all_index and pc.any(pc.equal(op_type, int(OpType.NO_OP))).as_py():
         versions = pc.if_else(pc.equal(op_type, int(OpType.NO_OP)), pa.nulls(len(versions), pa.int64()), versions)
-    return ops.set_column(ops.schema.get_field_index("version"), "version", versions)
+    return ops.set_column(ops.schema.get_field_index("version"), "version", versions), new_ids
 
 
 __all__ = ["with_versions"]

@@ -33,6 +33,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -284,10 +285,11 @@ class ShardCopy:
             # sorted once for the versions and the refresh, when big enough for either to use it (a small
             # part of a many-shard bulk is checked for repeats with a set, and its refresh sorts many parts)
             order = id_order(filled(ops.column("id"), "")) if ops.num_rows > SMALL_BATCH else None
-            ops = with_versions(self.directory, ops, expect, order, all_index=prepared.all_index)
+            ops, new_ids = with_versions(self.directory, ops, expect, order, all_index=prepared.all_index)
             first = self.tracker.generate_seq_nos(ops.num_rows)
             stamped = stamp(ops, first, self.primary_term)
-            return stamped, self._stage_stamped(stamped, prepared, order, (first, first + stamped.num_rows - 1))
+            return stamped, self._stage_stamped(stamped, prepared, order, (first, first + stamped.num_rows - 1),
+                                                new_ids)
 
     @contextlib.contextmanager
     def staging(self) -> Iterator[None]:
@@ -320,14 +322,15 @@ class ShardCopy:
             raise
 
     def _stage_stamped(self, stamped: pa.RecordBatch, prepared: Prepared | None,
-                       order: pa.Array | None, seq_nos: tuple[int, int]) -> Staged:
-        """Apply and log ``stamped`` locally and start its upload, without waiting for it (under the lock)."""
+                       order: pa.Array | None, seq_nos: tuple[int, int], new_ids: np.ndarray | None = None) -> Staged:
+        """Apply and log ``stamped`` locally and start its upload, without waiting for it (under the lock);
+        ``new_ids``: per op, whether the version lookup found its id new to the shard (kept for the refresh)."""
         if stamped.num_rows == 0 or self.remote_translog is None:  # nothing to wait for: the usual apply
             self._apply_stamped(stamped, prepared=prepared, order=order)
             return Staged(seq_nos, None, (0, 0))
-        self.directory.apply(stamped, prepared, id_order=order)
+        self.directory.apply(stamped, prepared, id_order=order, new_ids=new_ids)
         remote = self.remote_translog
-        if self.directory.buffer_full:  # its segments are written beside the writes; nothing waits for them
+        if self.directory.ready_to_seal:  # its segments are written beside the writes; nothing waits for them
             sealed = self.directory.seal()  # waits for the one before, if it is still being written
             if sealed is not None:
                 Refreshing(self.directory, sealed, self.spec.shard, self._refreshed_beside)

@@ -54,6 +54,26 @@ def test_a_full_buffer_becomes_searchable_without_a_refresh_call(tmp_path: Path,
     assert len(got) == 600 and got["1-7"]["v"] == 1
 
 
+def test_a_quarter_full_buffer_is_sealed_while_no_refresh_runs_beside(tmp_path: Path) -> None:
+    """A primary seals at ``SEAL_EARLY_SHARE`` of its budget when no sealed buffer is being written (issue 44), so
+    the refreshes beside the writes keep pace with a steady stream: a bulk that leaves the buffer a third full makes
+    its documents searchable with no refresh call; below the share they stay in the buffer."""
+    cluster = Cluster(store=f"file://{tmp_path / 'remote'}", data_dir=str(tmp_path / "a"), nodes=1)
+    try:
+        cluster.create_index("docs", shards=1, replicas=0)
+        assert not cluster.bulk("docs", [{"_id": f"a{i}", "v": i} for i in range(300)]).errors
+        directory = cluster.primary_copy("docs", 0).directory
+        one_bulk = directory._buffer.doc_bytes
+        assert one_bulk > 0 and cluster.count("docs") == 0  # far below the default budget: buffered
+        directory.index_buffer_bytes = 5 * one_bulk  # the buffer now holds a fifth of its budget
+        assert not directory.ready_to_seal
+        assert not cluster.bulk("docs", [{"_id": f"b{i}", "v": i} for i in range(300)]).errors  # two fifths
+        wait_until(lambda: cluster.count("docs") == 600, timeout=30, what="the refresh beside the second bulk")
+        assert not directory._buffer and cluster.get("docs", "b7")["_source"] == {"v": 7}
+    finally:
+        cluster.close()
+
+
 def _started(store: object, data_dir: Path, nodes: int) -> tuple[Cluster, set[str]]:
     """A cluster with a synthetic-source index of one shard and one replica, and its first 50 acknowledged ids."""
     cluster = Cluster(store=store, data_dir=str(data_dir), nodes=nodes, recovery_delay=0.05, **SMALL)

@@ -124,10 +124,13 @@ _STEP = st.one_of(
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(steps=st.lists(_STEP, min_size=1, max_size=14))
-def test_seals_and_writes_interleaved_with_writes_match_the_newest_operation_per_id(tmp_path_factory, steps) -> None:
+@given(steps=st.lists(_STEP, min_size=1, max_size=14), hinted=st.booleans())
+def test_seals_and_writes_interleaved_with_writes_match_the_newest_operation_per_id(tmp_path_factory, steps,
+                                                                                    hinted) -> None:
     """Any interleaving of writes, seals, sealed writes and refreshes: version lookups and realtime gets always give
-    the newest operation per id, and after a last refresh every id's newest index operation is live once."""
+    the newest operation per id, and after a last refresh every id's newest index operation is live once.
+    ``hinted``: each write carries, as a primary's does, which of its ids its version lookup found new to the shard
+    (the refresh then looks for older copies of the others only); a wrong hint leaves a second live copy."""
     path = tmp_path_factory.mktemp("beside")
     newest: dict[str, tuple[int, int | None]] = {}  # id -> (seq#, value or None for a delete)
     seq = 0
@@ -136,7 +139,11 @@ def test_seals_and_writes_interleaved_with_writes_match_the_newest_operation_per
         for kind, arg in steps:
             if kind == "index":
                 ids = [f"k{i}" for i in arg]
-                shard.apply(_index(ids, seq, seq))
+                new = None
+                if hinted:
+                    seen = shard.current_versions(pa.array(ids, pa.string()), seen=True).column("_seen")
+                    new = ~seen.to_numpy(zero_copy_only=False)
+                shard.apply(_index(ids, seq, seq), new_ids=new)
                 for k, doc_id in enumerate(ids):
                     newest[doc_id] = (seq + k, seq)
                 seq += len(ids)
@@ -164,4 +171,103 @@ def test_seals_and_writes_interleaved_with_writes_match_the_newest_operation_per
             shard.write_sealed(sealed)
         shard.refresh()
         live = _live_ids(shard)
-        assert sorted(live) == sorted(i for i, (_s, v) in newest.items() if v is not None), steps
+        assert sorted(live) == sorted(i for i, (_s, v) in newest.items() if v is not None), (steps, hinted)
+
+
+def test_an_id_deleted_in_the_buffer_is_not_new_while_a_sealed_copy_waits(tmp_path: Path) -> None:
+    """The case the ``_seen`` hint must not get wrong: x is indexed in the sealed buffer and deleted in the buffer
+    after it, so its version lookup answers "absent"; a new write of x is still not new to the shard (the sealed
+    copy becomes a segment copy), and the refresh must find that copy and mark it deleted."""
+    with ShardDirectory(str(tmp_path / "d")) as shard:
+        shard.apply(_index(["x", "y"], 0, 1))
+        sealed = shard.seal()
+        assert sealed is not None
+        shard.apply(_delete(["x"], 2))
+        found = shard.current_versions(pa.array(["x", "z"], pa.string()), seen=True)
+        assert found.column("_seq_no").to_pylist() == [None, None]  # x deleted, z never written: both absent
+        assert found.column("_seen").to_pylist() == [True, False]  # but x has copies, z none
+        new = ~found.column("_seen").to_numpy(zero_copy_only=False)
+        shard.apply(_index(["x", "z"], 3, 2), new_ids=new)
+        shard.write_sealed(sealed)  # x@0 is now a live segment copy
+        shard.refresh()
+        assert sorted(_live_ids(shard)) == ["x", "y", "z"]  # one copy each: x@0 was found and marked deleted
+        assert shard.get("x")["v"] == 2
+
+
+def test_a_refresh_looks_up_only_the_ids_not_new_to_the_shard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hint's gain (issue 44): of a bulk's winners, only those whose ids the writer found somewhere are looked
+    for in the segments."""
+    import shardstore.segments.refresh_plan as refresh_plan
+
+    asked: list[int] = []
+    real = refresh_plan.lookup_segments
+    monkeypatch.setattr(refresh_plan, "lookup_segments", lambda readers, ids: (asked.append(len(ids)), real(readers, ids))[1])
+    with ShardDirectory(str(tmp_path / "d")) as shard:
+        shard.apply(_index([f"old{i}" for i in range(50)], 0, 1))
+        shard.refresh()
+        ids = [f"old{i}" for i in range(5)] + [f"new{i}" for i in range(45)]
+        new = ~shard.current_versions(pa.array(ids, pa.string()), seen=True).column("_seen").to_numpy(
+            zero_copy_only=False)
+        assert int(new.sum()) == 45
+        shard.apply(_index(ids, 50, 2), new_ids=new)
+        result = shard.refresh()
+        assert asked[-1] == 5 and result.deleted == 5
+        assert len(_live_ids(shard)) == 95 and shard.get("old3")["v"] == 2
+
+
+@pytest.mark.parametrize(("held_share", "pending", "ready"), [
+    (0.0, False, False), (0.2, False, False), (0.25, False, True), (0.6, False, True), (1.0, False, True),
+    (0.25, True, False), (0.6, True, False), (1.0, True, True),
+])
+def test_a_buffer_is_ready_to_seal_when_full_or_at_its_early_share_with_nothing_pending(
+        tmp_path: Path, held_share: float, pending: bool, ready: bool) -> None:
+    """``ready_to_seal`` (issue 44): a quarter of the budget seals when no sealed buffer is being written, so the
+    refreshes keep pace with a steady stream; while one is written only a full buffer seals (and waits: back-pressure)."""
+    budget = 1000
+    with ShardDirectory(str(tmp_path / "d"), index_buffer_bytes=budget) as shard:
+        sealed = None
+        if pending:
+            shard.apply(_index(["p"], 0, 1))
+            sealed = shard.seal()
+            assert sealed is not None
+        shard._buffer.doc_bytes = int(budget * held_share)  # the bytes the buffer counts (Arrow sizes vary by build)
+        assert shard.ready_to_seal is ready
+        assert shard.buffer_full is (held_share >= 1.0)
+        if sealed is not None:
+            shard.write_sealed(sealed)  # installed: nothing is being written any more
+            assert shard.ready_to_seal is (held_share >= 0.25)
+
+
+def test_seen_marks_every_kind_of_copy_and_only_those(tmp_path: Path) -> None:
+    """``current_versions(seen=True)``: an id is seen when a live segment copy, the sealed buffer or the buffer holds
+    it (a buffered delete included), and only then; each source alone, all in one lookup."""
+    with ShardDirectory(str(tmp_path / "d")) as shard:
+        shard.apply(_index(["seg", "gone"], 0, 1))
+        shard.apply(_delete(["gone"], 2))
+        shard.refresh()  # seg: a live segment copy; gone: none live
+        shard.apply(_index(["sealed"], 3, 1))
+        sealed = shard.seal()
+        assert sealed is not None
+        shard.apply(_index(["buffered"], 4, 1))
+        shard.apply(_delete(["deleted"], 5))
+        ids = ["never", "seg", "sealed", "buffered", "deleted", "gone"]
+        for order in (ids, ids[::-1]):
+            found = shard.current_versions(pa.array(order, pa.string()), seen=True)
+            seen = dict(zip(order, found.column("_seen").to_pylist()))
+            assert seen == {"never": False, "seg": True, "sealed": True, "buffered": True, "deleted": True,
+                            "gone": False}, order
+        shard.write_sealed(sealed)
+
+
+@pytest.mark.parametrize("n", [3, 200])  # a few ids: the dict, one call per id; many: the columnar lookup
+def test_seen_from_the_buffer_alone(tmp_path: Path, n: int) -> None:
+    """No segment yet: the buffer's version map answers ``_seen`` itself (deletes included)."""
+    with ShardDirectory(str(tmp_path / "d")) as shard:
+        shard.apply(_index(["a"], 0, 1))
+        shard.apply(_delete(["b"], 1))
+        ids = (["a", "b", "c"] + [f"x{i}" for i in range(n)])[:max(n, 3)]
+        found = shard.current_versions(pa.array(ids, pa.string()), seen=True)
+        assert found.column("_seen").to_pylist() == [True, True] + [False] * (len(ids) - 2)
+        assert found.column("_seq_no").to_pylist()[:3] == [0, None, None]
+    with ShardDirectory(str(tmp_path / "e")) as empty:
+        assert empty.current_versions(pa.array(["a"], pa.string()), seen=True).column("_seen").to_pylist() == [False]
