@@ -62,6 +62,7 @@ from shardstore.segments.merge_policy import SegmentStats, TieredMergePolicy
 from shardstore.segments.refresh_plan import RefreshPlan, index_rows, older_copies, plan_refresh
 from shardstore.segments.scan_readers import scan_readers
 from shardstore.segments.segment import SegmentInfo, SegmentReader, segment_file_name, write_segment
+from shardstore.segments.shard_id_index import ShardIdIndex
 from shardstore.segments.synthetic import index_op_fields, row_source
 from shardstore.segments.version_map import VersionMap
 from shardstore.segments.versions import latest_versions
@@ -169,6 +170,7 @@ class ShardDirectory:
             os.close(self._lock_fd)
             raise SegmentError(f"{path}: the shard directory is open by another writer ({LOCK_FILE} is locked)") from None
         self._segments: dict[str, _Segment] = {}
+        self._id_index = ShardIdIndex()  # every segment's id fingerprints in a few levels (under the lock)
         self._buffer = IndexBuffer()
         #: a full buffer whose segments a refresh beside the writes is writing (seal, write_sealed): still visible to
         #: version lookups and realtime gets until they are installed; ``_sealed_failed``: that refresh failed
@@ -341,7 +343,7 @@ class ShardDirectory:
             if not self._buffer:
                 return RefreshResult(None)
             plan = plan_refresh(self._buffer, self._tombstones)
-            stale, marks = older_copies(self._segment_list(), plan)
+            stale, marks = older_copies(self._segment_list(), plan, self._find)
             keep = index_rows(plan, stale)
             readers = self._write_readers(plan.docs, keep)  # in _id order: winners are sorted
             result = self._install(plan, stale, marks, readers, None, self.max_seq_no)
@@ -376,7 +378,7 @@ class ShardDirectory:
             keep = index_rows(plan, None)
             readers = self._write_readers(plan.docs, keep)
             with self._lock:
-                stale, marks = older_copies(self._segment_list(), plan)
+                stale, marks = older_copies(self._segment_list(), plan, self._find)
                 kept = pc.is_valid(plan.winners.column("_row")).to_numpy(zero_copy_only=False)
                 result = self._install(plan, stale, marks, readers, stale[kept], sealed.top)
                 self._sealed = None
@@ -797,7 +799,12 @@ class ShardDirectory:
             maps = self._buffered_maps()
             newest = min(m.min_seq_no for m in maps) > self._refreshed_seq
             return latest_versions(ids, maps, segments, None if newest else self._tombstones, unique=unique,
-                                   seen=seen)
+                                   seen=seen, find=self._find)
+
+    def _find(self, readers: Sequence[SegmentReader], ids: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
+        """Under the lock: ``ids`` in ``readers`` (a subset of this directory's segments) through the shard-wide id
+        index, which keeps levels over all of them (segments/shard_id_index.py)."""
+        return self._id_index.lookup(readers, ids, [s.reader for s in self._segments.values()])
 
     def current_version_numbers(self, ids: list[str], arr: pa.Array) -> list[int] | np.ndarray:
         """Per id of ``ids`` (``arr``: the same ids as Arrow), the version its next write counts from: that of its

@@ -30,7 +30,7 @@ from shardstore.core.arrays import one_array
 from shardstore.segments.index_buffer import DELETES, IndexBuffer
 from shardstore.segments.livedocs import LiveDocs
 from shardstore.segments.segment import SegmentReader, lookup_segments
-from shardstore.segments.versions import first_of_runs, strictly_ascending
+from shardstore.segments.versions import Finder, first_of_runs, strictly_ascending
 
 __all__ = ["RefreshPlan", "index_rows", "older_copies", "plan_refresh"]
 
@@ -90,10 +90,10 @@ def _new_winners(buffer: IndexBuffer, winners: pa.Table) -> np.ndarray | None:
     return new
 
 
-def older_copies(segments: Sequence[tuple[str, SegmentReader, LiveDocs]], plan: RefreshPlan
-                 ) -> tuple[np.ndarray, dict[str, pa.Array]]:
+def older_copies(segments: Sequence[tuple[str, SegmentReader, LiveDocs]], plan: RefreshPlan,
+                 find: Finder = lookup_segments) -> tuple[np.ndarray, dict[str, pa.Array]]:
     """Step 2: ``(stale, marks)``: per winner whether a live segment copy is newer (bool), and per segment name the
-    rows of live copies older than their winner (to mark deleted)."""
+    rows of live copies older than their winner (to mark deleted); ``find``: as in :func:`latest_versions`."""
     ids, seqs = plan.ids, plan.seq_nos
     stale = np.zeros(len(ids), dtype=bool)
     marks: dict[str, pa.Array] = {}
@@ -103,11 +103,10 @@ def older_copies(segments: Sequence[tuple[str, SegmentReader, LiveDocs]], plan: 
         asked = np.flatnonzero(~plan.new)
         if not asked.size:
             return stale, marks
-        all_q, all_s, all_r = lookup_segments([reader for _name, reader, _live in segments],
-                                              ids.take(pa.array(asked)))
+        all_q, all_s, all_r = find([reader for _name, reader, _live in segments], ids.take(pa.array(asked)))
         all_q = pa.array(asked[all_q.to_numpy()], pa.int64())  # positions among the winners again
     else:
-        all_q, all_s, all_r = lookup_segments([reader for _name, reader, _live in segments], ids)
+        all_q, all_s, all_r = find([reader for _name, reader, _live in segments], ids)
     if not len(all_q):
         return stale, marks
     seg_of = pc.cast(all_s, pa.int64()).to_numpy()

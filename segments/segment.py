@@ -260,6 +260,13 @@ class SegmentReader:
         if self._index is None and len(ids) == self.info.doc_count:
             self._index = _IdIndex(ids)
 
+    def id_index(self) -> _IdIndex:
+        """The segment's id index (sorted fingerprints, their rows, the ids), built from ``_id`` on first use."""
+        if self._index is None:
+            self._load_index()
+        assert self._index is not None
+        return self._index
+
     def _load_index(self) -> None:
         try:
             col = self._whole_column("_id")

@@ -14,7 +14,7 @@ wins.  A delete winning means "absent".
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -25,6 +25,9 @@ from shardstore.segments.livedocs import LiveDocs
 from shardstore.segments.segment import SegmentReader, lookup_segments
 from shardstore.segments.version_map import SEEN, VERSIONS_SCHEMA, VersionMap, first_of_runs, strictly_ascending
 
+#: finds ids in segment readers: ``(readers, ids) -> (query_positions, reader_indexes, rows)`` (lookup_segments)
+Finder = Callable[[Sequence[SegmentReader], pa.Array], tuple[pa.Array, pa.Array, pa.Array]]
+
 _CANDIDATE = pa.schema([pa.field("q", pa.int64()), pa.field("_seq_no", pa.int64()),
                         pa.field("_primary_term", pa.int64()), pa.field("_version", pa.int64()),
                         pa.field("deleted", pa.bool_())])
@@ -32,12 +35,14 @@ _CANDIDATE = pa.schema([pa.field("q", pa.int64()), pa.field("_seq_no", pa.int64(
 
 def latest_versions(ids: pa.Array, buffered: VersionMap | Sequence[VersionMap] | None,
                     segments: Sequence[tuple[SegmentReader, LiveDocs]], tombstones: pa.Table | None = None,
-                    *, unique: bool = False, seen: bool = False) -> pa.Table:
+                    *, unique: bool = False, seen: bool = False, find: Finder = lookup_segments) -> pa.Table:
     """Per id of ``ids`` (duplicates allowed, order kept): seq#, term and version of its newest live copy.
 
     ``unique``: the caller knows no id occurs twice (a primary that sorted them, :func:`ids_unique`): the two
     hash passes that fold repeats and map them back are skipped.  ``seen``: the table has the
-    :data:`~shardstore.segments.version_map.SEEN` column too (any copy found, deleted or not).
+    :data:`~shardstore.segments.version_map.SEEN` column too (any copy found, deleted or not).  ``find``: how the
+    ids are found in the segments' readers (:func:`lookup_segments`' contract; a directory passes its
+    :class:`~shardstore.segments.shard_id_index.ShardIdIndex`).
 
     ``tombstones`` (``_id``, ``_seq_no`` of refreshed deletes): needed only when a buffered operation
     may be older than a refreshed one (a replica applying out of order); None when every buffered
@@ -59,7 +64,7 @@ def latest_versions(ids: pa.Array, buffered: VersionMap | Sequence[VersionMap] |
     cands = []
     if len(uniq):
         readers = [r for r, _ in segments]
-        qpos, segidx, rows = lookup_segments(readers, uniq)
+        qpos, segidx, rows = find(readers, uniq)
         if len(qpos):
             seg_np, rows_np, q_np = segidx.to_numpy(), rows.to_numpy(), qpos.to_numpy()
             for k in np.unique(seg_np):

@@ -197,12 +197,10 @@ def test_an_id_deleted_in_the_buffer_is_not_new_while_a_sealed_copy_waits(tmp_pa
 def test_a_refresh_looks_up_only_the_ids_not_new_to_the_shard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The hint's gain (issue 44): of a bulk's winners, only those whose ids the writer found somewhere are looked
     for in the segments."""
-    import shardstore.segments.refresh_plan as refresh_plan
-
     asked: list[int] = []
-    real = refresh_plan.lookup_segments
-    monkeypatch.setattr(refresh_plan, "lookup_segments", lambda readers, ids: (asked.append(len(ids)), real(readers, ids))[1])
     with ShardDirectory(str(tmp_path / "d")) as shard:
+        real = shard._find  # a spy on the directory's finder, which every segment lookup takes
+        monkeypatch.setattr(shard, "_find", lambda readers, ids: (asked.append(len(ids)), real(readers, ids))[1])
         shard.apply(_index([f"old{i}" for i in range(50)], 0, 1))
         shard.refresh()
         ids = [f"old{i}" for i in range(5)] + [f"new{i}" for i in range(45)]
