@@ -55,8 +55,8 @@ where parsing is what is measured (refresh).
    new segment written).  ``index=cold`` is the first refresh after opening the
    directory (each segment's id index is built by that refresh: its ``_id`` column
    read and fingerprinted), ``index=warm`` a second 1% update on the same directory.
-   ``refresh`` is split by timing ``SegmentReader.lookup`` and ``write_segment`` during
-   it; ``flush_seconds`` is the flush after (one live-docs file per touched segment).
+   ``refresh`` is split by timing the id lookup (``ShardIdIndex.lookup``: the shard-wide id index, its levels
+   built from the segments' own indexes on first use) and ``write_segment`` during it; ``flush_seconds`` is the flush after (one live-docs file per touched segment).
 
 The big shard: SHARD_DOCS documents applied and refreshed in bulks of BULK_DOCS through
 ``ShardDirectory`` (fsync off while building: not measured), flushed without merging,
@@ -250,18 +250,18 @@ class _Timer:
 
 @contextmanager
 def _refresh_split() -> Iterator[tuple[_Timer, _Timer]]:
-    """Time ``SegmentReader.lookup`` and the directory's ``write_segment`` (this process only)."""
+    """Time the directory's id lookups (``ShardIdIndex.lookup``) and its ``write_segment`` (this process only)."""
     import shardstore.segments.directory as directory
-    from shardstore.segments.segment import SegmentReader
+    from shardstore.segments.shard_id_index import ShardIdIndex
 
     lookup, write = _Timer(), _Timer()
-    orig_lookup, orig_write = SegmentReader.lookup, directory.write_segment
-    SegmentReader.lookup = lookup.wrap(orig_lookup)  # type: ignore[method-assign]
+    orig_lookup, orig_write = ShardIdIndex.lookup, directory.write_segment
+    ShardIdIndex.lookup = lookup.wrap(orig_lookup)  # type: ignore[method-assign]
     directory.write_segment = write.wrap(orig_write)  # type: ignore[assignment]
     try:
         yield lookup, write
     finally:
-        SegmentReader.lookup = orig_lookup  # type: ignore[method-assign]
+        ShardIdIndex.lookup = orig_lookup  # type: ignore[method-assign]
         directory.write_segment = orig_write  # type: ignore[assignment]
 
 
@@ -667,7 +667,7 @@ def _refresh(ctx: Context, shard: _Shard, docs: _Docs, label: str) -> Iterator[F
     yield ctx.figure("refresh_update_docs_per_s", k / total, "docs/s", **common)
     yield ctx.figure("refresh_apply_seconds", t1 - t0, "s", **common, part="apply (parse + buffer)")
     yield ctx.figure("refresh_seconds", t2 - t1, "s", **common, part="refresh")
-    yield ctx.figure("refresh_lookup_seconds", lookup.seconds, "s", **common, part="refresh: SegmentReader.lookup",
+    yield ctx.figure("refresh_lookup_seconds", lookup.seconds, "s", **common, part="refresh: id lookup (ShardIdIndex.lookup)",
                      calls=lookup.calls)
     yield ctx.figure("refresh_write_seconds", write.seconds, "s", **common, part="refresh: write_segment")
     yield ctx.figure("refresh_other_seconds", (t2 - t1) - lookup.seconds - write.seconds, "s", **common,
