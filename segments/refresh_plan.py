@@ -83,11 +83,9 @@ def _new_winners(buffer: IndexBuffer, winners: pa.Table) -> np.ndarray | None:
     flags = np.concatenate([n if n is not None else np.zeros(d.num_rows, dtype=bool)
                             for d, n in zip(buffer.docs, buffer.news)])
     rows = one_array(winners.column("_row"))
-    new = np.zeros(len(rows), dtype=bool)
     valid = np.asarray(pc.is_valid(rows).to_numpy(zero_copy_only=False), dtype=bool)
-    if valid.any():
-        new[valid] = flags[np.asarray(rows.filter(pc.is_valid(rows)).to_numpy(zero_copy_only=False), dtype=np.int64)]
-    return new
+    at = np.asarray(pc.fill_null(rows, 0).to_numpy(zero_copy_only=False), dtype=np.int64)
+    return valid & flags[at] if len(flags) else np.zeros(len(rows), dtype=bool)
 
 
 def older_copies(segments: Sequence[tuple[str, SegmentReader, LiveDocs]], plan: RefreshPlan,

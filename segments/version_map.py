@@ -51,6 +51,11 @@ VERSIONS_SCHEMA = pa.schema([pa.field("_seq_no", pa.int64()), pa.field("_primary
 #: be in a segment when this write is refreshed (a primary's refresh skips its lookup: segments/refresh_plan.py).
 SEEN = "_seen"
 
+
+def with_seen(table: pa.Table, found: Any, seen: bool) -> pa.Table:
+    """``table`` with the :data:`SEEN` column ``found`` (booleans, one per row) appended when ``seen`` is asked."""
+    return table.append_column(SEEN, pa.array(found, pa.bool_())) if seen else table
+
 _ABSENT = (None, None, None)
 
 
@@ -250,7 +255,7 @@ class VersionMap:
         rows = [_live(op) for op in ops]
         cols = list(zip(*rows)) if rows else [(), (), ()]
         table = pa.table([pa.array(c, pa.int64()) for c in cols], schema=VERSIONS_SCHEMA)
-        return table.append_column(SEEN, pa.array([op is not None for op in ops], pa.bool_())) if seen else table
+        return with_seen(table, [op is not None for op in ops], seen)
 
     def _newest(self, ids: pa.Array, by_dict: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Columnar over the runs (issue 43: a 200k-row bulk over runs was a Python lookup per id) and over the
@@ -288,7 +293,7 @@ class VersionMap:
         null = ~found | (version < 0)  # absent, or a delete is newest
         table = pa.table([pa.array(seq, pa.int64(), mask=null), pa.array(term, pa.int64(), mask=null),
                           pa.array(version, pa.int64(), mask=null)], schema=VERSIONS_SCHEMA)
-        return table.append_column(SEEN, pa.array(found, pa.bool_())) if seen else table
+        return with_seen(table, found, seen)
 
     def versions(self, ids: list, arr: pa.Array | None = None) -> list[int] | np.ndarray:
         """Per id (order kept): the version of its newest buffered index operation, 0 when there is none or a
@@ -359,4 +364,4 @@ def _live(op: tuple | None) -> tuple[int | None, int | None, int | None]:
     return op[:3]
 
 
-__all__ = ["RUN_ROWS", "SEEN", "VERSIONS_SCHEMA", "BufferedOp", "VersionMap"]
+__all__ = ["RUN_ROWS", "SEEN", "VERSIONS_SCHEMA", "BufferedOp", "VersionMap", "with_seen"]

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 from shardstore.core.arrays import filled, one_array
 from shardstore.segments.livedocs import LiveDocs
 from shardstore.segments.segment import SegmentReader, lookup_segments
-from shardstore.segments.version_map import SEEN, VERSIONS_SCHEMA, VersionMap, first_of_runs, strictly_ascending
+from shardstore.segments.version_map import VERSIONS_SCHEMA, VersionMap, first_of_runs, strictly_ascending, with_seen
 
 #: finds ids in segment readers: ``(readers, ids) -> (query_positions, reader_indexes, rows)`` (lookup_segments)
 Finder = Callable[[Sequence[SegmentReader], pa.Array], tuple[pa.Array, pa.Array, pa.Array]]
@@ -103,12 +103,12 @@ def latest_versions(ids: pa.Array, buffered: VersionMap | Sequence[VersionMap] |
     if unique:
         table = pa.table([pa.array(out[name], pa.int64(), mask=~found) for name in VERSIONS_SCHEMA.names],
                          schema=VERSIONS_SCHEMA)
-        return table.append_column(SEEN, pa.array(found_any, pa.bool_())) if seen else table
+        return with_seen(table, found_any, seen)
     back = pc.index_in(ids, value_set=uniq).to_numpy(zero_copy_only=False).astype(np.int64)
     mask = ~found[back]
     table = pa.table([pa.array(out[name][back], pa.int64(), mask=mask) for name in VERSIONS_SCHEMA.names],
                      schema=VERSIONS_SCHEMA)
-    return table.append_column(SEEN, pa.array(found_any[back], pa.bool_())) if seen else table
+    return with_seen(table, found_any[back], seen)
 
 
 def id_order(ids: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -165,7 +165,7 @@ def _has_repeats(ids: pa.Array, order: pa.Array | None = None) -> bool:
 
 def _absent(n: int, seen: bool = False) -> pa.Table:
     table = pa.table([pa.nulls(n, pa.int64()) for _ in VERSIONS_SCHEMA.names], schema=VERSIONS_SCHEMA)
-    return table.append_column(SEEN, pa.array(np.zeros(n, dtype=bool))) if seen else table
+    return with_seen(table, np.zeros(n, dtype=bool), seen)
 
 
 def _refreshed_deletes(tombstones: pa.Table, uniq: pa.Array) -> pa.Table:
