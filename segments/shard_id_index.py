@@ -3,8 +3,7 @@
 :func:`~shardstore.segments.segment.lookup_segments` searches each segment's own index in turn.  A primary
 bulking steadily into an index that holds data keeps adding segments between flushes (one per refresh beside
 the writes), and each segment costs every lookup of a batch a fixed set of Arrow kernel calls and a
-``searchsorted``: with 20 segments, 36 ms of a 50,000-id lookup went to that (issue 44, stop 51, a scratch
-profile of ``python -m benches peers``' steady-state bulks).  This index keeps the fingerprints of all the
+``searchsorted`` (issue 44: 14-22 segments in ``python -m benches peers``' steady-state bulks).  This index keeps the fingerprints of all the
 segments in at most about log2(segments) sorted arrays, the *levels*, so a batch is searched once per level.
 
 Levels (an LSM of sorted arrays): a segment's own index (:class:`~shardstore.segments.id_index._IdIndex`,
