@@ -60,13 +60,21 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 from typing import Any
 
 from shardstore.blobstores.base import BlobStore
-from shardstore.cluster_state.errors import ClusterStateSuperseded, MissingEntity, NoQuorum, NotMaster, StaleTerm
+from shardstore.cluster_state.errors import (
+    ClusterStateSuperseded,
+    MissingEntity,
+    NoQuorum,
+    NotMaster,
+    PreVoteRefused,
+    StaleTerm,
+)
 from shardstore.cluster_state.manifest import Manifest, encode_manifest
 from shardstore.cluster_state.model import ClusterState, VotingConfig
 from shardstore.cluster_state.remote import RemoteClusterStateService
@@ -215,6 +223,12 @@ class ClusterManagerNode:
         self._pending: tuple[ClusterState, Manifest] | None = None
         #: set once this node found its cluster UUID fenced: it never publishes again
         self.superseded: ClusterStateSuperseded | None = None
+        #: when this node last joined another candidate's election (monotonic): its own stand waits a while
+        #: (engine/node/process.py, docs/design/engine.md "Split votes")
+        self.joined_candidate_at = float("-inf")
+        #: refuse pre-votes while this node manages, from the moment its election won the joins (node processes;
+        #: off for the caller-driven elections of LocalCluster): a second candidate would depose it mid-publication
+        self.guard_pre_votes = False
         if initial_state is not None and self.disk.accepted is None:
             self.disk.accepted = initial_state
             self.disk.accepted_manifest = initial_manifest.key if initial_manifest else None
@@ -253,6 +267,10 @@ class ClusterManagerNode:
         """Whether ``nodes`` hold a majority of the voting configurations of the last accepted state."""
         return self._quorum(set(nodes), self.disk.accepted)
 
+    def voters(self) -> list[str]:
+        """The voters of this node's accepted state (its initial configuration before any), sorted by name."""
+        return sorted(self._voters(self.disk.accepted))
+
     def _voters(self, *states: ClusterState | None) -> set[str]:
         return {n for s in states for c in self._configs(s) for n in c.node_ids}
 
@@ -281,6 +299,8 @@ class ClusterManagerNode:
         with self._lock:
             if not self.master_eligible:
                 raise InvalidError(f"node {self.name} is not master-eligible and does not vote")
+            if self.guard_pre_votes and req.candidate != self.name and self.is_master:
+                raise PreVoteRefused(self.name, req.candidate, "it is the cluster manager")
             return PreVoteGrant(self.name, self.disk.current_term)
 
     def _on_start_join(self, req: StartJoin) -> Join:
@@ -291,6 +311,8 @@ class ClusterManagerNode:
                 raise StaleTerm(f"node {self.name}: start-join from {req.candidate}", req.term, self.disk.current_term)
             self._become_follower(req.term)  # persisted before the vote leaves: one vote per term
             self.master = None
+            if req.candidate != self.name:
+                self.joined_candidate_at = time.monotonic()
             acc = self.disk.accepted
             return Join(self.name, req.term, acc.term if acc else -1, acc.version if acc else -1,
                         acc.cluster_uuid if acc else None, self.disk.accepted_manifest)
@@ -350,28 +372,32 @@ class ClusterManagerNode:
             raise InvalidError(f"node {self.name} is not master-eligible")
         with self._task_lock:
             self._raise_if_superseded()
-            term = self._pre_vote() + 1
-            joins, stale = self._gather_joins(StartJoin(term, self.name))
-            votes = {j.voter for j in joins}
-            if not self._quorum(votes, self.disk.accepted):
-                if stale:
-                    self._become_follower(stale)
-                raise NoQuorum(f"election of {self.name} in term {term}", votes, self._voters(self.disk.accepted))
-            best = max(joins, key=lambda j: (j.accepted_term, j.accepted_version), default=None)
-            acc = self.disk.accepted
-            cluster_uuid = best.cluster_uuid if best is not None and best.cluster_uuid else (
-                acc.cluster_uuid if acc is not None else None)
-            if cluster_uuid is not None:
-                self._check_fence(cluster_uuid)  # one GET: a superseded cluster reads and writes nothing more
-            adopted = self._adopt(best)  # the highest accepted state of a majority holds every committed one
-            if adopted is not None and not self._quorum(votes, adopted):
-                raise NoQuorum(f"election of {self.name} in term {term}", votes, self._voters(adopted))
-            previous_uuid = None
-            if adopted is None:
-                adopted, previous_uuid = self._bootstrap_state()
-            self.is_master = True
-            self.master = self.name
-            return self._publish(adopted.successor(term), previous_cluster_uuid=previous_uuid)
+            return self._elect()
+
+    def _elect(self) -> ClusterState:
+        """:meth:`start_election`'s steps, under the task lock: pre-vote, joins, adopt, publish."""
+        term = self._pre_vote() + 1
+        joins, stale = self._gather_joins(StartJoin(term, self.name))
+        votes = {j.voter for j in joins}
+        if not self._quorum(votes, self.disk.accepted):
+            if stale:
+                self._become_follower(stale)
+            raise NoQuorum(f"election of {self.name} in term {term}", votes, self._voters(self.disk.accepted))
+        best = max(joins, key=lambda j: (j.accepted_term, j.accepted_version), default=None)
+        acc = self.disk.accepted
+        cluster_uuid = best.cluster_uuid if best is not None and best.cluster_uuid else (
+            acc.cluster_uuid if acc is not None else None)
+        if cluster_uuid is not None:
+            self._check_fence(cluster_uuid)  # one GET: a superseded cluster reads and writes nothing more
+        adopted = self._adopt(best)  # the highest accepted state of a majority holds every committed one
+        if adopted is not None and not self._quorum(votes, adopted):
+            raise NoQuorum(f"election of {self.name} in term {term}", votes, self._voters(adopted))
+        previous_uuid = None
+        if adopted is None:
+            adopted, previous_uuid = self._bootstrap_state()
+        self.is_master = True
+        self.master = self.name
+        return self._publish(adopted.successor(term), previous_cluster_uuid=previous_uuid)
 
     def _pre_vote(self) -> int:
         """Grants from a quorum of voters, or NoQuorum with no term raised; the highest current term granted."""

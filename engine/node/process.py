@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,7 +118,9 @@ class NodeSettings:
     def action_timeouts(self) -> dict[str, float]:
         """Per-action deadlines of node-to-node calls: checks and discovery within a check's timeout."""
         fd = self.fault_detection
-        return {"fd.*": fd.timeout, "discovery.*": fd.timeout, "cs/*": max(5.0, 4 * fd.timeout)}
+        votes = {"cs/pre_vote": fd.timeout, "cs/start_join": fd.timeout}  # a voter only persists a term: a silent one
+        # costs a split vote one check's timeout, not a publication's (docs/design/engine.md, "Split votes")
+        return {"fd.*": fd.timeout, "discovery.*": fd.timeout, **votes, "cs/*": max(5.0, 4 * fd.timeout)}
 
 
 class NodeProcess:
@@ -146,6 +148,7 @@ class NodeProcess:
                                          os.path.join(settings.data_dir, "cluster-state"), master_eligible=eligible,
                                          initial_config=settings.initial_managers or (self.name,), register=False,
                                          parallel_publish=True)
+            self.cm.guard_pre_votes = True  # docs/design/engine.md, "Split votes"
             self.node = NodeService(self.name, os.path.join(settings.data_dir, "shards"), self.store, self.send,
                                     lambda: self.cm.master, fault_detection=fd, may_read=self.may_read,
                                     data="data" in settings.roles, owner=self.ephemeral_id)
@@ -174,6 +177,7 @@ class NodeProcess:
             self._routed: tuple[Any, frozenset[tuple[str, int]]] = (None, frozenset())  # state -> its primaries
             self._checks = ThreadPoolExecutor(max_workers=8, thread_name_prefix=f"fd-{self.name}")
             self._join_attempts = 0  # joins sent since this node last knew a manager
+            self._failed_elections = 0  # elections this node lost since it last knew a manager (its back-off)
             self._joined: str | None = None  # the manager this node last joined (logged once per manager)
             self._stop = threading.Event()
             self._managing = False
@@ -269,6 +273,7 @@ class NodeProcess:
         self._discover()
         if self.cm.master is not None:
             self._join_attempts = 0
+            self._failed_elections = 0
         if self.cm.is_master:
             if not self._managing:
                 self._managing = True
@@ -286,7 +291,7 @@ class NodeProcess:
             self.cm.master = None
             return
         if master is None:
-            if not self._join_known_leader():
+            if self._may_stand() and not self._join_known_leader():  # a data-only node: asks, never stands
                 self._maybe_elect()
             return
         self._check_leader(master)
@@ -301,10 +306,12 @@ class NodeProcess:
         joining again: its pre-vote fails while its peers follow a live manager, and a node
         that stopped joining would stay out of a healed cluster for good (a bridge, issue 41).
         """
-        for name in sorted(n for n in self.transport.peers() if not n.startswith(ANY_NODE) and n != self.name):
+        peers = sorted(n for n in self.transport.peers() if not n.startswith(ANY_NODE) and n != self.name)
+        asked = [self._checks.submit(self.send, name, "discovery.hello", {"name": self.name, "address": self.address},
+                                     timeout=self.settings.fault_detection.timeout) for name in peers]
+        for answer in as_completed(asked):  # at once: a silent peer costs one timeout, not one each
             try:
-                hello = self.send(name, "discovery.hello", {"name": self.name, "address": self.address},
-                                  timeout=self.settings.fault_detection.timeout)
+                hello = answer.result()
             except Exception:  # noqa: BLE001 - down, or not up yet
                 continue
             leader = hello.get("master")
@@ -362,16 +369,42 @@ class NodeProcess:
         recent = time.monotonic() - self._leader_ok_at < self.settings.fault_detection.worst_case_seconds
         return master is not None and master != candidate and recent
 
+    def _may_stand(self) -> bool:
+        """Whether this node's back-off lets it look for a manager and stand (docs/design/engine.md, "Split votes").
+
+        Not within a check's timeout of joining another candidate's election either (that
+        candidate is publishing: standing now would depose it with a higher term).
+        """
+        now = time.monotonic()
+        return now >= self._election_after and now >= self.cm.joined_candidate_at + self.settings.fault_detection.timeout
+
     def _maybe_elect(self) -> None:
-        if "cluster_manager" not in self.settings.roles or time.monotonic() < self._election_after:
+        """Stand for election (when :meth:`_may_stand`), then draw the back-off before the next stand.
+
+        A failed pre-vote raised no
+        term and disturbed nobody: it is tried again soon. An election lost after raising the term
+        (a split vote, or a voter silent) is tried again after a draw from a window that grows by
+        a check's timeout per loss, up to the worst-case detection time, plus a check's timeout per
+        voter named before this one: two candidates that split a vote stand apart next time.
+        """
+        fd = self.settings.fault_detection
+        if "cluster_manager" not in self.settings.roles or not self._may_stand():
             return
+        term = self.cm.current_term
         try:
             state = self.cm.start_election()
             log.info("%s won the election of term %d", self.name, state.term)
         except Exception as exc:  # noqa: BLE001 - no quorum yet, or another candidate won: back off
             log.info("%s: election failed: %s", self.name, exc)
-            interval = self.settings.fault_detection.interval
-            self._election_after = time.monotonic() + random.uniform(interval, 4 * interval)
+            if self.cm.current_term == term:  # the pre-vote failed: no term raised
+                self._election_after = time.monotonic() + random.uniform(fd.interval, 4 * fd.interval)
+                return
+            self._failed_elections += 1
+            voters = self.cm.voters()
+            rank = voters.index(self.name) if self.name in voters else len(voters)
+            window = min(fd.worst_case_seconds, fd.interval + self._failed_elections * fd.timeout)
+            self._election_after = (time.monotonic() + rank * fd.timeout
+                                    + random.uniform(fd.interval, max(window, 2 * fd.interval)))
 
     def _outcome(self, target: str, action: str, request: dict[str, Any]) -> tuple[str, Any]:
         try:
