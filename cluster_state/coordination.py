@@ -72,7 +72,6 @@ from shardstore.cluster_state.errors import (
     MissingEntity,
     NoQuorum,
     NotMaster,
-    PreVoteRefused,
     StaleTerm,
 )
 from shardstore.cluster_state.manifest import Manifest, encode_manifest
@@ -226,9 +225,6 @@ class ClusterManagerNode:
         #: when this node last joined another candidate's election (monotonic): its own stand waits a while
         #: (engine/node/process.py, docs/design/engine.md "Split votes")
         self.joined_candidate_at = float("-inf")
-        #: refuse pre-votes while this node manages, from the moment its election won the joins (node processes;
-        #: off for the caller-driven elections of LocalCluster): a second candidate would depose it mid-publication
-        self.guard_pre_votes = False
         if initial_state is not None and self.disk.accepted is None:
             self.disk.accepted = initial_state
             self.disk.accepted_manifest = initial_manifest.key if initial_manifest else None
@@ -299,8 +295,6 @@ class ClusterManagerNode:
         with self._lock:
             if not self.master_eligible:
                 raise InvalidError(f"node {self.name} is not master-eligible and does not vote")
-            if self.guard_pre_votes and req.candidate != self.name and self.is_master:
-                raise PreVoteRefused(self.name, req.candidate, "it is the cluster manager")
             return PreVoteGrant(self.name, self.disk.current_term)
 
     def _on_start_join(self, req: StartJoin) -> Join:

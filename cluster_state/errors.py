@@ -100,16 +100,6 @@ class NoQuorum(ClusterStateError, UnavailableError):
         )
 
 
-class PreVoteRefused(ClusterStateError, UnavailableError):
-    """A voter refused a pre-vote: it is the cluster manager (or publishing as one); a retry may win later."""
-
-    def __init__(self, voter: str, candidate: str, why: str) -> None:
-        super().__init__(f"node {voter} refused the pre-vote of {candidate}: {why}; nothing changed, "
-                         f"stand again later")
-        self.voter = voter
-        self.candidate = candidate
-
-
 class ManifestConflict(ClusterStateError, ConflictError):
     """Another writer already published a different state under the same term and version."""
 

@@ -59,11 +59,12 @@ from shardstore.segments.index_buffer import IndexBuffer, buffered_docs, split_o
 from shardstore.segments.livedocs import LiveDocs, livedocs_file_name
 from shardstore.segments.mapping import Mapping
 from shardstore.segments.merge_policy import SegmentStats, TieredMergePolicy
+from shardstore.segments.newest_copy import newest_copy
 from shardstore.segments.refresh_plan import RefreshPlan, index_rows, older_copies, plan_refresh
 from shardstore.segments.scan_readers import scan_readers
 from shardstore.segments.segment import SegmentInfo, SegmentReader, segment_file_name, write_segment
 from shardstore.segments.shard_id_index import ShardIdIndex
-from shardstore.segments.synthetic import index_op_fields, row_source
+from shardstore.segments.synthetic import index_op_fields
 from shardstore.segments.version_map import VersionMap
 from shardstore.segments.versions import latest_versions
 
@@ -740,12 +741,9 @@ class ShardDirectory:
     def get(self, doc_id: str, *, realtime: bool = True) -> dict[str, Any] | None:
         """The newest live copy of ``doc_id`` (buffered operations too when ``realtime``), or None."""
         with self._lock:
-            hit = self._latest_buffered(doc_id) if realtime else None
-            if hit is None or hit[0] <= self._refreshed_seq:  # else newer than anything refreshed: it decides
-                found = self._refreshed_copy(doc_id)
-                if hit is None or hit[0] <= max(found[0], self._tombstone_seq(doc_id)):
-                    return found[1]
-            return None if hit[1] is None else self._doc(hit[1].slice(hit[2], 1))
+            return newest_copy(doc_id, self._latest_buffered(doc_id) if realtime else None, self._refreshed_seq,
+                               ((s.reader, s.live) for s in self._segments.values()), self._tombstones,
+                               self.mapping.order)
 
     def _latest_buffered(self, doc_id: str) -> tuple[int, pa.Table | None, int] | None:
         """The newest unrefreshed operation on ``doc_id`` (the buffer's, or a sealed buffer's), as ``IndexBuffer.latest``."""
@@ -759,36 +757,6 @@ class ShardDirectory:
     def _buffered_maps(self) -> list[VersionMap]:
         """The version maps of the unrefreshed operations: a sealed buffer's (if any), then the buffer's."""
         return ([self._sealed.versions] if self._sealed is not None else []) + [self._buffer.versions]
-
-    def _doc(self, rows: pa.Table) -> dict[str, Any]:
-        """One row as a dict, a null ``_source`` rebuilt from its fields."""
-        return self._with_source(rows.to_pylist()[0])
-
-    def _with_source(self, doc: dict[str, Any]) -> dict[str, Any]:
-        """``doc`` (one row as a dict) with a null ``_source`` rebuilt from its fields (one row: in Python)."""
-        if doc.get("_source") is None:
-            doc["_source"] = row_source(doc, self.mapping.order)
-        return doc
-
-    def _refreshed_copy(self, doc_id: str) -> tuple[int, dict[str, Any] | None]:
-        """(seq#, document) of ``doc_id``'s live copy in a segment, or (NO_OPS, None)."""
-        for seg in self._segments.values():
-            info = seg.reader.info
-            if info.min_id is None or not (info.min_id <= doc_id <= info.max_id):
-                continue
-            for r in seg.reader.point_rows(doc_id):  # the in-memory id map (segments/point_read.py)
-                if seg.live.is_live(r):
-                    doc = self._with_source(seg.reader.row(r))
-                    return doc["_seq_no"], doc
-        return NO_OPS, None
-
-    def _tombstone_seq(self, doc_id: str) -> int:
-        """The seq# of ``doc_id``'s refreshed delete, or NO_OPS."""
-        t = self._tombstones
-        if not t.num_rows:
-            return NO_OPS
-        hit = t.filter(pc.equal(t.column("_id"), doc_id))
-        return max(hit.column("_seq_no").to_pylist(), default=NO_OPS)
 
     def current_versions(self, ids: pa.Array, *, unique: bool = False, seen: bool = False) -> pa.Table:
         """Per id (order kept): ``_seq_no``, ``_primary_term``, ``_version`` of its newest live copy, buffered

@@ -148,7 +148,6 @@ class NodeProcess:
                                          os.path.join(settings.data_dir, "cluster-state"), master_eligible=eligible,
                                          initial_config=settings.initial_managers or (self.name,), register=False,
                                          parallel_publish=True)
-            self.cm.guard_pre_votes = True  # docs/design/engine.md, "Split votes"
             self.node = NodeService(self.name, os.path.join(settings.data_dir, "shards"), self.store, self.send,
                                     lambda: self.cm.master, fault_detection=fd, may_read=self.may_read,
                                     data="data" in settings.roles, owner=self.ephemeral_id)
@@ -291,7 +290,9 @@ class NodeProcess:
             self.cm.master = None
             return
         if master is None:
-            if self._may_stand() and not self._join_known_leader():  # a data-only node: asks, never stands
+            if self._failed_elections and not self._may_stand():  # after a lost election: its back-off paces the
+                return  # asking too (a silent peer holds each ask one timeout: docs/design/engine.md "Split votes")
+            if not self._join_known_leader():
                 self._maybe_elect()
             return
         self._check_leader(master)
@@ -362,8 +363,10 @@ class NodeProcess:
         return members
 
     def _has_live_leader(self, candidate: str) -> bool:
-        """Whether this node follows a manager other than ``candidate`` that answered a check lately."""
-        if self.cm.is_master and self._managing:
+        """Whether this node follows a manager other than ``candidate`` that answered a check lately, or manages
+        itself: from the moment its election won the joins, before its role is active (a second candidate would
+        depose it mid-publication: docs/design/engine.md, "Split votes")."""
+        if self.cm.is_master:
             return candidate != self.name
         master = self.cm.master
         recent = time.monotonic() - self._leader_ok_at < self.settings.fault_detection.worst_case_seconds
@@ -381,11 +384,11 @@ class NodeProcess:
     def _maybe_elect(self) -> None:
         """Stand for election (when :meth:`_may_stand`), then draw the back-off before the next stand.
 
-        A failed pre-vote raised no
-        term and disturbed nobody: it is tried again soon. An election lost after raising the term
-        (a split vote, or a voter silent) is tried again after a draw from a window that grows by
-        a check's timeout per loss, up to the worst-case detection time, plus a check's timeout per
-        voter named before this one: two candidates that split a vote stand apart next time.
+        A failed pre-vote raised no term and disturbed nobody: it is tried again soon. An election
+        lost after raising the term (a split vote, or a voter silent) is tried again after a draw
+        from a window that grows by a check's timeout per loss, up to the worst-case detection
+        time, plus a check's timeout per voter named before this one: two candidates that split a
+        vote stand apart next time.
         """
         fd = self.settings.fault_detection
         if "cluster_manager" not in self.settings.roles or not self._may_stand():

@@ -262,23 +262,3 @@ def test_a_node_restarted_on_a_purged_manifest_can_publish_when_elected(store, t
     after = c.submit(create("b"))
     assert sorted(after.indices) == ["a", "b"] and committed(store, s.cluster_uuid) == after
 
-
-@pytest.mark.parametrize("guarded", [True, False])
-def test_a_guarded_manager_refuses_pre_votes_so_a_second_candidate_cannot_depose_it(
-        store, tmp_path: Path, guarded: bool) -> None:
-    """Node processes guard pre-votes (docs/design/engine.md, "Split votes"): a manager, from the moment its
-    election won the joins, refuses them. A node that cannot reach the third voter then raises no term and
-    deposes nobody; unguarded (the caller-driven LocalCluster), its pre-vote wins and it takes over."""
-    c = LocalCluster(store, str(tmp_path), MASTERS)
-    first = c.elect("n1")
-    c.nodes["n1"].guard_pre_votes = guarded
-    c.transport.partition(["n3"], ["n1", "n2"])
-    if guarded:
-        with pytest.raises(NoQuorum, match="pre-vote of n2"):
-            c.nodes["n2"].start_election()
-        n1 = c.nodes["n1"]
-        assert n1.is_master and n1.current_term == first.term and c.nodes["n2"].current_term == first.term
-        assert c.submit(create("kept")).term == first.term  # still the manager
-    else:
-        assert c.nodes["n2"].start_election().term == first.term + 1
-        assert not c.nodes["n1"].is_master

@@ -126,8 +126,8 @@ def test_two_survivors_standing_at_once_agree_on_a_manager_soon(nodes: Cluster) 
         named = {nodes.call(n, "discovery.hello", {}, timeout=1.0)["master"] for n in survivors}
         return len(named) == 1 and None not in named and manager not in named
 
-    wait_until(agreed, 15.0, "the two survivors naming one new manager")
-    assert time.monotonic() - start < 15.0
+    wait_until(agreed, 25.0, "the two survivors naming one new manager")  # typically 3-6 s; never, before
+    assert time.monotonic() - start < 25.0
     nodes.faults.heal()
     wait_until(lambda: _one_manager(nodes), 30, "one manager after the heal")
 
