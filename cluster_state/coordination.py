@@ -67,13 +67,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from shardstore.blobstores.base import BlobStore
-from shardstore.cluster_state.errors import (
-    ClusterStateSuperseded,
-    MissingEntity,
-    NoQuorum,
-    NotMaster,
-    StaleTerm,
-)
+from shardstore.cluster_state.errors import ClusterStateSuperseded, MissingEntity, NoQuorum, NotMaster, StaleTerm
 from shardstore.cluster_state.manifest import Manifest, encode_manifest
 from shardstore.cluster_state.model import ClusterState, VotingConfig
 from shardstore.cluster_state.remote import RemoteClusterStateService
@@ -366,32 +360,28 @@ class ClusterManagerNode:
             raise InvalidError(f"node {self.name} is not master-eligible")
         with self._task_lock:
             self._raise_if_superseded()
-            return self._elect()
-
-    def _elect(self) -> ClusterState:
-        """:meth:`start_election`'s steps, under the task lock: pre-vote, joins, adopt, publish."""
-        term = self._pre_vote() + 1
-        joins, stale = self._gather_joins(StartJoin(term, self.name))
-        votes = {j.voter for j in joins}
-        if not self._quorum(votes, self.disk.accepted):
-            if stale:
-                self._become_follower(stale)
-            raise NoQuorum(f"election of {self.name} in term {term}", votes, self._voters(self.disk.accepted))
-        best = max(joins, key=lambda j: (j.accepted_term, j.accepted_version), default=None)
-        acc = self.disk.accepted
-        cluster_uuid = best.cluster_uuid if best is not None and best.cluster_uuid else (
-            acc.cluster_uuid if acc is not None else None)
-        if cluster_uuid is not None:
-            self._check_fence(cluster_uuid)  # one GET: a superseded cluster reads and writes nothing more
-        adopted = self._adopt(best)  # the highest accepted state of a majority holds every committed one
-        if adopted is not None and not self._quorum(votes, adopted):
-            raise NoQuorum(f"election of {self.name} in term {term}", votes, self._voters(adopted))
-        previous_uuid = None
-        if adopted is None:
-            adopted, previous_uuid = self._bootstrap_state()
-        self.is_master = True
-        self.master = self.name
-        return self._publish(adopted.successor(term), previous_cluster_uuid=previous_uuid)
+            term = self._pre_vote() + 1
+            joins, stale = self._gather_joins(StartJoin(term, self.name))
+            votes = {j.voter for j in joins}
+            if not self._quorum(votes, self.disk.accepted):
+                if stale:
+                    self._become_follower(stale)
+                raise NoQuorum(f"election of {self.name} in term {term}", votes, self._voters(self.disk.accepted))
+            best = max(joins, key=lambda j: (j.accepted_term, j.accepted_version), default=None)
+            acc = self.disk.accepted
+            cluster_uuid = best.cluster_uuid if best is not None and best.cluster_uuid else (
+                acc.cluster_uuid if acc is not None else None)
+            if cluster_uuid is not None:
+                self._check_fence(cluster_uuid)  # one GET: a superseded cluster reads and writes nothing more
+            adopted = self._adopt(best)  # the highest accepted state of a majority holds every committed one
+            if adopted is not None and not self._quorum(votes, adopted):
+                raise NoQuorum(f"election of {self.name} in term {term}", votes, self._voters(adopted))
+            previous_uuid = None
+            if adopted is None:
+                adopted, previous_uuid = self._bootstrap_state()
+            self.is_master = True
+            self.master = self.name
+            return self._publish(adopted.successor(term), previous_cluster_uuid=previous_uuid)
 
     def _pre_vote(self) -> int:
         """Grants from a quorum of voters, or NoQuorum with no term raised; the highest current term granted."""

@@ -261,4 +261,3 @@ def test_a_node_restarted_on_a_purged_manifest_can_publish_when_elected(store, t
     c.elect("n2")
     after = c.submit(create("b"))
     assert sorted(after.indices) == ["a", "b"] and committed(store, s.cluster_uuid) == after
-
