@@ -84,7 +84,7 @@ def fetch_verified(store: BlobStore, remote: RemoteFile, cache_dir: str | None =
                     _VERIFIED[path] = memo
                 return path
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    download_file(store, remote, path)
+    download_file(store, remote, path, durable=False)  # a cache: every later use checks it again (above)
     stamp = _stamp(path)
     if stamp is not None:
         with _VERIFIED_LOCK:

@@ -240,13 +240,15 @@ def latest_commit(store: BlobStore, address: ShardAddress, generation: int | Non
                          + (f" (unreadable: {'; '.join(reasons)})" if reasons else ""))
 
 
-def download_file(store: BlobStore, remote: RemoteFile, path: str) -> int:
+def download_file(store: BlobStore, remote: RemoteFile, path: str, *, durable: bool = True) -> int:
     """Download one blob to ``path`` atomically, verifying size and CRC32C first; returns its size.
 
     Blobs up to 64 MiB are read whole; bigger ones stream to ``<path>.<unique>.part`` in
     8 MiB blocks, checksummed on the way (unique: two processes sharing a cache, Spark tasks
     reading ranges of one segment, never write one temp file).  Nothing lands at ``path``
-    unless it verified.
+    unless it verified.  ``durable=False`` skips the fsyncs: for a cache whose every later
+    use checks the file's size and CRC32C again (:func:`~shardstore.segments.read_plan.fetch_verified`),
+    where a copy torn by a crash is downloaded again (docs/design/segments.md, "Read plan").
     """
     directory, name = os.path.split(path)
     tmp = f"{path}.{uuid.uuid4().hex[:12]}.part"
@@ -261,7 +263,8 @@ def download_file(store: BlobStore, remote: RemoteFile, path: str) -> int:
                     crc, size = crc32c(block, crc), size + len(block)
                     dst.write(block)
                 dst.flush()
-                os.fsync(dst.fileno())
+                if durable:
+                    os.fsync(dst.fileno())
     except BlobNotFound:
         raise SegmentCorrupted(remote.key, "blob named by the commit is missing") from None
     except BaseException:
@@ -274,7 +277,7 @@ def download_file(store: BlobStore, remote: RemoteFile, path: str) -> int:
         raise SegmentCorrupted(remote.key, f"size/CRC32C {size}/{crc:#010x}, the commit says "
                                            f"{remote.size}/{remote.checksum:#010x}")
     if remote.size <= _STREAM_OVER:
-        write_atomic(directory, name, data)
+        write_atomic(directory, name, data, fsync=durable)
     else:
         os.replace(tmp, path)
     return size

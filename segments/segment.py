@@ -546,21 +546,19 @@ class SegmentReader:
         """Tasks, each reading one run of row groups (about :data:`SCAN_READ_BYTES`)
         left by the filter's statistics pruning, with the live mask and the filter
         applied; in row order."""
-        dset = dset if dset is not None else self._dataset()
         pf = self._file()
         md = pf.metadata
         starts = self._group_starts()
-        groups: list[int] = []
-        for frag in dset.get_fragments():
-            parts = frag.split_by_row_group(filter) if filter is not None else frag.split_by_row_group()
-            groups.extend(p.row_groups[0].id for p in parts)
-        groups.sort()
+        groups: list[int] = list(range(md.num_row_groups))
+        if filter is not None:  # the dataset only to prune by the filter's statistics (a cold scan opens none)
+            dset = dset if dset is not None else self._dataset()
+            groups = sorted(p.row_groups[0].id for frag in dset.get_fragments() for p in frag.split_by_row_group(filter))
         if live is not None and live.live_count == 0:
             return []
         mask = live.mask() if live is not None and live.deleted_count else None
         extra: list[str] = []
         if filter is not None:
-            extra = [n for n in dset.schema.names if n not in cols and mentions(filter, n)]
+            extra = [n for n in pf.schema_arrow.names if n not in cols and mentions(filter, n)]
         read_cols = cols + extra
         leaf = {md.schema.column(i).path: i for i in range(md.num_columns)}
         idx = [leaf[c] for c in read_cols if c in leaf]
@@ -692,9 +690,8 @@ def scan_segments(
             raise ValueError(f"live docs of {live.doc_count} rows for segment {reader.info.name} of {reader.info.doc_count}")
         if reader.info.doc_count == 0:
             continue
-        dset = reader._dataset()
-        cols = list(columns) if columns is not None else list(dset.schema.names)
-        tasks.extend(reader._runs(cols, filter, live, dset))
+        cols = list(columns) if columns is not None else list(reader.schema.names)
+        tasks.extend(reader._runs(cols, filter, live))
     yield from _pipeline(tasks, batch_size, readahead if readahead is not None else (os.cpu_count() or 2))
 
 

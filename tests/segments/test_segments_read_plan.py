@@ -107,6 +107,29 @@ def test_the_verified_cache_refetches_a_damaged_copy_and_names_a_damaged_blob(sh
         fetch_verified(store, remote, str(cache))
 
 
+def test_a_cache_download_skips_the_fsyncs_and_a_torn_copy_is_fetched_again(shard, monkeypatch) -> None:
+    """The verified cache is not made durable (every later use checks it: docs/design/segments.md, "Read plan");
+    a restore's download is."""
+    from shardstore.segments import read_plan
+    from shardstore.segments.remote_store import download_file
+
+    store, md, cache = shard
+    remote = next(iter(md.files.values()))
+    synced: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
+    path = fetch_verified(store, remote, str(cache))
+    assert synced == [] and os.path.getsize(path) == remote.size
+    download_file(store, remote, str(cache / "durable"))
+    assert len(synced) >= 2  # the file and its directory
+    with open(path, "r+b") as f:  # what a crash before the page cache reached the disk can leave: same size, zeros
+        f.write(b"\0" * remote.size)
+    monkeypatch.setattr(read_plan, "_VERIFIED", {})  # a new process remembers nothing
+    assert fetch_verified(store, remote, str(cache)) == path
+    with open(path, "rb") as f:
+        assert f.read() == store.get(remote.key)
+
+
 def test_open_commit_as_of_a_seq_no(shard) -> None:
     store, md, cache = shard
     assert open_commit(store, ADDR, max_seq_no=10_000).commit == md.commit
