@@ -42,6 +42,8 @@ from typing import Any, Protocol
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from shardstore.segments.point_read import GroupColumns, group_columns
+
 __all__ = ["RowGroupCache", "Warmer", "row_groups", "warmer"]
 
 log = logging.getLogger(__name__)
@@ -77,6 +79,7 @@ class RowGroupCache:
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self._items: OrderedDict[Key, pa.Table] = OrderedDict()
+        self._columns: dict[Key, GroupColumns] = {}  # a cached group's columns, split once for point reads
         self._bytes = 0
         self._lock = threading.Lock()
         self.hits = 0
@@ -104,9 +107,25 @@ class RowGroupCache:
                     self._items[key] = table
                     self._bytes += size
                 while self._bytes > self.max_bytes and self._items:
-                    _k, old = self._items.popitem(last=False)
+                    k, old = self._items.popitem(last=False)
+                    self._columns.pop(k, None)
                     self._bytes -= old.nbytes
         return table
+
+    def columns(self, key: Key, load: Callable[[], pa.Table]) -> GroupColumns:
+        """The group of :meth:`get` as its names and arrays, split once while it stays cached (a point read's path)."""
+        with self._lock:
+            cols = self._columns.get(key)
+            if cols is not None:
+                self._items.move_to_end(key)
+                self.hits += 1
+                return cols
+        table = self.get(key, load)
+        cols = group_columns(table)
+        with self._lock:
+            if self._items.get(key) is table:  # only beside its table: evicted together
+                self._columns[key] = cols
+        return cols
 
     def forget(self, path: str) -> int:
         """Drop every cached row group of the segment file ``path`` (merged away, its copy closed); how many."""
@@ -114,6 +133,7 @@ class RowGroupCache:
             doomed = [k for k in self._items if k[0] == path]
             for k in doomed:
                 self._bytes -= self._items.pop(k).nbytes
+                self._columns.pop(k, None)
         return len(doomed)
 
     def __contains__(self, key: object) -> bool:
@@ -124,6 +144,7 @@ class RowGroupCache:
         """Drop every cached row group."""
         with self._lock:
             self._items.clear()
+            self._columns.clear()
             self._bytes = 0
 
     @property

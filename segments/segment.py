@@ -434,7 +434,7 @@ class SegmentReader:
         g = bisect.bisect_right(starts, r) - 1
         pf = self._file()
         try:
-            group = row_cache.row_groups.get((self.path, self.info.checksum, g), lambda: pf.read_row_group(g))
+            group = row_cache.row_groups.columns((self.path, self.info.checksum, g), lambda: pf.read_row_group(g))
         except pa.ArrowException as exc:
             raise SegmentCorrupted(self._where, f"cannot read row group {g}: {exc}") from None
         return row_values(group, starts, r)

@@ -263,3 +263,31 @@ def test_a_scan_takes_row_groups_the_cache_holds_and_gives_the_same_rows(tmp_pat
     assert reads == []  # nothing read from the file
     assert [w.equals(c) for w, c in zip(warm, cold)] == [True, True, True]
     assert [w.num_rows for w in warm][:2] == [3000, 2997] and 0 < warm[2].num_rows < 2997
+
+
+def test_a_point_reads_column_split_lives_and_dies_with_its_cached_group(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                                        ) -> None:
+    """``RowGroupCache.columns`` splits a group once while it is cached, and drops the split with the group."""
+    t, _ = _segment_table(_docs(3000), seq_start=0, term=1)
+    path = str(tmp_path / "s.parquet")
+    info = write_segment(path, t, name="s", row_group_size=1000)
+    reader = SegmentReader(path, info)
+    one_group = reader._file().read_row_group(0).nbytes
+    cache = row_cache.RowGroupCache(one_group + one_group // 2)  # room for one group at a time
+    monkeypatch.setattr(row_cache, "row_groups", cache)
+    expected = [reader.take([r]).to_pylist()[0] for r in (5, 1500, 6)]
+    assert reader.row(5) == expected[0]
+    split = cache._columns[(path, info.checksum, 0)]
+    assert reader.row(6) == expected[2] and cache._columns[(path, info.checksum, 0)] is split  # split once
+    assert reader.row(1500) == expected[1]  # group 1 evicts group 0, and its split with it
+    assert set(cache._columns) == {(path, info.checksum, 1)} == set(cache._items)
+    assert reader.row(6) == expected[2]
+    cache.forget(path)
+    assert cache._columns == {} and cache._items == {}
+    reader.row(5)
+    cache.clear()
+    assert cache._columns == {}
+    off = row_cache.RowGroupCache(0)  # nothing cached: nothing split is kept either
+    monkeypatch.setattr(row_cache, "row_groups", off)
+    assert reader.row(1500) == expected[1] and off._columns == {}
+    reader.close()

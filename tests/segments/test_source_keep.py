@@ -146,3 +146,14 @@ def test_a_point_read_rebuilds_one_row_as_the_columnar_writer_does(drawn, rnd) -
         row = {"_id": str(i), "_seq_no": i, "_source": None, **row}
         # the same document, members in the same order (json.loads keeps the order; dumps shows it)
         assert json.dumps(json.loads(row_source(row, extended.order))) == json.dumps(json.loads(columnar))
+
+
+def test_a_point_reads_member_plan_follows_the_row_shape_and_the_order() -> None:
+    """``row_source`` reuses its member plan per (row shape, order): two orders, or two shapes, never share one."""
+    from shardstore.segments.synthetic import row_source
+
+    row = {"_id": "a", "_seq_no": 1, "b": 2, "o.x": 1, "a": "s"}
+    assert row_source(row, ["a", "b", "o.x"]) == b'{"a":"s","b":2,"o":{"x":1}}'
+    assert row_source(row, ["o.x", "b", "a"]) == b'{"o":{"x":1},"b":2,"a":"s"}'
+    assert row_source({"_id": "a", "b": 2, "o.y": None, "o.x": 3}, ["o.x", "b", "a"]) == b'{"o":{"x":3},"b":2}'
+    assert row_source(row) == b'{"b":2,"o":{"x":1},"a":"s"}'  # no order: the row's own
