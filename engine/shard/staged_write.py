@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from shardstore.segments import row_cache
+
 if TYPE_CHECKING:
     from shardstore.segments.directory import RefreshResult, Sealed, ShardDirectory
     from shardstore.translog.factory import ShardRemoteTranslog
@@ -49,7 +51,8 @@ class Refreshing:
 
     def _run(self) -> None:
         try:
-            result = self._directory.write_sealed(self._sealed)
+            with row_cache.warmer.foreground():  # a write: the row-cache warmer decodes nothing new meanwhile
+                result = self._directory.write_sealed(self._sealed)
         except BaseException as exc:  # noqa: BLE001 - handed to the copy's callback (ShardCopy._refreshed_beside)
             self._done(None, exc)
             return

@@ -17,6 +17,7 @@ import pytest
 from shardstore.datasets import flights
 from shardstore.engine import Cluster
 from shardstore.segments import directory as directory_module
+from shardstore.segments import row_cache
 from shardstore.segments.directory import ShardDirectory
 from shardstore.testing.partition_campaign import wait_until
 from shardstore.translog.node_translog import NodeShardTranslog
@@ -59,9 +60,11 @@ def test_the_refresh_of_a_full_buffer_runs_beside_the_append(tmp_path: Path, mon
         assert not copy.directory._buffer and copy.directory._sealed is not None  # sealed, not yet written
         assert cluster.get("f", table.column("_id")[17].as_py()) is not None  # found in the sealed buffer
         assert copy.directory.count() == 0  # nothing searchable yet: the segments are still being written
+        assert row_cache.warmer._writes >= 1  # the row-cache warmer yields to the refresh as to any write
         release.set()
         wait_until(lambda: copy.directory.count() == 5_000, timeout=30, what="the refresh beside the writes")
         assert copy.directory._sealed is None
+        wait_until(lambda: row_cache.warmer._writes == 0, timeout=30, what="the warmer's writes count back at 0")
     finally:
         release.set()
         cluster.close()
