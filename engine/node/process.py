@@ -164,7 +164,7 @@ class NodeProcess:
             self._follower_failures = FailureCounter(fd.retries)
             self._seeds: dict[str, str | None] = {a: None for a in settings.seed_hosts}  # address -> name
             self._failed_leader: str | None = None  # the manager whose leader checks failed last
-            self._leader_ok_at = 0.0  # when the manager last answered a leader check
+            self._leader_ok_at = 0.0  # when the manager last answered a leader check or committed a state here
             self._quorum_ok_at = 0.0  # manager: when a quorum last answered its follower checks
             self._lease_until = 0.0  # follower: when its read lease ends (monotonic)
             #: manager -> when this node last answered its follower check (monotonic): a new manager's bound on
@@ -209,7 +209,10 @@ class NodeProcess:
             if action in (coordination.START_JOIN, coordination.PRE_VOTE) and self._has_live_leader(req.candidate):
                 # as Elasticsearch's pre-vote: no vote while a manager answers our leader checks
                 raise NotMaster(self.name, self.cm.master)
-            return self.cm.handle(action, req)
+            answer = self.cm.handle(action, req)
+            if action == coordination.COMMIT and answer is True and req.master == self.cm.master != self.name:
+                self._leader_ok_at = time.monotonic()  # its commit: a majority accepted it just now, as a check says
+            return answer
         if action.startswith(("shard.", "recovery.", "node.")):
             return self.node.handle(action, req)
         if action.startswith("cm."):
@@ -363,9 +366,9 @@ class NodeProcess:
         return members
 
     def _has_live_leader(self, candidate: str) -> bool:
-        """Whether this node follows a manager other than ``candidate`` that answered a check lately, or manages
-        itself: from the moment its election won the joins, before its role is active (a second candidate would
-        depose it mid-publication: docs/design/engine.md, "Split votes")."""
+        """Whether this node follows a manager other than ``candidate`` that answered a check or committed a state
+        lately, or manages itself: from the moment its election won the joins, before its role is active (a second
+        candidate would depose it mid-publication: docs/design/engine.md, "Split votes")."""
         if self.cm.is_master:
             return candidate != self.name
         master = self.cm.master

@@ -16,6 +16,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from shardstore.cluster_state import coordination
+from shardstore.cluster_state.errors import NotMaster
 from shardstore.engine.cluster import Cluster
 from shardstore.engine.coordinator.routing import shard_id
 from shardstore.engine.errors import ShardUnavailable
@@ -130,6 +132,30 @@ def test_two_survivors_standing_at_once_agree_on_a_manager_soon(nodes: Cluster) 
     assert time.monotonic() - start < 25.0
     nodes.faults.heal()
     wait_until(lambda: _one_manager(nodes), 30, "one manager after the heal")
+
+
+def test_a_follower_that_applied_its_managers_commit_refuses_another_candidates_pre_vote(nodes: Cluster) -> None:
+    """A committed publication from the manager counts as an answered leader check for the pre-vote guard (as
+    Elasticsearch's follower with a leader refuses pre-votes).  Before, a node that followed a new manager only
+    through its publications (its first leader check not back yet) granted a returning old manager's pre-vote,
+    and after a heal the old manager could depose the new one (docs/design/engine.md, "Split votes")."""
+    client = nodes.client()
+    client.wait_for_health("green", timeout=30)
+    manager = next(m for m in _masters(nodes).values() if m)
+    follower, other = [n for n in nodes.names if n != manager]
+    process = nodes.processes[follower]
+    rule = nodes.transport.drop("fd.leader_check", sender=follower)  # no check comes back meanwhile (< 4.5 s)
+    try:
+        process._leader_ok_at = 0.0  # as if it had joined this manager just now: no leader check answered yet
+        assert not process._has_live_leader(other)
+        client.create_index("published", shards=1, replicas=0)  # a publication, then its commit, reach it
+        assert process._has_live_leader(other)
+        with pytest.raises(NotMaster):  # the guard every pre-vote passes through
+            process.handle(coordination.PRE_VOTE, coordination.PreVote(other, process.cm.current_term))
+    finally:
+        nodes.transport.clear_faults()
+    assert rule not in nodes.transport.rules()
+    client.close()
 
 
 def test_a_paused_primary_is_failed_over_and_its_messages_flow_again_on_resume(nodes: Cluster) -> None:
