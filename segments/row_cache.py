@@ -316,6 +316,7 @@ def _after_fork_in_child() -> None:
     """A forked child starts with an empty cache, fresh locks and no warmer thread (the parent's may hold a lock)."""
     row_groups._lock = threading.Lock()
     row_groups._items.clear()
+    row_groups._columns.clear()
     row_groups._bytes = 0
     warmer._cond = threading.Condition()
     warmer._queue.clear()

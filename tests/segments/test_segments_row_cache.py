@@ -287,6 +287,11 @@ def test_a_point_reads_column_split_lives_and_dies_with_its_cached_group(tmp_pat
     reader.row(5)
     cache.clear()
     assert cache._columns == {}
+    assert reader.row(5) == expected[0] and cache._columns
+    monkeypatch.setattr(row_cache, "warmer", row_cache.Warmer(cache, enabled=False))
+    row_cache._after_fork_in_child()  # a forked child keeps no split of the parent's either
+    assert cache._columns == {} and cache._items == {}
+    assert reader.row(5) == expected[0] and set(cache._columns) == {(path, info.checksum, 0)}
     off = row_cache.RowGroupCache(0)  # nothing cached: nothing split is kept either
     monkeypatch.setattr(row_cache, "row_groups", off)
     assert reader.row(1500) == expected[1] and off._columns == {}
