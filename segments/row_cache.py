@@ -114,13 +114,11 @@ class RowGroupCache:
 
     def columns(self, key: Key, load: Callable[[], pa.Table]) -> GroupColumns:
         """The group of :meth:`get` as its names and arrays, split once while it stays cached (a point read's path)."""
+        table = self.get(key, load)  # the one hit, miss and LRU path
         with self._lock:
             cols = self._columns.get(key)
-            if cols is not None:
-                self._items.move_to_end(key)
-                self.hits += 1
+            if cols is not None and self._items.get(key) is table:
                 return cols
-        table = self.get(key, load)
         cols = group_columns(table)
         with self._lock:
             if self._items.get(key) is table:  # only beside its table: evicted together
