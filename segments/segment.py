@@ -1,4 +1,4 @@
-"""Segment files: immutable Parquet files (zstd) of documents.
+"""Segment files: immutable Parquet files of documents (zstd, and snappy for fixed-width columns).
 
 A segment holds the base columns ``_id`` (string), ``_seq_no``, ``_primary_term``,
 ``_version`` (int64), ``_source`` (binary: the original JSON bytes) and one typed
@@ -21,6 +21,8 @@ Design:
 * row groups are sized by bytes: about :data:`TARGET_ROW_GROUP_BYTES` of Arrow data
   (uncompressed), between :data:`MIN_ROW_GROUP_ROWS` and :data:`MAX_ROW_GROUP_ROWS`
   rows; small enough that a ``get`` decompresses little, big enough for scans.
+* a codec per column (:func:`~.segment_info.column_codecs`): zstd for ids, sequence
+  numbers, ``_source`` and strings, snappy for fixed-width values (docs/design/segments.md, "Codecs").
 * batch id lookups (an indexing batch asking which of its ids exist) use a
   per-segment in-memory index built once per reader from the ``_id`` column: 64-bit
   fingerprints of the ids, sorted, searched with ``numpy.searchsorted``; candidates

@@ -27,10 +27,18 @@ UNSORTED_FORMAT_VERSION = 2
 #: The newest segment format this code reads (a newer one: ``UnsupportedFormatVersion``).
 MAX_FORMAT_VERSION = UNSORTED_FORMAT_VERSION
 METADATA_KEY = b"shardstore.segment"
-TARGET_ROW_GROUP_BYTES = 4 << 20
+#: Arrow bytes per row group: 8 MiB (about 42,000 flights rows) since issue 44, when 4 MiB groups with every
+#: column in zstd decoded a cold scan at 0.75 of deltalake's speed (docs/design/segments.md, "Codecs").
+TARGET_ROW_GROUP_BYTES = 8 << 20
 MIN_ROW_GROUP_ROWS = 1024
 MAX_ROW_GROUP_ROWS = 128 * 1024
 ZSTD_LEVEL = 1
+#: The codec of a column whose values are long or nearly unique (ids, sequence numbers, JSON source, strings).
+DENSE_CODEC = "zstd"
+#: The codec of a fixed-width column (numbers, booleans, dates and times): dictionary pages already shrink
+#: them, zstd saved little on top and cost the most decoding time per byte.  Not LZ4: Spark 4.1's Parquet
+#: reader (airlift's LZ4_RAW) refuses pyarrow's LZ4_RAW pages ("all input must be consumed").
+FIXED_WIDTH_CODEC = "snappy"
 #: Segments whose Arrow data is at most this big are encoded into memory, then
 #: checksummed and written in one go; bigger ones stream through a CRC-computing file.
 IN_MEMORY_WRITE_BYTES = 512 << 20
@@ -50,6 +58,32 @@ BASE_SCHEMA = pa.schema(
     ]
 )
 _BASE_NAMES = tuple(BASE_SCHEMA.names)
+
+
+def column_codecs(schema: pa.Schema) -> dict[str, str]:
+    """The Parquet codec of each column of a segment with ``schema``: :data:`DENSE_CODEC` for the base
+    columns but the term and version and for strings, binaries and nested values; :data:`FIXED_WIDTH_CODEC`
+    for fixed-width values (docs/design/segments.md, "Codecs")."""
+    def fixed(f: pa.Field) -> bool:
+        t = f.type
+        return f.name not in ("_id", "_seq_no", "_source") and (
+            pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+            or pa.types.is_temporal(t) or pa.types.is_decimal(t))
+
+    return {path: FIXED_WIDTH_CODEC if fixed(f) else DENSE_CODEC for f in schema for path in _leaf_paths(f)}
+
+
+def _leaf_paths(field: pa.Field, prefix: str = "") -> list[str]:
+    """The Parquet column paths of ``field`` (a codec per column applies to leaves: a nested field not named
+    leaf by leaf would be written uncompressed)."""
+    name, t = prefix + field.name, field.type
+    if pa.types.is_struct(t):
+        return [p for i in range(t.num_fields) for p in _leaf_paths(t.field(i), name + ".")]
+    if pa.types.is_map(t):
+        return _leaf_paths(t.key_field, name + ".key_value.") + _leaf_paths(t.item_field, name + ".key_value.")
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _leaf_paths(pa.field("element", t.value_type), name + ".list.")
+    return [name]
 
 
 def segment_file_name(name: str) -> str:

@@ -1,5 +1,5 @@
 """Writing a segment file: rows sorted by ``_id`` (or not, format version 2), byte-sized row groups,
-zstd, CRC32C computed without re-reading, written to a temporary name, fsynced and renamed.
+a codec per column (:func:`~.segment_info.column_codecs`), CRC32C computed without re-reading, written to a temporary name, fsynced and renamed.
 
 See :mod:`.segment` for the design of segment files.
 """
@@ -32,6 +32,7 @@ from .segment_info import (
     TARGET_ROW_GROUP_BYTES,
     ZSTD_LEVEL,
     SegmentInfo,
+    column_codecs,
     footer_column_stats,
     format_version_of,
     id_bounds,
@@ -181,6 +182,7 @@ def write_segment(
     # unique per row: no dictionary (_version is mostly 1: a dictionary page, and the
     # writer falls back to plain pages by itself where an index rewrote its ids often)
     no_dict = {"_id", "_source", "_seq_no"}
+    codecs = column_codecs(schema)
     in_memory = nbytes <= IN_MEMORY_WRITE_BYTES
     try:
         with open(tmp, "wb") as raw:
@@ -189,8 +191,8 @@ def write_segment(
             with pq.ParquetWriter(
                 sink,
                 schema,
-                compression="zstd",
-                compression_level=compression_level,
+                compression=codecs,
+                compression_level={c: compression_level for c, codec in codecs.items() if codec == "zstd"},
                 use_dictionary=[c for c in schema.names if c not in no_dict],
                 write_statistics=[c for c in schema.names if c != "_source"],
                 sorting_columns=[pq.SortingColumn(0)] if id_sorted else None,

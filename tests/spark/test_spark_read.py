@@ -337,9 +337,12 @@ def test_large_segment_read_in_row_group_ranges_with_deletes(spark, tmp_path):
     try:
         cluster.create_index("big", shards=1, replicas=0)
         n = 40_000
+        from shardstore.segments.segment_info import TARGET_ROW_GROUP_BYTES
+
+        pad = TARGET_ROW_GROUP_BYTES // 12_000  # about 4 row groups of 40,000 rows, whatever the target
         cluster.bulk("big", pa.table({"_id": pc.cast(pa.array(range(n), pa.int64()), pa.string()),
                                       "x": pa.array(range(n), pa.int64()),
-                                      "pad": pa.array(["p" * 300] * n)}))
+                                      "pad": pa.array(["p" * pad] * n)}))
         cluster.flush("big")
         for i in range(0, n, 997):  # deletes spread over every row group
             cluster.delete("big", str(i))
