@@ -4,6 +4,7 @@ the sink's own functions (no Spark session needed for what this checks)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -30,8 +31,18 @@ def test_the_sink_reaches_a_tls_cluster_with_the_drivers_secret(tmp_path: Path, 
         options = {"hosts": hosts, "tlsCa": str(pki.ca)}
         with client_for(find_live(options, store), store.location, options) as client:
             client.wait_for_health("green", timeout=60)
+            # green with no index holds before every node joined: wait for the three (a join is then published)
+            deadline = time.monotonic() + 60
+            while client.health().data_nodes < 3 and time.monotonic() < deadline:
+                time.sleep(0.1)
         # without the hosts option the sink finds the nodes in the cluster state and probes them with the same TLS
-        assert set(find_live({"tlsCa": str(pki.ca)}, store) or ()) == set(hosts.split(","))
+        want, found = set(hosts.split(",")), set()
+        deadline = time.monotonic() + 30  # the state naming the last joiner is uploaded after its publication commits
+        while found != want and time.monotonic() < deadline:
+            found = set(find_live({"tlsCa": str(pki.ca)}, store) or ())
+            if found != want:
+                time.sleep(0.2)
+        assert found == want
         # no secret: refused by the nodes, never fenced; without TLS the probe cannot talk to them either
         monkeypatch.delenv("SHARDSTORE_NODE_SECRET")
         with pytest.raises(TransportAuthError, match="missing cluster secret"):
