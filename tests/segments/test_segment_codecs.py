@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 from shardstore.segments.segment import SegmentReader, write_segment
 from shardstore.segments.segment_info import BASE_SCHEMA, DENSE_CODEC, FIXED_WIDTH_CODEC, column_codecs
 
-#: every kind of field a mapping makes, and what its column is compressed with
+#: every kind of Arrow field a segment column may hold (mappings make the flat ones), and its codec
 FIELDS = {
     "i32": (pa.int32(), 7, FIXED_WIDTH_CODEC),
     "i64": (pa.int64(), 8, FIXED_WIDTH_CODEC),

@@ -120,7 +120,7 @@ def test_a_copy_not_warming_queues_nothing_until_warming_is_turned_on(tmp_path: 
 
 def test_warming_stops_short_of_the_budget_and_a_merged_segment_is_forgotten(tmp_path: Path,
                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    small = row_cache.RowGroupCache(10 << 20)  # room for about two decoded row groups of this segment
+    small = row_cache.RowGroupCache(10 << 20)  # room for one decoded row group of this segment (8 MiB each) of 4
     w = row_cache.Warmer(small, enabled=True)
     monkeypatch.setattr(row_cache, "row_groups", small)
     monkeypatch.setattr(row_cache, "warmer", w)
