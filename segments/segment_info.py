@@ -33,6 +33,8 @@ TARGET_ROW_GROUP_BYTES = 8 << 20
 MIN_ROW_GROUP_ROWS = 1024
 MAX_ROW_GROUP_ROWS = 128 * 1024
 ZSTD_LEVEL = 1
+#: Base columns nearly unique per row: no dictionary pages, and :data:`DENSE_CODEC` whatever their type.
+UNIQUE_COLUMNS = ("_id", "_seq_no", "_source")
 #: The codec of a column whose values are long or nearly unique (ids, sequence numbers, JSON source, strings).
 DENSE_CODEC = "zstd"
 #: The codec of a fixed-width column (numbers, booleans, dates and times): dictionary pages already shrink
@@ -66,7 +68,7 @@ def column_codecs(schema: pa.Schema) -> dict[str, str]:
     for fixed-width values (docs/design/segments.md, "Codecs")."""
     def fixed(f: pa.Field) -> bool:
         t = f.type
-        return f.name not in ("_id", "_seq_no", "_source") and (
+        return f.name not in UNIQUE_COLUMNS and (
             pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
             or pa.types.is_temporal(t) or pa.types.is_decimal(t))
 

@@ -30,6 +30,7 @@ from .segment_info import (
     MIN_ROW_GROUP_ROWS,
     TAKE_BYTES,
     TARGET_ROW_GROUP_BYTES,
+    UNIQUE_COLUMNS,
     ZSTD_LEVEL,
     SegmentInfo,
     column_codecs,
@@ -179,9 +180,6 @@ def write_segment(
 
     directory = os.path.dirname(os.path.abspath(path))
     tmp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
-    # unique per row: no dictionary (_version is mostly 1: a dictionary page, and the
-    # writer falls back to plain pages by itself where an index rewrote its ids often)
-    no_dict = {"_id", "_source", "_seq_no"}
     codecs = column_codecs(schema)
     in_memory = nbytes <= IN_MEMORY_WRITE_BYTES
     try:
@@ -193,7 +191,9 @@ def write_segment(
                 schema,
                 compression=codecs,
                 compression_level={c: compression_level for c, codec in codecs.items() if codec == "zstd"},
-                use_dictionary=[c for c in schema.names if c not in no_dict],
+                # unique per row: no dictionary (_version is mostly 1: a dictionary page, and the
+                # writer falls back to plain pages by itself where an index rewrote its ids often)
+                use_dictionary=[c for c in schema.names if c not in UNIQUE_COLUMNS],
                 write_statistics=[c for c in schema.names if c != "_source"],
                 sorting_columns=[pq.SortingColumn(0)] if id_sorted else None,
                 # a Parquet bloom filter on _id: Spark/DuckDB prune row groups on

@@ -4,7 +4,6 @@ the sink's own functions (no Spark session needed for what this checks)."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ from shardstore.errors import InvalidError
 from shardstore.net.security import TransportAuthError
 from shardstore.spark.live_sink import LiveClusterUnreachable, client_for, find_live, sink_security
 from shardstore.testing.node_processes import ProcessCluster
+from shardstore.testing.partition_campaign import wait_until
 from tests.net.certs import make_pki
 
 SECRET = "sp4rk-s1nk-s3cr3t"
@@ -32,17 +32,12 @@ def test_the_sink_reaches_a_tls_cluster_with_the_drivers_secret(tmp_path: Path, 
         with client_for(find_live(options, store), store.location, options) as client:
             client.wait_for_health("green", timeout=60)
             # green with no index holds before every node joined: wait for the three (a join is then published)
-            deadline = time.monotonic() + 60
-            while client.health().data_nodes < 3 and time.monotonic() < deadline:
-                time.sleep(0.1)
-        # without the hosts option the sink finds the nodes in the cluster state and probes them with the same TLS
-        want, found = set(hosts.split(",")), set()
-        deadline = time.monotonic() + 30  # the state naming the last joiner is uploaded after its publication commits
-        while found != want and time.monotonic() < deadline:
-            found = set(find_live({"tlsCa": str(pki.ca)}, store) or ())
-            if found != want:
-                time.sleep(0.2)
-        assert found == want
+            wait_until(lambda: client.health().data_nodes >= 3, 60, "three data nodes joined")
+        # without the hosts option the sink finds the nodes in the cluster state and probes them with the same TLS;
+        # the state naming the last joiner is uploaded after its publication commits
+        want = set(hosts.split(","))
+        wait_until(lambda: set(find_live({"tlsCa": str(pki.ca)}, store) or ()) == want, 30,
+                   "the published cluster state naming all three nodes")
         # no secret: refused by the nodes, never fenced; without TLS the probe cannot talk to them either
         monkeypatch.delenv("SHARDSTORE_NODE_SECRET")
         with pytest.raises(TransportAuthError, match="missing cluster secret"):
