@@ -146,7 +146,8 @@ def test_the_demo_drill_passes_on_real_flights(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-m", "shardstore.engine.demo", "--dir", str(tmp_path / "d"),
+    # -X faulthandler: a fatal signal (an abort at exit) prints every thread's stack into the failure message
+    proc = subprocess.run([sys.executable, "-X", "faulthandler", "-m", "shardstore.engine.demo", "--dir", str(tmp_path / "d"),
                            "--limit", "30000", "--bulk", "2000"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "ALL CHECKS PASSED" in proc.stdout and "MISMATCH" not in proc.stdout

@@ -296,3 +296,63 @@ def test_a_point_reads_column_split_lives_and_dies_with_its_cached_group(tmp_pat
     monkeypatch.setattr(row_cache, "row_groups", off)
     assert reader.row(1500) == expected[1] and off._columns == {}
     reader.close()
+
+
+def test_stop_ends_the_warming_between_two_row_groups_and_joins_the_thread(tmp_path: Path,
+                                                                           warm: row_cache.Warmer) -> None:
+    """``stop`` (run at interpreter exit) leaves the segment in hand between two row groups, unqueues the rest
+    and joins the thread; nothing submitted afterwards is queued or starts a thread."""
+    import time
+
+    with _directory_with(tmp_path, 60_000) as d:
+        warm.pace = 20.0  # long pauses between row groups: the stop lands mid-segment
+        d.refresh()
+        (reader, _live), = d.searchable_segments()
+        deadline = time.monotonic() + 60
+        while warm.warmed_groups == 0 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert 0 < warm.warmed_groups < reader.info.row_groups
+        thread = warm._thread
+        assert thread is not None and thread.is_alive()
+        assert warm.stop(timeout=10)
+        assert not thread.is_alive()
+        assert warm.warmed_groups < reader.info.row_groups  # it did not finish the segment first
+        warm.submit(reader)
+        assert not warm._queue and warm._thread is thread  # stopped for good: no new thread
+        assert warm.wait_idle(1)
+
+
+def test_the_process_warmer_is_stopped_before_the_interpreter_finalizes(tmp_path: Path) -> None:
+    """A process that exits while the row-cache warmer decodes: by the time the exit hooks ran, the warmer thread
+    is joined (a daemon thread left inside a pyarrow decode is ended by pthread_exit at finalization, and that
+    can abort the process with status -6)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""
+        import atexit, sys, threading, time
+        seen = {}
+        # registered before shardstore is imported: atexit runs last-in first-out, so this runs after its hooks
+        atexit.register(lambda: print("warmer alive at exit:", seen["w"]._thread.is_alive(), flush=True))
+        from shardstore.segments import row_cache
+        from tests.segments.test_segments_row_cache import _directory_with
+        from pathlib import Path
+        w = row_cache.warmer
+        seen["w"] = w
+        w.pace = 5.0  # a pause after each row group: the exit finds it mid-segment
+        d = _directory_with(Path(sys.argv[1]), 60_000)
+        d.refresh()
+        deadline = time.monotonic() + 60
+        while w.warmed_groups == 0 and time.monotonic() < deadline:
+            time.sleep(0.002)
+        print("warming:", w.warmed_groups > 0 and w._thread.is_alive(), flush=True)
+        sys.exit(0)  # the directory left open, the warmer mid-segment
+    """)
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, SHARDSTORE_ROW_CACHE_BYTES=str(1 << 30), SHARDSTORE_ROW_CACHE_WARM="1")
+    done = subprocess.run([sys.executable, "-X", "faulthandler", "-c", script, str(tmp_path / "d")], cwd=root,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert "warming: True" in done.stdout, done.stdout + done.stderr[-3000:]
+    assert "warmer alive at exit: False" in done.stdout, done.stdout + done.stderr[-3000:]
