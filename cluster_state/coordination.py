@@ -587,6 +587,15 @@ class ClusterManagerNode:
             self.master = None
             raise
 
+    def close(self) -> None:
+        """Stop this node's publisher and state-transfer threads (a node shutting down; a publication in flight
+        ends on its own: the pools only take no new work)."""
+        with self._lock:
+            publisher, self._publisher = self._publisher, None
+        if publisher is not None:
+            publisher.shutdown(wait=False, cancel_futures=True)
+        self.remote.close()
+
     def _maybe_purge(self, cluster_uuid: str) -> None:
         """Every ``purge_every`` commits, start a background purge (one at a time) keeping ``purge_keep`` states."""
         self._commits_since_purge += 1

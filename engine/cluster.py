@@ -280,6 +280,8 @@ class Cluster(Client):
         if getattr(self, "_transport", None) is not None:
             serve_in_process(self.store.location, self, running=False)
             super().close()
+        for node in list(getattr(self, "processes", {}).values()):  # every loop ends before any node stops
+            node.stop_deciding()
         for name in list(getattr(self, "processes", {})):
             try:
                 self.kill(name)

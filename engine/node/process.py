@@ -553,6 +553,14 @@ class NodeProcess:
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
+    def stop_deciding(self, timeout: float = 10.0) -> None:
+        """End this node's loop (fault detection, elections, discovery) and wait for it: it checks, elects and
+        removes nobody from now on.  A cluster stopping all its nodes at once calls this on every node first, so
+        no manager outliving its members reports them failed or steps down for want of a majority."""
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=timeout)
+
     def shutdown(self, *, clean: bool = True) -> None:
         """Stop: with ``clean``, flush the primaries and leave the cluster first (SIGTERM)."""
         if clean:
@@ -576,11 +584,11 @@ class NodeProcess:
                     except Exception as exc:  # noqa: BLE001 - fault detection notices it anyway
                         log.info("%s: %s not told of the shutdown: %s", self.name, member, exc)
                 list(self._checks.map(tell, members))
-        self._stop.set()
-        self._thread.join(timeout=10)
+        self.stop_deciding()
         # an allocation round waiting on a peer that stopped answering is not waited out: the process exits
         self.manager.close(wait=5.0)
         self._checks.shutdown(wait=False, cancel_futures=True)
+        self.cm.close()
         self.coordinator.close()
         #: False when a call was still being served (waiting on a peer that stopped answering): run_node
         #: then exits without waiting for it

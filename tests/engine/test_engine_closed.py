@@ -69,3 +69,34 @@ def test_a_bulk_racing_close_gets_results_or_a_typed_error(tmp_path: Path, delay
         assert acked <= got
     finally:
         restored.close()
+
+
+def test_a_closed_cluster_leaves_no_thread_behind_and_logs_no_failure(tmp_path: Path,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """``close`` stops every node's loops before it stops the nodes: a manager outliving its members does not
+    report them as failed nor step down for want of a majority (warnings an operator would chase after a
+    normal shutdown), and no thread of the cluster is left running (thread pools, publishers)."""
+    import logging
+    import time
+
+    before = set(threading.enumerate())
+    with caplog.at_level(logging.INFO, logger="shardstore"):
+        for k, (nodes, replicas) in enumerate(((1, 0), (2, 1))):  # two clusters in one process: nothing piles up
+            cluster = Cluster(store=f"file://{tmp_path / f'remote{k}'}", data_dir=str(tmp_path / f"nodes{k}"),
+                              nodes=nodes)
+            cluster.create_index("docs", shards=2, replicas=replicas)
+            assert not cluster.bulk("docs", [{"_id": str(i), "v": 1} for i in range(200)]).errors
+            cluster.flush("docs")
+            caplog.clear()
+            cluster.close()
+            time.sleep(1.0)  # longer than a follower check's interval: a manager still running would act by now
+            noisy = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING
+                     or "left the cluster" in r.getMessage() or "steps down" in r.getMessage()]
+            assert not noisy, noisy
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        left = [t for t in threading.enumerate() if t not in before and t.name != "row-cache-warmer"]
+        if not left:
+            break
+        time.sleep(0.05)
+    assert not left, sorted(t.name for t in left)
