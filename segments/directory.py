@@ -60,7 +60,7 @@ from shardstore.segments.livedocs import LiveDocs, livedocs_file_name
 from shardstore.segments.mapping import Mapping
 from shardstore.segments.merge_policy import SegmentStats, TieredMergePolicy
 from shardstore.segments.newest_copy import newest_copy
-from shardstore.segments.refresh_plan import RefreshPlan, index_rows, older_copies, plan_refresh
+from shardstore.segments.refresh_plan import RefreshPlan, buffer_order, index_rows, older_copies, plan_refresh
 from shardstore.segments.scan_readers import scan_readers
 from shardstore.segments.segment import SegmentInfo, SegmentReader, segment_file_name, write_segment
 from shardstore.segments.shard_id_index import ShardIdIndex
@@ -346,7 +346,7 @@ class ShardDirectory:
             plan = plan_refresh(self._buffer, self._tombstones)
             stale, marks = older_copies(self._segment_list(), plan, self._find)
             keep = index_rows(plan, stale)
-            readers = self._write_readers(plan.docs, keep)  # in _id order: winners are sorted
+            readers, _perm = self._write_readers(plan.docs, keep)
             result = self._install(plan, stale, marks, readers, None, self.max_seq_no)
             self._buffer = IndexBuffer()
             return result
@@ -377,11 +377,12 @@ class ShardDirectory:
         try:
             plan = plan_refresh(sealed.buffer, sealed.tombstones)
             keep = index_rows(plan, None)
-            readers = self._write_readers(plan.docs, keep)
+            readers, perm = self._write_readers(plan.docs, keep)
             with self._lock:
                 stale, marks = older_copies(self._segment_list(), plan, self._find)
                 kept = pc.is_valid(plan.winners.column("_row")).to_numpy(zero_copy_only=False)
-                result = self._install(plan, stale, marks, readers, stale[kept], sealed.top)
+                # per written row (buffer order), whether its winner turned stale: the winners' flags, as keep's
+                result = self._install(plan, stale, marks, readers, stale[kept][perm], sealed.top)
                 self._sealed = None
                 self._sealed_done.notify_all()
                 return result
@@ -411,12 +412,14 @@ class ShardDirectory:
     def _segment_list(self) -> list[tuple[str, SegmentReader, LiveDocs]]:
         return [(name, seg.reader, seg.live) for name, seg in self._segments.items()]
 
-    def _write_readers(self, docs: pa.Table | None, keep: pa.Array) -> list[SegmentReader]:
-        """Write the ``keep`` rows of ``docs`` as new segment files and open them, their version columns and id index
-        built from ``docs`` (no lock needed: nothing is published)."""
+    def _write_readers(self, docs: pa.Table | None, keep: pa.Array) -> tuple[list[SegmentReader], np.ndarray]:
+        """Write the ``keep`` rows of ``docs`` as new segment files in buffer order and open them, their version
+        columns and id index built from ``docs`` (no lock needed: nothing is published); with the permutation of
+        ``keep`` they were written in (:func:`buffer_order`)."""
         if not len(keep):
-            return []
+            return [], np.zeros(0, dtype=np.int64)
         assert docs is not None
+        keep, perm = buffer_order(keep, docs.num_rows)
         infos = self._write_segments(docs, keep)
         readers = []
         for i, info in enumerate(infos):
@@ -426,7 +429,7 @@ class ShardDirectory:
             reader.install_version_columns(*(docs.column(c).take(part) for c in ("_seq_no", "_primary_term", "_version")))
             reader.install_index(one_array(docs.column("_id")).take(part))  # the next version lookup reads no _id back
             readers.append(reader)
-        return readers
+        return readers, perm
 
     def _install(self, plan: RefreshPlan, stale: np.ndarray, marks: dict[str, pa.Array], readers: list[SegmentReader],
                  dead: np.ndarray | None, top: int) -> RefreshResult:
@@ -463,12 +466,14 @@ class ShardDirectory:
         return RefreshResult(written[0] if written else None, indexed, deleted, plan.ops - n_applied, tuple(written))
 
     def _write_segments(self, docs: pa.Table, rows: pa.Array) -> list[SegmentInfo]:
-        """Write the ``rows`` of ``docs`` (in ``_id`` order, one per id) as one segment, or one per core when many.
+        """Write the ``rows`` of ``docs`` (ascending, one per id) as one segment, or one per core when many.
 
-        A refresh of at least ``2 * PARALLEL_SEGMENT_DOCS`` documents is cut into contiguous
-        ``_id`` ranges written at once on a thread each (the Parquet encoding releases the
-        GIL), as Lucene flushes one segment per indexing thread: disjoint, each sorted, so
-        every segment invariant holds and the merge policy folds them later.
+        Rows stay in buffer order (docs/design/segments.md, "Refreshed segments keep the buffer's order"): a
+        segment whose ids happen to ascend is format 1, any other format 2 (unsorted), found through its id index;
+        a merge writes id order again.  A refresh of at least ``2 * PARALLEL_SEGMENT_DOCS`` documents is cut into
+        contiguous runs of rows written at once on a thread each (the Parquet encoding releases the GIL), as
+        Lucene flushes one segment per indexing thread: each id in one of them only, and the merge policy folds
+        them later.
         """
         n = len(rows)
         parts = max(1, min(os.cpu_count() or 1, n // PARALLEL_SEGMENT_DOCS))
@@ -478,7 +483,7 @@ class ShardDirectory:
             name = f"seg_{uuid.uuid4().hex[:16]}"
             # the writer takes its rows one row group at a time, on its own thread
             return write_segment(os.path.join(self.path, segment_file_name(name)), docs, rows=rows.slice(lo, hi - lo),
-                                 name=name, fsync=self._fsync)
+                                 name=name, fsync=self._fsync, sort=False)
 
         if parts == 1:
             return [write(0)]

@@ -32,7 +32,7 @@ from shardstore.segments.livedocs import LiveDocs
 from shardstore.segments.segment import SegmentReader, lookup_segments
 from shardstore.segments.versions import Finder, first_of_runs, strictly_ascending
 
-__all__ = ["RefreshPlan", "index_rows", "older_copies", "plan_refresh"]
+__all__ = ["RefreshPlan", "buffer_order", "index_rows", "older_copies", "plan_refresh"]
 
 
 @dataclass(frozen=True)
@@ -178,6 +178,22 @@ def _winners(docs: pa.Table | None, deletes: pa.Table, tombstones: pa.Table) -> 
     order = pc.sort_indices(ops, sort_keys=[("_id", "ascending"), ("_seq_no", "descending")])
     ops = ops.take(order)
     return ops.filter(first_of_runs(one_array(ops.column("_id"))))
+
+
+def buffer_order(keep: pa.Array, n_docs: int) -> tuple[pa.Array, np.ndarray]:
+    """``keep`` (rows of a buffer's ``n_docs`` documents, each at most once, in any order) in buffer order, and the
+    permutation taking ``keep`` there: ``(rows, perm)`` with ``rows == keep[perm]`` ascending.
+
+    A refresh writes its segments in buffer order (docs/design/segments.md, "Refreshed segments keep the buffer's
+    order"): rows in ascending order are read front to back, and all of them at once are the buffer itself, whose
+    slices are written with no copy; linear in ``n_docs``, no sort."""
+    k = np.asarray(keep.to_numpy(zero_copy_only=False), dtype=np.int64)
+    where = np.full(n_docs, -1, dtype=np.int64)
+    where[k] = np.arange(len(k), dtype=np.int64)
+    perm = where[where >= 0]
+    if len(perm) != len(k):
+        raise ValueError(f"a refresh's rows name a document twice ({len(k) - len(perm)} repeats)")
+    return pa.array(k[perm], pa.int64()), perm
 
 
 def index_rows(plan: RefreshPlan, stale: np.ndarray | None) -> pa.Array:

@@ -128,6 +128,16 @@ def _base_stats(table: pa.Table, order: pa.Array | None, id_sorted: bool = True)
     }
 
 
+def _rows_of(table: pa.Table, rows: pa.Array) -> pa.Table:
+    """``table.take(rows)``; a run of consecutive ascending rows (a refresh in buffer order) is a zero-copy slice."""
+    n = len(rows)
+    if n:
+        first, last = rows[0].as_py(), rows[n - 1].as_py()
+        if last - first == n - 1 and (n < 2 or bool(pc.all(pc.greater(rows.slice(1), rows.slice(0, n - 1))).as_py())):
+            return table.slice(first, n)
+    return table.take(rows)
+
+
 def write_segment(
     path: str,
     table: pa.Table,
@@ -145,9 +155,10 @@ def write_segment(
     is ``_seq_no`` order when the caller appends in that order) unless ``sort=False``:
     rows then stay in the given order, and rows not in ``_id`` order make an unsorted
     segment (format :data:`UNSORTED_FORMAT_VERSION`).  ``rows``: write only these rows of
-    ``table``, in this order, which must be ``_id`` order (ValueError otherwise); they are
-    taken one row group at a time, so a sorted copy of a big table is never whole in
-    memory (a refresh's rows: issue 16).  Atomic: a reader sees the whole file or nothing.
+    ``table``, in this order, which must be ``_id`` order unless ``sort=False`` (ValueError
+    otherwise); they are taken a part at a time, so a copy of a big table is never whole in
+    memory (a refresh's rows: issue 16), and a run of consecutive rows is sliced, not copied.
+    Atomic: a reader sees the whole file or nothing.
     Returns the :class:`SegmentInfo` with the file's size and CRC32C.
     """
     table = _normalize(table).combine_chunks()
@@ -158,11 +169,11 @@ def write_segment(
         picked = pa.table({c: table.column(c).take(rows) for c in ("_id", "_seq_no", "_primary_term")})
         ids = picked.column("_id")
         n = len(rows)
-        if not in_id_order(ids):
+        id_sorted = in_id_order(ids)
+        if sort and not id_sorted:
             raise ValueError(f"segment {name}: the rows to write are not in _id order")
-        base = _base_stats(picked, None)
+        base = _base_stats(picked, None, id_sorted)
         nbytes = table.nbytes * n // max(1, table.num_rows)
-        id_sorted = True
     else:
         n = table.num_rows
         id_sorted = in_id_order(table.column("_id"))
@@ -211,7 +222,7 @@ def write_segment(
                     per_row = max(1, table.nbytes // max(1, table.num_rows))
                     chunk = max(rg, TAKE_BYTES // per_row // rg * rg)
                     for start in range(0, max(n, 1), chunk):
-                        writer.write_table(table.take(rows.slice(start, chunk)), row_group_size=rg)
+                        writer.write_table(_rows_of(table, rows.slice(start, chunk)), row_group_size=rg)
             md = writer.writer.metadata
             if in_memory:
                 buf = sink.getvalue()

@@ -73,6 +73,25 @@ def test_a_stale_winner_written_beside_dies_in_its_own_segment(tmp_path: Path) -
         assert sorted(_live_ids(reopened)) == ["x", "y"] and reopened.get("x")["_seq_no"] == 10
 
 
+def test_stale_winners_die_in_their_own_rows_when_the_buffer_is_not_in_id_order(tmp_path: Path) -> None:
+    """The sealed write keeps the buffer's order in its file, while staleness is found per winner in id order: each
+    stale row is deleted where it was written, not at its id's rank (a buffer in reverse id order, every third id
+    stale)."""
+    ids = [f"k{i:02d}" for i in range(30)][::-1]
+    stale = {doc_id for doc_id in ids if int(doc_id[1:]) % 3 == 0}
+    with ShardDirectory(str(tmp_path / "d")) as shard:
+        shard.apply(stamp(index_batch(sorted(stale), [json.dumps({"v": 2}).encode()] * len(stale)), 100, 1))
+        shard.refresh()  # the newer copies (seq# 100 and up)
+        shard.apply(_index(ids, 0, 1))  # older operations, seq# 0-29, in reverse id order
+        sealed = shard.seal()
+        assert sealed is not None
+        result = shard.write_sealed(sealed)
+        assert (result.indexed, result.stale) == (30 - len(stale), len(stale))
+        assert sorted(_live_ids(shard)) == sorted(ids)  # each id once
+        for doc_id in ids:
+            assert shard.get(doc_id)["v"] == (2 if doc_id in stale else 1), doc_id
+
+
 def test_a_failed_sealed_write_goes_back_in_front_of_the_buffer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A fault no real disk produces on demand (a mock, said so here): the sealed write fails; nothing is published,
     the sealed operations stay visible, and the next refresh writes them with the newer ones, the newest winning."""
