@@ -481,7 +481,7 @@ class ShardDirectory:
         def write(i: int) -> SegmentInfo:
             lo, hi = n * i // parts, n * (i + 1) // parts
             name = f"seg_{uuid.uuid4().hex[:16]}"
-            # the writer takes its rows one row group at a time, on its own thread
+            # the writer takes its rows a part at a time (a run of consecutive rows is a slice), on its own thread
             return write_segment(os.path.join(self.path, segment_file_name(name)), docs, rows=rows.slice(lo, hi - lo),
                                  name=name, fsync=self._fsync, sort=False)
 

@@ -9,15 +9,16 @@ statistics written for every column but ``_source`` (and a Parquet bloom filter 
 
 Design:
 
-* rows are **sorted by ``_id``** (stable: rows of one id keep their input order;
-  declared as the file's sorting column).  Row groups then cover disjoint ``_id``
-  ranges, so a cold ``get`` reads the ``_id`` chunk of the one row group whose
-  statistics can hold the id, then that row group's columns only.  That is format
-  version 1 (:data:`FORMAT_VERSION`), what the engine writes.  Format version 2
-  (:data:`UNSORTED_FORMAT_VERSION`, the Spark sink's fast path) holds its rows in any
-  order, an id possibly twice: every lookup goes through the id index, as Lucene finds
-  an id through its terms index in a segment kept in insertion order
-  (docs/design/segments.md, "Unsorted segments").
+* format version 1 (:data:`FORMAT_VERSION`, what a merge writes) keeps rows **sorted by
+  ``_id``** (stable: rows of one id keep their input order; declared as the file's sorting
+  column).  Row groups then cover disjoint ``_id`` ranges, so a cold ``get`` reads the
+  ``_id`` chunk of the one row group whose statistics can hold the id, then that row
+  group's columns only.  Format version 2 (:data:`UNSORTED_FORMAT_VERSION`: a refresh,
+  which keeps the buffer's order unless its ids happen to ascend, and the Spark sink's
+  fast path) holds its rows in any order, an id possibly twice: every lookup goes through
+  the id index, as Lucene finds an id through its terms index in a segment kept in
+  insertion order (docs/design/segments.md, "Unsorted segments" and "Refreshed segments
+  keep the buffer's order").
 * row groups are sized by bytes: about :data:`TARGET_ROW_GROUP_BYTES` of Arrow data
   (uncompressed), between :data:`MIN_ROW_GROUP_ROWS` and :data:`MAX_ROW_GROUP_ROWS`
   rows; small enough that a ``get`` decompresses little, big enough for scans.

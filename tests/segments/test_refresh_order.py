@@ -63,3 +63,56 @@ def test_a_segment_of_rows_in_buffer_order_is_unsorted_unless_its_ids_ascend(tmp
     info = write_segment(str(tmp_path / "sorted.parquet"), table, name="sorted", rows=ascending, sort=False,
                          fsync=False)
     assert info.id_sorted  # ids that happen to ascend stay format 1
+    want = sorted(ids)[:20]
+    reader = SegmentReader(str(tmp_path / "sorted.parquet"), info)
+    assert reader.ids().to_pylist() == want, (reader.ids().to_pylist(), want)
+    assert reader.get(want[7]).column("_id").to_pylist() == [want[7]]
+
+
+@pytest.mark.parametrize("rows", [[1, 0, 2], [0, 2, 1], [2, 3, 4], [4], [0, 1, 3], [3, 2]])
+def test_rows_of_slices_only_a_run_of_consecutive_ascending_rows(rows: list[int]) -> None:
+    """``_rows_of`` equals ``take`` always; only rows ``first, first + 1, ...`` share the table's buffers."""
+    from shardstore.segments.segment_writer import _rows_of
+
+    table = _docs([f"d{i}" for i in range(6)])
+    got = _rows_of(table, pa.array(rows, pa.int64()))
+    assert got.equals(table.take(pa.array(rows, pa.int64())))
+    run = rows == list(range(rows[0], rows[0] + len(rows)))
+    ids = got.column("_id").chunk(0)
+    shares = ids.buffers()[2].address == table.column("_id").chunk(0).buffers()[2].address
+    assert shares == run
+
+
+def test_a_sealed_write_in_parts_kills_each_stale_row_in_its_own_part(tmp_path, monkeypatch) -> None:
+    """A big sealed write is cut into runs of the buffer written on a thread each; the stale winners' rows (every
+    third id, the buffer shuffled) die where they were written, across part boundaries, and stay dead after a
+    flush and a reopen."""
+    import json
+    import random
+
+    from shardstore.segments import directory as directory_module
+    from shardstore.segments.directory import ShardDirectory
+    from shardstore.translog.operations import index_batch, stamp
+
+    monkeypatch.setattr(directory_module, "PARALLEL_SEGMENT_DOCS", 50)
+    monkeypatch.setattr(directory_module.os, "cpu_count", lambda: 3)
+    ids = [f"k{i:03d}" for i in range(300)]
+    random.Random(7).shuffle(ids)
+    stale = {doc_id for doc_id in ids if int(doc_id[1:]) % 3 == 0}
+    newer = sorted(stale)
+    path = str(tmp_path / "d")
+    with ShardDirectory(path) as shard:
+        shard.apply(stamp(index_batch(newer, [json.dumps({"v": 2}).encode()] * len(newer)), 1000, 1))
+        shard.refresh()
+        shard.apply(stamp(index_batch(ids, [json.dumps({"v": 1}).encode()] * len(ids)), 0, 1))
+        sealed = shard.seal()
+        assert sealed is not None
+        result = shard.write_sealed(sealed)
+        assert len(result.segments) == 3 and (result.indexed, result.stale) == (300 - len(stale), len(stale))
+        for doc_id in ids:
+            assert shard.get(doc_id)["v"] == (2 if doc_id in stale else 1), doc_id
+        assert shard.count() == 300
+        shard.flush(local_checkpoint=1000 + len(newer) - 1, primary_term=1)
+    with ShardDirectory(path) as reopened:
+        assert reopened.count() == 300
+        assert all(reopened.get(doc_id)["v"] == (2 if doc_id in stale else 1) for doc_id in ids)
