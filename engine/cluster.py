@@ -62,8 +62,7 @@ class Cluster(Client):
             raise err.InvalidRequest(f"a cluster needs a store, nodes >= 1, cluster_managers >= 0 and recovery_delay "
                                  f">= 0, got {store=}, {nodes=}, {cluster_managers=}, {recovery_delay=}")
         if store_options and not isinstance(store, str):
-            raise err.InvalidRequest(f"store options {sorted(store_options)} apply to a store URL, not to an opened "
-                                 f"{type(store).__name__}")
+            raise err.InvalidRequest(f"store options {sorted(store_options)} apply to a URL, not to a {type(store).__name__}")
         data = list(names) if names is not None else [f"node-{i}" for i in range(nodes)]
         if len(data) != nodes or len(set(data)) != nodes:
             raise err.InvalidRequest(f"{nodes} nodes need {nodes} distinct names, got {data}")
