@@ -38,7 +38,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from shardstore.core.arrays import filled, one_array
+from shardstore.core.arrays import filled, one_array, take_rows
 from shardstore.core.ops import NO_OPS
 from shardstore.core.records import crc32c
 from shardstore.fileio import write_atomic
@@ -426,8 +426,8 @@ class ShardDirectory:
             reader = SegmentReader(os.path.join(self.path, info.file_name), info)
             n = len(keep)  # the writer's parts, as _write_segments split them
             part = keep.slice(n * i // len(infos), n * (i + 1) // len(infos) - n * i // len(infos))
-            reader.install_version_columns(*(docs.column(c).take(part) for c in ("_seq_no", "_primary_term", "_version")))
-            reader.install_index(one_array(docs.column("_id")).take(part))  # the next version lookup reads no _id back
+            reader.install_version_columns(*(take_rows(docs.column(c), part) for c in ("_seq_no", "_primary_term", "_version")))
+            reader.install_index(take_rows(one_array(docs.column("_id")), part))  # the next version lookup reads no _id back
             readers.append(reader)
         return readers, perm
 

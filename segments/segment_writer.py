@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from shardstore.core.arrays import one_array
+from shardstore.core.arrays import one_array, take_rows
 from shardstore.fileio import disk_fault, fsync_dir
 from shardstore.fileio import fsync as fsync_file
 
@@ -128,16 +128,6 @@ def _base_stats(table: pa.Table, order: pa.Array | None, id_sorted: bool = True)
     }
 
 
-def _rows_of(table: pa.Table, rows: pa.Array) -> pa.Table:
-    """``table.take(rows)``; a run of consecutive ascending rows (a refresh in buffer order) is a zero-copy slice."""
-    n = len(rows)
-    if n:
-        first, last = rows[0].as_py(), rows[n - 1].as_py()
-        if last - first == n - 1 and (n < 2 or bool(pc.all(pc.greater(rows.slice(1), rows.slice(0, n - 1))).as_py())):
-            return table.slice(first, n)
-    return table.take(rows)
-
-
 def write_segment(
     path: str,
     table: pa.Table,
@@ -166,7 +156,7 @@ def write_segment(
     order = None
     if rows is not None:
         rows = one_array(rows).cast(pa.int64())
-        picked = pa.table({c: table.column(c).take(rows) for c in ("_id", "_seq_no", "_primary_term")})
+        picked = take_rows(table.select(["_id", "_seq_no", "_primary_term"]), rows)
         ids = picked.column("_id")
         n = len(rows)
         id_sorted = in_id_order(ids)
@@ -222,7 +212,7 @@ def write_segment(
                     per_row = max(1, table.nbytes // max(1, table.num_rows))
                     chunk = max(rg, TAKE_BYTES // per_row // rg * rg)
                     for start in range(0, max(n, 1), chunk):
-                        writer.write_table(_rows_of(table, rows.slice(start, chunk)), row_group_size=rg)
+                        writer.write_table(take_rows(table, rows.slice(start, chunk)), row_group_size=rg)
             md = writer.writer.metadata
             if in_memory:
                 buf = sink.getvalue()

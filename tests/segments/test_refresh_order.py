@@ -70,12 +70,12 @@ def test_a_segment_of_rows_in_buffer_order_is_unsorted_unless_its_ids_ascend(tmp
 
 
 @pytest.mark.parametrize("rows", [[1, 0, 2], [0, 2, 1], [2, 3, 4], [4], [0, 1, 3], [3, 2]])
-def test_rows_of_slices_only_a_run_of_consecutive_ascending_rows(rows: list[int]) -> None:
-    """``_rows_of`` equals ``take`` always; only rows ``first, first + 1, ...`` share the table's buffers."""
-    from shardstore.segments.segment_writer import _rows_of
+def test_take_rows_slices_only_a_run_of_consecutive_ascending_rows(rows: list[int]) -> None:
+    """``take_rows`` equals ``take`` always; only rows ``first, first + 1, ...`` share the table's buffers."""
+    from shardstore.core.arrays import take_rows
 
     table = _docs([f"d{i}" for i in range(6)])
-    got = _rows_of(table, pa.array(rows, pa.int64()))
+    got = take_rows(table, pa.array(rows, pa.int64()))
     assert got.equals(table.take(pa.array(rows, pa.int64())))
     run = rows == list(range(rows[0], rows[0] + len(rows)))
     ids = got.column("_id").chunk(0)

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-__all__ = ["may_hold_byte", "one_array", "validate_full"]
+__all__ = ["may_hold_byte", "one_array", "take_rows", "validate_full"]
+
+_Taken = TypeVar("_Taken", pa.Table, pa.Array, pa.ChunkedArray)
 
 
 def one_array(values: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -18,6 +23,16 @@ def one_array(values: pa.Array | pa.ChunkedArray) -> pa.Array:
     if isinstance(values, pa.ChunkedArray):
         return values.chunk(0) if values.num_chunks == 1 else values.combine_chunks()
     return values
+
+
+def take_rows(values: _Taken, rows: pa.Array) -> _Taken:
+    """``values.take(rows)``; a run of consecutive ascending rows (a refresh in buffer order) is a zero-copy slice."""
+    n = len(rows)
+    if n:
+        first, last = rows[0].as_py(), rows[n - 1].as_py()
+        if last - first == n - 1 and (n < 2 or bool(pc.all(pc.greater(rows.slice(1), rows.slice(0, n - 1))).as_py())):
+            return values.slice(first, n)
+    return values.take(rows)
 
 
 def filled(values: pa.Array | pa.ChunkedArray, value: object) -> pa.Array | pa.ChunkedArray:
