@@ -53,7 +53,7 @@ from shardstore.segments.commit import (
 )
 from shardstore.segments.errors import InvalidDocument, SegmentCorrupted, SegmentError
 from shardstore.segments.gc import local_deletable, retained_commits
-from shardstore.segments.held_view import HeldView
+from shardstore.segments.held_view import HeldView, ViewTag
 from shardstore.segments.index_buffer import DELETES as _DELETES
 from shardstore.segments.index_buffer import IndexBuffer, buffered_docs, split_ops
 from shardstore.segments.livedocs import LiveDocs, livedocs_file_name
@@ -649,12 +649,16 @@ class ShardDirectory:
     def visible_segments(self, *, write_deferred: bool = True) -> list[tuple[SegmentReader, LiveDocs]]:
         """What searches see: the refreshed segments, or the view an ingest job holds (segments/held_view.py).  Not
         ``write_deferred``: a replica's view deferred by its hold is taken as pinned, without writing it."""
+        return self.tagged_view(write_deferred=write_deferred)[0]
+
+    def tagged_view(self, *, write_deferred: bool = True) -> tuple[list[tuple[SegmentReader, LiveDocs]], ViewTag]:
+        """:meth:`visible_segments` with the ingest jobs that view hides and shows, taken at once (ViewTag)."""
         with self._lock:
             if write_deferred:
                 self._pin_deferred_view()
             view = self._view.visible(self.searchable_segments)
             self._log_lapsed()
-            return view
+            return view, self._view.tag()
 
     def count(self, *, write_deferred: bool = True) -> int:
         """Live documents visible to search (refreshed; the held view while an ingest job holds it).  Not
@@ -738,10 +742,11 @@ class ShardDirectory:
             log.warning("%s: the view held for ingest job(s) %s lapsed (no release within its lease): what is "
                         "applied of them is searchable", self.path, ", ".join(jobs))
 
-    def scan(self, columns: Sequence[str] | None = None, filter: pc.Expression | None = None  # noqa: A002
-             ) -> Iterator[pa.RecordBatch]:
-        """Live documents of the refreshed segments as batches with the mapping's full schema."""
-        yield from scan_readers(self.visible_segments(), self.mapping, columns, filter)
+    def scan(self, columns: Sequence[str] | None = None, filter: pc.Expression | None = None,  # noqa: A002
+             view: list[tuple[SegmentReader, LiveDocs]] | None = None) -> Iterator[pa.RecordBatch]:
+        """Live documents of the refreshed segments (or of ``view``, from :meth:`tagged_view`) as batches with the
+        mapping's full schema."""
+        yield from scan_readers(self.visible_segments() if view is None else view, self.mapping, columns, filter)
 
     def get(self, doc_id: str, *, realtime: bool = True) -> dict[str, Any] | None:
         """The newest live copy of ``doc_id`` (buffered operations too when ``realtime``), or None."""

@@ -14,6 +14,11 @@ A hold lapses on its own after its lease (the coordinator died, or its job faile
 committed again in time): the copy then shows what is applied, as it would without holds.
 Holding the same job again extends its lease and keeps the view it pinned first.
 
+Every read also says which jobs its view *hides* (held since the pin) and which released jobs it
+*shows* (their release flipped it, remembered for :data:`SHOWN_MEMORY`): copies flip one after the
+other, so a read over several shards compares these tags and reads again while one shard shows a job
+another hides (engine/coordinator/view_reads.py; docs/design/ingest.md, "Atomic visibility").
+
 Pure bookkeeping, under the directory's lock: no I/O here.  What a copy must not do while a
 view is held (merge away a pinned segment's file, upload a commit that Spark readers and
 restores would see) is asked through :attr:`HeldView.held`.
@@ -23,9 +28,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["HeldView"]
+__all__ = ["SHOWN_MEMORY", "HeldView", "ViewTag"]
+
+#: how long a copy remembers the jobs whose release it shows (seconds): longer than any read's fan-out
+SHOWN_MEMORY = 300.0
+
+
+@dataclass(frozen=True)
+class ViewTag:
+    """The ingest jobs one read's view hides (held since it was pinned) and the released ones it shows."""
+
+    hidden: frozenset[str] = frozenset()
+    shown: frozenset[str] = frozenset()
 
 
 class HeldView:
@@ -35,6 +52,9 @@ class HeldView:
         self._clock = clock
         self._leases: dict[str, float] = {}  # job -> when its hold lapses (clock seconds)
         self._pinned: list[tuple[Any, Any]] | None = None
+        self._hidden: set[str] = set()  # jobs that held the pinned view (released ones included) until it flips
+        self._released: set[str] = set()  # jobs released while the view stays pinned for others
+        self._shown: dict[str, float] = {}  # released jobs the flipped view shows -> when they flipped it
         self.lapsed: list[str] = []  # jobs whose hold lapsed since the caller last looked (for a log line)
 
     @property
@@ -59,6 +79,8 @@ class HeldView:
         if pinned:
             self._pinned = list(current())
         self._leases[job] = self._clock() + seconds
+        self._hidden.add(job)
+        self._shown.pop(job, None)
         return pinned
 
     def repin(self, current: Callable[[], list[tuple[Any, Any]]]) -> None:
@@ -70,7 +92,8 @@ class HeldView:
 
     def release(self, job: str) -> bool:
         """``job`` no longer holds the view; True when no job does any more (the view follows the segments)."""
-        self._leases.pop(job, None)
+        if self._leases.pop(job, None) is not None:
+            self._released.add(job)
         self._lapse()
         return not self._leases
 
@@ -78,6 +101,15 @@ class HeldView:
         """What reads see: the pinned view while a job holds it, else ``current()``."""
         self._lapse()
         return list(self._pinned) if self._pinned is not None else current()
+
+    def tag(self) -> ViewTag:
+        """What :meth:`visible` answers from just now hides and shows (call both under one lock)."""
+        self._lapse()
+        now = self._clock()
+        for job in [j for j, at in self._shown.items() if at + SHOWN_MEMORY <= now]:
+            del self._shown[job]
+        hidden = frozenset(self._hidden) if self._pinned is not None else frozenset()
+        return ViewTag(hidden=hidden, shown=frozenset(self._shown))
 
     def pinned_files(self) -> set[str]:
         """File names of the pinned view's segments (kept on disk while it is held)."""
@@ -89,4 +121,9 @@ class HeldView:
             del self._leases[job]
             self.lapsed.append(job)
         if not self._leases:
+            if self._pinned is not None:  # the view flips: the released jobs' rows show from now on
+                now = self._clock()
+                self._shown.update((j, now) for j in self._released)
             self._pinned = None
+            self._hidden.clear()
+            self._released.clear()

@@ -37,6 +37,7 @@ from shardstore.engine.coordinator.cluster_view import build_view
 from shardstore.engine.coordinator.documents import Documents
 from shardstore.engine.coordinator.ingest import run_ingest
 from shardstore.engine.coordinator.ingest_job import job_prefix
+from shardstore.engine.coordinator.view_reads import read_all_at_once, tag_of
 from shardstore.engine.errors import ClusterClosed, IndexNotFound, InvalidRequest, NodeNotReady, ShardUnavailable
 from shardstore.engine.manager.metadata import IndexMeta, indices_from_state
 from shardstore.engine.node.data_role import call_manager
@@ -350,13 +351,10 @@ class Coordinator:
             self._ask_translog_collection()
             return True
         if action == "client.count":
-            meta = self.index_meta(req["index"])
-            return sum(self._on_primary(req["index"], sr.shard, "shard.count", {}) for sr in meta.routing)
+            return sum(int(a["count"]) for a in self._read_views(req["index"], "shard.count", {}))
         if action == "client.scan":
-            meta = self.index_meta(req["index"])
-            tables = [self._on_primary(req["index"], sr.shard, "shard.scan", {"columns": req.get("columns")})
-                      for sr in meta.routing]
-            tables = [t for t in tables if t is not None]
+            answers = self._read_views(req["index"], "shard.scan", {"columns": req.get("columns")})
+            tables = [a["table"] for a in answers if a["table"] is not None]
             return pa.concat_tables(tables, promote_options="default") if tables else pa.table({})
         if action == "client.health":
             return self._manager("cm.health", {"index": req.get("index")}, idempotent=True)
@@ -380,6 +378,19 @@ class Coordinator:
         if action == "client.cluster":
             return self._cluster_view()
         raise InvalidRequest(f"node {self.name}: unknown client action {action!r}")
+
+    def _read_views(self, index: str, action: str, extra: dict[str, Any]) -> list[dict[str, Any]]:
+        """``action`` on every shard's primary, tagged, showing each ingest job all at once or nothing of it
+        (engine/coordinator/view_reads.py)."""
+        shards = [sr.shard for sr in self.index_meta(index).routing]
+
+        def read() -> list[dict[str, Any]]:
+            return [self._on_primary(index, shard, action, {**extra, "tagged": True}) for shard in shards]
+
+        def release(job: str, shard: int) -> None:
+            self._on_shard_copies(index, shard, "shard.release_view", {"job": job})
+
+        return read_all_at_once(read, tag_of, release, what=f"{action} of [{index}]")
 
     def _cluster_view(self) -> dict[str, Any]:
         """``client.cluster``: health, nodes and shard copies as an operator reads them (engine/coordinator/cluster_view.py)."""

@@ -60,6 +60,7 @@ from shardstore.engine.shard.request_ledger import Applied
 from shardstore.engine.shard.shard_copy import ShardCopy, ShardSpec
 from shardstore.errors import LocalDiskError
 from shardstore.fileio import tree_bytes
+from shardstore.segments.held_view import ViewTag
 from shardstore.segments.mapping import Mapping
 from shardstore.transport import NodeDisconnected
 
@@ -498,16 +499,21 @@ class NodeService:
         """``shard.get``: a realtime read on the primary, within the read lease."""
         return self._leased_primary(req).directory.get(req["id"])
 
-    def _count(self, req: dict[str, Any]) -> int:
-        """``shard.count``: the primary's live documents, within the read lease."""
-        return self._leased_primary(req).directory.count()
+    def _count(self, req: dict[str, Any]) -> int | dict[str, Any]:
+        """``shard.count``: the primary's live documents, within the read lease; ``tagged``: as
+        ``{"count", "hidden", "shown"}``, the ingest jobs its view hides and shows (segments/held_view.py)."""
+        view, tag = self._leased_primary(req).directory.tagged_view()
+        count = sum(live.live_count for _reader, live in view)
+        return _tagged(tag, count=count) if req.get("tagged") else count
 
-    def _scan(self, req: dict[str, Any]) -> pa.Table | None:
-        """``shard.scan``: the primary's refreshed documents, within the read lease."""
-        copy = self._leased_primary(req)
-        if not copy.directory.count():
-            return None
-        return pa.Table.from_batches(list(copy.directory.scan(columns=req.get("columns"))))
+    def _scan(self, req: dict[str, Any]) -> pa.Table | None | dict[str, Any]:
+        """``shard.scan``: the primary's refreshed documents (None: none), within the read lease; ``tagged``: as
+        ``{"table", "hidden", "shown"}`` (see ``shard.count``)."""
+        directory = self._leased_primary(req).directory
+        view, tag = directory.tagged_view()
+        table = (pa.Table.from_batches(list(directory.scan(columns=req.get("columns"), view=view)))
+                 if any(live.live_count for _reader, live in view) else None)
+        return _tagged(tag, table=table) if req.get("tagged") else table
 
     def _refresh(self, req: dict[str, Any]) -> bool:
         self._on_local_disk(req, lambda copy: copy.refresh())
@@ -729,3 +735,8 @@ _ACTIONS: dict[str, Callable[[NodeService, dict[str, Any]], Any]] = {
 }
 #: the actions a node's data role answers
 ACTIONS = frozenset(_ACTIONS)
+
+
+def _tagged(tag: ViewTag, **answer: Any) -> dict[str, Any]:
+    """A read's answer with the ingest jobs its view hides and shows (engine/coordinator/view_reads.py)."""
+    return {**answer, "hidden": sorted(tag.hidden), "shown": sorted(tag.shown)}

@@ -239,6 +239,38 @@ def test_searches_see_a_job_all_at_once_however_often_they_refresh_meanwhile(clu
     assert cluster.get("docs", "d25")["_source"]["tag"] == "spark"
 
 
+def test_a_count_between_two_shards_flips_sees_the_job_all_at_once(cluster: Cluster, monkeypatch) -> None:
+    """Issue 43, "every row of the job becomes visible at once": a job's release flips shard 0's view, then a
+    reader counts before shard 1's flip (the CI failure of stop 55: a count of 100 + 10,052 of 20,000 rows).  The
+    count sees shard 0 show the job shard 1 hides, and reads again: all of the job, never part of it.  Before,
+    it answered the client's rows plus shard 0's half of the job."""
+    import threading
+
+    from shardstore.engine.node import data_role
+
+    assert not cluster.bulk("docs", [{"_id": f"c{i}", "n": -1, "tag": "client"} for i in range(30)]).errors
+    cluster.refresh("docs")
+    real = data_role._ACTIONS["shard.release_view"]
+    shard0_flipped, counted = threading.Event(), threading.Event()
+    seen: list[int] = []
+
+    def release(node, req):  # noqa: ANN001, ANN202 - the node action, shard 1's first release late
+        if req["shard"] == 1 and not counted.is_set():
+            counted.set()
+            assert shard0_flipped.wait(10)
+            seen.append(cluster.count("docs"))  # a reader between the two flips
+        out = real(node, req)
+        if req["shard"] == 0:
+            shard0_flipped.set()
+        return out
+
+    monkeypatch.setitem(data_role._ACTIONS, "shard.release_view", release)
+    _stage(cluster, "between", [_rows(100, 300, "spark")])
+    assert cluster.ingest("docs", "between")["applied"] == 200
+    assert seen == [230], seen
+    assert cluster.count("docs") == 230
+
+
 def test_a_job_the_index_refuses_applies_nothing(cluster: Cluster) -> None:
     """The files are checked before any row is applied: the first file's good rows are not applied either."""
     assert not cluster.bulk("docs", [{"_id": "a", "n": 1}]).errors  # n is a long now

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from shardstore.segments.held_view import HeldView
+from shardstore.segments.held_view import SHOWN_MEMORY, HeldView, ViewTag
 
 
 class Clock:
@@ -36,6 +36,24 @@ def test_a_view_is_pinned_by_the_first_hold_and_follows_the_segments_after_the_l
         view.hold("c", 0, lambda: segments)
 
 
+def test_a_read_says_which_jobs_its_view_hides_and_which_released_ones_it_shows():
+    clock, segments = Clock(), [("s1", "live1")]
+    view = HeldView(clock)
+    assert view.tag() == ViewTag()
+    view.hold("a", 10, lambda: list(segments))
+    view.hold("b", 10, lambda: list(segments))
+    assert view.tag() == ViewTag(hidden=frozenset({"a", "b"}))
+    view.release("a")  # b still holds: the view still hides a
+    assert view.tag() == ViewTag(hidden=frozenset({"a", "b"}))
+    view.release("b")
+    assert view.tag() == ViewTag(shown=frozenset({"a", "b"}))
+    clock.now += SHOWN_MEMORY
+    assert view.tag() == ViewTag()  # forgotten after SHOWN_MEMORY
+    view.hold("c", 10, lambda: list(segments))
+    clock.now += 11  # c's lease lapses: what is applied of it shows, but c was never released
+    assert view.tag() == ViewTag()
+
+
 def test_every_short_history_matches_a_model():
     """All 3,125 histories of 5 events over two jobs with 5-tick leases: the view is pinned exactly while some
     unexpired hold exists, pinned by the first hold after it was last free, and re-holding extends a lease."""
@@ -51,6 +69,18 @@ def _check_history(events: tuple[str, ...]) -> None:
     view = HeldView(clock)
     leases: dict[str, float] = {}
     pinned_at: int | None = None
+    hidden: set[str] = set()  # jobs held since the pin
+    released: set[str] = set()  # of those, released while another holds
+    shown: set[str] = set()  # released jobs whose release (theirs or a later one) flipped the view
+
+    def flip_if_free() -> None:
+        nonlocal pinned_at
+        if not leases and pinned_at is not None:
+            shown.update(released)
+            hidden.clear()
+            released.clear()
+            pinned_at = None
+
     for event in events:
         generation[0] += 1  # the segments change between any two events
         current = lambda: [(generation[0], None)]  # noqa: E731
@@ -60,19 +90,24 @@ def _check_history(events: tuple[str, ...]) -> None:
             verb, job = event.split()
             if verb == "hold":
                 leases = {j: t for j, t in leases.items() if t > clock.now}
+                flip_if_free()
                 if not leases:
                     pinned_at = generation[0]
                 leases[job] = clock.now + 5
+                hidden.add(job)
+                shown.discard(job)
                 view.hold(job, 5, current)
             else:
-                leases.pop(job, None)
+                if leases.pop(job, None) is not None:
+                    released.add(job)
                 view.release(job)
         leases = {j: t for j, t in leases.items() if t > clock.now}
-        if not leases:
-            pinned_at = None
+        flip_if_free()
         want = [(pinned_at, None)] if pinned_at is not None else current()
         assert view.visible(current) == want, events
         assert view.held == bool(leases) and set(view.jobs) == set(leases)
+        # what a read of that view hides and shows (engine/coordinator/view_reads.py compares them across shards)
+        assert view.tag() == ViewTag(hidden=frozenset(hidden), shown=frozenset(shown)), events
 
 
 def test_a_directory_answers_count_and_scan_from_the_held_view_and_flips_at_the_last_release(tmp_path: Path):
