@@ -656,9 +656,9 @@ class ShardDirectory:
         with self._lock:
             if write_deferred:
                 self._pin_deferred_view()
-            view = self._view.visible(self.searchable_segments)
+            view, tag = self._view.read(self.searchable_segments)
             self._log_lapsed()
-            return view, self._view.tag()
+            return view, tag
 
     def count(self, *, write_deferred: bool = True) -> int:
         """Live documents visible to search (refreshed; the held view while an ingest job holds it).  Not

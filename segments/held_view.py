@@ -14,8 +14,8 @@ A hold lapses on its own after its lease (the coordinator died, or its job faile
 committed again in time): the copy then shows what is applied, as it would without holds.
 Holding the same job again extends its lease and keeps the view it pinned first.
 
-Every read also says which jobs its view *hides* (held since the pin) and which released jobs it
-*shows* (their release flipped it, remembered for :data:`SHOWN_MEMORY`): copies flip one after the
+Every read also says which jobs its view *hides* (held since the pin; of those, which still *hold*
+it) and which released jobs it *shows* (their release flipped it, remembered for :data:`SHOWN_MEMORY`): copies flip one after the
 other, so a read over several shards compares these tags and reads again while one shard shows a job
 another hides (engine/coordinator/view_reads.py; docs/design/ingest.md, "Atomic visibility").
 
@@ -39,9 +39,11 @@ SHOWN_MEMORY = 300.0
 
 @dataclass(frozen=True)
 class ViewTag:
-    """The ingest jobs one read's view hides (held since it was pinned) and the released ones it shows."""
+    """The ingest jobs one read's view hides (held since it was pinned), of those the ones holding it now (their
+    release has not come), and the released ones it shows."""
 
     hidden: frozenset[str] = frozenset()
+    held: frozenset[str] = frozenset()
     shown: frozenset[str] = frozenset()
 
 
@@ -92,6 +94,7 @@ class HeldView:
 
     def release(self, job: str) -> bool:
         """``job`` no longer holds the view; True when no job does any more (the view follows the segments)."""
+        self._lapse()  # a lease already run out lapses (and is logged), it is not released
         if self._leases.pop(job, None) is not None:
             self._released.add(job)
         self._lapse()
@@ -99,31 +102,32 @@ class HeldView:
 
     def visible(self, current: Callable[[], list[tuple[Any, Any]]]) -> list[tuple[Any, Any]]:
         """What reads see: the pinned view while a job holds it, else ``current()``."""
-        self._lapse()
-        return list(self._pinned) if self._pinned is not None else current()
+        return self.read(current)[0]
 
-    def tag(self) -> ViewTag:
-        """What :meth:`visible` answers from just now hides and shows (call both under one lock)."""
-        self._lapse()
-        now = self._clock()
+    def read(self, current: Callable[[], list[tuple[Any, Any]]]) -> tuple[list[tuple[Any, Any]], ViewTag]:
+        """:meth:`visible` and what that view hides, holds and shows (:class:`ViewTag`), as of one clock reading."""
+        now = self._lapse()
         for job in [j for j, at in self._shown.items() if at + SHOWN_MEMORY <= now]:
             del self._shown[job]
-        hidden = frozenset(self._hidden) if self._pinned is not None else frozenset()
-        return ViewTag(hidden=hidden, shown=frozenset(self._shown))
+        if self._pinned is None:
+            return current(), ViewTag(shown=frozenset(self._shown))
+        return list(self._pinned), ViewTag(hidden=frozenset(self._hidden), held=frozenset(self._leases),
+                                           shown=frozenset(self._shown))
 
     def pinned_files(self) -> set[str]:
         """File names of the pinned view's segments (kept on disk while it is held)."""
         return {reader.info.file_name for reader, _live in self._pinned or ()}
 
-    def _lapse(self) -> None:
+    def _lapse(self) -> float:
+        """Drop the leases run out (the view flips when none is left); the clock reading it judged by."""
         now = self._clock()
         for job in [j for j, until in self._leases.items() if until <= now]:
             del self._leases[job]
             self.lapsed.append(job)
         if not self._leases:
             if self._pinned is not None:  # the view flips: the released jobs' rows show from now on
-                now = self._clock()
                 self._shown.update((j, now) for j in self._released)
             self._pinned = None
             self._hidden.clear()
             self._released.clear()
+        return now

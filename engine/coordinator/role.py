@@ -384,8 +384,11 @@ class Coordinator:
         (engine/coordinator/view_reads.py)."""
         shards = [sr.shard for sr in self.index_meta(index).routing]
 
+        key = "count" if action == "shard.count" else "table"
+
         def read() -> list[dict[str, Any]]:
-            return [self._on_primary(index, shard, action, {**extra, "tagged": True}) for shard in shards]
+            answers = [self._on_primary(index, shard, action, {**extra, "tagged": True}) for shard in shards]
+            return [a if isinstance(a, dict) else {key: a} for a in answers]  # a node of an older build: untagged
 
         def release(job: str, shard: int) -> None:
             self._on_shard_copies(index, shard, "shard.release_view", {"job": job})

@@ -8,12 +8,15 @@ and the released jobs it shows.  A job one shard shows and another hides is *mix
 (:func:`mixed_jobs`); the read is taken again until no job is mixed.
 
 A shard shows a job only once the job's release reached it, and a release is sent only after the
-job's ``done`` record is written: every row of it is applied on every shard.  So a reader that sees
-a mixed job may finish that release itself (:func:`read_all_at_once` asks the hiding shards to
-release it after :data:`HELP_AFTER`): a coordinator killed halfway through its releases leaves
-no read mixed until the holds' lease runs out.  A shard still hiding the job because another job
-holds its view too flips with that job; a read waits :data:`SETTLE_WAIT` at most, then answers what
-it read, with a WARNING naming the jobs.
+job's ``done`` record is written: every row of it is applied on every shard.  So a job still
+*holding* the shards that hide it is being released: the read waits for that (every few ms), and
+after :data:`HELP_AFTER` it releases the job on those shards itself (a coordinator killed halfway
+through its releases leaves no read mixed until the holds' lease runs out).  A shard that hides a job
+it was already released from, because another job holds its view too (its hold reached that shard
+before the first job's release, the other shard after), flips only when that job ends: the read
+then answers at once what it read, with a WARNING naming the job (once per job), instead of waiting
+for it.  A read never waits more than :data:`SETTLE_WAIT`; a failed helping release is logged, not
+raised (the read is a read).
 
 Request cost: one read per shard when no release is under way; otherwise the reads again, every
 few milliseconds, for as long as the release takes (one round of messages).
@@ -28,7 +31,7 @@ from typing import Any, TypeVar
 
 from shardstore.segments.held_view import ViewTag
 
-__all__ = ["HELP_AFTER", "SETTLE_WAIT", "hiding", "mixed_jobs", "read_all_at_once", "tag_of"]
+__all__ = ["HELP_AFTER", "SETTLE_WAIT", "hiding", "mixed_jobs", "read_all_at_once", "settling", "tag_of"]
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +55,29 @@ def hiding(tags: Sequence[ViewTag], job: str) -> list[int]:
     return [i for i, t in enumerate(tags) if job in t.hidden]
 
 
-def tag_of(answer: dict[str, Any]) -> ViewTag:
-    """The view tag of a shard's tagged answer (``shard.count``/``shard.scan`` with ``tagged``)."""
-    return ViewTag(hidden=frozenset(answer.get("hidden") or ()), shown=frozenset(answer.get("shown") or ()))
+def settling(tags: Sequence[ViewTag]) -> tuple[dict[str, list[int]], frozenset[str]]:
+    """Of the mixed jobs: those whose release is under way, with the shards it has yet to reach (each still holds
+    the job), and those that cannot settle now (a shard hides the job but no longer holds it: another job does)."""
+    waiting, stuck = {}, set()
+    for job in sorted(mixed_jobs(tags)):
+        shards = hiding(tags, job)
+        if all(job in tags[i].held for i in shards):
+            waiting[job] = shards
+        else:
+            stuck.add(job)
+    return waiting, frozenset(stuck)
+
+
+def tag_of(answer: Any) -> ViewTag:
+    """The view tag of a shard's tagged answer (``shard.count``/``shard.scan`` with ``tagged``); an untagged one
+    (a node of an older build answers the bare value) hides and shows nothing."""
+    if not isinstance(answer, dict):
+        return ViewTag()
+    return ViewTag(hidden=frozenset(answer.get("hidden") or ()), held=frozenset(answer.get("held") or ()),
+                   shown=frozenset(answer.get("shown") or ()))
+
+
+_warned: set[str] = set()  # jobs a read answered part of (logged once each)
 
 
 def read_all_at_once(read: Callable[[], list[A]], tag: Callable[[A], ViewTag],
@@ -62,30 +85,36 @@ def read_all_at_once(read: Callable[[], list[A]], tag: Callable[[A], ViewTag],
                      help_after: float = HELP_AFTER, settle_wait: float = SETTLE_WAIT,
                      clock: Callable[[], float] = time.monotonic,
                      sleep: Callable[[float], None] = time.sleep) -> list[A]:
-    """``read()`` (one answer per shard) again until no ingest job is mixed among the answers' tags; after
-    ``help_after`` of mixed answers, ``release(job, shard)`` on each shard hiding a mixed job; after
-    ``settle_wait``, the last answers with a WARNING (see the module docstring)."""
+    """``read()`` (one answer per shard) again while the release of an ingest job mixed among the answers' tags is
+    under way; after ``help_after``, ``release(job, shard)`` on each shard it has yet to reach; answers that cannot
+    settle now, or after ``settle_wait``, with a WARNING (see the module docstring)."""
     start = clock()
     pause = 0.002
     helped: set[tuple[str, int]] = set()
     while True:
         answers = read()
-        tags = [tag(a) for a in answers]
-        mixed = mixed_jobs(tags)
-        if not mixed:
+        waiting, stuck = settling([tag(a) for a in answers])
+        if not waiting and not stuck:
             return answers
         waited = clock() - start
-        if waited >= settle_wait:
-            log.warning("%s shows part of ingest job(s) %s: after %.1fs some shards still hide them (another job "
-                        "holds their view too)", what, ", ".join(sorted(mixed)), waited)
+        if stuck or waited >= settle_wait:
+            jobs = sorted(stuck | set(waiting))
+            if not set(jobs) <= _warned:
+                _warned.update(jobs)
+                log.warning("%s shows part of ingest job(s) %s: a shard hides what another shows (%s)", what,
+                            ", ".join(jobs), "its view is held by another job until that one ends" if stuck else
+                            f"their release did not reach every shard in {waited:.1f}s")
             return answers
         if waited >= help_after:
-            for job in sorted(mixed):
-                for shard in hiding(tags, job):
+            for job, shards in waiting.items():
+                for shard in shards:
                     if (job, shard) not in helped:
                         helped.add((job, shard))
-                        log.info("%s: shard %d still hides released ingest job %s: releasing it there", what,
-                                 shard, job)
-                        release(job, shard)
+                        log.info("%s: shard %d still holds released ingest job %s: releasing it there", what, shard,
+                                 job)
+                        try:
+                            release(job, shard)
+                        except Exception as exc:  # noqa: BLE001 - the read goes on; the job's lease ends the hold
+                            log.info("%s: releasing ingest job %s on shard %d failed (%r)", what, job, shard, exc)
         sleep(pause)
         pause = min(pause * 2, 0.05)

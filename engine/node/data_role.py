@@ -501,14 +501,14 @@ class NodeService:
 
     def _count(self, req: dict[str, Any]) -> int | dict[str, Any]:
         """``shard.count``: the primary's live documents, within the read lease; ``tagged``: as
-        ``{"count", "hidden", "shown"}``, the ingest jobs its view hides and shows (segments/held_view.py)."""
+        ``{"count", "hidden", "held", "shown"}``, the ingest jobs its view hides, holds and shows (segments/held_view.py)."""
         view, tag = self._leased_primary(req).directory.tagged_view()
         count = sum(live.live_count for _reader, live in view)
         return _tagged(tag, count=count) if req.get("tagged") else count
 
     def _scan(self, req: dict[str, Any]) -> pa.Table | None | dict[str, Any]:
         """``shard.scan``: the primary's refreshed documents (None: none), within the read lease; ``tagged``: as
-        ``{"table", "hidden", "shown"}`` (see ``shard.count``)."""
+        ``{"table", "hidden", "held", "shown"}`` (see ``shard.count``)."""
         directory = self._leased_primary(req).directory
         view, tag = directory.tagged_view()
         table = (pa.Table.from_batches(list(directory.scan(columns=req.get("columns"), view=view)))
@@ -739,4 +739,4 @@ ACTIONS = frozenset(_ACTIONS)
 
 def _tagged(tag: ViewTag, **answer: Any) -> dict[str, Any]:
     """A read's answer with the ingest jobs its view hides and shows (engine/coordinator/view_reads.py)."""
-    return {**answer, "hidden": sorted(tag.hidden), "shown": sorted(tag.shown)}
+    return {**answer, "hidden": sorted(tag.hidden), "held": sorted(tag.held), "shown": sorted(tag.shown)}

@@ -39,19 +39,46 @@ def test_a_view_is_pinned_by_the_first_hold_and_follows_the_segments_after_the_l
 def test_a_read_says_which_jobs_its_view_hides_and_which_released_ones_it_shows():
     clock, segments = Clock(), [("s1", "live1")]
     view = HeldView(clock)
-    assert view.tag() == ViewTag()
+
+    def tag() -> ViewTag:
+        return view.read(lambda: list(segments))[1]
+
+    assert tag() == ViewTag()
     view.hold("a", 10, lambda: list(segments))
     view.hold("b", 10, lambda: list(segments))
-    assert view.tag() == ViewTag(hidden=frozenset({"a", "b"}))
-    view.release("a")  # b still holds: the view still hides a
-    assert view.tag() == ViewTag(hidden=frozenset({"a", "b"}))
+    assert tag() == ViewTag(hidden=frozenset({"a", "b"}), held=frozenset({"a", "b"}))
+    view.release("a")  # b still holds: the view still hides a, which no longer holds it
+    assert tag() == ViewTag(hidden=frozenset({"a", "b"}), held=frozenset({"b"}))
     view.release("b")
-    assert view.tag() == ViewTag(shown=frozenset({"a", "b"}))
+    assert tag() == ViewTag(shown=frozenset({"a", "b"}))
     clock.now += SHOWN_MEMORY
-    assert view.tag() == ViewTag()  # forgotten after SHOWN_MEMORY
+    assert tag() == ViewTag()  # forgotten after SHOWN_MEMORY
     view.hold("c", 10, lambda: list(segments))
     clock.now += 11  # c's lease lapses: what is applied of it shows, but c was never released
-    assert view.tag() == ViewTag()
+    assert tag() == ViewTag() and view.lapsed == ["c"]
+
+
+def test_a_release_after_the_lease_ran_out_is_a_lapse_not_a_release():
+    """The lease ends at 10: a release at 10 finds it lapsed (logged by the directory), and the view does not
+    claim to show a released job."""
+    clock = Clock()
+    view = HeldView(clock)
+    view.hold("a", 10, lambda: [])
+    clock.now = 10
+    assert view.release("a") is True and view.lapsed == ["a"]
+    assert view.read(lambda: [])[1] == ViewTag()
+
+
+def test_a_view_and_its_tag_are_read_at_one_instant():
+    """b's lease runs out between two clock readings of one read: the view and its tag agree (before, the view
+    came from one reading and the tag from a later one: a pinned view hiding a, tagged as showing a)."""
+    readings = iter([0.0] * 6 + [9.0] + [11.0] * 4)
+    view = HeldView(lambda: next(readings))
+    view.hold("a", 10, lambda: [("old", None)])  # readings: hold's lapse, its lease
+    view.hold("b", 10, lambda: [("old", None)])  # two more
+    view.release("a")  # two more (a lapse before and after): a released, b holds
+    segments, tag = view.read(lambda: [("new", None)])  # one reading, 9.0: b still holds
+    assert segments == [("old", None)] and tag.hidden == {"a", "b"} and tag.held == {"b"} and not tag.shown
 
 
 def test_every_short_history_matches_a_model():
@@ -107,7 +134,10 @@ def _check_history(events: tuple[str, ...]) -> None:
         assert view.visible(current) == want, events
         assert view.held == bool(leases) and set(view.jobs) == set(leases)
         # what a read of that view hides and shows (engine/coordinator/view_reads.py compares them across shards)
-        assert view.tag() == ViewTag(hidden=frozenset(hidden), shown=frozenset(shown)), events
+        _segments, tag = view.read(current)
+        assert tag == ViewTag(hidden=frozenset(hidden) if pinned_at is not None else frozenset(),
+                              held=frozenset(leases) if pinned_at is not None else frozenset(),
+                              shown=frozenset(shown)), events
 
 
 def test_a_directory_answers_count_and_scan_from_the_held_view_and_flips_at_the_last_release(tmp_path: Path):
