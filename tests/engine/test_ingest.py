@@ -271,6 +271,42 @@ def test_a_count_between_two_shards_flips_sees_the_job_all_at_once(cluster: Clus
     assert cluster.count("docs") == 230
 
 
+def test_a_count_during_the_releases_waits_for_the_last_flip_without_releasing_itself(cluster: Cluster,
+                                                                                      monkeypatch) -> None:
+    """The path a count takes while a release is under way: shard 1's releases come 0.1 s after shard 0's flip
+    (within HELP_AFTER); a reader counting meanwhile, on its own thread, reads again until both flipped, and
+    sends no release of its own."""
+    import threading
+
+    from shardstore.engine.coordinator import view_reads
+    from shardstore.engine.node import data_role
+
+    assert view_reads.HELP_AFTER > 0.1
+    assert not cluster.bulk("docs", [{"_id": f"c{i}", "n": -1, "tag": "client"} for i in range(30)]).errors
+    cluster.refresh("docs")
+    real = data_role._ACTIONS["shard.release_view"]
+    calls: list[int] = []
+    seen: list[int] = []
+    reader: list[threading.Thread] = []
+
+    def release(node, req):  # noqa: ANN001, ANN202 - the node action: shard 1 late, a reader started between
+        calls.append(req["shard"])
+        if req["shard"] == 1:
+            time.sleep(0.1)
+        out = real(node, req)
+        if req["shard"] == 0 and not reader:
+            reader.append(threading.Thread(target=lambda: seen.append(cluster.count("docs"))))
+            reader[0].start()
+        return out
+
+    monkeypatch.setitem(data_role._ACTIONS, "shard.release_view", release)
+    _stage(cluster, "late", [_rows(100, 300, "spark")])
+    assert cluster.ingest("docs", "late")["applied"] == 200
+    reader[0].join(30)
+    assert seen == [230], seen
+    assert sorted(calls) == [0, 0, 1, 1], calls  # each copy released once: by the job's coordinator alone
+
+
 def test_a_job_the_index_refuses_applies_nothing(cluster: Cluster) -> None:
     """The files are checked before any row is applied: the first file's good rows are not applied either."""
     assert not cluster.bulk("docs", [{"_id": "a", "n": 1}]).errors  # n is a long now
