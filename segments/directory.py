@@ -693,6 +693,19 @@ class ShardDirectory:
                 self._deferred_pin = self.max_seq_no
             return pinned
 
+    def advance_view(self, job: str, *, refresh: bool = True) -> bool:
+        """Before ``job``'s first row: a view it alone holds, pinned before other jobs' releases, is pinned again from
+        what is applied now (a refresh first; a replica marks its buffer instead, as its hold does), so it shows
+        those jobs as their own last release would have (segments/held_view.py ``advance``); True when it did."""
+        with self._lock:
+            self._settle_sealed()
+            if not self._view.can_advance(job):
+                return False
+            if refresh:
+                self.refresh()
+            self._deferred_pin = self.max_seq_no if not refresh and self._buffer else None
+            return self._view.advance(job, self.searchable_segments)
+
     def release_view(self, job: str, *, refresh: bool = True) -> bool:
         """``job`` ends its hold; once no job holds the view, a refresh (unless not ``refresh``: a replica, which
         serves no reads) makes every buffered operation searchable at once with the rest (one step under the lock:

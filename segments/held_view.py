@@ -17,7 +17,10 @@ Holding the same job again extends its lease and keeps the view it pinned first.
 Every read also says which jobs its view *hides* (held since the pin; of those, which still *hold*
 it) and which released jobs it *shows* (their release flipped it, remembered for :data:`SHOWN_MEMORY`): copies flip one after the
 other, so a read over several shards compares these tags and reads again while one shard shows a job
-another hides (engine/coordinator/view_reads.py; docs/design/ingest.md, "Atomic visibility").
+another hides (engine/coordinator/view_reads.py; docs/design/ingest.md, "Atomic visibility").  A view
+pinned before a job's release and held on by a second job hides the first until the second ends, while a
+shard that flipped in between shows it: before its first row the second job *advances* the views it alone
+holds (:meth:`HeldView.advance`), which flips them for the released jobs and keeps its own hold.
 
 Pure bookkeeping, under the directory's lock: no I/O here.  What a copy must not do while a
 view is held (merge away a pinned segment's file, upload a commit that Spark readers and
@@ -57,6 +60,7 @@ class HeldView:
         self._hidden: set[str] = set()  # jobs that held the pinned view (released ones included) until it flips
         self._released: set[str] = set()  # jobs released while the view stays pinned for others
         self._shown: dict[str, float] = {}  # released jobs the flipped view shows -> when they flipped it
+        self._renewed: set[str] = set()  # jobs that held again while holding (a renewal, a retried commit)
         self.lapsed: list[str] = []  # jobs whose hold lapsed since the caller last looked (for a log line)
 
     @property
@@ -80,6 +84,8 @@ class HeldView:
         pinned = self._pinned is None
         if pinned:
             self._pinned = list(current())
+        if job in self._leases:
+            self._renewed.add(job)
         self._leases[job] = self._clock() + seconds
         self._hidden.add(job)
         self._shown.pop(job, None)
@@ -92,11 +98,33 @@ class HeldView:
         if self._pinned is not None:
             self._pinned = list(current())
 
+    def can_advance(self, job: str) -> bool:
+        """Whether :meth:`advance` would pin a new view for ``job``: it alone holds the view, its hold is not a
+        renewal, and the view hides another job that no longer holds it."""
+        self._lapse()
+        return (self._pinned is not None and set(self._leases) == {job} and job not in self._renewed
+                and bool(self._hidden - {job}))
+
+    def advance(self, job: str, current: Callable[[], list[tuple[Any, Any]]]) -> bool:
+        """Pin ``current()`` for ``job`` in place of a view pinned before other jobs' releases (:meth:`can_advance`):
+        the view flips for those jobs as their last release would have, and ``job`` keeps holding it.  Only before
+        ``job``'s first row on this copy (its coordinator asks right after its holds): a renewed hold, as a
+        retried commit's after rows were applied, never advances.  True when it did."""
+        if not self.can_advance(job):
+            return False
+        now = self._clock()
+        self._shown.update((j, now) for j in self._released)
+        self._pinned = list(current())
+        self._hidden = {job}
+        self._released = set()
+        return True
+
     def release(self, job: str) -> bool:
         """``job`` no longer holds the view; True when no job does any more (the view follows the segments)."""
         self._lapse()  # a lease already run out lapses (and is logged), it is not released
         if self._leases.pop(job, None) is not None:
             self._released.add(job)
+        self._renewed.discard(job)
         self._lapse()
         return not self._leases
 
@@ -123,6 +151,7 @@ class HeldView:
         now = self._clock()
         for job in [j for j, until in self._leases.items() if until <= now]:
             del self._leases[job]
+            self._renewed.discard(job)
             self.lapsed.append(job)
         if not self._leases:
             if self._pinned is not None:  # the view flips: the released jobs' rows show from now on
@@ -130,4 +159,5 @@ class HeldView:
             self._pinned = None
             self._hidden.clear()
             self._released.clear()
+            self._renewed.clear()
         return now

@@ -37,7 +37,7 @@ from shardstore.engine.coordinator.cluster_view import build_view
 from shardstore.engine.coordinator.documents import Documents
 from shardstore.engine.coordinator.ingest import run_ingest
 from shardstore.engine.coordinator.ingest_job import job_prefix
-from shardstore.engine.coordinator.view_reads import read_all_at_once, tag_of
+from shardstore.engine.coordinator.view_reads import advance_past_released, read_all_at_once, tag_of
 from shardstore.engine.errors import ClusterClosed, IndexNotFound, InvalidRequest, NodeNotReady, ShardUnavailable
 from shardstore.engine.manager.metadata import IndexMeta, indices_from_state
 from shardstore.engine.node.data_role import call_manager
@@ -382,18 +382,23 @@ class Coordinator:
     def _read_views(self, index: str, action: str, extra: dict[str, Any]) -> list[dict[str, Any]]:
         """``action`` on every shard's primary, tagged, showing each ingest job all at once or nothing of it
         (engine/coordinator/view_reads.py)."""
-        shards = [sr.shard for sr in self.index_meta(index).routing]
+        return read_all_at_once(self._tagged_read(index, action, extra), tag_of, self._release_on(index),
+                                what=f"{action} of [{index}]")
 
+    def _tagged_read(self, index: str, action: str, extra: dict[str, Any]) -> Callable[[], list[dict[str, Any]]]:
+        """A read of ``action`` on every shard's primary, each answer tagged with its view (view_reads.py)."""
+        shards = [sr.shard for sr in self.index_meta(index).routing]
         key = "count" if action == "shard.count" else "table"
 
         def read() -> list[dict[str, Any]]:
             answers = [self._on_primary(index, shard, action, {**extra, "tagged": True}) for shard in shards]
             return [a if isinstance(a, dict) else {key: a} for a in answers]  # a node of an older build: untagged
 
-        def release(job: str, shard: int) -> None:
-            self._on_shard_copies(index, shard, "shard.release_view", {"job": job})
+        return read
 
-        return read_all_at_once(read, tag_of, release, what=f"{action} of [{index}]")
+    def _release_on(self, index: str) -> Callable[[str, int], None]:
+        """``release(job, shard)``: ingest job ``job``'s hold ended on every copy of one shard of ``index``."""
+        return lambda job, shard: self._on_shard_copies(index, shard, "shard.release_view", {"job": job})
 
     def _cluster_view(self) -> dict[str, Any]:
         """``client.cluster``: health, nodes and shard copies as an operator reads them (engine/coordinator/cluster_view.py)."""
@@ -445,6 +450,18 @@ class Coordinator:
         def hold(job: str, seconds: float) -> None:
             self._on_copies(index, "shard.hold_view", {"job": job, "seconds": seconds}, parallel=True)
 
+        def advance(job: str) -> None:
+            # before the first row: no view held for this job still hides a job released meanwhile (view_reads.py);
+            # a failure (a node of an older build, a copy gone) leaves those views as they are: the job goes on
+            try:
+                advance_past_released(self._tagged_read(index, "shard.count", {}), tag_of, job,
+                                      lambda: self._on_copies(index, "shard.advance_view", {"job": job},
+                                                              parallel=True),
+                                      self._release_on(index), what=f"[{index}] ingest job")
+            except Exception as exc:  # noqa: BLE001 - visibility of other jobs only; this job's holds stand
+                log.warning("[%s] ingest job %s: views not advanced past released jobs (%s: %s)", index, job,
+                            type(exc).__name__, exc)
+
         def release(job: str) -> None:
             # the job's rows are written to segments first, behind the primaries' held views (replicas serve no
             # reads; a promoted one refreshes); the releases then only flip the views, the shards at once.  A
@@ -458,7 +475,8 @@ class Coordinator:
             self.run_parallel(refresh, list(range(self.index_meta(index).shards)))
             self._on_copies(index, "shard.release_view", {"job": job}, parallel=True)
 
-        return run_ingest(self.documents, self._store, index, prefix, scan_ids=scan_ids, hold=hold, release=release)
+        return run_ingest(self.documents, self._store, index, prefix, scan_ids=scan_ids, hold=hold, advance=advance,
+                          release=release)
 
     def close(self) -> None:
         """Stop taking requests."""

@@ -11,27 +11,36 @@ A shard shows a job only once the job's release reached it, and a release is sen
 job's ``done`` record is written: every row of it is applied on every shard.  So a job still
 *holding* the shards that hide it is being released: the read waits for that (every few ms), and
 after :data:`HELP_AFTER` it releases the job on those shards itself (a coordinator killed halfway
-through its releases leaves no read mixed until the holds' lease runs out).  A shard that hides a job
-it was already released from, because another job holds its view too (its hold reached that shard
-before the first job's release, the other shard after), flips only when that job ends: the read
-then answers at once what it read, with a WARNING naming the job (once per job), instead of waiting
-for it.  A read never waits more than :data:`SETTLE_WAIT`; a failed helping release is logged, not
-raised (the read is a read).
+through its releases leaves no read mixed until the holds' lease runs out).
+
+A shard can also hide a job it was already released from, because a second job holds its view too:
+the second job's hold reached that shard before the first job's release, and another shard after it
+(that shard flipped first).  The second job's coordinator repairs that before its first row
+(:func:`advance_past_released`: once the first job's releases are all in, every copy the second job
+alone holds pins its view again from what is applied now, ``shard.advance_view``), so a read waits
+for that too, up to :data:`STUCK_WAIT`.  What still cannot settle (a third job holding the same
+shard, already applying) is answered as read, with a WARNING naming the job, and later reads of
+that job answer at once (:data:`WARNED_JOBS` jobs remembered).  A read never waits more than
+:data:`SETTLE_WAIT`; a failed helping release is logged, not raised (the read is a read).
 
 Request cost: one read per shard when no release is under way; otherwise the reads again, every
-few milliseconds, for as long as the release takes (one round of messages).
+few milliseconds, for as long as the release takes (one round of messages).  A job's coordinator
+reads every shard once after its holds, again only while another job's release is under way, and
+sends one ``shard.advance_view`` per copy only when a view hides a released job.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from shardstore.segments.held_view import ViewTag
 
-__all__ = ["HELP_AFTER", "SETTLE_WAIT", "hiding", "mixed_jobs", "read_all_at_once", "settling", "tag_of"]
+__all__ = ["ADVANCE_WAIT", "HELP_AFTER", "SETTLE_WAIT", "STUCK_WAIT", "advance_past_released", "hiding", "mixed_jobs",
+           "read_all_at_once", "settling", "stale_jobs", "tag_of"]
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +48,13 @@ log = logging.getLogger(__name__)
 HELP_AFTER = 0.25
 #: how long a read waits for answers showing every job all at once before it answers what it read (s)
 SETTLE_WAIT = 10.0
+#: how long a read waits for a shard hiding a released job to be advanced by the job holding it too (s)
+STUCK_WAIT = 0.5
+#: how long a job's coordinator waits, after its holds, for other jobs' releases under way to finish (s); well
+#: under a third of the hold lease, after which its own renewal would make its holds unfit to advance
+ADVANCE_WAIT = 2.0
+#: how many jobs a process remembers having warned about (each read of them then answers at once)
+WARNED_JOBS = 1024
 
 A = TypeVar("A")
 
@@ -68,6 +84,17 @@ def settling(tags: Sequence[ViewTag]) -> tuple[dict[str, list[int]], frozenset[s
     return waiting, frozenset(stuck)
 
 
+def stale_jobs(tags: Sequence[ViewTag], job: str) -> tuple[frozenset[str], dict[str, list[int]]]:
+    """The jobs other than ``job`` that a shard's view hides though they no longer hold it (released, or lapsed);
+    and the jobs other than ``job`` whose release is under way, with the shards they still hold: released from a
+    shard (stale there, or shown) and still holding another."""
+    stale = frozenset(j for t in tags for j in t.hidden - t.held if j != job)
+    shown = frozenset().union(*(t.shown for t in tags))
+    busy = {j: [i for i, t in enumerate(tags) if j in t.held]
+            for j in sorted(stale | (shown & frozenset().union(*(t.held for t in tags))) - {job})}
+    return stale, {j: shards for j, shards in busy.items() if shards}
+
+
 def tag_of(answer: Any) -> ViewTag:
     """The view tag of a shard's tagged answer (``shard.count``/``shard.scan`` with ``tagged``); an untagged one
     (a node of an older build answers the bare value) hides and shows nothing."""
@@ -77,17 +104,29 @@ def tag_of(answer: Any) -> ViewTag:
                    shown=frozenset(answer.get("shown") or ()))
 
 
-_warned: set[str] = set()  # jobs a read answered part of (logged once each)
+_warned: OrderedDict[str, None] = OrderedDict()  # jobs a read answered part of (logged once each), newest last
+
+
+def _warn_once(jobs: Sequence[str]) -> bool:
+    """Remember ``jobs`` as warned about; True when one of them was not yet (the caller logs then)."""
+    new = [j for j in jobs if j not in _warned]
+    for j in jobs:
+        _warned[j] = None
+        _warned.move_to_end(j)
+    while len(_warned) > WARNED_JOBS:
+        _warned.popitem(last=False)
+    return bool(new)
 
 
 def read_all_at_once(read: Callable[[], list[A]], tag: Callable[[A], ViewTag],
                      release: Callable[[str, int], None], *, what: str = "a read",
                      help_after: float = HELP_AFTER, settle_wait: float = SETTLE_WAIT,
-                     clock: Callable[[], float] = time.monotonic,
+                     stuck_wait: float = STUCK_WAIT, clock: Callable[[], float] = time.monotonic,
                      sleep: Callable[[float], None] = time.sleep) -> list[A]:
     """``read()`` (one answer per shard) again while the release of an ingest job mixed among the answers' tags is
-    under way; after ``help_after``, ``release(job, shard)`` on each shard it has yet to reach; answers that cannot
-    settle now, or after ``settle_wait``, with a WARNING (see the module docstring)."""
+    under way; after ``help_after``, ``release(job, shard)`` on each shard it has yet to reach; while a shard hides a
+    released job, for ``stuck_wait`` (unless that job was warned about before); answers that cannot settle, or
+    after ``settle_wait``, with a WARNING (see the module docstring)."""
     start = clock()
     pause = 0.002
     helped: set[tuple[str, int]] = set()
@@ -97,10 +136,9 @@ def read_all_at_once(read: Callable[[], list[A]], tag: Callable[[A], ViewTag],
         if not waiting and not stuck:
             return answers
         waited = clock() - start
-        if stuck or waited >= settle_wait:
+        if (stuck and (waited >= stuck_wait or any(j in _warned for j in stuck))) or waited >= settle_wait:
             jobs = sorted(stuck | set(waiting))
-            if not set(jobs) <= _warned:
-                _warned.update(jobs)
+            if _warn_once(jobs):
                 log.warning("%s shows part of ingest job(s) %s: a shard hides what another shows (%s)", what,
                             ", ".join(jobs), "its view is held by another job until that one ends" if stuck else
                             f"their release did not reach every shard in {waited:.1f}s")
@@ -116,5 +154,56 @@ def read_all_at_once(read: Callable[[], list[A]], tag: Callable[[A], ViewTag],
                             release(job, shard)
                         except Exception as exc:  # noqa: BLE001 - the read goes on; the job's lease ends the hold
                             log.info("%s: releasing ingest job %s on shard %d failed (%r)", what, job, shard, exc)
+        sleep(pause)
+        pause = min(pause * 2, 0.05)
+
+
+def advance_past_released(read: Callable[[], list[A]], tag: Callable[[A], ViewTag], job: str,
+                          advance: Callable[[], None], release: Callable[[str, int], None], *,
+                          what: str = "an ingest job", wait: float = ADVANCE_WAIT, help_after: float = HELP_AFTER,
+                          clock: Callable[[], float] = time.monotonic,
+                          sleep: Callable[[float], None] = time.sleep) -> bool:
+    """After ``job``'s holds and before its first row: until no shard's view hides another job no longer holding it.
+
+    ``read()``: one tagged answer per shard; ``advance()``: ``shard.advance_view`` for ``job`` on every copy (a copy
+    it alone holds, by a hold that is not a renewal, pins its view again from what is applied now).  While another
+    job's release is under way (released from a shard, still holding another) this waits for it first, since a
+    shard advanced before that release reaches the others would show the job they then keep hiding; after
+    ``help_after`` it releases that job where it still holds if a shard shows it (proof that its ``done`` is
+    written), as a read would.  True when no view hides a released job and no release is under way;
+    False, with a WARNING, when that does not settle within ``wait`` or survives the advances (a third job holds
+    those views too): the job then goes on, and those views show the released job when every holder ends."""
+    start = clock()
+    pause = 0.002
+    helped: set[tuple[str, int]] = set()
+    advances = 0
+    while True:
+        tags = [tag(a) for a in read()]
+        stale, busy = stale_jobs(tags, job)
+        if not stale and not busy:
+            return True
+        waited = clock() - start
+        if not busy and advances < 2:
+            advances += 1
+            advance()
+            continue
+        if not busy or waited >= wait:
+            log.warning("%s %s: a view it holds still hides released ingest job(s) %s (%s); they show when the jobs "
+                        "holding that view end", what, job, ", ".join(sorted(stale | set(busy))),
+                        "another job holds it too" if not busy else f"their release is not in after {waited:.1f}s")
+            return False
+        if waited >= help_after:
+            shown = frozenset().union(*(t.shown for t in tags))
+            for other, shards in busy.items():
+                for shard in shards:
+                    if other in shown and (other, shard) not in helped:
+                        helped.add((other, shard))
+                        log.info("%s %s: shard %d still holds released ingest job %s: releasing it there", what, job,
+                                 shard, other)
+                        try:
+                            release(other, shard)
+                        except Exception as exc:  # noqa: BLE001 - waited for again, up to ``wait``
+                            log.info("%s %s: releasing ingest job %s on shard %d failed (%r)", what, job, other,
+                                     shard, exc)
         sleep(pause)
         pause = min(pause * 2, 0.05)

@@ -534,6 +534,10 @@ class NodeService:
         ``seconds`` (docs/design/ingest.md, "Atomic visibility")."""
         return self._on_local_disk(req, lambda copy: copy.hold_view(str(req["job"]), float(req["seconds"])))
 
+    def _advance_view(self, req: dict[str, Any]) -> bool:
+        """``shard.advance_view``: before ingest job ``job``'s first row, its view shows the jobs released since."""
+        return self._on_local_disk(req, lambda copy: copy.advance_view(str(req["job"])))
+
     def _release_view(self, req: dict[str, Any]) -> bool:
         """``shard.release_view``: ingest job ``job`` is done; the last release makes it searchable at once."""
         return self._on_local_disk(req, lambda copy: copy.release_view(str(req["job"])))
@@ -722,6 +726,7 @@ _ACTIONS: dict[str, Callable[[NodeService, dict[str, Any]], Any]] = {
     "shard.flush": NodeService._flush,
     "shard.hold_view": NodeService._hold_view,
     "shard.release_view": NodeService._release_view,
+    "shard.advance_view": NodeService._advance_view,
     "shard.recover_replica": NodeService._recover_replica,
     "recovery.start": NodeService._recovery_start,
     "recovery.chunk": NodeService._recovery_chunk,

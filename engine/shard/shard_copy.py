@@ -694,6 +694,12 @@ class ShardCopy:
         with self._local_disk("refresh"):
             return self.directory.hold_view(job, seconds, refresh=self.primary)
 
+    def advance_view(self, job: str) -> bool:
+        """Before ``job``'s first row, pin its view again past the jobs released since it was pinned (a replica: without
+        a refresh, as its hold); segments/directory.py ``advance_view``."""
+        with self._local_disk("refresh"):
+            return self.directory.advance_view(job, refresh=self.primary)
+
     def release_view(self, job: str) -> bool:
         """End ``job``'s hold; the last one makes everything applied searchable at once (a primary refreshes; a
         replica serves no reads and refreshes when promoted)."""

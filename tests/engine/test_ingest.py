@@ -307,6 +307,72 @@ def test_a_count_during_the_releases_waits_for_the_last_flip_without_releasing_i
     assert sorted(calls) == [0, 0, 1, 1], calls  # each copy released once: by the job's coordinator alone
 
 
+def test_a_job_released_between_another_jobs_holds_shows_on_every_shard_while_that_job_applies(
+        cluster: Cluster, monkeypatch) -> None:
+    """Two jobs on one index (the gap stop 56 left): job "second" holds shard 0 before the release of job "first"
+    reaches it, and shard 1 after shard 1 flipped for "first".  Shard 0 then hid "first" until "second" ended while
+    shard 1 showed it: a count during "second" saw 30 + shard 1's part of "first", and reads answered it at once.
+    Now "second" waits for "first"'s release and advances shard 0 before its first row: a count during "second"
+    sees all of "first" and nothing of "second"."""
+    import threading
+
+    from shardstore.engine.node import data_role
+
+    assert not cluster.bulk("docs", [{"_id": f"c{i}", "n": -1, "tag": "client"} for i in range(30)]).errors
+    cluster.refresh("docs")
+    real = dict(data_role._ACTIONS)
+    shard1_released, second_held0 = threading.Event(), threading.Event()
+    released1: list[str] = []
+    held0: list[str] = []
+    second: list[dict] = []
+    runner: list[threading.Thread] = []
+    counted: list[int] = []
+    once = threading.Lock()
+
+    def release(node, req):  # noqa: ANN001, ANN202 - "first": shard 1's copies first, then shard 0's after "second" held
+        if req["job"] == "first" and req["shard"] == 0:
+            if not runner:
+                assert shard1_released.wait(10)
+                runner.append(threading.Thread(target=lambda: second.append(cluster.ingest("docs", "second"))))
+                runner[0].start()
+            assert second_held0.wait(10)
+        out = real["shard.release_view"](node, req)
+        if req["job"] == "first" and req["shard"] == 1:
+            released1.append(node)
+            if len(released1) == 2:
+                shard1_released.set()
+        return out
+
+    def hold(node, req):  # noqa: ANN001, ANN202
+        out = real["shard.hold_view"](node, req)
+        if req["job"] == "second" and req["shard"] == 0:
+            held0.append(node)
+            if len(held0) == 2:
+                second_held0.set()
+        return out
+
+    def bulk(name: str):  # noqa: ANN202 - the first slice of "second" reaching a primary: a reader counts first
+        def action(node, req):  # noqa: ANN001, ANN202
+            with once:
+                if runner and not counted:
+                    counted.append(cluster.count("docs"))
+            return real[name](node, req)
+        return action
+
+    monkeypatch.setitem(data_role._ACTIONS, "shard.release_view", release)
+    monkeypatch.setitem(data_role._ACTIONS, "shard.hold_view", hold)
+    for name in ("shard.bulk", "shard.bulk_many"):
+        monkeypatch.setitem(data_role._ACTIONS, name, bulk(name))
+    _stage(cluster, "first", [_rows(100, 300, "first")])
+    _stage(cluster, "second", [pa.table({"_id": [f"s{i}" for i in range(100)], "n": list(range(100)),
+                                         "tag": ["second"] * 100})])
+    assert cluster.ingest("docs", "first")["applied"] == 200
+    runner[0].join(60)
+    assert second and second[0]["applied"] == 100
+    assert counted == [230], counted  # all of "first", none of "second"
+    assert cluster.count("docs") == 330
+
+
 def test_a_job_the_index_refuses_applies_nothing(cluster: Cluster) -> None:
     """The files are checked before any row is applied: the first file's good rows are not applied either."""
     assert not cluster.bulk("docs", [{"_id": "a", "n": 1}]).errors  # n is a long now

@@ -1,15 +1,25 @@
-"""Reads that show an ingest job all at once across shards (engine/coordinator/view_reads.py): the pure decision
-over every combination of three shards' tags, and the read loop with a fake clock."""
+"""Reads that show an ingest job all at once across shards (engine/coordinator/view_reads.py): the pure decisions
+over every combination of three shards' tags, the read loop and a job's advance past released jobs with a fake
+clock."""
 
 from __future__ import annotations
 
 import itertools
 import logging
+from collections import OrderedDict
 
 import pytest
 
 from shardstore.engine.coordinator import view_reads
-from shardstore.engine.coordinator.view_reads import hiding, mixed_jobs, read_all_at_once, settling, tag_of
+from shardstore.engine.coordinator.view_reads import (
+    advance_past_released,
+    hiding,
+    mixed_jobs,
+    read_all_at_once,
+    settling,
+    stale_jobs,
+    tag_of,
+)
 from shardstore.segments.held_view import ViewTag
 
 J = frozenset({"j"})
@@ -69,7 +79,7 @@ def _run(fake: Fake, **kw) -> list[str]:  # noqa: ANN003
 
 @pytest.fixture(autouse=True)
 def _fresh_warnings(monkeypatch):  # noqa: ANN001, ANN202 - each test sees its own first warning
-    monkeypatch.setattr(view_reads, "_warned", set())
+    monkeypatch.setattr(view_reads, "_warned", OrderedDict())
 
 
 def test_a_consistent_read_answers_at_once():
@@ -103,16 +113,38 @@ def test_a_helping_release_that_fails_is_logged_and_the_read_goes_on(caplog: pyt
     assert fake.released == [("j", 1)] and "releasing ingest job j on shard 1 failed" in caplog.text
 
 
-def test_a_view_another_job_holds_is_answered_at_once_with_one_warning(caplog: pytest.LogCaptureFixture):
-    """Shard 1 was released from j but another job holds its view: it flips when that job ends, maybe minutes
-    later; reads answer at once (not after SETTLE_WAIT each), and the WARNING is logged once."""
+def test_a_view_another_job_holds_is_waited_for_once_then_answered_at_once_with_one_warning(
+        caplog: pytest.LogCaptureFixture):
+    """Shard 1 was released from j but another job holds its view, and that job does not advance it (a third job
+    holds it too): it flips when those jobs end, maybe minutes later.  The first read waits STUCK_WAIT for an
+    advance, later reads answer at once (not after a wait each), and the WARNING is logged once."""
     with caplog.at_level(logging.WARNING):
-        for _ in range(3):
+        for n in range(3):
             fake = Fake(["shows", "hides"], flips_at=None)
             assert _run(fake, what="count of [docs]") == ["shows", "hides"]
-            assert fake.reads == 1 and fake.now == 0 and not fake.released
+            assert not fake.released
+            if n == 0:
+                assert view_reads.STUCK_WAIT <= fake.now < view_reads.STUCK_WAIT + 0.1 and fake.reads > 1
+            else:
+                assert fake.reads == 1 and fake.now == 0
     assert caplog.text.count("count of [docs] shows part of ingest job(s) j") == 1
     assert "held by another job" in caplog.text
+
+
+def test_a_view_the_other_job_advances_meanwhile_is_read_all_at_once(caplog: pytest.LogCaptureFixture):
+    """The other job's coordinator advances shard 1 past j 0.05 s later (advance_past_released): the read waits for
+    it and answers all of j, with no warning."""
+    fake = Fake(["shows", "hides"], flips_at=0.05)
+    with caplog.at_level(logging.WARNING):
+        assert _run(fake) == ["shows", "shows"]
+    assert fake.reads > 1 and not fake.released and not caplog.text
+
+
+def test_the_jobs_warned_about_are_capped(monkeypatch):  # noqa: ANN001
+    monkeypatch.setattr(view_reads, "WARNED_JOBS", 3)
+    assert view_reads._warn_once(["a", "b"]) and not view_reads._warn_once(["a"])
+    assert view_reads._warn_once(["c", "d"])  # a, the oldest after a was seen again... b goes
+    assert list(view_reads._warned) == ["a", "c", "d"]
 
 
 def test_a_release_that_never_arrives_is_answered_after_the_wait(caplog: pytest.LogCaptureFixture):
@@ -123,3 +155,96 @@ def test_a_release_that_never_arrives_is_answered_after_the_wait(caplog: pytest.
     assert fake.released == [("j", 1)]  # asked once, not on every read
     assert 10.0 <= fake.now < 10.2
     assert "did not reach every shard in 10.0s" in caplog.text
+
+
+def test_stale_jobs_are_those_a_view_hides_after_their_release_busy_while_they_hold_another_shard():
+    """Every combination of three shards' tags of job j, judged for another job k that holds them all."""
+    for combo in itertools.product(STATES, repeat=3):
+        tags = [STATES[s] for s in combo]
+        stale, busy = stale_jobs(tags, "k")
+        assert stale == ({"j"} if "hides" in combo else set()), combo
+        holding = [i for i, s in enumerate(combo) if s == "holds"]
+        released = "hides" in combo or "shows" in combo  # somewhere: its release is under way if it holds elsewhere
+        assert busy == ({"j": holding} if released and holding else {}), combo
+        assert stale_jobs(tags, "j") == (frozenset(), {})  # a job is never stale to itself
+
+
+class Advancing(Fake):
+    """Shards as job k's coordinator sees them after its holds: ``advance`` flips every shard k alone holds (states
+    "hides": released from j, held by k) to show j; a release of j on a shard still holding it leaves it hiding j
+    (k holds it too).  ``stuck``: a third job holds the views, so advancing changes nothing."""
+
+    def __init__(self, states: list[str], flips_at: float | None, stuck: bool = False) -> None:
+        super().__init__(states, None)
+        self.release_at, self.stuck, self.advances = flips_at, stuck, 0
+
+    def read(self) -> list[str]:
+        self.reads += 1
+        if self.release_at is not None and self.now >= self.release_at:  # j's own releases came in
+            self.states = ["hides" if s == "holds" else s for s in self.states]
+        return list(self.states)
+
+    def release(self, job: str, shard: int) -> None:
+        self.released.append((job, shard))
+        self.states[shard] = "hides"
+
+    def advance(self) -> None:
+        self.advances += 1
+        if not self.stuck:
+            self.states = ["shows" if s == "hides" else s for s in self.states]
+
+
+def _advance(fake: Advancing) -> bool:
+    return advance_past_released(fake.read, STATES.__getitem__, "k", fake.advance, fake.release,
+                                 clock=lambda: fake.now, sleep=fake.sleep, wait=2.0, help_after=0.25)
+
+
+def test_a_job_advances_its_views_past_a_job_released_between_its_holds():
+    fake = Advancing(["shows", "hides"], flips_at=None)  # j's release reached shard 0 before k's hold, shard 1 after
+    assert _advance(fake) is True
+    assert fake.states == ["shows", "shows"] and fake.advances == 1 and fake.reads == 2 and fake.now == 0
+
+
+def test_nothing_stale_needs_no_advance():
+    for states in (["none", "none"], ["shows", "shows"], ["holds", "holds"], ["shows", "none"]):
+        fake = Advancing(states, flips_at=None)
+        assert _advance(fake) is True and fake.advances == 0 and fake.reads == 1, states
+
+
+def test_a_release_under_way_is_waited_for_before_the_advance():
+    """j released from shard 0 (k holds it: it hides j), not yet from shard 1: advancing now would show j on shard 0
+    and leave shard 1 hiding it once j's release gets there; so k waits for that, then advances both."""
+    fake = Advancing(["hides", "holds"], flips_at=0.1)
+    assert _advance(fake) is True
+    assert fake.states == ["shows", "shows"] and fake.advances == 1 and not fake.released
+    assert 0.1 <= fake.now < 0.2
+
+
+def test_a_release_under_way_that_no_view_hides_yet_is_waited_for_too():
+    """j's release flipped shard 0 before k's hold there and has not reached shard 1 (held by j and k): nothing is
+    stale yet, but once j's release gets to shard 1 it would hide j there for as long as k runs; so k waits for
+    it, then advances."""
+    fake = Advancing(["shows", "holds"], flips_at=0.1)
+    assert _advance(fake) is True
+    assert fake.states == ["shows", "shows"] and fake.advances == 1 and not fake.released and 0.1 <= fake.now < 0.2
+
+
+def test_a_release_cut_short_is_finished_when_a_shard_proves_it_then_advanced():
+    fake = Advancing(["shows", "hides", "holds"], flips_at=None)  # j's coordinator died before shard 2
+    assert _advance(fake) is True
+    assert fake.released == [("j", 2)] and fake.states == ["shows"] * 3 and 0.25 <= fake.now < 0.5
+
+
+def test_without_proof_of_the_release_nothing_is_released_and_the_job_goes_on(caplog: pytest.LogCaptureFixture):
+    fake = Advancing(["hides", "holds"], flips_at=None)  # no shard shows j: its done is not proven
+    with caplog.at_level(logging.WARNING):
+        assert _advance(fake) is False
+    assert not fake.released and fake.advances == 0 and 2.0 <= fake.now < 2.1
+    assert "their release is not in after 2.0s" in caplog.text
+
+
+def test_views_a_third_job_holds_are_left_with_a_warning(caplog: pytest.LogCaptureFixture):
+    fake = Advancing(["shows", "hides"], flips_at=None, stuck=True)
+    with caplog.at_level(logging.WARNING):
+        assert _advance(fake) is False
+    assert fake.advances == 2 and fake.now == 0 and "another job holds it too" in caplog.text

@@ -82,11 +82,13 @@ def test_a_view_and_its_tag_are_read_at_one_instant():
 
 
 def test_every_short_history_matches_a_model():
-    """All 3,125 histories of 5 events over two jobs with 5-tick leases: the view is pinned exactly while some
-    unexpired hold exists, pinned by the first hold after it was last free, and re-holding extends a lease."""
-    events = ["hold a", "hold b", "release a", "release b", "tick"]
+    """All 16,807 histories of 5 events over two jobs with 5-tick leases: the view is pinned exactly while some
+    unexpired hold exists, pinned by the first hold after it was last free, re-holding extends a lease, and an
+    advance pins it again only for a job holding it alone, by a hold that is not a renewal, while it hides
+    another job that no longer holds it."""
+    events = ["hold a", "hold b", "release a", "release b", "advance a", "advance b", "tick"]
     histories = list(itertools.product(events, repeat=5))
-    assert len(histories) == 3125
+    assert len(histories) == 16807
     for history in histories:
         _check_history(history)
 
@@ -99,6 +101,7 @@ def _check_history(events: tuple[str, ...]) -> None:
     hidden: set[str] = set()  # jobs held since the pin
     released: set[str] = set()  # of those, released while another holds
     shown: set[str] = set()  # released jobs whose release (theirs or a later one) flipped the view
+    renewed: set[str] = set()  # jobs that held again while holding
 
     def flip_if_free() -> None:
         nonlocal pinned_at
@@ -106,7 +109,13 @@ def _check_history(events: tuple[str, ...]) -> None:
             shown.update(released)
             hidden.clear()
             released.clear()
+            renewed.clear()
             pinned_at = None
+
+    def expire() -> dict[str, float]:
+        kept = {j: t for j, t in leases.items() if t > clock.now}
+        renewed.difference_update(set(leases) - set(kept))
+        return kept
 
     for event in events:
         generation[0] += 1  # the segments change between any two events
@@ -116,19 +125,34 @@ def _check_history(events: tuple[str, ...]) -> None:
         else:
             verb, job = event.split()
             if verb == "hold":
-                leases = {j: t for j, t in leases.items() if t > clock.now}
+                leases = expire()
                 flip_if_free()
                 if not leases:
                     pinned_at = generation[0]
+                if job in leases:
+                    renewed.add(job)
                 leases[job] = clock.now + 5
                 hidden.add(job)
                 shown.discard(job)
                 view.hold(job, 5, current)
+            elif verb == "advance":
+                leases = expire()
+                flip_if_free()
+                can = pinned_at is not None and set(leases) == {job} and job not in renewed and bool(hidden - {job})
+                if can:
+                    shown.update(released)
+                    hidden.clear()
+                    hidden.add(job)
+                    released.clear()
+                    pinned_at = generation[0]
+                assert view.can_advance(job) == can, events
+                assert view.advance(job, current) == can, events
             else:
                 if leases.pop(job, None) is not None:
                     released.add(job)
+                renewed.discard(job)
                 view.release(job)
-        leases = {j: t for j, t in leases.items() if t > clock.now}
+        leases = expire()
         flip_if_free()
         want = [(pinned_at, None)] if pinned_at is not None else current()
         assert view.visible(current) == want, events
@@ -163,6 +187,48 @@ def test_a_directory_answers_count_and_scan_from_the_held_view_and_flips_at_the_
         assert sd.maybe_merge() == [] and sd.force_merge() == []  # no pinned segment's file merged away
         assert sd.release_view("job") is True
         assert sd.count() == 5 and live_ids(sd) == {"a": 5, "b": 1, "c": 3, "d": 4, "e": 7}
+    finally:
+        sd.close()
+
+
+@pytest.mark.parametrize("primary", [True, False])
+def test_a_directory_advances_a_view_past_a_job_released_while_another_held_it(tmp_path: Path, primary: bool):
+    """Job x's release reached this copy while job j held its view too (j's hold came first here, x's release first
+    on another shard): the view still hides x.  Before j's first row, ``advance_view("j")`` pins it again from what
+    is applied (a primary refreshes; a replica marks its buffer, writing nothing until read): x shows, j's rows
+    applied after stay hidden until j's release.  A renewed hold of j never advances (rows of it may be applied)."""
+    from shardstore.segments.directory import ShardDirectory
+
+    from .test_segments_directory import docs, live_ids
+
+    sd = ShardDirectory(str(tmp_path / "shard"), fsync=False)
+    try:
+        sd.apply(docs(0, ["a", "b"]))
+        sd.refresh()
+        assert sd.hold_view("x", 60, refresh=primary) is True
+        assert sd.advance_view("x", refresh=primary) is False  # nothing released meanwhile
+        sd.apply(docs(2, ["x1", "a"]))  # x's rows
+        assert sd.hold_view("j", 60, refresh=primary) is False  # j joins the view x pinned
+        assert sd.release_view("x", refresh=primary) is False  # j still holds: no flip, x still hidden
+        assert live_ids(sd) == {"a": 0, "b": 1}
+        files = set(os.listdir(sd.path))
+        assert sd.advance_view("j", refresh=primary) is True
+        assert (set(os.listdir(sd.path)) == files) is not primary  # a replica writes nothing until read
+        assert sd.advance_view("j", refresh=primary) is False  # once is enough
+        sd.apply(docs(4, ["j1", "b"]))  # j's rows
+        sd.refresh()
+        assert live_ids(sd) == {"a": 3, "b": 1, "x1": 2} and sd.count() == 3
+        assert sd.hold_view("j", 60, refresh=primary) is False  # a renewal (or a retried commit)
+        assert sd.release_view("j", refresh=primary) is True
+        assert live_ids(sd) == {"a": 3, "b": 5, "x1": 2, "j1": 4}
+        # a renewed hold: the job's rows may be applied already, so the view stays
+        sd.hold_view("y", 60, refresh=primary)
+        sd.hold_view("k", 60, refresh=primary)
+        sd.apply(docs(6, ["k1"]))
+        sd.hold_view("k", 60, refresh=primary)
+        sd.release_view("y", refresh=primary)
+        assert sd.advance_view("k", refresh=primary) is False
+        assert "k1" not in live_ids(sd)
     finally:
         sd.close()
 
