@@ -84,7 +84,7 @@ class HeldView:
         pinned = self._pinned is None
         if pinned:
             self._pinned = list(current())
-        if job in self._leases:
+        if job in self._leases or job in self._hidden:  # held this view before (a renewal; a retry after a lapse)
             self._renewed.add(job)
         self._leases[job] = self._clock() + seconds
         self._hidden.add(job)
@@ -99,11 +99,13 @@ class HeldView:
             self._pinned = list(current())
 
     def can_advance(self, job: str) -> bool:
-        """Whether :meth:`advance` would pin a new view for ``job``: it alone holds the view, its hold is not a
-        renewal, and the view hides another job that no longer holds it."""
+        """Whether :meth:`advance` would pin a new view for ``job``: it alone holds the view, by its first hold of
+        this view (not a renewal, not a retry after its lease lapsed), and the view hides other jobs, every one of
+        them released (a lapsed job's rows may be a job cut short: they stay hidden while the view is held)."""
         self._lapse()
+        others = self._hidden - {job}
         return (self._pinned is not None and set(self._leases) == {job} and job not in self._renewed
-                and bool(self._hidden - {job}))
+                and bool(others) and others <= self._released)
 
     def advance(self, job: str, current: Callable[[], list[tuple[Any, Any]]]) -> bool:
         """Pin ``current()`` for ``job`` in place of a view pinned before other jobs' releases (:meth:`can_advance`):

@@ -138,7 +138,7 @@ def _check(result: BulkResult, job: str, where: str) -> int:
 
 def run_ingest(documents: Documents, store: BlobStore, index: str, prefix: str, *,
                scan_ids: Callable[[str], pa.Array], hold: Callable[[str, float], None] | None = None,
-               advance: Callable[[str], None] | None = None,
+               advance: Callable[[str], bool] | None = None,
                release: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Apply the job under ``prefix`` to ``index`` once (see the module docstring); its outcome as a dict.
 
@@ -149,8 +149,10 @@ def run_ingest(documents: Documents, store: BlobStore, index: str, prefix: str, 
     seconds)`` / ``release(job)``: every copy of the index holds what searches see while the job applies, and
     shows all of it at once when released (docs/design/ingest.md, "Atomic visibility"); ``advance(job)`` runs once
     after the first hold, before the first row (the held views show the jobs released meanwhile: view_reads.py
-    ``advance_past_released``); ``release`` runs once ``done`` is written, never after a failure (a retry of the
-    job holds again and keeps the view pinned first).
+    ``advance_past_released``); when it sent an advance (True), every copy is held again before the first row, so
+    an advance still on its way to a copy (a timed-out request) finds a renewed hold and changes nothing;
+    ``release`` runs once ``done`` is written, never after a failure (a retry of the job holds again and keeps the
+    view pinned first).
     """
     clock = _Phases()
     done = read_done(store, prefix)
@@ -196,8 +198,8 @@ def run_ingest(documents: Documents, store: BlobStore, index: str, prefix: str, 
 
     try:
         with _Renewal(hold, job.job):
-            if advance is not None:
-                advance(job.job)
+            if advance is not None and advance(job.job) and hold is not None:
+                hold(job.job, HOLD_LEASE)  # a renewal: a late advance_view refuses a renewed hold
             clock.mark("hold")
             outcomes = _each_file(apply_file, job.files)
             written = [ids for _, ids in outcomes if ids is not None]

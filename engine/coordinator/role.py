@@ -450,17 +450,23 @@ class Coordinator:
         def hold(job: str, seconds: float) -> None:
             self._on_copies(index, "shard.hold_view", {"job": job, "seconds": seconds}, parallel=True)
 
-        def advance(job: str) -> None:
-            # before the first row: no view held for this job still hides a job released meanwhile (view_reads.py);
-            # a failure (a node of an older build, a copy gone) leaves those views as they are: the job goes on
+        def advance(job: str) -> bool:
+            # before the first row: no released job is shown by one shard and hidden by another (view_reads.py); a
+            # failure (a node of an older build, a copy gone) leaves those views as they are and the job goes on.
+            # True when an advance was sent: the caller then holds every copy again before the first row
+            sent: list[bool] = []
+
+            def send() -> None:
+                sent.append(True)
+                self._on_copies(index, "shard.advance_view", {"job": job}, parallel=True)
+
             try:
-                advance_past_released(self._tagged_read(index, "shard.count", {}), tag_of, job,
-                                      lambda: self._on_copies(index, "shard.advance_view", {"job": job},
-                                                              parallel=True),
+                advance_past_released(self._tagged_read(index, "shard.count", {}), tag_of, job, send,
                                       self._release_on(index), what=f"[{index}] ingest job")
             except Exception as exc:  # noqa: BLE001 - visibility of other jobs only; this job's holds stand
                 log.warning("[%s] ingest job %s: views not advanced past released jobs (%s: %s)", index, job,
                             type(exc).__name__, exc)
+            return bool(sent)
 
         def release(job: str) -> None:
             # the job's rows are written to segments first, behind the primaries' held views (replicas serve no

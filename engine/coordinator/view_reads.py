@@ -39,7 +39,8 @@ from typing import Any, TypeVar
 
 from shardstore.segments.held_view import ViewTag
 
-__all__ = ["ADVANCE_WAIT", "HELP_AFTER", "SETTLE_WAIT", "STUCK_WAIT", "advance_past_released", "hiding", "mixed_jobs",
+__all__ = ["ADVANCE_WAIT", "HELP_AFTER", "SETTLE_WAIT", "STUCK_WAIT", "advance_past_released", "advance_plan", "hiding",
+           "mixed_jobs",
            "read_all_at_once", "settling", "stale_jobs", "tag_of"]
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,27 @@ def stale_jobs(tags: Sequence[ViewTag], job: str) -> tuple[frozenset[str], dict[
     busy = {j: [i for i, t in enumerate(tags) if j in t.held]
             for j in sorted(stale | (shown & frozenset().union(*(t.held for t in tags))) - {job})}
     return stale, {j: shards for j, shards in busy.items() if shards}
+
+
+def advance_plan(tags: Sequence[ViewTag], job: str) -> tuple[str, dict[str, list[int]]]:
+    """What ``job``'s coordinator does next, after its holds (:func:`advance_past_released`), from every shard's tag:
+
+    - ``wait``: another job's release is under way (the jobs and the shards they still hold);
+    - ``advance``: a released job one shard shows is hidden by others, and every shard hiding a released job is
+      held by ``job`` alone, so advancing them all shows it everywhere;
+    - ``stuck``: such a job, but another job holds one of those shards too: advancing only the others could hide a
+      released job on one shard and show it on another where none was mixed, so nothing is advanced;
+    - ``done``: no released job is shown by one shard and hidden by another.
+    """
+    stale, busy = stale_jobs(tags, job)
+    if busy:
+        return "wait", busy
+    shown = frozenset().union(*(t.shown for t in tags))
+    if not stale & shown:  # a released job hidden everywhere it is known is consistent: it shows when the holds end
+        return "done", {}
+    if all(t.held == {job} for t in tags if t.hidden - t.held - {job}):
+        return "advance", {}
+    return "stuck", {}
 
 
 def tag_of(answer: Any) -> ViewTag:
@@ -163,34 +185,38 @@ def advance_past_released(read: Callable[[], list[A]], tag: Callable[[A], ViewTa
                           what: str = "an ingest job", wait: float = ADVANCE_WAIT, help_after: float = HELP_AFTER,
                           clock: Callable[[], float] = time.monotonic,
                           sleep: Callable[[float], None] = time.sleep) -> bool:
-    """After ``job``'s holds and before its first row: until no shard's view hides another job no longer holding it.
+    """After ``job``'s holds and before its first row: until no released job is shown by one shard and hidden by
+    another (:func:`advance_plan` decides each round).
 
     ``read()``: one tagged answer per shard; ``advance()``: ``shard.advance_view`` for ``job`` on every copy (a copy
-    it alone holds, by a hold that is not a renewal, pins its view again from what is applied now).  While another
-    job's release is under way (released from a shard, still holding another) this waits for it first, since a
-    shard advanced before that release reaches the others would show the job they then keep hiding; after
-    ``help_after`` it releases that job where it still holds if a shard shows it (proof that its ``done`` is
-    written), as a read would.  True when no view hides a released job and no release is under way;
-    False, with a WARNING, when that does not settle within ``wait`` or survives the advances (a third job holds
-    those views too): the job then goes on, and those views show the released job when every holder ends."""
+    it alone holds, by its first hold there, whose view hides only released jobs besides it, pins its view again
+    from what is applied now).  While another job's release is under way (released from a shard, still holding
+    another) this waits for it first, since a shard advanced before that release reaches the others would show the
+    job they then keep hiding; after ``help_after`` it releases that job where it still holds if a shard shows it
+    (proof that its ``done`` is written), as a read would.  True when nothing is mixed; False, with a WARNING,
+    when that does not settle within ``wait``, or another job holds a shard that would need advancing: the job
+    then goes on, and those views show the released job when every holder ends.  The caller holds every copy again
+    after this (a renewal: an ``advance_view`` still on its way, as after a timeout, then changes nothing)."""
     start = clock()
     pause = 0.002
     helped: set[tuple[str, int]] = set()
     advances = 0
     while True:
         tags = [tag(a) for a in read()]
-        stale, busy = stale_jobs(tags, job)
-        if not stale and not busy:
+        plan, busy = advance_plan(tags, job)
+        if plan == "done":
             return True
         waited = clock() - start
-        if not busy and advances < 2:
+        if plan == "advance" and advances < 2:
             advances += 1
             advance()
             continue
-        if not busy or waited >= wait:
-            log.warning("%s %s: a view it holds still hides released ingest job(s) %s (%s); they show when the jobs "
-                        "holding that view end", what, job, ", ".join(sorted(stale | set(busy))),
-                        "another job holds it too" if not busy else f"their release is not in after {waited:.1f}s")
+        if plan != "wait" or waited >= wait:
+            stale, _ = stale_jobs(tags, job)
+            log.warning("%s %s: a view it holds still hides released ingest job(s) %s that another shows (%s); they "
+                        "show there when the jobs holding that view end", what, job,
+                        ", ".join(sorted(stale | set(busy))), f"their release is not in after {waited:.1f}s"
+                        if plan == "wait" else "another job holds it too")
             return False
         if waited >= help_after:
             shown = frozenset().union(*(t.shown for t in tags))
