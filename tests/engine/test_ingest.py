@@ -343,8 +343,12 @@ def test_a_job_released_between_another_jobs_holds_shows_on_every_shard_while_th
                 shard1_released.set()
         return out
 
+    second_holds: list[int] = []
+
     def hold(node, req):  # noqa: ANN001, ANN202
         out = real["shard.hold_view"](node, req)
+        if req["job"] == "second":
+            second_holds.append(req["shard"])
         if req["job"] == "second" and req["shard"] == 0:
             held0.append(node)
             if len(held0) == 2:
@@ -370,6 +374,7 @@ def test_a_job_released_between_another_jobs_holds_shows_on_every_shard_while_th
     runner[0].join(60)
     assert second and second[0]["applied"] == 100
     assert counted == [230], counted  # all of "first", none of "second"
+    assert sorted(second_holds) == [0, 0, 0, 0, 1, 1, 1, 1]  # every copy held, then held again after the advance
     assert cluster.count("docs") == 330
 
 
