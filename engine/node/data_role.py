@@ -163,6 +163,7 @@ class NodeService:
         self._lock = threading.RLock()
         self._recoveries: dict[str, tuple[ShardCopy, contextlib.ExitStack, Any]] = {}
         self._recovering: dict[Key, ShardCopy] = {}  # replicas being built here (they take the tail)
+        self._rebuilding: set[Key] = set()  # copies whose directory a request is wiping and building again
         os.makedirs(data_dir, exist_ok=True)
 
     # -- dispatch -----------------------------------------------------------------------------
@@ -219,11 +220,28 @@ class NodeService:
 
     # -- copies ---------------------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def _rebuild(self, key: Key) -> Iterator[None]:
+        """One request at a time wipes and builds ``key``'s directory here (open, restore, peer recovery): a second
+        is refused (ShardUnavailable, the manager retries later) instead of deleting the files of the first, which
+        would then register a copy whose segments are gone (simulator seed 9535: a manager asking again after a
+        lost answer, the first recovery still running)."""
+        with self._lock:
+            if key in self._rebuilding:
+                raise ShardUnavailable(key[0], key[1], f"{self.name}: a recovery of it is running here; retried "
+                                                       f"later")
+            self._rebuilding.add(key)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._rebuilding.discard(key)
+
     def _open(self, req: dict[str, Any]) -> dict[str, Any]:
         """``shard.open``: a new empty copy (a created index's primary)."""
         spec = spec_from_wire(req["spec"])
         key = (spec.index_uuid, spec.shard)
-        with self._manager_asked_lock(key):
+        with self._rebuild(key), self._manager_asked_lock(key):
             self._discard(key)
             shutil.rmtree(os.path.join(self.data_dir, spec.index_uuid, str(spec.shard)), ignore_errors=True)
             self.copies[key] = ShardCopy(spec, self.data_dir, self.store, primary_term=int(req["term"]),
@@ -235,7 +253,7 @@ class NodeService:
         """``shard.recover_from_store``: rebuild a primary from the blob store alone (restore, red shard)."""
         spec = spec_from_wire(req["spec"])
         key = (spec.index_uuid, spec.shard)
-        with self._manager_asked_lock(key):
+        with self._rebuild(key), self._manager_asked_lock(key):
             self._discard(key)
             shutil.rmtree(os.path.join(self.data_dir, spec.index_uuid, str(spec.shard)), ignore_errors=True)
             assert self.store is not None
@@ -556,10 +574,14 @@ class NodeService:
     # -- peer recovery: the target side ---------------------------------------------------------
 
     def _recover_replica(self, req: dict[str, Any]) -> bool:
-        """``shard.recover_replica``: build a replica here from ``source``'s primary; True once in sync."""
+        """``shard.recover_replica``: build a replica here from ``source``'s primary; True once in sync (one at a time
+        per copy: :meth:`_rebuild`)."""
         spec = spec_from_wire(req["spec"])
+        with self._rebuild((spec.index_uuid, spec.shard)):
+            return self._recover_replica_now(spec, req["source"])
+
+    def _recover_replica_now(self, spec: ShardSpec, source: str) -> bool:
         key = (spec.index_uuid, spec.shard)
-        source = req["source"]
         rid = uuid.uuid4().hex
         dest = os.path.join(self.data_dir, spec.index_uuid, str(spec.shard))
         self._discard(key)
