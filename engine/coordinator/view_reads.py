@@ -40,8 +40,7 @@ from typing import Any, TypeVar
 from shardstore.segments.held_view import ViewTag
 
 __all__ = ["ADVANCE_WAIT", "HELP_AFTER", "SETTLE_WAIT", "STUCK_WAIT", "advance_past_released", "advance_plan", "hiding",
-           "mixed_jobs",
-           "read_all_at_once", "settling", "stale_jobs", "tag_of"]
+           "mixed_jobs", "read_all_at_once", "settling", "stale_jobs", "tag_of"]
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +89,7 @@ def stale_jobs(tags: Sequence[ViewTag], job: str) -> tuple[frozenset[str], dict[
     and the jobs other than ``job`` whose release is under way, with the shards they still hold: released from a
     shard (stale there, or shown) and still holding another."""
     stale = frozenset(j for t in tags for j in t.hidden - t.held if j != job)
-    shown = frozenset().union(*(t.shown for t in tags))
+    shown = _shown(tags)
     busy = {j: [i for i, t in enumerate(tags) if j in t.held]
             for j in sorted(stale | (shown & frozenset().union(*(t.held for t in tags))) - {job})}
     return stale, {j: shards for j, shards in busy.items() if shards}
@@ -109,8 +108,7 @@ def advance_plan(tags: Sequence[ViewTag], job: str) -> tuple[str, dict[str, list
     stale, busy = stale_jobs(tags, job)
     if busy:
         return "wait", busy
-    shown = frozenset().union(*(t.shown for t in tags))
-    if not stale & shown:  # a released job hidden everywhere it is known is consistent: it shows when the holds end
+    if not stale & _shown(tags):  # a released job hidden everywhere it is known is consistent: it shows when the holds end
         return "done", {}
     if all(t.held == {job} for t in tags if t.hidden - t.held - {job}):
         return "advance", {}
@@ -124,6 +122,26 @@ def tag_of(answer: Any) -> ViewTag:
         return ViewTag()
     return ViewTag(hidden=frozenset(answer.get("hidden") or ()), held=frozenset(answer.get("held") or ()),
                    shown=frozenset(answer.get("shown") or ()))
+
+
+def _shown(tags: Sequence[ViewTag]) -> frozenset[str]:
+    """The released jobs some shard's view shows."""
+    return frozenset().union(*(t.shown for t in tags))
+
+
+def _help_release(jobs: dict[str, list[int]], helped: set[tuple[str, int]], release: Callable[[str, int], None],
+                  what: str) -> None:
+    """``release(job, shard)`` once per released job and shard still holding it; a failure is logged (the caller
+    reads again, and the job's lease ends the hold at the latest)."""
+    for job, shards in jobs.items():
+        for shard in shards:
+            if (job, shard) not in helped:
+                helped.add((job, shard))
+                log.info("%s: shard %d still holds released ingest job %s: releasing it there", what, shard, job)
+                try:
+                    release(job, shard)
+                except Exception as exc:  # noqa: BLE001 - a read or a job goes on either way
+                    log.info("%s: releasing ingest job %s on shard %d failed (%r)", what, job, shard, exc)
 
 
 _warned: OrderedDict[str, None] = OrderedDict()  # jobs a read answered part of (logged once each), newest last
@@ -166,16 +184,7 @@ def read_all_at_once(read: Callable[[], list[A]], tag: Callable[[A], ViewTag],
                             f"their release did not reach every shard in {waited:.1f}s")
             return answers
         if waited >= help_after:
-            for job, shards in waiting.items():
-                for shard in shards:
-                    if (job, shard) not in helped:
-                        helped.add((job, shard))
-                        log.info("%s: shard %d still holds released ingest job %s: releasing it there", what, shard,
-                                 job)
-                        try:
-                            release(job, shard)
-                        except Exception as exc:  # noqa: BLE001 - the read goes on; the job's lease ends the hold
-                            log.info("%s: releasing ingest job %s on shard %d failed (%r)", what, job, shard, exc)
+            _help_release(waiting, helped, release, what)
         sleep(pause)
         pause = min(pause * 2, 0.05)
 
@@ -218,18 +227,8 @@ def advance_past_released(read: Callable[[], list[A]], tag: Callable[[A], ViewTa
                         ", ".join(sorted(stale | set(busy))), f"their release is not in after {waited:.1f}s"
                         if plan == "wait" else "another job holds it too")
             return False
-        if waited >= help_after:
-            shown = frozenset().union(*(t.shown for t in tags))
-            for other, shards in busy.items():
-                for shard in shards:
-                    if other in shown and (other, shard) not in helped:
-                        helped.add((other, shard))
-                        log.info("%s %s: shard %d still holds released ingest job %s: releasing it there", what, job,
-                                 shard, other)
-                        try:
-                            release(other, shard)
-                        except Exception as exc:  # noqa: BLE001 - waited for again, up to ``wait``
-                            log.info("%s %s: releasing ingest job %s on shard %d failed (%r)", what, job, other,
-                                     shard, exc)
+        if waited >= help_after:  # only a job a shard shows: the proof that its done is written
+            shown = _shown(tags)
+            _help_release({o: sh for o, sh in busy.items() if o in shown}, helped, release, f"{what} {job}")
         sleep(pause)
         pause = min(pause * 2, 0.05)
