@@ -51,6 +51,9 @@ class Evidence:
     entries: list[RemoteGeneration] = field(default_factory=list)
     trims: list[tuple[int, int]] = field(default_factory=list)  # (seq_no, term) of every readable metadata
     expected_max: int = -1
+    #: the highest global checkpoint a readable translog metadata records: every seq# up to it was processed on every
+    #: in-sync copy after its upload (so acknowledged history), even when a purge left no operation to name it
+    global_checkpoint: int = -1
     faults: list[str] = field(default_factory=list)
     commits: list[tuple[str, RemoteCommitMetadata]] = field(default_factory=list)  # readable ones, any order
 
@@ -100,6 +103,7 @@ def _translog(store: BlobStore, address: ShardAddress, term: int, ev: Evidence) 
             ev.faults.append(f"{info.key}: {exc}")
             continue
         named = {e.blob_key: e for e in md.entries}
+        ev.global_checkpoint = max(ev.global_checkpoint, md.global_checkpoint)
         if md.trim is not None:
             ev.trims.append(md.trim)
         break
@@ -149,6 +153,8 @@ def audit(store: BlobStore, address: ShardAddress, terms: list[int], *, streams:
         if e.num_ops:
             top = e.max_seq_no if e.trimmed_above_seq_no == UNASSIGNED else min(e.max_seq_no, e.trimmed_above_seq_no)
             ev.expected_max = max(ev.expected_max, capped(top, e.primary_term, ev.trims))
+    # seq#s at or below a global checkpoint are never trimmed nor re-issued by a later primary: no cap
+    ev.expected_max = max(ev.expected_max, ev.global_checkpoint)
     for key in iter_commits(store, address, terms):
         try:
             md = read_metadata(store, key)
@@ -162,21 +168,27 @@ def audit(store: BlobStore, address: ShardAddress, terms: list[int], *, streams:
 
 
 def _purged_without_commit(address: ShardAddress, terms: list[int], ev: Evidence) -> None:
-    """Name the lost commit when none is readable yet the translog starts above seq# 0.
+    """Name the lost commit when none is readable yet the translog starts above seq# 0, or holds no operation at all
+    while its metadata's global checkpoint says seq#s were acknowledged.
 
     Only a remote commit lets the translog be purged (a new shard's first commit covers all of
     it: engine/shard/flush_policy.py, ``remote_purge_gate``), so the operations below were in that
-    commit, whose metadata blob is gone without a trace to read: the fault is its place.
+    commit, whose metadata blob is gone without a trace to read: the fault is its place.  With no
+    write after that flush, the purge left no operation behind, only the global checkpoint of the
+    translog metadata it wrote (fault simulator, seed 9614: an empty shard restored silently).
     """
     if ev.commits or any("/segments/" in f for f in ev.faults):
         return
     firsts = [e.min_seq_no for e in ev.entries if e.num_ops]
-    if firsts and min(firsts) > 0:
+    first = min(firsts) if firsts else ev.global_checkpoint + 1
+    if first > 0:
         where = ", ".join(_join(address.segments_prefix(t), "metadata/") for t in sorted(terms) or [1])
-        ev.faults.append(f"{where}: no segment commit is there, yet the translog starts at seq# {min(firsts)}; only "
-                         f"a commit lets it be purged, so that commit's metadata blob was lost")
-        if ev.expected_max < min(firsts) - 1:
-            ev.expected_max = min(firsts) - 1
+        what = (f"the translog starts at seq# {first}" if firsts else
+                f"the translog holds no operation while its metadata's global checkpoint is seq# {first - 1}")
+        ev.faults.append(f"{where}: no segment commit is there, yet {what}; only a commit lets it be purged, so that "
+                         f"commit's metadata blob was lost")
+        if ev.expected_max < first - 1:
+            ev.expected_max = first - 1
 
 
 __all__ = ["Evidence", "audit"]

@@ -14,7 +14,9 @@ deleted the files only it named; seed 20033: a shard that lost every copy was re
 translog metadata was damaged and whose data listing lagged, and came back without two acknowledged writes;
 seed 7220: closing the cluster while a crash killed one of its nodes raised "dictionary changed size during
 iteration"; seed 9641: the newest term marker deleted while the cluster state's term lagged hid that term's
-data from a restore, which claimed the same term again and refused the shard).  One test plants a real loss (the remote translog deleted behind the cluster's back)
+data from a restore, which claimed the same term again and refused the shard; seed 9614, synthetic source: a
+shard's only commit metadata deleted after a flush purged its whole translog, and a restore brought the shard back
+empty, without a word, losing 15 acknowledged writes; it must refuse, naming the range).  One test plants a real loss (the remote translog deleted behind the cluster's back)
 and checks that the checker reports it, so a silent checker cannot pass.
 """
 
@@ -98,7 +100,7 @@ def test_fixed_seeds_break_no_guarantee(tmp_path: Path, seed: int, store: str):
 
 
 @pytest.mark.parametrize(("seed", "store"), [(0, "file"), (3, "memory"), (687, "memory"), (5000, "file"),
-                                             (5111, "memory"), (20033, "memory")])
+                                             (5111, "memory"), (9614, "file"), (20033, "memory")])
 def test_fixed_seeds_on_a_synthetic_source_index_break_no_guarantee(tmp_path: Path, seed: int, store: str):
     """The same schedules on an index whose translog carries typed fields (FT frames) and no JSON (issue 16)."""
     out = run_schedule(seed, draw_schedule(seed, 60), tmp_path / "run", store, source="synthetic")
