@@ -51,11 +51,21 @@ class Evidence:
     entries: list[RemoteGeneration] = field(default_factory=list)
     trims: list[tuple[int, int]] = field(default_factory=list)  # (seq_no, term) of every readable metadata
     expected_max: int = -1
-    #: the highest global checkpoint a readable translog metadata records: every seq# up to it was processed on every
-    #: in-sync copy after its upload (so acknowledged history), even when a purge left no operation to name it
-    global_checkpoint: int = -1
+    #: (global checkpoint, term) of each term's newest readable translog metadata: every seq# up to it was processed
+    #: on every in-sync copy after its upload (acknowledged history), even when a purge left no operation to name it
+    checkpoints: list[tuple[int, int]] = field(default_factory=list)
     faults: list[str] = field(default_factory=list)
     commits: list[tuple[str, RemoteCommitMetadata]] = field(default_factory=list)  # readable ones, any order
+
+    @property
+    def global_checkpoint(self) -> int:
+        """The highest recorded global checkpoint, each capped by newer primaries' trims.
+
+        A primary never trims below a global checkpoint it knows, except one that accepted a loss
+        (``accept_data_loss``): it trims at what it restored and re-issues the dropped seq#s, so the
+        old history's checkpoint no longer names operations of this one.
+        """
+        return max((capped(cp, term, self.trims) for cp, term in self.checkpoints), default=-1)
 
     def restore_order(self) -> list[str]:
         """Commit keys to try, best first: the highest local checkpoint a newer primary's trim does not cut.
@@ -103,7 +113,7 @@ def _translog(store: BlobStore, address: ShardAddress, term: int, ev: Evidence) 
             ev.faults.append(f"{info.key}: {exc}")
             continue
         named = {e.blob_key: e for e in md.entries}
-        ev.global_checkpoint = max(ev.global_checkpoint, md.global_checkpoint)
+        ev.checkpoints.append((md.global_checkpoint, md.primary_term))
         if md.trim is not None:
             ev.trims.append(md.trim)
         break
@@ -153,7 +163,6 @@ def audit(store: BlobStore, address: ShardAddress, terms: list[int], *, streams:
         if e.num_ops:
             top = e.max_seq_no if e.trimmed_above_seq_no == UNASSIGNED else min(e.max_seq_no, e.trimmed_above_seq_no)
             ev.expected_max = max(ev.expected_max, capped(top, e.primary_term, ev.trims))
-    # seq#s at or below a global checkpoint are never trimmed nor re-issued by a later primary: no cap
     ev.expected_max = max(ev.expected_max, ev.global_checkpoint)
     for key in iter_commits(store, address, terms):
         try:
