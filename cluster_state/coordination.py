@@ -67,7 +67,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from shardstore.blobstores.base import BlobStore
-from shardstore.cluster_state.errors import ClusterStateSuperseded, MissingEntity, NoQuorum, NotMaster, StaleTerm
+from shardstore.cluster_state.errors import (
+    ClusterStateCorrupt,
+    ClusterStateSuperseded,
+    MissingEntity,
+    NoQuorum,
+    NotMaster,
+    StaleTerm,
+)
 from shardstore.cluster_state.manifest import Manifest, encode_manifest
 from shardstore.cluster_state.model import ClusterState, VotingConfig
 from shardstore.cluster_state.remote import RemoteClusterStateService
@@ -214,6 +221,9 @@ class ClusterManagerNode:
         self.master: str | None = None
         self.last_publication: list[PublishAck] = []
         self._pending: tuple[ClusterState, Manifest] | None = None
+        #: a node could not read this master's last publication from the store (a blob of it lost or damaged: an
+        #: entity with no twin, shared by every manifest since it was written): the next one is written whole
+        self._unreadable: ShardstoreError | None = None
         #: set once this node found its cluster UUID fenced: it never publishes again
         self.superseded: ClusterStateSuperseded | None = None
         #: when this node last joined another candidate's election (monotonic): its own stand waits a while
@@ -476,8 +486,10 @@ class ClusterManagerNode:
 
     def _publish(self, new: ClusterState, previous_cluster_uuid: str | None = None) -> ClusterState:
         prev, prev_m = self.disk.accepted, self._previous_manifest()
+        unreadable, self._unreadable = self._unreadable, None
         try:
-            if prev is None or prev_m is None or prev_m.state_uuid != prev.state_uuid:
+            if prev is None or prev_m is None or prev_m.state_uuid != prev.state_uuid or unreadable is not None:
+                # whole: every entity uploaded anew, so a reader needs no blob an earlier manifest wrote
                 if previous_cluster_uuid is None and prev_m is not None:
                     previous_cluster_uuid = prev_m.previous_cluster_uuid
                 manifest = self.remote.write_full(new, previous_cluster_uuid=previous_cluster_uuid)
@@ -485,6 +497,7 @@ class ClusterManagerNode:
                 manifest = self.remote.write_incremental(prev, prev_m, new)
         except ShardstoreError:
             self.is_master = False
+            self._unreadable = unreadable
             raise
         self._pending = (new, manifest)
         request = Publish(new.term, new.version, manifest.key, self.name)
@@ -546,20 +559,31 @@ class ClusterManagerNode:
                     answers.append(self._send(node, action, request))
                 except StaleTerm as exc:
                     higher = max(higher, exc.current)
-                except (NodeDisconnected, ShardstoreError):
-                    continue
+                except (NodeDisconnected, ShardstoreError) as exc:
+                    self._refused(action, node, exc)
             return answers, higher
         futures = [self._pool().submit(self._send, node, action, request) for node in nodes]
+        for node, future in zip(nodes, futures):
+            future.node = node  # type: ignore[attr-defined]  # named in a refusal's log line
         for future in as_completed(futures):
             try:
                 answers.append(future.result())
             except StaleTerm as exc:
                 higher = max(higher, exc.current)
-            except (NodeDisconnected, ShardstoreError):
-                pass
+            except (NodeDisconnected, ShardstoreError) as exc:
+                self._refused(action, future.node, exc)  # type: ignore[attr-defined]
             if enough(answers, higher):
                 break
         return list(answers), higher
+
+    def _refused(self, action: str, node: str, exc: BaseException) -> None:
+        """A node refused ``action``: if it could not read a publication's blobs (one lost or damaged in the store),
+        the next publication is written whole (docs/design/cluster_state.md, "A lost shared entity")."""
+        if action == PUBLISH and isinstance(exc, (MissingEntity, ClusterStateCorrupt)):
+            if self._unreadable is None:
+                log.warning("%s: %s could not read the published cluster state (%s); the next publication uploads "
+                            "every entity again", self.name, node, exc)
+            self._unreadable = exc
 
     def _pool(self) -> ThreadPoolExecutor:
         with self._lock:
