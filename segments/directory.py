@@ -31,7 +31,6 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -43,14 +42,15 @@ from shardstore.core.ops import NO_OPS
 from shardstore.core.records import crc32c
 from shardstore.fileio import write_atomic
 from shardstore.segments import row_cache
+from shardstore.segments.adoption import check_adoptable, reapply_plan
 from shardstore.segments.commit import (
     CommitPoint,
-    CommittedSegment,
     commit_file_name,
     list_commit_generations,
     read_commit,
     write_commit,
 )
+from shardstore.segments.directory_records import Adopted, Prepared, RefreshResult, Sealed, _Segment
 from shardstore.segments.errors import InvalidDocument, SegmentCorrupted, SegmentError
 from shardstore.segments.gc import local_deletable, retained_commits
 from shardstore.segments.held_view import HeldView, ViewTag
@@ -58,14 +58,23 @@ from shardstore.segments.index_buffer import DELETES as _DELETES
 from shardstore.segments.index_buffer import IndexBuffer, buffered_docs, split_ops
 from shardstore.segments.livedocs import LiveDocs, livedocs_file_name
 from shardstore.segments.mapping import Mapping
-from shardstore.segments.merge_policy import SegmentStats, TieredMergePolicy
+from shardstore.segments.merge_policy import TieredMergePolicy
 from shardstore.segments.newest_copy import newest_copy
 from shardstore.segments.refresh_plan import RefreshPlan, buffer_order, index_rows, older_copies, plan_refresh
 from shardstore.segments.scan_readers import scan_readers
-from shardstore.segments.segment import SegmentInfo, SegmentReader, segment_file_name, write_segment
+from shardstore.segments.segment import (
+    BASE_SCHEMA,
+    SegmentInfo,
+    SegmentReader,
+    conform,
+    segment_file_name,
+    write_segment,
+)
+from shardstore.segments.segment_writer import place_stamped
 from shardstore.segments.shard_id_index import ShardIdIndex
+from shardstore.segments.stamp import Stamp
 from shardstore.segments.synthetic import index_op_fields
-from shardstore.segments.version_map import VersionMap
+from shardstore.segments.version_map import SEEN, VersionMap
 from shardstore.segments.versions import latest_versions
 
 log = logging.getLogger(__name__)
@@ -82,61 +91,6 @@ SEAL_EARLY_SHARE = 0.25
 PARALLEL_SEGMENT_DOCS = 100_000
 #: how long closing waits for a refresh beside the writes to end (it writes into the directory)
 CLOSE_WAIT_SECONDS = 60.0
-
-
-@dataclass
-class _Segment:
-    """A searchable segment and the live docs in force (possibly not yet written)."""
-
-    reader: SegmentReader
-    live: LiveDocs
-    live_gen: int = 0  # generation of the newest live-docs FILE written
-    live_file: str | None = None
-    live_size: int = 0
-    live_checksum: int = 0
-    dirty: bool = False  # live docs changed since the file above
-
-    @property
-    def name(self) -> str:
-        return self.reader.info.name
-
-    def committed(self) -> CommittedSegment:
-        return CommittedSegment(self.reader.info, self.live_gen, self.live_file, self.live_size,
-                                self.live_checksum, self.live.deleted_count)
-
-    def stats(self) -> SegmentStats:
-        info = self.reader.info
-        return SegmentStats(info.name, info.size, info.doc_count, self.live.live_count)
-
-
-@dataclass(frozen=True)
-class RefreshResult:
-    """What a refresh did."""
-
-    segment: str | None  # the new segment's name (the first, when a big refresh wrote several), None if none
-    indexed: int = 0  # documents written to the new segment
-    deleted: int = 0  # older copies marked deleted
-    stale: int = 0  # buffered operations that did not apply: the same id has an op with a higher seq#
-    segments: tuple[str, ...] = ()  # every segment the refresh wrote (one per core for a big refresh)
-
-
-@dataclass(frozen=True)
-class Sealed:
-    """A buffer sealed for a refresh beside the writes (:meth:`ShardDirectory.seal`)."""
-
-    buffer: IndexBuffer
-    top: int  # the directory's max seq# when it was sealed: every sealed operation is at or below it
-    tombstones: pa.Table  # the tombstones then (the winners are decided against them)
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """A batch checked against the mapping: its parsed field columns and the mapping they need."""
-
-    rows: int
-    fields: pa.Table | None
-    mapping: Mapping
-    all_index: bool = False  # every operation is an index operation (the caller knows: no split needed)
 
 
 class ShardDirectory:
@@ -318,6 +272,53 @@ class ShardDirectory:
             self._buffer.news.append(None)
             self._buffer.doc_bytes += nbytes
             self.max_seq_no = max(self.max_seq_no, first_seq_no + len(ids) - 1)
+
+    def adopt(self, path: str, stamp: Stamp) -> Adopted:
+        """Make the Parquet file ``path`` (``_id`` and mapped fields, no metadata columns) a segment of this
+        directory as it is: row ``r`` at seq# ``stamp.seq_no_base + r`` (segments/stamp.py; docs/design/adoption.md).
+
+        Under the lock, as one step: the file is linked in (or copied) and fsynced; its ids are looked up; a
+        row whose id the shard holds or the file repeats is re-applied (``segments/adoption.py``: deleted from
+        the new segment, buffered as an index operation at its seq# with its real version); the segment is
+        published like a refresh's (a held view does not show it).  Every seq# below the stamp's must be
+        applied already: SegmentError otherwise.  A field the mapping lacks, or maps to another type:
+        MappingConflict (merge the file's fields first).  Nothing changes when it raises.
+        """
+        with self._lock:
+            self._settle_sealed()
+            if stamp.seq_no_base <= self.max_seq_no:
+                raise SegmentError(f"{self.path}: a file adopted at seq# {stamp.seq_no_base} is at or below the "
+                                   f"directory's max seq# {self.max_seq_no}")
+            name = f"seg_{uuid.uuid4().hex[:16]}"
+            dest = os.path.join(self.path, segment_file_name(name))
+            info = place_stamped(path, dest, name, stamp, fsync=self._fsync)
+            try:
+                reader = SegmentReader(dest, info)
+                check_adoptable(reader.schema, self.mapping, path)
+                ids = reader.ids()
+                found = self.current_versions(ids, seen=True)
+                again = reapply_plan(ids, found.column(SEEN), found.column("_version"))
+                live = LiveDocs.all_live(info.doc_count)
+                docs = None
+                if again.rows.size:
+                    live = live.delete(pa.array(again.rows, pa.int64()))
+                    docs = reader.take(again.rows)
+                    docs = docs.set_column(docs.schema.get_field_index("_version"), "_version",
+                                           pa.array(again.versions, pa.int64()))
+                    docs = conform(docs, pa.schema(list(BASE_SCHEMA) + [docs.schema.field(n) for n in docs.schema.names
+                                                                         if n not in BASE_SCHEMA.names]))
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(dest)
+                raise
+            self._segments[name] = _Segment(reader, live, dirty=live.deleted_count > 0)
+            if docs is not None:
+                self._buffer.add_docs(docs)
+            if info.doc_count:
+                self.max_seq_no = max(self.max_seq_no, info.max_seq_no)
+                self._refreshed_seq = max(self._refreshed_seq, info.max_seq_no)
+            self._queue_warming(reader)
+            return Adopted(name, info.doc_count, int(again.rows.size))
 
     @property
     def buffer_full(self) -> bool:

@@ -34,6 +34,7 @@ from shardstore.segments.mapping import Mapping
 from shardstore.segments.remote_metadata import RemoteCommitMetadata, RemoteFile
 from shardstore.segments.remote_store import download_file
 from shardstore.segments.segment import BASE_SCHEMA, SegmentInfo, SegmentReader, conform, mentions
+from shardstore.segments.stamp import STAMPED_COLUMNS, read_groups, stamped_schema
 from shardstore.segments.synthetic import fill_sources
 
 __all__ = ["DEFAULT_CACHE_DIR", "ROWS_PER_TASK", "WHOLE_SEGMENTS", "CommitPlan", "ReadTask", "cache_path", "fetch_verified"]
@@ -139,14 +140,15 @@ class ReadTask:
         md = pf.metadata
         lo, hi = self.row_groups
         groups = list(range(lo, min(hi, md.num_row_groups)))
-        if filter is not None and groups:
+        stamp = self.info.stamp  # a stamped file's metadata columns are made as it is read (segments/stamp.py)
+        if filter is not None and groups and not (stamp is not None and any(mentions(filter, n) for n in STAMPED_COLUMNS)):
             frag = next(iter(ds.dataset(path, format="parquet").get_fragments()))
             kept = {p.row_groups[0].id for p in frag.subset(row_group_ids=groups).split_by_row_group(filter)}
             groups = [g for g in groups if g in kept]
         if not groups:
             return
         work = work or schema
-        present = set(pf.schema_arrow.names)
+        present = set(stamped_schema(pf.schema_arrow, stamp).names)
         want = [n for n in schema.names if n in present]
         extra = [n for n in present if n not in want and filter is not None and mentions(filter, n)]
         if self.superseded is not None and "_id" not in want:
@@ -164,7 +166,7 @@ class ReadTask:
             rows = sum(starts[c + 1] - starts[c] for c in chunk)
             if rows < batch_rows and i + 1 < len(groups):
                 continue
-            t = pf.read_row_groups(chunk, columns=want + extra, use_threads=True)
+            t = read_groups(pf, stamp, chunk, want + extra, starts=starts)
             keep = None
             if mask is not None:
                 keep = pa.concat_arrays([mask.slice(starts[c], starts[c + 1] - starts[c]) for c in chunk])

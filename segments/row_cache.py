@@ -50,6 +50,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from shardstore.segments.point_read import GroupColumns, group_columns
+from shardstore.segments.stamp import read_groups
 
 __all__ = ["RowGroupCache", "Warmer", "row_groups", "warmer"]
 
@@ -322,7 +323,7 @@ class Warmer:
                 if key not in self.cache:
                     self._yield_to_writes()
                     t0 = time.perf_counter()
-                    self.cache.get(key, lambda g=g: pf.read_row_group(g, use_threads=False))
+                    self.cache.get(key, lambda g=g: read_groups(pf, info.stamp, [g], use_threads=False))
                     if key not in self.cache:
                         return  # a row group larger than the whole budget: warming this segment is useless
                     self.warmed_groups += 1

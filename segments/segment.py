@@ -88,6 +88,7 @@ from .segment_info import (  # the info and the writer live apart; their names s
     segment_file_name,
 )
 from .segment_writer import write_segment
+from .stamp import STAMPED_COLUMNS, group_starts, read_groups, stamp_columns, stamped_schema
 
 __all__ = [
     "BASE_SCHEMA",
@@ -175,9 +176,16 @@ class SegmentReader:
         self._pf = None
 
     def _group_starts(self) -> np.ndarray:
-        md = self._file().metadata
-        counts = np.array([md.row_group(i).num_rows for i in range(md.num_row_groups)], dtype=np.int64)
-        return np.concatenate([[0], np.cumsum(counts)])
+        return group_starts(self._file().metadata)
+
+    def _read_groups(self, pf: pq.ParquetFile, groups: Sequence[int], columns: Sequence[str] | None = None,
+                     use_threads: bool = True) -> pa.Table:
+        """Row groups of the file, a stamped segment's virtual columns made (segments/stamp.py)."""
+        return read_groups(pf, self.info.stamp, groups, columns, use_threads=use_threads)
+
+    def _stamped_filter(self, filter: pc.Expression | None) -> bool:  # noqa: A002
+        """Whether ``filter`` reads a column this (stamped) file does not hold: no pruning by the file's statistics."""
+        return self.info.stamp is not None and filter is not None and any(mentions(filter, n) for n in STAMPED_COLUMNS)
 
     def _row_group_bounds(self) -> tuple[list[str], list[str], np.ndarray]:
         if self._bounds is None:
@@ -205,8 +213,9 @@ class SegmentReader:
 
     @property
     def schema(self) -> pa.Schema:
-        """The segment file's Arrow schema (base columns + the fields mapped when it was written)."""
-        return self._file().schema_arrow
+        """The segment's Arrow schema (base columns + the fields mapped when it was written; a stamped file's
+        virtual columns included)."""
+        return stamped_schema(self._file().schema_arrow, self.info.stamp)
 
     # -- integrity ------------------------------------------------------------------
     def verify(self) -> None:
@@ -245,6 +254,8 @@ class SegmentReader:
         pyarrow ParquetFile hung (fault simulator).  Checked against the segment info first.
         """
         self._file()  # the footer against the segment info (SegmentCorrupted names a mismatch)
+        if self.info.stamp is not None and name in STAMPED_COLUMNS:
+            return stamp_columns(self.info.stamp, np.arange(self.info.doc_count, dtype=np.int64), [name])[0]
         with pq.ParquetFile(self.path) as pf:
             return pf.read(columns=[name], use_threads=False).column(name).combine_chunks()
 
@@ -399,7 +410,7 @@ class SegmentReader:
         if r.size and (r.min() < 0 or r.max() >= self.info.doc_count):
             raise IndexError(f"row numbers must be in [0, {self.info.doc_count})")
         if r.size == 0:
-            schema = pf.schema_arrow
+            schema = self.schema
             if cols is not None:
                 schema = pa.schema([schema.field(c) for c in cols])
             return schema.empty_table()
@@ -409,9 +420,10 @@ class SegmentReader:
         try:
             if cols is None and len(needed) <= 2 and row_cache.row_groups.max_bytes > 0:  # a point read
                 t = pa.concat_tables([row_cache.row_groups.get(
-                    (self.path, self.info.checksum, int(g)), lambda g=int(g): pf.read_row_group(g)) for g in needed])
+                    (self.path, self.info.checksum, int(g)), lambda g=int(g): self._read_groups(pf, [g]))
+                    for g in needed])
             else:
-                t = pf.read_row_groups(needed.tolist(), columns=cols)
+                t = self._read_groups(pf, needed.tolist(), cols)
         except pa.ArrowException as exc:
             raise SegmentCorrupted(self._where, f"cannot read row groups {needed.tolist()}: {exc}") from None
         sizes = starts[needed + 1] - starts[needed]
@@ -437,7 +449,7 @@ class SegmentReader:
         g = bisect.bisect_right(starts, r) - 1
         pf = self._file()
         try:
-            group = row_cache.row_groups.columns((self.path, self.info.checksum, g), lambda: pf.read_row_group(g))
+            group = row_cache.row_groups.columns((self.path, self.info.checksum, g), lambda: self._read_groups(pf, [g]))
         except pa.ArrowException as exc:
             raise SegmentCorrupted(self._where, f"cannot read row group {g}: {exc}") from None
         return row_values(group, starts, r)
@@ -528,12 +540,12 @@ class SegmentReader:
         engines such as Spark that only take filters; it costs an extra column.)
         """
         dset = self._dataset()
-        cols = list(columns) if columns is not None else list(dset.schema.names)
+        cols = list(columns) if columns is not None else list(self.schema.names)
         if live is not None and live.doc_count != self.info.doc_count:
             raise ValueError(f"live docs of {live.doc_count} rows for a segment of {self.info.doc_count}")
         if live is not None and live.live_count == 0:
             return
-        if live is None or live.deleted_count == 0:
+        if (live is None or live.deleted_count == 0) and self.info.stamp is None:  # a stamp needs row positions
             for batch in dset.to_batches(columns=cols, filter=filter, batch_size=batch_size, use_threads=use_threads):
                 if batch.num_rows:
                     yield batch
@@ -553,15 +565,15 @@ class SegmentReader:
         md = pf.metadata
         starts = self._group_starts()
         groups: list[int] = list(range(md.num_row_groups))
-        if filter is not None:  # the dataset only to prune by the filter's statistics (a cold scan opens none)
-            dset = dset if dset is not None else self._dataset()
+        if filter is not None and not self._stamped_filter(filter):  # the dataset only to prune by the filter's
+            dset = dset if dset is not None else self._dataset()  # statistics (a cold scan opens none)
             groups = sorted(p.row_groups[0].id for frag in dset.get_fragments() for p in frag.split_by_row_group(filter))
         if live is not None and live.live_count == 0:
             return []
         mask = live.mask() if live is not None and live.deleted_count else None
         extra: list[str] = []
         if filter is not None:
-            extra = [n for n in pf.schema_arrow.names if n not in cols and mentions(filter, n)]
+            extra = [n for n in self.schema.names if n not in cols and mentions(filter, n)]
         read_cols = cols + extra
         leaf = {md.schema.column(i).path: i for i in range(md.num_columns)}
         idx = [leaf[c] for c in read_cols if c in leaf]
@@ -579,7 +591,7 @@ class SegmentReader:
                 t = pa.concat_tables([c.select(read_cols) for c in cached])
             else:
                 try:
-                    t = pf.read_row_groups(run, columns=read_cols, use_threads=True)
+                    t = self._read_groups(pf, run, read_cols)
                 except pa.ArrowException as exc:
                     raise SegmentCorrupted(where, f"cannot read row groups {run}: {exc}") from None
             m = None

@@ -19,13 +19,17 @@ from shardstore.errors import UnsupportedFormatVersion
 from shardstore.fileio import mapped
 
 from .errors import SegmentCorrupted
+from .stamp import Stamp
 
 #: Format of the segments the engine writes: rows sorted by ``_id``.
 FORMAT_VERSION = 1
 #: Format of a segment whose rows are in any order (an id may repeat; live docs say which copy counts).
 UNSORTED_FORMAT_VERSION = 2
+#: Format of a stamped segment: rows in any order, no metadata columns in the file; its info's
+#: :class:`~.stamp.Stamp` gives them (segments/stamp.py, docs/design/adoption.md).
+STAMPED_FORMAT_VERSION = 3
 #: The newest segment format this code reads (a newer one: ``UnsupportedFormatVersion``).
-MAX_FORMAT_VERSION = UNSORTED_FORMAT_VERSION
+MAX_FORMAT_VERSION = STAMPED_FORMAT_VERSION
 METADATA_KEY = b"shardstore.segment"
 #: Arrow bytes per row group: 8 MiB (about 42,000 flights rows) since issue 44, when 4 MiB groups with every
 #: column in zstd decoded a cold scan at 0.75 of deltalake's speed (docs/design/segments.md, "Codecs").
@@ -136,6 +140,13 @@ class SegmentInfo:
     columns: tuple[ColumnStats, ...] = ()
     row_groups: int = 0
     format_version: int = FORMAT_VERSION
+    #: a stamped segment's metadata columns (format :data:`STAMPED_FORMAT_VERSION` only)
+    stamp: Stamp | None = None
+
+    def __post_init__(self) -> None:
+        if (self.stamp is not None) != (self.format_version == STAMPED_FORMAT_VERSION):
+            raise ValueError(f"segment {self.name}: format version {self.format_version} with stamp {self.stamp} "
+                             f"(a stamp goes with format {STAMPED_FORMAT_VERSION} and only with it)")
 
     @property
     def id_sorted(self) -> bool:
@@ -163,6 +174,7 @@ class SegmentInfo:
             "columns": {c.name: c.to_dict() for c in self.columns},
             "row_groups": self.row_groups,
             "format_version": self.format_version,
+            **({"stamp": self.stamp.to_dict()} if self.stamp is not None else {}),
         }
 
     @classmethod
@@ -190,6 +202,7 @@ class SegmentInfo:
                 ),
                 row_groups=int(d["row_groups"]),
                 format_version=version,
+                stamp=Stamp.from_dict(d["stamp"]) if "stamp" in d else None,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise SegmentCorrupted(where, f"bad segment info: {exc!r}") from None

@@ -6,9 +6,11 @@ See :mod:`.segment` for the design of segment files.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
+import shutil
 import uuid
 from typing import Any
 
@@ -28,18 +30,21 @@ from .segment_info import (
     MAX_ROW_GROUP_ROWS,
     METADATA_KEY,
     MIN_ROW_GROUP_ROWS,
+    STAMPED_FORMAT_VERSION,
     TAKE_BYTES,
     TARGET_ROW_GROUP_BYTES,
     UNIQUE_COLUMNS,
     ZSTD_LEVEL,
     SegmentInfo,
     column_codecs,
+    file_crc32c,
     footer_column_stats,
     format_version_of,
     id_bounds,
     in_id_order,
     metadata_info,
 )
+from .stamp import STAMPED_COLUMNS, Stamp
 
 
 class _CrcWriter(io.RawIOBase):
@@ -248,4 +253,48 @@ def write_segment(
     )
 
 
-__all__ = ["write_segment"]
+def stamped_info(path: str, name: str, stamp: Stamp) -> SegmentInfo:
+    """The info of a stamped segment (segments/stamp.py): a Parquet file written elsewhere with ``_id`` and the
+    fields but no metadata columns, described as it is (nothing rewritten): size and CRC32C of its bytes, its
+    row groups, id bounds and field statistics from its footer, seq#s ``stamp.seq_no_base`` onwards."""
+    size, crc = file_crc32c(path)
+    with pq.ParquetFile(path) as pf:
+        schema, md = pf.schema_arrow, pf.metadata
+        present = [n for n in STAMPED_COLUMNS if schema.get_field_index(n) >= 0]
+        if schema.get_field_index("_id") < 0 or present:
+            raise ValueError(f"{path}: a stamped segment file holds _id and no {present or list(STAMPED_COLUMNS)}")
+        n = md.num_rows
+        ids = footer_column_stats(md, schema.get_field_index("_id"), "_id", pa.string(),
+                                  lambda: pf.read(columns=["_id"]).column("_id"))
+        if ids.null_count:
+            raise ValueError(f"{path}: {ids.null_count} rows have no _id")
+        columns = tuple(footer_column_stats(md, schema.get_field_index(c), c, schema.field(c).type,
+                                            lambda c=c: pf.read(columns=[c]).column(c))
+                        for c in _stat_columns(schema.empty_table()))
+    return SegmentInfo(name=name, file_name=os.path.basename(path), size=size, checksum=crc, doc_count=n,
+                       min_seq_no=stamp.seq_no_base if n else -1, max_seq_no=stamp.seq_no_base + n - 1 if n else -1,
+                       max_primary_term=stamp.primary_term if n else 0, min_id=ids.min, max_id=ids.max,
+                       columns=columns, row_groups=md.num_row_groups, format_version=STAMPED_FORMAT_VERSION,
+                       stamp=stamp)
+
+
+def place_stamped(src: str, dest: str, name: str, stamp: Stamp, *, fsync: bool = True) -> SegmentInfo:
+    """Put the file ``src`` at ``dest`` as a stamped segment (a hard link, else a copy), durable when ``fsync``, and
+    describe it (:func:`stamped_info`); ValueError (``dest`` removed) when it is not a stamped segment file."""
+    try:
+        os.link(src, dest)
+    except OSError:  # another file system, or no hard links there
+        shutil.copyfile(src, dest)
+    try:
+        if fsync:  # a linked file may come from a cache written without fsync
+            with open(dest, "rb") as f:
+                fsync_file(f.fileno(), dest)
+            fsync_dir(os.path.dirname(os.path.abspath(dest)))
+        return stamped_info(dest, name, stamp)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(dest)
+        raise
+
+
+__all__ = ["place_stamped", "stamped_info", "write_segment"]

@@ -96,11 +96,18 @@ def read_options(spark: Any, options: dict[str, Any], schema: Any = None) -> Any
         return _read_with_sources(spark, options, schema)
     opts = lower_options(options)
     blob_store, plan = plan_read(opts)
+    if stamped(plan):  # Spark's Parquet reader would read their virtual columns as nulls: the read tasks make them
+        return _read_with_sources(spark, options, schema)
     full = full_arrow_schema(plan.mapping, True)
     if schema is not None:
         columns = _user_columns(full, schema, plan.location.name)
         return _read(spark, blob_store, plan, opts, full_arrow_schema(plan.mapping, False)).select(*columns)
     return _read(spark, blob_store, plan, opts, full_arrow_schema(plan.mapping, False))
+
+
+def stamped(plan: ReadPlan) -> bool:
+    """Whether the plan reads a stamped segment (segments/stamp.py: its metadata columns are not in its file)."""
+    return any(seg.info.stamp is not None for s in plan.shards for seg in s.commit.metadata.commit.segments)
 
 
 def _read_with_sources(spark: Any, options: dict[str, Any], schema: Any) -> Any:
@@ -149,4 +156,4 @@ def _read(spark: Any, blob_store: Any, plan: ReadPlan, opts: dict[str, str], sch
     return out if out.columns == schema.names else out.select(*(_quote(n) for n in schema.names))
 
 
-__all__ = ["read_index", "read_options", "resolve_files", "wants_source"]
+__all__ = ["read_index", "read_options", "resolve_files", "stamped", "wants_source"]

@@ -1,0 +1,161 @@
+"""Adopting a file as a stamped segment (``ShardDirectory.adopt``, segments/adoption.py): the shard ends as if the
+file's rows had been indexed as one bulk in file order at seq#s ``S..`` (docs/design/adoption.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections import Counter
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from shardstore.core.ops import OpType
+from shardstore.segments.adoption import reapply_plan
+from shardstore.segments.directory import ShardDirectory
+from shardstore.segments.errors import MappingConflict, SegmentError
+from shardstore.segments.stamp import Stamp
+from shardstore.translog.operations import index_batch, stamp, unstamped_batch
+
+MAPPING = {"v": {"type": "long"}, "s": {"type": "keyword"}}
+
+
+# -- the decision, against a plain Python oracle -----------------------------------------------------------------
+
+@settings(max_examples=300, deadline=None)
+@given(ids=st.lists(st.sampled_from("abcdefg"), max_size=30), seen=st.sets(st.sampled_from("abcdefg")),
+       versions=st.dictionaries(st.sampled_from("abcdefg"), st.integers(1, 9)))
+def test_reapply_plan_is_a_bulk_in_file_order(ids, seen, versions) -> None:
+    counts = Counter(ids)
+    so_far: Counter = Counter()
+    want_rows, want_versions = [], []
+    for r, i in enumerate(ids):
+        if i in seen or counts[i] > 1:
+            want_rows.append(r)
+            want_versions.append(versions.get(i, 0) + so_far[i] + 1)
+        so_far[i] += 1
+    got = reapply_plan(pa.array(ids, pa.string()), np.array([i in seen for i in ids], dtype=bool),
+                       pa.array([versions.get(i) for i in ids], pa.int64()))
+    assert got.rows.tolist() == want_rows and got.versions.tolist() == want_versions
+
+
+def test_reapply_plan_refuses_columns_of_other_lengths() -> None:
+    with pytest.raises(ValueError, match="2 ids, 1 seen flags"):
+        reapply_plan(pa.array(["a", "b"]), np.array([True]), pa.array([1, 2]))
+
+
+# -- the directory: adopt vs. the same rows indexed --------------------------------------------------------------
+
+def _source(i: str, v: int | None, s: str | None) -> bytes:
+    return json.dumps({k: x for k, x in (("v", v), ("s", s)) if x is not None}).encode()
+
+
+def _history(d: ShardDirectory, steps: list[tuple[str, str, int]]) -> int:
+    """Index/delete ops one at a time at seq# 0.., versions as a primary gives them; refresh on 'r'; the next seq#."""
+    seq = 0
+    for kind, doc_id, v in steps:
+        if kind == "r":
+            d.refresh()
+            continue
+        version = int(d.current_version_numbers([doc_id], pa.array([doc_id]))[0]) + 1
+        if kind == "i":
+            batch = index_batch([doc_id], [_source(doc_id, v, f"s{v % 3}")], [version])
+        else:
+            batch = unstamped_batch([OpType.DELETE], [doc_id], [version], [None])
+        d.apply(stamp(batch, seq, 1))
+        seq += 1
+    return seq
+
+
+def _state(d: ShardDirectory, ids: list[str]) -> dict:
+    gets = {}
+    for i in ids:
+        doc = d.get(i)
+        gets[i] = None if doc is None else (doc["_seq_no"], doc["_primary_term"], doc["_version"],
+                                            json.loads(doc["_source"]), doc["v"], doc["s"])
+    rows = [r for b in d.scan(["_id", "_seq_no", "_version", "v", "s"]) for r in b.to_pylist()]
+    return {"gets": gets, "count": d.count(), "scan": sorted(rows, key=lambda r: r["_id"])}
+
+
+_step = st.tuples(st.sampled_from("iidr"), st.sampled_from([f"k{j}" for j in range(8)]), st.integers(0, 99))
+_row = st.tuples(st.sampled_from([f"k{j}" for j in range(12)]), st.one_of(st.none(), st.integers(-5, 5)),
+                 st.one_of(st.none(), st.sampled_from(["x", "y"])))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(history=st.lists(_step, max_size=14), rows=st.lists(_row, min_size=1, max_size=16))
+def test_an_adopted_file_reads_as_its_rows_indexed_in_order(tmp_path_factory, history, rows) -> None:
+    tmp = tmp_path_factory.mktemp("adopt")
+    ids = sorted({i for _k, i, _v in history} | {r[0] for r in rows})
+    with ShardDirectory(str(tmp / "a"), mapping=MAPPING, fsync=False, warm=False) as a, \
+            ShardDirectory(str(tmp / "b"), mapping=MAPPING, fsync=False, warm=False) as b:
+        first = _history(a, history)
+        assert _history(b, history) == first
+        path = str(tmp / "file.parquet")
+        pq.write_table(pa.table({"_id": pa.array([r[0] for r in rows], pa.string()),
+                                 "v": pa.array([r[1] for r in rows], pa.int64()),
+                                 "s": pa.array([r[2] for r in rows], pa.string())}), path, row_group_size=5)
+        done = a.adopt(path, Stamp(first, 1))
+        assert done.rows == len(rows)
+        for r, (doc_id, v, s) in enumerate(rows):  # the oracle: the same rows, one bulk in file order
+            version = int(b.current_version_numbers([doc_id], pa.array([doc_id]))[0]) + 1
+            b.apply(stamp(index_batch([doc_id], [_source(doc_id, v, s)], [version]), first + r, 1))
+        assert a.max_seq_no == b.max_seq_no == first + len(rows) - 1
+        assert _state(a, ids)["gets"] == _state(b, ids)["gets"]  # realtime (a's rows are searchable already)
+        a.refresh()
+        b.refresh()
+        assert _state(a, ids) == _state(b, ids)
+        a.flush(local_checkpoint=a.max_seq_no, primary_term=1)
+        b.flush(local_checkpoint=b.max_seq_no, primary_term=1)
+    with ShardDirectory(str(tmp / "a"), fsync=False, warm=False) as a, \
+            ShardDirectory(str(tmp / "b"), fsync=False, warm=False) as b:  # reopened from their commits
+        assert _state(a, ids) == _state(b, ids)
+        a.force_merge(1)
+        b.force_merge(1)
+        assert _state(a, ids) == _state(b, ids)
+
+
+def test_an_adopted_segment_survives_a_reopen_and_a_merge_writes_its_columns(tmp_path) -> None:
+    path = str(tmp_path / "f.parquet")
+    pq.write_table(pa.table({"_id": [f"d{i}" for i in range(100)], "v": list(range(100)),
+                             "s": ["a"] * 100}), path)
+    with ShardDirectory(str(tmp_path / "d"), mapping=MAPPING, fsync=False, warm=False) as d:
+        d.apply(stamp(index_batch(["d5"], [b'{"v": -5}']), 0, 1))
+        done = d.adopt(path, Stamp(1, 1))
+        assert (done.rows, done.reapplied) == (100, 1)  # d5 was there: applied again at seq# 6, version 2
+        assert d.get("d5")["_seq_no"] == 6 and d.get("d5")["_version"] == 2 and d.get("d7")["_seq_no"] == 8
+        commit = d.flush(local_checkpoint=100, primary_term=1, merge=False)
+        stamped = [s for s in commit.segments if s.info.stamp is not None]
+        assert len(stamped) == 1 and stamped[0].info.stamp == Stamp(1, 1) and stamped[0].deleted_count == 1
+    os.unlink(path)  # the directory holds its own link
+    with ShardDirectory(str(tmp_path / "d"), fsync=False, warm=False) as d:
+        assert d.count() == 100 and d.get("d99")["_seq_no"] == 100
+        d.force_merge(1)
+        merged = [s for s in d.flush(local_checkpoint=100, primary_term=1).segments]
+        assert len(merged) == 1 and merged[0].info.stamp is None
+        assert d.get("d99")["_seq_no"] == 100 and d.count() == 100
+
+
+def test_adopt_refuses_and_changes_nothing(tmp_path) -> None:
+    path = str(tmp_path / "f.parquet")
+    pq.write_table(pa.table({"_id": ["a", "b"], "v": [1, 2], "w": [1.0, 2.0]}), path)
+    with ShardDirectory(str(tmp_path / "d"), mapping=MAPPING, fsync=False, warm=False) as d:
+        d.apply(stamp(index_batch(["z"], [b'{"v": 1}']), 0, 1))
+        with pytest.raises(SegmentError, match="at or below the directory's max seq# 0"):
+            d.adopt(path, Stamp(0, 1))
+        with pytest.raises(MappingConflict, match="'w'"):  # an unmapped field
+            d.adopt(path, Stamp(1, 1))
+        pq.write_table(pa.table({"_id": ["a"], "v": ["not a long"]}), path)
+        with pytest.raises(MappingConflict, match="'v'"):
+            d.adopt(path, Stamp(1, 1))
+        pq.write_table(pa.table({"_id": ["a"], "_seq_no": [4], "v": [1]}), path)
+        with pytest.raises(ValueError, match="no \\['_seq_no'\\]"):
+            d.adopt(path, Stamp(1, 1))
+        assert d.max_seq_no == 0 and d.count() == 0 and d.get("a") is None
+        assert sorted(f for f in os.listdir(d.path) if f.endswith(".parquet")) == []
+    shutil.rmtree(tmp_path / "d")
