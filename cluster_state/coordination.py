@@ -67,6 +67,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from shardstore.blobstores.base import BlobStore
+from shardstore.blobstores.errors import BlobNotFound
 from shardstore.cluster_state.errors import (
     ClusterStateCorrupt,
     ClusterStateSuperseded,
@@ -223,7 +224,8 @@ class ClusterManagerNode:
         self._pending: tuple[ClusterState, Manifest] | None = None
         #: a node could not read this master's last publication from the store (a blob of it lost or damaged: an
         #: entity with no twin, shared by every manifest since it was written): the next one is written whole
-        self._unreadable: ShardstoreError | None = None
+        self._unreadable: BaseException | None = None
+        self._repaired: set[str] = set()  # blobs named by a refusal that a whole publication answered (damaged ones)
         #: set once this node found its cluster UUID fenced: it never publishes again
         self.superseded: ClusterStateSuperseded | None = None
         #: when this node last joined another candidate's election (monotonic): its own stand waits a while
@@ -486,7 +488,8 @@ class ClusterManagerNode:
 
     def _publish(self, new: ClusterState, previous_cluster_uuid: str | None = None) -> ClusterState:
         prev, prev_m = self.disk.accepted, self._previous_manifest()
-        unreadable, self._unreadable = self._unreadable, None
+        with self._lock:
+            unreadable, self._unreadable = self._unreadable, None
         try:
             if prev is None or prev_m is None or prev_m.state_uuid != prev.state_uuid or unreadable is not None:
                 # whole: every entity uploaded anew, so a reader needs no blob an earlier manifest wrote
@@ -497,7 +500,8 @@ class ClusterManagerNode:
                 manifest = self.remote.write_incremental(prev, prev_m, new)
         except ShardstoreError:
             self.is_master = False
-            self._unreadable = unreadable
+            with self._lock:
+                self._unreadable = self._unreadable or unreadable
             raise
         self._pending = (new, manifest)
         request = Publish(new.term, new.version, manifest.key, self.name)
@@ -562,28 +566,65 @@ class ClusterManagerNode:
                 except (NodeDisconnected, ShardstoreError) as exc:
                     self._refused(action, node, exc)
             return answers, higher
-        futures = [self._pool().submit(self._send, node, action, request) for node in nodes]
-        for node, future in zip(nodes, futures):
-            future.node = node  # type: ignore[attr-defined]  # named in a refusal's log line
+        futures = []
+        for node in nodes:
+            future = self._pool().submit(self._send, node, action, request)
+            # a refusal is noted when it comes, also after this round went on at a quorum (the slowest node, a
+            # restarted one reading the whole state, is the one that cannot read it)
+            future.add_done_callback(lambda f, node=node: self._done(action, node, f))
+            futures.append(future)
         for future in as_completed(futures):
             try:
                 answers.append(future.result())
             except StaleTerm as exc:
                 higher = max(higher, exc.current)
-            except (NodeDisconnected, ShardstoreError) as exc:
-                self._refused(action, future.node, exc)  # type: ignore[attr-defined]
+            except (NodeDisconnected, ShardstoreError):
+                pass  # noted by its callback
             if enough(answers, higher):
                 break
         return list(answers), higher
 
+    def _done(self, action: str, node: str, future: Any) -> None:
+        """A parallel request ended: a refusal goes to :meth:`_refused`."""
+        if future.cancelled():
+            return
+        exc = future.exception()
+        if exc is not None and not isinstance(exc, StaleTerm):
+            self._refused(action, node, exc)
+
     def _refused(self, action: str, node: str, exc: BaseException) -> None:
-        """A node refused ``action``: if it could not read a publication's blobs (one lost or damaged in the store),
-        the next publication is written whole (docs/design/cluster_state.md, "A lost shared entity")."""
-        if action == PUBLISH and isinstance(exc, (MissingEntity, ClusterStateCorrupt)):
-            if self._unreadable is None:
-                log.warning("%s: %s could not read the published cluster state (%s); the next publication uploads "
-                            "every entity again", self.name, node, exc)
+        """A node refused ``action``: if it could not read a publication's blob and the blob is indeed lost or
+        damaged in the store, the next publication is written whole (docs/design/cluster_state.md, "A lost
+        shared entity").  A blob this node reads fine is the other node's own trouble: no rewrite for it."""
+        if action != PUBLISH or not isinstance(exc, (MissingEntity, ClusterStateCorrupt)):
+            return
+        key = str(getattr(exc, "key", "") or "")
+        if not self._damaged(key, exc):
+            log.info("%s: %s could not read the published cluster state (%s), which reads fine here", self.name,
+                     node, exc)
+            return
+        with self._lock:
+            first = self._unreadable is None
             self._unreadable = exc
+            self._repaired.add(key)
+        if first:
+            log.warning("%s: %s could not read the published cluster state (%s); the next publication uploads "
+                        "every entity again", self.name, node, exc)
+
+    def _damaged(self, key: str, exc: BaseException) -> bool:
+        """Whether the blob ``key`` a node could not read is gone from the store (or, once per key, damaged)."""
+        if not key:
+            return True
+        try:
+            self.remote.store.get(key)
+        except BlobNotFound:
+            return True
+        except ShardstoreError:
+            return False  # this node cannot tell now: the refusing node asks again at its next join
+        if isinstance(exc, MissingEntity):
+            return False  # the blob is there
+        with self._lock:
+            return key not in self._repaired  # damaged bytes: one whole publication per blob named
 
     def _pool(self) -> ThreadPoolExecutor:
         with self._lock:

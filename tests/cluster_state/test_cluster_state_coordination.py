@@ -261,3 +261,62 @@ def test_a_node_restarted_on_a_purged_manifest_can_publish_when_elected(store, t
     c.elect("n2")
     after = c.submit(create("b"))
     assert sorted(after.indices) == ["a", "b"] and committed(store, s.cluster_uuid) == after
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_a_lost_shared_entity_is_rewritten_for_a_node_that_reads_the_whole_state(store, tmp_path: Path,
+                                                                                parallel: bool) -> None:
+    """``blocks``, written once at bootstrap and shared by every manifest since, is lost. A restarted data node reads
+    the whole state and refuses each publication; the master checks the blob is gone and writes the next one whole.
+    In parallel publication the refusal comes after the quorum acknowledged (the node reads slowly): it still counts."""
+    c = LocalCluster(store, str(tmp_path), MASTERS, data_nodes=("d1",))
+    for node in c.nodes.values():
+        node.parallel_publish = parallel
+    c.elect("n1")
+    c.submit(create("a"))
+    lost = c.nodes["n1"].accepted_manifest.cluster["blocks"].key
+    store.delete([lost])
+    c.stop("d1")
+    d1 = c.start("d1")
+    d1.parallel_publish = parallel
+    read = d1.remote.read_incremental
+
+    def slow(*args, **kwargs):
+        import time
+
+        time.sleep(0.2)  # its refusal comes after the masters' acknowledgements
+        return read(*args, **kwargs)
+
+    d1.remote.read_incremental = slow
+    c.submit(create("b"))  # refused by d1 (the blob is gone)
+    import time
+
+    deadline = time.monotonic() + 5
+    while c.nodes["n1"]._unreadable is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    c.submit(create("c"))  # written whole: d1 reads it
+    deadline = time.monotonic() + 5
+    while (d1.applied is None or "c" not in d1.applied.indices) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert d1.applied is not None and sorted(d1.applied.indices) == ["a", "b", "c"]
+    assert c.nodes["n1"].accepted_manifest.cluster["blocks"].key != lost
+
+
+def test_a_node_that_cannot_read_a_blob_the_store_holds_costs_no_whole_publication(store, tmp_path: Path) -> None:
+    c = LocalCluster(store, str(tmp_path), MASTERS, data_nodes=("d1",))
+    c.elect("n1")
+    c.submit(create("a"))
+    c.stop("d1")
+    d1 = c.start("d1")
+
+    def broken(manifest, base):
+        from shardstore.cluster_state.errors import MissingEntity
+
+        raise MissingEntity(manifest.cluster["blocks"].key, manifest.key)  # its own store access, not the blob
+
+    d1.remote.read_incremental = broken
+    blocks = c.nodes["n1"].accepted_manifest.cluster["blocks"].key
+    c.submit(create("b"))
+    c.submit(create("c"))
+    assert c.nodes["n1"]._unreadable is None and d1.applied is None
+    assert c.nodes["n1"].accepted_manifest.cluster["blocks"].key == blocks  # still shared: nothing rewritten
