@@ -73,9 +73,12 @@ def reapply_plan(ids: pa.Array | pa.ChunkedArray, seen: pa.Array | np.ndarray, v
 
 def check_adoptable(schema: pa.Schema, mapping: Mapping, where: str) -> None:
     """MappingConflict unless every field column of a file to adopt is mapped, as the same Arrow type (the file's
-    columns are read as they are: a mismatch would read wrong, not fail)."""
+    columns are read as they are: a mismatch would read wrong, not fail); ValueError for an ``_id`` that is not a
+    string or a ``_source`` that is not binary (a merge could not concatenate it with other segments)."""
     mapped = {f.name: f.type for f in mapping.arrow_schema()}
     for f in schema:
+        if f.name in ("_id", "_source") and f.type != (pa.string() if f.name == "_id" else pa.binary()):
+            raise ValueError(f"{where}: {f.name} is {f.type}, not {'string' if f.name == '_id' else 'binary'}")
         if f.name in BASE_NAMES:
             continue
         if f.name not in mapped:

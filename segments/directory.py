@@ -273,16 +273,21 @@ class ShardDirectory:
             self._buffer.doc_bytes += nbytes
             self.max_seq_no = max(self.max_seq_no, first_seq_no + len(ids) - 1)
 
-    def adopt(self, path: str, stamp: Stamp) -> Adopted:
+    def adopt(self, path: str, stamp: Stamp, *, link: bool = False) -> Adopted:
         """Make the Parquet file ``path`` (``_id`` and mapped fields, no metadata columns) a segment of this
         directory as it is: row ``r`` at seq# ``stamp.seq_no_base + r`` (segments/stamp.py; docs/design/adoption.md).
 
-        Under the lock, as one step: the file is linked in (or copied) and fsynced; its ids are looked up; a
-        row whose id the shard holds or the file repeats is re-applied (``segments/adoption.py``: deleted from
-        the new segment, buffered as an index operation at its seq# with its real version); the segment is
-        published like a refresh's (a held view does not show it).  Every seq# below the stamp's must be
-        applied already: SegmentError otherwise.  A field the mapping lacks, or maps to another type:
-        MappingConflict (merge the file's fields first).  Nothing changes when it raises.
+        Under the lock, as one step: the file is copied in (hard-linked with ``link``: see
+        :func:`~shardstore.segments.segment_writer.place_stamped`) and fsynced; its ids are looked up; a row
+        whose id the shard holds or the file repeats is re-applied (``segments/adoption.py``: deleted from the
+        new segment, buffered as an index operation at its seq# with its real version); the segment is
+        published like a refresh's (a held view does not show it).
+
+        The caller applies operations in seq# order: every seq# below the stamp's is applied first (a shard
+        copy's local checkpoint is ``seq_no_base - 1``), or the lookups miss an id and the copies disagree on
+        its version.  The directory keeps no checkpoint; it refuses only a stamp at or below its max seq#
+        (SegmentError).  A field the mapping lacks, or maps to another type: MappingConflict (merge the file's
+        fields first); a bad ``_id`` or ``_source`` column: ValueError.  Nothing changes when it raises.
         """
         with self._lock:
             self._settle_sealed()
@@ -291,9 +296,10 @@ class ShardDirectory:
                                    f"directory's max seq# {self.max_seq_no}")
             name = f"seg_{uuid.uuid4().hex[:16]}"
             dest = os.path.join(self.path, segment_file_name(name))
-            info = place_stamped(path, dest, name, stamp, fsync=self._fsync)
+            info = place_stamped(path, dest, name, stamp, link=link, fsync=self._fsync)
+            reader = SegmentReader(dest, info)
+            published = False
             try:
-                reader = SegmentReader(dest, info)
                 check_adoptable(reader.schema, self.mapping, path)
                 ids = reader.ids()
                 found = self.current_versions(ids, seen=True)
@@ -307,16 +313,19 @@ class ShardDirectory:
                                            pa.array(again.versions, pa.int64()))
                     docs = conform(docs, pa.schema(list(BASE_SCHEMA) + [docs.schema.field(n) for n in docs.schema.names
                                                                          if n not in BASE_SCHEMA.names]))
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(dest)
-                raise
-            self._segments[name] = _Segment(reader, live, dirty=live.deleted_count > 0)
-            if docs is not None:
-                self._buffer.add_docs(docs)
+                if docs is not None:
+                    self._buffer.add_docs(docs)  # last of what can fail: the segment goes in with it, or neither
+                self._segments[name] = _Segment(reader, live, dirty=live.deleted_count > 0)
+                published = True
+            finally:
+                if not published:
+                    reader.close()
+                    row_cache.row_groups.forget(dest)
+                    with contextlib.suppress(OSError):
+                        os.unlink(dest)
             if info.doc_count:
                 self.max_seq_no = max(self.max_seq_no, info.max_seq_no)
-                self._refreshed_seq = max(self._refreshed_seq, info.max_seq_no)
+                self._refreshed_seq = max(self._refreshed_seq, info.max_seq_no)  # the segment holds up to here
             self._queue_warming(reader)
             return Adopted(name, info.doc_count, int(again.rows.size))
 

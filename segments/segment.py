@@ -511,9 +511,9 @@ class SegmentReader:
 
     def live_filter(self, live: LiveDocs | None) -> pc.Expression | None:
         """An expression keeping only the live rows (``~_seq_no.isin(deleted)``), or
-        None when nothing is deleted or the segment's ``_seq_no`` values repeat."""
-        if live is None or live.deleted_count == 0:
-            return None
+        None when nothing is deleted, the segment's ``_seq_no`` values repeat, or it is stamped."""
+        if live is None or live.deleted_count == 0 or self.info.stamp is not None:
+            return None  # a stamped file holds no _seq_no: an engine reading it raw would drop every row
         seq, unique = self._seq_nos()
         if not unique:
             return None

@@ -263,6 +263,10 @@ def stamped_info(path: str, name: str, stamp: Stamp) -> SegmentInfo:
         present = [n for n in STAMPED_COLUMNS if schema.get_field_index(n) >= 0]
         if schema.get_field_index("_id") < 0 or present:
             raise ValueError(f"{path}: a stamped segment file holds _id and no {present or list(STAMPED_COLUMNS)}")
+        wrong = [f"{n} is {schema.field(n).type}" for n, t in (("_id", pa.string()), ("_source", pa.binary()))
+                 if schema.get_field_index(n) >= 0 and schema.field(n).type != t]
+        if wrong:
+            raise ValueError(f"{path}: a stamped segment file's _id is a string and its _source binary; {wrong}")
         n = md.num_rows
         ids = footer_column_stats(md, schema.get_field_index("_id"), "_id", pa.string(),
                                   lambda: pf.read(columns=["_id"]).column("_id"))
@@ -278,14 +282,24 @@ def stamped_info(path: str, name: str, stamp: Stamp) -> SegmentInfo:
                        stamp=stamp)
 
 
-def place_stamped(src: str, dest: str, name: str, stamp: Stamp, *, fsync: bool = True) -> SegmentInfo:
-    """Put the file ``src`` at ``dest`` as a stamped segment (a hard link, else a copy), durable when ``fsync``, and
-    describe it (:func:`stamped_info`); ValueError (``dest`` removed) when it is not a stamped segment file."""
+def place_stamped(src: str, dest: str, name: str, stamp: Stamp, *, link: bool = False, fsync: bool = True) -> SegmentInfo:
+    """Put the file ``src`` at ``dest`` as a stamped segment, durable when ``fsync``, and describe it
+    (:func:`stamped_info`); ValueError (``dest`` removed) when it is not a stamped segment file.
+
+    A copy, unless ``link``: a hard link then (a copy where the file system has none), and the caller
+    promises ``src`` is never rewritten in place (a download cache writes a new file and renames it):
+    the segment shares its bytes.
+    """
     try:
-        os.link(src, dest)
-    except OSError:  # another file system, or no hard links there
-        shutil.copyfile(src, dest)
-    try:
+        linked = False
+        if link:
+            try:
+                os.link(src, dest)
+                linked = True
+            except OSError:  # another file system, or no hard links there
+                pass
+        if not linked:
+            shutil.copyfile(src, dest)
         if fsync:  # a linked file may come from a cache written without fsync
             with open(dest, "rb") as f:
                 fsync_file(f.fileno(), dest)

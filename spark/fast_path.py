@@ -31,6 +31,7 @@ import pyarrow as pa
 
 from shardstore.segments.read_plan import DEFAULT_CACHE_DIR, WHOLE_SEGMENTS
 from shardstore.segments.segment import conform
+from shardstore.segments.stamp import Stamp
 from shardstore.spark.conf import SPARK_CONF
 from shardstore.spark.reader import (
     ReadPlan,
@@ -44,13 +45,19 @@ from shardstore.spark.reader import (
 )
 
 _FILE, _ROW = "__shardstore_file", "__shardstore_row"
+_BASE, _TERM = "__shardstore_seq_base", "__shardstore_term"
 
 
 def resolve_files(store: Any, plan: ReadPlan, cache_dir: str) -> list[tuple[str, pa.Array | None]]:
     """(local path, deleted row numbers or None) of every segment file the plan reads (one task per segment)."""
+    return [(path, deleted) for path, deleted, _stamp in _resolve(store, plan, cache_dir)]
+
+
+def _resolve(store: Any, plan: ReadPlan, cache_dir: str) -> list[tuple[str, pa.Array | None, Stamp | None]]:
+    """:func:`resolve_files` with each file's stamp (segments/stamp.py; None for a file with its metadata columns)."""
     tasks = [t for s in plan.shards for t in s.commit.tasks(row_groups_per_task=WHOLE_SEGMENTS)]
     with ThreadPoolExecutor(max_workers=8) as pool:
-        return list(pool.map(lambda t: t.local_file(store, cache_dir), tasks))
+        return list(pool.map(lambda t: (*t.local_file(store, cache_dir), t.info.stamp), tasks))
 
 
 def _user_columns(schema: pa.Schema, user: Any, index: str) -> list[Any]:
@@ -96,13 +103,41 @@ def read_options(spark: Any, options: dict[str, Any], schema: Any = None) -> Any
         return _read_with_sources(spark, options, schema)
     opts = lower_options(options)
     blob_store, plan = plan_read(opts)
-    if stamped(plan):  # Spark's Parquet reader would read their virtual columns as nulls: the read tasks make them
-        return _read_with_sources(spark, options, schema)
     full = full_arrow_schema(plan.mapping, True)
     if schema is not None:
         columns = _user_columns(full, schema, plan.location.name)
         return _read(spark, blob_store, plan, opts, full_arrow_schema(plan.mapping, False)).select(*columns)
     return _read(spark, blob_store, plan, opts, full_arrow_schema(plan.mapping, False))
+
+
+def _stamped_frame(spark: Any, sschema: Any, files: list[tuple[str, pa.Array | None, Stamp]]) -> Any:
+    """The live rows of stamped segment files (segments/stamp.py), their virtual columns made as Spark columns.
+
+    Spark's Parquet reader reads the columns the files hold, with ``_metadata.file_name`` and
+    ``_metadata.row_index``; a broadcast table of each file's stamp gives ``_seq_no = base +
+    row``, the term and version 1; deleted rows are anti-joined away as for any file with
+    deletions.  (``_source`` is never read here: a read asking for it takes the read tasks.)
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    virtual = {"_seq_no": (F.col(_BASE) + F.col(_ROW)), "_primary_term": F.col(_TERM), "_version": F.lit(1)}
+    physical = StructType([f for f in sschema.fields if f.name not in virtual])
+    names = [p.rsplit("/", 1)[-1] for p, _d, _st in files]
+    stamps = spark.createDataFrame(pa.table({_FILE: pa.array(names, pa.string()),
+                                             _BASE: pa.array([st.seq_no_base for _p, _d, st in files], pa.int64()),
+                                             _TERM: pa.array([st.primary_term for _p, _d, st in files], pa.int64())}))
+    raw = spark.read.schema(physical).parquet(*("file://" + p for p, _d, _st in files))
+    rows = raw.select("*", F.col("_metadata.file_name").alias(_FILE), F.col("_metadata.row_index").alias(_ROW))
+    gone = [(name, d) for name, (_p, d, _st) in zip(names, files) if d is not None and len(d)]
+    if gone:
+        deleted = spark.createDataFrame(pa.table({
+            _FILE: pa.concat_arrays([pa.array([n] * len(d), pa.string()) for n, d in gone]),
+            _ROW: pa.concat_arrays([d.cast(pa.int64()) for _n, d in gone])}))
+        rows = rows.join(F.broadcast(deleted), [_FILE, _ROW], "left_anti")
+    rows = rows.join(F.broadcast(stamps), [_FILE])
+    return rows.select(*((virtual[f.name].cast(f.dataType) if f.name in virtual else F.col(_quote(f.name))).alias(f.name)
+                         for f in sschema.fields))
 
 
 def stamped(plan: ReadPlan) -> bool:
@@ -128,10 +163,12 @@ def _read(spark: Any, blob_store: Any, plan: ReadPlan, opts: dict[str, str], sch
     from pyspark.sql import functions as F
 
     sschema = to_struct_type(schema)
-    files = resolve_files(blob_store, plan, opts.get("cachedir") or DEFAULT_CACHE_DIR)
-    clean = ["file://" + p for p, d in files if d is None]
-    dirty = [(p, d) for p, d in files if d is not None]
+    files = _resolve(blob_store, plan, opts.get("cachedir") or DEFAULT_CACHE_DIR)
+    clean = ["file://" + p for p, d, st in files if d is None and st is None]
+    dirty = [(p, d) for p, d, st in files if d is not None and st is None]
     frames = []
+    if any(st is not None for _p, _d, st in files):
+        frames.append(_stamped_frame(spark, sschema, [(p, d, st) for p, d, st in files if st is not None]))
     if clean:
         frames.append(spark.read.schema(sschema).parquet(*clean))
     if dirty:

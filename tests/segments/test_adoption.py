@@ -88,8 +88,10 @@ _row = st.tuples(st.sampled_from([f"k{j}" for j in range(12)]), st.one_of(st.non
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(history=st.lists(_step, max_size=14), rows=st.lists(_row, min_size=1, max_size=16))
-def test_an_adopted_file_reads_as_its_rows_indexed_in_order(tmp_path_factory, history, rows) -> None:
+@given(history=st.lists(_step, max_size=14), rows=st.lists(_row, min_size=1, max_size=16), term=st.integers(1, 3),
+       with_source=st.booleans())
+def test_an_adopted_file_reads_as_its_rows_indexed_in_order(tmp_path_factory, history, rows, term,
+                                                            with_source) -> None:
     tmp = tmp_path_factory.mktemp("adopt")
     ids = sorted({i for _k, i, _v in history} | {r[0] for r in rows})
     with ShardDirectory(str(tmp / "a"), mapping=MAPPING, fsync=False, warm=False) as a, \
@@ -97,14 +99,16 @@ def test_an_adopted_file_reads_as_its_rows_indexed_in_order(tmp_path_factory, hi
         first = _history(a, history)
         assert _history(b, history) == first
         path = str(tmp / "file.parquet")
-        pq.write_table(pa.table({"_id": pa.array([r[0] for r in rows], pa.string()),
-                                 "v": pa.array([r[1] for r in rows], pa.int64()),
-                                 "s": pa.array([r[2] for r in rows], pa.string())}), path, row_group_size=5)
-        done = a.adopt(path, Stamp(first, 1))
+        columns = {"_id": pa.array([r[0] for r in rows], pa.string()),
+                   "v": pa.array([r[1] for r in rows], pa.int64()), "s": pa.array([r[2] for r in rows], pa.string())}
+        if with_source:  # a file that keeps each row's JSON (rows rebuild the same document either way)
+            columns["_source"] = pa.array([_source(*r) for r in rows], pa.binary())
+        pq.write_table(pa.table(columns), path, row_group_size=5)
+        done = a.adopt(path, Stamp(first, term))
         assert done.rows == len(rows)
         for r, (doc_id, v, s) in enumerate(rows):  # the oracle: the same rows, one bulk in file order
             version = int(b.current_version_numbers([doc_id], pa.array([doc_id]))[0]) + 1
-            b.apply(stamp(index_batch([doc_id], [_source(doc_id, v, s)], [version]), first + r, 1))
+            b.apply(stamp(index_batch([doc_id], [_source(doc_id, v, s)], [version]), first + r, term))
         assert a.max_seq_no == b.max_seq_no == first + len(rows) - 1
         assert _state(a, ids)["gets"] == _state(b, ids)["gets"]  # realtime (a's rows are searchable already)
         a.refresh()
@@ -127,6 +131,8 @@ def test_an_adopted_segment_survives_a_reopen_and_a_merge_writes_its_columns(tmp
     with ShardDirectory(str(tmp_path / "d"), mapping=MAPPING, fsync=False, warm=False) as d:
         d.apply(stamp(index_batch(["d5"], [b'{"v": -5}']), 0, 1))
         done = d.adopt(path, Stamp(1, 1))
+        pq.write_table(pa.table({"_id": ["zz"], "v": [0], "s": ["b"]}), path)  # rewritten in place: a copy was taken
+        d.verify()
         assert (done.rows, done.reapplied) == (100, 1)  # d5 was there: applied again at seq# 6, version 2
         assert d.get("d5")["_seq_no"] == 6 and d.get("d5")["_version"] == 2 and d.get("d7")["_seq_no"] == 8
         commit = d.flush(local_checkpoint=100, primary_term=1, merge=False)
@@ -155,6 +161,12 @@ def test_adopt_refuses_and_changes_nothing(tmp_path) -> None:
             d.adopt(path, Stamp(1, 1))
         pq.write_table(pa.table({"_id": ["a"], "_seq_no": [4], "v": [1]}), path)
         with pytest.raises(ValueError, match="no \\['_seq_no'\\]"):
+            d.adopt(path, Stamp(1, 1))
+        pq.write_table(pa.table({"_id": ["a"], "_source": ['{"v": 1}'], "v": [1]}), path)  # a string _source
+        with pytest.raises(ValueError, match="_source is string"):
+            d.adopt(path, Stamp(1, 1))
+        pq.write_table(pa.table({"_id": pa.array(["a"]).dictionary_encode(), "v": [1]}), path)
+        with pytest.raises(ValueError, match="_id is dictionary"):
             d.adopt(path, Stamp(1, 1))
         assert d.max_seq_no == 0 and d.count() == 0 and d.get("a") is None
         assert sorted(f for f in os.listdir(d.path) if f.endswith(".parquet")) == []

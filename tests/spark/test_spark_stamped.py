@@ -1,6 +1,6 @@
 """Spark reads a commit holding a stamped segment (segments/stamp.py): its virtual ``_seq_no``, ``_primary_term`` and
-``_version`` come out as the segments reading API gives them, never null, through the bridge's fast path too (which
-hands such a commit to the read tasks: Spark's Parquet reader would read those columns as nulls)."""
+``_version`` come out as the segments reading API gives them, never null, through the bridge's fast path too (Spark's
+Parquet reader alone would read those columns as nulls: the fast path makes them from the row index)."""
 
 from __future__ import annotations
 
@@ -56,4 +56,8 @@ def test_spark_reads_a_stamped_segments_virtual_columns(spark, tmp_path) -> None
         got = df.select(*COLUMNS).toArrow().sort_by("_id")
         assert got.column("_seq_no").null_count == 0
         assert got.to_pylist() == want.cast(got.schema).to_pylist()
-    assert want.filter(pa.compute.equal(want.column("_id"), "c1")).to_pylist()[0]["_version"] == 2
+    rows = {r["_id"]: r for r in want.to_pylist()}  # absolute values, not only the reading API's
+    first = base.max_seq_no + 1
+    assert all((rows[f"d{i:04d}"]["_seq_no"], rows[f"d{i:04d}"]["_primary_term"], rows[f"d{i:04d}"]["_version"])
+               == (first + i, term, 1) for i in range(2000))
+    assert (rows["c1"]["_seq_no"], rows["c1"]["_version"], rows["c1"]["x"]) == (first + 2000, 2, 2000)
