@@ -294,6 +294,7 @@ class ShardDirectory:
             if stamp.seq_no_base <= self.max_seq_no:
                 raise SegmentError(f"{self.path}: a file adopted at seq# {stamp.seq_no_base} is at or below the "
                                    f"directory's max seq# {self.max_seq_no}")
+            self._pin_deferred_view()  # a replica's deferred view pins before the segment is there, as a refresh's
             name = f"seg_{uuid.uuid4().hex[:16]}"
             dest = os.path.join(self.path, segment_file_name(name))
             info = place_stamped(path, dest, name, stamp, link=link, fsync=self._fsync)
