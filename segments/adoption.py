@@ -23,9 +23,7 @@ import pyarrow.compute as pc
 from shardstore.core.arrays import filled, one_array
 from shardstore.segments.errors import MappingConflict
 from shardstore.segments.mapping import Mapping
-
-#: the base columns (segment_info.BASE_SCHEMA's names), in a file to adopt ``_id`` and maybe ``_source``
-BASE_NAMES = frozenset(("_id", "_seq_no", "_primary_term", "_version", "_source"))
+from shardstore.segments.segment_info import BASE_SCHEMA
 
 
 @dataclass(frozen=True)
@@ -79,7 +77,7 @@ def check_adoptable(schema: pa.Schema, mapping: Mapping, where: str) -> None:
     for f in schema:
         if f.name in ("_id", "_source") and f.type != (pa.string() if f.name == "_id" else pa.binary()):
             raise ValueError(f"{where}: {f.name} is {f.type}, not {'string' if f.name == '_id' else 'binary'}")
-        if f.name in BASE_NAMES:
+        if f.name in BASE_SCHEMA.names:
             continue
         if f.name not in mapped:
             raise MappingConflict(f.name, None, "(not mapped)", f"{f.type} in {where}")

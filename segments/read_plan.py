@@ -33,8 +33,8 @@ from shardstore.segments.livedocs import LiveDocs
 from shardstore.segments.mapping import Mapping
 from shardstore.segments.remote_metadata import RemoteCommitMetadata, RemoteFile
 from shardstore.segments.remote_store import download_file
-from shardstore.segments.segment import BASE_SCHEMA, SegmentInfo, SegmentReader, conform, mentions
-from shardstore.segments.stamp import STAMPED_COLUMNS, read_groups, stamped_schema
+from shardstore.segments.segment import BASE_SCHEMA, SegmentInfo, SegmentReader, conform, mentions, prunable
+from shardstore.segments.stamp import group_starts, read_groups, stamped_schema
 from shardstore.segments.synthetic import fill_sources
 
 __all__ = ["DEFAULT_CACHE_DIR", "ROWS_PER_TASK", "WHOLE_SEGMENTS", "CommitPlan", "ReadTask", "cache_path", "fetch_verified"]
@@ -141,7 +141,7 @@ class ReadTask:
         lo, hi = self.row_groups
         groups = list(range(lo, min(hi, md.num_row_groups)))
         stamp = self.info.stamp  # a stamped file's metadata columns are made as it is read (segments/stamp.py)
-        if filter is not None and groups and not (stamp is not None and any(mentions(filter, n) for n in STAMPED_COLUMNS)):
+        if groups and prunable(self.info, filter):
             frag = next(iter(ds.dataset(path, format="parquet").get_fragments()))
             kept = {p.row_groups[0].id for p in frag.subset(row_group_ids=groups).split_by_row_group(filter)}
             groups = [g for g in groups if g in kept]
@@ -156,9 +156,7 @@ class ReadTask:
         rebuild = "_source" in want  # a null _source (source_keep, synthetic source) is rebuilt from every field
         if rebuild:
             extra += [n for n in pf.schema_arrow.names if n not in want and n not in extra and n not in BASE_SCHEMA.names]
-        starts = [0]
-        for g in range(md.num_row_groups):
-            starts.append(starts[-1] + md.row_group(g).num_rows)
+        starts = group_starts(md).tolist()
         mask = live.mask() if live is not None and live.deleted_count else None
         chunk: list[int] = []
         for i, g in enumerate(groups):

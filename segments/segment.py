@@ -113,6 +113,7 @@ __all__ = [
     "ZSTD_LEVEL",
     "conform",
     "mentions",
+    "prunable",
 ]
 
 
@@ -183,9 +184,6 @@ class SegmentReader:
         """Row groups of the file, a stamped segment's virtual columns made (segments/stamp.py)."""
         return read_groups(pf, self.info.stamp, groups, columns, use_threads=use_threads)
 
-    def _stamped_filter(self, filter: pc.Expression | None) -> bool:  # noqa: A002
-        """Whether ``filter`` reads a column this (stamped) file does not hold: no pruning by the file's statistics."""
-        return self.info.stamp is not None and filter is not None and any(mentions(filter, n) for n in STAMPED_COLUMNS)
 
     def _row_group_bounds(self) -> tuple[list[str], list[str], np.ndarray]:
         if self._bounds is None:
@@ -565,7 +563,7 @@ class SegmentReader:
         md = pf.metadata
         starts = self._group_starts()
         groups: list[int] = list(range(md.num_row_groups))
-        if filter is not None and not self._stamped_filter(filter):  # the dataset only to prune by the filter's
+        if prunable(self.info, filter):  # the dataset only to prune by the filter's
             dset = dset if dset is not None else self._dataset()  # statistics (a cold scan opens none)
             groups = sorted(p.row_groups[0].id for frag in dset.get_fragments() for p in frag.split_by_row_group(filter))
         if live is not None and live.live_count == 0:
@@ -708,6 +706,12 @@ def scan_segments(
         cols = list(columns) if columns is not None else list(reader.schema.names)
         tasks.extend(reader._runs(cols, filter, live))
     yield from _pipeline(tasks, batch_size, readahead if readahead is not None else (os.cpu_count() or 2))
+
+
+def prunable(info: SegmentInfo, filter: pc.Expression | None) -> bool:  # noqa: A002
+    """Whether a segment file's row-group statistics may prune by ``filter``: there is one, and it reads no column a
+    stamped file does not hold (segments/stamp.py: its virtual columns have no statistics in the file)."""
+    return filter is not None and not (info.stamp is not None and any(mentions(filter, n) for n in STAMPED_COLUMNS))
 
 
 def conform(data: pa.Table | pa.RecordBatch, schema: pa.Schema) -> pa.Table | pa.RecordBatch:

@@ -59,11 +59,6 @@ class Stamp:
         return cls(int(d["seq_no_base"]), int(d["primary_term"]))
 
 
-def stamp_field(name: str) -> pa.Field:
-    """The Arrow field of a virtual column of a stamped segment."""
-    return _FIELDS[name]
-
-
 def stamp_columns(stamp: Stamp, rows: np.ndarray, names: Sequence[str] = STAMPED_COLUMNS) -> list[pa.Array]:
     """The virtual columns ``names`` for the file rows ``rows`` (int64 row numbers, in the order wanted)."""
     out = []
@@ -132,5 +127,4 @@ def read_groups(pf: pq.ParquetFile, stamp: Stamp | None, groups: Sequence[int], 
     return pa.Table.from_arrays([made[n] if n in made else t.column(n) for n in names], schema=pa.schema(fields))
 
 
-__all__ = ["STAMPED_COLUMNS", "Stamp", "group_rows", "group_starts", "read_groups", "stamp_columns", "stamp_field",
-           "stamped_schema"]
+__all__ = ["STAMPED_COLUMNS", "Stamp", "group_rows", "group_starts", "read_groups", "stamp_columns", "stamped_schema"]

@@ -140,11 +140,6 @@ def _stamped_frame(spark: Any, sschema: Any, files: list[tuple[str, pa.Array | N
                          for f in sschema.fields))
 
 
-def stamped(plan: ReadPlan) -> bool:
-    """Whether the plan reads a stamped segment (segments/stamp.py: its metadata columns are not in its file)."""
-    return any(seg.info.stamp is not None for s in plan.shards for seg in s.commit.metadata.commit.segments)
-
-
 def _read_with_sources(spark: Any, options: dict[str, Any], schema: Any) -> Any:
     """The read through ``format("shardstore-arrow")`` (registered and its filter pushdown on, as ``register`` does)."""
     from shardstore.spark.registration import register_source
@@ -193,4 +188,4 @@ def _read(spark: Any, blob_store: Any, plan: ReadPlan, opts: dict[str, str], sch
     return out if out.columns == schema.names else out.select(*(_quote(n) for n in schema.names))
 
 
-__all__ = ["read_index", "read_options", "resolve_files", "stamped", "wants_source"]
+__all__ = ["read_index", "read_options", "resolve_files", "wants_source"]
