@@ -9,7 +9,11 @@ would give it: the id's current version plus its occurrences so far in the file.
 then deletes its older copies as it does for any write.
 
 The decision depends only on the file's ids and the shard's answers for them, so a replica or a
-replay of the same file over the same history decides the same (the copies agree on versions).
+replay of the same file over the same history decides the same.  A replica or a replay does not
+rely on that: it passes the primary's per-row versions (``given``, from the adopted operations in
+the translog), and every row the primary re-applied (a version other than 1) is re-applied with
+the primary's version, so the copies agree on every version even where their histories differ
+(a copy that merged a tombstone away, a replay over rows already there).
 """
 
 from __future__ import annotations
@@ -34,19 +38,23 @@ class Reapplied:
     versions: np.ndarray  # int64, one per row of ``rows``
 
 
-def reapply_plan(ids: pa.Array | pa.ChunkedArray, seen: pa.Array | np.ndarray, versions: pa.Array) -> Reapplied:
+def reapply_plan(ids: pa.Array | pa.ChunkedArray, seen: pa.Array | np.ndarray, versions: pa.Array,
+                 given: np.ndarray | None = None) -> Reapplied:
     """The rows to re-apply and their versions.
 
     ``ids``: the file's ``_id`` column in row order; ``seen``: per row, whether the shard holds any copy of
     its id (live, deleted, or a buffered operation: ``current_versions(..., seen=True)``); ``versions``: per
-    row, the version of the id's newest live copy (null when none).
+    row, the version of the id's newest live copy (null when none).  ``given``: per row, the version the
+    primary logged (a replica's or a replay's adoption): the rows re-applied are then those this copy would
+    re-apply and those the primary gave a version other than 1, each with the primary's version.
     """
     ids = one_array(ids)
     n = len(ids)
     seen_np = np.asarray(seen.to_numpy(zero_copy_only=False) if isinstance(seen, (pa.Array, pa.ChunkedArray))
                          else seen, dtype=bool)
-    if seen_np.size != n or len(versions) != n:
-        raise ValueError(f"reapply_plan: {n} ids, {seen_np.size} seen flags, {len(versions)} versions")
+    if seen_np.size != n or len(versions) != n or (given is not None and len(given) != n):
+        raise ValueError(f"reapply_plan: {n} ids, {seen_np.size} seen flags, {len(versions)} versions"
+                         + ("" if given is None else f", {len(given)} given versions"))
     if n == 0:
         return Reapplied(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
     order = np.asarray(pc.array_sort_indices(ids).to_numpy(), dtype=np.int64)  # stable: rows of an id ascend
@@ -62,11 +70,22 @@ def reapply_plan(ids: pa.Array | pa.ChunkedArray, seen: pa.Array | np.ndarray, v
     repeated = np.empty(n, dtype=bool)
     repeated[order] = sizes[group] > 1
     again = seen_np | repeated
+    if given is not None:
+        given = np.asarray(given, dtype=np.int64)
+        rows = np.flatnonzero(again | (given != 1)).astype(np.int64)
+        return Reapplied(rows, given[rows])
     base = np.asarray(filled(versions, 0).to_numpy(zero_copy_only=False), dtype=np.int64)
     by_row = np.empty(n, dtype=np.int64)
     by_row[order] = occurrence
     rows = np.flatnonzero(again).astype(np.int64)
     return Reapplied(rows, base[rows] + by_row[rows] + 1)
+
+
+def row_versions(rows: int, again: Reapplied) -> np.ndarray:
+    """Every row's version after an adoption: 1 (what its stamp says), or the version it was re-applied with."""
+    out = np.ones(rows, dtype=np.int64)
+    out[again.rows] = again.versions
+    return out
 
 
 def check_adoptable(schema: pa.Schema, mapping: Mapping, where: str) -> None:
@@ -85,4 +104,4 @@ def check_adoptable(schema: pa.Schema, mapping: Mapping, where: str) -> None:
             raise MappingConflict(f.name, None, str(mapped[f.name]), f"{f.type} in {where}")
 
 
-__all__ = ["Reapplied", "check_adoptable", "reapply_plan"]
+__all__ = ["Reapplied", "check_adoptable", "reapply_plan", "row_versions"]

@@ -42,7 +42,7 @@ from shardstore.core.ops import NO_OPS
 from shardstore.core.records import crc32c
 from shardstore.fileio import write_atomic
 from shardstore.segments import row_cache
-from shardstore.segments.adoption import check_adoptable, reapply_plan
+from shardstore.segments.adoption import check_adoptable, reapply_plan, row_versions
 from shardstore.segments.commit import (
     CommitPoint,
     commit_file_name,
@@ -273,7 +273,7 @@ class ShardDirectory:
             self._buffer.doc_bytes += nbytes
             self.max_seq_no = max(self.max_seq_no, first_seq_no + len(ids) - 1)
 
-    def adopt(self, path: str, stamp: Stamp, *, link: bool = False) -> Adopted:
+    def adopt(self, path: str, stamp: Stamp, *, link: bool = False, versions: np.ndarray | None = None) -> Adopted:
         """Make the Parquet file ``path`` (``_id`` and mapped fields, no metadata columns) a segment of this
         directory as it is: row ``r`` at seq# ``stamp.seq_no_base + r`` (segments/stamp.py; docs/design/adoption.md).
 
@@ -285,13 +285,17 @@ class ShardDirectory:
 
         The caller applies operations in seq# order: every seq# below the stamp's is applied first (a shard
         copy's local checkpoint is ``seq_no_base - 1``), or the lookups miss an id and the copies disagree on
-        its version.  The directory keeps no checkpoint; it refuses only a stamp at or below its max seq#
-        (SegmentError).  A field the mapping lacks, or maps to another type: MappingConflict (merge the file's
-        fields first); a bad ``_id`` or ``_source`` column: ValueError.  Nothing changes when it raises.
+        its version.  The directory keeps no checkpoint; a primary's adoption (no ``versions``) refuses a stamp
+        at or below its max seq# (SegmentError).  ``versions``: per row, the version the primary gave it (a
+        replica's or a replay's adoption of the primary's run): rows are re-applied as the primary did
+        (``reapply_plan``'s ``given``), and a replay over rows already here re-applies them at their own seq#s,
+        as a replayed index operation is (the newest seq# wins at the refresh).  A field the mapping lacks, or
+        maps to another type: MappingConflict (merge the file's fields first); a bad ``_id`` or ``_source``
+        column: ValueError.  Nothing changes when it raises.
         """
         with self._lock:
             self._settle_sealed()
-            if stamp.seq_no_base <= self.max_seq_no:
+            if versions is None and stamp.seq_no_base <= self.max_seq_no:
                 raise SegmentError(f"{self.path}: a file adopted at seq# {stamp.seq_no_base} is at or below the "
                                    f"directory's max seq# {self.max_seq_no}")
             self._pin_deferred_view()  # a replica's deferred view pins before the segment is there, as a refresh's
@@ -303,8 +307,10 @@ class ShardDirectory:
             try:
                 check_adoptable(reader.schema, self.mapping, path)
                 ids = reader.ids()
+                if versions is not None and len(versions) != info.doc_count:
+                    raise SegmentError(f"{path}: {info.doc_count} rows, {len(versions)} versions given to adopt it")
                 found = self.current_versions(ids, seen=True)
-                again = reapply_plan(ids, found.column(SEEN), found.column("_version"))
+                again = reapply_plan(ids, found.column(SEEN), found.column("_version"), versions)
                 live = LiveDocs.all_live(info.doc_count)
                 docs = None
                 if again.rows.size:
@@ -328,7 +334,8 @@ class ShardDirectory:
                 self.max_seq_no = max(self.max_seq_no, info.max_seq_no)
                 self._refreshed_seq = max(self._refreshed_seq, info.max_seq_no)  # the segment holds up to here
             self._queue_warming(reader)
-            return Adopted(name, info.doc_count, int(again.rows.size))
+            return Adopted(name, info.doc_count, int(again.rows.size), one_array(ids),
+                           row_versions(info.doc_count, again))
 
     @property
     def buffer_full(self) -> bool:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 
 from shardstore.segments.commit import CommittedSegment
@@ -59,6 +60,8 @@ class Adopted:
     segment: str  # the new segment's name
     rows: int  # rows of the file (seq#s taken)
     reapplied: int  # of them, re-applied as operations (an update, an id the file repeats)
+    ids: pa.Array = field(default_factory=lambda: pa.array([], pa.string()), repr=False)  # the file's, row order
+    versions: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64), repr=False)  # per row (row_versions)
 
 
 @dataclass(frozen=True)

@@ -80,6 +80,11 @@ shrinks from 62 MB of Arrow buffers to 35 MB before compression, and its LZ4 tim
 :class:`~shardstore.errors.UnsupportedFormatVersion`; version 3 frames carry no such
 metadata and are read as they are.
 
+Version 5 is version 4 plus adopted operations (``op_type`` 3, one per row of a file a
+primary adopted as a segment; engine/shard/adopted_ops.py): the frames are unchanged, but
+a reader of version 4 would take an adopted row for an unknown operation and skip it, so
+it refuses a version 5 file with :class:`~shardstore.errors.UnsupportedFormatVersion`.
+
 Writing the schema once per generation instead of once per frame saves ~450 bytes and
 an IPC stream writer per append.  :func:`payload_parts` hands a large batch's payload
 out as the pieces Arrow writes (message metadata, the batch's own buffers, padding), so
@@ -130,11 +135,14 @@ from shardstore.translog.errors import TranslogCorruptedError
 from shardstore.translog.operations import SCHEMA
 from shardstore.translog.records import Checksum, check_framing, check_version, checksum_for, crc32c, zlib_crc32
 
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 #: The first format version whose files may hold typed (``FT``) frames.
 TYPED_FRAMES_VERSION = 3
 #: The first format version whose typed frames may hold narrowed integer fields (module docstring).
 NARROW_INTS_VERSION = 4
+#: The first format version whose files may hold adopted operations (op type 3, engine/shard/adopted_ops.py): an
+#: older reader refuses the file (UnsupportedFormatVersion) instead of replaying an adopted row as nothing.
+ADOPTED_OPS_VERSION = 5
 #: Field metadata key of a narrowed integer child of ``fields``: the type it is widened back to.
 WIDE_KEY = b"shardstore.wide"
 _NARROWER = (pa.int8(), pa.int16(), pa.int32())

@@ -1,8 +1,9 @@
 """Translog operations as Arrow batches: the schema, stamping with seq#s, validation.
 
-An operation is ``index`` (id, source, version), ``delete`` (id, version) or ``no_op``
-(reason), stamped with a primary term and a sequence number; operations order by
-(seq_no, primary_term).  A bulk of N operations is one RecordBatch of :data:`SCHEMA`;
+An operation is ``index`` (id, source, version), ``delete`` (id, version), ``no_op``
+(reason) or ``adopted`` (id, version; no source: one row of a file a primary adopted as a
+segment, engine/shard/adopted_ops.py), stamped with a primary term and a sequence number;
+operations order by (seq_no, primary_term).  A bulk of N operations is one RecordBatch of :data:`SCHEMA`;
 every check here is a vectorised Arrow compute over the whole batch (no per-operation
 Python loop), and the first offending row is reported by index.
 
@@ -292,6 +293,10 @@ def _name_first_bad_row(batch: pa.RecordBatch, current_term: int, max_source_byt
         (pc.greater(pc.binary_length(ids), MAX_ID_BYTES), f"id longer than {MAX_ID_BYTES} bytes"),
         (pc.and_kleene(pc.equal(op, OpType.INDEX), pc.and_kleene(pc.is_null(batch.column("source")), no_fields)),
          "index operation without source or fields"),
+        (pc.and_kleene(pc.equal(op, OpType.ADOPTED), pc.is_null(batch.column("version"))),
+         "adopted operation without a version"),
+        (pc.and_kleene(pc.equal(op, OpType.ADOPTED), pc.is_valid(batch.column("source"))),
+         "adopted operation with a source (its fields are in its file)"),
         (pc.greater(pc.binary_length(batch.column("source")), max_source_bytes),
          f"source larger than {max_source_bytes} bytes"),
         (pc.greater(typed_bytes, max_source_bytes), f"typed fields larger than {max_source_bytes} bytes"),

@@ -67,13 +67,19 @@ class NodeRoles:
     reply: Callable[[pa.RecordBatch], pa.RecordBatch]  # what of the stamped batch goes back
 
 
-def apply_one(req: dict[str, Any], key: Key, node: NodeRoles, expect: tuple | None = None) -> pa.RecordBatch:
+def apply_one(req: dict[str, Any], key: Key, node: NodeRoles, expect: tuple | None = None, *,
+              stage: Callable[[ShardCopy], tuple[pa.RecordBatch, Any]] | None = None,
+              reply: Callable[[pa.RecordBatch], Any] | None = None) -> Any:
     """A node's side of ``shard.bulk``: stage and replicate under the shard's lock (replicas get a shard's bulks
     in order), then wait for the upload without it; what :attr:`NodeRoles.reply` keeps of the stamped batch.
 
     The bulk holds the node's ``join`` from before it queues on the lock until it is staged, so
-    concurrent bulks of the shard share an upload round (``NodeTranslog.joining``).
+    concurrent bulks of the shard share an upload round (``NodeTranslog.joining``).  ``stage(copy)``: another
+    write staged the same way (``shard.adopt``: ``ShardCopy.adopt``), ``reply`` what it answers.
     """
+    stage = stage or (lambda copy: copy.primary_stage(req["ops"], expect=expect, mapping=node.mapping(
+        req.get("mapping")), fields=req.get("fields")))
+    reply = reply or node.reply
     checkpoints: list[int] = []
     request = req.get("request")
     with contextlib.ExitStack() as joined:
@@ -84,9 +90,7 @@ def apply_one(req: dict[str, Any], key: Key, node: NodeRoles, expect: tuple | No
             if first is None:
                 try:
                     try:
-                        stamped, pending = copy.primary_stage(req["ops"], expect=expect,
-                                                              mapping=node.mapping(req.get("mapping")),
-                                                              fields=req.get("fields"))
+                        stamped, pending = stage(copy)
                     finally:
                         joined.close()  # staged: the round may start without waiting for this bulk any more
                     copy.requests.record(request, stamped, pending)
@@ -97,10 +101,10 @@ def apply_one(req: dict[str, Any], key: Key, node: NodeRoles, expect: tuple | No
                     raise
     if first is not None:  # applied once already: its outcome, once it is as durable as an acknowledgement
         node.confirm(key, copy, first)
-        return first.reply
+        return first.reply if reply is node.reply else reply(first.reply)  # (seq#, term, version columns)
     node.settle(key, copy, pending)
     copy.update_global_checkpoint(min([copy.local_checkpoint, *checkpoints]))
-    return node.reply(stamped)
+    return reply(stamped)
 
 
 def apply_parts(parts: Sequence[dict[str, Any]], node: NodeRoles) -> list[dict[str, Any]]:

@@ -40,6 +40,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from shardstore.blobstores.base import BlobStore
 from shardstore.cluster_state.errors import NotMaster
@@ -56,6 +57,7 @@ from shardstore.engine.errors import (
 )
 from shardstore.engine.node.fault_detection import FaultDetectionSettings
 from shardstore.engine.node.remote import NodeRemote
+from shardstore.engine.shard.adopted_ops import AdoptedFile
 from shardstore.engine.shard.request_ledger import Applied
 from shardstore.engine.shard.shard_copy import ShardCopy, ShardSpec
 from shardstore.errors import LocalDiskError
@@ -381,6 +383,17 @@ class NodeService:
         seq#, term and version of the stamped batch: sending back its sources would double the bytes."""
         expect = None if req.get("expect") is None else tuple(req["expect"])
         return {"ops": apply_one(req, self._key(req), self._roles(), expect=expect)}
+
+    def _adopt(self, req: dict[str, Any]) -> dict[str, Any]:
+        """``shard.adopt`` on the primary: adopt a staged Parquet file as a segment of the shard, as one replicated
+        write (engine/shard/adopted_ops.py; docs/design/adoption.md); the seq#s it took, its term, how many rows
+        and how many of them were re-applied (an update, an id the file repeats).  A retry with the same
+        ``request`` id answers the first attempt's outcome and adopts nothing."""
+        f = req["file"]
+        file = AdoptedFile(str(f["key"]), int(f["size"]), int(f["crc32c"]), int(f["rows"]))
+        return apply_one(req, self._key(req), self._roles(),
+                         stage=lambda copy: copy.adopt(file, mapping=_mapping(req.get("mapping"))),
+                         reply=adopt_reply)
 
     def _settle(self, key: Key, copy: ShardCopy, pending: Any) -> None:
         try:
@@ -738,6 +751,7 @@ _ACTIONS: dict[str, Callable[[NodeService, dict[str, Any]], Any]] = {
     "shard.group": NodeService._group,
     "shard.bulk": NodeService._bulk,
     "shard.bulk_many": NodeService._bulk_many,
+    "shard.adopt": NodeService._adopt,
     "shard.replicate": NodeService._replicate,
     "shard.promote": NodeService._promote,
     "shard.resync": NodeService._resync_apply,
@@ -762,6 +776,13 @@ _ACTIONS: dict[str, Callable[[NodeService, dict[str, Any]], Any]] = {
 }
 #: the actions a node's data role answers
 ACTIONS = frozenset(_ACTIONS)
+
+
+def adopt_reply(ops: pa.RecordBatch) -> dict[str, Any]:
+    """What ``shard.adopt`` answers of an adopted run's (seq#, term, version) columns."""
+    seq, versions = ops.column("seq_no"), ops.column("version")
+    return {"seq_no_base": int(seq[0].as_py()), "rows": ops.num_rows, "primary_term": int(ops.column("primary_term")[0].as_py()),
+            "reapplied": int(pc.sum(pc.not_equal(versions, 1)).as_py() or 0)}
 
 
 def _tagged(tag: ViewTag, **answer: Any) -> dict[str, Any]:

@@ -49,6 +49,8 @@ from shardstore.engine.errors import (
     StalePrimary,
 )
 from shardstore.engine.node.remote import NodeRemote
+from shardstore.engine.shard.adopted_ops import AdoptedFile, AdoptedRun, adopted_batch, has_adopted, split_runs
+from shardstore.engine.shard.adoption_apply import adopt_fetched, adopt_run, fetch_adopted, remove_leftovers
 from shardstore.engine.shard.doc_versions import with_versions
 from shardstore.engine.shard.flush_policy import FALLBACK_COMMITS, FlushMark, flush_needed, remote_purge_gate
 from shardstore.engine.shard.local_disk import local_disk
@@ -68,6 +70,7 @@ from shardstore.segments.remote_store import (
     list_commit_keys,
     list_terms,
 )
+from shardstore.segments.stamp import Stamp
 from shardstore.segments.versions import SMALL_BATCH, id_order
 from shardstore.translog.factory import NodeTranslogs, PerShardTranslogs, ShardRemoteTranslog, TranslogFactory
 from shardstore.translog.local import LocalTranslog
@@ -143,6 +146,7 @@ class ShardCopy:
                 raise TooManyOpenFiles(f"{self.path}: opening the shard copy", exc) from exc
             raise
         self.directory = directory
+        remove_leftovers(self.path)  # adopted files a killed process had downloaded (adoption_apply.py)
         commit = self.directory.last_commit
         start = commit.local_checkpoint if commit else NO_OPS_PERFORMED
         self.tracker = LocalCheckpointTracker(max_seq_no=start, local_checkpoint=start)
@@ -291,6 +295,39 @@ class ShardCopy:
             return stamped, self._stage_stamped(stamped, prepared, order, (first, first + stamped.num_rows - 1),
                                                 new_ids)
 
+    def adopt(self, file: AdoptedFile, *, mapping: Mapping | None = None) -> tuple[pa.RecordBatch, Staged]:
+        """Adopt the staged Parquet ``file`` as a segment (a primary): take its rows' seq#s, log one adopted
+        operation per row and start the upload, without waiting for it; (the stamped run, pending).
+
+        As :meth:`primary_stage` for a bulk: nothing is acknowledged before :meth:`settle`, and the caller
+        replicates the run (replicas adopt the same file: :meth:`replica_apply`).  The file is fetched and checked
+        before the lock is taken; a file the directory refuses (a field not in ``mapping``) takes no seq#.
+        docs/design/adoption.md, "Step 2" and "Step 3".
+        """
+        if file.rows < 1:
+            raise ValueError(f"adopted file {file.key}: no rows to adopt")
+        path = fetch_adopted(self.store, file, self.path, self.max_seq_no + 1)
+        try:
+            with self._lock, self._local_disk("write"), row_cache.warmer.foreground():
+                if not self.primary:
+                    raise StalePrimary(f"{self.path}: not a primary (term {self.primary_term}); nothing was applied")
+                if mapping is not None:
+                    self.directory.merge_mapping(mapping)
+                first = self.max_seq_no + 1  # taken once the directory adopted it: a refusal consumes no seq#
+                adopted = adopt_fetched(self.directory, path, Stamp(first, self.primary_term))
+                if self.tracker.generate_seq_nos(adopted.rows) != first:  # the lock is held: none taken meanwhile
+                    raise AssertionError(f"{self.path}: seq#s taken while adopting {file.key}")
+                stamped = adopted_batch(file, first, self.primary_term, adopted.ids, adopted.versions)
+                seq_nos = (first, first + adopted.rows - 1)
+                if self.remote_translog is None:  # nothing to wait for: logged and counted now
+                    self.translog.add(stamped)
+                    self.tracker.mark_processed_range(*seq_nos)
+                    return stamped, Staged(seq_nos, None, (0, 0))
+                return stamped, self._log_staged(stamped, seq_nos)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
     @contextlib.contextmanager
     def staging(self) -> Iterator[None]:
         """Hold this copy while engine/shard/staging.py's columnar pass stages its part; StalePrimary if not a primary."""
@@ -329,7 +366,13 @@ class ShardCopy:
             self._apply_stamped(stamped, prepared=prepared, order=order)
             return Staged(seq_nos, None, (0, 0))
         self.directory.apply(stamped, prepared, id_order=order, new_ids=new_ids)
+        return self._log_staged(stamped, seq_nos)
+
+    def _log_staged(self, stamped: pa.RecordBatch, seq_nos: tuple[int, int]) -> Staged:
+        """Append what the directory just took to the remote translog (under the lock); a full buffer is sealed and
+        written beside the writes first."""
         remote = self.remote_translog
+        assert remote is not None
         if self.directory.ready_to_seal:  # its segments are written beside the writes; nothing waits for them
             sealed = self.directory.seal()  # waits for the one before, if it is still being written
             if sealed is not None:
@@ -366,8 +409,21 @@ class ShardCopy:
                        history: bool = False, order: pa.Array | None = None) -> None:
         if stamped.num_rows == 0:
             return
+        if prepared is None and has_adopted(stamped):  # adopted runs among the operations: each adopts its file
+            for piece in split_runs(stamped, self.path):
+                if isinstance(piece, AdoptedRun):
+                    adopt_run(self.directory, piece, self.store, self.path)
+                    self._log_applied(piece.ops, log_it, history)
+                else:
+                    self._apply_stamped(piece, log_it=log_it, history=history)
+            return
         # mapping conflicts refuse the batch before anything is logged
         self.directory.apply(stamped, prepared, id_order=order)
+        self._log_applied(stamped, log_it, history)
+
+    def _log_applied(self, stamped: pa.RecordBatch, log_it: bool, history: bool) -> None:
+        """Log operations the directory just applied (unless ``log_it`` is False: a replay of this copy's own
+        translog) and count them processed."""
         if log_it:
             if self.remote_translog is not None:
                 self._log_remote(stamped, history)  # returns once the upload covering it landed

@@ -54,7 +54,7 @@ def test_typed_operations_round_trip_through_the_local_translog(tmp_path: Path) 
         log.add(plain_ops(50, 5))
         log.add(typed_ops(55, 10))
     assert frame_kinds(tmp_path / generation_file(1)) == [fr.TYPED_MAGIC, fr.BATCH_MAGIC, fr.TYPED_MAGIC]
-    assert fr.scan(tmp_path / generation_file(1), fr.HEADER_SIZE).header.version == fr.FORMAT_VERSION == 4
+    assert fr.scan(tmp_path / generation_file(1), fr.HEADER_SIZE).header.version == fr.FORMAT_VERSION == fr.ADOPTED_OPS_VERSION
     with LocalTranslog(str(tmp_path), primary_term=1) as log:  # reopened: recovered from disk
         got = pa.Table.from_batches(list(log.read_operations(0)))
     assert got.num_rows == 65 and got.column("seq_no").to_pylist() == list(range(65))
@@ -298,7 +298,7 @@ def test_a_version_3_generation_is_sealed_and_narrowed_frames_go_to_a_new_file(t
         log.add(big)
         got = pa.Table.from_batches(list(log.read_operations(0)))
     assert fr.scan(path, fr.HEADER_SIZE).header.version == 3
-    assert fr.scan(tmp_path / generation_file(2), fr.HEADER_SIZE).header.version == 4
+    assert fr.scan(tmp_path / generation_file(2), fr.HEADER_SIZE).header.version == fr.FORMAT_VERSION
     assert got.num_rows == 40_005 and got.column("seq_no").to_pylist() == list(range(40_005))
     assert fields_of(got).column("tiny").type == pa.int64()
 

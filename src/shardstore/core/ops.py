@@ -21,10 +21,13 @@ class OpType(IntEnum):
     INDEX = 0
     DELETE = 1
     NO_OP = 2
+    #: one row of a file a primary adopted as a segment (docs/design/adoption.md, "Step 2"): its fields are in the file
+    ADOPTED = 3
 
 
 #: The name of each operation type, as the changes feed reports it.
-OP_NAMES: dict[OpType, str] = {OpType.INDEX: "index", OpType.DELETE: "delete", OpType.NO_OP: "noop"}
+OP_NAMES: dict[OpType, str] = {OpType.INDEX: "index", OpType.DELETE: "delete", OpType.NO_OP: "noop",
+                               OpType.ADOPTED: "index"}  # an adopted row is an index operation to a reader
 
 
 #: The optional last column of an operation batch: a struct of the typed field values of each

@@ -1,0 +1,90 @@
+"""A shard copy's side of adoption: fetch the file an adopted run names, checked, and adopt it (issue 43).
+
+Every copy adopts the same bytes: the primary and each replica (and a replay of the translog
+after a restart, a peer recovery, a restore from the store) GET the staged file the run names,
+check its size and CRC32C against the run's head (engine/shard/adopted_ops.py), and hand it to
+``ShardDirectory.adopt`` as a hard link of the downloaded file (no second copy of its bytes).
+A file that is gone or not those bytes raises :class:`~.adopted_ops.AdoptedFileLost`, naming the
+blob and the seq#s it held: a copy never adopts other rows under those seq#s.
+
+Downloads go to ``adopting-<uuid>.parquet`` beside the copy's ``index`` directory (the same file
+system, so the link holds) and are removed once adopted; :func:`remove_leftovers` deletes those a
+killed process left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import uuid
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from shardstore.blobstores.base import BlobStore
+from shardstore.blobstores.errors import BlobNotFound
+from shardstore.core.records import crc32c
+from shardstore.engine.shard.adopted_ops import AdoptedFile, AdoptedFileLost, AdoptedRun
+from shardstore.segments.directory import ShardDirectory
+from shardstore.segments.directory_records import Adopted
+from shardstore.segments.stamp import Stamp
+
+_PREFIX = "adopting-"
+
+
+def fetch_adopted(store: BlobStore | None, file: AdoptedFile, into: str, first: int) -> str:
+    """``file`` downloaded into a new file under ``into`` and checked (size, CRC32C, row count); its path.
+
+    ``first``: the seq# its first row takes (for the error).  AdoptedFileLost when the store lacks it or holds
+    other bytes; ValueError when the bytes are right but hold another number of rows than the run says.
+    """
+    last = first + file.rows - 1
+    if store is None:
+        raise AdoptedFileLost(file.key, first, last, "this copy has no blob store to fetch it from")
+    try:
+        data = store.get(file.key)
+    except BlobNotFound:
+        raise AdoptedFileLost(file.key, first, last, "gone from the store; the rows it held cannot be applied "
+                                                     "here") from None
+    got = crc32c(data)
+    if len(data) != file.size or got != file.crc32c:
+        raise AdoptedFileLost(file.key, first, last, f"{len(data)} bytes, CRC32C {got:08x} in the store; its run "
+                                                     f"recorded {file.size} bytes, {file.crc32c:08x}")
+    rows = pq.ParquetFile(pa.BufferReader(data)).metadata.num_rows
+    if rows != file.rows:
+        raise ValueError(f"adopted file {file.key}: {rows} rows, its run says {file.rows}")
+    os.makedirs(into, exist_ok=True)
+    path = os.path.join(into, f"{_PREFIX}{uuid.uuid4().hex}.parquet")
+    with open(path, "wb") as f:  # not fsynced: ShardDirectory.adopt fsyncs the segment it links to these bytes
+        f.write(data)
+    return path
+
+
+def adopt_fetched(directory: ShardDirectory, path: str, stamp: Stamp, versions: pa.Array | None = None) -> Adopted:
+    """Adopt the downloaded ``path`` (hard-linked into the directory), then remove the download."""
+    try:
+        return directory.adopt(path, stamp, link=True,
+                               versions=None if versions is None else versions.to_numpy(zero_copy_only=False))
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+def adopt_run(directory: ShardDirectory, run: AdoptedRun, store: BlobStore | None, into: str) -> Adopted:
+    """A replica's or a replay's adoption of ``run``: the primary's file, seq#s, term and versions."""
+    path = fetch_adopted(store, run.file, into, run.seq_no_base)
+    return adopt_fetched(directory, path, Stamp(run.seq_no_base, run.primary_term), run.ops.column("version"))
+
+
+def remove_leftovers(into: str) -> int:
+    """Delete downloads a killed process left under ``into``; how many."""
+    n = 0
+    for path in glob.glob(os.path.join(glob.escape(into), f"{_PREFIX}*.parquet")):
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+            n += 1
+    return n
+
+
+__all__ = ["adopt_fetched", "adopt_run", "fetch_adopted", "remove_leftovers"]
