@@ -30,7 +30,9 @@ from shardstore.blobstores.base import BlobStore
 from shardstore.blobstores.errors import BlobAlreadyExists, BlobNotFound
 from shardstore.core.records import crc32c
 from shardstore.engine.coordinator.documents import BulkResult, Documents
+from shardstore.engine.coordinator.ingest_adopt import check_routed, write_adopted
 from shardstore.engine.coordinator.ingest_job import (
+    AdoptedRuns,
     IngestDone,
     IngestJob,
     StagedFile,
@@ -136,14 +138,25 @@ def _check(result: BulkResult, job: str, where: str) -> int:
     return len(errors)
 
 
+#: ``adopt(shard, file, request id)``: have the shard's primary adopt a routed file (``shard.adopt``); its answer
+Adopt = Callable[[int, StagedFile, str], dict[str, Any]]
+
+
 def run_ingest(documents: Documents, store: BlobStore, index: str, prefix: str, *,
                scan_ids: Callable[[str], pa.Array], hold: Callable[[str, float], None] | None = None,
                advance: Callable[[str], bool] | None = None,
-               release: Callable[[str], None] | None = None) -> dict[str, Any]:
+               release: Callable[[str], None] | None = None, adopt: Adopt | None = None,
+               flush: Callable[[list[int]], None] | None = None) -> dict[str, Any]:
     """Apply the job under ``prefix`` to ``index`` once (see the module docstring); its outcome as a dict.
+
+    ``adopt``: a job of routed files is adopted file by file (engine/coordinator/ingest_adopt.py) when every file's
+    columns are adoptable as they are; else, and without ``adopt``, its rows are applied.  ``flush(shards)``: once an
+    adopted job is released, those shards are flushed (their commits then cover the adopted runs sooner).
 
     The outcome's ``seconds``: where this call's time went (``check``, ``hold``, ``apply``, ``release`` and
     ``total``; only ``total`` for a job applied before), for the sink's log line and ``benches/ingest.py``.
+
+    The outcome's ``path`` (a call that applied the job): ``adopt`` (its files became segments) or ``rows``.
 
     ``scan_ids(index)``: the ``_id`` of every live document searches see (for ``overwrite``).  ``hold(job,
     seconds)`` / ``release(job)``: every copy of the index holds what searches see while the job applies, and
@@ -165,10 +178,21 @@ def run_ingest(documents: Documents, store: BlobStore, index: str, prefix: str, 
     if meta.uuid != job.index_uuid:
         raise InvalidRequest(f"index [{index}] is not the one ingest job {job.job} was staged for (uuid "
                              f"{meta.uuid}, the job's {job.index_uuid}: deleted and created again since)")
-    checked = _check_files(documents, store, index, prefix, job)
-    if isinstance(checked, IngestDone):  # a second commit of the job running at once finished first
-        return clock.outcome(done_as_dict(checked, replayed=True))
-    checked, mapping = checked
+    routed = None
+    if adopt is not None and job.routed:
+        try:
+            routed = check_routed(store, job, documents.router.mapping_of(meta), meta.shards,
+                                  lambda f, why: StagedFileCorrupt(f"staged file {f.key}: {why}; nothing more of the "
+                                                                   f"job is applied"))
+        except StagedFileCorrupt as exc:
+            return clock.outcome(done_as_dict(_finished_first(store, prefix, exc), replayed=True))
+    if routed is not None:
+        checked, mapping = {}, documents.router.mapping_of(meta)
+    else:
+        checked = _check_files(documents, store, index, prefix, job)
+        if isinstance(checked, IngestDone):  # a second commit of the job running at once finished first
+            return clock.outcome(done_as_dict(checked, replayed=True))
+        checked, mapping = checked
     try:  # the job's new fields, before its first row: a client mapping one another way meanwhile is refused
         documents.reserve_fields(index, mapping)
     except MappingConflict as exc:  # one was mapped another way since the check: nothing is applied
@@ -177,24 +201,40 @@ def run_ingest(documents: Documents, store: BlobStore, index: str, prefix: str, 
     stop = threading.Event()  # a file failed: the others apply no further slice
     progress = {"files": 0, "rows": 0}
     lock = threading.Lock()
+    runs: list[tuple[int, int, int]] = []  # adopted: (shard, first seq#, last seq#) per file
+    number = {f.key: i for i, f in enumerate(job.files)}
+
+    def adopt_file(f: StagedFile) -> tuple[int, pa.ChunkedArray | None]:
+        assert adopt is not None and routed is not None and f.shard is not None
+        if stop.is_set():
+            raise _Stopped
+        answer = adopt(f.shard, f, f"ingest:{job.job}:{number[f.key]}")
+        with lock:
+            runs.append((f.shard, int(answer["seq_no_base"]), int(answer["seq_no_base"]) + int(answer["rows"]) - 1))
+        ids = routed.ids[f.key]
+        return int(answer["rows"]), pa.chunked_array([ids]) if job.mode == "overwrite" else None
 
     def apply_file(f: StagedFile) -> tuple[int, pa.ChunkedArray | None]:
         try:
-            table = checked.pop(f.key) if f.key in checked else read_staged(store, f)
-            rows = 0
-            for off in range(0, table.num_rows, SLICE_ROWS):
-                if stop.is_set():
-                    raise _Stopped
-                rows += _check(documents.bulk(index, table.slice(off, SLICE_ROWS)), job.job, f.key)
+            if routed is not None:
+                rows, written = adopt_file(f)
+            else:
+                table = checked.pop(f.key) if f.key in checked else read_staged(store, f)
+                rows = 0
+                for off in range(0, table.num_rows, SLICE_ROWS):
+                    if stop.is_set():
+                        raise _Stopped
+                    rows += _check(documents.bulk(index, table.slice(off, SLICE_ROWS)), job.job, f.key)
+                written = table.column("_id").cast(pa.string()) if job.mode == "overwrite" else None
         except BaseException:
             stop.set()
             raise
         with lock:
             progress["files"] += 1
             progress["rows"] += rows
-            log.info("ingest job %s: %d of %d files applied (%d of %d rows)", job.job, progress["files"],
-                     len(job.files), progress["rows"], job.rows)
-        return rows, table.column("_id").cast(pa.string()) if job.mode == "overwrite" else None
+            log.info("ingest job %s: %d of %d files %s (%d of %d rows)", job.job, progress["files"],
+                     len(job.files), "adopted" if routed is not None else "applied", progress["rows"], job.rows)
+        return rows, written
 
     try:
         with _Renewal(hold, job.job):
@@ -208,6 +248,8 @@ def run_ingest(documents: Documents, store: BlobStore, index: str, prefix: str, 
         return clock.outcome(done_as_dict(_finished_first(store, prefix, exc), replayed=True))
     clock.mark("apply")
     applied = sum(rows for rows, _ in outcomes)
+    if routed is not None:  # before done: the files stay until the runs are covered (ingest_adopt.py)
+        write_adopted(store, prefix, AdoptedRuns(job.job, tuple(sorted(runs))))
     done = IngestDone(job.job, job.rows, applied, deleted)
     replayed = False
     try:
@@ -221,8 +263,12 @@ def run_ingest(documents: Documents, store: BlobStore, index: str, prefix: str, 
             log.warning("ingest job %s: a copy's view not released (%s: %s); it shows the job when its hold "
                         "lapses", job.job, type(exc).__name__, exc)
     clock.mark("release")
-    _clean(store, prefix, job)
-    out = clock.outcome(done_as_dict(done, replayed=replayed))
+    if routed is not None:
+        _flush_adopted(flush, job, sorted({shard for shard, _a, _b in runs}))
+        _clean(store, prefix, job, keep_job_files=True)
+    else:
+        _clean(store, prefix, job)
+    out = {**clock.outcome(done_as_dict(done, replayed=replayed)), "path": "adopt" if routed is not None else "rows"}
     log.info("ingest job %s: %d rows into [%s] (%s)", job.job, applied, index,
              ", ".join(f"{k} {v:.2f}s" for k, v in out["seconds"].items()))
     return out
@@ -339,9 +385,25 @@ def _replace(documents: Documents, index: str, job: IngestJob, written: list[pa.
     return len(gone)
 
 
-def _clean(store: BlobStore, prefix: str, job: IngestJob) -> None:
-    """Delete the job's staged files (and any other attempt's left under its prefix); the records stay."""
+def _flush_adopted(flush: Callable[[list[int]], None] | None, job: IngestJob, shards: list[int]) -> None:
+    """Flush the shards an adopted job wrote into (their commits then cover its runs sooner); a failure is logged."""
+    if flush is None or not shards:
+        return
     try:
-        store.delete(sorted({f.key for f in job.files} | {b.key for b in store.list(files_prefix(prefix))}))
+        flush(shards)
+    except Exception as exc:  # noqa: BLE001 - the job is done; the files only stay longer (ingest_gc.py)
+        log.info("ingest job %s: the adopted shards were not flushed (%s: %s); their next flushes cover the runs",
+                 job.job, type(exc).__name__, exc)
+
+
+def _clean(store: BlobStore, prefix: str, job: IngestJob, *, keep_job_files: bool = False) -> None:
+    """Delete the job's staged files (and any other attempt's left under its prefix); the records stay.
+    ``keep_job_files``: an adopted job's own files stay (the collector deletes them once their runs are covered:
+    engine/coordinator/ingest_adopt.py); only other attempts' leftovers go."""
+    try:
+        keys = {b.key for b in store.list(files_prefix(prefix))}
+        keys = keys - {f.key for f in job.files} if keep_job_files else keys | {f.key for f in job.files}
+        if keys:
+            store.delete(sorted(keys))
     except Exception as exc:  # noqa: BLE001 - the job is done; leftovers are only space
         log.warning("ingest job %s: staged files not deleted (%s)", job.job, exc)

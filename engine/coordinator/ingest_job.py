@@ -10,6 +10,7 @@ Keys, under the cluster's UUID (``<c>``) and the index's UUID (``<i>``)::
     <c>/ingest/<i>/<job>/files/<name>.parquet   staged rows (Parquet: ``_id`` + the document's columns)
     <c>/ingest/<i>/<job>/job                    IngestJob, written by the writer, put-if-absent, last
     <c>/ingest/<i>/<job>/done                   IngestDone, written by the coordinator, put-if-absent
+    <c>/ingest/<i>/<job>/adopted/<attempt>      the seq#s an adopted job took (v2 jobs), kept with the files
 
 Records share :mod:`shardstore.core.records`' framing (magic, format version, length, JSON body,
 CRC32C):
@@ -17,6 +18,14 @@ CRC32C):
 * ``SSIJ`` v1, the job: ``{"job", "index", "index_uuid", "mode", "files": [{"key", "size",
   "crc32c", "rows"}]}``; ``mode`` is ``append`` or ``overwrite`` (every document the job does not
   write is deleted once the job's rows are applied).
+* ``SSIJ`` v2, a job of *routed* files: each file also has ``"shard"``, the one shard all its rows
+  route to, and the cluster may adopt it as a segment of that shard instead of applying its rows
+  (docs/design/adoption.md).  Written only when every file is routed; a v1 reader refuses it
+  (UnsupportedFormatVersion) rather than apply it some other way.
+* ``SSIA`` v1, the adopted marker: ``{"job", "runs": [[shard, first seq#, last seq#], ...]}``, written
+  by the coordinator once every file is adopted, before ``done``; it keeps the staged files in the
+  store (engine/manager/ingest_gc.py) until every adopted shard's remote commit covers its runs
+  (until then a replay of the translog reads the files), and goes with the files.
 * ``SSID`` v1, the outcome: ``{"job", "rows", "applied", "deleted"}`` (rows staged, rows
   acknowledged, documents the overwrite deleted).
 
@@ -34,6 +43,9 @@ from shardstore.core.records import decode_record, encode_record
 from shardstore.errors import InvalidError
 
 JOB_MAGIC, DONE_MAGIC, VERSION = b"SSIJ", b"SSID", 1
+ADOPTED_MAGIC = b"SSIA"
+#: the job record's version when every file names its shard (routed files)
+ROUTED_VERSION = 2
 MODES = ("append", "overwrite")
 #: a job id: what a writer names its job (Spark: a random id per batch job, ``<stream>-<batch id>`` per micro-batch)
 _JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
@@ -62,6 +74,11 @@ def done_key(prefix: str) -> str:
     return prefix + "done"
 
 
+def adopted_key(prefix: str) -> str:
+    """The key of the adopted marker under ``prefix``."""
+    return prefix + "adopted"
+
+
 def files_prefix(prefix: str) -> str:
     """Where the job's staged files go under ``prefix``."""
     return prefix + "files/"
@@ -69,12 +86,14 @@ def files_prefix(prefix: str) -> str:
 
 @dataclass(frozen=True)
 class StagedFile:
-    """One staged Parquet file: its key, size, CRC32C and row count."""
+    """One staged Parquet file: its key, size, CRC32C and row count; ``shard``: the shard every row routes to, or None
+    (rows of any shard)."""
 
     key: str
     size: int
     crc32c: int
     rows: int
+    shard: int | None = None
 
 
 @dataclass(frozen=True)
@@ -92,6 +111,26 @@ class IngestJob:
         """Rows staged over every file."""
         return sum(f.rows for f in self.files)
 
+    @property
+    def routed(self) -> bool:
+        """Whether every file names its shard (and there is one): the job may be adopted."""
+        return bool(self.files) and all(f.shard is not None for f in self.files)
+
+
+@dataclass(frozen=True)
+class AdoptedRuns:
+    """The adopted marker: per adopted file, its shard and the seq#s its run took."""
+
+    job: str
+    runs: tuple[tuple[int, int, int], ...]  # (shard, first seq#, last seq#)
+
+    def last_by_shard(self) -> dict[int, int]:
+        """Per shard, the highest seq# the job's runs took there."""
+        out: dict[int, int] = {}
+        for shard, _first, last in self.runs:
+            out[shard] = max(out.get(shard, -1), last)
+        return out
+
 
 @dataclass(frozen=True)
 class IngestDone:
@@ -107,16 +146,33 @@ def encode_job(job: IngestJob) -> bytes:
     """The job record's bytes (``SSIJ`` v1)."""
     if job.mode not in MODES:
         raise InvalidError(f"an ingest job's mode is one of {MODES}, got {job.mode!r}")
+    routed = job.routed
+    if not routed and any(f.shard is not None for f in job.files):
+        raise InvalidError(f"ingest job {job.job}: some files name a shard and some do not")
+    files = [{"key": f.key, "size": f.size, "crc32c": f.crc32c, "rows": f.rows,
+              **({"shard": f.shard} if routed else {})} for f in job.files]
     body = {"job": check_job_id(job.job), "index": job.index, "index_uuid": job.index_uuid, "mode": job.mode,
-            "files": [{"key": f.key, "size": f.size, "crc32c": f.crc32c, "rows": f.rows} for f in job.files]}
-    return encode_record(JOB_MAGIC, VERSION, body)
+            "files": files}
+    return encode_record(JOB_MAGIC, ROUTED_VERSION if routed else VERSION, body)
 
 
 def decode_job(data: bytes, where: str) -> IngestJob:
     """The job record read from ``where`` (RecordCorrupted, UnsupportedFormatVersion)."""
-    _v, body = decode_record(data, magic=JOB_MAGIC, supported=VERSION, where=where, what="ingest job")
-    files = tuple(StagedFile(str(f["key"]), int(f["size"]), int(f["crc32c"]), int(f["rows"])) for f in body["files"])
+    version, body = decode_record(data, magic=JOB_MAGIC, supported=ROUTED_VERSION, where=where, what="ingest job")
+    files = tuple(StagedFile(str(f["key"]), int(f["size"]), int(f["crc32c"]), int(f["rows"]),
+                             int(f["shard"]) if version >= ROUTED_VERSION else None) for f in body["files"])
     return IngestJob(str(body["job"]), str(body["index"]), str(body["index_uuid"]), str(body["mode"]), files)
+
+
+def encode_adopted(runs: AdoptedRuns) -> bytes:
+    """The adopted marker's bytes (``SSIA`` v1)."""
+    return encode_record(ADOPTED_MAGIC, VERSION, {"job": runs.job, "runs": [list(r) for r in runs.runs]})
+
+
+def decode_adopted(data: bytes, where: str) -> AdoptedRuns:
+    """The adopted marker read from ``where`` (RecordCorrupted, UnsupportedFormatVersion)."""
+    _v, body = decode_record(data, magic=ADOPTED_MAGIC, supported=VERSION, where=where, what="ingest adopted marker")
+    return AdoptedRuns(str(body["job"]), tuple((int(s), int(a), int(b)) for s, a, b in body["runs"]))
 
 
 def encode_done(done: IngestDone) -> bytes:

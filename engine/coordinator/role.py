@@ -36,7 +36,7 @@ from shardstore.engine.coordinator.bulk_parts import group_by_node, take_answers
 from shardstore.engine.coordinator.cluster_view import build_view
 from shardstore.engine.coordinator.documents import Documents
 from shardstore.engine.coordinator.ingest import run_ingest
-from shardstore.engine.coordinator.ingest_job import job_prefix
+from shardstore.engine.coordinator.ingest_job import StagedFile, job_prefix
 from shardstore.engine.coordinator.view_reads import advance_past_released, read_all_at_once, tag_of
 from shardstore.engine.errors import ClusterClosed, IndexNotFound, InvalidRequest, NodeNotReady, ShardUnavailable
 from shardstore.engine.manager.metadata import IndexMeta, indices_from_state
@@ -146,17 +146,30 @@ class Coordinator:
         """Send one shard's operations to its primary; retried on a failover when not applied, or when the write has
         a ``request_id``: whichever primary gets it again answers its first attempt's outcome if it was applied
         (engine/shard/request_ledger.py)."""
-        deadline = time.monotonic() + self.failover_wait
         request = {"index_uuid": meta.uuid, "shard": shard, "ops": ops, "fields": _fields_to_send(ops, fields),
                    "expect": None if expect is None else list(expect),
                    "mapping": None if mapping is None else mapping.to_dict(), "request": request_id}
+        return self._write_on_primary(meta, shard, "shard.bulk", request, request_id)["ops"]
+
+    def adopt_file(self, meta: IndexMeta, shard: int, file: StagedFile, request_id: str) -> dict[str, Any]:
+        """Have the shard's primary adopt a routed staged file (``shard.adopt``), retried on a failover by its request
+        id as a write is; the primary's answer (``seq_no_base``, ``rows``, ``primary_term``, ``reapplied``)."""
+        request = {"index_uuid": meta.uuid, "shard": shard, "request": request_id,
+                   "mapping": self.mapping_of(meta).to_dict(),  # every copy takes the index's fields in first
+                   "file": {"key": file.key, "size": file.size, "crc32c": file.crc32c, "rows": file.rows}}
+        return self._write_on_primary(meta, shard, "shard.adopt", request, request_id)
+
+    def _write_on_primary(self, meta: IndexMeta, shard: int, action: str, request: dict[str, Any],
+                          request_id: str | None) -> Any:
+        """Send a write to the shard's primary, waiting out a failover (see :meth:`write_shard`)."""
+        deadline = time.monotonic() + self.failover_wait
         seen: tuple[str | None, int] | None = None
         while True:
             sr = self.index_meta(meta.name).routing[shard]
             try:
                 if sr.primary is None:
                     raise ShardUnavailable(meta.name, shard, "no primary")
-                return self._while_routed(meta.name, shard, sr, "shard.bulk", request)["ops"]
+                return self._while_routed(meta.name, shard, sr, action, request)
             except (NodeDisconnected, ShardUnavailable) as exc:
                 if isinstance(exc, NodeDisconnected) and exc.delivered is not False and request_id is None:
                     raise  # it may have been applied, and nothing could tell: reported, never sent twice
@@ -481,8 +494,14 @@ class Coordinator:
             self.run_parallel(refresh, list(range(self.index_meta(index).shards)))
             self._on_copies(index, "shard.release_view", {"job": job}, parallel=True)
 
+        def adopt(shard: int, file: StagedFile, request_id: str) -> dict[str, Any]:
+            return self.adopt_file(self.index_meta(index), shard, file, request_id)
+
+        def flush(shards: list[int]) -> None:
+            self.run_parallel(lambda shard: self._on_shard_copies(index, shard, "shard.flush", None), shards)
+
         return run_ingest(self.documents, self._store, index, prefix, scan_ids=scan_ids, hold=hold, advance=advance,
-                          release=release)
+                          release=release, adopt=adopt, flush=flush)
 
     def close(self) -> None:
         """Stop taking requests."""

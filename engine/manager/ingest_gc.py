@@ -17,6 +17,11 @@ The rule (:func:`doomed_keys`, pure, tested over every case):
    and Spark replays only its last uncommitted micro-batch, within minutes.
 2. a job record without ``done``: everything stays (a commit may still apply it: a retried
    commit of that job id reads its files).
+4. an *adopted* job (``adopted/`` markers: its files became segments, docs/design/adoption.md):
+   a translog replay of its runs reads the files, so everything stays until it is done and
+   ``covered(job)`` holds (engine/coordinator/ingest_adopt.py ``markers_covered``: every run is
+   below the newest remote commits of its shard, which no restore replays); then the files and
+   the markers go, the records as in rule 1.
 3. staged files with neither record: they go once the set of keys under the job has not
    changed for ``orphan_grace`` (6 h) as this collector saw it: a job still staging keeps
    adding files, which restarts the wait.
@@ -34,6 +39,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from shardstore.blobstores.base import BlobStore
+from shardstore.core.address import ShardAddress
+from shardstore.engine.coordinator.ingest_adopt import ADOPTED_PREFIX, markers_covered
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +72,16 @@ class JobView:
         """Its staged files."""
         return tuple(k for k in self.keys if k.startswith(self.prefix + "files/"))
 
+    @property
+    def markers(self) -> tuple[str, ...]:
+        """Its adopted markers (one per commit attempt that adopted every file)."""
+        return tuple(k for k in self.keys if k.startswith(self.prefix + ADOPTED_PREFIX))
+
+    @property
+    def index_uuid(self) -> str:
+        """The UUID of the index it was staged for."""
+        return self.prefix.rstrip("/").split("/")[-2]
+
 
 def list_jobs(store: BlobStore, cluster_uuid: str) -> list[JobView]:
     """Every job prefix of the cluster with its keys (one LIST)."""
@@ -78,12 +95,20 @@ def list_jobs(store: BlobStore, cluster_uuid: str) -> list[JobView]:
 
 
 def doomed_keys(jobs: Iterable[JobView], seen: Mapping[str, tuple[float, tuple[str, ...]]], now: float, *,
-                orphan_grace: float = ORPHAN_GRACE, done_retention: float = DONE_RETENTION) -> list[str]:
+                orphan_grace: float = ORPHAN_GRACE, done_retention: float = DONE_RETENTION,
+                covered: Callable[[JobView], bool] = lambda job: False) -> list[str]:
     """The keys the rule of the module deletes; ``seen``: per job prefix, since when this collector has seen it in its
-    present state (done, or with this exact key set) and that key set."""
+    present state (done, or with this exact key set) and that key set; ``covered(job)``: rule 4's test of an adopted
+    job (asked only of one that is done)."""
     out: list[str] = []
     for job in jobs:
         since = seen.get(job.prefix, (now, job.keys))[0]
+        if job.markers:
+            if job.has_done and covered(job):
+                out.extend(job.staged + job.markers)
+                if now - since >= done_retention:
+                    out.extend(k for k in job.keys if k not in job.staged and k not in job.markers)
+            continue
         if job.has_done:
             out.extend(job.staged)
             if now - since >= done_retention:
@@ -97,11 +122,15 @@ class IngestCollector:
     """Passes of the rule over one store (one thread runs it: the manager's collection worker)."""
 
     def __init__(self, store: BlobStore, *, orphan_grace: float = ORPHAN_GRACE, done_retention: float = DONE_RETENTION,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 shard_address: Callable[[str, int], ShardAddress | None] | None = None) -> None:
+        """``shard_address(index uuid, shard)``: where a shard's blobs are (None: the index is gone), for rule 4;
+        without it an adopted job's files stay."""
         self.store = store
         self.orphan_grace = orphan_grace
         self.done_retention = done_retention
         self.clock = clock
+        self.shard_address = shard_address
         self._seen: dict[str, tuple[float, tuple[str, ...]]] = {}  # prefix -> (since, its keys then)
 
     def collect(self, cluster_uuid: str) -> int:
@@ -118,11 +147,25 @@ class IngestCollector:
         for prefix in [p for p in self._seen if p.startswith(f"{cluster_uuid}/") and p not in listed]:
             del self._seen[prefix]
         doomed = doomed_keys(jobs, self._seen, now, orphan_grace=self.orphan_grace,
-                             done_retention=self.done_retention)
+                             done_retention=self.done_retention, covered=self._covered)
         if doomed:
             self.store.delete(doomed)
             log.info("ingest collection: %d keys of %d jobs deleted", len(doomed), len(jobs))
         return len(doomed)
+
+
+    def _covered(self, job: JobView) -> bool:
+        """Rule 4's test (reads the markers and the shards' newest remote commits); False on any doubt."""
+        if self.shard_address is None:
+            return False
+        address = self.shard_address
+        if address(job.index_uuid, 0) is None:  # an index this manager does not know (yet): kept, only space
+            return False
+        try:
+            return markers_covered(self.store, job.markers, lambda shard: address(job.index_uuid, shard))  # type: ignore[arg-type,return-value]
+        except Exception as exc:  # noqa: BLE001 - kept: asked again next pass
+            log.info("ingest collection: %s kept (%s: %s)", job.prefix, type(exc).__name__, exc)
+            return False
 
 
 __all__ = ["DONE_RETENTION", "ORPHAN_GRACE", "IngestCollector", "JobView", "doomed_keys", "list_jobs"]

@@ -105,7 +105,8 @@ class ManagerRole:
         #: the store-side collection of dead node-translog streams (issue 46), on its own thread
         self.translog_gc = CollectionWorker(StreamCollector(store, grace=translog_gc_grace), self._gc_snapshot,
                                             every=translog_gc_every, name=f"translog-gc-{name}",
-                                            ingest=IngestCollector(store), ingest_cluster=self._ingest_cluster)
+                                            ingest=IngestCollector(store, shard_address=self._shard_address),
+                                            ingest_cluster=self._ingest_cluster)
 
     # -- activation -------------------------------------------------------------------------------
 
@@ -216,6 +217,11 @@ class ManagerRole:
                 for sr in meta.routing:
                     clusters.setdefault(meta.data_cluster_uuid, {})[(meta.uuid, sr.shard)] = self.spec(meta, sr.shard).address
             return frozenset(o for o in owners if o is not None), clusters
+
+    def _shard_address(self, index_uuid: str, shard: int) -> ShardAddress | None:
+        """Where a shard of the index of UUID ``index_uuid`` keeps its blobs; None when no index has that UUID."""
+        meta = next((m for m in list(self.indices.values()) if m.uuid == index_uuid), None)
+        return None if meta is None else self.spec(meta, shard).address
 
     def _ingest_cluster(self) -> str | None:
         """The cluster UUID ingest jobs are staged under (the applied state's), while this node manages."""

@@ -56,3 +56,38 @@ def test_passes_keep_a_job_still_staging_and_collect_the_abandoned_and_the_old(t
     assert gc.collect("c") == 4  # the staging job, abandoned since 50 s; the done job's records after 600 s
     assert not store.exists(finished + "done") and not store.exists(staging + "files/b")
     assert store.exists(pending + "job") and store.exists(pending + "files/a")  # a job record without done stays
+
+
+def test_an_adopted_jobs_files_stay_until_its_runs_are_covered() -> None:
+    """Rule 4, over every case: with an adopted marker nothing goes until the job is done and covered; then the files
+    and the markers at once, the records after the retention."""
+    for job, done, files, age, covered in itertools.product((False, True), (False, True), (0, 2), (0.0, 100.0),
+                                                           (False, True)):
+        keys = [P + f"files/f{k}" for k in range(files)] + [P + "job"] * job + [P + "done"] * done + [P + "adopted/m1"]
+        view = JobView(P, tuple(sorted(keys)))
+        asked: list[str] = []
+
+        def test(v: JobView, c: bool = covered) -> bool:
+            asked.append(v.prefix)
+            return c
+
+        got = set(doomed_keys([view], {P: (1000.0 - age, view.keys)}, 1000.0, orphan_grace=50.0, done_retention=50.0,
+                              covered=test))
+        if done and covered:
+            records = {P + "done"} | ({P + "job"} if job else set())
+            expected = set(view.staged) | {P + "adopted/m1"} | (records if age >= 50 else set())
+        else:  # not done (a commit may run again: its runs are in translogs), or not covered: everything stays
+            expected = set()
+        assert got == expected, (job, done, files, age, covered, got)
+        assert asked == ([P] if done else []), asked  # the store is read only for a done job
+    assert JobView(P, (P + "adopted/m1",)).index_uuid == "i"
+
+
+def test_a_collector_without_shard_addresses_keeps_adopted_files(tmp_path: Path) -> None:
+    store = open_store(f"file://{tmp_path / 'store'}")
+    p = "c/ingest/i/adopted-job/"
+    for k in ("files/a", "job", "done", "adopted/m"):
+        store.put(p + k, b"x")
+    assert IngestCollector(store, clock=lambda: 0.0).collect("c") == 0
+    assert IngestCollector(store, clock=lambda: 0.0, shard_address=lambda u, s: None).collect("c") == 0
+    assert store.exists(p + "files/a")

@@ -1,0 +1,175 @@
+"""Applying an ingest job of routed files by adoption: each file becomes a segment of its shard (issue 43).
+
+A job whose record names one shard per file (``SSIJ`` v2, engine/coordinator/ingest_job.py) may be
+applied without any row work on the nodes (docs/design/adoption.md): the coordinator checks each
+file (:func:`check_routed`), then asks the file's shard's primary to adopt it (``shard.adopt``:
+one replicated write of ``n`` seq#s, logged as adopted operations; every replica adopts the same
+file).  Holds, ``done`` and release are the row path's (engine/coordinator/ingest.py), so the job
+is visible all at once and applied once by its id.
+
+**Checks, before anything is applied** (one GET of each file; only its footer and ``_id`` column
+are decoded):
+
+- size and CRC32C, as the row path checks them;
+- every column is adoptable against the index mapping as it stands (mapped, the same Arrow type;
+  ``segments/adoption.py`` ``check_adoptable``).  A file that is not makes the whole job take the
+  row path (it maps new fields and casts values), never half of each;
+- the ids: strings, none null, none empty or longer than 512 bytes (IngestRejected names the file);
+- routing: up to :data:`ROUTE_SAMPLE` ids per file are routed and must land on the file's shard
+  (IngestRejected otherwise); the sink routes every row with the same function
+  (spark/jvm ``Routing``, equal to engine/coordinator/routing.py).
+
+**What keeps the files** (invariant 1 of the design): a translog replay of an adopted run reads its
+file, so the files stay after ``done`` while any remote translog a restore could replay still holds
+a run.  The coordinator writes an *adopted marker* per attempt (``SSIA``: the runs' shard and seq#s)
+before ``done``; the collector (engine/manager/ingest_gc.py) deletes the files only once
+:func:`runs_covered` holds for every marker.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from shardstore.blobstores.base import BlobStore
+from shardstore.blobstores.errors import BlobNotFound
+from shardstore.core.address import ShardAddress
+from shardstore.core.records import crc32c
+from shardstore.engine.coordinator.ingest_job import (
+    AdoptedRuns,
+    IngestJob,
+    StagedFile,
+    decode_adopted,
+    encode_adopted,
+)
+from shardstore.engine.coordinator.routing import shard_ids
+from shardstore.engine.errors import IngestRejected
+from shardstore.engine.shard.flush_policy import FALLBACK_COMMITS
+from shardstore.errors import CorruptError, InvalidError
+from shardstore.segments.adoption import check_adoptable
+from shardstore.segments.errors import MappingConflict
+from shardstore.segments.mapping import Mapping
+from shardstore.segments.remote_store import iter_commits, read_metadata
+from shardstore.translog.operations import MAX_ID_BYTES
+
+log = logging.getLogger(__name__)
+#: ids per file routed at the check (the sink routes every row; this catches a writer that did not)
+ROUTE_SAMPLE = 1024
+#: where a job's adopted markers go under its prefix (one per commit attempt that adopted every file)
+ADOPTED_PREFIX = "adopted/"
+
+
+@dataclass(frozen=True)
+class RoutedCheck:
+    """What the check of a routed job found: the files' ids (for ``overwrite``), by key."""
+
+    ids: dict[str, pa.Array]
+
+
+def check_routed(store: BlobStore, job: IngestJob, mapping: Mapping, shards: int,
+                 corrupt: Callable[[StagedFile, str], Exception]) -> RoutedCheck | None:
+    """Check every file of a routed job for adoption (module docstring); None when a file's columns are not adoptable
+    against ``mapping`` (the job takes the row path).  IngestRejected for bad or misrouted ids; ``corrupt(file,
+    why)`` is raised for a file gone or not the bytes its record names."""
+    ids: dict[str, pa.Array] = {}
+    for f in job.files:
+        assert f.shard is not None
+        if not 0 <= f.shard < shards:
+            raise IngestRejected(job.job, f.key, f.rows, f"InvalidRequest: the file names shard {f.shard}; the "
+                                                         f"index has shards 0..{shards - 1}")
+        try:
+            data = store.get(f.key)
+        except BlobNotFound:
+            raise corrupt(f, "gone from the store") from None
+        if len(data) != f.size or crc32c(data) != f.crc32c:
+            raise corrupt(f, f"{len(data)} bytes, CRC32C {crc32c(data):08x}; the job record says {f.size} bytes, "
+                             f"{f.crc32c:08x}")
+        pf = pq.ParquetFile(pa.BufferReader(data))
+        try:
+            check_adoptable(pf.schema_arrow, mapping, f.key)
+        except (MappingConflict, ValueError) as exc:
+            log.info("ingest job %s: %s is not adoptable as it is (%s); the job takes the row path", job.job, f.key,
+                     exc)
+            return None
+        if pf.metadata.num_rows != f.rows:
+            raise corrupt(f, f"{pf.metadata.num_rows} rows; the job record says {f.rows}")
+        column = pf.read(columns=["_id"]).column("_id")
+        got = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+        _check_ids(job.job, f, got)
+        sample = got if len(got) <= ROUTE_SAMPLE else got.take(pa.array(
+            np.linspace(0, len(got) - 1, ROUTE_SAMPLE).astype(np.int64)))
+        routed = shard_ids(sample, shards).to_numpy(zero_copy_only=False)
+        wrong = np.flatnonzero(routed != f.shard)
+        if wrong.size:
+            raise IngestRejected(job.job, f.key, f.rows, f"InvalidRequest: id {sample[int(wrong[0])].as_py()!r} "
+                                                         f"routes to shard {int(routed[wrong[0]])}, not the file's "
+                                                         f"shard {f.shard}")
+        ids[f.key] = got
+    return RoutedCheck(ids)
+
+
+def _check_ids(job: str, f: StagedFile, ids: pa.Array) -> None:
+    """IngestRejected naming the first id of ``f`` a document may not have (null, empty, too long)."""
+    if ids.null_count:
+        raise IngestRejected(job, f.key, ids.null_count, "DocumentRejected: a row has a null _id")
+    lengths = pc.binary_length(ids)
+    bad = pc.or_(pc.equal(lengths, 0), pc.greater(lengths, MAX_ID_BYTES))
+    n = int(pc.sum(bad).as_py() or 0)
+    if n:
+        first = int(pc.index(bad, True).as_py())
+        raise IngestRejected(job, f.key, n, f"DocumentRejected: row {first}: an _id is 1-{MAX_ID_BYTES} bytes, not "
+                                            f"{ids[first].as_py()!r}"[:300])
+
+
+def adopted_marker_key(prefix: str) -> str:
+    """A new adopted marker's key under the job's ``prefix`` (one per attempt)."""
+    return f"{prefix}{ADOPTED_PREFIX}{uuid.uuid4().hex}"
+
+
+def write_adopted(store: BlobStore, prefix: str, runs: AdoptedRuns) -> str:
+    """Write this attempt's adopted marker; its key."""
+    key = adopted_marker_key(prefix)
+    store.put(key, encode_adopted(runs), if_absent=True)
+    return key
+
+
+def runs_covered(checkpoints_newest_first: Sequence[int | None], last: int) -> bool:
+    """Whether a shard's remote commits cover seq# ``last`` for good (pure): the newest :data:`FALLBACK_COMMITS`
+    commits (newest first; None for one that could not be read) all hold every operation up to ``last``, so no
+    restore, even one falling back past a bad commit, replays it from a remote translog."""
+    newest = list(checkpoints_newest_first[:FALLBACK_COMMITS])
+    return len(newest) == FALLBACK_COMMITS and all(c is not None and c >= last for c in newest)
+
+
+def shard_checkpoints(store: BlobStore, address: ShardAddress, n: int = FALLBACK_COMMITS) -> list[int | None]:
+    """The local checkpoints of the shard's newest ``n`` remote commits, newest first (None: unreadable)."""
+    out: list[int | None] = []
+    for key in iter_commits(store, address):
+        try:
+            out.append(read_metadata(store, key).commit.local_checkpoint)
+        except (CorruptError, InvalidError, BlobNotFound) as exc:
+            log.info("%s: remote commit unreadable for the adopted files' rule (%s)", key, exc)
+            out.append(None)
+        if len(out) >= n:
+            break
+    return out
+
+
+def markers_covered(store: BlobStore, marker_keys: Sequence[str], address_of: Callable[[int], ShardAddress]) -> bool:
+    """Whether every run the markers name is covered (:func:`runs_covered`) by its shard's remote commits."""
+    last: dict[int, int] = {}
+    for key in marker_keys:
+        for shard, top in decode_adopted(store.get(key), key).last_by_shard().items():
+            last[shard] = max(last.get(shard, -1), top)
+    return all(runs_covered(shard_checkpoints(store, address_of(shard)), top) for shard, top in last.items())
+
+
+__all__ = ["ADOPTED_PREFIX", "ROUTE_SAMPLE", "RoutedCheck", "adopted_marker_key", "check_routed", "markers_covered",
+           "runs_covered", "shard_checkpoints", "write_adopted"]

@@ -1,0 +1,176 @@
+"""Ingest jobs of routed files, adopted as segments (issue 43, docs/design/adoption.md): a real embedded cluster (the
+production roles over the in-process transport), a file store, files staged as the Spark sink stages them (one file
+per shard, ``SSIJ`` v2)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from shardstore.engine import Cluster
+from shardstore.engine.coordinator.ingest import stage_table, write_job
+from shardstore.engine.coordinator.ingest_adopt import ADOPTED_PREFIX, runs_covered
+from shardstore.engine.coordinator.ingest_job import (
+    AdoptedRuns,
+    IngestJob,
+    decode_adopted,
+    decode_job,
+    done_key,
+    encode_adopted,
+    encode_job,
+)
+from shardstore.engine.coordinator.routing import split_by_shard
+from shardstore.engine.errors import IngestRejected
+from shardstore.errors import InvalidError
+
+MAPPINGS = {"properties": {"n": {"type": "long"}, "tag": {"type": "keyword"}}}
+
+
+@pytest.fixture()
+def cluster(tmp_path: Path):
+    c = Cluster(store=f"file://{tmp_path / 'remote'}", data_dir=str(tmp_path / "nodes"), nodes=3, recovery_delay=0.05)
+    try:
+        c.create_index("docs", shards=2, replicas=1, mappings=MAPPINGS)
+        c.wait_for_health("green", timeout=30)
+        yield c
+    finally:
+        c.close()
+
+
+def _rows(lo: int, hi: int, tag: str, ids: str = "d") -> pa.Table:
+    return pa.table({"_id": pa.array([f"{ids}{i}" for i in range(lo, hi)], pa.string()),
+                     "n": pa.array(range(lo, hi), pa.int64()), "tag": pa.array([tag] * (hi - lo), pa.string())})
+
+
+def _stage_routed(c: Cluster, job: str, table: pa.Table, *, shard_of=None, mode: str = "append") -> str:
+    """One staged file per shard, its rows in table order (as each Spark task writes them)."""
+    prefix = c.ingest_prefix("docs", job)
+    files = []
+    for shard, rows in sorted(split_by_shard(table, c.index_meta("docs").shards).items()):
+        f = stage_table(c.store, prefix, f"part-{shard}", rows)
+        files.append(replace(f, shard=shard if shard_of is None else shard_of(shard)))
+    write_job(c.store, prefix, IngestJob(job, "docs", c.index_meta("docs").uuid, mode, tuple(files)))
+    return prefix
+
+
+def _docs(c: Cluster) -> dict[str, tuple]:
+    c.refresh("docs")
+    return {r["_id"]: (r["n"], r["tag"]) for r in c.scan("docs", columns=["_id", "n", "tag"]).to_pylist()}
+
+
+def test_a_routed_job_is_adopted_once_beside_client_writes(cluster: Cluster) -> None:
+    assert not cluster.bulk("docs", [{"_id": f"d{i}", "n": -1, "tag": "client"} for i in range(50)]).errors
+    prefix = _stage_routed(cluster, "adopt-1", _rows(25, 400, "spark"))
+    out = cluster.ingest("docs", "adopt-1")
+    out.pop("seconds")
+    assert out == {"job": "adopt-1", "rows": 375, "applied": 375, "deleted": 0, "replayed": False, "path": "adopt"}
+    assert cluster.count("docs") == 400
+    assert cluster.get("docs", "d10")["_source"] == {"n": -1, "tag": "client"}  # not in the job
+    updated, new = cluster.get("docs", "d30"), cluster.get("docs", "d399")
+    assert (updated["_version"], updated["_source"]) == (2, {"n": 30, "tag": "spark"})  # re-applied: an update
+    assert (new["_version"], new["_source"]) == (1, {"n": 399, "tag": "spark"})  # adopted: a rebuilt source
+    # the files stay for the collector (a translog replay of the runs reads them), with one adopted marker
+    markers = [b.key for b in cluster.store.list(prefix + ADOPTED_PREFIX)]
+    assert len(markers) == 1 and len(list(cluster.store.list(prefix + "files/"))) == 2
+    runs = decode_adopted(cluster.store.get(markers[0]), markers[0])
+    assert sorted(s for s, _a, _b in runs.runs) == [0, 1] and sum(b - a + 1 for _s, a, b in runs.runs) == 375
+    # committed again: nothing adopted a second time
+    again = cluster.ingest("docs", "adopt-1")
+    assert again["replayed"] and cluster.get("docs", "d30")["_version"] == 2
+    assert cluster.get("docs", "d399")["_version"] == 1
+    # client writes go on, on top of adopted rows
+    assert not cluster.bulk("docs", [{"_id": "d399", "n": 0, "tag": "client"}]).errors
+    assert cluster.get("docs", "d399")["_version"] == 2 and cluster.count("docs") == 400
+
+
+def test_every_copy_holds_the_adopted_rows_after_a_failover(cluster: Cluster) -> None:
+    _stage_routed(cluster, "adopt-2", _rows(0, 300, "spark"))
+    assert cluster.ingest("docs", "adopt-2")["path"] == "adopt"
+    before = _docs(cluster)
+    versions = {i: cluster.get("docs", i)["_version"] for i in ("d0", "d7", "d299")}
+    stamped = [r.info.stamp for s in (0, 1) for r, _live in cluster.primary_copy("docs", s).directory
+               .searchable_segments() if r.info.stamp is not None]
+    assert len(stamped) == 2  # adopted as they are, one stamped segment per shard
+    for shard in (0, 1, 0):  # the second failover of shard 0 promotes the copy peer recovery rebuilt
+        old = cluster.index_meta("docs").routing[shard].primary
+        cluster.kill_node(old)
+        assert cluster.index_meta("docs").routing[shard].primary not in (None, old)
+        assert _docs(cluster) == before
+        assert {i: cluster.get("docs", i)["_version"] for i in versions} == versions
+        cluster.start_node(old)
+        cluster.wait_for_health("green", timeout=60)
+    assert _docs(cluster) == before
+
+
+def test_a_job_whose_columns_are_not_adoptable_takes_the_row_path(cluster: Cluster) -> None:
+    table = _rows(0, 60, "rows").append_column("color", pa.array(["red"] * 60))  # a field the index does not map
+    prefix = _stage_routed(cluster, "rows-1", table)
+    out = cluster.ingest("docs", "rows-1")
+    assert out["path"] == "rows" and out["applied"] == 60
+    assert cluster.get("docs", "d5")["_source"] == {"n": 5, "tag": "rows", "color": "red"}
+    assert not list(cluster.store.list(prefix + "files/"))  # the row path deletes them at once
+    assert not list(cluster.store.list(prefix + ADOPTED_PREFIX))
+
+
+def test_a_misrouted_file_or_a_bad_id_is_refused_and_nothing_is_applied(cluster: Cluster) -> None:
+    prefix = _stage_routed(cluster, "wrong", _rows(0, 80, "x"), shard_of=lambda s: 1 - s)
+    with pytest.raises(IngestRejected, match="routes to shard"):
+        cluster.ingest("docs", "wrong")
+    assert not cluster.store.exists(done_key(prefix)) and cluster.count("docs") == 0
+    bad = _rows(0, 3, "x").set_column(0, "_id", pa.array(["a", "", "c"]))
+    _stage_routed(cluster, "empty-id", bad, shard_of=lambda s: 0)
+    with pytest.raises(IngestRejected, match="an _id is 1-512 bytes"):
+        cluster.ingest("docs", "empty-id")
+    assert cluster.count("docs") == 0
+
+
+def test_overwrite_by_adoption_replaces_the_documents(cluster: Cluster) -> None:
+    assert not cluster.bulk("docs", [{"_id": f"old{i}", "n": i, "tag": "o"} for i in range(40)]).errors
+    _stage_routed(cluster, "ow", _rows(0, 30, "new"), mode="overwrite")
+    out = cluster.ingest("docs", "ow")
+    assert (out["path"], out["applied"], out["deleted"]) == ("adopt", 30, 40)
+    assert sorted(_docs(cluster)) == sorted(f"d{i}" for i in range(30))
+
+
+def test_the_routed_job_record_and_the_adopted_marker_round_trip() -> None:
+    from shardstore.engine.coordinator.ingest_job import StagedFile
+
+    routed = IngestJob("j", "docs", "u", "append", (StagedFile("k0", 1, 2, 3, 0), StagedFile("k1", 4, 5, 6, 1)))
+    raw = encode_job(routed)
+    assert raw[4:6] == (2).to_bytes(2, "little") and decode_job(raw, "k") == routed and routed.routed
+    plain = replace(routed, files=tuple(replace(f, shard=None) for f in routed.files))
+    assert encode_job(plain)[4:6] == (1).to_bytes(2, "little") and decode_job(encode_job(plain), "k") == plain
+    with pytest.raises(InvalidError, match="some files name a shard"):
+        encode_job(replace(routed, files=(routed.files[0], plain.files[1])))
+    runs = AdoptedRuns("j", ((0, 10, 19), (1, 5, 9), (0, 30, 31)))
+    assert decode_adopted(encode_adopted(runs), "m") == runs and runs.last_by_shard() == {0: 31, 1: 9}
+
+
+@pytest.mark.parametrize("checkpoints, last, covered", [
+    ([], 5, False), ([9], 5, False), ([9, 4], 5, False), ([9, 5], 5, True), ([5, 9, 1], 5, True),
+    ([None, 9], 5, False), ([9, None], 5, False), ([4, 9], 5, False),
+])
+def test_runs_are_covered_only_below_the_newest_fallback_commits(checkpoints, last, covered) -> None:
+    assert runs_covered(checkpoints, last) is covered
+
+
+def test_the_collector_deletes_an_adopted_jobs_files_once_remote_commits_cover_them(cluster: Cluster) -> None:
+    from shardstore.engine.coordinator.routing import shard_id
+    from shardstore.engine.manager.ingest_gc import IngestCollector
+
+    prefix = _stage_routed(cluster, "gc-1", _rows(0, 100, "spark"))
+    assert cluster.ingest("docs", "gc-1")["path"] == "adopt"  # the job flushed the adopted shards once
+    manager = cluster.manager()
+    assert manager is not None
+    gc = IngestCollector(cluster.store, shard_address=manager._shard_address, clock=lambda: 0.0)
+    assert gc.collect(cluster.cluster_uuid) == 0  # one commit covers the runs: a restore falling back replays them
+    assert len(list(cluster.store.list(prefix + "files/"))) == 2
+    one_each = [next(f"x{i}" for i in range(100) if shard_id(f"x{i}", 2) == s) for s in (0, 1)]
+    assert not cluster.bulk("docs", [{"_id": i, "n": 1, "tag": "t"} for i in one_each]).errors
+    cluster.flush("docs")  # the second commit above the runs on every shard
+    assert gc.collect(cluster.cluster_uuid) == 3  # both files and the marker; the records stay
+    assert not list(cluster.store.list(prefix + "files/")) and not list(cluster.store.list(prefix + ADOPTED_PREFIX))
+    assert cluster.store.exists(prefix + "done") and cluster.count("docs") == 102
