@@ -293,6 +293,10 @@ class Client:
         """The UUID of ``index`` (IndexNotFound)."""
         return self._call("client.index_uuid", {"index": _check_index(index)})
 
+    def index_mapping(self, index: str) -> dict[str, Any]:
+        """``{"shards": n, "mapping": {...}}``: the index's shard count and its mapping as it stands (IndexNotFound)."""
+        return self._call("client.index_mapping", {"index": _check_index(index)})
+
     def primary_of(self, index: str, shard: int) -> str | None:
         """The node holding the shard's primary (None while it has none)."""
         return self._call("client.primary_of", {"index": _check_index(index), "shard": shard})

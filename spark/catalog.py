@@ -61,6 +61,7 @@ RESERVED_READ_WRITE = frozenset({
     # the sink into a live cluster (spark/live_sink.py) and Spark's own streaming options
     "hosts", "cluster", "shards", "replicas", "source", "streamid", "streamId", "checkpointlocation",
     "checkpointLocation", "ingestjob", "ingestJob", "tlsca", "tlsCa", "tlscert", "tlsCert", "tlskey", "tlsKey",
+    "adopt",  # "false": stage rows, never files adopted as segments (spark/routed_stage.py)
 })
 
 

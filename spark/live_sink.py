@@ -51,6 +51,7 @@ from shardstore.engine.errors import IndexAlreadyExists, IndexNotFound, IngestJo
 from shardstore.errors import ConflictError, InvalidError, ShardstoreError, UnavailableError
 from shardstore.net.security import Security
 from shardstore.spark.catalog import open_from_options, sink_index
+from shardstore.spark.routed_stage import routed_files, routed_layout, write_routed
 
 log = logging.getLogger(__name__)
 #: how long the probe of the nodes a cluster state names waits for an answer
@@ -88,6 +89,8 @@ class LiveJob:
     prefix: str
     mode: str  # "append" or "overwrite"
     skip: bool = False  # save mode "ignore" on an existing index: nothing is written
+    #: the index's shard count and mapping when the plan was made (``Client.index_mapping``), for the routed layout
+    layout: dict[str, Any] | None = None
 
 
 @dataclass
@@ -288,8 +291,13 @@ def plan_live(options: dict[str, str], schema: Any, mode: str, *, job: str | Non
             index_uuid = client.index_uuid(index)
         name = job or _option(options, "ingestJob") or f"spark-{uuid.uuid4().hex[:20]}"
         prefix = client.ingest_prefix(index, name)
+        try:
+            layout = client.index_mapping(index)
+        except ShardstoreError as exc:  # a cluster of an older build: the row layout
+            log.info("[%s]: no index mapping from the cluster (%s); the job stages rows", index, exc)
+            layout = None
     return LiveJob(dict(options), hosts, index, index_uuid, name, prefix, "overwrite" if mode == "overwrite"
-                   else "append", skip=exists and mode == "ignore")
+                   else "append", skip=exists and mode == "ignore", layout=layout)
 
 
 def stage_rows(job: LiveJob, batches: Iterator[pa.RecordBatch], where: str) -> LiveCommitMessage:
@@ -417,10 +425,16 @@ def _stage_and_commit(spark: Any, df: Any, job: LiveJob) -> None:
         return
     local = tempfile.mkdtemp(prefix="shardstore-stage-")
     try:
-        df.write.mode("overwrite").option("compression", "zstd").parquet("file://" + local + "/out")
+        layout = None if job.layout is None or _option(job.options, "adopt", "auto") == "false" else \
+            routed_layout(df.schema, job.layout["mapping"])
         store = open_from_options(job.options)
-        parts = sorted(p for p in os.listdir(local + "/out") if p.endswith(".parquet"))
-        files = tuple(_stage_file(store, job, os.path.join(local, "out", p)) for p in parts)
+        if layout is not None:  # one file per task and shard, adopted as segments (spark/routed_stage.py)
+            write_routed(spark, df, layout, int(job.layout["shards"]), local + "/out")
+            files = tuple(_stage_file(store, job, path, shard) for shard, path in routed_files(local + "/out"))
+        else:
+            df.write.mode("overwrite").option("compression", "zstd").parquet("file://" + local + "/out")
+            parts = sorted(p for p in os.listdir(local + "/out") if p.endswith(".parquet"))
+            files = tuple(_stage_file(store, job, os.path.join(local, "out", p)) for p in parts)
         commit_live(job, [LiveCommitMessage(files)])
     except BaseException:
         abort_live(job, [])
@@ -429,14 +443,15 @@ def _stage_and_commit(spark: Any, df: Any, job: LiveJob) -> None:
         shutil.rmtree(local, ignore_errors=True)
 
 
-def _stage_file(store: BlobStore, job: LiveJob, path: str) -> StagedFile:
-    """One Parquet file Spark wrote, staged as it is under the job's prefix."""
+def _stage_file(store: BlobStore, job: LiveJob, path: str, shard: int | None = None) -> StagedFile:
+    """One Parquet file Spark wrote, staged as it is under the job's prefix (``shard``: the one its rows route to)."""
     with open(path, "rb") as f:
         data = f.read()
     rows = pq.read_metadata(pa.BufferReader(data)).num_rows
-    key = files_prefix(job.prefix) + os.path.basename(path)
+    name = os.path.basename(path) if shard is None else f"s{shard}-{os.path.basename(path)}"
+    key = files_prefix(job.prefix) + name
     store.put(key, data, if_absent=True)
-    return StagedFile(key, len(data), crc32c(data), rows)
+    return StagedFile(key, len(data), crc32c(data), rows, shard)
 
 
 class LiveArrowWriter(DataSourceArrowWriter):

@@ -15,6 +15,7 @@ are decoded):
   ``segments/adoption.py`` ``check_adoptable``).  A file that is not makes the whole job take the
   row path (it maps new fields and casts values), never half of each;
 - the ids: strings, none null, none empty or longer than 512 bytes (IngestRejected names the file);
+- no NaN or infinity in a float column (a bulk refuses them: JSON has neither);
 - routing: up to :data:`ROUTE_SAMPLE` ids per file are routed and must land on the file's shard
   (IngestRejected otherwise); the sink routes every row with the same function
   (spark/jvm ``Routing``, equal to engine/coordinator/routing.py).
@@ -100,9 +101,12 @@ def check_routed(store: BlobStore, job: IngestJob, mapping: Mapping, shards: int
             return None
         if pf.metadata.num_rows != f.rows:
             raise corrupt(f, f"{pf.metadata.num_rows} rows; the job record says {f.rows}")
-        column = pf.read(columns=["_id"]).column("_id")
+        floats = [c.name for c in pf.schema_arrow if pa.types.is_floating(c.type)]
+        read = pf.read(columns=["_id", *floats])
+        column = read.column("_id")
         got = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
         _check_ids(job.job, f, got)
+        _check_finite(job.job, f, read, floats)
         sample = got if len(got) <= ROUTE_SAMPLE else got.take(pa.array(
             np.linspace(0, len(got) - 1, ROUTE_SAMPLE).astype(np.int64)))
         routed = shard_ids(sample, shards).to_numpy(zero_copy_only=False)
@@ -126,6 +130,19 @@ def _check_ids(job: str, f: StagedFile, ids: pa.Array) -> None:
         first = int(pc.index(bad, True).as_py())
         raise IngestRejected(job, f.key, n, f"DocumentRejected: row {first}: an _id is 1-{MAX_ID_BYTES} bytes, not "
                                             f"{ids[first].as_py()!r}"[:300])
+
+
+def _check_finite(job: str, f: StagedFile, table: pa.Table, floats: list[str]) -> None:
+    """IngestRejected naming the first NaN or infinity of ``f``, as a bulk refuses it (JSON has neither)."""
+    for name in floats:
+        values = table.column(name)
+        bad = pc.fill_null(pc.or_(pc.is_nan(values), pc.is_inf(values)), False)
+        n = int(pc.sum(bad).as_py() or 0)
+        if n:
+            row = int(pc.index(bad, True).as_py())
+            raise IngestRejected(job, f.key, n, f"DocumentRejected: document {row} (id "
+                                                f"{table.column('_id')[row].as_py()!r}): field '{name}': is not a "
+                                                f"finite number (JSON has no NaN or infinity)")
 
 
 def adopted_marker_key(prefix: str) -> str:

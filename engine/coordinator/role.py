@@ -388,6 +388,9 @@ class Coordinator:
             return self._ingest_prefix(req["index"], req["job"])
         if action == "client.index_uuid":
             return self.index_meta(req["index"]).uuid
+        if action == "client.index_mapping":
+            meta = self.index_meta(req["index"])
+            return {"shards": meta.shards, "mapping": self.mapping_of(meta).to_dict()}
         if action == "client.cluster":
             return self._cluster_view()
         raise InvalidRequest(f"node {self.name}: unknown client action {action!r}")

@@ -60,7 +60,8 @@ def test_a_job_is_applied_once_beside_client_writes(cluster: Cluster) -> None:
     prefix = _stage(cluster, "job-1", [_rows(25, 150, "spark"), _rows(150, 300, "spark")])
     out = cluster.ingest("docs", "job-1")
     seconds = out.pop("seconds")
-    assert out == {"job": "job-1", "rows": 275, "applied": 275, "deleted": 0, "replayed": False}
+    assert out == {"job": "job-1", "rows": 275, "applied": 275, "deleted": 0, "replayed": False,
+                   "path": "rows"}
     assert list(seconds) == ["check", "hold", "apply", "release", "total"]
     assert 0 <= sum(seconds.values()) - seconds["total"] <= seconds["total"]  # the phases fit in the call
     cluster.refresh("docs")

@@ -263,3 +263,44 @@ def test_the_python_sources_stream_writer_applies_each_batch_once_into_node_proc
         assert client.get("arrow", "a5")["_version"] == 1
     finally:
         procs.close()
+
+
+def test_an_append_of_mapped_columns_is_adopted_and_reads_as_the_row_path_would(spark, cluster: Cluster,
+                                                                                  tmp_path: Path) -> None:
+    """Every column mapped (the index created from the frame's schema): the job's files are adopted as segments
+    (docs/design/adoption.md); each document reads back exactly as through the row path (``adopt=false``)."""
+    url = f"file://{tmp_path / 'remote'}"
+    frame = spark.range(0, 3000).selectExpr(
+        "concat('a', cast(id as string)) as _id", "id as n", "cast(id as int) as i",
+        "id / 4 as d",
+        "case when id % 5 = 0 then null else concat('t', cast(id % 3 as string)) end as tag", "id % 2 = 0 as even",
+        "timestamp_millis(1700000000000 + id * 1001) as ts")
+
+    def write(index: str, df, **options: str) -> None:
+        w = df.write.format("shardstore").option("store", url).option("index", index).option("shards", "2")
+        for k, v in options.items():
+            w = w.option(k, v)
+        w.mode("append").save()
+
+    write("adopted", frame)
+    write("rows", frame, adopt="false")
+    for index in ("adopted", "rows"):  # a NaN is refused by either path, with the same one-line reason
+        nan = frame.limit(3).selectExpr("concat(_id, 'x') as _id", "n", "i", "double('NaN') as d", "tag", "even", "ts")
+        with pytest.raises(Exception, match="field 'd': is not a finite number") as refused:
+            write(index, nan, **({} if index == "adopted" else {"adopt": "false"}))
+        assert "Py4J" not in str(refused.value).splitlines()[0]
+    store = open_store(url)
+    markers = [b.key for b in store.list(f"{cluster.cluster_uuid}/ingest/") if "/adopted/" in b.key]
+    assert len(markers) == 1 and f"/{cluster.index_meta('adopted').uuid}/" in markers[0]  # adopted; rows: not
+    assert cluster.count("adopted") == cluster.count("rows") == 3000
+    for i in (0, 1, 5, 7, 8, 999, 2999):
+        got, want = cluster.get("adopted", f"a{i}"), cluster.get("rows", f"a{i}")
+        assert got["_source"] == want["_source"], (i, got["_source"], want["_source"])
+        assert got["_version"] == want["_version"] == 1
+    # a second append updating half of the documents: re-applied rows, versions 2
+    write("adopted", frame.filter("id % 2 = 0").selectExpr("_id", "n + 1 as n", "i", "d", "tag", "even", "ts"))
+    assert cluster.count("adopted") == 3000
+    assert (cluster.get("adopted", "a4")["_version"], cluster.get("adopted", "a4")["_source"]["n"]) == (2, 5)
+    assert cluster.get("adopted", "a5")["_version"] == 1
+    read = spark.read.format("shardstore").option("store", url).option("index", "adopted").load()
+    assert read.count() == 3000 and read.filter("n = 5").select("_id").collect()[0]["_id"] in ("a4", "a5")
