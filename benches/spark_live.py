@@ -68,7 +68,7 @@ class _Commits(logging.Handler):
         """Take a commit's line: its args are (job, rows, index, seconds, outcome, phases)."""
         if record.msg.startswith("spark job %s: %d rows into") and len(record.args or ()) == 6:
             self.seconds.append(float(record.args[3]))  # type: ignore[index]
-            self.phases.append(str(record.args[5]))  # type: ignore[index]
+            self.phases.append(f"{record.args[4]}; {record.args[5]}")  # type: ignore[index] - the path, the phases
 
 
 def _client_load(client: Any, index: str, stop: threading.Event, acked: list[str], failed: list[str]) -> None:

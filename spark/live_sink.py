@@ -51,7 +51,7 @@ from shardstore.engine.errors import IndexAlreadyExists, IndexNotFound, IngestJo
 from shardstore.errors import ConflictError, InvalidError, ShardstoreError, UnavailableError
 from shardstore.net.security import Security
 from shardstore.spark.catalog import open_from_options, sink_index
-from shardstore.spark.routed_stage import routed_files, routed_layout, write_routed
+from shardstore.spark.routed_stage import routed_layout, write_routed
 
 log = logging.getLogger(__name__)
 #: how long the probe of the nodes a cluster state names waits for an answer
@@ -358,7 +358,7 @@ def commit_live(job: LiveJob, messages: list[Any], *, store: BlobStore | None = 
                 out = client.ingest(job.index, job.job, timeout=_attempt_timeout(standing))
             log.info("spark job %s: %d rows into [%s] in %.2fs (%s; the cluster's phases: %s)", job.job,
                      out["applied"], job.index, time.perf_counter() - started,
-                     "replayed" if out["replayed"] else "applied",
+                     "replayed" if out["replayed"] else f"applied: {out.get('path', 'rows')}",
                      ", ".join(f"{k} {v:.2f}s" for k, v in out.get("seconds", {}).items()))
             return out
         except UnavailableError as exc:  # a failover, a killed or paused coordinator, a lost answer: the same job again
@@ -429,8 +429,8 @@ def _stage_and_commit(spark: Any, df: Any, job: LiveJob) -> None:
             routed_layout(df.schema, job.layout["mapping"])
         store = open_from_options(job.options)
         if layout is not None:  # one file per task and shard, adopted as segments (spark/routed_stage.py)
-            write_routed(spark, df, layout, int(job.layout["shards"]), local + "/out")
-            files = tuple(_stage_file(store, job, path, shard) for shard, path in routed_files(local + "/out"))
+            written = write_routed(spark, df, layout, int(job.layout["shards"]), local + "/out", job.job)
+            files = tuple(_stage_file(store, job, path, shard) for shard, path in written)
         else:
             df.write.mode("overwrite").option("compression", "zstd").parquet("file://" + local + "/out")
             parts = sorted(p for p in os.listdir(local + "/out") if p.endswith(".parquet"))

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -501,7 +502,15 @@ class Coordinator:
             return self.adopt_file(self.index_meta(index), shard, file, request_id)
 
         def flush(shards: list[int]) -> None:
-            self.run_parallel(lambda shard: self._on_shard_copies(index, shard, "shard.flush", None), shards)
+            # on a thread of its own: the job is done and released; the flush only lets the collector delete its files
+            # sooner (ingest_adopt.py), so the commit's answer does not wait for it
+            def run() -> None:
+                try:
+                    self.run_parallel(lambda shard: self._on_shard_copies(index, shard, "shard.flush", None), shards)
+                except Exception as exc:  # noqa: BLE001 - the shards' next flushes cover the runs
+                    log.info("[%s] flush after an adopted job failed (%s: %s)", index, type(exc).__name__, exc)
+
+            threading.Thread(target=run, name=f"adopted-flush-{index}", daemon=True).start()
 
         return run_ingest(self.documents, self._store, index, prefix, scan_ids=scan_ids, hold=hold, advance=advance,
                           release=release, adopt=adopt, flush=flush)

@@ -162,7 +162,8 @@ def test_the_collector_deletes_an_adopted_jobs_files_once_remote_commits_cover_t
     from shardstore.engine.manager.ingest_gc import IngestCollector
 
     prefix = _stage_routed(cluster, "gc-1", _rows(0, 100, "spark"))
-    assert cluster.ingest("docs", "gc-1")["path"] == "adopt"  # the job flushed the adopted shards once
+    assert cluster.ingest("docs", "gc-1")["path"] == "adopt"
+    cluster.flush("docs")  # as the job's own flush after its release does, on a thread of its own
     manager = cluster.manager()
     assert manager is not None
     gc = IngestCollector(cluster.store, shard_address=manager._shard_address, clock=lambda: 0.0)

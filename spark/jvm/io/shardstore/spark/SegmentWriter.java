@@ -83,9 +83,26 @@ public final class SegmentWriter {
    */
   public static String[] write(Dataset<Row> frame, String dir, String job, long[] terms, boolean stamp, int maxOpen,
       Map<String, String> options) throws java.io.IOException {
-    if (maxOpen < 1) throw new IllegalArgumentException("shardstore sink: maxOpen " + maxOpen + " must be at least 1");
-    StructType schema = requiredKeys(frame.schema());
     if (stamp) SinkFunctions.counters(job);  // fail here, not in every task, when the counters were not started
+    return run(frame, requiredKeys(frame.schema()), dir, job, terms, stamp, false, maxOpen, options);
+  }
+
+  /**
+   * Write {@code frame}, whose first column is {@code _id} (string), into {@code dir} routed: per task, one Parquet
+   * file per shard (of {@code shards}) it holds rows of, its rows in input order and the frame's columns as they are,
+   * with no seq# or term: the live cluster adopts the files as segments and stamps them
+   * (shardstore.spark.routed_stage; docs/design/adoption.md). The same files, fingerprints and answers as
+   * {@link #write}.
+   */
+  public static String[] writeRouted(Dataset<Row> frame, String dir, String job, int shards, int maxOpen,
+      Map<String, String> options) throws java.io.IOException {
+    if (shards < 1) throw new IllegalArgumentException("shardstore sink: " + shards + " shards");
+    return run(frame, requiredId(frame.schema()), dir, job, new long[shards], false, true, maxOpen, options);
+  }
+
+  private static String[] run(Dataset<Row> frame, StructType schema, String dir, String job, long[] terms,
+      boolean stamp, boolean routed, int maxOpen, Map<String, String> options) throws java.io.IOException {
+    if (maxOpen < 1) throw new IllegalArgumentException("shardstore sink: maxOpen " + maxOpen + " must be at least 1");
     SparkSession spark = frame.sparkSession();
     scala.collection.immutable.Map<String, String> opts =
         scala.collection.immutable.Map$.MODULE$.from(scala.jdk.javaapi.CollectionConverters.asScala(options));
@@ -95,13 +112,24 @@ public final class SegmentWriter {
     hadoop.getConfiguration().set(org.apache.parquet.hadoop.ParquetOutputFormat.WRITE_SUPPORT_CLASS,
         SegmentWriteSupport.class.getName());
     Task task = new Task(factory, new SerializableConfiguration(hadoop.getConfiguration()), schema, dir, job,
-        terms.clone(), stamp, maxOpen);
+        terms.clone(), stamp, routed, maxOpen);
     org.apache.spark.sql.execution.QueryExecution qe = frame.queryExecution();
     scala.Function0<List<String>> run = () -> qe.toRdd().toJavaRDD().mapPartitionsWithIndex(task, false).collect();
     // as Spark's own writers: one SQL execution (the session's SQL settings reach the tasks; the UI shows the write)
     List<String> files = org.apache.spark.sql.execution.SQLExecution.withNewExecutionId(qe,
         scala.Option.apply("shardstore sink " + job), run);
     return files.toArray(new String[0]);
+  }
+
+  /** The frame's schema with its first column {@code _id} (string) checked and required (non-null). */
+  static StructType requiredId(StructType in) {
+    StructField[] fields = in.fields().clone();
+    if (fields.length == 0 || !fields[ID].name().equals("_id") || !fields[ID].dataType().equals(DataTypes.StringType)) {
+      throw new IllegalArgumentException("shardstore sink: the frame's columns " + java.util.Arrays.toString(in.fieldNames())
+          + " do not start with _id (string)");
+    }
+    fields[ID] = new StructField("_id", DataTypes.StringType, false, fields[ID].metadata());
+    return new StructType(fields);
   }
 
   /** The frame's schema with {@code _id}, {@code _seq_no}, {@code _primary_term} checked and required (non-null). */
@@ -129,10 +157,11 @@ public final class SegmentWriter {
     private final String job;
     private final long[] terms;
     private final boolean stamp;
+    private final boolean routed;  // routed only: no seq# or term columns (writeRouted)
     private final int maxOpen;
 
     Task(OutputWriterFactory factory, SerializableConfiguration conf, StructType schema, String dir, String job,
-        long[] terms, boolean stamp, int maxOpen) {
+        long[] terms, boolean stamp, boolean routed, int maxOpen) {
       this.factory = factory;
       this.conf = conf;
       this.schema = schema;
@@ -140,6 +169,7 @@ public final class SegmentWriter {
       this.job = job;
       this.terms = terms;
       this.stamp = stamp;
+      this.routed = routed;
       this.maxOpen = maxOpen;
     }
 
@@ -173,7 +203,8 @@ public final class SegmentWriter {
           UTF8String id = row.getUTF8String(ID);
           SinkFunctions.checkLength(id);
           int shard = Routing.shard(id, shards);
-          if (stamp) {
+          if (routed) {  // nothing to stamp: the cluster adopts the file
+          } else if (stamp) {
             row.setLong(SEQ_NO, counters.getAndIncrement(shard));
           } else {  // the frame carries SinkFunctions.stamp's whole value: the seq# and the shard it was taken for
             if (row.isNullAt(SEQ_NO)) {
@@ -186,7 +217,7 @@ public final class SegmentWriter {
             }
             row.setLong(SEQ_NO, stamped >>> SinkFunctions.SHARD_BITS);
           }
-          row.setLong(PRIMARY_TERM, terms[shard]);
+          if (!routed) row.setLong(PRIMARY_TERM, terms[shard]);
           SegmentFile f = open[shard];
           if (f == null) {
             if (opened == maxOpen) {  // close the file written to longest ago (rows sorted by shard: the previous one)
