@@ -42,6 +42,7 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 from shardstore.blobstores.base import BlobStore
 from shardstore.core.address import ShardAddress
 from shardstore.core.ops import OP_NAMES, OpType
+from shardstore.engine.shard.adoption_apply import as_index_operations
 from shardstore.errors import InvalidError
 from shardstore.segments.errors import CommitNotFound
 from shardstore.segments.mapping import Mapping
@@ -101,7 +102,7 @@ def shard_operations(store: BlobStore, address: ShardAddress, shard: int, from_s
     ops = [b for b in RemoteTranslog.read_operations(store, prefixes, from_seq_no, to_seq_no) if b.num_rows]
     parts = []
     if ops:
-        t = pa.Table.from_batches(ops)
+        t = as_index_operations(pa.Table.from_batches(ops), store, f"shard {address.index_uuid}/{shard}")
         t = t.filter(pc.not_equal(t.column("op_type"), int(OpType.NO_OP)))
         parts.append(pa.table({
             "op_type": pc.take(_OP_NAMES, t.column("op_type").cast(pa.int32())), "_id": t.column("id"),

@@ -241,7 +241,7 @@ def run_ingest(documents: Documents, store: BlobStore, index: str, prefix: str, 
             if advance is not None and advance(job.job) and hold is not None:
                 hold(job.job, HOLD_LEASE)  # a renewal: a late advance_view refuses a renewed hold
             clock.mark("hold")
-            outcomes = _each_file(apply_file, job.files)
+            outcomes = _each_file(apply_file, job.files) if routed is None else _each_shard(apply_file, job.files)
             written = [ids for _, ids in outcomes if ids is not None]
             deleted = _replace(documents, index, job, written, scan_ids) if job.mode == "overwrite" else 0
     except StagedFileCorrupt as exc:
@@ -372,6 +372,35 @@ def _each_file(apply_file: Callable[[StagedFile], Any], files: tuple[StagedFile,
     if first is not None:
         raise first
     return [fu.result() for fu in futures]
+
+
+#: shards whose files an adopted job sends at once (each shard's files in order: they queue on its write lock)
+SHARDS_AT_ONCE = 8
+
+
+def _each_shard(apply_file: Callable[[StagedFile], Any], files: tuple[StagedFile, ...]) -> list[Any]:
+    """``apply_file`` over a routed job's files: up to :data:`SHARDS_AT_ONCE` shards at once, each shard's files one
+    after the other in the job's order; results in the job's order, the first real failure raised once every
+    shard stopped."""
+    by_shard: dict[int, list[int]] = {}
+    for i, f in enumerate(files):
+        by_shard.setdefault(int(f.shard or 0), []).append(i)
+    out: list[Any] = [None] * len(files)
+
+    def run(positions: list[int]) -> None:
+        for i in positions:
+            out[i] = apply_file(files[i])
+
+    if len(by_shard) <= 1:
+        run([i for group in by_shard.values() for i in group])
+        return out
+    with ThreadPoolExecutor(min(SHARDS_AT_ONCE, len(by_shard)), thread_name_prefix="ingest-shard") as pool:
+        futures = [pool.submit(run, group) for group in by_shard.values()]
+    errors = [e for e in (fu.exception() for fu in futures) if e is not None]
+    first = next((e for e in errors if not isinstance(e, _Stopped)), errors[0] if errors else None)
+    if first is not None:
+        raise first
+    return out
 
 
 def _replace(documents: Documents, index: str, job: IngestJob, written: list[pa.ChunkedArray],

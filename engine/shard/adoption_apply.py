@@ -19,16 +19,20 @@ import glob
 import os
 import uuid
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from shardstore.blobstores.base import BlobStore
 from shardstore.blobstores.errors import BlobNotFound
+from shardstore.core.ops import with_fields
 from shardstore.core.records import crc32c
-from shardstore.engine.shard.adopted_ops import AdoptedFile, AdoptedFileLost, AdoptedRun
+from shardstore.engine.shard.adopted_ops import AdoptedFile, AdoptedFileLost, AdoptedRun, has_adopted, split_runs
 from shardstore.segments.directory import ShardDirectory
 from shardstore.segments.directory_records import Adopted
 from shardstore.segments.stamp import Stamp
+from shardstore.translog.operations import SCHEMA
+from shardstore.translog.replay import unify_fields
 
 _PREFIX = "adopting-"
 
@@ -39,6 +43,16 @@ def fetch_adopted(store: BlobStore | None, file: AdoptedFile, into: str, first: 
     ``first``: the seq# its first row takes (for the error).  AdoptedFileLost when the store lacks it or holds
     other bytes; ValueError when the bytes are right but hold another number of rows than the run says.
     """
+    data = fetch_bytes(store, file, first)
+    os.makedirs(into, exist_ok=True)
+    path = os.path.join(into, f"{_PREFIX}{uuid.uuid4().hex}.parquet")
+    with open(path, "wb") as f:  # not fsynced: ShardDirectory.adopt fsyncs the segment it links to these bytes
+        f.write(data)
+    return path
+
+
+def fetch_bytes(store: BlobStore | None, file: AdoptedFile, first: int) -> bytes:
+    """``file``'s bytes from the store, checked as :func:`fetch_adopted` checks them."""
     last = first + file.rows - 1
     if store is None:
         raise AdoptedFileLost(file.key, first, last, "this copy has no blob store to fetch it from")
@@ -54,11 +68,27 @@ def fetch_adopted(store: BlobStore | None, file: AdoptedFile, into: str, first: 
     rows = pq.ParquetFile(pa.BufferReader(data)).metadata.num_rows
     if rows != file.rows:
         raise ValueError(f"adopted file {file.key}: {rows} rows, its run says {file.rows}")
-    os.makedirs(into, exist_ok=True)
-    path = os.path.join(into, f"{_PREFIX}{uuid.uuid4().hex}.parquet")
-    with open(path, "wb") as f:  # not fsynced: ShardDirectory.adopt fsyncs the segment it links to these bytes
-        f.write(data)
-    return path
+    return data
+
+
+def as_index_operations(ops: pa.Table, store: BlobStore | None, where: str) -> pa.Table:
+    """``ops`` (translog operations, seq# order) with each adopted run replaced by the index operations it stands
+    for: its file's rows as typed operations (their fields in ``fields``, no source), at the run's seq#s, term and
+    versions.  For readers of the translog that report documents (the changes feed, Spark's translog tail);
+    AdoptedFileLost names a file that is gone."""
+    if ops.num_rows == 0 or not any(has_adopted(b) for b in ops.to_batches()):
+        return ops
+    pieces: list[pa.Table] = []
+    for batch in ops.combine_chunks().to_batches():
+        for piece in split_runs(batch, where):
+            if not isinstance(piece, AdoptedRun):
+                pieces.append(pa.Table.from_batches([piece]))
+                continue
+            rows = pq.read_table(pa.BufferReader(fetch_bytes(store, piece.file, piece.seq_no_base)))
+            fields = rows.drop_columns([c for c in ("_id", "_source") if c in rows.column_names])
+            index_ops = piece.ops.set_column(2, SCHEMA.field("op_type"), pa.array(np.zeros(piece.ops.num_rows, np.int8)))
+            pieces.append(pa.Table.from_batches([with_fields(index_ops.select(SCHEMA.names), fields)]))
+    return pa.concat_tables(unify_fields(pieces))
 
 
 def adopt_fetched(directory: ShardDirectory, path: str, stamp: Stamp, versions: pa.Array | None = None) -> Adopted:
@@ -87,4 +117,4 @@ def remove_leftovers(into: str) -> int:
     return n
 
 
-__all__ = ["adopt_fetched", "adopt_run", "fetch_adopted", "remove_leftovers"]
+__all__ = ["adopt_fetched", "adopt_run", "as_index_operations", "fetch_adopted", "fetch_bytes", "remove_leftovers"]

@@ -211,3 +211,30 @@ def test_adopted_operations_need_a_version_and_carry_no_source(tmp_path: Path) -
             log.add(batch(1, b"{}"))
         log.add(batch(1, None))
         assert [b.num_rows for b in log.read_operations(0)] == [1]
+
+
+@FILE
+def test_the_changes_feed_reads_adopted_rows_from_their_file(store_factory, tmp_path: Path) -> None:
+    """A reader of the remote translog (the changes feed; Spark's translog tail uses the same helper) reports each
+    adopted row as the index operation it stands for: its id, seq#, version and a source rebuilt from the file."""
+    from shardstore.spark.changes import shard_operations
+
+    store = store_factory()
+    before, staged, _after = _history()
+    file = _stage(store, "ingest/job-5/files/part-0.parquet", staged)
+    spec = _spec("changes")
+    primary = ShardCopy(spec, str(tmp_path / "p"), store, primary_term=1, primary=True)
+    primary.primary_apply(_bulk(before))
+    stamped, pending = primary.adopt(file)
+    primary.settle(pending)
+    got = shard_operations(store, spec.address, 0, 40, order=("v", "s")).to_pylist()
+    assert [r["_seq_no"] for r in got] == list(range(40, 40 + staged.num_rows))
+    assert {r["op_type"] for r in got} == {"index"}
+    assert [r["_id"] for r in got] == staged.column("_id").to_pylist()
+    assert [r["_version"] for r in got] == stamped.column("version").to_pylist()
+    assert [json.loads(r["_source"]) for r in got] == [{"v": v, "s": s} for v, s in
+                                                       zip(staged.column("v").to_pylist(), staged.column("s").to_pylist())]
+    store.delete([file.key])
+    with pytest.raises(AdoptedFileLost, match="gone from the store"):
+        shard_operations(store, spec.address, 0, 40)
+    primary.close()
