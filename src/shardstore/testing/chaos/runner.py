@@ -44,6 +44,8 @@ from shardstore.testing.faulty import FaultyStore
 
 log = logging.getLogger(__name__)
 INDEX = "docs"
+#: the simulated index's shards
+SHARDS = 2
 #: how long a check waits for the cluster to be usable again before calling it stuck
 SETTLE_TIMEOUT = 60.0
 #: a step slower than this is counted as a stall (a timeout waited out somewhere)
@@ -141,7 +143,7 @@ class Simulation:
         self._crash_errors: list[BaseException] = []
         self.ended = False
         self.cluster = self._new_cluster(restore=False)
-        self.cluster.create_index(INDEX, shards=2, replicas=1, source=self.source)
+        self.cluster.create_index(INDEX, shards=SHARDS, replicas=1, source=self.source)
 
     # -- plumbing -------------------------------------------------------------------------
 
@@ -241,12 +243,17 @@ class Simulation:
         self._guarded_write(step, values, lambda: self.cluster.bulk(INDEX, docs))
 
     def _do_ingest(self, step: Step) -> None:
-        """The Spark sink's commit into a live cluster, without Spark (issue 43): the rows staged as one Parquet file
-        under the job's prefix, then ``commit_live`` (job record, ``Client.ingest`` retried by job id).  Every row is
-        acknowledged when the commit returns; a commit that raised leaves each row uncertain."""
+        """The Spark sink's commit into a live cluster, without Spark (issue 43): the rows staged as the sink stages a
+        frame of mapped columns, one Parquet file per shard (docs/design/adoption.md: the cluster adopts them as
+        segments; before the index maps ``v`` the coordinator applies their rows), then ``commit_live`` (job record,
+        ``Client.ingest`` retried by job id).  Every row is acknowledged when the commit returns; a commit that raised
+        leaves each row uncertain."""
+        from dataclasses import replace
+
         import pyarrow as pa
 
         from shardstore.engine.coordinator.ingest import stage_table
+        from shardstore.engine.coordinator.routing import split_by_shard
         from shardstore.spark.live_sink import LiveCommitMessage, LiveJob, commit_live
 
         values: dict[str, str | None] = {i: self._value(step, i) for i in step.args["ids"]}
@@ -255,9 +262,12 @@ class Simulation:
             name = f"sim-{self.seed}-{step.index}-{self._generation}"
             prefix = self.cluster.ingest_prefix(INDEX, name)
             job = LiveJob({}, (), INDEX, self.cluster.index_uuid(INDEX), name, prefix, "append")
-            staged = stage_table(self.store, prefix, "p0-a0", pa.table({"_id": list(values),
-                                                                        "v": list(values.values())}))
-            return commit_live(job, [LiveCommitMessage((staged,))], store=self.store, retry_seconds=SIM_FAILOVER_WAIT)
+            rows = pa.table({"_id": pa.array(list(values), pa.string()), "v": pa.array(list(values.values()),
+                                                                                     pa.string())})
+            staged = tuple(replace(stage_table(self.store, prefix, f"p0-a0-s{shard}", part), shard=shard)
+                           for shard, part in sorted(split_by_shard(rows, SHARDS)
+                                                     .items()))
+            return commit_live(job, [LiveCommitMessage(staged)], store=self.store, retry_seconds=SIM_FAILOVER_WAIT)
 
         from shardstore.engine.coordinator import ingest
 
