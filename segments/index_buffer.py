@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 
 from shardstore.core.arrays import filled, one_array
 from shardstore.core.ops import OpType
+from shardstore.segments.errors import SegmentError
 from shardstore.segments.segment import BASE_SCHEMA
 from shardstore.segments.version_map import VersionMap
 
@@ -119,4 +120,7 @@ def split_ops(table: pa.Table) -> tuple[pa.Table, pa.Table]:
     is_index = pc.equal(op_type, int(OpType.INDEX))
     if pc.all(is_index, skip_nulls=False).as_py():  # None (not True) when an op_type is null
         return table, table.slice(0, 0)
+    if pc.any(pc.equal(op_type, int(OpType.ADOPTED))).as_py():  # never dropped as a no-op would be
+        raise SegmentError("adopted operations are adopted with their file (ShardDirectory.adopt; "
+                           "engine/shard/adoption_apply.py), not applied as operations")
     return table.filter(is_index), table.filter(pc.equal(op_type, int(OpType.DELETE)))

@@ -42,7 +42,8 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 from shardstore.blobstores.base import BlobStore
 from shardstore.core.address import ShardAddress
 from shardstore.core.ops import OP_NAMES, OpType
-from shardstore.engine.shard.adoption_apply import as_index_operations
+from shardstore.engine.shard.adopted_ops import AdoptedFileLost
+from shardstore.engine.shard.adoption_apply import as_index_operations, find_run_head
 from shardstore.errors import InvalidError
 from shardstore.segments.errors import CommitNotFound
 from shardstore.segments.mapping import Mapping
@@ -101,8 +102,27 @@ def shard_operations(store: BlobStore, address: ShardAddress, shard: int, from_s
     prefixes = [address.translog_prefix(t) for t in list_terms(store, address)]
     ops = [b for b in RemoteTranslog.read_operations(store, prefixes, from_seq_no, to_seq_no) if b.num_rows]
     parts = []
+    try:
+        md = latest_commit(store, address)
+    except CommitNotFound:
+        md = None
     if ops:
-        t = as_index_operations(pa.Table.from_batches(ops), store, f"shard {address.index_uuid}/{shard}")
+        t = pa.Table.from_batches(ops)
+        where = f"shard {address.index_uuid}/{shard}"
+
+        def typed(table: pa.Table) -> pa.Table:  # adopted runs as their files' rows (a cut run's head found below)
+            return as_index_operations(table, store, where, lambda seq: find_run_head(
+                lambda lo, hi: RemoteTranslog.read_operations(store, prefixes, lo, hi), seq, where))
+
+        try:
+            t = typed(t)
+        except AdoptedFileLost:
+            if md is None:
+                raise
+            # the files of runs the commit holds may be collected (ingest_gc.py rule 4): those rows come from its
+            # segments below; a run above the commit still needs its file
+            t = typed(t.filter(pc.or_(pc.not_equal(t.column("op_type"), int(OpType.ADOPTED)),
+                                      pc.greater(t.column("seq_no"), md.commit.local_checkpoint))))
         t = t.filter(pc.not_equal(t.column("op_type"), int(OpType.NO_OP)))
         parts.append(pa.table({
             "op_type": pc.take(_OP_NAMES, t.column("op_type").cast(pa.int32())), "_id": t.column("id"),
@@ -110,10 +130,6 @@ def shard_operations(store: BlobStore, address: ShardAddress, shard: int, from_s
             "_source": op_sources(t, order).cast(pa.string()),  # typed operations: rebuilt from their fields
             "_rank": pa.array(np.ones(t.num_rows, dtype=np.int8)),
         }))
-    try:
-        md = latest_commit(store, address)
-    except CommitNotFound:
-        md = None
     if md is not None:  # the commit's read plan: only segments whose seq# range meets the asked one
         tasks = CommitPlan(shard, md).tasks(keep=lambda info: info.max_seq_no >= from_seq_no
                                             and info.min_seq_no <= top)

@@ -37,7 +37,7 @@ from pyspark.sql.types import StructType
 
 from shardstore.blobstores.base import BlobStore
 from shardstore.core.ops import OpType
-from shardstore.engine.shard.adoption_apply import as_index_operations
+from shardstore.engine.shard.adoption_apply import as_index_operations, find_run_head
 from shardstore.errors import InvalidError
 from shardstore.segments.errors import CommitNotFound
 from shardstore.segments.mapping import Mapping
@@ -151,7 +151,9 @@ def _translog_tail(store: BlobStore, loc: IndexLocation, shard: int, md: RemoteC
     batches = list(RemoteTranslog.read_operations(store, prefixes, cp + 1, to_seq_no))
     # one schema: SCHEMA, or SCHEMA + the typed ``fields`` of a synthetic-source index (resolve unifies them)
     ops = pa.Table.from_batches(batches, batches[0].schema if batches else SCHEMA)
-    ops = as_index_operations(ops, store, f"index {loc.name!r} shard {shard}")  # adopted files' rows, typed
+    where = f"index {loc.name!r} shard {shard}"  # adopted runs as their files' rows, typed (a cut run: found below)
+    ops = as_index_operations(ops, store, where, lambda seq: find_run_head(
+        lambda lo, hi: RemoteTranslog.read_operations(store, prefixes, lo, hi), seq, where))
     if to_seq_no is not None:  # an older commit: a newer one may have let the primary purge the ops above it
         need = min(to_seq_no, latest_commit(store, address).commit.local_checkpoint)
         seqs = ops.column("seq_no")

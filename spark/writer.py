@@ -183,6 +183,7 @@ def claim_shard(store: BlobStore, address: ShardAddress, state_term: int, job: s
 def fold_tail(store: BlobStore, address: ShardAddress, term: int, job: str, base: RemoteCommitMetadata | None,
               tail: list[pa.RecordBatch], mapping: dict) -> RemoteCommitMetadata:
     """Commit ``base`` + the translog operations above it as commit C0 of ``term`` (the engine is fenced by now)."""
+    from shardstore.engine.shard.adoption_apply import as_index_operations
     from shardstore.segments.directory import ShardDirectory
     from shardstore.segments.remote_store import restore
 
@@ -190,7 +191,8 @@ def fold_tail(store: BlobStore, address: ShardAddress, term: int, job: str, base
     try:
         if base is not None:
             restore(store, address, tmp)
-        ops = pa.Table.from_batches(tail)
+        # adopted runs (docs/design/adoption.md) as the index operations they stand for: their files' rows
+        ops = as_index_operations(pa.Table.from_batches(tail), store, f"shard {address.index_uuid}/{address.shard}")
         top = max(pc.max(ops.column("seq_no")).as_py(), base.commit.max_seq_no if base else -1)
         with ShardDirectory(tmp, mapping=mapping, fsync=False, warm=False) as directory:
             directory.apply(ops)

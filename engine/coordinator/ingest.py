@@ -250,7 +250,7 @@ def run_ingest(documents: Documents, store: BlobStore, index: str, prefix: str, 
     applied = sum(rows for rows, _ in outcomes)
     if routed is not None:  # before done: the files stay until the runs are covered (ingest_adopt.py)
         write_adopted(store, prefix, AdoptedRuns(job.job, tuple(sorted(runs))))
-    done = IngestDone(job.job, job.rows, applied, deleted)
+    done = IngestDone(job.job, job.rows, applied, deleted, tuple(sorted(runs)))
     replayed = False
     try:
         store.put(done_key(prefix), encode_done(done), if_absent=True)

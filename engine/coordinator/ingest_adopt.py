@@ -23,8 +23,8 @@ are decoded):
 **What keeps the files** (invariant 1 of the design): a translog replay of an adopted run reads its
 file, so the files stay after ``done`` while any remote translog a restore could replay still holds
 a run.  The coordinator writes an *adopted marker* per attempt (``SSIA``: the runs' shard and seq#s)
-before ``done``; the collector (engine/manager/ingest_gc.py) deletes the files only once
-:func:`runs_covered` holds for every marker.
+before ``done`` (which names the runs too); the collector (engine/manager/ingest_gc.py) deletes the
+files only once :func:`runs_covered` holds for every run.
 """
 
 from __future__ import annotations
@@ -47,7 +47,6 @@ from shardstore.engine.coordinator.ingest_job import (
     AdoptedRuns,
     IngestJob,
     StagedFile,
-    decode_adopted,
     encode_adopted,
 )
 from shardstore.engine.coordinator.routing import shard_ids
@@ -179,14 +178,13 @@ def shard_checkpoints(store: BlobStore, address: ShardAddress, n: int = FALLBACK
     return out
 
 
-def markers_covered(store: BlobStore, marker_keys: Sequence[str], address_of: Callable[[int], ShardAddress]) -> bool:
-    """Whether every run the markers name is covered (:func:`runs_covered`) by its shard's remote commits."""
-    last: dict[int, int] = {}
-    for key in marker_keys:
-        for shard, top in decode_adopted(store.get(key), key).last_by_shard().items():
-            last[shard] = max(last.get(shard, -1), top)
+def runs_covered_in_store(store: BlobStore, runs: Sequence[tuple[int, int, int]],
+                          address_of: Callable[[int], ShardAddress]) -> bool:
+    """Whether every run (shard, first seq#, last seq#) is covered (:func:`runs_covered`) by its shard's remote
+    commits (per shard one LIST and :data:`FALLBACK_COMMITS` GETs)."""
+    last = AdoptedRuns("", tuple(runs)).last_by_shard()
     return all(runs_covered(shard_checkpoints(store, address_of(shard)), top) for shard, top in last.items())
 
 
-__all__ = ["ADOPTED_PREFIX", "ROUTE_SAMPLE", "RoutedCheck", "adopted_marker_key", "check_routed", "markers_covered",
-           "runs_covered", "shard_checkpoints", "write_adopted"]
+__all__ = ["ADOPTED_PREFIX", "ROUTE_SAMPLE", "RoutedCheck", "adopted_marker_key", "check_routed", "runs_covered",
+           "runs_covered_in_store", "shard_checkpoints", "write_adopted"]

@@ -27,7 +27,8 @@ CRC32C):
   store (engine/manager/ingest_gc.py) until every adopted shard's remote commit covers its runs
   (until then a replay of the translog reads the files), and goes with the files.
 * ``SSID`` v1, the outcome: ``{"job", "rows", "applied", "deleted"}`` (rows staged, rows
-  acknowledged, documents the overwrite deleted).
+  acknowledged, documents the overwrite deleted), and for an adopted job ``"runs"`` as in the marker
+  (a reader that does not know the key ignores it).
 
 An unknown version raises :class:`~shardstore.errors.UnsupportedFormatVersion`; a flipped bit,
 :class:`~shardstore.core.records.RecordCorrupted` naming the key.
@@ -134,12 +135,14 @@ class AdoptedRuns:
 
 @dataclass(frozen=True)
 class IngestDone:
-    """A job's outcome: rows staged, rows acknowledged, documents an overwrite deleted."""
+    """A job's outcome: rows staged, rows acknowledged, documents an overwrite deleted; an adopted job's runs (shard,
+    first seq#, last seq#), which keep its files as its adopted markers do (engine/manager/ingest_gc.py rule 4)."""
 
     job: str
     rows: int
     applied: int
     deleted: int
+    runs: tuple[tuple[int, int, int], ...] = ()
 
 
 def encode_job(job: IngestJob) -> bytes:
@@ -177,14 +180,17 @@ def decode_adopted(data: bytes, where: str) -> AdoptedRuns:
 
 def encode_done(done: IngestDone) -> bytes:
     """The outcome record's bytes (``SSID`` v1)."""
-    return encode_record(DONE_MAGIC, VERSION, {"job": done.job, "rows": done.rows, "applied": done.applied,
-                                               "deleted": done.deleted})
+    body: dict[str, Any] = {"job": done.job, "rows": done.rows, "applied": done.applied, "deleted": done.deleted}
+    if done.runs:
+        body["runs"] = [list(r) for r in done.runs]
+    return encode_record(DONE_MAGIC, VERSION, body)
 
 
 def decode_done(data: bytes, where: str) -> IngestDone:
     """The outcome record read from ``where`` (RecordCorrupted, UnsupportedFormatVersion)."""
     _v, body = decode_record(data, magic=DONE_MAGIC, supported=VERSION, where=where, what="ingest outcome")
-    return IngestDone(str(body["job"]), int(body["rows"]), int(body["applied"]), int(body["deleted"]))
+    return IngestDone(str(body["job"]), int(body["rows"]), int(body["applied"]), int(body["deleted"]),
+                      tuple((int(a), int(b), int(c)) for a, b, c in body.get("runs", ())))
 
 
 def done_as_dict(done: IngestDone, *, replayed: bool) -> dict[str, Any]:

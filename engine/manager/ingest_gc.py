@@ -17,11 +17,13 @@ The rule (:func:`doomed_keys`, pure, tested over every case):
    and Spark replays only its last uncommitted micro-batch, within minutes.
 2. a job record without ``done``: everything stays (a commit may still apply it: a retried
    commit of that job id reads its files).
-4. an *adopted* job (``adopted/`` markers: its files became segments, docs/design/adoption.md):
-   a translog replay of its runs reads the files, so everything stays until it is done and
-   ``covered(job)`` holds (engine/coordinator/ingest_adopt.py ``markers_covered``: every run is
-   below the newest remote commits of its shard, which no restore replays); then the files and
-   the markers go, the records as in rule 1.
+4. an *adopted* job (``adopted/`` markers, or runs in ``done``: its files became segments,
+   docs/design/adoption.md): a translog replay of its runs reads the files, so everything stays
+   until it is done and ``covered(job)`` holds (engine/coordinator/ingest_adopt.py
+   ``runs_covered_in_store``: every run is below the newest remote commits of its shard, which no
+   restore replays); then the files and the markers go, the records as in rule 1.  A done job
+   whose staged files are still there is asked too (one GET of ``done``: a lost marker never
+   lets rule 1 take an adopted job's files); one with no runs is covered.
 3. staged files with neither record: they go once the set of keys under the job has not
    changed for ``orphan_grace`` (6 h) as this collector saw it: a job still staging keeps
    adding files, which restarts the wait.
@@ -40,7 +42,8 @@ from dataclasses import dataclass
 
 from shardstore.blobstores.base import BlobStore
 from shardstore.core.address import ShardAddress
-from shardstore.engine.coordinator.ingest_adopt import ADOPTED_PREFIX, markers_covered
+from shardstore.engine.coordinator.ingest_adopt import ADOPTED_PREFIX, runs_covered_in_store
+from shardstore.engine.coordinator.ingest_job import decode_adopted, decode_done
 
 log = logging.getLogger(__name__)
 
@@ -96,14 +99,14 @@ def list_jobs(store: BlobStore, cluster_uuid: str) -> list[JobView]:
 
 def doomed_keys(jobs: Iterable[JobView], seen: Mapping[str, tuple[float, tuple[str, ...]]], now: float, *,
                 orphan_grace: float = ORPHAN_GRACE, done_retention: float = DONE_RETENTION,
-                covered: Callable[[JobView], bool] = lambda job: False) -> list[str]:
+                covered: Callable[[JobView], bool] = lambda job: True) -> list[str]:
     """The keys the rule of the module deletes; ``seen``: per job prefix, since when this collector has seen it in its
-    present state (done, or with this exact key set) and that key set; ``covered(job)``: rule 4's test of an adopted
-    job (asked only of one that is done)."""
+    present state (done, or with this exact key set) and that key set; ``covered(job)``: rule 4's test (asked only of
+    a done job with staged files or markers left)."""
     out: list[str] = []
     for job in jobs:
         since = seen.get(job.prefix, (now, job.keys))[0]
-        if job.markers:
+        if job.markers or (job.has_done and job.staged):
             if job.has_done and covered(job):
                 out.extend(job.staged + job.markers)
                 if now - since >= done_retention:
@@ -155,14 +158,16 @@ class IngestCollector:
 
 
     def _covered(self, job: JobView) -> bool:
-        """Rule 4's test (reads the markers and the shards' newest remote commits); False on any doubt."""
-        if self.shard_address is None:
-            return False
-        address = self.shard_address
-        if address(job.index_uuid, 0) is None:  # an index this manager does not know (yet): kept, only space
-            return False
+        """Rule 4's test (reads the markers, ``done`` and the shards' newest remote commits); False on any doubt."""
         try:
-            return markers_covered(self.store, job.markers, lambda shard: address(job.index_uuid, shard))  # type: ignore[arg-type,return-value]
+            runs = [r for key in job.markers for r in decode_adopted(self.store.get(key), key).runs]
+            runs += list(decode_done(self.store.get(job.prefix + "done"), job.prefix + "done").runs)
+            if not runs:  # a job applied by its rows whose clean-up failed: rule 1
+                return True
+            address = self.shard_address
+            if address is None or address(job.index_uuid, 0) is None:  # an index this manager does not know: kept
+                return False
+            return runs_covered_in_store(self.store, runs, lambda shard: address(job.index_uuid, shard))
         except Exception as exc:  # noqa: BLE001 - kept: asked again next pass
             log.info("ingest collection: %s kept (%s: %s)", job.prefix, type(exc).__name__, exc)
             return False

@@ -18,19 +18,22 @@ import contextlib
 import glob
 import os
 import uuid
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from shardstore.blobstores.base import BlobStore
 from shardstore.blobstores.errors import BlobNotFound
-from shardstore.core.ops import with_fields
+from shardstore.core.ops import FIELDS_COLUMN, OpType, with_fields
 from shardstore.core.records import crc32c
-from shardstore.engine.shard.adopted_ops import AdoptedFile, AdoptedFileLost, AdoptedRun, has_adopted, split_runs
+from shardstore.engine.shard.adopted_ops import AdoptedFile, AdoptedFileLost, AdoptedRun, decode_reason, has_adopted
 from shardstore.segments.directory import ShardDirectory
 from shardstore.segments.directory_records import Adopted
 from shardstore.segments.stamp import Stamp
+from shardstore.translog.errors import InvalidOperation
 from shardstore.translog.operations import SCHEMA
 from shardstore.translog.replay import unify_fields
 
@@ -71,24 +74,76 @@ def fetch_bytes(store: BlobStore | None, file: AdoptedFile, first: int) -> bytes
     return data
 
 
-def as_index_operations(ops: pa.Table, store: BlobStore | None, where: str) -> pa.Table:
+def as_index_operations(ops: pa.Table, store: BlobStore | None, where: str,
+                        find_head: Callable[[int], tuple[AdoptedFile, int]] | None = None) -> pa.Table:
     """``ops`` (translog operations, seq# order) with each adopted run replaced by the index operations it stands
     for: its file's rows as typed operations (their fields in ``fields``, no source), at the run's seq#s, term and
-    versions.  For readers of the translog that report documents (the changes feed, Spark's translog tail);
-    AdoptedFileLost names a file that is gone."""
+    versions.  For readers of the translog that report documents (the changes feed, Spark's translog tail, a bulk
+    load folding the tail).  A reader's seq# bounds may cut a run: its rows here are taken from the file all the
+    same, and a run whose head lies below ``ops`` is found with ``find_head(seq#)`` (``(file, S)``; without it,
+    InvalidOperation).  AdoptedFileLost names a file that is gone."""
     if ops.num_rows == 0 or not any(has_adopted(b) for b in ops.to_batches()):
         return ops
+    batch = ops.combine_chunks().to_batches()[0]
+    op_type = batch.column("op_type")
+    adopted = np.asarray(pc.fill_null(pc.equal(op_type, int(OpType.ADOPTED)), False).to_numpy(zero_copy_only=False),
+                         dtype=bool)
+    heads = adopted & np.asarray(pc.is_valid(batch.column("reason")).to_numpy(zero_copy_only=False), dtype=bool)
+    seq = batch.column("seq_no").to_numpy()
+    plain = batch.select(SCHEMA.names) if FIELDS_COLUMN in batch.schema.names else batch
     pieces: list[pa.Table] = []
-    for batch in ops.combine_chunks().to_batches():
-        for piece in split_runs(batch, where):
-            if not isinstance(piece, AdoptedRun):
-                pieces.append(pa.Table.from_batches([piece]))
-                continue
-            rows = pq.read_table(pa.BufferReader(fetch_bytes(store, piece.file, piece.seq_no_base)))
-            fields = rows.drop_columns([c for c in ("_id", "_source") if c in rows.column_names])
-            index_ops = piece.ops.set_column(2, SCHEMA.field("op_type"), pa.array(np.zeros(piece.ops.num_rows, np.int8)))
-            pieces.append(pa.Table.from_batches([with_fields(index_ops.select(SCHEMA.names), fields)]))
+    files: dict[str, pa.Table] = {}
+    i, n = 0, batch.num_rows
+    while i < n:
+        if not adopted[i]:
+            j = i + 1
+            while j < n and not adopted[j]:
+                j += 1
+            pieces.append(pa.Table.from_batches([batch.slice(i, j - i)]))
+            i = j
+            continue
+        if heads[i]:
+            file, base = decode_reason(batch.column("reason")[i].as_py(), where)
+        elif find_head is not None:
+            file, base = find_head(int(seq[i]))
+        else:
+            raise InvalidOperation(i, None, f"{where}: an adopted operation (seq# {int(seq[i])}) without its run's head")
+        first_row = int(seq[i]) - base
+        if not 0 <= first_row < file.rows:
+            raise InvalidOperation(i, None, f"{where}: seq# {int(seq[i])} is not in the adopted run of {file.key} "
+                                            f"at seq# {base} ({file.rows} rows)")
+        j = i + 1
+        while j < n and adopted[j] and not heads[j] and seq[j] == seq[j - 1] + 1 and seq[j] < base + file.rows:
+            j += 1
+        if file.key not in files:
+            files[file.key] = pq.read_table(pa.BufferReader(fetch_bytes(store, file, base)))
+        rows = files[file.key].slice(first_row, j - i)
+        fields = rows.drop_columns([c for c in ("_id", "_source") if c in rows.column_names])
+        part = plain.slice(i, j - i).set_column(2, SCHEMA.field("op_type"), pa.array(np.zeros(j - i, np.int8)))
+        pieces.append(pa.Table.from_batches([with_fields(part, fields)]))
+        i = j
     return pa.concat_tables(unify_fields(pieces))
+
+
+def find_run_head(read: Callable[[int, int], Iterable[pa.RecordBatch]], seq_no: int, where: str
+                  ) -> tuple[AdoptedFile, int]:
+    """``(file, S)`` of the adopted run holding ``seq_no``, its head searched below it in widening windows of
+    ``read(lo, hi)`` (translog operations with lo <= seq# <= hi); InvalidOperation when there is none."""
+    span = 1024
+    while True:
+        lo = max(0, seq_no - span)
+        best: tuple[AdoptedFile, int] | None = None
+        for b in read(lo, seq_no):
+            mask = pc.and_(pc.equal(b.column("op_type"), int(OpType.ADOPTED)), pc.is_valid(b.column("reason")))
+            for reason in b.column("reason").filter(pc.fill_null(mask, False)).to_pylist():
+                file, base = decode_reason(reason, where)
+                if base <= seq_no < base + file.rows and (best is None or base > best[1]):
+                    best = (file, base)
+        if best is not None:
+            return best
+        if lo == 0:
+            raise InvalidOperation(None, None, f"{where}: no adopted run's head holds seq# {seq_no}")
+        span *= 8
 
 
 def adopt_fetched(directory: ShardDirectory, path: str, stamp: Stamp, versions: pa.Array | None = None) -> Adopted:
@@ -117,4 +172,5 @@ def remove_leftovers(into: str) -> int:
     return n
 
 
-__all__ = ["adopt_fetched", "adopt_run", "as_index_operations", "fetch_adopted", "fetch_bytes", "remove_leftovers"]
+__all__ = ["adopt_fetched", "adopt_run", "as_index_operations", "fetch_adopted", "fetch_bytes", "find_run_head",
+           "remove_leftovers"]

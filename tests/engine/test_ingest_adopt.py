@@ -17,6 +17,7 @@ from shardstore.engine.coordinator.ingest_job import (
     AdoptedRuns,
     IngestJob,
     decode_adopted,
+    decode_done,
     decode_job,
     done_key,
     encode_adopted,
@@ -77,6 +78,7 @@ def test_a_routed_job_is_adopted_once_beside_client_writes(cluster: Cluster) -> 
     assert len(markers) == 1 and len(list(cluster.store.list(prefix + "files/"))) == 2
     runs = decode_adopted(cluster.store.get(markers[0]), markers[0])
     assert sorted(s for s, _a, _b in runs.runs) == [0, 1] and sum(b - a + 1 for _s, a, b in runs.runs) == 375
+    assert decode_done(cluster.store.get(done_key(prefix)), "done").runs == runs.runs  # done names them too
     # committed again: nothing adopted a second time
     again = cluster.ingest("docs", "adopt-1")
     assert again["replayed"] and cluster.get("docs", "d30")["_version"] == 2
@@ -169,9 +171,32 @@ def test_the_collector_deletes_an_adopted_jobs_files_once_remote_commits_cover_t
     gc = IngestCollector(cluster.store, shard_address=manager._shard_address, clock=lambda: 0.0)
     assert gc.collect(cluster.cluster_uuid) == 0  # one commit covers the runs: a restore falling back replays them
     assert len(list(cluster.store.list(prefix + "files/"))) == 2
+    marker = next(iter(cluster.store.list(prefix + ADOPTED_PREFIX))).key
+    cluster.store.delete([marker])  # a lost marker: done names the runs too, the files stay
+    assert gc.collect(cluster.cluster_uuid) == 0 and len(list(cluster.store.list(prefix + "files/"))) == 2
     one_each = [next(f"x{i}" for i in range(100) if shard_id(f"x{i}", 2) == s) for s in (0, 1)]
     assert not cluster.bulk("docs", [{"_id": i, "n": 1, "tag": "t"} for i in one_each]).errors
     cluster.flush("docs")  # the second commit above the runs on every shard
-    assert gc.collect(cluster.cluster_uuid) == 3  # both files and the marker; the records stay
+    assert gc.collect(cluster.cluster_uuid) == 2  # both files; the records stay
     assert not list(cluster.store.list(prefix + "files/")) and not list(cluster.store.list(prefix + ADOPTED_PREFIX))
     assert cluster.store.exists(prefix + "done") and cluster.count("docs") == 102
+
+
+def test_searches_see_an_adopted_job_all_at_once(cluster: Cluster, monkeypatch) -> None:
+    """Each adopted segment is published behind the job's held views: a count between two files' adoptions (and a
+    refresh meanwhile) sees none of the job, the count after the release all of it."""
+    from shardstore.engine.coordinator.role import Coordinator
+
+    assert not cluster.bulk("docs", [{"_id": f"c{i}", "n": i, "tag": "client"} for i in range(20)]).errors
+    real, seen = Coordinator.adopt_file, []
+
+    def adopt_file(self, meta, shard, file, request_id):  # noqa: ANN001, ANN202 - the wrapped method
+        out = real(self, meta, shard, file, request_id)
+        cluster.refresh("docs")
+        seen.append(cluster.count("docs"))
+        return out
+
+    monkeypatch.setattr(Coordinator, "adopt_file", adopt_file)
+    _stage_routed(cluster, "seen", _rows(0, 200, "spark"))
+    assert cluster.ingest("docs", "seen")["path"] == "adopt"
+    assert seen == [20, 20] and cluster.count("docs") == 220

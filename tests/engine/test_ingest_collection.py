@@ -7,6 +7,7 @@ import itertools
 from pathlib import Path
 
 from shardstore.blobstores import open_store
+from shardstore.engine.coordinator.ingest_job import IngestDone, encode_done
 from shardstore.engine.manager.ingest_gc import IngestCollector, JobView, doomed_keys
 
 P = "c/ingest/i/j/"
@@ -44,7 +45,7 @@ def test_passes_keep_a_job_still_staging_and_collect_the_abandoned_and_the_old(t
     store.put(pending + "job", b"j")
     store.put(finished + "files/a", b"x")
     store.put(finished + "job", b"j")
-    store.put(finished + "done", b"d")
+    store.put(finished + "done", encode_done(IngestDone("done", 1, 1, 0)))  # applied by its rows: no runs
     assert gc.collect("c") == 1 and not store.exists(finished + "files/a")  # a done job's files at once
     now[0] = 50.0
     store.put(staging + "files/b", b"x")  # still staging: its wait starts again

@@ -18,7 +18,7 @@ import pytest
 
 from shardstore.core.ops import OpType
 from shardstore.core.records import crc32c
-from shardstore.engine.shard.adopted_ops import AdoptedFile, AdoptedFileLost, split_runs
+from shardstore.engine.shard.adopted_ops import AdoptedFile, AdoptedFileLost, adopted_batch, split_runs
 from shardstore.engine.shard.shard_copy import ShardCopy, ShardSpec
 from shardstore.segments.errors import MappingConflict
 from shardstore.translog.operations import index_batch
@@ -234,7 +234,56 @@ def test_the_changes_feed_reads_adopted_rows_from_their_file(store_factory, tmp_
     assert [r["_version"] for r in got] == stamped.column("version").to_pylist()
     assert [json.loads(r["_source"]) for r in got] == [{"v": v, "s": s} for v, s in
                                                        zip(staged.column("v").to_pylist(), staged.column("s").to_pylist())]
+    # bounds that cut the run: its rows from the file all the same (the head found below the first one asked)
+    cut = shard_operations(store, spec.address, 0, 45, 50, order=("v", "s")).to_pylist()
+    assert [(r["_seq_no"], r["_id"], r["_version"]) for r in cut] == [(g["_seq_no"], g["_id"], g["_version"])
+                                                                      for g in got[5:11]]
     store.delete([file.key])
     with pytest.raises(AdoptedFileLost, match="gone from the store"):
         shard_operations(store, spec.address, 0, 40)
+    # once a commit holds the run, its rows come from the segments when the file is gone
+    primary.flush()
+    again = shard_operations(store, spec.address, 0, 40, order=("v", "s")).to_pylist()
+    by_seq = {r["_seq_no"]: (r["_id"], r["_version"], r["_source"]) for r in got}
+    assert all(by_seq[r["_seq_no"]] == (r["_id"], r["_version"], r["_source"]) for r in again)  # live rows, as logged
+    assert {r["_id"] for r in again} == set(staged.column("_id").to_pylist())
     primary.close()
+
+
+@FILE
+def test_a_bulk_load_that_folds_the_translog_tail_keeps_adopted_rows(store_factory, tmp_path: Path) -> None:
+    """The Spark store writer (a bulk load that fences the cluster) commits the translog above the newest commit as
+    its first commit: an adopted run there becomes its file's rows, never dropped as an unknown operation."""
+    from shardstore.segments.reader import open_commit
+    from shardstore.segments.remote_store import latest_commit
+    from shardstore.spark.writer import fold_tail
+    from shardstore.translog.remote import RemoteTranslog
+
+    store = store_factory()
+    before, staged, _after = _history()
+    file = _stage(store, "ingest/job-6/files/part-0.parquet", staged)
+    spec = _spec("fold")
+    primary = ShardCopy(spec, str(tmp_path / "p"), store, primary_term=1, primary=True)
+    primary.primary_apply(_bulk(before))
+    primary.flush()
+    stamped, pending = primary.adopt(file)
+    primary.settle(pending)
+    want = _state(primary)
+    primary.close()
+    base = latest_commit(store, spec.address)
+    tail = list(RemoteTranslog.read_operations(store, [spec.address.translog_prefix(1)], base.commit.local_checkpoint + 1))
+    fold_tail(store, spec.address, 5, "bulk-load", base, tail, MAPPING)
+    got = {}
+    for b in open_commit(store, spec.address).scan(columns=["_id", "_seq_no", "_version", "v", "s"]):
+        for r in b.to_pylist():
+            got[r["_id"]] = (r["_seq_no"], r["_version"], r["v"], r["s"])
+    assert got == {k: (s, ver, a, b) for k, (s, _t, ver, a, b) in want.items()}
+
+
+def test_applying_adopted_operations_as_operations_is_refused() -> None:
+    from shardstore.segments.errors import SegmentError
+    from shardstore.segments.index_buffer import split_ops
+
+    run = adopted_batch(AdoptedFile("k", 1, 2, 2), 0, 1, pa.array(["a", "b"]), np.ones(2))
+    with pytest.raises(SegmentError, match="adopted with their file"):
+        split_ops(pa.Table.from_batches([run]))
