@@ -101,7 +101,7 @@ def apply_one(req: dict[str, Any], key: Key, node: NodeRoles, expect: tuple | No
                     raise
     if first is not None:  # applied once already: its outcome, once it is as durable as an acknowledgement
         node.confirm(key, copy, first)
-        return first.reply if reply is node.reply else reply(first.reply)  # (seq#, term, version columns)
+        return first.reply  # what the ledger kept: the reply's columns, or an adopted run's summary
     node.settle(key, copy, pending)
     copy.update_global_checkpoint(min([copy.local_checkpoint, *checkpoints]))
     return reply(stamped)

@@ -208,11 +208,15 @@ def run_ingest(documents: Documents, store: BlobStore, index: str, prefix: str, 
         assert adopt is not None and routed is not None and f.shard is not None
         if stop.is_set():
             raise _Stopped
-        answer = adopt(f.shard, f, f"ingest:{job.job}:{number[f.key]}")
+        if read_done(store, prefix) is not None:  # a second commit of the job finished first (its files may be going)
+            raise StagedFileCorrupt(f"ingest job {job.job} was done by another commit meanwhile")
+        # the request id names the file's bytes too: a job id used again later never gets an old file's answer
+        answer = adopt(f.shard, f, f"ingest:{job.job}:{number[f.key]}:{f.crc32c:08x}:{f.size}")
         with lock:
             runs.append((f.shard, int(answer["seq_no_base"]), int(answer["seq_no_base"]) + int(answer["rows"]) - 1))
-        ids = routed.ids[f.key]
-        return int(answer["rows"]), pa.chunked_array([ids]) if job.mode == "overwrite" else None
+        if int(answer["rows"]) != f.rows:
+            raise IngestIncomplete(job.job, f.key, f.rows, f"shard {f.shard} adopted {answer['rows']} rows of it")
+        return int(answer["rows"]), pa.chunked_array([routed.ids[f.key]]) if job.mode == "overwrite" else None
 
     def apply_file(f: StagedFile) -> tuple[int, pa.ChunkedArray | None]:
         try:

@@ -68,7 +68,7 @@ ADOPTED_PREFIX = "adopted/"
 
 @dataclass(frozen=True)
 class RoutedCheck:
-    """What the check of a routed job found: the files' ids (for ``overwrite``), by key."""
+    """What the check of a routed job found: the files' ids, by key (an ``overwrite`` job's only)."""
 
     ids: dict[str, pa.Array]
 
@@ -114,7 +114,8 @@ def check_routed(store: BlobStore, job: IngestJob, mapping: Mapping, shards: int
             raise IngestRejected(job.job, f.key, f.rows, f"InvalidRequest: id {sample[int(wrong[0])].as_py()!r} "
                                                          f"routes to shard {int(routed[wrong[0]])}, not the file's "
                                                          f"shard {f.shard}")
-        ids[f.key] = got
+        if job.mode == "overwrite":  # the ids the overwrite keeps; an append keeps none in memory
+            ids[f.key] = got
     return RoutedCheck(ids)
 
 
@@ -156,12 +157,16 @@ def write_adopted(store: BlobStore, prefix: str, runs: AdoptedRuns) -> str:
     return key
 
 
-def runs_covered(checkpoints_newest_first: Sequence[int | None], last: int) -> bool:
-    """Whether a shard's remote commits cover seq# ``last`` for good (pure): the newest :data:`FALLBACK_COMMITS`
+def runs_covered(checkpoints_newest_first: Sequence[int | None], last: int,
+                 copy_commits: Sequence[int | None] = (None,)) -> bool:
+    """Whether a shard's commits cover seq# ``last`` for good (pure): the newest :data:`FALLBACK_COMMITS` remote
     commits (newest first; None for one that could not be read) all hold every operation up to ``last``, so no
-    restore, even one falling back past a bad commit, replays it from a remote translog."""
+    restore, even one falling back past a bad commit, replays it from a remote translog; and so does the newest
+    local commit of every copy (None: not known), since a promoted copy uploads its own last commit under its new
+    term (a restore may start there) and a peer recovery copies its primary's."""
     newest = list(checkpoints_newest_first[:FALLBACK_COMMITS])
-    return len(newest) == FALLBACK_COMMITS and all(c is not None and c >= last for c in newest)
+    return (len(newest) == FALLBACK_COMMITS and all(c is not None and c >= last for c in newest)
+            and len(copy_commits) > 0 and all(c is not None and c >= last for c in copy_commits))
 
 
 def shard_checkpoints(store: BlobStore, address: ShardAddress, n: int = FALLBACK_COMMITS) -> list[int | None]:
@@ -179,11 +184,13 @@ def shard_checkpoints(store: BlobStore, address: ShardAddress, n: int = FALLBACK
 
 
 def runs_covered_in_store(store: BlobStore, runs: Sequence[tuple[int, int, int]],
-                          address_of: Callable[[int], ShardAddress]) -> bool:
+                          address_of: Callable[[int], ShardAddress],
+                          copy_commits: Callable[[int], Sequence[int | None]]) -> bool:
     """Whether every run (shard, first seq#, last seq#) is covered (:func:`runs_covered`) by its shard's remote
-    commits (per shard one LIST and :data:`FALLBACK_COMMITS` GETs)."""
+    commits (per shard one LIST and :data:`FALLBACK_COMMITS` GETs) and its copies' local commits."""
     last = AdoptedRuns("", tuple(runs)).last_by_shard()
-    return all(runs_covered(shard_checkpoints(store, address_of(shard)), top) for shard, top in last.items())
+    return all(runs_covered(shard_checkpoints(store, address_of(shard)), top, copy_commits(shard))
+               for shard, top in last.items())
 
 
 __all__ = ["ADOPTED_PREFIX", "ROUTE_SAMPLE", "RoutedCheck", "adopted_marker_key", "check_routed", "runs_covered",

@@ -21,7 +21,8 @@ The rule (:func:`doomed_keys`, pure, tested over every case):
    docs/design/adoption.md): a translog replay of its runs reads the files, so everything stays
    until it is done and ``covered(job)`` holds (engine/coordinator/ingest_adopt.py
    ``runs_covered_in_store``: every run is below the newest remote commits of its shard, which no
-   restore replays); then the files and the markers go, the records as in rule 1.  A done job
+   restore replays, and below every copy's newest local commit, which a promoted copy uploads and a
+   peer recovery copies); then the files and the markers go, the records as in rule 1.  A done job
    whose staged files are still there is asked too (one GET of ``done``: a lost marker never
    lets rule 1 take an adopted job's files); one with no runs is covered.
 3. staged files with neither record: they go once the set of keys under the job has not
@@ -126,14 +127,17 @@ class IngestCollector:
 
     def __init__(self, store: BlobStore, *, orphan_grace: float = ORPHAN_GRACE, done_retention: float = DONE_RETENTION,
                  clock: Callable[[], float] = time.monotonic,
-                 shard_address: Callable[[str, int], ShardAddress | None] | None = None) -> None:
-        """``shard_address(index uuid, shard)``: where a shard's blobs are (None: the index is gone), for rule 4;
-        without it an adopted job's files stay."""
+                 shard_address: Callable[[str, int], ShardAddress | None] | None = None,
+                 copy_commits: Callable[[str, int], list[int | None]] | None = None) -> None:
+        """``shard_address(index uuid, shard)``: where a shard's blobs are (None: the index is gone), and
+        ``copy_commits(index uuid, shard)``: each copy's newest local commit checkpoint, for rule 4; without them an
+        adopted job's files stay."""
         self.store = store
         self.orphan_grace = orphan_grace
         self.done_retention = done_retention
         self.clock = clock
         self.shard_address = shard_address
+        self.copy_commits = copy_commits
         self._seen: dict[str, tuple[float, tuple[str, ...]]] = {}  # prefix -> (since, its keys then)
 
     def collect(self, cluster_uuid: str) -> int:
@@ -164,10 +168,11 @@ class IngestCollector:
             runs += list(decode_done(self.store.get(job.prefix + "done"), job.prefix + "done").runs)
             if not runs:  # a job applied by its rows whose clean-up failed: rule 1
                 return True
-            address = self.shard_address
-            if address is None or address(job.index_uuid, 0) is None:  # an index this manager does not know: kept
+            address, commits = self.shard_address, self.copy_commits
+            if address is None or commits is None or address(job.index_uuid, 0) is None:  # not known here: kept
                 return False
-            return runs_covered_in_store(self.store, runs, lambda shard: address(job.index_uuid, shard))
+            return runs_covered_in_store(self.store, runs, lambda shard: address(job.index_uuid, shard),
+                                         lambda shard: commits(job.index_uuid, shard))
         except Exception as exc:  # noqa: BLE001 - kept: asked again next pass
             log.info("ingest collection: %s kept (%s: %s)", job.prefix, type(exc).__name__, exc)
             return False

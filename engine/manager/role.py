@@ -105,7 +105,8 @@ class ManagerRole:
         #: the store-side collection of dead node-translog streams (issue 46), on its own thread
         self.translog_gc = CollectionWorker(StreamCollector(store, grace=translog_gc_grace), self._gc_snapshot,
                                             every=translog_gc_every, name=f"translog-gc-{name}",
-                                            ingest=IngestCollector(store, shard_address=self._shard_address),
+                                            ingest=IngestCollector(store, shard_address=self._shard_address,
+                                                                   copy_commits=self._copy_commits),
                                             ingest_cluster=self._ingest_cluster)
 
     # -- activation -------------------------------------------------------------------------------
@@ -222,6 +223,22 @@ class ManagerRole:
         """Where a shard of the index of UUID ``index_uuid`` keeps its blobs; None when no index has that UUID."""
         meta = next((m for m in list(self.indices.values()) if m.uuid == index_uuid), None)
         return None if meta is None else self.spec(meta, shard).address
+
+    def _copy_commits(self, index_uuid: str, shard: int) -> list[int | None]:
+        """The local checkpoint of each routed copy's newest local commit (``node.shards``; None for a copy that did
+        not answer or holds none): an adopted job's files go only once every copy's commit holds its runs."""
+        meta = next((m for m in list(self.indices.values()) if m.uuid == index_uuid), None)
+        if meta is None:
+            return [None]
+        out: list[int | None] = []
+        for node in meta.routing[shard].copies:
+            try:
+                held = self.send(node, "node.shards", {}, timeout=self.check_timeout)
+                found = next((c for c in held if c["index_uuid"] == index_uuid and int(c["shard"]) == shard), None)
+                out.append(None if found is None else int(found["committed_checkpoint"]))
+            except Exception:  # noqa: BLE001 - not known: the files stay until a later pass
+                out.append(None)
+        return out or [None]
 
     def _ingest_cluster(self) -> str | None:
         """The cluster UUID ingest jobs are staged under (the applied state's), while this node manages."""

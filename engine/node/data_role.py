@@ -40,7 +40,6 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from shardstore.blobstores.base import BlobStore
 from shardstore.cluster_state.errors import NotMaster
@@ -57,7 +56,7 @@ from shardstore.engine.errors import (
 )
 from shardstore.engine.node.fault_detection import FaultDetectionSettings
 from shardstore.engine.node.remote import NodeRemote
-from shardstore.engine.shard.adopted_ops import AdoptedFile
+from shardstore.engine.shard.adopted_ops import AdoptedFile, run_summary
 from shardstore.engine.shard.request_ledger import Applied
 from shardstore.engine.shard.shard_copy import ShardCopy, ShardSpec
 from shardstore.errors import LocalDiskError
@@ -393,7 +392,7 @@ class NodeService:
         file = AdoptedFile(str(f["key"]), int(f["size"]), int(f["crc32c"]), int(f["rows"]))
         return apply_one(req, self._key(req), self._roles(),
                          stage=lambda copy: copy.adopt(file, mapping=_mapping(req.get("mapping"))),
-                         reply=adopt_reply)
+                         reply=run_summary)
 
     def _settle(self, key: Key, copy: ShardCopy, pending: Any) -> None:
         try:
@@ -776,13 +775,6 @@ _ACTIONS: dict[str, Callable[[NodeService, dict[str, Any]], Any]] = {
 }
 #: the actions a node's data role answers
 ACTIONS = frozenset(_ACTIONS)
-
-
-def adopt_reply(ops: pa.RecordBatch) -> dict[str, Any]:
-    """What ``shard.adopt`` answers of an adopted run's (seq#, term, version) columns."""
-    seq, versions = ops.column("seq_no"), ops.column("version")
-    return {"seq_no_base": int(seq[0].as_py()), "rows": ops.num_rows, "primary_term": int(ops.column("primary_term")[0].as_py()),
-            "reapplied": int(pc.sum(pc.not_equal(versions, 1)).as_py() or 0)}
 
 
 def _tagged(tag: ViewTag, **answer: Any) -> dict[str, Any]:

@@ -55,8 +55,9 @@ class AdoptedFileLost(CorruptError):
 
     retryable = False
 
-    def __init__(self, key: str, first: int, last: int, why: str) -> None:  # noqa: D107
-        super().__init__(f"adopted file {key} (seq# {first}-{last}): {why}")
+    def __init__(self, key: str, first: int | None, last: int | None, why: str) -> None:  # noqa: D107
+        held = f" (seq# {first}-{last})" if first is not None else " (nothing adopted)"
+        super().__init__(f"adopted file {key}{held}: {why}")
         self.key, self.first, self.last = key, first, last
 
 
@@ -135,6 +136,16 @@ def adopted_batch(file: AdoptedFile, seq_no_base: int, primary_term: int, ids: p
     ], schema=SCHEMA)
 
 
+def run_summary(ops: pa.RecordBatch) -> dict[str, int]:
+    """What an adopted run's (seq#, term, version) columns amount to: ``seq_no_base``, ``rows``, ``primary_term`` and
+    ``reapplied`` (rows whose version is not 1): ``shard.adopt``'s answer, and what a request ledger keeps of it
+    (a few integers, not three columns of every row)."""
+    versions = ops.column("version")
+    return {"seq_no_base": int(ops.column("seq_no")[0].as_py()), "rows": ops.num_rows,
+            "primary_term": int(ops.column("primary_term")[0].as_py()),
+            "reapplied": int(pc.sum(pc.not_equal(versions, 1)).as_py() or 0)}
+
+
 def has_adopted(batch: pa.RecordBatch) -> bool:
     """Whether ``batch`` holds an adopted operation (one byte scan of ``op_type``, no Arrow call)."""
     col = batch.column(2) if batch.schema.names[2] == "op_type" else batch.column("op_type")
@@ -189,4 +200,4 @@ def split_runs(batch: pa.RecordBatch, where: str) -> list[pa.RecordBatch | Adopt
 
 
 __all__ = ["REASON_VERSION", "AdoptedFile", "AdoptedFileLost", "AdoptedRun", "adopted_batch", "decode_reason",
-           "encode_reason", "has_adopted", "split_runs"]
+           "encode_reason", "has_adopted", "run_summary", "split_runs"]

@@ -40,11 +40,12 @@ from shardstore.translog.replay import unify_fields
 _PREFIX = "adopting-"
 
 
-def fetch_adopted(store: BlobStore | None, file: AdoptedFile, into: str, first: int) -> str:
+def fetch_adopted(store: BlobStore | None, file: AdoptedFile, into: str, first: int | None) -> str:
     """``file`` downloaded into a new file under ``into`` and checked (size, CRC32C, row count); its path.
 
-    ``first``: the seq# its first row takes (for the error).  AdoptedFileLost when the store lacks it or holds
-    other bytes; ValueError when the bytes are right but hold another number of rows than the run says.
+    ``first``: the seq# its first row takes (for the error; None: a primary that takes none before the file is
+    checked).  AdoptedFileLost when the store lacks it or holds other bytes; ValueError when the bytes are right but
+    hold another number of rows than the run says.
     """
     data = fetch_bytes(store, file, first)
     os.makedirs(into, exist_ok=True)
@@ -54,9 +55,9 @@ def fetch_adopted(store: BlobStore | None, file: AdoptedFile, into: str, first: 
     return path
 
 
-def fetch_bytes(store: BlobStore | None, file: AdoptedFile, first: int) -> bytes:
+def fetch_bytes(store: BlobStore | None, file: AdoptedFile, first: int | None) -> bytes:
     """``file``'s bytes from the store, checked as :func:`fetch_adopted` checks them."""
-    last = first + file.rows - 1
+    last = None if first is None else first + file.rows - 1
     if store is None:
         raise AdoptedFileLost(file.key, first, last, "this copy has no blob store to fetch it from")
     try:

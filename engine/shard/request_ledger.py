@@ -35,6 +35,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from shardstore.engine.shard.adopted_ops import has_adopted, run_summary
+
 #: request ids a copy remembers (the oldest is forgotten first)
 CAPACITY = 20_000
 
@@ -44,7 +46,7 @@ class Applied:
     """A request's first attempt on this copy: its answer (seq#, term, version per item), its highest seq#, and the
     pending upload of the primary that staged it (None on a replica: applied only once durable)."""
 
-    reply: pa.RecordBatch
+    reply: Any  # the (seq#, term, version) columns; an adopted run's summary dict
     max_seq_no: int
     pending: Any = None
 
@@ -67,11 +69,13 @@ class RequestLedger:
             return self._entries.get(request)
 
     def record(self, request: str | None, stamped: pa.RecordBatch, pending: Any = None) -> None:
-        """Remember that ``request`` applied ``stamped`` (its seq#, term and version columns are kept)."""
+        """Remember that ``request`` applied ``stamped`` (its seq#, term and version columns are kept; of an adopted
+        run, its summary: engine/shard/adopted_ops.py ``run_summary``)."""
         if not request or stamped.num_rows == 0:
             return
-        reply = stamped.select(["seq_no", "primary_term", "version"])
-        max_seq_no = int(pc.max(reply.column("seq_no")).as_py())
+        max_seq_no = int(pc.max(stamped.column("seq_no")).as_py())
+        reply: Any = run_summary(stamped) if has_adopted(stamped) else stamped.select(["seq_no", "primary_term",
+                                                                                          "version"])
         with self._lock:
             self._entries[request] = Applied(reply, max_seq_no, pending)
             self._entries.move_to_end(request)

@@ -150,7 +150,13 @@ class ShardCopy:
         commit = self.directory.last_commit
         start = commit.local_checkpoint if commit else NO_OPS_PERFORMED
         self.tracker = LocalCheckpointTracker(max_seq_no=start, local_checkpoint=start)
-        self._replay_local_translog(start)
+        try:  # an adopted run's file is fetched from the store here: a failure must not keep the copy's locks
+            self._replay_local_translog(start)
+        except BaseException:
+            for closing in (self.translog.close, self.directory.close):
+                with contextlib.suppress(Exception):
+                    closing()
+            raise
         self.global_checkpoint = NO_OPS_PERFORMED
         self._flushes_since_gc = 0
         self._older_terms_pending = False
@@ -306,7 +312,7 @@ class ShardCopy:
         """
         if file.rows < 1:
             raise ValueError(f"adopted file {file.key}: no rows to adopt")
-        path = fetch_adopted(self.store, file, self.path, self.max_seq_no + 1)
+        path = fetch_adopted(self.store, file, self.path, None)  # no seq# is taken yet: the error names none
         try:
             with self._lock, self._local_disk("write"), row_cache.warmer.foreground():
                 if not self.primary:

@@ -155,8 +155,13 @@ def test_the_routed_job_record_and_the_adopted_marker_round_trip() -> None:
     ([], 5, False), ([9], 5, False), ([9, 4], 5, False), ([9, 5], 5, True), ([5, 9, 1], 5, True),
     ([None, 9], 5, False), ([9, None], 5, False), ([4, 9], 5, False),
 ])
-def test_runs_are_covered_only_below_the_newest_fallback_commits(checkpoints, last, covered) -> None:
-    assert runs_covered(checkpoints, last) is covered
+@pytest.mark.parametrize("copies, copies_cover", [
+    ([7, 5], True), ([5], True), ([7, 4], False), ([None, 9], False), ([], False),
+])
+def test_runs_are_covered_only_below_the_newest_fallback_commits_and_every_copys(checkpoints, last, covered, copies,
+                                                                                 copies_cover) -> None:
+    assert runs_covered(checkpoints, last, copies) is (covered and copies_cover)
+    assert runs_covered(checkpoints, last) is False  # copies not known: kept
 
 
 def test_the_collector_deletes_an_adopted_jobs_files_once_remote_commits_cover_them(cluster: Cluster) -> None:
@@ -168,7 +173,8 @@ def test_the_collector_deletes_an_adopted_jobs_files_once_remote_commits_cover_t
     cluster.flush("docs")  # as the job's own flush after its release does, on a thread of its own
     manager = cluster.manager()
     assert manager is not None
-    gc = IngestCollector(cluster.store, shard_address=manager._shard_address, clock=lambda: 0.0)
+    gc = IngestCollector(cluster.store, shard_address=manager._shard_address, copy_commits=manager._copy_commits,
+                         clock=lambda: 0.0)
     assert gc.collect(cluster.cluster_uuid) == 0  # one commit covers the runs: a restore falling back replays them
     assert len(list(cluster.store.list(prefix + "files/"))) == 2
     marker = next(iter(cluster.store.list(prefix + ADOPTED_PREFIX))).key

@@ -139,6 +139,7 @@ def test_a_replay_whose_file_is_gone_names_the_blob_and_its_seq_nos(store_factor
     stamped, pending = primary.adopt(file)
     primary.settle(pending)
     primary.close()
+    data = store.get(file.key)
     store.delete([file.key])
     last = 40 + staged.num_rows - 1
     with pytest.raises(AdoptedFileLost, match=rf"{file.key} \(seq# 40-{last}\): gone from the store"):
@@ -146,6 +147,11 @@ def test_a_replay_whose_file_is_gone_names_the_blob_and_its_seq_nos(store_factor
     store.put(file.key, b"x" * file.size)  # the same size, other bytes
     with pytest.raises(AdoptedFileLost, match="CRC32C"):
         ShardCopy.recover_from_remote(spec, str(tmp_path / "fresh"), store, primary_term=2)
+    store.delete([file.key])
+    store.put(file.key, data)  # back: the failed opens kept no lock of the copy, it opens now
+    again = ShardCopy(spec, str(tmp_path / "p"), store, primary_term=1, primary=True)
+    assert again.local_checkpoint == last and again.directory.get("n0") is not None
+    again.close()
 
 
 @FILE
