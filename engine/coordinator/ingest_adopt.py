@@ -16,9 +16,9 @@ are decoded):
   row path (it maps new fields and casts values), never half of each;
 - the ids: strings, none null, none empty or longer than 512 bytes (IngestRejected names the file);
 - no NaN or infinity in a float column (a bulk refuses them: JSON has neither);
-- routing: up to :data:`ROUTE_SAMPLE` ids per file are routed and must land on the file's shard
-  (IngestRejected otherwise); the sink routes every row with the same function
-  (spark/jvm ``Routing``, equal to engine/coordinator/routing.py).
+- routing: every id must route to the file's shard (IngestRejected naming the first that does
+  not); the sink routes every row with the same function (spark/jvm ``Routing``, equal to
+  engine/coordinator/routing.py), so this only catches a writer that did not.
 
 **What keeps the files** (invariant 1 of the design): a translog replay of an adopted run reads its
 file, so the files stay after ``done`` while any remote translog a restore could replay still holds
@@ -60,8 +60,6 @@ from shardstore.segments.remote_store import iter_commits, read_metadata
 from shardstore.translog.operations import MAX_ID_BYTES
 
 log = logging.getLogger(__name__)
-#: ids per file routed at the check (the sink routes every row; this catches a writer that did not)
-ROUTE_SAMPLE = 1024
 #: where a job's adopted markers go under its prefix (one per commit attempt that adopted every file)
 ADOPTED_PREFIX = "adopted/"
 
@@ -106,14 +104,13 @@ def check_routed(store: BlobStore, job: IngestJob, mapping: Mapping, shards: int
         got = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
         _check_ids(job.job, f, got)
         _check_finite(job.job, f, read, floats)
-        sample = got if len(got) <= ROUTE_SAMPLE else got.take(pa.array(
-            np.linspace(0, len(got) - 1, ROUTE_SAMPLE).astype(np.int64)))
-        routed = shard_ids(sample, shards).to_numpy(zero_copy_only=False)
+        routed = shard_ids(got, shards).to_numpy(zero_copy_only=False)  # every id: ~0.1 us each (mmh3 in C)
         wrong = np.flatnonzero(routed != f.shard)
         if wrong.size:
-            raise IngestRejected(job.job, f.key, f.rows, f"InvalidRequest: id {sample[int(wrong[0])].as_py()!r} "
-                                                         f"routes to shard {int(routed[wrong[0]])}, not the file's "
-                                                         f"shard {f.shard}")
+            raise IngestRejected(job.job, f.key, int(wrong.size), f"InvalidRequest: row {int(wrong[0])}: id "
+                                                                  f"{got[int(wrong[0])].as_py()!r} routes to shard "
+                                                                  f"{int(routed[wrong[0]])}, not the file's shard "
+                                                                  f"{f.shard}")
         if job.mode == "overwrite":  # the ids the overwrite keeps; an append keeps none in memory
             ids[f.key] = got
     return RoutedCheck(ids)
@@ -193,5 +190,5 @@ def runs_covered_in_store(store: BlobStore, runs: Sequence[tuple[int, int, int]]
                for shard, top in last.items())
 
 
-__all__ = ["ADOPTED_PREFIX", "ROUTE_SAMPLE", "RoutedCheck", "adopted_marker_key", "check_routed", "runs_covered",
+__all__ = ["ADOPTED_PREFIX", "RoutedCheck", "adopted_marker_key", "check_routed", "runs_covered",
            "runs_covered_in_store", "shard_checkpoints", "write_adopted"]

@@ -249,3 +249,10 @@ def test_a_bulk_split_by_shard_keeps_every_row_once_in_bulk_order(shard_of_row: 
         assert positions.to_pylist() == want
         assert sub.column("id").to_pylist() == [f"d{i}" for i in want]
         assert sub_fields.column("f").to_pylist() == want
+
+
+@settings(max_examples=200, deadline=None)
+@given(ids=st.lists(st.text(max_size=30), max_size=40))
+def test_routing_an_array_equals_routing_each_id(ids: list[str]) -> None:
+    assert murmur3_hashes(pa.array(ids, pa.string())).to_pylist() == [murmur3_hash(i) for i in ids]
+    assert shard_ids(pa.array(ids, pa.string()), 7).to_pylist() == [shard_id(i, 7) for i in ids]
