@@ -37,6 +37,7 @@ from pyspark.sql.types import StructType
 
 from shardstore.blobstores.base import BlobStore
 from shardstore.core.ops import OpType
+from shardstore.engine.shard.adopted_ops import AdoptedFileLost
 from shardstore.engine.shard.adoption_apply import as_index_operations, find_run_head
 from shardstore.errors import InvalidError
 from shardstore.segments.errors import CommitNotFound
@@ -152,8 +153,15 @@ def _translog_tail(store: BlobStore, loc: IndexLocation, shard: int, md: RemoteC
     # one schema: SCHEMA, or SCHEMA + the typed ``fields`` of a synthetic-source index (resolve unifies them)
     ops = pa.Table.from_batches(batches, batches[0].schema if batches else SCHEMA)
     where = f"index {loc.name!r} shard {shard}"  # adopted runs as their files' rows, typed (a cut run: found below)
-    ops = as_index_operations(ops, store, where, lambda seq: find_run_head(
-        lambda lo, hi: RemoteTranslog.read_operations(store, prefixes, lo, hi), seq, where))
+    try:
+        ops = as_index_operations(ops, store, where, lambda seq: find_run_head(
+            lambda lo, hi: RemoteTranslog.read_operations(store, prefixes, lo, hi), seq, where))
+    except AdoptedFileLost as exc:
+        if to_seq_no is None:
+            raise
+        raise CommitNotFound(f"index {loc.name!r} shard {shard}: an adopted file above commit {md.commit.generation} "
+                             f"is collected ({exc}); read asOfSeqNo without includeTranslog, or a seq# of a newer "
+                             f"commit") from None
     if to_seq_no is not None:  # an older commit: a newer one may have let the primary purge the ops above it
         need = min(to_seq_no, latest_commit(store, address).commit.local_checkpoint)
         seqs = ops.column("seq_no")

@@ -245,15 +245,17 @@ def run_ingest(documents: Documents, store: BlobStore, index: str, prefix: str, 
             if advance is not None and advance(job.job) and hold is not None:
                 hold(job.job, HOLD_LEASE)  # a renewal: a late advance_view refuses a renewed hold
             clock.mark("hold")
-            outcomes = _each_file(apply_file, job.files) if routed is None else _each_shard(apply_file, job.files)
+            try:
+                outcomes = _each_file(apply_file, job.files) if routed is None else _each_shard(apply_file, job.files)
+            finally:  # before done, and whatever stopped this commit: the files stay while any run it took is in a
+                if runs:  # translog (ingest_adopt.py; a commit that finds done meanwhile took runs all the same)
+                    write_adopted(store, prefix, AdoptedRuns(job.job, tuple(sorted(runs))))
             written = [ids for _, ids in outcomes if ids is not None]
             deleted = _replace(documents, index, job, written, scan_ids) if job.mode == "overwrite" else 0
     except StagedFileCorrupt as exc:
         return clock.outcome(done_as_dict(_finished_first(store, prefix, exc), replayed=True))
     clock.mark("apply")
     applied = sum(rows for rows, _ in outcomes)
-    if routed is not None:  # before done: the files stay until the runs are covered (ingest_adopt.py)
-        write_adopted(store, prefix, AdoptedRuns(job.job, tuple(sorted(runs))))
     done = IngestDone(job.job, job.rows, applied, deleted, tuple(sorted(runs)))
     replayed = False
     try:

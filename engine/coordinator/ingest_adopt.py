@@ -186,8 +186,11 @@ def runs_covered_in_store(store: BlobStore, runs: Sequence[tuple[int, int, int]]
     """Whether every run (shard, first seq#, last seq#) is covered (:func:`runs_covered`) by its shard's remote
     commits (per shard one LIST and :data:`FALLBACK_COMMITS` GETs) and its copies' local commits."""
     last = AdoptedRuns("", tuple(runs)).last_by_shard()
-    return all(runs_covered(shard_checkpoints(store, address_of(shard)), top, copy_commits(shard))
-               for shard, top in last.items())
+    for shard, top in last.items():  # the store first: the copies are asked only once its commits cover
+        remote = shard_checkpoints(store, address_of(shard))
+        if not runs_covered(remote, top, [top]) or not runs_covered(remote, top, copy_commits(shard)):
+            return False
+    return True
 
 
 __all__ = ["ADOPTED_PREFIX", "RoutedCheck", "adopted_marker_key", "check_routed", "runs_covered",

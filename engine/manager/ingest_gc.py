@@ -174,7 +174,8 @@ class IngestCollector:
             return runs_covered_in_store(self.store, runs, lambda shard: address(job.index_uuid, shard),
                                          lambda shard: commits(job.index_uuid, shard))
         except Exception as exc:  # noqa: BLE001 - kept: asked again next pass
-            log.info("ingest collection: %s kept (%s: %s)", job.prefix, type(exc).__name__, exc)
+            log.warning("ingest collection: %s kept, its records or commits unreadable (%s: %s)", job.prefix,
+                        type(exc).__name__, exc)
             return False
 
 

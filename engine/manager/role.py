@@ -225,7 +225,7 @@ class ManagerRole:
         return None if meta is None else self.spec(meta, shard).address
 
     def _copy_commits(self, index_uuid: str, shard: int) -> list[int | None]:
-        """The local checkpoint of each routed copy's newest local commit (``node.shards``; None for a copy that did
+        """The local checkpoint of each routed copy's newest local commit (``shard.stats``; None for a copy that did
         not answer or holds none): an adopted job's files go only once every copy's commit holds its runs."""
         meta = next((m for m in list(self.indices.values()) if m.uuid == index_uuid), None)
         if meta is None:
@@ -233,11 +233,13 @@ class ManagerRole:
         out: list[int | None] = []
         for node in meta.routing[shard].copies:
             try:
-                held = self.send(node, "node.shards", {}, timeout=self.check_timeout)
-                found = next((c for c in held if c["index_uuid"] == index_uuid and int(c["shard"]) == shard), None)
-                out.append(None if found is None else int(found["committed_checkpoint"]))
+                stats = self.send(node, "shard.stats", {"index_uuid": index_uuid, "shard": shard},
+                                  timeout=self.check_timeout)
+                out.append(None if stats is None or "committed_checkpoint" not in stats
+                           else int(stats["committed_checkpoint"]))
             except Exception:  # noqa: BLE001 - not known: the files stay until a later pass
                 out.append(None)
+                break  # one unknown copy keeps the files: the others need not be asked
         return out or [None]
 
     def _ingest_cluster(self) -> str | None:

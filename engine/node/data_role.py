@@ -288,8 +288,10 @@ class NodeService:
         copy = self.copies.get(self._key(req))
         if copy is None:
             return None
+        commit = copy.directory.last_commit
         return {"local_checkpoint": copy.local_checkpoint, "max_seq_no": copy.max_seq_no, "primary": copy.primary,
                 "term": copy.primary_term, "global_checkpoint": copy.global_checkpoint,
+                "committed_checkpoint": commit.local_checkpoint if commit is not None else -1,
                 "disk_failure": None if copy.disk_failure is None else str(copy.disk_failure)}
 
     def _ping(self, _req: dict[str, Any]) -> bool:

@@ -91,9 +91,10 @@ def as_index_operations(ops: pa.Table, store: BlobStore | None, where: str,
                          dtype=bool)
     heads = adopted & np.asarray(pc.is_valid(batch.column("reason")).to_numpy(zero_copy_only=False), dtype=bool)
     seq = batch.column("seq_no").to_numpy()
+    terms = batch.column("primary_term").to_numpy()
     plain = batch.select(SCHEMA.names) if FIELDS_COLUMN in batch.schema.names else batch
     pieces: list[pa.Table] = []
-    files: dict[str, pa.Table] = {}
+    files: dict[AdoptedFile, pa.Table] = {}
     i, n = 0, batch.num_rows
     while i < n:
         if not adopted[i]:
@@ -116,9 +117,11 @@ def as_index_operations(ops: pa.Table, store: BlobStore | None, where: str,
         j = i + 1
         while j < n and adopted[j] and not heads[j] and seq[j] == seq[j - 1] + 1 and seq[j] < base + file.rows:
             j += 1
-        if file.key not in files:
-            files[file.key] = pq.read_table(pa.BufferReader(fetch_bytes(store, file, base)))
-        rows = files[file.key].slice(first_row, j - i)
+        if np.any(terms[i:j] != terms[i]):
+            raise InvalidOperation(i, None, f"{where}: the adopted run of {file.key} at seq# {base} has two terms")
+        if file not in files:  # by key, size, CRC32C and rows: a key staged again under another job is other bytes
+            files[file] = pq.read_table(pa.BufferReader(fetch_bytes(store, file, base)))
+        rows = files[file].slice(first_row, j - i)
         fields = rows.drop_columns([c for c in ("_id", "_source") if c in rows.column_names])
         part = plain.slice(i, j - i).set_column(2, SCHEMA.field("op_type"), pa.array(np.zeros(j - i, np.int8)))
         pieces.append(pa.Table.from_batches([with_fields(part, fields)]))

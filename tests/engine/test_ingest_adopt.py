@@ -218,3 +218,35 @@ def test_searches_see_an_adopted_job_all_at_once(cluster: Cluster, monkeypatch) 
     _stage_routed(cluster, "seen", _rows(0, 200, "spark"))
     assert cluster.ingest("docs", "seen")["path"] == "adopt"
     assert seen == [20, 20] and cluster.count("docs") == 220
+
+
+def test_a_commit_stopped_by_another_commits_done_leaves_a_marker_for_the_runs_it_took(cluster: Cluster,
+                                                                                      monkeypatch) -> None:
+    """Two commits of one job at once: the one that finds ``done`` between its files has adopted runs all the same
+    (seq#s in every translog), so it writes its marker before it answers the other's outcome: the collector keeps
+    the files for those runs too."""
+    from shardstore.engine.coordinator.ingest_job import IngestDone, encode_done
+    from shardstore.engine.coordinator.role import Coordinator
+    from shardstore.engine.coordinator.routing import shard_ids
+
+    rows = _rows(0, 400, "x")
+    zeros = rows.filter(pa.array([s == 0 for s in shard_ids(rows.column("_id"), 2).to_pylist()]))
+    prefix = cluster.ingest_prefix("docs", "raced")
+    files = tuple(replace(stage_table(cluster.store, prefix, f"p{k}", part), shard=0)
+                  for k, part in enumerate((zeros.slice(0, 50), zeros.slice(50))))
+    write_job(cluster.store, prefix, IngestJob("raced", "docs", cluster.index_meta("docs").uuid, "append", files))
+    real = Coordinator.adopt_file
+    other = IngestDone("raced", zeros.num_rows, zeros.num_rows, 0)
+
+    def adopt_file(self, meta, shard, file, request_id):  # noqa: ANN001, ANN202 - the wrapped method
+        out = real(self, meta, shard, file, request_id)
+        cluster.store.put(done_key(prefix), encode_done(other), if_absent=True)  # the other commit finished
+        return out
+
+    monkeypatch.setattr(Coordinator, "adopt_file", adopt_file)
+    out = cluster.ingest("docs", "raced")
+    assert out["replayed"] and out["applied"] == zeros.num_rows
+    markers = [b.key for b in cluster.store.list(prefix + ADOPTED_PREFIX)]
+    assert len(markers) == 1
+    (run,) = decode_adopted(cluster.store.get(markers[0]), markers[0]).runs
+    assert run[0] == 0 and run[2] - run[1] + 1 == 50  # the one file this commit adopted before it stopped
