@@ -39,7 +39,6 @@ False and the bridge writes through ``format("shardstore-arrow")``.  docs/design
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -47,7 +46,6 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,8 +54,13 @@ import pyarrow.parquet as pq
 
 from shardstore.errors import InvalidError
 from shardstore.segments.mapping import _DATE_RE, METADATA_FIELDS, FieldType, Mapping
-from shardstore.spark.bridge_options import JVM_PACKAGE, use_fast_path
+from shardstore.spark.bridge_options import use_fast_path
 from shardstore.spark.catalog import IndexLocation, open_from_options, resolve_index
+from shardstore.spark.jvm_writer import MAX_OPEN_SHARDS, PARQUET_OPTIONS, SPARK_TYPES
+from shardstore.spark.jvm_writer import jvm_class as _jvm_class
+from shardstore.spark.jvm_writer import quote as _q
+from shardstore.spark.jvm_writer import session_conf as _session_conf
+from shardstore.spark.jvm_writer import sink_functions as _sink_functions
 from shardstore.spark.segment_files import (
     SparkSegmentMismatch,
     check_seq_no_range,
@@ -92,43 +95,12 @@ ACCEPTS = {FieldType.KEYWORD: {"string"}, FieldType.TEXT: {"string"},
            FieldType.LONG: {"long", "integer", "short", "byte"}, FieldType.INTEGER: {"integer", "short", "byte"},
            FieldType.DOUBLE: {"double", "float", "long", "integer", "short", "byte"},
            FieldType.BOOLEAN: {"boolean"}, FieldType.DATE: {"timestamp"}}
-#: Field type -> Spark SQL type of its segment column.
-SPARK_TYPES = {FieldType.KEYWORD: "string", FieldType.TEXT: "string", FieldType.LONG: "bigint",
-               FieldType.INTEGER: "int", FieldType.DOUBLE: "double", FieldType.BOOLEAN: "boolean",
-               FieldType.DATE: "timestamp"}
 #: Rows of the frame a new string column is sampled on (dynamic mapping maps all-date strings ``date``).
 DATE_SAMPLE_ROWS = 1024
-#: Parquet writer settings of the segment files (segments/segment.py's choices in parquet-mr's terms).
-PARQUET_OPTIONS = {
-    "compression": "zstd",
-    "parquet.compression.codec.zstd.level": "1",
-    # parquet-mr's row-group threshold counts its buffered encoded bytes, not the Arrow bytes of the engine's
-    # TARGET_ROW_GROUP_BYTES; and one codec for every column (parquet-mr has none per column, unlike
-    # segment_info.column_codecs): the fast path keeps the settings its Spark figures were measured with
-    "parquet.block.size": str(4 << 20),
-    "parquet.block.row.count.limit": str(128 * 1024),  # MAX_ROW_GROUP_ROWS
-    "parquet.bloom.filter.enabled#_id": "true",
-    "parquet.bloom.filter.expected.ndv#_id": str(128 * 1024),
-    "parquet.bloom.filter.fpp#_id": "0.01",
-    # data page v2 encodings: _seq_no, _version and _primary_term (no dictionary) as DELTA_BINARY_PACKED, a few
-    # bytes per block of 128 values; a dictionary's lookup per value cost 0.1 s of a 2.6 s write (docs/design/spark.md)
-    "parquet.writer.version": "v2",
-    "parquet.enable.dictionary#_id": "false",
-    "parquet.enable.dictionary#_seq_no": "false",
-    "parquet.enable.dictionary#_version": "false",
-    "parquet.enable.dictionary#_primary_term": "false",
-    "parquet.enable.dictionary#_source": "false",
-    # as segments/segment.py's writer: no statistics on _source, no size statistics (nothing reads them; 0.1 s)
-    "parquet.column.statistics.enabled#_source": "false",
-    "parquet.size.statistics.enabled": "false",
-}
 _BASE_VERSION = "__shardstore_base_version"
 _STAMP = "__shardstore_stamp"
 #: Most shards the fast path writes.
 MAX_SHARDS = 128
-#: Most shards whose files a task keeps open at once (each buffers a row group: 128 shards x 2 tasks ran a 1 GiB
-#: driver out of heap); the rows of an index of more shards are sorted by shard in each task first, one file open.
-MAX_OPEN_SHARDS = 16
 _DATE_PY = re.compile(_DATE_RE)
 
 
@@ -183,23 +155,6 @@ def new_string_columns(schema: Any, mapping: Mapping) -> list[str]:
     """The frame's string columns the mapping does not map yet (sampled for dates)."""
     cols = _frame_columns(schema) or []
     return [n for n, t in cols if t == "string" and n not in mapping]
-
-
-def _jvm_class(spark: Any, name: str) -> Any:
-    """A class of the bridge's JVM package (Py4J)."""
-    found = spark.sparkContext._gateway.jvm
-    for part in (*JVM_PACKAGE.split("."), name):
-        found = getattr(found, part)
-    return found
-
-
-def _sink_functions(spark: Any) -> Any:
-    """The bridge's JVM class ``SinkFunctions``."""
-    return _jvm_class(spark, "SinkFunctions")
-
-
-def _q(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
 
 
 def build_frame(spark: Any, df: Any, plan: ColumnPlan, writer: ShardstoreArrowWriter, synthetic: bool,
@@ -343,21 +298,6 @@ def write(spark: Any, df: Any, options: dict[str, str], mode: str) -> bool:
         return False
     return True
 
-
-@contextlib.contextmanager
-def _session_conf(spark: Any, settings: dict[str, str]) -> Iterator[None]:
-    """``settings`` on the session for the duration of the write, the previous values back after it."""
-    saved = {k: spark.conf.get(k, None) for k in settings}
-    try:
-        for k, v in settings.items():
-            spark.conf.set(k, v)
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                spark.conf.unset(k)
-            else:
-                spark.conf.set(k, v)
 
 
 def _run(spark: Any, df: Any, options: dict[str, str], writer: ShardstoreArrowWriter, plan: ColumnPlan,

@@ -30,14 +30,14 @@ from typing import Any
 
 from shardstore.engine.coordinator.ingest import IGNORED_COLUMNS
 from shardstore.segments.mapping import FieldType, Mapping
-from shardstore.spark.fast_write import (
+from shardstore.spark.jvm_writer import (
     MAX_OPEN_SHARDS,
     PARQUET_OPTIONS,
     SPARK_TYPES,
-    _jvm_class,
-    _q,
-    _session_conf,
-    _sink_functions,
+    jvm_class,
+    quote,
+    session_conf,
+    sink_functions,
 )
 
 #: Spark type names -> the mapped field types each casts to exactly
@@ -82,7 +82,7 @@ def write_routed(spark: Any, df: Any, layout: list[tuple[str, FieldType]], shard
 
     cols = [F.col("_id")]
     for name, ftype in layout:  # a NaN stays: the coordinator refuses it as the row path does
-        cols.append(F.col(_q(name)).cast(SPARK_TYPES[ftype]).alias(name))
+        cols.append(F.col(quote(name)).cast(SPARK_TYPES[ftype]).alias(name))
     conf = {}
     if any(t is FieldType.DATE for _n, t in layout):
         conf["spark.sql.parquet.outputTimestampType"] = "TIMESTAMP_MILLIS"  # date fields: timestamp[ms, UTC]
@@ -93,9 +93,9 @@ def write_routed(spark: Any, df: Any, layout: list[tuple[str, FieldType]], shard
     if many:
         from pyspark.sql.classic.column import Column
 
-        frame = frame.sortWithinPartitions(Column(_sink_functions(spark).route(F.col("_id")._jc, shards)))
-    with _session_conf(spark, conf):
-        written = _jvm_class(spark, "SegmentWriter").writeRouted(frame._jdf, os.path.abspath(out), job, shards,
+        frame = frame.sortWithinPartitions(Column(sink_functions(spark).route(F.col("_id")._jc, shards)))
+    with session_conf(spark, conf):
+        written = jvm_class(spark, "SegmentWriter").writeRouted(frame._jdf, os.path.abspath(out), job, shards,
                                                                  1 if many else shards, PARQUET_OPTIONS)
     return sorted((int(shard), path) for shard, path, _sorted in (str(f).split("\t") for f in written))
 
