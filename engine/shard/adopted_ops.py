@@ -157,24 +157,33 @@ def has_adopted(batch: pa.RecordBatch) -> bool:
     return values.tobytes().count(_ADOPTED) > 0
 
 
+def run_marks(batch: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of ``batch``: whether it is an adopted operation, and whether it heads a run (names its file)."""
+    adopted = np.asarray(pc.fill_null(pc.equal(batch.column("op_type"), _ADOPTED), False)
+                         .to_numpy(zero_copy_only=False), dtype=bool)
+    return adopted, adopted & np.asarray(pc.is_valid(batch.column("reason")).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def plain_end(adopted: np.ndarray, i: int) -> int:
+    """The end of the run of rows that are not adopted operations starting at row ``i``."""
+    later = np.flatnonzero(adopted[i:])
+    return i + int(later[0]) if later.size else len(adopted)
+
+
 def split_runs(batch: pa.RecordBatch, where: str) -> list[pa.RecordBatch | AdoptedRun]:
     """``batch`` (seq# order) cut into its plain pieces and its adopted runs, in order; InvalidOperation for a run
     without its head, cut short, with a gap or a second term, or with a source or fields."""
     if not has_adopted(batch):
         return [batch]
-    adopted = np.asarray(pc.fill_null(pc.equal(batch.column("op_type"), _ADOPTED), False)
-                         .to_numpy(zero_copy_only=False), dtype=bool)
+    adopted, heads = run_marks(batch)
     reasons = batch.column("reason")
-    heads = adopted & np.asarray(pc.is_valid(reasons).to_numpy(zero_copy_only=False), dtype=bool)
     out: list[pa.RecordBatch | AdoptedRun] = []
     seq = batch.column("seq_no").to_numpy()
     terms = batch.column("primary_term").to_numpy()
     i, n = 0, batch.num_rows
     while i < n:
         if not adopted[i]:
-            j = i + 1
-            while j < n and not adopted[j]:
-                j += 1
+            j = plain_end(adopted, i)
             out.append(batch.slice(i, j - i))
             i = j
             continue
@@ -200,4 +209,4 @@ def split_runs(batch: pa.RecordBatch, where: str) -> list[pa.RecordBatch | Adopt
 
 
 __all__ = ["REASON_VERSION", "AdoptedFile", "AdoptedFileLost", "AdoptedRun", "adopted_batch", "decode_reason",
-           "encode_reason", "has_adopted", "run_summary", "split_runs"]
+           "encode_reason", "has_adopted", "plain_end", "run_marks", "run_summary", "split_runs"]

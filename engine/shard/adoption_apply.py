@@ -29,7 +29,15 @@ from shardstore.blobstores.base import BlobStore
 from shardstore.blobstores.errors import BlobNotFound
 from shardstore.core.ops import FIELDS_COLUMN, OpType, with_fields
 from shardstore.core.records import crc32c
-from shardstore.engine.shard.adopted_ops import AdoptedFile, AdoptedFileLost, AdoptedRun, decode_reason, has_adopted
+from shardstore.engine.shard.adopted_ops import (
+    AdoptedFile,
+    AdoptedFileLost,
+    AdoptedRun,
+    decode_reason,
+    has_adopted,
+    plain_end,
+    run_marks,
+)
 from shardstore.segments.directory import ShardDirectory
 from shardstore.segments.directory_records import Adopted
 from shardstore.segments.stamp import Stamp
@@ -86,10 +94,7 @@ def as_index_operations(ops: pa.Table, store: BlobStore | None, where: str,
     if ops.num_rows == 0 or not any(has_adopted(b) for b in ops.to_batches()):
         return ops
     batch = ops.combine_chunks().to_batches()[0]
-    op_type = batch.column("op_type")
-    adopted = np.asarray(pc.fill_null(pc.equal(op_type, int(OpType.ADOPTED)), False).to_numpy(zero_copy_only=False),
-                         dtype=bool)
-    heads = adopted & np.asarray(pc.is_valid(batch.column("reason")).to_numpy(zero_copy_only=False), dtype=bool)
+    adopted, heads = run_marks(batch)
     seq = batch.column("seq_no").to_numpy()
     terms = batch.column("primary_term").to_numpy()
     plain = batch.select(SCHEMA.names) if FIELDS_COLUMN in batch.schema.names else batch
@@ -98,9 +103,7 @@ def as_index_operations(ops: pa.Table, store: BlobStore | None, where: str,
     i, n = 0, batch.num_rows
     while i < n:
         if not adopted[i]:
-            j = i + 1
-            while j < n and not adopted[j]:
-                j += 1
+            j = plain_end(adopted, i)
             pieces.append(pa.Table.from_batches([batch.slice(i, j - i)]))
             i = j
             continue

@@ -68,6 +68,21 @@ def _history() -> tuple[pa.Table, pa.Table, pa.Table]:
     return before, staged, after
 
 
+def _adopted(store, tmp_path: Path, name: str, job: str, *, flush: bool) -> tuple[ShardCopy, AdoptedFile, pa.Table,
+                                                                                 pa.RecordBatch]:
+    """A primary of index ``name`` holding :func:`_history`'s rows before (flushed if ``flush``), then the staged
+    file of ``job`` adopted and settled: (the copy, the file, its rows, the stamped run)."""
+    before, staged, _after = _history()
+    file = _stage(store, f"ingest/{job}/files/part-0.parquet", staged)
+    primary = ShardCopy(_spec(name), str(tmp_path / "p"), store, primary_term=1, primary=True)
+    primary.primary_apply(_bulk(before))
+    if flush:
+        primary.flush()
+    stamped, pending = primary.adopt(file)
+    primary.settle(pending)
+    return primary, file, staged, stamped
+
+
 @REMOTE
 def test_a_primary_and_its_replica_adopt_as_a_bulk_would_and_every_replay_agrees(store_factory, tmp_path: Path) -> None:
     store = store_factory()
@@ -130,14 +145,8 @@ def test_a_primary_and_its_replica_adopt_as_a_bulk_would_and_every_replay_agrees
 @FILE
 def test_a_replay_whose_file_is_gone_names_the_blob_and_its_seq_nos(store_factory, tmp_path: Path) -> None:
     store = store_factory()
-    before, staged, _after = _history()
-    file = _stage(store, "ingest/job-2/files/part-0.parquet", staged)
     spec = _spec("gone")
-    primary = ShardCopy(spec, str(tmp_path / "p"), store, primary_term=1, primary=True)
-    primary.primary_apply(_bulk(before))
-    primary.flush()
-    stamped, pending = primary.adopt(file)
-    primary.settle(pending)
+    primary, file, staged, _stamped = _adopted(store, tmp_path, "gone", "job-2", flush=True)
     primary.close()
     data = store.get(file.key)
     store.delete([file.key])
@@ -226,13 +235,8 @@ def test_the_changes_feed_reads_adopted_rows_from_their_file(store_factory, tmp_
     from shardstore.spark.changes import shard_operations
 
     store = store_factory()
-    before, staged, _after = _history()
-    file = _stage(store, "ingest/job-5/files/part-0.parquet", staged)
     spec = _spec("changes")
-    primary = ShardCopy(spec, str(tmp_path / "p"), store, primary_term=1, primary=True)
-    primary.primary_apply(_bulk(before))
-    stamped, pending = primary.adopt(file)
-    primary.settle(pending)
+    primary, file, staged, stamped = _adopted(store, tmp_path, "changes", "job-5", flush=False)
     got = shard_operations(store, spec.address, 0, 40, order=("v", "s")).to_pylist()
     assert [r["_seq_no"] for r in got] == list(range(40, 40 + staged.num_rows))
     assert {r["op_type"] for r in got} == {"index"}
@@ -266,14 +270,8 @@ def test_a_bulk_load_that_folds_the_translog_tail_keeps_adopted_rows(store_facto
     from shardstore.translog.remote import RemoteTranslog
 
     store = store_factory()
-    before, staged, _after = _history()
-    file = _stage(store, "ingest/job-6/files/part-0.parquet", staged)
     spec = _spec("fold")
-    primary = ShardCopy(spec, str(tmp_path / "p"), store, primary_term=1, primary=True)
-    primary.primary_apply(_bulk(before))
-    primary.flush()
-    stamped, pending = primary.adopt(file)
-    primary.settle(pending)
+    primary, _file, _staged, _stamped = _adopted(store, tmp_path, "fold", "job-6", flush=True)
     want = _state(primary)
     primary.close()
     base = latest_commit(store, spec.address)
