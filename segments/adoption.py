@@ -39,14 +39,16 @@ class Reapplied:
 
 
 def reapply_plan(ids: pa.Array | pa.ChunkedArray, seen: pa.Array | np.ndarray, versions: pa.Array,
-                 given: np.ndarray | None = None) -> Reapplied:
+                 given: np.ndarray | None = None, *, distinct: bool = False) -> Reapplied:
     """The rows to re-apply and their versions.
 
     ``ids``: the file's ``_id`` column in row order; ``seen``: per row, whether the shard holds any copy of
     its id (live, deleted, or a buffered operation: ``current_versions(..., seen=True)``); ``versions``: per
     row, the version of the id's newest live copy (null when none).  ``given``: per row, the version the
     primary logged (a replica's or a replay's adoption): the rows re-applied are then those this copy would
-    re-apply and those the primary gave a version other than 1, each with the primary's version.
+    re-apply and those the primary gave a version other than 1, each with the primary's version.  ``distinct``:
+    the caller knows no id occurs twice in ``ids`` (its id index found no equal fingerprints): the ids are not
+    sorted to find repeats.
     """
     ids = one_array(ids)
     n = len(ids)
@@ -57,26 +59,29 @@ def reapply_plan(ids: pa.Array | pa.ChunkedArray, seen: pa.Array | np.ndarray, v
                          + ("" if given is None else f", {len(given)} given versions"))
     if n == 0:
         return Reapplied(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
-    order = np.asarray(pc.array_sort_indices(ids).to_numpy(), dtype=np.int64)  # stable: rows of an id ascend
-    sorted_ids = ids.take(pa.array(order))
-    starts = np.ones(n, dtype=bool)
-    if n > 1:
-        starts[1:] = np.asarray(pc.not_equal(sorted_ids.slice(1), sorted_ids.slice(0, n - 1))
-                                .to_numpy(zero_copy_only=False), dtype=bool)
-    group = np.cumsum(starts) - 1  # per sorted row, its id's group
-    sizes = np.bincount(group)
-    first = np.flatnonzero(starts)
-    occurrence = np.arange(n, dtype=np.int64) - first[group]  # 0 for an id's first row in the file
-    repeated = np.empty(n, dtype=bool)
-    repeated[order] = sizes[group] > 1
-    again = seen_np | repeated
+    if distinct:
+        by_row = np.zeros(n, dtype=np.int64)  # every row is its id's first (and only) one in the file
+        again = seen_np
+    else:
+        order = np.asarray(pc.array_sort_indices(ids).to_numpy(), dtype=np.int64)  # stable: rows of an id ascend
+        sorted_ids = ids.take(pa.array(order))
+        starts = np.ones(n, dtype=bool)
+        if n > 1:
+            starts[1:] = np.asarray(pc.not_equal(sorted_ids.slice(1), sorted_ids.slice(0, n - 1))
+                                    .to_numpy(zero_copy_only=False), dtype=bool)
+        group = np.cumsum(starts) - 1  # per sorted row, its id's group
+        sizes = np.bincount(group)
+        first = np.flatnonzero(starts)
+        repeated = np.empty(n, dtype=bool)
+        repeated[order] = sizes[group] > 1
+        by_row = np.empty(n, dtype=np.int64)
+        by_row[order] = np.arange(n, dtype=np.int64) - first[group]  # 0 for an id's first row in the file
+        again = seen_np | repeated
     if given is not None:
         given = np.asarray(given, dtype=np.int64)
         rows = np.flatnonzero(again | (given != 1)).astype(np.int64)
         return Reapplied(rows, given[rows])
     base = np.asarray(filled(versions, 0).to_numpy(zero_copy_only=False), dtype=np.int64)
-    by_row = np.empty(n, dtype=np.int64)
-    by_row[order] = occurrence
     rows = np.flatnonzero(again).astype(np.int64)
     return Reapplied(rows, base[rows] + by_row[rows] + 1)
 

@@ -54,11 +54,13 @@ from shardstore.segments.directory_records import Adopted, Prepared, RefreshResu
 from shardstore.segments.errors import InvalidDocument, SegmentCorrupted, SegmentError
 from shardstore.segments.gc import local_deletable, retained_commits
 from shardstore.segments.held_view import HeldView, ViewTag
+from shardstore.segments.id_index import _IdIndex
 from shardstore.segments.index_buffer import DELETES as _DELETES
 from shardstore.segments.index_buffer import IndexBuffer, buffered_docs, split_ops
 from shardstore.segments.livedocs import LiveDocs, livedocs_file_name
 from shardstore.segments.mapping import Mapping
 from shardstore.segments.merge_policy import TieredMergePolicy
+from shardstore.segments.merging import MergeInput, carried_deletes, write_merged
 from shardstore.segments.newest_copy import newest_copy
 from shardstore.segments.refresh_plan import RefreshPlan, buffer_order, index_rows, older_copies, plan_refresh
 from shardstore.segments.scan_readers import scan_readers
@@ -75,7 +77,7 @@ from shardstore.segments.shard_id_index import ShardIdIndex
 from shardstore.segments.stamp import Stamp
 from shardstore.segments.synthetic import index_op_fields
 from shardstore.segments.version_map import SEEN, VersionMap
-from shardstore.segments.versions import latest_versions
+from shardstore.segments.versions import Finder, latest_versions
 
 log = logging.getLogger(__name__)
 LOCK_FILE = "write.lock"
@@ -91,6 +93,11 @@ SEAL_EARLY_SHARE = 0.25
 PARALLEL_SEGMENT_DOCS = 100_000
 #: how long closing waits for a refresh beside the writes to end (it writes into the directory)
 CLOSE_WAIT_SECONDS = 60.0
+
+
+def _mask(live: LiveDocs) -> np.ndarray:
+    """A segment's live docs as a numpy bool array (one per row)."""
+    return np.asarray(live.mask().to_numpy(zero_copy_only=False), dtype=bool)
 
 
 class ShardDirectory:
@@ -132,6 +139,14 @@ class ShardDirectory:
         self._sealed: IndexBuffer | None = None
         self._sealed_failed = False
         self._sealed_done = threading.Condition(self._lock)
+        #: one merging thread at a time (taken before ``_lock``, never while holding it); the files merges are
+        #: writing, kept by ``_delete_unreferenced``; ``_closed``: a merge finishing after close installs nothing
+        self._merge_lock = threading.Lock()
+        self._merging_files: set[str] = set()
+        self._closed = False
+        #: merges installed since the directory was opened (a copy's flush mark: a merge installed after the flush
+        #: that asked for it makes the next flush commit it, engine/shard/flush_policy.py)
+        self.merges_installed = 0
         self._tombstones = _DELETES.empty_table()
         #: every operation refreshed (in a segment or a tombstone) has a seq# <= this: a buffered operation
         #: above it is newer than any refreshed copy, so the buffer alone decides its id
@@ -306,11 +321,13 @@ class ShardDirectory:
             published = False
             try:
                 check_adoptable(reader.schema, self.mapping, path)
-                ids = reader.ids()
+                index = reader.id_index()
+                ids = index.ids
                 if versions is not None and len(versions) != info.doc_count:
                     raise SegmentError(f"{path}: {info.doc_count} rows, {len(versions)} versions given to adopt it")
-                found = self.current_versions(ids, seen=True)
-                again = reapply_plan(ids, found.column(SEEN), found.column("_version"), versions)
+                distinct = index.distinct
+                found = self._versions_of_file(index) if distinct else self.current_versions(ids, seen=True)
+                again = reapply_plan(ids, found.column(SEEN), found.column("_version"), versions, distinct=distinct)
                 live = LiveDocs.all_live(info.doc_count)
                 docs = None
                 if again.rows.size:
@@ -526,19 +543,31 @@ class ShardDirectory:
     # -- merging ----------------------------------------------------------------------------
 
     def maybe_merge(self) -> list[str]:
-        """Run the merges the tiered policy asks for now; returns the new segments' names (none while a view is held:
-        a merge would take away a pinned segment's file)."""
-        with self._lock:
-            self._settle_sealed()
-            if self.view_held:
-                return []
-            merges = self.merge_policy.find_merges([s.stats() for s in self._segments.values()])
-            return [self._merge(m) for m in merges]
+        """Run the merges the tiered policy asks for now, each written beside the writes (segments/merging.py);
+        the new segments' names.  None while a view is held (a merge would take away a pinned segment's file) or
+        while another thread merges (it holds the merge lock: this call does not wait for it)."""
+        if not self._merge_lock.acquire(blocking=False):
+            return []
+        try:
+            with self._lock:
+                self._settle_sealed()
+                if self.view_held or self._closed:
+                    return []
+                merges = self.merge_policy.find_merges([s.stats() for s in self._segments.values()])
+            out = []
+            for names in merges:
+                name = self._merge(names)
+                if name is None:  # the segments changed under it: the policy decides again next time
+                    break
+                out.append(name)
+            return out
+        finally:
+            self._merge_lock.release()
 
     def force_merge(self, max_segments: int = 1) -> list[str]:
-        """Merge until at most ``max_segments`` segments remain (deleted docs dropped)."""
+        """Merge until at most ``max_segments`` segments remain (deleted docs dropped), under the lock throughout."""
         out = []
-        with self._lock:
+        with self._merge_lock, self._lock:
             self._settle_sealed()
             if self.view_held:
                 return out
@@ -546,28 +575,58 @@ class ShardDirectory:
                 merges = self.merge_policy.find_forced_merges([s.stats() for s in self._segments.values()], max_segments)
                 if not merges:
                     return out
-                out += [self._merge(m) for m in merges]
+                done = [self._merge(m) for m in merges]
+                out += [n for n in done if n is not None]
+                if None in done:
+                    return out
 
-    def _merge(self, names: Sequence[str]) -> str:
-        parts = []
-        for name in names:
-            seg = self._segments[name]
-            parts.append(pa.Table.from_batches(list(seg.reader.scan(live=seg.live)), schema=None)
-                         if seg.live.live_count else None)
-        tables = [t for t in parts if t is not None and t.num_rows]
+    def _merge(self, names: Sequence[str]) -> str | None:
+        """Merge the segments ``names`` into one, written without the lock unless the caller holds it, installed under
+        it with the rows deleted meanwhile deleted in it too (segments/merging.py); the new segment's name, or None
+        when an input changed meanwhile (the new file is removed, nothing changes).  Call with the merge lock."""
         new_name = f"seg_{uuid.uuid4().hex[:16]}"
-        if tables:
-            merged = pa.concat_tables(tables, promote_options="default")
-            info = write_segment(os.path.join(self.path, segment_file_name(new_name)), merged,
-                                 name=new_name, fsync=self._fsync)
-            self._segments[new_name] = _Segment(
-                SegmentReader(os.path.join(self.path, info.file_name), info), LiveDocs.all_live(info.doc_count))
-            self._queue_warming(self._segments[new_name].reader)
-        for name in names:
-            row_cache.warmer.discard(self._segments[name].reader.path)
-            del self._segments[name]  # files stay while a retained commit references them
-        log.info("merged %d segments into %s (%d docs)", len(names), new_name, sum(t.num_rows for t in tables))
-        return new_name
+        file = segment_file_name(new_name)
+        with self._lock:
+            if self._closed:
+                return None
+            inputs = [MergeInput(n, self._segments[n].reader, self._segments[n].live) for n in names]
+            self._merging_files.add(file)  # kept from _delete_unreferenced until installed or dropped
+        installed = False
+        merged = None
+        try:
+            merged = write_merged(inputs, self.path, new_name, fsync=self._fsync)
+            with self._lock:
+                self._settle_sealed()  # a refresh beside the writes names the segments it marks: it ends first
+                now = [self._segments.get(i.name) for i in inputs]
+                if self._closed or self.view_held or any(s is None or s.reader is not i.reader
+                                                         for s, i in zip(now, inputs)):
+                    log.info("%s: a merge of %d segments dropped: the segments changed while it ran", self.path,
+                             len(names))
+                    return None
+                if merged.reader is not None:
+                    gone = carried_deletes([_mask(i.live) for i in inputs], [_mask(s.live) for s in now if s is not None],
+                                           merged.order)
+                    live = LiveDocs.all_live(merged.reader.info.doc_count)
+                    if gone.size:
+                        live = live.delete(pa.array(gone, pa.int64()))
+                    self._segments[new_name] = _Segment(merged.reader, live, dirty=live.deleted_count > 0)
+                    self._queue_warming(merged.reader)
+                for name in names:
+                    row_cache.warmer.discard(self._segments[name].reader.path)
+                    del self._segments[name]  # files stay while a retained commit references them
+                installed = True
+                self.merges_installed += 1
+                self._merging_files.discard(file)
+            log.info("merged %d segments into %s (%d docs)", len(names), new_name, len(merged.order))
+            return new_name
+        finally:
+            if not installed:
+                with self._lock:
+                    self._merging_files.discard(file)
+                    if merged is not None and merged.reader is not None:
+                        merged.reader.close()
+                    with contextlib.suppress(OSError):
+                        os.unlink(os.path.join(self.path, file))
 
     # -- committing -------------------------------------------------------------------------
 
@@ -642,7 +701,7 @@ class ShardDirectory:
                 except (SegmentCorrupted, OSError):
                     continue
                 kept_files.append(frozenset(c.files()) | {commit_file_name(g)})
-        open_files = {LOCK_FILE} | self._view.pinned_files()
+        open_files = {LOCK_FILE} | self._view.pinned_files() | self._merging_files
         for seg in self._segments.values():
             open_files.add(seg.reader.info.file_name)
             if seg.live_file:
@@ -799,16 +858,29 @@ class ShardDirectory:
         """The version maps of the unrefreshed operations: a sealed buffer's (if any), then the buffer's."""
         return ([self._sealed.versions] if self._sealed is not None else []) + [self._buffer.versions]
 
-    def current_versions(self, ids: pa.Array, *, unique: bool = False, seen: bool = False) -> pa.Table:
+    def current_versions(self, ids: pa.Array, *, unique: bool = False, seen: bool = False,
+                         find: Finder | None = None) -> pa.Table:
         """Per id (order kept): ``_seq_no``, ``_primary_term``, ``_version`` of its newest live copy, buffered
         operations included (nulls when absent or deleted); see :mod:`~shardstore.segments.versions` (``unique``:
-        the caller knows no id occurs twice; ``seen``: the ``_seen`` column too)."""
+        the caller knows no id occurs twice; ``seen``: the ``_seen`` column too; ``find``: how the ids are found in
+        the segments, :meth:`_find` unless given)."""
         with self._lock:
             segments = [(s.reader, s.live) for s in self._segments.values() if s.live.live_count]
             maps = self._buffered_maps()
             newest = min(m.min_seq_no for m in maps) > self._refreshed_seq
             return latest_versions(ids, maps, segments, None if newest else self._tombstones, unique=unique,
-                                   seen=seen, find=self._find)
+                                   seen=seen, find=find or self._find)
+
+    def _versions_of_file(self, index: _IdIndex) -> pa.Table:
+        """Under the lock: :meth:`current_versions` (``seen``) of an adopted file whose ids are distinct, found
+        through the shard-wide id index with the file's own sorted fingerprints (nothing fingerprinted or sorted
+        again: ``ShardIdIndex.lookup``'s ``presorted``)."""
+        every = [s.reader for s in self._segments.values()]
+
+        def find(readers: Sequence[SegmentReader], ids: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
+            return self._id_index.lookup(readers, ids, every, presorted=(index.fp, index.rows))
+
+        return self.current_versions(index.ids, unique=True, seen=True, find=find)
 
     def _find(self, readers: Sequence[SegmentReader], ids: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
         """Under the lock: ``ids`` in ``readers`` (a subset of this directory's segments) through the shard-wide id
@@ -835,6 +907,7 @@ class ShardDirectory:
     def close(self) -> None:
         """Release the directory's write lock and open segment files (buffered, unrefreshed operations are dropped)."""
         with self._lock:  # a refresh beside the writes ends first: it writes into this directory
+            self._closed = True  # a merge beside the writes installs nothing any more
             deadline = time.monotonic() + CLOSE_WAIT_SECONDS
             while self._sealed is not None and not self._sealed_failed and time.monotonic() < deadline:
                 self._sealed_done.wait(max(0.0, deadline - time.monotonic()))

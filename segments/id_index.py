@@ -112,9 +112,16 @@ class _IdIndex:
     def __init__(self, ids: pa.Array) -> None:
         self.ids = ids
         h = fingerprints(ids)
-        order = np.argsort(h, kind="stable")
+        # not stable: no caller relies on the order of equal fingerprints (every lookup orders its answers by
+        # query and row), and numpy's SIMD quicksort is 5x faster than its stable sort on 64-bit keys
+        order = np.argsort(h)
         self.fp = h[order]
         self.rows = order.astype(np.int64)
+
+    @property
+    def distinct(self) -> bool:
+        """Whether no two ids share a fingerprint: then no id occurs twice (a False may be a collision)."""
+        return len(self.fp) < 2 or not bool((self.fp[1:] == self.fp[:-1]).any())
 
     def lookup(self, q: pa.Array, qpos: np.ndarray, qh: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         if qh is None:

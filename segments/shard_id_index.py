@@ -51,10 +51,13 @@ class ShardIdIndex:
         return len(self._levels)
 
     def lookup(self, readers: Sequence[SegmentReader], ids: pa.Array,
-               every: Sequence[SegmentReader] | None = None) -> tuple[pa.Array, pa.Array, pa.Array]:
+               every: Sequence[SegmentReader] | None = None, *,
+               presorted: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[pa.Array, pa.Array, pa.Array]:
         """Find ``ids`` in ``readers``: what :func:`lookup_segments` answers, ``(query_positions, reader_indexes,
         rows)`` ordered by reader then query position then row.  ``every``: the whole segment set of the owner
-        (``readers`` is a subset of it), so that lookups over different subsets keep one set of levels."""
+        (``readers`` is a subset of it), so that lookups over different subsets keep one set of levels.
+        ``presorted``: the ids' fingerprints in ascending order and, per entry, its position in ``ids`` (an
+        adopted file's own id index: nothing is fingerprinted or sorted again)."""
         if isinstance(ids, pa.ChunkedArray):
             ids = ids.combine_chunks()
         if not pa.types.is_string(ids.type):
@@ -69,9 +72,14 @@ class ShardIdIndex:
         pos_of = np.full(self._next, -1, dtype=np.int64)
         for number, k in position.items():
             pos_of[number] = k
-        fp = fingerprints(ids)
-        perm = np.argsort(fp, kind="stable")  # sorted queries: each searchsorted walks its level front to back
-        fps = fp[perm]
+        if presorted is not None:
+            fps, perm = presorted
+            if len(fps) != len(ids) or len(perm) != len(ids):
+                raise ValueError(f"lookup: {len(ids)} ids, {len(fps)} sorted fingerprints, {len(perm)} positions")
+        else:
+            fp = fingerprints(ids)
+            perm = np.argsort(fp)  # sorted queries: each searchsorted walks its level front to back
+            fps = fp[perm]
         qs, ks, rows = [], [], []
         for lfp, lnum, lrow in self._levels:
             lo = np.searchsorted(lfp, fps, side="left")

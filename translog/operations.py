@@ -233,7 +233,7 @@ def _looks_valid(s: Summary, current_term: int, max_source_bytes: int) -> bool:
     if s.batch.num_rows == 0:
         return True
     if not s.all_index:
-        return False  # mixed (or unknown) operation types, or nulls: take the full pass
+        return _looks_adopted(s, current_term)  # else mixed (or unknown) operation types, or nulls: the full pass
     if s.seq_no is None or s.primary_term is None:
         return False  # nulls: the full pass names the row
     if s.seq_no[0] < 0 or s.primary_term[0] < current_term:
@@ -249,6 +249,21 @@ def _looks_valid(s: Summary, current_term: int, max_source_bytes: int) -> bool:
     if s.source_bytes_max <= max_source_bytes:
         return True
     return pc.max(pc.binary_length(s.batch.column(_COL["source"]))).as_py() <= max_source_bytes
+
+
+def _looks_adopted(s: Summary, current_term: int) -> bool:
+    """An adopted run (every operation ``ADOPTED``, each with a version and no source, no typed fields) passes every
+    rule of :func:`_name_first_bad_row` from a few column ranges (an adopted file's rows, issue 43); False otherwise."""
+    b = s.batch
+    op, version, source = b.column(_COL["op_type"]), b.column("version"), b.column(_COL["source"])
+    if s.typed or op.null_count or version.null_count or source.null_count != b.num_rows:
+        return False
+    if s.seq_no is None or s.primary_term is None or s.seq_no[0] < 0 or s.primary_term[0] < current_term:
+        return False
+    if s.id_bytes is None or s.id_bytes[0] < 1 or s.id_bytes[1] > MAX_ID_BYTES:
+        return False
+    mm = pc.min_max(op)
+    return mm["min"].as_py() == mm["max"].as_py() == OpType.ADOPTED
 
 
 def _text_members(batch: pa.RecordBatch) -> list[pa.Array]:

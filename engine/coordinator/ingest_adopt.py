@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,45 +76,67 @@ def check_routed(store: BlobStore, job: IngestJob, mapping: Mapping, shards: int
                  corrupt: Callable[[StagedFile, str], Exception]) -> RoutedCheck | None:
     """Check every file of a routed job for adoption (module docstring); None when a file's columns are not adoptable
     against ``mapping`` (the job takes the row path).  IngestRejected for bad or misrouted ids; ``corrupt(file,
-    why)`` is raised for a file gone or not the bytes its record names."""
+    why)`` is raised for a file gone or not the bytes its record names.  Files are checked CHECK_THREADS at a time
+    (the reads, CRCs and Parquet decoding release the GIL); the answer is the one a check of each file in the job's
+    order gives: the first file that is bad or not adoptable decides."""
     ids: dict[str, pa.Array] = {}
-    for f in job.files:
-        assert f.shard is not None
-        if not 0 <= f.shard < shards:
-            raise IngestRejected(job.job, f.key, f.rows, f"InvalidRequest: the file names shard {f.shard}; the "
-                                                         f"index has shards 0..{shards - 1}")
+    with ThreadPoolExecutor(max_workers=max(1, min(CHECK_THREADS, len(job.files))),
+                            thread_name_prefix="ingest-check") as pool:
+        checks = [pool.submit(_check_file, store, job, f, mapping, shards, corrupt) for f in job.files]
         try:
-            data = store.get(f.key)
-        except BlobNotFound:
-            raise corrupt(f, "gone from the store") from None
-        if len(data) != f.size or crc32c(data) != f.crc32c:
-            raise corrupt(f, f"{len(data)} bytes, CRC32C {crc32c(data):08x}; the job record says {f.size} bytes, "
-                             f"{f.crc32c:08x}")
-        pf = pq.ParquetFile(pa.BufferReader(data))
-        try:
-            check_adoptable(pf.schema_arrow, mapping, f.key)
-        except (MappingConflict, ValueError) as exc:
-            log.info("ingest job %s: %s is not adoptable as it is (%s); the job takes the row path", job.job, f.key,
-                     exc)
-            return None
-        if pf.metadata.num_rows != f.rows:
-            raise corrupt(f, f"{pf.metadata.num_rows} rows; the job record says {f.rows}")
-        floats = [c.name for c in pf.schema_arrow if pa.types.is_floating(c.type)]
-        read = pf.read(columns=["_id", *floats])
-        column = read.column("_id")
-        got = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-        _check_ids(job.job, f, got)
-        _check_finite(job.job, f, read, floats)
-        routed = shard_ids(got, shards).to_numpy(zero_copy_only=False)  # every id: ~0.1 us each (mmh3 in C)
-        wrong = np.flatnonzero(routed != f.shard)
-        if wrong.size:
-            raise IngestRejected(job.job, f.key, int(wrong.size), f"InvalidRequest: row {int(wrong[0])}: id "
-                                                                  f"{got[int(wrong[0])].as_py()!r} routes to shard "
-                                                                  f"{int(routed[wrong[0]])}, not the file's shard "
-                                                                  f"{f.shard}")
-        if job.mode == "overwrite":  # the ids the overwrite keeps; an append keeps none in memory
-            ids[f.key] = got
+            for f, check in zip(job.files, checks):
+                adoptable, got = check.result()  # raises this file's error
+                if not adoptable:
+                    return None
+                if got is not None:
+                    ids[f.key] = got
+        finally:
+            for check in checks:
+                check.cancel()  # the files not started yet are not read for nothing
     return RoutedCheck(ids)
+
+
+#: how many staged files :func:`check_routed` reads and checks at once
+CHECK_THREADS = 4
+
+
+def _check_file(store: BlobStore, job: IngestJob, f: StagedFile, mapping: Mapping, shards: int,
+                corrupt: Callable[[StagedFile, str], Exception]) -> tuple[bool, pa.Array | None]:
+    """One file of :func:`check_routed`: whether its columns are adoptable, and its ids when the job overwrites (an
+    append keeps none in memory)."""
+    assert f.shard is not None
+    if not 0 <= f.shard < shards:
+        raise IngestRejected(job.job, f.key, f.rows, f"InvalidRequest: the file names shard {f.shard}; the "
+                                                     f"index has shards 0..{shards - 1}")
+    try:
+        data = store.get(f.key)
+    except BlobNotFound:
+        raise corrupt(f, "gone from the store") from None
+    if len(data) != f.size or crc32c(data) != f.crc32c:
+        raise corrupt(f, f"{len(data)} bytes, CRC32C {crc32c(data):08x}; the job record says {f.size} bytes, "
+                         f"{f.crc32c:08x}")
+    pf = pq.ParquetFile(pa.BufferReader(data))
+    try:
+        check_adoptable(pf.schema_arrow, mapping, f.key)
+    except (MappingConflict, ValueError) as exc:
+        log.info("ingest job %s: %s is not adoptable as it is (%s); the job takes the row path", job.job, f.key, exc)
+        return False, None
+    if pf.metadata.num_rows != f.rows:
+        raise corrupt(f, f"{pf.metadata.num_rows} rows; the job record says {f.rows}")
+    floats = [c.name for c in pf.schema_arrow if pa.types.is_floating(c.type)]
+    read = pf.read(columns=["_id", *floats])
+    column = read.column("_id")
+    got = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    _check_ids(job.job, f, got)
+    _check_finite(job.job, f, read, floats)
+    routed = shard_ids(got, shards).to_numpy(zero_copy_only=False)  # every id: ~0.1 us each (mmh3 in C)
+    wrong = np.flatnonzero(routed != f.shard)
+    if wrong.size:
+        raise IngestRejected(job.job, f.key, int(wrong.size), f"InvalidRequest: row {int(wrong[0])}: id "
+                                                              f"{got[int(wrong[0])].as_py()!r} routes to shard "
+                                                              f"{int(routed[wrong[0]])}, not the file's shard "
+                                                              f"{f.shard}")
+    return True, (got if job.mode == "overwrite" else None)
 
 
 def _check_ids(job: str, f: StagedFile, ids: pa.Array) -> None:

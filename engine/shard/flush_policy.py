@@ -7,12 +7,14 @@ Pure: :class:`FlushMark` is what a copy looked like when its last flush succeede
 * this copy never flushed since it was opened or promoted (no mark),
 * any seq# was generated, applied or counted since (``max_seq_no``, ``local_checkpoint``),
 * the global checkpoint moved (a commit records it; replicas purge their translog by it),
-* the copy's term or role changed (a new term uploads a commit of its own), or
+* the copy's term or role changed (a new term uploads a commit of its own),
+* a merge was installed since (merges run after the flush that asked for them, on the merge thread:
+  segments/merge_scheduler.py; the next flush commits and uploads the merged segment), or
 * an older term's commits still wait for garbage collection after a failover.
 
-Nothing else changes what a commit would hold: a refresh or a merge only rearranges
-operations the last commit already covers, and skipping keeps the translog's purge gate
-where it was (what is retained only grows, never shrinks).
+Nothing else changes what a commit would hold: a refresh only rearranges operations the last
+commit already covers, and skipping keeps the translog's purge gate where it was (what is
+retained only grows, never shrinks).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class FlushMark:
     max_seq_no: int
     local_checkpoint: int
     global_checkpoint: int
+    merges: int = 0  # merges the copy's directory installed (ShardDirectory.merges_installed)
 
 
 def flush_needed(last: FlushMark | None, now: FlushMark, *, older_terms_pending: bool = False) -> bool:

@@ -60,7 +60,7 @@ from shardstore.engine.shard.seq_ranges import gaps, split_by_term
 from shardstore.engine.shard.staged_write import Refreshing, Staged
 from shardstore.engine.shard.store_recovery import read_from_store
 from shardstore.errors import LocalDiskError, TooManyOpenFiles, is_too_many_open_files
-from shardstore.segments import row_cache
+from shardstore.segments import merge_scheduler, row_cache
 from shardstore.segments.directory import INDEX_BUFFER_BYTES, Prepared, RefreshResult, ShardDirectory
 from shardstore.segments.errors import CommitConflict, UploadCancelled
 from shardstore.segments.mapping import Mapping
@@ -782,11 +782,25 @@ class ShardCopy:
                 return False
             self._flush()
             self._flushed = mark
-            return True
+        # the merges the policy asks for run on this process's merge thread, at a low priority and without the
+        # copy's lock: writes go on meanwhile, and the next flush commits what they made (segments/merging.py,
+        # segments/merge_scheduler.py; docs/design/segments.md, "Merges beside the writes")
+        merge_scheduler.merges.submit(self.directory.path, self._merge)
+        return True
+
+    def _merge(self) -> None:
+        """The merges the policy asks for now (the merge thread).  A failed merge changed nothing (its file is
+        removed, its inputs stay): it is logged, not a failure of the copy, and the next flush asks again."""
+        if self.closed:
+            return
+        try:
+            self.directory.maybe_merge()
+        except Exception as exc:  # noqa: BLE001 - see the docstring
+            log.warning("%s: a merge failed (the next flush tries again): %r", self.path, exc)
 
     def _flush_mark(self) -> FlushMark:
         return FlushMark(self.primary_term, self.primary, self.max_seq_no, self.local_checkpoint,
-                         self.global_checkpoint)
+                         self.global_checkpoint, self.directory.merges_installed)
 
     def _flush(self) -> None:
         """The flush itself (under the copy lock)."""
@@ -797,7 +811,7 @@ class ShardCopy:
         commit = self.directory.flush(
             local_checkpoint=checkpoint, primary_term=self.primary_term,
             translog_uuid=str(self.translog.translog_uuid), translog_generation=self.translog.generation,
-            user_data={"global_checkpoint": str(self.global_checkpoint)})
+            user_data={"global_checkpoint": str(self.global_checkpoint)}, merge=False)  # merged after: flush()
         if self.remote_segments is not None:
             self.directory.lock_commit(commit.generation)
             try:

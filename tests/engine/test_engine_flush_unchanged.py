@@ -19,7 +19,8 @@ def test_flush_needed_against_every_single_change() -> None:
     assert flush_needed(None, base)  # never flushed since opened or promoted
     assert not flush_needed(base, base)
     assert flush_needed(base, base, older_terms_pending=True)
-    changes = {"primary_term": 3, "primary": False, "max_seq_no": 11, "local_checkpoint": 11, "global_checkpoint": 10}
+    changes = {"primary_term": 3, "primary": False, "max_seq_no": 11, "local_checkpoint": 11, "global_checkpoint": 10,
+               "merges": 1}
     for k in range(1, len(changes) + 1):
         for names in itertools.combinations(changes, k):  # every combination of fields that moved
             assert flush_needed(base, replace(base, **{n: changes[n] for n in names})), names
@@ -97,3 +98,31 @@ def test_a_new_shards_first_flush_leaves_no_remote_translog_behind(tmp_path) -> 
         assert len(kept) == 1  # the second round's: above the first commit, the fallback of the second
     finally:
         cluster.close()
+
+
+def test_a_merge_installed_after_its_flush_is_committed_by_the_next_one(tmp_path: Path) -> None:
+    """Merges run after the flush that asked for them (segments/merge_scheduler.py): on a shard that takes no more
+    writes, the next flush still commits the merged segment (it is not skipped as unchanged), and a restore of the
+    store finds every document."""
+    from shardstore.segments.merge_scheduler import merges
+
+    cluster = Cluster(store=f"file://{tmp_path / 'remote'}?create=true", data_dir=str(tmp_path / "data"), nodes=1)
+    try:
+        cluster.create_index("i", shards=1, replicas=0)
+        for b in range(25):  # 25 small segments: more than the tiered policy allows
+            assert not cluster.bulk("i", [{"_id": f"{b}-{k}", "v": k} for k in range(20)]).errors
+            cluster.refresh("i")
+        cluster.flush("i")
+        copy = cluster.nodes[cluster.primary_of("i", 0)].copies[(cluster.indices["i"].uuid, 0)]
+        committed = len(copy.directory.last_commit.segments)
+        assert merges.wait_idle(30) and copy.directory.merges_installed > 0
+        cluster.flush("i")  # nothing written since: only the merge changed
+        assert len(copy.directory.last_commit.segments) < committed == 25
+    finally:
+        cluster.close()
+    restored = Cluster.restore(store=f"file://{tmp_path / 'remote'}", data_dir=str(tmp_path / "b"), nodes=1)
+    try:
+        restored.refresh("i")
+        assert restored.count("i") == 500
+    finally:
+        restored.close()

@@ -141,6 +141,32 @@ def test_a_misrouted_file_or_a_bad_id_is_refused_and_nothing_is_applied(cluster:
     assert cluster.count("docs") == 0
 
 
+def test_files_checked_at_once_name_the_first_bad_file_of_the_job(cluster: Cluster) -> None:
+    """Six files checked CHECK_THREADS at a time; the third and the sixth are bad (one misrouted, one with an empty
+    id): the error names the third, whichever check ends first, and nothing is applied."""
+    from shardstore.engine.coordinator.routing import shard_ids
+
+    rows = _rows(0, 600, "p")
+    shards = shard_ids(rows.column("_id"), 2).to_pylist()
+    prefix = cluster.ingest_prefix("docs", "six")
+    files = []
+    for k in range(6):
+        part = rows.slice(k * 100, 100)
+        own = [shards[k * 100 + i] for i in range(100)]
+        shard = 0
+        part = part.filter(pa.array([s == shard for s in own]))
+        if k == 2:  # misrouted: one row of shard 1 in a file of shard 0
+            part = pa.concat_tables([part, rows.filter(pa.array([s == 1 for s in shards])).slice(0, 1)])
+        if k == 5:
+            part = part.set_column(0, "_id", pa.array([""] + part.column("_id").to_pylist()[1:]))
+        files.append(replace(stage_table(cluster.store, prefix, f"f{k}", part), shard=shard))
+    write_job(cluster.store, prefix, IngestJob("six", "docs", cluster.index_meta("docs").uuid, "append", tuple(files)))
+    with pytest.raises(IngestRejected, match="routes to shard 1") as info:
+        cluster.ingest("docs", "six")
+    assert files[2].key in str(info.value)
+    assert not cluster.store.exists(done_key(prefix)) and cluster.count("docs") == 0
+
+
 def test_overwrite_by_adoption_replaces_the_documents(cluster: Cluster) -> None:
     assert not cluster.bulk("docs", [{"_id": f"old{i}", "n": i, "tag": "o"} for i in range(40)]).errors
     _stage_routed(cluster, "ow", _rows(0, 30, "new"), mode="overwrite")

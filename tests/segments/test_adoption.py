@@ -44,6 +44,20 @@ def test_reapply_plan_is_a_bulk_in_file_order(ids, seen, versions) -> None:
     assert got.rows.tolist() == want_rows and got.versions.tolist() == want_versions
 
 
+@settings(max_examples=200, deadline=None)
+@given(ids=st.lists(st.integers(0, 10**6), unique=True, max_size=80), seen=st.lists(st.booleans(), max_size=80),
+       given_versions=st.one_of(st.none(), st.lists(st.integers(1, 4), min_size=80, max_size=80)))
+def test_reapply_plan_of_distinct_ids_skips_the_sort_and_answers_the_same(ids, seen, given_versions) -> None:
+    """``distinct`` (the caller's id index saw no repeat) gives the plan the full pass gives."""
+    arr = pa.array([f"d{i}" for i in ids], pa.string())
+    flags = np.array((seen + [False] * len(ids))[:len(ids)], dtype=bool)
+    versions = pa.array([3 if f else None for f in flags], pa.int64())
+    given_np = None if given_versions is None else np.array(given_versions[:len(ids)], dtype=np.int64)
+    want = reapply_plan(arr, flags, versions, given_np)
+    got = reapply_plan(arr, flags, versions, given_np, distinct=True)
+    assert got.rows.tolist() == want.rows.tolist() and got.versions.tolist() == want.versions.tolist()
+
+
 def test_reapply_plan_refuses_columns_of_other_lengths() -> None:
     with pytest.raises(ValueError, match="2 ids, 1 seen flags"):
         reapply_plan(pa.array(["a", "b"]), np.array([True]), pa.array([1, 2]))
@@ -122,6 +136,40 @@ def test_an_adopted_file_reads_as_its_rows_indexed_in_order(tmp_path_factory, hi
         a.force_merge(1)
         b.force_merge(1)
         assert _state(a, ids) == _state(b, ids)
+
+
+_big_step = st.tuples(st.sampled_from("iiidr"), st.integers(0, 199).map(lambda j: f"k{j}"), st.integers(0, 99))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(history=st.lists(_big_step, max_size=40), picks=st.permutations(range(300)), size=st.integers(65, 300))
+def test_a_file_of_distinct_ids_is_found_through_its_own_sorted_fingerprints(tmp_path_factory, history, picks,
+                                                                             size) -> None:
+    """More distinct ids than a small lookup takes (65 and up): the directory finds them through the file's own id
+    index (``ShardIdIndex.lookup``'s ``presorted``, ``reapply_plan``'s ``distinct``).  The primary's adoption
+    reads as the same rows indexed one by one, and a replica's (the primary's versions given) as the primary's."""
+    tmp = tmp_path_factory.mktemp("adopt-big")
+    rows = [(f"k{j}", j % 7, f"s{j % 3}") for j in picks[:size]]
+    ids = sorted({i for _k, i, _v in history} | {r[0] for r in rows})
+    with ShardDirectory(str(tmp / "a"), mapping=MAPPING, fsync=False, warm=False) as a, \
+            ShardDirectory(str(tmp / "b"), mapping=MAPPING, fsync=False, warm=False) as b, \
+            ShardDirectory(str(tmp / "c"), mapping=MAPPING, fsync=False, warm=False) as c:
+        first = _history(a, history)
+        assert _history(b, history) == first == _history(c, history)
+        path = str(tmp / "file.parquet")
+        pq.write_table(pa.table({"_id": pa.array([r[0] for r in rows], pa.string()),
+                                 "v": pa.array([r[1] for r in rows], pa.int64()),
+                                 "s": pa.array([r[2] for r in rows], pa.string())}), path, row_group_size=50)
+        done = a.adopt(path, Stamp(first, 1))
+        replica = c.adopt(path, Stamp(first, 1), versions=done.versions)
+        assert replica.versions.tolist() == done.versions.tolist()
+        for r, (doc_id, v, s) in enumerate(rows):
+            version = int(b.current_version_numbers([doc_id], pa.array([doc_id]))[0]) + 1
+            assert done.versions[r] == version, (doc_id, r)
+            b.apply(stamp(index_batch([doc_id], [_source(doc_id, v, s)], [version]), first + r, 1))
+        for d in (a, b, c):
+            d.refresh()
+        assert _state(a, ids) == _state(b, ids) == _state(c, ids)
 
 
 def test_an_adopted_segment_survives_a_reopen_and_a_merge_writes_its_columns(tmp_path) -> None:

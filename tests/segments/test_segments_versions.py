@@ -216,3 +216,29 @@ def test_a_refresh_installs_the_version_columns_the_file_holds() -> None:
         for r in readers:
             fresh = SegmentReader(r.path, r.info)
             assert [a.to_pylist() for a in r.version_columns()] == [a.to_pylist() for a in fresh.version_columns()]
+
+
+def test_a_merge_installs_the_id_index_and_version_columns_the_file_holds() -> None:
+    """A merge's new segment gets its id index and version columns from memory (no read back on the next lookup,
+    an adoption's or a bulk's: issue 43's commit), equal to what a fresh reader of the file builds; lookups answer
+    as before the merge."""
+    from shardstore.segments.segment import SegmentReader
+
+    with tempfile.TemporaryDirectory() as tmp, ShardDirectory(tmp, fsync=False, warm=False) as sd:
+        seq = 0
+        for part in range(3):  # three segments, ids interleaved across them, some ids written twice
+            ids = [f"d{(k * 7919 + part) % 9000}" for k in range(3000)]
+            n = len(ids)
+            sd.apply(stamp(unstamped_batch([int(OpType.INDEX)] * n, ids, [1 + part] * n, [b"{}"] * n), seq, 2))
+            seq += n
+            sd.refresh()
+        queries = pa.array([f"d{k}" for k in range(0, 9100, 7)])
+        before = sd.current_versions(queries).to_pydict()
+        sd.force_merge(1)
+        readers = [r for r, _live in sd.searchable_segments()]
+        assert len(readers) == 1 and readers[0].index_loaded and "_version_cache" in readers[0].__dict__
+        fresh = SegmentReader(readers[0].path, readers[0].info)
+        assert [a.to_pylist() for a in readers[0].version_columns()] == [a.to_pylist() for a in fresh.version_columns()]
+        mine, theirs = readers[0].id_index(), fresh.id_index()
+        assert mine.ids.to_pylist() == theirs.ids.to_pylist() and sorted(mine.fp.tolist()) == theirs.fp.tolist()
+        assert sd.current_versions(queries).to_pydict() == before

@@ -87,3 +87,49 @@ def test_schema_problems_are_batch_level() -> None:
     cols["seq_no"] = pa.array(["x", "y", "z"])
     with pytest.raises(InvalidOperation, match="does not match the operation schema"):
         validate(pa.RecordBatch.from_arrays([cols[n] for n in SCHEMA.names], names=SCHEMA.names))
+
+
+def _adopted(n: int, term: int) -> dict[str, pa.Array]:
+    """The columns of an adopted run of ``n`` rows at seq# 10.. (what a primary logs for an adopted file)."""
+    return {"seq_no": pa.array(range(10, 10 + n), pa.int64()), "primary_term": pa.array([term] * n, pa.int64()),
+            "op_type": pa.array([OpType.ADOPTED] * n, pa.int8()), "id": pa.array([f"a{i}" for i in range(n)]),
+            "version": pa.array([1] * n, pa.int64()), "source": pa.nulls(n, pa.binary()),
+            "reason": pa.array(["adopted/1 head"] + [None] * (n - 1), pa.string())}
+
+
+_ADOPTED_CHANGES = [
+    ("version", lambda n, r: pa.array([None if i == r else 1 for i in range(n)], pa.int64())),
+    ("source", lambda n, r: pa.array([b"{}" if i == r else None for i in range(n)], pa.binary())),
+    ("op_type", lambda n, r: pa.array([OpType.INDEX if i == r else OpType.ADOPTED for i in range(n)], pa.int8())),
+    ("op_type", lambda n, r: pa.array([9 if i == r else OpType.ADOPTED for i in range(n)], pa.int8())),
+    ("id", lambda n, r: pa.array(["" if i == r else f"a{i}" for i in range(n)])),
+    ("id", lambda n, r: pa.array([None if i == r else f"a{i}" for i in range(n)], pa.string())),
+    ("id", lambda n, r: pa.array(["x" * (MAX_ID_BYTES + 1) if i == r else f"a{i}" for i in range(n)])),
+    ("primary_term", lambda n, r: pa.array([1 if i == r else 2 for i in range(n)], pa.int64())),
+    ("seq_no", lambda n, r: pa.array([-1 if i == r else 10 + i for i in range(n)], pa.int64())),
+]
+
+
+@given(st.integers(1, 40), st.integers(0, 39), st.one_of(st.none(), st.integers(0, len(_ADOPTED_CHANGES) - 1)))
+def test_an_adopted_run_passes_or_fails_as_the_full_pass_says(n: int, row: int, change: int | None) -> None:
+    """An adopted run takes a short path of column ranges (``_looks_adopted``); with any one bad row it must still
+    be refused, naming the row the full pass names (no rule of the full pass is skipped)."""
+    from shardstore.translog.operations import _name_first_bad_row
+
+    cols = _adopted(n, 2)
+    if change is not None:
+        name, make = _ADOPTED_CHANGES[change]
+        cols[name] = make(n, row % n)
+    batch = pa.RecordBatch.from_arrays([cols[c] for c in SCHEMA.names], names=SCHEMA.names)
+    try:
+        _name_first_bad_row(batch, 2, 100)
+        want = None
+    except InvalidOperation as exc:
+        want = (exc.index, str(exc))
+    try:
+        validate(batch, current_term=2, max_source_bytes=100)
+        got = None
+    except InvalidOperation as exc:
+        got = (exc.index, str(exc))
+    assert got == want
+    assert (want is None) == (change is None)
