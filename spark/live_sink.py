@@ -51,6 +51,7 @@ from shardstore.engine.errors import IndexAlreadyExists, IndexNotFound, IngestJo
 from shardstore.errors import ConflictError, InvalidError, ShardstoreError, UnavailableError
 from shardstore.net.security import Security
 from shardstore.spark.catalog import open_from_options, sink_index
+from shardstore.spark.routed_rows import RoutedFiles, arrow_layout
 from shardstore.spark.routed_stage import routed_layout, write_routed
 
 log = logging.getLogger(__name__)
@@ -301,11 +302,14 @@ def plan_live(options: dict[str, str], schema: Any, mode: str, *, job: str | Non
 
 
 def stage_rows(job: LiveJob, batches: Iterator[pa.RecordBatch], where: str) -> LiveCommitMessage:
-    """Step 2 (a task attempt): stage its rows as files of at most :data:`FILE_ROWS` rows under names of its own."""
+    """Step 2 (a task attempt): stage its rows as files of at most :data:`FILE_ROWS` rows under names of its own; routed
+    files, one per shard, when the job's columns are mapped exactly (spark/routed_rows.py: the cluster adopts them)."""
     store = open_from_options(job.options)
     files: list[StagedFile] = []
     pending: list[pa.RecordBatch] = []
     rows = 0
+    routed: RoutedFiles | None = None
+    decided = False
 
     def flush() -> None:
         nonlocal pending, rows
@@ -317,10 +321,22 @@ def stage_rows(job: LiveJob, batches: Iterator[pa.RecordBatch], where: str) -> L
         pending, rows = [], 0
 
     for batch in batches:
+        if not decided:  # once per task, from the batches' schema (the same in every task of the job)
+            decided = True
+            layout = None
+            if job.layout is not None and _option(job.options, "adopt", "auto") != "false":
+                layout = arrow_layout(batch.schema, job.layout["mapping"])
+            if layout is not None:
+                routed = RoutedFiles(store, job.prefix, where, layout, int(job.layout["shards"]), FILE_ROWS)
+        if routed is not None:
+            routed.add(batch)
+            continue
         pending.append(batch)
         rows += batch.num_rows
         if rows >= FILE_ROWS:
             flush()
+    if routed is not None:
+        return LiveCommitMessage(tuple(routed.finish()))
     flush()
     return LiveCommitMessage(tuple(files))
 

@@ -120,7 +120,7 @@ def test_writes_made_while_a_merge_is_written_survive_its_install(tmp_path_facto
             return merged
 
         monkeypatch.setattr(directory_module, "write_merged", write_then_step)
-        merged = shard.maybe_merge()
+        shard.maybe_merge()
         monkeypatch.setattr(directory_module, "write_merged", write)
         assert ran == [True]  # a merge was written, the steps ran before its install
         for kind, keys in after:
