@@ -379,6 +379,13 @@ class ClusterManagerNode:
                 if stale:
                     self._become_follower(stale)
                 raise NoQuorum(f"election of {self.name} in term {term}", votes, self._voters(self.disk.accepted))
+            with self._lock:
+                if self.disk.current_term < term:
+                    # a quorum joined without this node's own join (parallel: it is still in flight): the term is
+                    # this node's now, so its join, arriving late, is refused as stale instead of making the new
+                    # master a follower of its own term (a lost election right after winning it)
+                    self.disk.current_term = term
+                    self.disk.save()
             best = max(joins, key=lambda j: (j.accepted_term, j.accepted_version), default=None)
             acc = self.disk.accepted
             cluster_uuid = best.cluster_uuid if best is not None and best.cluster_uuid else (

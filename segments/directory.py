@@ -166,6 +166,10 @@ class ShardDirectory:
             committed = Mapping.from_dict(self.last_commit.mapping) if self.last_commit else Mapping(())
             self.mapping = committed.with_fields({n: given[n] for n in given.order}) if len(given) else committed
             self._delete_unreferenced()
+            for leftover in os.listdir(path):  # a write torn by a kill (a merge's, a refresh's): ours alone, locked
+                if leftover.startswith(".") and leftover.endswith(".tmp"):
+                    with contextlib.suppress(OSError):
+                        os.unlink(os.path.join(path, leftover))
         except BaseException:
             self.close()
             raise
@@ -594,7 +598,7 @@ class ShardDirectory:
         installed = False
         merged = None
         try:
-            merged = write_merged(inputs, self.path, new_name, fsync=self._fsync)
+            merged = write_merged(inputs, self.path, new_name, fsync=self._fsync, cancelled=lambda: self._closed)
             with self._lock:
                 self._settle_sealed()  # a refresh beside the writes names the segments it marks: it ends first
                 now = [self._segments.get(i.name) for i in inputs]
@@ -603,20 +607,24 @@ class ShardDirectory:
                     log.info("%s: a merge of %d segments dropped: the segments changed while it ran", self.path,
                              len(names))
                     return None
-                if merged.reader is not None:
+                live = None
+                if merged.reader is not None:  # everything that can fail first, then the swap
                     gone = carried_deletes([_mask(i.live) for i in inputs], [_mask(s.live) for s in now if s is not None],
                                            merged.order)
                     live = LiveDocs.all_live(merged.reader.info.doc_count)
                     if gone.size:
                         live = live.delete(pa.array(gone, pa.int64()))
                     self._segments[new_name] = _Segment(merged.reader, live, dirty=live.deleted_count > 0)
-                    self._queue_warming(merged.reader)
+                gone_paths = [self._segments[name].reader.path for name in names]
                 for name in names:
-                    row_cache.warmer.discard(self._segments[name].reader.path)
                     del self._segments[name]  # files stay while a retained commit references them
                 installed = True
                 self.merges_installed += 1
                 self._merging_files.discard(file)
+                for path in gone_paths:
+                    row_cache.warmer.discard(path)
+                if merged.reader is not None:
+                    self._queue_warming(merged.reader)
             log.info("merged %d segments into %s (%d docs)", len(names), new_name, len(merged.order))
             return new_name
         finally:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,7 +36,11 @@ from shardstore.segments.errors import SegmentError
 from shardstore.segments.livedocs import LiveDocs
 from shardstore.segments.segment import SegmentReader, segment_file_name, write_segment
 
-__all__ = ["MergeInput", "Merged", "carried_deletes", "write_merged"]
+__all__ = ["MergeCancelled", "MergeInput", "Merged", "carried_deletes", "write_merged"]
+
+
+class MergeCancelled(SegmentError):
+    """The directory closed while a merge ran beside the writes: nothing was installed."""
 
 
 @dataclass(frozen=True)
@@ -80,12 +84,16 @@ def carried_deletes(then: Sequence[np.ndarray], now: Sequence[np.ndarray], order
     return np.sort(new_row[positions])
 
 
-def write_merged(inputs: Sequence[MergeInput], directory: str, name: str, *, fsync: bool) -> Merged:
+def write_merged(inputs: Sequence[MergeInput], directory: str, name: str, *, fsync: bool,
+                 cancelled: Callable[[], bool] = lambda: False) -> Merged:
     """Write the live rows of ``inputs`` as the segment ``name`` in ``directory`` (no lock held; see the module
     docstring); its reader has the id index and version columns installed from memory.  Raises on an I/O error or a
-    scan that does not match the snapshot (SegmentError); the new file is then removed."""
+    scan that does not match the snapshot (SegmentError), and MergeCancelled once ``cancelled()`` (the directory
+    closed: checked before each input and before the write); the new file is then removed."""
     tables = []
     for item in inputs:
+        if cancelled():
+            raise MergeCancelled(f"{directory}: closed while a merge read {item.name}")
         if not item.live.live_count:
             continue
         own = SegmentReader(item.reader.path, item.reader.info)  # its own Parquet handle (module docstring)
@@ -100,6 +108,8 @@ def write_merged(inputs: Sequence[MergeInput], directory: str, name: str, *, fsy
     merged = pa.concat_tables(tables, promote_options="default")
     order = pc.array_sort_indices(merged.column("_id"))  # stable: rows of one id keep their order
     merged = merged.take(order)  # in _id order already: write_segment writes the rows as they are
+    if cancelled():
+        raise MergeCancelled(f"{directory}: closed before a merge wrote {name}")
     path = os.path.join(directory, segment_file_name(name))
     try:
         info = write_segment(path, merged, name=name, fsync=fsync)

@@ -8,11 +8,16 @@ gives them the same routed layout, so the cluster adopts their files as segments
 - :func:`arrow_layout` decides once per task from the batches' Arrow schema: every column is ``_id`` (a
   string), a metadata column (dropped), or a mapped field whose Arrow type casts to the mapped one exactly
   (integers into ``long``, ``int8``-``int32`` into ``integer``, floats into ``double``, strings into
-  ``keyword``/``text``, booleans, timestamps into ``date``: milliseconds in UTC, as segment files hold them
-  and as the JVM's routed writer writes them).  Anything else keeps the row layout.
+  ``keyword``/``text``, booleans, timestamps into ``date``: milliseconds in UTC, as segment files hold them).
+  Anything else keeps the row layout.
 - :class:`RoutedFiles` routes each batch's rows by ES murmur3 of ``_id`` (engine/coordinator/routing.py),
   keeps each shard's rows in input order (a later row of a repeated id must stay later), and stages a file per
-  shard every :data:`~shardstore.spark.live_sink.FILE_ROWS` rows of it.
+  shard once the task holds ``file_rows`` rows (its largest shard's first), so a task keeps at most about one
+  file's rows in memory whatever the shard count.
+- A value the mapped type cannot hold as it is stays as it is: a timestamp with sub-millisecond digits keeps its
+  column's own type in the file (never truncated), and a null ``_id`` goes into shard 0's file.  The
+  coordinator's check then refuses the file for adoption (the type) or the job (the id), as the row path
+  refuses the same rows, naming them.
 
 The coordinator checks each file again before anything is adopted (engine/coordinator/ingest_adopt.py): a
 wrong guess here costs speed, never correctness.
@@ -26,6 +31,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from shardstore.blobstores.base import BlobStore
 from shardstore.engine.coordinator.ingest import IGNORED_COLUMNS, stage_table
@@ -75,8 +81,25 @@ def arrow_layout(schema: pa.Schema, mapping: dict[str, Any]) -> pa.Schema | None
     return pa.schema(fields)
 
 
+def _cast(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` as ``schema``, column by column; a timestamp column whose values do not fit milliseconds exactly keeps
+    its own type (module docstring)."""
+    columns = []
+    for f in schema:
+        col = table.column(f.name)
+        if pa.types.is_timestamp(f.type) and col.type != f.type:
+            try:
+                col = col.cast(f.type, safe=True)
+            except pa.ArrowInvalid:  # sub-millisecond digits: kept (in UTC), so the file is not adopted and the
+                col = col.cast(pa.timestamp(col.type.unit, tz="UTC"))  # row path refuses the row, naming it
+        else:
+            col = col.cast(f.type)
+        columns.append(col)
+    return pa.table(columns, names=schema.names)
+
+
 class RoutedFiles:
-    """One task attempt's routed files: batches in, a staged file per shard every ``file_rows`` rows of it."""
+    """One task attempt's routed files: batches in, staged files out, one shard each (module docstring)."""
 
     def __init__(self, store: BlobStore, prefix: str, where: str, schema: pa.Schema, shards: int,
                  file_rows: int, stage: Callable[..., StagedFile] = stage_table) -> None:  # noqa: D107
@@ -91,18 +114,23 @@ class RoutedFiles:
         """Route ``batch``'s rows to their shards (input order kept per shard); stage the shards that filled a file."""
         if batch.num_rows == 0:
             return
-        table = pa.Table.from_batches([batch]).select(self.schema.names)
-        table = table.cast(self.schema, safe=False)  # timestamps to milliseconds (module docstring); exact otherwise
-        shards = np.asarray(shard_ids(table.column("_id"), self.shards).to_numpy(zero_copy_only=False))
+        table = _cast(pa.Table.from_batches([batch]).select(self.schema.names), self.schema)
+        ids = table.column("_id")
+        null = None
+        if ids.null_count:  # into shard 0's file: the coordinator's check names the row (module docstring)
+            null = np.asarray(ids.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+            ids = pc.fill_null(ids, "")
+        shards = np.array(shard_ids(ids, self.shards).to_numpy(zero_copy_only=False))
+        if null is not None:
+            shards[null] = 0
         order = np.argsort(shards, kind="stable")  # rows of one shard keep their input order
-        sorted_shards = shards[order]
-        cuts = np.flatnonzero(np.diff(sorted_shards)) + 1
+        cuts = np.flatnonzero(np.diff(shards[order])) + 1
         for rows in np.split(order, cuts):
             shard = int(shards[rows[0]])
             self._pending.setdefault(shard, []).append(table.take(pa.array(rows)))
             self._rows[shard] = self._rows.get(shard, 0) + len(rows)
-            if self._rows[shard] >= self.file_rows:
-                self._flush(shard)
+        while sum(self._rows.values()) >= self.file_rows:  # about one file's rows held at most
+            self._flush(max(self._rows, key=lambda k: self._rows[k]))
 
     def finish(self) -> list[StagedFile]:
         """Stage every shard's rows left; the task's files."""
@@ -115,7 +143,8 @@ class RoutedFiles:
         self._rows.pop(shard, None)
         if not parts:
             return
-        table = pa.concat_tables(parts).combine_chunks()
+        # a batch whose timestamps kept their own type (sub-millisecond digits) widens the column for the whole file
+        table = pa.concat_tables(parts, promote_options="permissive").combine_chunks()
         staged = self._stage(self.store, self.prefix, f"{self.where}-s{shard}-{len(self.files)}", table)
         self.files.append(replace(staged, shard=shard))
 

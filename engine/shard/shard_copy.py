@@ -26,6 +26,7 @@ See docs/design/engine.md.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import shutil
@@ -62,8 +63,9 @@ from shardstore.engine.shard.store_recovery import read_from_store
 from shardstore.errors import LocalDiskError, TooManyOpenFiles, is_too_many_open_files
 from shardstore.segments import merge_scheduler, row_cache
 from shardstore.segments.directory import INDEX_BUFFER_BYTES, Prepared, RefreshResult, ShardDirectory
-from shardstore.segments.errors import CommitConflict, UploadCancelled
+from shardstore.segments.errors import CommitConflict, SegmentCorrupted, UploadCancelled
 from shardstore.segments.mapping import Mapping
+from shardstore.segments.merging import MergeCancelled
 from shardstore.segments.remote_store import (
     RemoteSegmentStore,
     latest_term,
@@ -789,13 +791,27 @@ class ShardCopy:
         return True
 
     def _merge(self) -> None:
-        """The merges the policy asks for now (the merge thread).  A failed merge changed nothing (its file is
-        removed, its inputs stay): it is logged, not a failure of the copy, and the next flush asks again."""
-        if self.closed:
+        """The merges the policy asks for now (the merge thread).  A merge that failed changed nothing (its file is
+        removed, its inputs stay).  Out of space, or cancelled by a close: logged, and the next flush asks again.  Any
+        other local I/O error, or a damaged input segment, fails the copy for good as a write's would
+        (engine/shard/local_disk.py: a failed fsync leaves the page cache untrusted); the copy's next request
+        reports it to the cluster manager."""
+        if self.closed or self.disk_failure is not None:
             return
         try:
             self.directory.maybe_merge()
-        except Exception as exc:  # noqa: BLE001 - see the docstring
+        except MergeCancelled:
+            return
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT) or self.closed:
+                log.warning("%s: a merge failed (the next flush tries again): %r", self.path, exc)
+                return
+            self.disk_failure = LocalDiskError(self.path, "merge", exc)
+            log.error("%s: %s", self.path, self.disk_failure)
+        except SegmentCorrupted as exc:
+            self.disk_failure = LocalDiskError(self.path, "merge", exc)
+            log.error("%s: a merge read a damaged segment; the copy is failed: %s", self.path, exc)
+        except Exception as exc:  # noqa: BLE001 - a bug of the merge, not of the disk: the next flush asks again
             log.warning("%s: a merge failed (the next flush tries again): %r", self.path, exc)
 
     def _flush_mark(self) -> FlushMark:

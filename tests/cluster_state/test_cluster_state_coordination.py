@@ -320,3 +320,32 @@ def test_a_node_that_cannot_read_a_blob_the_store_holds_costs_no_whole_publicati
     c.submit(create("c"))
     assert c.nodes["n1"]._unreadable is None and d1.applied is None
     assert c.nodes["n1"].accepted_manifest.cluster["blocks"].key == blocks  # still shared: nothing rewritten
+
+
+def test_a_candidate_whose_own_join_arrives_after_its_quorum_stays_master(store, tmp_path: Path) -> None:
+    """Parallel publication: the election goes on once a quorum joined, and the candidate's join to itself can arrive
+    after it became master (a flaky failure of the test above: ``NotMaster`` right after ``elect``).  That late join
+    is refused as stale; the new master keeps its term and publishes."""
+    import time
+
+    c = LocalCluster(store, str(tmp_path), MASTERS)
+    for node in c.nodes.values():
+        node.parallel_publish = True
+    n1 = c.nodes["n1"]
+    join = n1._on_start_join
+    arrived = threading.Event()
+
+    def late(req):
+        time.sleep(0.3)  # after n2's and n3's joins made the quorum
+        try:
+            return join(req)
+        finally:
+            arrived.set()
+
+    n1._on_start_join = late
+    c.elect("n1")
+    assert arrived.wait(5)
+    time.sleep(0.05)
+    assert n1.is_master and c.master() is n1
+    c.submit(create("a"))
+    assert sorted(n1.applied.indices) == ["a"]  # the master applies first

@@ -126,3 +126,26 @@ def test_a_merge_installed_after_its_flush_is_committed_by_the_next_one(tmp_path
         assert restored.count("i") == 500
     finally:
         restored.close()
+
+
+@pytest.mark.parametrize(("err", "fails"), [(28, False), (5, True)])  # ENOSPC, EIO
+def test_a_merge_out_of_space_is_retried_and_an_io_error_fails_the_copy(tmp_path: Path, monkeypatch, err: int,
+                                                                        fails: bool) -> None:
+    """A mock for faults no real disk produces on demand (said so here): the merge thread's ``maybe_merge`` raises.
+    Out of space changes nothing (the next flush merges again); an I/O error fails the copy as a write's would, and
+    its next request reports it (LocalDiskError)."""
+    from shardstore.errors import LocalDiskError
+
+    cluster = Cluster(store=f"file://{tmp_path / 'remote'}?create=true", data_dir=str(tmp_path / "data"), nodes=1)
+    try:
+        cluster.create_index("i", shards=1, replicas=0)
+        assert not cluster.bulk("i", [{"_id": "a", "v": 1}]).errors
+        copy = cluster.nodes[cluster.primary_of("i", 0)].copies[(cluster.indices["i"].uuid, 0)]
+        monkeypatch.setattr(copy.directory, "maybe_merge", lambda: (_ for _ in ()).throw(OSError(err, "injected")))
+        copy._merge()
+        assert (copy.disk_failure is not None) is fails
+        if fails:
+            with pytest.raises(LocalDiskError, match="local merge failed"):
+                copy.flush()
+    finally:
+        cluster.close()

@@ -142,8 +142,8 @@ def test_a_merge_whose_input_went_away_installs_nothing_and_removes_its_file(tmp
         write = directory_module.write_merged
         made = []
 
-        def write_then_merge_away(inputs, directory, name, *, fsync):
-            merged = write(inputs, directory, name, fsync=fsync)
+        def write_then_merge_away(inputs, directory, name, **kwargs):
+            merged = write(inputs, directory, name, **kwargs)
             made.append(merged.reader.path)
             monkeypatch.setattr(directory_module, "write_merged", write)
             with shard._lock:  # as force_merge would, without its merge lock (the first merge holds it)
@@ -220,3 +220,33 @@ def test_the_merged_file_survives_a_cleanup_while_its_install_waits(tmp_path: Pa
         for name in installed:
             assert (tmp_path / "d" / f"{name}.parquet").exists()
         model.check()
+
+
+def test_a_merge_cancelled_by_a_close_writes_and_installs_nothing(tmp_path: Path) -> None:
+    """``write_merged`` stops at its next check once the directory closed (MergeCancelled, no file), and a merge asked
+    of a closed directory installs nothing."""
+    from shardstore.segments.merging import MergeCancelled, MergeInput, write_merged
+
+    shard = ShardDirectory(str(tmp_path / "d"), merge_policy=_EAGER, fsync=False, warm=False)
+    model = _Model(shard)
+    for r in range(8):
+        model.index([r * 3 + i for i in range(3)])
+        shard.refresh()
+    inputs = [MergeInput(n, s.reader, s.live) for n, s in shard._segments.items()]
+    before = sorted(p.name for p in (tmp_path / "d").iterdir())
+    with pytest.raises(MergeCancelled, match="closed"):
+        write_merged(inputs, str(tmp_path / "d"), "seg_cancelled", fsync=False, cancelled=lambda: True)
+    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == before
+    names = list(shard._segments)
+    shard.close()
+    assert shard._merge(names[:2]) is None and list(shard._segments) == names
+
+
+def test_a_write_torn_by_a_kill_is_removed_when_the_directory_opens(tmp_path: Path) -> None:
+    with ShardDirectory(str(tmp_path / "d"), fsync=False, warm=False) as shard:
+        _Model(shard).index([1, 2])
+        shard.flush(local_checkpoint=1, primary_term=1)
+    torn = tmp_path / "d" / ".seg_0123456789abcdef.parquet.0a1b.tmp"
+    torn.write_bytes(b"PAR1 half a file")
+    with ShardDirectory(str(tmp_path / "d"), fsync=False, warm=False) as shard:
+        assert not torn.exists() and shard.count() == 2

@@ -75,3 +75,82 @@ def test_python_tasks_stage_routed_files_the_cluster_adopts(tmp_path: Path, adop
         assert docs["d5"] == (2, 55, "t0b") and docs["d10"] == (2, 1010, "t0a") and docs["d7"] == (2, 7, "t0a")
     finally:
         c.close()
+
+
+def _routed(shards: int, file_rows: int) -> tuple[object, list[tuple[int, pa.Table]]]:
+    """RoutedFiles whose staging keeps each file's table in memory (no store)."""
+    from shardstore.engine.coordinator.ingest_job import StagedFile
+    from shardstore.spark.routed_rows import RoutedFiles
+
+    staged: list[pa.Table] = []
+
+    def stage(store, prefix, name, table):
+        staged.append(table)
+        return StagedFile(f"{prefix}{name}", 1, 0, table.num_rows)
+
+    layout = arrow_layout(pa.schema([("_id", pa.string()), ("n", pa.int64()), ("t", pa.timestamp("us"))]), MAPPING)
+    return RoutedFiles(None, "p/", "t0", layout, shards, file_rows, stage=stage), staged
+
+
+def test_a_task_holds_about_one_files_rows_whatever_the_shard_count() -> None:
+    """32 shards, files of 64 rows: each file is staged once the task holds 64 rows, never 32 x 64; every row is in
+    exactly one file, of the shard its id routes to, in input order."""
+    from shardstore.engine.coordinator.routing import shard_ids
+
+    routed, staged = _routed(32, 64)
+    ids = [f"k{i}" for i in range(1000)]
+    for lo in range(0, 1000, 100):
+        routed.add(pa.record_batch({"_id": ids[lo:lo + 100], "n": list(range(lo, lo + 100)),
+                                    "t": pa.array([0] * 100, pa.timestamp("us"))}))
+        assert sum(routed._rows.values()) < 64
+    files = routed.finish()
+    assert sum(t.num_rows for t in staged) == 1000 and all(t.num_rows <= 100 for t in staged)
+    want = dict(zip(ids, shard_ids(pa.array(ids), 32).to_pylist()))
+    for f, t in zip(files, staged):
+        assert {want[i] for i in t.column("_id").to_pylist()} == {f.shard}
+        assert t.column("n").to_pylist() == sorted(t.column("n").to_pylist())  # input order within a file
+        assert t.schema.field("t").type == pa.timestamp("ms", tz="UTC")
+
+
+def test_sub_millisecond_dates_and_null_ids_are_kept_for_the_coordinators_check() -> None:
+    """A timestamp with sub-millisecond digits is not truncated (its file keeps microseconds: not adoptable, the row
+    path refuses the row), and a null id goes into shard 0's file (the coordinator's check names it)."""
+    routed, staged = _routed(4, 10_000)
+    routed.add(pa.record_batch({"_id": ["a", "b"], "n": [1, 2], "t": pa.array([1_000, 2_000], pa.timestamp("us"))}))
+    routed.add(pa.record_batch({"_id": ["c", None], "n": [3, 4], "t": pa.array([3_001, 4_000], pa.timestamp("us"))}))
+    files = routed.finish()
+    types = {t.schema.field("t").type for t in staged}
+    assert pa.timestamp("us", tz="UTC") in types  # the file holding "c" keeps 3,001 us
+    held = {i for t in staged for i in t.column("_id").to_pylist()}
+    assert held == {"a", "b", "c", None}
+    assert [f.shard for f, t in zip(files, staged) if None in t.column("_id").to_pylist()] == [0]
+    with_c = [t for t in staged if "c" in t.column("_id").to_pylist()]
+    assert len(with_c) == 1 and with_c[0].schema.field("t").type == pa.timestamp("us", tz="UTC")
+    row = with_c[0].column("_id").to_pylist().index("c")
+    assert with_c[0].column("t").cast(pa.int64())[row].as_py() == 3_001
+
+
+@pytest.mark.parametrize(("batch", "why"), [
+    (pa.record_batch({"_id": ["a", "b"], "n": [1, 2], "t": pa.array([1_000, 2_001], pa.timestamp("us"))}),
+     "sub-millisecond"),
+    (pa.record_batch({"_id": ["a", None], "n": [1, 2], "t": pa.array([1_000, 2_000], pa.timestamp("us"))}),
+     "null _id"),
+])
+def test_a_job_the_row_path_refuses_is_refused_and_nothing_is_applied(tmp_path: Path, batch, why: str) -> None:
+    from shardstore.engine.errors import IngestRejected
+
+    url = f"file://{tmp_path / 'remote'}"
+    c = Cluster(store=f"{url}?create=true", data_dir=str(tmp_path / "data"), nodes=1)
+    try:
+        c.create_index("docs", shards=2, replicas=0, mappings={"properties": {"n": {"type": "long"},
+                                                                             "t": {"type": "date"}}})
+        job = LiveJob({"store": url}, (), "docs", c.index_meta("docs").uuid, "bad", c.ingest_prefix("docs", "bad"),
+                      "append", layout=c.index_mapping("docs"))
+        message = stage_rows(job, iter([batch]), "t0")
+        assert all(f.shard is not None for f in message.files)
+        with pytest.raises(IngestRejected, match=why):
+            commit_live(job, [message])
+        c.refresh("docs")
+        assert c.count("docs") == 0
+    finally:
+        c.close()
