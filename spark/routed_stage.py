@@ -11,13 +11,15 @@ their rows (docs/design/adoption.md, step 5):
   shard it holds rows of, its rows in input order.  A ``partitionBy`` on a routing column wrote
   the same files 1.5x slower than ``df.write.parquet`` (its dynamic-partition writer), this
   path about as fast (scratch timings in the stop 60 note);
-- the columns are cast to the mapped types (``date`` fields as ``TIMESTAMP_MILLIS`` with the
-  proleptic calendar, as segment files hold them); no ``_source`` and no metadata column is
-  written (a NaN or an infinity is refused by the coordinator's check, as a bulk refuses it);
+- the columns are cast to the mapped types; no ``_source`` and no metadata column is written (a
+  NaN or an infinity is refused by the coordinator's check, as a bulk refuses it).  A timestamp
+  column keeps the row layout: the writer would store milliseconds and silently drop digits below
+  them, which the row path refuses by name (the Python data source's routed staging keeps such a
+  value, so its file is not adopted: spark/routed_rows.py);
 - each file is staged under its shard (job record v2).
 
-Anything else (a column the mapping lacks, a struct, an array, a ``DateType`` whose cast to a
-timestamp depends on the session's time zone, a string into a numeric field) keeps the row
+Anything else (a column the mapping lacks, a struct, an array, a timestamp or a ``DateType``, a
+string into a numeric field) keeps the row
 layout, and the coordinator applies the rows as before.  The coordinator checks each file again
 before it adopts anything (engine/coordinator/ingest_adopt.py), so a wrong guess here costs
 speed, never correctness.
@@ -50,7 +52,8 @@ _EXACT = {
     "double": (FieldType.DOUBLE,),
     "float": (FieldType.DOUBLE,),
     "boolean": (FieldType.BOOLEAN,),
-    "timestamp": (FieldType.DATE,),
+    # no "timestamp": the bridge's writer stores milliseconds and would drop a value's sub-millisecond digits,
+    # which the row path refuses by name (a date field keeps milliseconds): a frame with one keeps the row layout
 }
 
 

@@ -56,7 +56,7 @@ from shardstore.engine.shard.flush_policy import FALLBACK_COMMITS
 from shardstore.errors import CorruptError, InvalidError
 from shardstore.segments.adoption import check_adoptable
 from shardstore.segments.errors import MappingConflict
-from shardstore.segments.mapping import Mapping
+from shardstore.segments.mapping import DATE_RANGE_MS, Mapping
 from shardstore.segments.remote_store import iter_commits, read_metadata
 from shardstore.translog.operations import MAX_ID_BYTES
 
@@ -124,11 +124,13 @@ def _check_file(store: BlobStore, job: IngestJob, f: StagedFile, mapping: Mappin
     if pf.metadata.num_rows != f.rows:
         raise corrupt(f, f"{pf.metadata.num_rows} rows; the job record says {f.rows}")
     floats = [c.name for c in pf.schema_arrow if pa.types.is_floating(c.type)]
-    read = pf.read(columns=["_id", *floats])
+    dates = [c.name for c in pf.schema_arrow if pa.types.is_timestamp(c.type)]
+    read = pf.read(columns=["_id", *floats, *dates])
     column = read.column("_id")
     got = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     _check_ids(job.job, f, got)
     _check_finite(job.job, f, read, floats)
+    _check_dates(job.job, f, read, dates)
     routed = shard_ids(got, shards).to_numpy(zero_copy_only=False)  # every id: ~0.1 us each (mmh3 in C)
     wrong = np.flatnonzero(routed != f.shard)
     if wrong.size:
@@ -163,6 +165,22 @@ def _check_finite(job: str, f: StagedFile, table: pa.Table, floats: list[str]) -
             raise IngestRejected(job, f.key, n, f"DocumentRejected: document {row} (id "
                                                 f"{table.column('_id')[row].as_py()!r}): field '{name}': is not a "
                                                 f"finite number (JSON has no NaN or infinity)")
+
+
+def _check_dates(job: str, f: StagedFile, table: pa.Table, dates: list[str]) -> None:
+    """IngestRejected naming the first date of ``f`` outside years 1 to 9999, as a bulk refuses it (a date field
+    keeps what Python's datetime holds; one outside made every later read raise).  The columns are the mapped
+    ``timestamp[ms, UTC]`` (``check_adoptable`` ran first)."""
+    low, high = DATE_RANGE_MS
+    for name in dates:
+        ms = table.column(name).cast(pa.int64())
+        bad = pc.fill_null(pc.or_(pc.less(ms, low), pc.greater(ms, high)), False)
+        n = int(pc.sum(bad).as_py() or 0)
+        if n:
+            row = int(pc.index(bad, True).as_py())
+            raise IngestRejected(job, f.key, n, f"DocumentRejected: document {row} (id "
+                                                f"{table.column('_id')[row].as_py()!r}): field '{name}': is a date "
+                                                f"outside years 1 to 9999")
 
 
 def adopted_marker_key(prefix: str) -> str:

@@ -135,6 +135,9 @@ def test_sub_millisecond_dates_and_null_ids_are_kept_for_the_coordinators_check(
      "sub-millisecond"),
     (pa.record_batch({"_id": ["a", None], "n": [1, 2], "t": pa.array([1_000, 2_000], pa.timestamp("us"))}),
      "null _id"),
+    (pa.record_batch({"_id": ["a", "b"], "n": [1, 2], "t": pa.array([1_000, 253_402_300_800_000_000],
+                                                                    pa.timestamp("us"))}),
+     "field 't': is a date outside years 1 to 9999"),
 ])
 def test_a_job_the_row_path_refuses_is_refused_and_nothing_is_applied(tmp_path: Path, batch, why: str) -> None:
     from shardstore.engine.errors import IngestRejected
