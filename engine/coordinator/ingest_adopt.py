@@ -158,13 +158,8 @@ def _check_finite(job: str, f: StagedFile, table: pa.Table, floats: list[str]) -
     """IngestRejected naming the first NaN or infinity of ``f``, as a bulk refuses it (JSON has neither)."""
     for name in floats:
         values = table.column(name)
-        bad = pc.fill_null(pc.or_(pc.is_nan(values), pc.is_inf(values)), False)
-        n = int(pc.sum(bad).as_py() or 0)
-        if n:
-            row = int(pc.index(bad, True).as_py())
-            raise IngestRejected(job, f.key, n, f"DocumentRejected: document {row} (id "
-                                                f"{table.column('_id')[row].as_py()!r}): field '{name}': is not a "
-                                                f"finite number (JSON has no NaN or infinity)")
+        _refuse_first(job, f, table, name, pc.or_(pc.is_nan(values), pc.is_inf(values)),
+                      "is not a finite number (JSON has no NaN or infinity)")
 
 
 def _check_dates(job: str, f: StagedFile, table: pa.Table, dates: list[str]) -> None:
@@ -174,13 +169,20 @@ def _check_dates(job: str, f: StagedFile, table: pa.Table, dates: list[str]) -> 
     low, high = DATE_RANGE_MS
     for name in dates:
         ms = table.column(name).cast(pa.int64())
-        bad = pc.fill_null(pc.or_(pc.less(ms, low), pc.greater(ms, high)), False)
-        n = int(pc.sum(bad).as_py() or 0)
-        if n:
-            row = int(pc.index(bad, True).as_py())
-            raise IngestRejected(job, f.key, n, f"DocumentRejected: document {row} (id "
-                                                f"{table.column('_id')[row].as_py()!r}): field '{name}': is a date "
-                                                f"outside years 1 to 9999")
+        _refuse_first(job, f, table, name, pc.or_(pc.less(ms, low), pc.greater(ms, high)),
+                      "is a date outside years 1 to 9999")
+
+
+def _refuse_first(job: str, f: StagedFile, table: pa.Table, name: str, bad: pa.ChunkedArray | pa.Array,
+                  rule: str) -> None:
+    """IngestRejected naming the first row of ``f`` that ``bad`` marks (nulls: not bad) and the field ``name`` broke
+    ``rule``, in a bulk's one-line words; nothing when no row is bad."""
+    bad = pc.fill_null(bad, False)
+    n = int(pc.sum(bad).as_py() or 0)
+    if n:
+        row = int(pc.index(bad, True).as_py())
+        raise IngestRejected(job, f.key, n, f"DocumentRejected: document {row} (id "
+                                            f"{table.column('_id')[row].as_py()!r}): field '{name}': {rule}")
 
 
 def adopted_marker_key(prefix: str) -> str:

@@ -26,6 +26,16 @@ def test_flush_needed_against_every_single_change() -> None:
             assert flush_needed(base, replace(base, **{n: changes[n] for n in names})), names
 
 
+def _restored_count(tmp_path: Path, index: str) -> int:
+    """The documents of ``index`` in a cluster restored from the store under ``tmp_path`` (one node)."""
+    restored = Cluster.restore(store=f"file://{tmp_path / 'remote'}", data_dir=str(tmp_path / "b"), nodes=1)
+    try:
+        restored.refresh(index)
+        return restored.count(index)
+    finally:
+        restored.close()
+
+
 def _requests(cluster: Cluster) -> int:
     return sum(cluster.store.metrics()["requests"].values())
 
@@ -53,12 +63,7 @@ def test_a_flush_touches_only_the_shards_that_changed(tmp_path: Path) -> None:
         assert cluster.count("i") == 2_010
     finally:
         cluster.close()
-    restored = Cluster.restore(store=f"file://{tmp_path / 'remote'}", data_dir=str(tmp_path / "b"), nodes=1)
-    try:
-        restored.refresh("i")
-        assert restored.count("i") == 2_010
-    finally:
-        restored.close()
+    assert _restored_count(tmp_path, "i") == 2_010
 
 
 def test_the_remote_purge_gate_keeps_one_commit_to_fall_back_to_except_on_a_shards_first() -> None:
@@ -120,12 +125,7 @@ def test_a_merge_installed_after_its_flush_is_committed_by_the_next_one(tmp_path
         assert len(copy.directory.last_commit.segments) < committed == 25
     finally:
         cluster.close()
-    restored = Cluster.restore(store=f"file://{tmp_path / 'remote'}", data_dir=str(tmp_path / "b"), nodes=1)
-    try:
-        restored.refresh("i")
-        assert restored.count("i") == 500
-    finally:
-        restored.close()
+    assert _restored_count(tmp_path, "i") == 500
 
 
 @pytest.mark.parametrize(("err", "fails"), [(28, False), (5, True)])  # ENOSPC, EIO
