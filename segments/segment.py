@@ -63,6 +63,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from . import row_cache
+from .dictionary_read import dense_schema, dictionary_strings
 from .errors import SegmentCorrupted
 from .id_index import _ArrowSeq, _bisect_all, _IdIndex, fingerprints
 from .livedocs import LiveDocs
@@ -157,6 +158,9 @@ class SegmentReader:
         if pf is None:
             try:
                 pf = pq.ParquetFile(self.path)
+                # low-cardinality strings decode through their dictionaries; reads cast them back (dictionary_read.py)
+                if strings := dictionary_strings(pf.metadata, pf.schema_arrow):
+                    pf = pq.ParquetFile(self.path, metadata=pf.metadata, read_dictionary=strings)
             except FileNotFoundError:
                 raise
             except (pa.ArrowException, OSError) as exc:
@@ -213,7 +217,7 @@ class SegmentReader:
     def schema(self) -> pa.Schema:
         """The segment's Arrow schema (base columns + the fields mapped when it was written; a stamped file's
         virtual columns included)."""
-        return stamped_schema(self._file().schema_arrow, self.info.stamp)
+        return stamped_schema(dense_schema(self._file().schema_arrow), self.info.stamp)
 
     # -- integrity ------------------------------------------------------------------
     def verify(self) -> None:

@@ -30,6 +30,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .dictionary_read import dense, dense_schema
+
 #: The metadata columns a stamp stands for, in the base schema's order.
 STAMPED_COLUMNS = ("_seq_no", "_primary_term", "_version")
 #: What a stamped segment reads as, in order, when its file lacks them: the stamped columns and a null ``_source``
@@ -110,16 +112,17 @@ def read_groups(pf: pq.ParquetFile, stamp: Stamp | None, groups: Sequence[int], 
     tasks): an unstamped file is read as it is; a stamped one reads the columns its file holds and
     gets the others from :func:`stamp_columns`, in the order of ``columns`` (or of :func:`stamped_schema`).
     The stamped columns are always virtual: a stamped file's own ``_seq_no`` (it should hold none) is ignored.
+    A file opened with ``read_dictionary`` (segments/dictionary_read.py) reads those columns back as plain strings.
     """
     groups = [int(g) for g in groups]
     if stamp is None:
         if len(groups) == 1:
-            return pf.read_row_group(groups[0], columns=columns, use_threads=use_threads)
-        return pf.read_row_groups(groups, columns=columns, use_threads=use_threads)
-    schema = stamped_schema(pf.schema_arrow, stamp)
+            return dense(pf.read_row_group(groups[0], columns=columns, use_threads=use_threads))
+        return dense(pf.read_row_groups(groups, columns=columns, use_threads=use_threads))
+    schema = stamped_schema(dense_schema(pf.schema_arrow), stamp)
     names = list(schema.names) if columns is None else list(columns)
     have = set(pf.schema_arrow.names) - set(STAMPED_COLUMNS)
-    t = pf.read_row_groups(groups, columns=[n for n in names if n in have], use_threads=use_threads)
+    t = dense(pf.read_row_groups(groups, columns=[n for n in names if n in have], use_threads=use_threads))
     virtual = [n for n in names if n not in have]
     made = dict(zip(virtual, stamp_columns(stamp, group_rows(group_starts(pf.metadata) if starts is None
                                                               else starts, groups), virtual)))

@@ -1,0 +1,63 @@
+"""Reading a segment's dictionary-encoded string columns through their Parquet dictionaries (issue 44).
+
+A segment writes every column but ``_id`` and ``_source`` with a Parquet dictionary
+(segments/segment_writer.py).  Decoding such a string column straight to Arrow strings
+copies every value through a builder; reading it as an Arrow dictionary array (the
+page's indices and the dictionary once) and casting that to strings takes one gather:
+about 30 % less CPU per string column of the flights, and 15 % less for a scan of
+every column (``python -m benches peers``, "cold scan"; docs/design/segments.md,
+"Read plan").  Readers see plain strings either way: :func:`dense` casts back at the
+one read every row-group reader goes through (segments/stamp.py ``read_groups``).
+
+The choice is made from the footer alone (:func:`dictionary_strings`, pure): a column
+is read through its dictionary only where every row group has a dictionary page and
+its pages are no bigger than a dictionary and its indices can be.  A chunk whose writer
+fell back to plain pages (its dictionary outgrew the page limit) would make the reader
+hash every plain value into a new dictionary, slower than the plain decode.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+#: The largest dictionary page a writer keeps before it falls back to plain pages (pyarrow's default).
+DICTIONARY_PAGE_LIMIT = 1 << 20
+#: Bytes per value a dictionary index page can take at most (32-bit indices), before compression.
+INDEX_BYTES = 4
+
+__all__ = ["DICTIONARY_PAGE_LIMIT", "dense", "dense_schema", "dictionary_strings"]
+
+
+def dictionary_strings(md: pq.FileMetaData, schema: pa.Schema) -> list[str]:
+    """Top-level string columns of the file that every row group holds dictionary-encoded, with no plain fallback."""
+    leaf = {md.schema.column(i).path: i for i in range(md.num_columns)}
+    out = []
+    for field in schema:
+        i = leaf.get(field.name)
+        if i is None or not (pa.types.is_string(field.type) or pa.types.is_large_string(field.type)):
+            continue
+        chunks = [md.row_group(g).column(i) for g in range(md.num_row_groups)]
+        if chunks and all(c.has_dictionary_page and c.total_uncompressed_size
+                          <= DICTIONARY_PAGE_LIMIT + INDEX_BYTES * c.num_values + 4096 for c in chunks):
+            out.append(field.name)
+    return out
+
+
+def _plain(field: pa.Field) -> pa.Field:
+    return field.with_type(field.type.value_type) if pa.types.is_dictionary(field.type) else field
+
+
+def dense_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with every dictionary field back to its value type (a file opened with ``read_dictionary``)."""
+    if not any(pa.types.is_dictionary(f.type) for f in schema):
+        return schema
+    return pa.schema([_plain(f) for f in schema], metadata=schema.metadata)
+
+
+def dense(table: pa.Table) -> pa.Table:
+    """``table`` with every dictionary column cast back to its value type (the table itself when none is)."""
+    for i, f in enumerate(table.schema):
+        if pa.types.is_dictionary(f.type):
+            table = table.set_column(i, _plain(f), table.column(i).cast(f.type.value_type))
+    return table
