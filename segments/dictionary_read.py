@@ -26,7 +26,7 @@ DICTIONARY_PAGE_LIMIT = 1 << 20
 #: Bytes per value a dictionary index page can take at most (32-bit indices), before compression.
 INDEX_BYTES = 4
 
-__all__ = ["DICTIONARY_PAGE_LIMIT", "dense", "dense_schema", "dictionary_strings"]
+__all__ = ["DICTIONARY_PAGE_LIMIT", "dense", "dense_schema", "dictionary_strings", "open_segment_file"]
 
 
 def dictionary_strings(md: pq.FileMetaData, schema: pa.Schema) -> list[str]:
@@ -61,3 +61,14 @@ def dense(table: pa.Table) -> pa.Table:
         if pa.types.is_dictionary(f.type):
             table = table.set_column(i, _plain(f), table.column(i).cast(f.type.value_type))
     return table
+
+
+def open_segment_file(path: str) -> pq.ParquetFile:
+    """``path`` opened for row-group reads, its :func:`dictionary_strings` read as dictionaries (footer parsed once)."""
+    pf = pq.ParquetFile(path)
+    strings = dictionary_strings(pf.metadata, pf.schema_arrow)
+    if not strings:
+        return pf
+    md = pf.metadata
+    pf.close()
+    return pq.ParquetFile(path, metadata=md, read_dictionary=strings)

@@ -25,10 +25,10 @@ from dataclasses import dataclass, replace
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
-import pyarrow.parquet as pq
 
 from shardstore.blobstores.base import BlobStore
 from shardstore.core.records import crc32c
+from shardstore.segments.dictionary_read import open_segment_file
 from shardstore.segments.livedocs import LiveDocs
 from shardstore.segments.mapping import Mapping
 from shardstore.segments.remote_metadata import RemoteCommitMetadata, RemoteFile
@@ -136,7 +136,7 @@ class ReadTask:
         """
         path = fetch_verified(store, self.data, cache_dir)
         live = read_livedocs(store, self.livedocs, cache_dir) if self.livedocs is not None else None
-        pf = pq.ParquetFile(path)
+        pf = open_segment_file(path)  # dictionary strings read as such, cast back by read_groups (dictionary_read.py)
         md = pf.metadata
         lo, hi = self.row_groups
         groups = list(range(lo, min(hi, md.num_row_groups)))

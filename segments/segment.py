@@ -63,7 +63,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from . import row_cache
-from .dictionary_read import dense_schema, dictionary_strings
+from .dictionary_read import dense_schema, open_segment_file
 from .errors import SegmentCorrupted
 from .id_index import _ArrowSeq, _bisect_all, _IdIndex, fingerprints
 from .livedocs import LiveDocs
@@ -157,10 +157,8 @@ class SegmentReader:
         pf = self._pf  # one read: another thread may drop it meanwhile (open_files), never close it under us
         if pf is None:
             try:
-                pf = pq.ParquetFile(self.path)
                 # low-cardinality strings decode through their dictionaries; reads cast them back (dictionary_read.py)
-                if strings := dictionary_strings(pf.metadata, pf.schema_arrow):
-                    pf = pq.ParquetFile(self.path, metadata=pf.metadata, read_dictionary=strings)
+                pf = open_segment_file(self.path)
             except FileNotFoundError:
                 raise
             except (pa.ArrowException, OSError) as exc:

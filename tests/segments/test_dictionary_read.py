@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from shardstore.segments import stamp as stamp_mod
-from shardstore.segments.dictionary_read import dense, dense_schema, dictionary_strings
+from shardstore.segments.dictionary_read import dense, dense_schema, dictionary_strings, open_segment_file
 from shardstore.segments.segment import SegmentReader, write_segment
 from shardstore.segments.stamp import read_groups
 
@@ -92,3 +92,16 @@ def test_a_stamped_segments_read_casts_back_before_its_virtual_columns_are_made(
     assert got.column("carrier").to_pylist() == table.column("carrier").to_pylist()[1_000:]
     assert got.column("_seq_no").to_pylist() == list(range(1_100, 3_100))
     assert got.column("tail").to_pylist() == table.column("tail").to_pylist()[1_000:]
+
+
+def test_open_segment_file_reads_only_the_chosen_columns_as_dictionaries(tmp_path: Path) -> None:
+    """The opener the segment reader and the read plan's tasks share (segments/read_plan.py ``ReadTask.read``)."""
+    path = str(tmp_path / "s.parquet")
+    write_segment(path, _table(40_000, unique_text=True), name="s", row_group_size=20_000)
+    pf = open_segment_file(path)
+    kinds = {f.name: pa.types.is_dictionary(f.type) for f in pf.schema_arrow}
+    assert [n for n, d in kinds.items() if d] == ["carrier", "tail"]
+    assert read_groups(pf, None, [0, 1]).equals(pq.read_table(path))
+    plain = str(tmp_path / "p.parquet")
+    pq.write_table(pa.table({"n": [1, 2]}), plain)
+    assert not any(pa.types.is_dictionary(f.type) for f in open_segment_file(plain).schema_arrow)
