@@ -31,11 +31,17 @@ __all__ = ["DICTIONARY_PAGE_LIMIT", "dense", "dense_schema", "dictionary_strings
 
 def dictionary_strings(md: pq.FileMetaData, schema: pa.Schema) -> list[str]:
     """Top-level string columns of the file that every row group holds dictionary-encoded, with no plain fallback."""
-    leaf = {md.schema.column(i).path: i for i in range(md.num_columns)}
+    from .segment_info import UNIQUE_COLUMNS  # here: segment_info imports stamp, which imports this module
+
+    paths = [md.schema.column(i).path for i in range(md.num_columns)]
+    leaf = {p: i for i, p in enumerate(paths)}
     out = []
     for field in schema:
         i = leaf.get(field.name)
-        if i is None or not (pa.types.is_string(field.type) or pa.types.is_large_string(field.type)):
+        # plain string only (a dictionary read gives int32-indexed strings: large_string would come back narrowed);
+        # never the unique columns; never a name a nested leaf shares (read_dictionary picks leaves by path)
+        if (i is None or not pa.types.is_string(field.type) or field.name in UNIQUE_COLUMNS
+                or paths.count(field.name) > 1):
             continue
         chunks = [md.row_group(g).column(i) for g in range(md.num_row_groups)]
         if chunks and all(c.has_dictionary_page and c.total_uncompressed_size
@@ -56,7 +62,10 @@ def dense_schema(schema: pa.Schema) -> pa.Schema:
 
 
 def dense(table: pa.Table) -> pa.Table:
-    """``table`` with every dictionary column cast back to its value type (the table itself when none is)."""
+    """``table`` with every dictionary column cast back to its value type (the table itself when none is).
+
+    A segment's own schema never declares a dictionary column (mappings give plain types), so every dictionary
+    column a segment read meets is one :func:`open_segment_file` chose."""
     for i, f in enumerate(table.schema):
         if pa.types.is_dictionary(f.type):
             table = table.set_column(i, _plain(f), table.column(i).cast(f.type.value_type))
@@ -66,7 +75,11 @@ def dense(table: pa.Table) -> pa.Table:
 def open_segment_file(path: str) -> pq.ParquetFile:
     """``path`` opened for row-group reads, its :func:`dictionary_strings` read as dictionaries (footer parsed once)."""
     pf = pq.ParquetFile(path)
-    strings = dictionary_strings(pf.metadata, pf.schema_arrow)
+    try:
+        strings = dictionary_strings(pf.metadata, pf.schema_arrow)
+    except BaseException:
+        pf.close()
+        raise
     if not strings:
         return pf
     md = pf.metadata

@@ -10,6 +10,7 @@ import pytest
 
 from shardstore.segments import stamp as stamp_mod
 from shardstore.segments.dictionary_read import dense, dense_schema, dictionary_strings, open_segment_file
+from shardstore.segments.livedocs import LiveDocs
 from shardstore.segments.segment import SegmentReader, write_segment
 from shardstore.segments.stamp import read_groups
 
@@ -105,3 +106,31 @@ def test_open_segment_file_reads_only_the_chosen_columns_as_dictionaries(tmp_pat
     plain = str(tmp_path / "p.parquet")
     pq.write_table(pa.table({"n": [1, 2]}), plain)
     assert not any(pa.types.is_dictionary(f.type) for f in open_segment_file(plain).schema_arrow)
+
+
+def test_no_large_string_no_unique_column_and_no_name_a_nested_leaf_shares_is_chosen(tmp_path: Path) -> None:
+    """A dictionary read gives int32-indexed strings and picks leaves by path: those columns stay plain."""
+    path = str(tmp_path / "w.parquet")
+    table = pa.table({
+        "_id": pa.array(["a", "b"] * 50),  # pq.write_table dictionary-encodes it (a staged file does)
+        "wide": pa.array(["x", "y"] * 50, pa.large_string()),
+        "a.b": pa.array(["p", "q"] * 50),
+        "a": pa.array([{"b": "r"}] * 100, pa.struct([("b", pa.string())])),
+        "ok": pa.array(["u", "v"] * 50),
+    })
+    pq.write_table(table, path)
+    pf = pq.ParquetFile(path)
+    assert dictionary_strings(pf.metadata, pf.schema_arrow) == ["ok"]
+    assert read_groups(open_segment_file(path), None, [0]).equals(pq.read_table(path))
+
+
+def test_a_scan_with_deletions_takes_the_dictionary_path_and_equals_the_plain_read(tmp_path: Path) -> None:
+    """Deletions send a scan through the segment's own row-group runs (not a pyarrow dataset)."""
+    table = _table(12_000)
+    path = str(tmp_path / "s.parquet")
+    info = write_segment(path, table, name="s", row_group_size=4_000)
+    live = LiveDocs.all_live(12_000).delete(list(range(0, 12_000, 3)))
+    got = pa.Table.from_batches(list(SegmentReader(path, info).scan(live=live)))
+    plain = pq.read_table(path)
+    assert got.schema == plain.schema
+    assert got.equals(plain.filter(live.mask()))
