@@ -21,6 +21,10 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from shardstore.core.arrays import dense, dense_schema
+
+from .segment_info import UNIQUE_COLUMNS
+
 #: The largest dictionary page a writer keeps before it falls back to plain pages (pyarrow's default).
 DICTIONARY_PAGE_LIMIT = 1 << 20
 #: Bytes per value a dictionary index page can take at most (32-bit indices), before compression.
@@ -31,8 +35,6 @@ __all__ = ["DICTIONARY_PAGE_LIMIT", "dense", "dense_schema", "dictionary_strings
 
 def dictionary_strings(md: pq.FileMetaData, schema: pa.Schema) -> list[str]:
     """Top-level string columns of the file that every row group holds dictionary-encoded, with no plain fallback."""
-    from .segment_info import UNIQUE_COLUMNS  # here: segment_info imports stamp, which imports this module
-
     paths = [md.schema.column(i).path for i in range(md.num_columns)]
     leaf = {p: i for i, p in enumerate(paths)}
     out = []
@@ -48,28 +50,6 @@ def dictionary_strings(md: pq.FileMetaData, schema: pa.Schema) -> list[str]:
                           <= DICTIONARY_PAGE_LIMIT + INDEX_BYTES * c.num_values + 4096 for c in chunks):
             out.append(field.name)
     return out
-
-
-def _plain(field: pa.Field) -> pa.Field:
-    return field.with_type(field.type.value_type) if pa.types.is_dictionary(field.type) else field
-
-
-def dense_schema(schema: pa.Schema) -> pa.Schema:
-    """``schema`` with every dictionary field back to its value type (a file opened with ``read_dictionary``)."""
-    if not any(pa.types.is_dictionary(f.type) for f in schema):
-        return schema
-    return pa.schema([_plain(f) for f in schema], metadata=schema.metadata)
-
-
-def dense(table: pa.Table) -> pa.Table:
-    """``table`` with every dictionary column cast back to its value type (the table itself when none is).
-
-    A segment's own schema never declares a dictionary column (mappings give plain types), so every dictionary
-    column a segment read meets is one :func:`open_segment_file` chose."""
-    for i, f in enumerate(table.schema):
-        if pa.types.is_dictionary(f.type):
-            table = table.set_column(i, _plain(f), table.column(i).cast(f.type.value_type))
-    return table
 
 
 def open_segment_file(path: str) -> pq.ParquetFile:

@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .dictionary_read import dense, dense_schema
+from shardstore.core.arrays import dense, dense_schema
 
 #: The metadata columns a stamp stands for, in the base schema's order.
 STAMPED_COLUMNS = ("_seq_no", "_primary_term", "_version")

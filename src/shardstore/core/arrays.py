@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["may_hold_byte", "one_array", "take_rows", "validate_full"]
+__all__ = ["dense", "dense_schema", "may_hold_byte", "one_array", "take_rows", "validate_full"]
 
 _Taken = TypeVar("_Taken", pa.Table, pa.Array, pa.ChunkedArray)
 
@@ -108,3 +108,25 @@ def _ascii_strings(arr: pa.Array) -> bool:
         return True
     data = np.frombuffer(data_buf, np.uint8, int(offsets[-1] - offsets[0]), int(offsets[0]))
     return int(data.max()) < 0x80
+
+
+def _plain(field: pa.Field) -> pa.Field:
+    return field.with_type(field.type.value_type) if pa.types.is_dictionary(field.type) else field
+
+
+def dense_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with every dictionary field back to its value type (a file opened with ``read_dictionary``)."""
+    if not any(pa.types.is_dictionary(f.type) for f in schema):
+        return schema
+    return pa.schema([_plain(f) for f in schema], metadata=schema.metadata)
+
+
+def dense(table: pa.Table) -> pa.Table:
+    """``table`` with every dictionary column cast back to its value type (the table itself when none is).
+
+    A segment's own schema never declares a dictionary column (mappings give plain types), so every dictionary
+    column a segment read meets is one ``segments/dictionary_read.open_segment_file`` chose."""
+    for i, f in enumerate(table.schema):
+        if pa.types.is_dictionary(f.type):
+            table = table.set_column(i, _plain(f), table.column(i).cast(f.type.value_type))
+    return table
