@@ -52,9 +52,13 @@ def dictionary_strings(md: pq.FileMetaData, schema: pa.Schema) -> list[str]:
     return out
 
 
-def open_segment_file(path: str) -> pq.ParquetFile:
-    """``path`` opened for row-group reads, its :func:`dictionary_strings` read as dictionaries (footer parsed once)."""
-    pf = pq.ParquetFile(path)
+def open_segment_file(source: str | pa.Buffer) -> pq.ParquetFile:
+    """``source`` (a path, or a segment's verified bytes) opened for row-group reads, its :func:`dictionary_strings`
+    read as dictionaries (footer parsed once)."""
+    def handle() -> str | pa.BufferReader:
+        return pa.BufferReader(source) if isinstance(source, pa.Buffer) else source
+
+    pf = pq.ParquetFile(handle())
     try:
         strings = dictionary_strings(pf.metadata, pf.schema_arrow)
     except BaseException:
@@ -64,4 +68,4 @@ def open_segment_file(path: str) -> pq.ParquetFile:
         return pf
     md = pf.metadata
     pf.close()
-    return pq.ParquetFile(path, metadata=md, read_dictionary=strings)
+    return pq.ParquetFile(handle(), metadata=md, read_dictionary=strings)

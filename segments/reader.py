@@ -2,20 +2,23 @@
 
 ``open_commit(store, address)`` (newest commit of the newest term, ``generation=N``, or
 the newest holding no operation above ``max_seq_no``) returns a :class:`ShardCommitReader`.
-Remote segment files are fetched whole into a local cache directory and verified against
-the size and CRC32C the commit records before anything reads them (a partial range read
-could not be checksummed): :func:`shardstore.segments.read_plan.fetch_verified`, the one
-verified cache every reader shares.  Then :meth:`ShardCommitReader.scan` reads the cached
+Remote segment files are fetched whole and verified against the size and CRC32C the commit
+records before anything reads them (a partial range read could not be checksummed).  Where
+they go is :func:`reads_in_memory`'s choice (docs/design/segments.md, "Reading"): a commit of
+at most :data:`IN_MEMORY_COMMIT_BYTES` is held in memory by its reader, as deltalake and
+pyiceberg read (no disk write, nothing left behind: issue 44's cold scan); a bigger one, or any
+reader given ``cache=True``, goes through :func:`shardstore.segments.read_plan.fetch_verified`,
+the one verified disk cache every reader shares.  Then :meth:`ShardCommitReader.scan` reads the
 Parquet files with row-group pruning by the filter's statistics and applies the live docs;
 :meth:`ShardCommitReader.plan` hands other engines (Spark) the commit as picklable tasks.
 
-Readers pickle as (store, metadata, cache directory): cheap to ship to Spark executors.
+Readers pickle as (store, metadata, cache directory, cache choice): cheap to ship to Spark executors.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
@@ -23,29 +26,50 @@ import pyarrow.compute as pc
 
 from shardstore.blobstores.base import BlobStore
 from shardstore.core.address import ShardAddress
+from shardstore.segments import remote_store
 from shardstore.segments.commit import CommitPoint, CommittedSegment
 from shardstore.segments.livedocs import LiveDocs
 from shardstore.segments.mapping import Mapping
 from shardstore.segments.read_plan import DEFAULT_CACHE_DIR, CommitPlan, fetch_verified
 from shardstore.segments.remote_metadata import RemoteCommitMetadata
-from shardstore.segments.remote_store import latest_commit
+from shardstore.segments.remote_store import get_verified, latest_commit
 from shardstore.segments.segment import BASE_SCHEMA, SegmentReader, scan_segments
+
+#: A commit whose files total at most this many bytes is read into memory unless its reader is told to cache.
+IN_MEMORY_COMMIT_BYTES = 256 << 20
+
+
+def reads_in_memory(sizes: Iterable[int], cache: bool | None) -> bool:
+    """Whether a reader holds a commit's files (of ``sizes`` bytes) in memory rather than in the disk cache (pure):
+    never with ``cache=True``, always with ``False``, and with ``None`` when they total at most
+    :data:`IN_MEMORY_COMMIT_BYTES`.  A file above ``STREAM_OVER`` goes through the disk cache whatever this says."""
+    if cache is not None:
+        return not cache
+    return sum(sizes) <= IN_MEMORY_COMMIT_BYTES
 
 
 class ShardCommitReader:
-    """One remote commit of a shard, readable as Arrow with its live docs applied."""
+    """One remote commit of a shard, readable as Arrow with its live docs applied.
+
+    ``cache``: True reads through the shared disk cache (``cache_dir``: another reader, a Spark task, finds the
+    files there), False holds them in this reader's memory, None (the default) chooses by the commit's size
+    (:func:`reads_in_memory`).
+    """
 
     def __init__(self, store: BlobStore, metadata: RemoteCommitMetadata, cache_dir: str | None = None,
-                 *, download_concurrency: int = 8) -> None:
+                 *, download_concurrency: int = 8, cache: bool | None = None) -> None:
         self.store = store
         self.metadata = metadata
         self.cache_dir = cache_dir or DEFAULT_CACHE_DIR
         self.download_concurrency = download_concurrency
+        self.cache = cache
+        self._in_memory = reads_in_memory((f.size for f in metadata.files.values()), cache)
         self._segments: list[tuple[SegmentReader, LiveDocs]] | None = None
+        self._kept: dict[str, tuple[SegmentReader, LiveDocs]] = {}  # segments held in memory, by name
 
     def __getstate__(self) -> dict:
         return {"store": self.store, "metadata": self.metadata, "cache_dir": self.cache_dir,
-                "download_concurrency": self.download_concurrency}
+                "download_concurrency": self.download_concurrency, "cache": self.cache}
 
     def __setstate__(self, state: dict) -> None:
         self.__init__(state.pop("store"), state.pop("metadata"), state.pop("cache_dir"), **state)
@@ -65,7 +89,14 @@ class ShardCommitReader:
         full = pa.schema(list(BASE_SCHEMA) + list(self.mapping.arrow_schema()))
         return full if columns is None else pa.schema([full.field(c) for c in columns])
 
-    def _fetch(self, name: str) -> str:
+    def _held(self, name: str) -> bool:
+        """Whether file ``name`` of the commit is read into memory (:func:`reads_in_memory`, small files only)."""
+        return self._in_memory and self.metadata.files[name].size <= remote_store.STREAM_OVER
+
+    def _fetch(self, name: str) -> str | bytes:
+        """The file's verified bytes (held in memory) or the path of its verified cached copy."""
+        if self._held(name):
+            return get_verified(self.store, self.metadata.files[name])
         # re-read the cached bytes every time: a reader may outlive a rewrite of its cache
         return fetch_verified(self.store, self.metadata.files[name], self.cache_dir, recheck=True)
 
@@ -74,24 +105,39 @@ class ShardCommitReader:
         return CommitPlan(shard, self.metadata).with_superseded(superseded)
 
     def segments(self, which: Sequence[CommittedSegment] | None = None) -> list[tuple[SegmentReader, LiveDocs]]:
-        """(reader, live docs) per segment of the commit, downloading and verifying what is not cached."""
+        """(reader, live docs) per segment of the commit, downloading and verifying what it does not hold yet."""
         if which is None and self._segments is not None:
             return self._segments
         chosen = list(self.commit.segments if which is None else which)
-        os.makedirs(self.cache_dir, exist_ok=True)
-        names = [s.info.file_name for s in chosen] + [s.livedocs_file for s in chosen if s.livedocs_file]
+        fresh = {s.info.name: s for s in chosen if s.info.name not in self._kept}  # held ones: never fetched twice
+        names = [n for s in fresh.values() for n in (s.info.file_name, s.livedocs_file) if n]
+        if not all(self._held(n) for n in names):
+            os.makedirs(self.cache_dir, exist_ok=True)
         with ThreadPoolExecutor(max_workers=max(1, min(self.download_concurrency, len(names) or 1))) as pool:
-            paths = dict(zip(names, pool.map(self._fetch, names)))
-        out = []
-        for s in chosen:
-            live = LiveDocs.all_live(s.info.doc_count)
-            if s.livedocs_file:
-                with open(paths[s.livedocs_file], "rb") as f:
-                    live = LiveDocs.decode(f.read(), self.metadata.files[s.livedocs_file].key)
-            out.append((SegmentReader(paths[s.info.file_name], s.info), live))
+            got = dict(zip(names, pool.map(self._fetch, names)))
+        opened = {name: self._open(s, got) for name, s in fresh.items()}
+        out = [self._kept[s.info.name] if s.info.name in self._kept else opened[s.info.name] for s in chosen]
         if which is None:
             self._segments = out
         return out
+
+    def _open(self, s: CommittedSegment, got: dict[str, str | bytes]) -> tuple[SegmentReader, LiveDocs]:
+        """Segment ``s`` as (reader, live docs) from its fetched files (paths or verified bytes)."""
+        live = LiveDocs.all_live(s.info.doc_count)
+        if s.livedocs_file:
+            raw = got[s.livedocs_file]
+            if isinstance(raw, str):
+                with open(raw, "rb") as f:
+                    raw = f.read()
+            live = LiveDocs.decode(raw, self.metadata.files[s.livedocs_file].key)
+        data = got[s.info.file_name]
+        if isinstance(data, str):
+            return SegmentReader(data, s.info), live
+        # named by its blob key in errors and in the row cache's keys
+        pair = SegmentReader(self.metadata.files[s.info.file_name].key, s.info, data=pa.py_buffer(data)), live
+        if not s.livedocs_file or self._held(s.livedocs_file):
+            self._kept[s.info.name] = pair
+        return pair
 
     def scan(self, columns: Sequence[str] | None = None, filter: pc.Expression | None = None  # noqa: A002
              ) -> Iterator[pa.RecordBatch]:
@@ -117,9 +163,12 @@ class ShardCommitReader:
 
 
 def open_commit(store: BlobStore, address: ShardAddress, generation: int | None = None,
-                cache_dir: str | None = None, *, max_seq_no: int | None = None) -> ShardCommitReader:
+                cache_dir: str | None = None, *, max_seq_no: int | None = None,
+                cache: bool | None = None) -> ShardCommitReader:
     """A reader of the shard's newest remote commit (of ``generation``; holding no operation above ``max_seq_no``)."""
-    return ShardCommitReader(store, latest_commit(store, address, generation, max_seq_no=max_seq_no), cache_dir)
+    return ShardCommitReader(store, latest_commit(store, address, generation, max_seq_no=max_seq_no), cache_dir,
+                             cache=cache)
 
 
-__all__ = ["CommitPlan", "ShardCommitReader", "open_commit", "scan_segments"]
+__all__ = ["IN_MEMORY_COMMIT_BYTES", "CommitPlan", "ShardCommitReader", "open_commit", "reads_in_memory",
+           "scan_segments"]

@@ -64,7 +64,8 @@ from shardstore.segments.remote_metadata import (
 )
 
 log = logging.getLogger(__name__)
-_STREAM_OVER = 64 * 1024 * 1024  # files above this are streamed, not held in memory
+#: Files above this many bytes are streamed to disk, never held in memory whole (:func:`get_verified` reads the rest).
+STREAM_OVER = 64 * 1024 * 1024
 #: how many of its own commits an uploader remembers for GC (more than any keep_last in use)
 WRITTEN_REMEMBERED = 64
 
@@ -251,20 +252,19 @@ def download_file(store: BlobStore, remote: RemoteFile, path: str, *, durable: b
     where a copy torn by a crash is downloaded again (docs/design/segments.md, "Read plan").
     """
     directory, name = os.path.split(path)
+    if remote.size <= STREAM_OVER:
+        write_atomic(directory, name, get_verified(store, remote), fsync=durable)
+        return remote.size
     tmp = f"{path}.{uuid.uuid4().hex[:12]}.part"
     crc, size = 0, 0
     try:
-        if remote.size <= _STREAM_OVER:
-            data = store.get(remote.key)
-            crc, size = crc32c(data), len(data)
-        else:
-            with store.open_read(remote.key) as src, open(tmp, "wb") as dst:
-                while block := src.read(8 * 1024 * 1024):
-                    crc, size = crc32c(block, crc), size + len(block)
-                    dst.write(block)
-                dst.flush()
-                if durable:
-                    os.fsync(dst.fileno())
+        with store.open_read(remote.key) as src, open(tmp, "wb") as dst:
+            while block := src.read(8 * 1024 * 1024):
+                crc, size = crc32c(block, crc), size + len(block)
+                dst.write(block)
+            dst.flush()
+            if durable:
+                os.fsync(dst.fileno())
     except BlobNotFound:
         raise SegmentCorrupted(remote.key, "blob named by the commit is missing") from None
     except BaseException:
@@ -274,13 +274,29 @@ def download_file(store: BlobStore, remote: RemoteFile, path: str, *, durable: b
     if (size, crc) != (remote.size, remote.checksum):
         if os.path.exists(tmp):
             os.unlink(tmp)
-        raise SegmentCorrupted(remote.key, f"size/CRC32C {size}/{crc:#010x}, the commit says "
-                                           f"{remote.size}/{remote.checksum:#010x}")
-    if remote.size <= _STREAM_OVER:
-        write_atomic(directory, name, data, fsync=durable)
-    else:
-        os.replace(tmp, path)
+        raise _mismatch(remote, size, crc)
+    os.replace(tmp, path)
     return size
+
+
+def get_verified(store: BlobStore, remote: RemoteFile) -> bytes:
+    """The whole blob ``remote`` names, checked against the size and CRC32C its commit records (one GET).
+
+    SegmentCorrupted names the blob when it is missing or its bytes differ: nothing reads unverified bytes.
+    """
+    try:
+        data = store.get(remote.key)
+    except BlobNotFound:
+        raise SegmentCorrupted(remote.key, "blob named by the commit is missing") from None
+    crc = crc32c(data)
+    if (len(data), crc) != (remote.size, remote.checksum):
+        raise _mismatch(remote, len(data), crc)
+    return data
+
+
+def _mismatch(remote: RemoteFile, size: int, crc: int) -> SegmentCorrupted:
+    return SegmentCorrupted(remote.key, f"size/CRC32C {size}/{crc:#010x}, the commit says "
+                                        f"{remote.size}/{remote.checksum:#010x}")
 
 
 def restore(store: BlobStore, address: ShardAddress, target_dir: str,

@@ -62,6 +62,8 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from shardstore.core.records import crc32c
+
 from . import row_cache
 from .dictionary_read import dense_schema, open_segment_file
 from .errors import SegmentCorrupted
@@ -119,8 +121,9 @@ __all__ = [
 
 
 class SegmentReader:
-    """Reads one segment file.  Holds only ``path`` and ``info`` when pickled; the
-    Parquet footer, row-group bounds and id index are loaded lazily and cached."""
+    """Reads one segment file, or its verified bytes held in memory (``data``: ``path`` then only names it).
+    Holds only ``path``, ``info`` (and ``data``) when pickled; the Parquet footer, row-group bounds and id index
+    are loaded lazily and cached."""
 
     #: Above this many candidate ids a lookup loads the segment's whole ``_id``
     #: column and fingerprint index; below it, in a sorted (format 1) segment, reads the
@@ -128,9 +131,10 @@ class SegmentReader:
     #: them.  An unsorted (format 2) segment always uses the index.
     SMALL_LOOKUP = 64
 
-    def __init__(self, path: str, info: SegmentInfo) -> None:
+    def __init__(self, path: str, info: SegmentInfo, *, data: pa.Buffer | None = None) -> None:
         self.path = path
         self.info = info
+        self.data = data  # the file's bytes, already checked against the commit (segments/reader.py)
         self._pf: pq.ParquetFile | None = None
         self._rg_cache: dict[int, pa.Array] = {}
         self._index: _IdIndex | None = None
@@ -140,10 +144,10 @@ class SegmentReader:
         self._ds: ds.FileSystemDataset | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"path": self.path, "info": self.info}
+        return {"path": self.path, "info": self.info, "data": self.data}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["path"], state["info"])  # type: ignore[misc]
+        self.__init__(state["path"], state["info"], data=state.get("data"))  # type: ignore[misc]
 
     def __repr__(self) -> str:
         return f"SegmentReader({self.path!r}, {self.info.name!r}, docs={self.info.doc_count})"
@@ -158,7 +162,7 @@ class SegmentReader:
         if pf is None:
             try:
                 # low-cardinality strings decode through their dictionaries; reads cast them back (dictionary_read.py)
-                pf = open_segment_file(self.path)
+                pf = open_segment_file(self.path if self.data is None else self.data)
             except FileNotFoundError:
                 raise
             except (pa.ArrowException, OSError) as exc:
@@ -221,12 +225,12 @@ class SegmentReader:
     def verify(self) -> None:
         """Check the file's size and full CRC32C against the segment info."""
         try:
-            size = os.path.getsize(self.path)
+            size = os.path.getsize(self.path) if self.data is None else self.data.size
         except FileNotFoundError:
             raise SegmentCorrupted(self._where, "segment file is missing") from None
         if size != self.info.size:
             raise SegmentCorrupted(self._where, f"file has {size} bytes, the segment info says {self.info.size}")
-        _size, crc = file_crc32c(self.path)
+        crc = file_crc32c(self.path)[1] if self.data is None else crc32c(memoryview(self.data))
         if crc != self.info.checksum:
             raise SegmentCorrupted(self._where, f"checksum {crc:#010x} != {self.info.checksum:#010x} in the segment info")
 
@@ -256,7 +260,7 @@ class SegmentReader:
         self._file()  # the footer against the segment info (SegmentCorrupted names a mismatch)
         if self.info.stamp is not None and name in STAMPED_COLUMNS:
             return stamp_columns(self.info.stamp, np.arange(self.info.doc_count, dtype=np.int64), [name])[0]
-        with pq.ParquetFile(self.path) as pf:
+        with pq.ParquetFile(self.path if self.data is None else pa.BufferReader(self.data)) as pf:
             return pf.read(columns=[name], use_threads=False).column(name).combine_chunks()
 
     @property
@@ -462,7 +466,12 @@ class SegmentReader:
     def _dataset(self) -> ds.FileSystemDataset:
         if self._ds is None:
             self._file()  # validates the footer against the info
-            self._ds = ds.dataset(self.path, format="parquet")
+            if self.data is None:
+                self._ds = ds.dataset(self.path, format="parquet")
+            else:
+                fmt = ds.ParquetFileFormat()
+                frag = fmt.make_fragment(pa.BufferReader(self.data))
+                self._ds = ds.FileSystemDataset([frag], frag.physical_schema, fmt)
         return self._ds
 
     def seq_nos(self) -> pa.Array:

@@ -468,7 +468,7 @@ def _versions_and_old_copies(store: BlobStore, plan: ShardPlan, ids: pa.Array) -
              and s.info.min_id <= hi.as_py() and s.info.max_id >= lo.as_py()]
     if not cands:
         return pa.array(np.ones(n, dtype=np.int64)), {}
-    reader = ShardCommitReader(store, base)
+    reader = ShardCommitReader(store, base, cache=True)  # the shared disk cache: every task of the job reads these
     segs = reader.segments(cands)
     qpos, segidx, rows = lookup_segments([r for r, _ in segs], ids)
     versions = np.ones(n, dtype=np.int64)

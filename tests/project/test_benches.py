@@ -365,12 +365,17 @@ def test_peers_quick_on_the_file_store(tmp_path: Path) -> None:
     cold = [line for line in side if line.startswith("| cold scan of ")]
     assert [line.split(", ")[-1].split(" |")[0] for line in cold] == ["stored source", "synthetic source"], cold
     assert all((" | deltalake " in line) == dl for line in cold), cold
-    # issue 44's own cold scan: the commit read back from the store into an empty cache (benches/store_scan.py)
+    # issue 44's own cold scan: the commit read back from the store by a new reader (benches/store_scan.py)
     assert impls("scan_store_cold_s") == ours
     assert all(f["value"] > 0 for f in figures if f["name"] == "scan_store_cold_s")
     assert impls("scan_store_cold_ratio") == ({f"{o}/deltalake" for o in ours} if dl else set())
     from_store = [line for line in side if line.startswith("| cold scan from the store ")]
     assert [line.split(", ")[-1].split(" |")[0] for line in from_store] == ["stored source", "synthetic source"]
+    # and the same read through a fresh disk cache (cache=True), beside it
+    assert impls("scan_store_cached_s") == ours
+    assert impls("scan_store_cached_ratio") == ({f"{o}/deltalake" for o in ours} if dl else set())
+    via_cache = [line for line in side if line.startswith("| the same through a fresh disk cache ")]
+    assert [line.split(", ")[-1].split(" |")[0] for line in via_cache] == ["stored source", "synthetic source"]
     if len(peers) < 3:
         assert any("not installed here" in line and "pip install '.[bench]'" in line for line in _table)
     assert not list(tmp_path.glob("shardstore-bench-peers-*")), "temp files left behind"

@@ -262,7 +262,8 @@ def test_remote_segment_store_pickles_cheaply(tmp_path: Path) -> None:
 
 
 @REMOTE
-def test_open_commit_reads_live_docs_and_time_travels(store_factory, tmp_path: Path) -> None:
+@pytest.mark.parametrize("cache", [True, None], ids=["disk-cache", "in-memory"])
+def test_open_commit_reads_live_docs_and_time_travels(store_factory, tmp_path: Path, cache: bool | None) -> None:
     import pyarrow.compute as pc
 
     from shardstore.segments.reader import open_commit
@@ -272,24 +273,27 @@ def test_open_commit_reads_live_docs_and_time_travels(store_factory, tmp_path: P
     remote = RemoteSegmentStore(store, ADDR, 1)
     first = remote.upload(shard.path, shard.commit(40))
     second = remote.upload(shard.path, shard.commit(10, update=5))  # d0..d4 updated
-    reader = open_commit(store, ADDR, cache_dir=str(tmp_path / "cache"))
+    reader = open_commit(store, ADDR, cache_dir=str(tmp_path / "cache"), cache=cache)
     assert reader.commit == second.commit and reader.count() == 50
     rows = {r["_id"]: r["n"] for b in reader.scan(columns=["_id", "n"]) for r in b.to_pylist()}
     assert len(rows) == 50 and rows["d3"] == 53 and rows["d20"] == 20
     small = [r["_id"] for b in reader.scan(columns=["_id"], filter=pc.field("n") < 3) for r in b.to_pylist()]
     assert sorted(small) == []  # d0..d2 now hold 50..52
     assert reader.get("d3")["n"] == 53 and reader.get("nope") is None
-    old = open_commit(store, ADDR, generation=first.generation, cache_dir=str(tmp_path / "cache"))
+    old = open_commit(store, ADDR, generation=first.generation, cache_dir=str(tmp_path / "cache"), cache=cache)
     assert {r["_id"]: r["n"] for b in old.scan(columns=["_id", "n"]) for r in b.to_pylist()}["d3"] == 3
     # a cached file that no longer matches its checksum is fetched again, never read
     import os
     import pickle
 
+    if cache is None:  # a small commit is held in memory: nothing was written to the disk cache
+        assert not os.path.exists(tmp_path / "cache")
+        return
     for name in os.listdir(tmp_path / "cache"):
         with open(tmp_path / "cache" / name, "r+b") as f:
             f.seek(10)
             f.write(b"\0\0\0\0")
-    again = pickle.loads(pickle.dumps(open_commit(store, ADDR, cache_dir=str(tmp_path / "cache"))))
+    again = pickle.loads(pickle.dumps(open_commit(store, ADDR, cache_dir=str(tmp_path / "cache"), cache=True)))
     assert sum(b.num_rows for b in again.scan(columns=["_id"])) == 50
 
 
@@ -316,7 +320,7 @@ def test_big_files_stream_up_and_down_with_checksums(store_factory, tmp_path: Pa
     """Files above the streaming threshold go through put_stream / open_read (threshold lowered for the test)."""
     from shardstore.segments import remote_store
 
-    monkeypatch.setattr(remote_store, "_STREAM_OVER", 1024)
+    monkeypatch.setattr(remote_store, "STREAM_OVER", 1024)
     store = store_factory()
     shard = Shard(tmp_path / "local")
     c = shard.commit(300)
