@@ -22,8 +22,10 @@ __all__ = ["store_reader"]
 
 def store_reader(cluster: Any, index: str, columns: Sequence[str], base: str,
                  cache: bool | None = None) -> Callable[[], Any]:
-    """A function reading ``columns`` of every shard's newest remote commit of ``index`` as one Arrow table, each
-    call by new readers given ``cache`` and a new empty cache directory under ``base`` (removed after)."""
+    """A function reading ``columns`` of every shard's newest remote commit of ``index`` as one Arrow table.
+
+    Each call opens new readers, given ``cache`` and a new empty cache directory under ``base`` (removed after).
+    """
     import pyarrow as pa
 
     from shardstore.core.address import ShardAddress

@@ -53,8 +53,10 @@ def dictionary_strings(md: pq.FileMetaData, schema: pa.Schema) -> list[str]:
 
 
 def open_segment_file(source: str | pa.Buffer) -> pq.ParquetFile:
-    """``source`` (a path, or a segment's verified bytes) opened for row-group reads, its :func:`dictionary_strings`
-    read as dictionaries (footer parsed once)."""
+    """``source`` (a path, or a segment's verified bytes) opened for row-group reads, dictionary strings as such.
+
+    :func:`dictionary_strings` chooses them from the footer, which is parsed once.
+    """
     def handle() -> str | pa.BufferReader:
         return pa.BufferReader(source) if isinstance(source, pa.Buffer) else source
 

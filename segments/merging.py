@@ -96,7 +96,7 @@ def write_merged(inputs: Sequence[MergeInput], directory: str, name: str, *, fsy
             raise MergeCancelled(f"{directory}: closed while a merge read {item.name}")
         if not item.live.live_count:
             continue
-        own = SegmentReader(item.reader.path, item.reader.info)  # its own Parquet handle (module docstring)
+        own = SegmentReader(item.reader.path, item.reader.info, data=item.reader.data)  # its own handle (module docstring)
         try:
             table = pa.Table.from_batches(list(own.scan(live=item.live, use_threads=False)), schema=None)
             _check_scan(item, own, table)

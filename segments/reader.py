@@ -18,6 +18,7 @@ Readers pickle as (store, metadata, cache directory, cache choice): cheap to shi
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -40,9 +41,11 @@ IN_MEMORY_COMMIT_BYTES = 256 << 20
 
 
 def reads_in_memory(sizes: Iterable[int], cache: bool | None) -> bool:
-    """Whether a reader holds a commit's files (of ``sizes`` bytes) in memory rather than in the disk cache (pure):
-    never with ``cache=True``, always with ``False``, and with ``None`` when they total at most
-    :data:`IN_MEMORY_COMMIT_BYTES`.  A file above ``STREAM_OVER`` goes through the disk cache whatever this says."""
+    """Whether a reader holds a commit's files (of ``sizes`` bytes) in memory rather than in the disk cache (pure).
+
+    Never with ``cache=True``, always with ``False``, and with ``None`` when they total at most
+    :data:`IN_MEMORY_COMMIT_BYTES`.  A file above ``STREAM_OVER`` goes through the disk cache whatever this says.
+    """
     if cache is not None:
         return not cache
     return sum(sizes) <= IN_MEMORY_COMMIT_BYTES
@@ -52,8 +55,10 @@ class ShardCommitReader:
     """One remote commit of a shard, readable as Arrow with its live docs applied.
 
     ``cache``: True reads through the shared disk cache (``cache_dir``: another reader, a Spark task, finds the
-    files there), False holds them in this reader's memory, None (the default) chooses by the commit's size
-    (:func:`reads_in_memory`).
+    files there), False holds them in this reader's memory (the whole commit, each file up to ``STREAM_OVER``),
+    None (the default) chooses by the commit's size (:func:`reads_in_memory`).  Pass True when many readers of one
+    commit come and go (one per request): each new reader of a commit held in memory downloads it again.
+    Calls from several threads are safe; each file is fetched once per reader.
     """
 
     def __init__(self, store: BlobStore, metadata: RemoteCommitMetadata, cache_dir: str | None = None,
@@ -66,6 +71,7 @@ class ShardCommitReader:
         self._in_memory = reads_in_memory((f.size for f in metadata.files.values()), cache)
         self._segments: list[tuple[SegmentReader, LiveDocs]] | None = None
         self._kept: dict[str, tuple[SegmentReader, LiveDocs]] = {}  # segments held in memory, by name
+        self._lock = threading.Lock()  # one fetch at a time: concurrent callers never download a file twice
 
     def __getstate__(self) -> dict:
         return {"store": self.store, "metadata": self.metadata, "cache_dir": self.cache_dir,
@@ -106,6 +112,10 @@ class ShardCommitReader:
 
     def segments(self, which: Sequence[CommittedSegment] | None = None) -> list[tuple[SegmentReader, LiveDocs]]:
         """(reader, live docs) per segment of the commit, downloading and verifying what it does not hold yet."""
+        with self._lock:
+            return self._segments_locked(which)
+
+    def _segments_locked(self, which: Sequence[CommittedSegment] | None) -> list[tuple[SegmentReader, LiveDocs]]:
         if which is None and self._segments is not None:
             return self._segments
         chosen = list(self.commit.segments if which is None else which)
@@ -165,7 +175,11 @@ class ShardCommitReader:
 def open_commit(store: BlobStore, address: ShardAddress, generation: int | None = None,
                 cache_dir: str | None = None, *, max_seq_no: int | None = None,
                 cache: bool | None = None) -> ShardCommitReader:
-    """A reader of the shard's newest remote commit (of ``generation``; holding no operation above ``max_seq_no``)."""
+    """A reader of the shard's newest remote commit (of ``generation``; holding no operation above ``max_seq_no``).
+
+    ``cache``: where its files go (:class:`ShardCommitReader`): by default a commit of at most
+    :data:`IN_MEMORY_COMMIT_BYTES` is held in the reader's memory; ``cache=True`` shares ``cache_dir`` on disk.
+    """
     return ShardCommitReader(store, latest_commit(store, address, generation, max_seq_no=max_seq_no), cache_dir,
                              cache=cache)
 

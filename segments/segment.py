@@ -175,7 +175,8 @@ class SegmentReader:
                     f"the segment info says {self.info.doc_count} in {self.info.row_groups}",
                 )
             self._pf = pf
-        open_segment_files().used(self)  # past the process's bound, the least recently used reader drops its file
+        if self.data is None:  # bytes in memory hold no file handle: they never count against the process's bound
+            open_segment_files().used(self)  # past the bound, the least recently used reader drops its file
         return pf
 
     def _drop_file(self) -> None:
@@ -470,7 +471,7 @@ class SegmentReader:
                 self._ds = ds.dataset(self.path, format="parquet")
             else:
                 fmt = ds.ParquetFileFormat()
-                frag = fmt.make_fragment(pa.BufferReader(self.data))
+                frag = fmt.make_fragment(self.data)
                 self._ds = ds.FileSystemDataset([frag], frag.physical_schema, fmt)
         return self._ds
 

@@ -56,13 +56,17 @@ def committed(tmp_path: Path):
     store.close()
 
 
-@pytest.mark.parametrize("cache", [None, False, True])
-@pytest.mark.parametrize("total", [0, IN_MEMORY_COMMIT_BYTES - 1, IN_MEMORY_COMMIT_BYTES, IN_MEMORY_COMMIT_BYTES + 1])
-def test_the_choice_of_memory_or_disk(cache: bool | None, total: int) -> None:
-    half = [total // 2, total - total // 2]
-    expect = (not cache) if cache is not None else total <= IN_MEMORY_COMMIT_BYTES
-    assert reads_in_memory(half, cache) is expect
-    assert reads_in_memory(iter(half), cache) is expect  # any iterable, read once
+M = IN_MEMORY_COMMIT_BYTES
+
+
+@pytest.mark.parametrize(("cache", "total", "held"), [
+    (None, 0, True), (None, M - 1, True), (None, M, True), (None, M + 1, False), (None, 10 * M, False),
+    (False, 0, True), (False, M + 1, True), (False, 10 * M, True),
+    (True, 0, False), (True, M, False), (True, M + 1, False),
+])
+def test_the_choice_of_memory_or_disk(cache: bool | None, total: int, held: bool) -> None:
+    assert reads_in_memory([total // 2, total - total // 2], cache) is held
+    assert reads_in_memory(iter([total]), cache) is held  # any iterable, read once
 
 
 def test_a_small_commit_reads_from_memory_as_from_the_cache(committed, tmp_path: Path) -> None:
@@ -115,7 +119,7 @@ def test_a_corrupt_blob_is_refused_by_name_and_never_read(committed, tmp_path: P
 
 
 def test_a_big_commit_and_a_big_file_go_through_the_disk_cache(committed, tmp_path: Path, monkeypatch) -> None:
-    store, _md = committed
+    store, md = committed
     monkeypatch.setattr(reader_mod, "IN_MEMORY_COMMIT_BYTES", 100)
     big = open_commit(store, ADDR, cache_dir=str(tmp_path / "c1"))
     assert len(_rows(big)) == 290 and os.listdir(tmp_path / "c1")
@@ -123,7 +127,11 @@ def test_a_big_commit_and_a_big_file_go_through_the_disk_cache(committed, tmp_pa
     monkeypatch.setattr(remote_store, "STREAM_OVER", 100)  # every segment file is "big"; live docs files are not
     forced = open_commit(store, ADDR, cache_dir=str(tmp_path / "c2"), cache=False)
     assert len(_rows(forced)) == 290
-    assert all(r.data is None for r, _ in forced.segments()) and os.listdir(tmp_path / "c2")
+    assert all(r.data is None for r, _ in forced.segments())
+    on_disk = sorted(os.listdir(tmp_path / "c2"))
+    live_keys = {md.files[s.livedocs_file].key.replace("/", "_") for s in md.commit.segments if s.livedocs_file}
+    seg_keys = {md.files[s.info.file_name].key.replace("/", "_") for s in md.commit.segments}
+    assert live_keys and set(on_disk) == seg_keys  # the small live-docs files stayed in memory
 
 
 def test_readers_pickle_with_their_choice(committed, tmp_path: Path) -> None:
@@ -148,3 +156,30 @@ def test_an_in_memory_segment_reader_checks_its_bytes(committed, tmp_path: Path)
     short = SegmentReader(seg.path, seg.info, data=pa.py_buffer(bytes(raw[:-10])))
     with pytest.raises(SegmentCorrupted, match="bytes"):
         short.verify()
+
+
+def test_threads_sharing_a_reader_fetch_each_file_once(committed, tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    store, md = committed
+    held = open_commit(store, ADDR, cache_dir=str(tmp_path / "c"))
+    store.reset_metrics()
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda i: held.segments() if i % 2 else held.get(f"d{i * 30:04d}"), range(16)))
+    assert store.metrics()["requests"]["get"] == len(md.files), store.metrics()["requests"]
+    firsts = {id(r) for out in got if isinstance(out, list) for r, _ in out}
+    assert len(firsts) == len(md.commit.segments)  # one reader per segment, shared by every caller
+
+
+def test_an_in_memory_segment_reads_as_its_file(committed, tmp_path: Path) -> None:
+    store, _md = committed
+    on_disk = open_commit(store, ADDR, cache_dir=str(tmp_path / "c"), cache=True).segments()
+    in_mem = open_commit(store, ADDR, cache=False).segments()
+    for (a, _la), (b, _lb) in zip(on_disk, in_mem):
+        assert a.data is None and b.data is not None
+        assert b.schema == a.schema
+        assert pa.Table.from_batches(list(b.scan())).equals(pa.Table.from_batches(list(a.scan())))  # the dataset
+        flt = pc.field("n") > 150
+        assert (pa.Table.from_batches(list(b.scan(filter=flt)), schema=a.schema)
+                .equals(pa.Table.from_batches(list(a.scan(filter=flt)), schema=a.schema)))
+        assert b.ids().equals(a.ids()) and b.take([0, 5]).equals(a.take([0, 5]))
