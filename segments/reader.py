@@ -31,7 +31,7 @@ from shardstore.segments import remote_store
 from shardstore.segments.commit import CommitPoint, CommittedSegment
 from shardstore.segments.livedocs import LiveDocs
 from shardstore.segments.mapping import Mapping
-from shardstore.segments.read_plan import DEFAULT_CACHE_DIR, CommitPlan, fetch_verified
+from shardstore.segments.read_plan import DEFAULT_CACHE_DIR, CommitPlan, cache_path, fetch_verified
 from shardstore.segments.remote_metadata import RemoteCommitMetadata
 from shardstore.segments.remote_store import get_verified, latest_commit
 from shardstore.segments.segment import BASE_SCHEMA, SegmentReader, scan_segments
@@ -143,8 +143,9 @@ class ShardCommitReader:
         data = got[s.info.file_name]
         if isinstance(data, str):
             return SegmentReader(data, s.info), live
-        # named by its blob key in errors and in the row cache's keys
-        pair = SegmentReader(self.metadata.files[s.info.file_name].key, s.info, data=pa.py_buffer(data)), live
+        # its path is where its cached copy goes: written there only if a caller asks for the file (SegmentReader.path)
+        remote = self.metadata.files[s.info.file_name]
+        pair = SegmentReader(cache_path(remote, self.cache_dir), s.info, data=pa.py_buffer(data)), live
         if not s.livedocs_file or self._held(s.livedocs_file):
             self._kept[s.info.name] = pair
         return pair

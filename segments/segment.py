@@ -63,6 +63,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from shardstore.core.records import crc32c
+from shardstore.fileio import write_atomic
 
 from . import row_cache
 from .dictionary_read import dense_schema, open_segment_file
@@ -121,7 +122,7 @@ __all__ = [
 
 
 class SegmentReader:
-    """Reads one segment file, or its verified bytes held in memory (``data``: ``path`` then only names it).
+    """Reads one segment file, or its verified bytes held in memory (``data``: written to ``path`` only if asked).
     Holds only ``path``, ``info`` (and ``data``) when pickled; the Parquet footer, row-group bounds and id index
     are loaded lazily and cached."""
 
@@ -132,7 +133,7 @@ class SegmentReader:
     SMALL_LOOKUP = 64
 
     def __init__(self, path: str, info: SegmentInfo, *, data: pa.Buffer | None = None) -> None:
-        self.path = path
+        self._path = path
         self.info = info
         self.data = data  # the file's bytes, already checked against the commit (segments/reader.py)
         self._pf: pq.ParquetFile | None = None
@@ -143,26 +144,41 @@ class SegmentReader:
         self._bounds: tuple[list[str], list[str], np.ndarray] | None = None
         self._ds: ds.FileSystemDataset | None = None
 
+    @property
+    def path(self) -> str:
+        """The segment's local file; a reader of bytes in memory writes them there on first use (for DuckDB, tools)."""
+        if self.data is not None and not self.__dict__.get("_written"):
+            try:
+                same = file_crc32c(self._path) == (self.data.size, self.info.checksum)  # a copy already there
+            except FileNotFoundError:
+                same = False
+            if not same:
+                directory, name = os.path.split(self._path)
+                os.makedirs(directory, exist_ok=True)
+                write_atomic(directory, name, self.data, fsync=False)  # verified bytes; a cache, as fetch_verified's
+            self._written = True
+        return self._path
+
     def __getstate__(self) -> dict[str, Any]:
-        return {"path": self.path, "info": self.info, "data": self.data}
+        return {"path": self._path, "info": self.info, "data": self.data}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["path"], state["info"], data=state.get("data"))  # type: ignore[misc]
 
     def __repr__(self) -> str:
-        return f"SegmentReader({self.path!r}, {self.info.name!r}, docs={self.info.doc_count})"
+        return f"SegmentReader({self._path!r}, {self.info.name!r}, docs={self.info.doc_count})"
 
     # -- opening --------------------------------------------------------------------
     @property
     def _where(self) -> str:
-        return self.path
+        return self._path
 
     def _file(self) -> pq.ParquetFile:
         pf = self._pf  # one read: another thread may drop it meanwhile (open_files), never close it under us
         if pf is None:
             try:
                 # low-cardinality strings decode through their dictionaries; reads cast them back (dictionary_read.py)
-                pf = open_segment_file(self.path if self.data is None else self.data)
+                pf = open_segment_file(self._path if self.data is None else self.data)
             except FileNotFoundError:
                 raise
             except (pa.ArrowException, OSError) as exc:
@@ -226,12 +242,12 @@ class SegmentReader:
     def verify(self) -> None:
         """Check the file's size and full CRC32C against the segment info."""
         try:
-            size = os.path.getsize(self.path) if self.data is None else self.data.size
+            size = os.path.getsize(self._path) if self.data is None else self.data.size
         except FileNotFoundError:
             raise SegmentCorrupted(self._where, "segment file is missing") from None
         if size != self.info.size:
             raise SegmentCorrupted(self._where, f"file has {size} bytes, the segment info says {self.info.size}")
-        crc = file_crc32c(self.path)[1] if self.data is None else crc32c(memoryview(self.data))
+        crc = file_crc32c(self._path)[1] if self.data is None else crc32c(memoryview(self.data))
         if crc != self.info.checksum:
             raise SegmentCorrupted(self._where, f"checksum {crc:#010x} != {self.info.checksum:#010x} in the segment info")
 
@@ -261,7 +277,7 @@ class SegmentReader:
         self._file()  # the footer against the segment info (SegmentCorrupted names a mismatch)
         if self.info.stamp is not None and name in STAMPED_COLUMNS:
             return stamp_columns(self.info.stamp, np.arange(self.info.doc_count, dtype=np.int64), [name])[0]
-        with pq.ParquetFile(self.path if self.data is None else pa.BufferReader(self.data)) as pf:
+        with pq.ParquetFile(self._path if self.data is None else pa.BufferReader(self.data)) as pf:
             return pf.read(columns=[name], use_threads=False).column(name).combine_chunks()
 
     @property
@@ -299,7 +315,7 @@ class SegmentReader:
         if arr is None:
             try:
                 arr = row_cache.row_groups.get(  # shared and byte-bounded: a warm get decodes nothing
-                    (self.path, self.info.checksum, -1 - g),
+                    (self._path, self.info.checksum, -1 - g),
                     lambda: self._file().read_row_group(g, columns=["_id"])).column("_id").combine_chunks()
             except pa.ArrowException as exc:
                 raise SegmentCorrupted(self._where, f"cannot read _id of row group {g}: {exc}") from None
@@ -425,7 +441,7 @@ class SegmentReader:
         try:
             if cols is None and len(needed) <= 2 and row_cache.row_groups.max_bytes > 0:  # a point read
                 t = pa.concat_tables([row_cache.row_groups.get(
-                    (self.path, self.info.checksum, int(g)), lambda g=int(g): self._read_groups(pf, [g]))
+                    (self._path, self.info.checksum, int(g)), lambda g=int(g): self._read_groups(pf, [g]))
                     for g in needed])
             else:
                 t = self._read_groups(pf, needed.tolist(), cols)
@@ -454,7 +470,7 @@ class SegmentReader:
         g = bisect.bisect_right(starts, r) - 1
         pf = self._file()
         try:
-            group = row_cache.row_groups.columns((self.path, self.info.checksum, g), lambda: self._read_groups(pf, [g]))
+            group = row_cache.row_groups.columns((self._path, self.info.checksum, g), lambda: self._read_groups(pf, [g]))
         except pa.ArrowException as exc:
             raise SegmentCorrupted(self._where, f"cannot read row group {g}: {exc}") from None
         return row_values(group, starts, r)
@@ -468,7 +484,7 @@ class SegmentReader:
         if self._ds is None:
             self._file()  # validates the footer against the info
             if self.data is None:
-                self._ds = ds.dataset(self.path, format="parquet")
+                self._ds = ds.dataset(self._path, format="parquet")
             else:
                 fmt = ds.ParquetFileFormat()
                 frag = fmt.make_fragment(self.data)
@@ -593,7 +609,7 @@ class SegmentReader:
             rg = md.row_group(g)
             return sum(rg.column(i).total_uncompressed_size for i in idx) if idx else rg.total_byte_size
 
-        key = (self.path, self.info.checksum)
+        key = (self._path, self.info.checksum)
 
         def task(run: list[int]) -> pa.Table:
             cached = [row_cache.row_groups.peek((*key, g)) for g in run]  # decoded already (warmed, point reads)

@@ -84,8 +84,20 @@ def test_a_small_commit_reads_from_memory_as_from_the_cache(committed, tmp_path:
     assert not os.path.exists(tmp_path / "c2")  # nothing written to disk
     assert os.listdir(tmp_path / "c1")
     for r, _live in held.segments():
-        assert r.data is not None and r.path in {f.key for f in md.files.values()}  # named by its blob key
+        assert r.data is not None
         r.verify()
+    assert not os.path.exists(tmp_path / "c2")
+    # a caller asking for a segment's file (DuckDB, Parquet tools) gets it, written from the verified bytes
+    first, _live = held.segments()[0]
+    with open(first.path, "rb") as f:
+        assert f.read() == first.data.to_pybytes()
+    assert os.listdir(tmp_path / "c2") == [os.path.basename(first.path)]
+    with open(first.path, "r+b") as f:  # a damaged copy there is written again, never handed out
+        f.seek(100)
+        f.write(b"\0\0\0\0")
+    again = open_commit(store, ADDR, cache_dir=str(tmp_path / "c2")).segments()[0][0]
+    with open(again.path, "rb") as f:
+        assert f.read() == first.data.to_pybytes()
 
 
 def test_a_held_commit_is_downloaded_once(committed, tmp_path: Path) -> None:
