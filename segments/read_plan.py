@@ -8,9 +8,10 @@ A task holds only references (blob key, size, CRC32C of the segment and of its l
 file), the segment's stats, a row-group range and the ids a newer source supersedes (a few
 hundred bytes plus those ids): it ships to any executor without any segment bytes.
 
-Every remote file is read through :func:`fetch_verified`: fetched whole into the local
-cache and checked against the size and CRC32C its commit records before anything reads
-it (docs/design/segments.md, "Reading").  A process remembers which cached files it
+Every remote file a task reads goes through :func:`fetch_verified`: fetched whole into the
+local cache and checked against the size and CRC32C its commit records before anything reads
+it (docs/design/segments.md, "Read plan"; a commit reader holding a small commit in memory
+checks the same way: segments/reader.py).  A process remembers which cached files it
 verified (by size, CRC32C, mtime and inode); ``recheck=True`` re-reads the bytes anyway.
 """
 
