@@ -371,6 +371,11 @@ def test_peers_quick_on_the_file_store(tmp_path: Path) -> None:
     assert impls("scan_store_cold_ratio") == ({f"{o}/deltalake" for o in ours} if dl else set())
     from_store = [line for line in side if line.startswith("| cold scan from the store ")]
     assert [line.split(", ")[-1].split(" |")[0] for line in from_store] == ["stored source", "synthetic source"]
+    # issue 44's first line as worded: all rows as bulks of 50,000 into an empty index, then flush
+    assert impls("one_go_bulks_docs_per_s") == ours
+    assert impls("one_go_bulks_ratio") == ({f"{o}/deltalake" for o in ours} if dl else set())
+    as_bulks = [line for line in side if " rows as bulks of 50,000, then flush, file" in line]
+    assert [line.split(", ")[-1].split(" |")[0] for line in as_bulks] == ["stored source", "synthetic source"]
     # and the same read through a fresh disk cache (cache=True), beside it
     assert impls("scan_store_cached_s") == ours
     assert impls("scan_store_cached_ratio") == ({f"{o}/deltalake" for o in ours} if dl else set())
