@@ -30,7 +30,7 @@ DICTIONARY_PAGE_LIMIT = 1 << 20
 #: Bytes per value a dictionary index page can take at most (32-bit indices), before compression.
 INDEX_BYTES = 4
 
-__all__ = ["DICTIONARY_PAGE_LIMIT", "dense", "dense_schema", "dictionary_strings", "open_segment_file"]
+__all__ = ["DICTIONARY_PAGE_LIMIT", "dense", "dense_schema", "dictionary_strings", "open_segment_file", "parquet_source"]
 
 
 def dictionary_strings(md: pq.FileMetaData, schema: pa.Schema) -> list[str]:
@@ -52,15 +52,17 @@ def dictionary_strings(md: pq.FileMetaData, schema: pa.Schema) -> list[str]:
     return out
 
 
+def parquet_source(source: str | pa.Buffer) -> str | pa.BufferReader:
+    """What ``pq.ParquetFile`` opens for ``source``: the path itself, or a new reader over the bytes."""
+    return pa.BufferReader(source) if isinstance(source, pa.Buffer) else source
+
+
 def open_segment_file(source: str | pa.Buffer) -> pq.ParquetFile:
     """``source`` (a path, or a segment's verified bytes) opened for row-group reads, dictionary strings as such.
 
     :func:`dictionary_strings` chooses them from the footer, which is parsed once.
     """
-    def handle() -> str | pa.BufferReader:
-        return pa.BufferReader(source) if isinstance(source, pa.Buffer) else source
-
-    pf = pq.ParquetFile(handle())
+    pf = pq.ParquetFile(parquet_source(source))
     try:
         strings = dictionary_strings(pf.metadata, pf.schema_arrow)
     except BaseException:
@@ -70,4 +72,4 @@ def open_segment_file(source: str | pa.Buffer) -> pq.ParquetFile:
         return pf
     md = pf.metadata
     pf.close()
-    return pq.ParquetFile(handle(), metadata=md, read_dictionary=strings)
+    return pq.ParquetFile(parquet_source(source), metadata=md, read_dictionary=strings)

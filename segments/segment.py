@@ -66,7 +66,7 @@ from shardstore.core.records import crc32c
 from shardstore.fileio import write_atomic
 
 from . import row_cache
-from .dictionary_read import dense_schema, open_segment_file
+from .dictionary_read import dense_schema, open_segment_file, parquet_source
 from .errors import SegmentCorrupted
 from .id_index import _ArrowSeq, _bisect_all, _IdIndex, fingerprints
 from .livedocs import LiveDocs
@@ -170,6 +170,11 @@ class SegmentReader:
 
     # -- opening --------------------------------------------------------------------
     @property
+    def _source(self) -> str | pa.Buffer:
+        """What the reader opens: the file, or the bytes held in memory."""
+        return self._path if self.data is None else self.data
+
+    @property
     def _where(self) -> str:
         return self._path
 
@@ -178,7 +183,7 @@ class SegmentReader:
         if pf is None:
             try:
                 # low-cardinality strings decode through their dictionaries; reads cast them back (dictionary_read.py)
-                pf = open_segment_file(self._path if self.data is None else self.data)
+                pf = open_segment_file(self._source)
             except FileNotFoundError:
                 raise
             except (pa.ArrowException, OSError) as exc:
@@ -277,7 +282,7 @@ class SegmentReader:
         self._file()  # the footer against the segment info (SegmentCorrupted names a mismatch)
         if self.info.stamp is not None and name in STAMPED_COLUMNS:
             return stamp_columns(self.info.stamp, np.arange(self.info.doc_count, dtype=np.int64), [name])[0]
-        with pq.ParquetFile(self._path if self.data is None else pa.BufferReader(self.data)) as pf:
+        with pq.ParquetFile(parquet_source(self._source)) as pf:
             return pf.read(columns=[name], use_threads=False).column(name).combine_chunks()
 
     @property
