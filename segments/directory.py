@@ -54,7 +54,7 @@ from shardstore.segments.directory_records import Adopted, Prepared, RefreshResu
 from shardstore.segments.errors import InvalidDocument, SegmentCorrupted, SegmentError
 from shardstore.segments.gc import local_deletable, retained_commits
 from shardstore.segments.held_view import HeldView, ViewTag
-from shardstore.segments.id_index import _IdIndex
+from shardstore.segments.id_index import SortedKeys, _IdIndex
 from shardstore.segments.index_buffer import DELETES as _DELETES
 from shardstore.segments.index_buffer import IndexBuffer, buffered_docs, split_ops
 from shardstore.segments.livedocs import LiveDocs, livedocs_file_name
@@ -242,7 +242,8 @@ class ShardDirectory:
         return Prepared(table.num_rows, fields, mapping)
 
     def apply(self, ops: pa.RecordBatch | pa.Table, prepared: Prepared | None = None, *,
-              id_order: pa.Array | None = None, new_ids: np.ndarray | None = None) -> int:
+              id_order: pa.Array | None = None, new_ids: np.ndarray | None = None,
+              id_keys: SortedKeys | None = None) -> int:
         """Buffer a batch of stamped translog operations (index, delete, no-op); returns how many were buffered.
 
         Index sources are parsed against the mapping first (or taken from ``prepared``):
@@ -252,7 +253,8 @@ class ShardDirectory:
         every operation is an index operation.  ``new_ids``: per operation, whether the caller's version
         lookup (:meth:`current_versions` with ``seen``, under the same write lock) found no copy of its id at
         all; kept likewise, so the refresh looks for older copies of the other ids only
-        (docs/design/segments.md, "Ids new to the shard").
+        (docs/design/segments.md, "Ids new to the shard").  ``id_keys``: the sorted fingerprints of the batch's
+        ids the caller's version lookup computed; kept likewise, as the buffered run's index for the next lookups.
         """
         table = ops if isinstance(ops, pa.Table) else pa.Table.from_batches([ops])
         if table.num_rows == 0:
@@ -272,6 +274,8 @@ class ShardDirectory:
                 self._buffer.add_docs(docs, id_order if whole and id_order is not None and len(id_order) == docs.num_rows
                                       else None,
                                       new_ids if whole and new_ids is not None and len(new_ids) == docs.num_rows
+                                      else None,
+                                      id_keys if whole and id_keys is not None and len(id_keys.fp) == docs.num_rows
                                       else None)
             if dels.num_rows:
                 self._buffer.add_deletes(pa.table([dels.column("id"), dels.column("seq_no")], schema=_DELETES))
@@ -867,17 +871,24 @@ class ShardDirectory:
         return ([self._sealed.versions] if self._sealed is not None else []) + [self._buffer.versions]
 
     def current_versions(self, ids: pa.Array, *, unique: bool = False, seen: bool = False,
-                         find: Finder | None = None) -> pa.Table:
+                         find: Finder | None = None, keys: SortedKeys | None = None) -> pa.Table:
         """Per id (order kept): ``_seq_no``, ``_primary_term``, ``_version`` of its newest live copy, buffered
         operations included (nulls when absent or deleted); see :mod:`~shardstore.segments.versions` (``unique``:
         the caller knows no id occurs twice; ``seen``: the ``_seen`` column too; ``find``: how the ids are found in
-        the segments, :meth:`_find` unless given)."""
+        the segments, :meth:`_find` unless given; ``keys``: the ids' sorted fingerprints, if the caller has them:
+        the buffered runs and the shard-wide id index then search them, nothing is fingerprinted again)."""
         with self._lock:
             segments = [(s.reader, s.live) for s in self._segments.values() if s.live.live_count]
             maps = self._buffered_maps()
             newest = min(m.min_seq_no for m in maps) > self._refreshed_seq
+            if find is None and keys is not None and unique:
+                every = [s.reader for s in self._segments.values()]
+
+                def find(readers: Sequence[SegmentReader], q: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
+                    return self._id_index.lookup(readers, q, every, presorted=(keys.fp, keys.pos))
+
             return latest_versions(ids, maps, segments, None if newest else self._tombstones, unique=unique,
-                                   seen=seen, find=find or self._find)
+                                   seen=seen, find=find or self._find, keys=keys)
 
     def _versions_of_file(self, index: _IdIndex) -> pa.Table:
         """Under the lock: :meth:`current_versions` (``seen``) of an adopted file whose ids are distinct, found

@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 from shardstore.core.arrays import filled, one_array
 from shardstore.core.ops import OpType
 from shardstore.segments.errors import SegmentError
+from shardstore.segments.id_index import SortedKeys
 from shardstore.segments.segment import BASE_SCHEMA
 from shardstore.segments.version_map import VersionMap
 
@@ -48,11 +49,13 @@ class IndexBuffer:
     def __bool__(self) -> bool:
         return bool(self.docs or self.deletes)
 
-    def add_docs(self, docs: pa.Table, order: pa.Array | None = None, new: np.ndarray | None = None) -> None:
+    def add_docs(self, docs: pa.Table, order: pa.Array | None = None, new: np.ndarray | None = None,
+                 keys: SortedKeys | None = None) -> None:
         """Buffer stamped documents (:func:`buffered_docs` rows); ``order``: the permutation sorting their ids;
-        ``new``: per row, whether its id was new to the shard when the writer looked it up (see ``news``)."""
+        ``new``: per row, whether its id was new to the shard when the writer looked it up (see ``news``);
+        ``keys``: the sorted fingerprints of their ids, if the writer has them (the version map's index of them)."""
         self.versions.add_docs(len(self.docs), docs.column("_id"), docs.column("_seq_no"),
-                               docs.column("_primary_term"), docs.column("_version"), order)
+                               docs.column("_primary_term"), docs.column("_version"), order, keys)
         self.docs.append(docs)
         self.orders.append(order)
         self.news.append(new)

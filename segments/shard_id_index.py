@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from shardstore.segments.id_index import fingerprints
+from shardstore.segments.id_index import SortedKeys
 from shardstore.segments.segment import SegmentReader, lookup_segments
 
 __all__ = ["ShardIdIndex"]
@@ -77,9 +77,8 @@ class ShardIdIndex:
             if len(fps) != len(ids) or len(perm) != len(ids):
                 raise ValueError(f"lookup: {len(ids)} ids, {len(fps)} sorted fingerprints, {len(perm)} positions")
         else:
-            fp = fingerprints(ids)
-            perm = np.argsort(fp)  # sorted queries: each searchsorted walks its level front to back
-            fps = fp[perm]
+            keys = SortedKeys.of(ids)  # sorted queries: each searchsorted walks its level front to back
+            fps, perm = keys.fp, keys.pos
         qs, ks, rows = [], [], []
         for lfp, lnum, lrow in self._levels:
             lo = np.searchsorted(lfp, fps, side="left")

@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shardstore.core.arrays import one_array
+from shardstore.segments.id_index import SortedKeys
 from shardstore.segments.point_read import PointIndex
 
 
@@ -74,17 +75,29 @@ COLUMNAR_MIN_IDS = 64
 class _Run:
     """One large batch of buffered operations, kept columnar; its hash index is built on its first lookup."""
 
-    __slots__ = ("entry", "ids", "index", "latest", "order", "seqs", "terms", "versions")
+    __slots__ = ("entry", "ids", "index", "keys", "latest", "order", "seqs", "terms", "versions")
 
     def __init__(self, ids: pa.Array | list[str], seqs: np.ndarray, terms: Any, versions: Any, entry: int,
-                 order: pa.Array | None = None) -> None:
+                 order: pa.Array | None = None, keys: SortedKeys | None = None) -> None:
         self.ids, self.seqs, self.terms, self.versions, self.entry = ids, seqs, terms, versions, entry
         self.order = order  # the writer's permutation sorting ``ids`` (a hint, checked before it is used), or None
+        # the writer's sorted fingerprints of ``ids``, which it found distinct (so no id twice): a lookup that brings
+        # its own finds the run's rows by searchsorted (SortedKeys.find_in); None: the index_in path below
+        self.keys = keys if keys is not None and len(keys.fp) == len(seqs) and keys.distinct else None
         self.index: PointIndex | None = None
         self.latest: tuple[pa.Array, np.ndarray] | None = None  # (ids once each, row of each one's highest seq#)
 
-    def match(self, query: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-        """Columnar: (positions in ``query``, the run's row of the highest-seq# operation) of the ids it holds."""
+    def match(self, query: pa.Array, keys: SortedKeys | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Columnar: (positions in ``query``, the run's row of the highest-seq# operation) of the ids it holds;
+        ``keys``: ``query``'s sorted fingerprints, if the caller has them."""
+        if keys is not None and self.keys is not None:
+            q, rows = keys.find_in(self.keys)
+            if not len(q):
+                return q, rows
+            ids = pa.array(self.ids, pa.string()) if isinstance(self.ids, list) else one_array(self.ids)
+            same = pc.equal(query.take(pa.array(q)), ids.take(pa.array(rows)))  # a fingerprint collision is no match
+            keep = np.asarray(same.to_numpy(zero_copy_only=False), dtype=bool)
+            return q[keep], rows[keep]
         if self.latest is None:
             ids = pa.array(self.ids, pa.string()) if isinstance(self.ids, list) else one_array(self.ids)
             if self.order is not None:  # the writer sorted them: unique ids in that order need no sort here
@@ -136,18 +149,18 @@ class VersionMap:
         return len(self._ops) + sum(len(r.seqs) for r in self._runs)
 
     def add_docs(self, entry: int, ids: pa.Array, seq_nos: pa.Array, terms: pa.Array, versions: pa.Array,
-                 order: pa.Array | None = None) -> None:
+                 order: pa.Array | None = None, keys: SortedKeys | None = None) -> None:
         """Take in a buffered table of index operations (``entry``: its index in the buffer's docs; ``order``: the
         permutation sorting ``ids``, if the writer had it: a run's first lookup then checks it instead of sorting)."""
         if len(ids) >= RUN_ROWS:
-            self._add_run(ids, _numpy(seq_nos), _numpy(terms), _numpy(versions), entry, order)
+            self._add_run(ids, _numpy(seq_nos), _numpy(terms), _numpy(versions), entry, order, keys)
             return
         self._add(ids, seq_nos, terms.to_pylist(), versions.to_pylist(), entry)
         self._keep_small(ids, _numpy(seq_nos), _numpy(terms), _numpy(versions))
 
     def _add_run(self, ids: pa.Array | list[str], seqs: np.ndarray, terms: Any, versions: Any, entry: int,
-                 order: pa.Array | None = None) -> None:
-        self._runs.append(_Run(ids, seqs, terms, versions, entry, order))
+                 order: pa.Array | None = None, keys: SortedKeys | None = None) -> None:
+        self._runs.append(_Run(ids, seqs, terms, versions, entry, order, keys))
         self.min_seq_no = min(self.min_seq_no, int(seqs.min()))
         self.max_seq_no = max(self.max_seq_no, int(seqs.max()))
 
@@ -240,14 +253,15 @@ class VersionMap:
         op = self._getter()(doc_id)
         return None if op is None else BufferedOp(*op)
 
-    def lookup(self, ids: list | pa.Array, *, seen: bool = False) -> pa.Table:
+    def lookup(self, ids: list | pa.Array, *, seen: bool = False, keys: SortedKeys | None = None) -> pa.Table:
         """Per id (order kept): seq#, term, version of its newest buffered index operation (nulls: none
         buffered, or a delete is newest), as :data:`VERSIONS_SCHEMA`; ``seen``: plus the :data:`SEEN` column
-        (True where any operation on the id is buffered, a delete included)."""
+        (True where any operation on the id is buffered, a delete included); ``keys``: the ids' sorted
+        fingerprints, if the caller has them (runs that keep theirs are then searched, not hashed)."""
         if not isinstance(ids, list) and (self._runs or len(ids) >= COLUMNAR_MIN_IDS) and self._columnar(len(ids)):
-            return self._lookup_columnar(one_array(ids), seen=seen)
+            return self._lookup_columnar(one_array(ids), seen=seen, keys=keys)
         if self._runs and not isinstance(ids, list):
-            return self._lookup_columnar(one_array(ids), by_dict=True, seen=seen)
+            return self._lookup_columnar(one_array(ids), by_dict=True, seen=seen, keys=keys)
         if not isinstance(ids, list):
             ids = ids.to_pylist()
         get = self._getter()
@@ -257,7 +271,8 @@ class VersionMap:
         table = pa.table([pa.array(c, pa.int64()) for c in cols], schema=VERSIONS_SCHEMA)
         return with_seen(table, [op is not None for op in ops], seen)
 
-    def _newest(self, ids: pa.Array, by_dict: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def _newest(self, ids: pa.Array, by_dict: bool = False, keys: SortedKeys | None = None
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Columnar over the runs (issue 43: a 200k-row bulk over runs was a Python lookup per id) and over the
         dict's columnar copy (issue 44), or, ``by_dict``, the dict's entries merged in per id (a small lookup
         beside a big dict: :meth:`_columnar`): per id, (found, seq#, term, version; -1 for a delete's)."""
@@ -268,7 +283,7 @@ class VersionMap:
         version = np.full(n, -1, dtype=np.int64)
         small = None if by_dict else self._small_run()
         for run in self._runs if small is None else [*self._runs, small]:
-            q, rows = run.match(ids)
+            q, rows = run.match(ids, keys)
             if not len(q):
                 continue
             s = run.seqs[rows]
@@ -288,8 +303,9 @@ class VersionMap:
                     version[i] = -1 if op[2] is None else op[2]
         return found, seq, term, version
 
-    def _lookup_columnar(self, ids: pa.Array, by_dict: bool = False, *, seen: bool = False) -> pa.Table:
-        found, seq, term, version = self._newest(ids, by_dict)
+    def _lookup_columnar(self, ids: pa.Array, by_dict: bool = False, *, seen: bool = False,
+                         keys: SortedKeys | None = None) -> pa.Table:
+        found, seq, term, version = self._newest(ids, by_dict, keys)
         null = ~found | (version < 0)  # absent, or a delete is newest
         table = pa.table([pa.array(seq, pa.int64(), mask=null), pa.array(term, pa.int64(), mask=null),
                           pa.array(version, pa.int64(), mask=null)], schema=VERSIONS_SCHEMA)
@@ -304,14 +320,14 @@ class VersionMap:
         get = self._getter()
         return [(op[2] or 0) if (op := get(i)) is not None else 0 for i in ids]
 
-    def candidates_table(self, uniq: pa.Array, schema: pa.Schema) -> pa.Table:
+    def candidates_table(self, uniq: pa.Array, schema: pa.Schema, keys: SortedKeys | None = None) -> pa.Table:
         """:meth:`candidates` as a table of ``schema`` (q, _seq_no, _primary_term, _version, deleted), columnar
-        over the runs."""
+        over the runs (``keys``: ``uniq``'s sorted fingerprints, if the caller has them)."""
         if not self._runs and (len(uniq) < COLUMNAR_MIN_IDS or not self._columnar(len(uniq))):
             q, seq, term, version, deleted = self.candidates(uniq.to_pylist())
             return pa.table([pa.array(q, pa.int64()), pa.array(seq, pa.int64()), pa.array(term, pa.int64()),
                              pa.array(version, pa.int64()), pa.array(deleted, pa.bool_())], schema=schema)
-        found, seq, term, version = self._newest(one_array(uniq), not self._columnar(len(uniq)))
+        found, seq, term, version = self._newest(one_array(uniq), not self._columnar(len(uniq)), keys)
         q = np.flatnonzero(found)
         dead = version[q] < 0
         return pa.table([pa.array(q, pa.int64()), pa.array(seq[q], pa.int64()),

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shardstore.core.arrays import filled, one_array
+from shardstore.segments.id_index import SortedKeys
 from shardstore.segments.livedocs import LiveDocs
 from shardstore.segments.segment import SegmentReader, lookup_segments
 from shardstore.segments.version_map import VERSIONS_SCHEMA, VersionMap, first_of_runs, strictly_ascending, with_seen
@@ -35,14 +36,16 @@ _CANDIDATE = pa.schema([pa.field("q", pa.int64()), pa.field("_seq_no", pa.int64(
 
 def latest_versions(ids: pa.Array, buffered: VersionMap | Sequence[VersionMap] | None,
                     segments: Sequence[tuple[SegmentReader, LiveDocs]], tombstones: pa.Table | None = None,
-                    *, unique: bool = False, seen: bool = False, find: Finder = lookup_segments) -> pa.Table:
+                    *, unique: bool = False, seen: bool = False, find: Finder = lookup_segments,
+                    keys: SortedKeys | None = None) -> pa.Table:
     """Per id of ``ids`` (duplicates allowed, order kept): seq#, term and version of its newest live copy.
 
     ``unique``: the caller knows no id occurs twice (a primary that sorted them, :func:`ids_unique`): the two
     hash passes that fold repeats and map them back are skipped.  ``seen``: the table has the
     :data:`~shardstore.segments.version_map.SEEN` column too (any copy found, deleted or not).  ``find``: how the
     ids are found in the segments' readers (:func:`lookup_segments`' contract; a directory passes its
-    :class:`~shardstore.segments.shard_id_index.ShardIdIndex`).
+    :class:`~shardstore.segments.shard_id_index.ShardIdIndex`).  ``keys``: the sorted fingerprints of ``ids``,
+    which hold no id twice (``unique``), if the caller has them: the buffered runs use them (and so may ``find``).
 
     ``tombstones`` (``_id``, ``_seq_no`` of refreshed deletes): needed only when a buffered operation
     may be older than a refreshed one (a replica applying out of order); None when every buffered
@@ -58,7 +61,9 @@ def latest_versions(ids: pa.Array, buffered: VersionMap | Sequence[VersionMap] |
     if not maps and not segments:  # nothing to find (a fresh shard)
         return _absent(len(ids), seen)
     if buffered is not None and not segments and tombstones is None:  # the buffer alone decides: one dict lookup per id
-        return buffered.lookup(ids, seen=seen)
+        return buffered.lookup(ids, seen=seen, keys=keys)
+    if not unique:
+        keys = None  # they are the fingerprints of ``ids``, not of the unique ids below
     uniq = ids if unique else pc.unique(ids)
     found_any = np.zeros(len(uniq), dtype=bool)  # any candidate of the id: a live segment copy, a buffered op, a tombstone
     cands = []
@@ -82,8 +87,8 @@ def latest_versions(ids: pa.Array, buffered: VersionMap | Sequence[VersionMap] |
     if tombstones is not None:
         cands.append(_refreshed_deletes(tombstones, uniq))
     if not cands and len(maps) < 2:  # no live segment copy of any id: the buffer (if any) decides
-        return _absent(len(ids), seen) if buffered is None else buffered.lookup(ids, seen=seen)
-    cands += [m.candidates_table(uniq, _CANDIDATE) for m in maps]
+        return _absent(len(ids), seen) if buffered is None else buffered.lookup(ids, seen=seen, keys=keys)
+    cands += [m.candidates_table(uniq, _CANDIDATE, keys) for m in maps]
     cands = [c for c in cands if c.num_rows]
     if not cands:
         return _absent(len(ids), seen)

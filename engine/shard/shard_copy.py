@@ -64,6 +64,7 @@ from shardstore.errors import LocalDiskError, TooManyOpenFiles, is_too_many_open
 from shardstore.segments import merge_scheduler, row_cache
 from shardstore.segments.directory import INDEX_BUFFER_BYTES, Prepared, RefreshResult, ShardDirectory
 from shardstore.segments.errors import CommitConflict, SegmentCorrupted, UploadCancelled
+from shardstore.segments.id_index import SortedKeys
 from shardstore.segments.mapping import Mapping
 from shardstore.segments.merging import MergeCancelled
 from shardstore.segments.remote_store import (
@@ -297,11 +298,11 @@ class ShardCopy:
             # sorted once for the versions and the refresh, when big enough for either to use it (a small
             # part of a many-shard bulk is checked for repeats with a set, and its refresh sorts many parts)
             order = id_order(filled(ops.column("id"), "")) if ops.num_rows > SMALL_BATCH else None
-            ops, new_ids = with_versions(self.directory, ops, expect, order, all_index=prepared.all_index)
+            ops, new_ids, id_keys = with_versions(self.directory, ops, expect, order, all_index=prepared.all_index)
             first = self.tracker.generate_seq_nos(ops.num_rows)
             stamped = stamp(ops, first, self.primary_term)
             return stamped, self._stage_stamped(stamped, prepared, order, (first, first + stamped.num_rows - 1),
-                                                new_ids)
+                                                new_ids, id_keys)
 
     def adopt(self, file: AdoptedFile, *, mapping: Mapping | None = None) -> tuple[pa.RecordBatch, Staged]:
         """Adopt the staged Parquet ``file`` as a segment (a primary): take its rows' seq#s, log one adopted
@@ -367,13 +368,15 @@ class ShardCopy:
             raise
 
     def _stage_stamped(self, stamped: pa.RecordBatch, prepared: Prepared | None,
-                       order: pa.Array | None, seq_nos: tuple[int, int], new_ids: np.ndarray | None = None) -> Staged:
+                       order: pa.Array | None, seq_nos: tuple[int, int], new_ids: np.ndarray | None = None,
+                       id_keys: SortedKeys | None = None) -> Staged:
         """Apply and log ``stamped`` locally and start its upload, without waiting for it (under the lock);
-        ``new_ids``: per op, whether the version lookup found its id new to the shard (kept for the refresh)."""
+        ``new_ids``: per op, whether the version lookup found its id new to the shard (kept for the refresh);
+        ``id_keys``: its ids' sorted fingerprints from that lookup (kept as the buffered run's index)."""
         if stamped.num_rows == 0 or self.remote_translog is None:  # nothing to wait for: the usual apply
             self._apply_stamped(stamped, prepared=prepared, order=order)
             return Staged(seq_nos, None, (0, 0))
-        self.directory.apply(stamped, prepared, id_order=order, new_ids=new_ids)
+        self.directory.apply(stamped, prepared, id_order=order, new_ids=new_ids, id_keys=id_keys)
         return self._log_staged(stamped, seq_nos)
 
     def _log_staged(self, stamped: pa.RecordBatch, seq_nos: tuple[int, int]) -> Staged:

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardstore.segments.directory import ShardDirectory
+from shardstore.segments.id_index import SortedKeys
 from shardstore.segments.versions import id_order, ids_unique, next_versions
 from shardstore.translog.operations import OpType, stamp, unstamped_batch
 
@@ -22,9 +23,22 @@ step = st.one_of(
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(step, min_size=1, max_size=12), st.lists(st.sampled_from(IDS + ["zz"]), min_size=1, max_size=8))
-def test_current_versions_match_an_oracle(steps: list[tuple], queries: list[str]) -> None:
-    """Buffered ops, refreshed segments, deletes and merges: the newest live copy's seq#, term and version win."""
+@given(st.lists(step, min_size=1, max_size=12), st.lists(st.sampled_from(IDS + ["zz"]), min_size=1, max_size=8),
+       st.sampled_from([1, 10**9]))
+def test_current_versions_match_an_oracle(steps: list[tuple], queries: list[str], run_rows: int) -> None:
+    """Buffered ops, refreshed segments, deletes and merges: the newest live copy's seq#, term and version win.
+    ``run_rows``: every buffered batch kept as a run (found through the sorted fingerprints a primary hands in,
+    issue 44) or none."""
+    from shardstore.segments import version_map
+
+    saved, version_map.RUN_ROWS = version_map.RUN_ROWS, run_rows
+    try:
+        _check_current_versions(steps, queries)
+    finally:
+        version_map.RUN_ROWS = saved
+
+
+def _check_current_versions(steps: list[tuple], queries: list[str]) -> None:
     oracle: dict[str, tuple[int, int, int] | None] = {}
     with tempfile.TemporaryDirectory() as tmp, ShardDirectory(tmp, fsync=False) as sd:
         seq = 0
@@ -44,8 +58,10 @@ def test_current_versions_match_an_oracle(steps: list[tuple], queries: list[str]
             order = id_order(pa.array(ids))
             unique = ids_unique(pa.array(ids), order)
             assert unique == (len(set(ids)) == len(ids))
+            keys = SortedKeys.of(pa.array(ids)) if unique else None
             if unique:
                 assert sd.current_versions(pa.array(ids), unique=True) == current
+                assert sd.current_versions(pa.array(ids), unique=True, keys=keys) == current
             assert next_versions(pa.array(ids), current.column("_version"), order, unique=unique).to_pylist() == versions
             # the oracle: version before the batch (0 if absent or deleted) + 1, then +1 per earlier op
             # on the same id in this batch (a batch counts on through its own deletes, like a version map)
@@ -56,7 +72,7 @@ def test_current_versions_match_an_oracle(steps: list[tuple], queries: list[str]
             assert versions == expect
             op = int(OpType.INDEX if kind == "index" else OpType.DELETE)
             srcs = [b"{}" if kind == "index" else None] * len(ids)
-            sd.apply(stamp(unstamped_batch([op] * len(ids), ids, versions, srcs), seq, term))
+            sd.apply(stamp(unstamped_batch([op] * len(ids), ids, versions, srcs), seq, term), id_keys=keys)
             for k, (i, v) in enumerate(zip(ids, versions)):
                 oracle[i] = (seq + k, term, v) if kind == "index" else None
             seq += len(ids)
@@ -116,27 +132,42 @@ def test_current_versions_on_a_replica_applying_out_of_order(history: list[tuple
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.lists(st.tuples(st.sampled_from(IDS), st.integers(0, 40), st.booleans()), min_size=1, max_size=6),
                 min_size=1, max_size=6), st.sampled_from([1, 3, 10**9]), st.sampled_from(["dict", "columnar"]),
-       st.sampled_from(["none", "right", "wrong"]))
+       st.sampled_from(["none", "right", "wrong"]), st.sampled_from(["none", "true", "colliding"]))
 def test_version_map_keeps_each_ids_highest_seq_no(batches: list[list[tuple[str, int, bool]]], run_rows: int,
-                                                   lookups: str, hint: str) -> None:
+                                                   lookups: str, hint: str, keys: str) -> None:
     """Batches in any seq# order (a primary's ascending ones take the dict-update path, others the loop,
     large ones -- ``run_rows`` -- are kept as runs, issue 31): per id the operation with the highest seq# is
     kept, a delete included, and its row is the right one.  ``lookups``: Arrow lookups through a dict call per
     id, or through the dict's columnar copy (issue 44: no Python call per id), whichever the cost rule picks.
     ``hint``: each batch's id sort handed in (a run's first lookup then skips its own sort), none, or a wrong
-    one (the identity reversed), which must be ignored."""
+    one (the identity reversed), which must be ignored.  ``keys``: the sorted fingerprints of each batch of
+    distinct ids handed in, and the lookups' own (issue 44: runs found by searchsorted), either the real ones or
+    a fingerprint that collides for half the ids (the ids must decide, and a run whose own collide is hashed)."""
     from shardstore.segments import version_map
 
     saved = version_map.RUN_ROWS, version_map.DICT_COST_PER_ID, version_map.COLUMNAR_MIN_IDS
     version_map.RUN_ROWS = run_rows
     version_map.DICT_COST_PER_ID, version_map.COLUMNAR_MIN_IDS = (0, 10**9) if lookups == "dict" else (10**9, 0)
     try:
-        _check_version_map(batches, hint)
+        _check_version_map(batches, hint, keys)
     finally:
         version_map.RUN_ROWS, version_map.DICT_COST_PER_ID, version_map.COLUMNAR_MIN_IDS = saved
 
 
-def _check_version_map(batches: list[list[tuple[str, int, bool]]], hint: str = "none") -> None:
+def _sorted_keys(ids: list[str], kind: str):
+    """The SortedKeys of ``ids``: real fingerprints, or one that collides for every two ids of the same parity."""
+    import numpy as np
+
+    from shardstore.segments.id_index import SortedKeys
+
+    if kind == "true":
+        return SortedKeys.of(pa.array(ids, pa.string()))
+    fp = np.array([ord(i[0]) % 2 for i in ids], dtype=np.uint64)
+    order = np.argsort(fp, kind="stable")
+    return SortedKeys(fp[order], order.astype(np.int64))
+
+
+def _check_version_map(batches: list[list[tuple[str, int, bool]]], hint: str = "none", keys: str = "none") -> None:
     from shardstore.segments.version_map import VersionMap
 
     vm, oracle = VersionMap(), {}
@@ -152,8 +183,9 @@ def _check_version_map(batches: list[list[tuple[str, int, bool]]], hint: str = "
         else:
             order = {"none": None, "right": pc.sort_indices(ids),
                      "wrong": pa.array(range(len(batch) - 1, -1, -1), pa.uint64())}[hint]
+            distinct = len({b[0] for b in batch}) == len(batch)  # a primary hands keys in only then
             vm.add_docs(entry, ids, seqs, pa.array([7] * len(batch), pa.int64()), pa.array([s + 100 for _, s, _ in batch]),
-                        order)
+                        order, _sorted_keys([b[0] for b in batch], keys) if keys != "none" and distinct else None)
         for row, (i, s, _) in enumerate(batch):
             if i not in oracle or s > oracle[i][0]:
                 oracle[i] = (s, None if deleted else 7, None if deleted else s + 100, -1 if deleted else entry, row)
@@ -174,6 +206,11 @@ def _check_version_map(batches: list[list[tuple[str, int, bool]]], hint: str = "
 
     assert vm.candidates_table(pa.array(IDS), _CANDIDATE).to_pydict() == {
         "q": q, "_seq_no": seq, "_primary_term": term, "_version": version, "deleted": deleted}
+    if keys != "none":  # the lookups that bring their ids' sorted fingerprints agree too
+        qk = _sorted_keys(IDS, keys)
+        assert vm.lookup(pa.array(IDS), keys=qk).to_pylist() == want
+        assert vm.candidates_table(pa.array(IDS), _CANDIDATE, qk).to_pydict() == {
+            "q": q, "_seq_no": seq, "_primary_term": term, "_version": version, "deleted": deleted}
 
 
 def test_a_lookup_of_scattered_ids_decodes_no_row_group_per_bulk(monkeypatch) -> None:

@@ -11,7 +11,6 @@ import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import shardstore.segments.shard_id_index as shard_id_index
 from shardstore.segments.segment import SegmentReader, lookup_segments, write_segment
 from shardstore.segments.shard_id_index import ShardIdIndex
 
@@ -67,7 +66,6 @@ def test_a_fingerprint_collision_finds_no_wrong_row(tmp_path: Path, monkeypatch)
 
     same = lambda ids: np.zeros(len(ids), dtype=np.uint64)  # noqa: E731
     monkeypatch.setattr(id_index, "fingerprints", same)
-    monkeypatch.setattr(shard_id_index, "fingerprints", same)
     import shardstore.segments.segment as segment
 
     monkeypatch.setattr(segment, "fingerprints", same)
