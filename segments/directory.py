@@ -289,11 +289,7 @@ class ShardDirectory:
         (:func:`buffered_docs` rows with the seq#s ``first_seq_no``.. in order, their ids and versions as lists,
         ``nbytes`` their share of the Arrow bytes): engine/shard/staging.py's columnar pass."""
         with self._lock:
-            self._buffer.versions.add_run(len(self._buffer.docs), ids, first_seq_no, primary_term, versions)
-            self._buffer.docs.append(docs)
-            self._buffer.orders.append(None)
-            self._buffer.news.append(None)
-            self._buffer.doc_bytes += nbytes
+            self._buffer.add_run(docs, ids, first_seq_no, primary_term, versions, nbytes)
             self.max_seq_no = max(self.max_seq_no, first_seq_no + len(ids) - 1)
 
     def adopt(self, path: str, stamp: Stamp, *, link: bool = False, versions: np.ndarray | None = None) -> Adopted:
@@ -377,6 +373,10 @@ class ShardDirectory:
     def refresh(self) -> RefreshResult:
         """Make buffered operations searchable: one new segment, older copies marked deleted."""
         with self._lock:
+            if self._sealed is not None and not self._sealed_failed and self._deferred_pin is None and self._buffer:
+                beside = self._refresh_beside_sealed()
+                if beside is not None:
+                    return beside
             self._settle_sealed()
             pinned = self._pin_deferred_view()
             if pinned is not None:  # the view's segment first, then the rest: one result for both
@@ -389,10 +389,39 @@ class ShardDirectory:
             plan = plan_refresh(self._buffer, self._tombstones)
             stale, marks = older_copies(self._segment_list(), plan, self._find)
             keep = index_rows(plan, stale)
-            readers, _perm = self._write_readers(plan.docs, keep)
+            readers, _perm = self._write_readers(plan.docs, keep, self._buffer.sorted_keys())
             result = self._install(plan, stale, marks, readers, None, self.max_seq_no)
             self._buffer = IndexBuffer()
             return result
+
+    def _refresh_beside_sealed(self) -> RefreshResult | None:
+        """Under the lock, while a sealed buffer is being written on another thread: write this buffer's segments
+        meanwhile, then wait for that one to be installed and install these right after it, so a refresh (a flush's
+        tail) no longer waits for the sealed write before it starts (docs/design/segments.md, "A full buffer is
+        refreshed beside the writes").
+
+        What the plan was made from must not change while the lock is released for that wait, or nothing written
+        here is kept (the files are removed) and None tells the caller to refresh the usual way: the sealed write
+        failed (its operations came back in front of the buffer), another writer buffered operations, or a
+        tombstone was there before or came with the sealed buffer's install (the plan reads them)."""
+        buffer, tombstones, top = self._buffer, self._tombstones, self.max_seq_no
+        mark = (len(buffer.docs), len(buffer.deletes))
+        plan = plan_refresh(buffer, tombstones)
+        readers, perm = self._write_readers(plan.docs, index_rows(plan, None), buffer.sorted_keys())
+        self._settle_sealed()  # releases the lock while it waits
+        if self._buffer is not buffer or (len(buffer.docs), len(buffer.deletes)) != mark or tombstones.num_rows \
+                or self._tombstones.num_rows or self._deferred_pin is not None or self._closed:
+            for reader in readers:
+                reader.close()
+                with contextlib.suppress(OSError):
+                    os.unlink(reader.path)
+            return None
+        stale, marks = older_copies(self._segment_list(), plan, self._find)
+        kept = pc.is_valid(plan.winners.column("_row")).to_numpy(zero_copy_only=False)
+        # per written row (buffer order), whether its winner turned stale: deleted in its own segment, as write_sealed
+        result = self._install(plan, stale, marks, readers, stale[kept][perm], top)
+        self._buffer = IndexBuffer()
+        return result
 
     def seal(self) -> Sealed | None:
         """Take the buffer out of the write path for :meth:`write_sealed` on another thread; None when there is
@@ -420,7 +449,7 @@ class ShardDirectory:
         try:
             plan = plan_refresh(sealed.buffer, sealed.tombstones)
             keep = index_rows(plan, None)
-            readers, perm = self._write_readers(plan.docs, keep)
+            readers, perm = self._write_readers(plan.docs, keep, sealed.buffer.sorted_keys())
             with self._lock:
                 stale, marks = older_copies(self._segment_list(), plan, self._find)
                 kept = pc.is_valid(plan.winners.column("_row")).to_numpy(zero_copy_only=False)
@@ -446,8 +475,9 @@ class ShardDirectory:
             self._sealed_done.wait()
         if self._sealed is not None:
             back, self._sealed, self._sealed_failed = self._sealed, None, False
-            for docs, order, new in zip(self._buffer.docs, self._buffer.orders, self._buffer.news):
-                back.add_docs(docs, order, new)
+            for docs, order, new, keys in zip(self._buffer.docs, self._buffer.orders, self._buffer.news,
+                                              self._buffer.keys):
+                back.add_docs(docs, order, new, keys)
             for deletes in self._buffer.deletes:
                 back.add_deletes(deletes)
             self._buffer = back
@@ -455,22 +485,31 @@ class ShardDirectory:
     def _segment_list(self) -> list[tuple[str, SegmentReader, LiveDocs]]:
         return [(name, seg.reader, seg.live) for name, seg in self._segments.items()]
 
-    def _write_readers(self, docs: pa.Table | None, keep: pa.Array) -> tuple[list[SegmentReader], np.ndarray]:
+    def _write_readers(self, docs: pa.Table | None, keep: pa.Array,
+                       keys: SortedKeys | None = None) -> tuple[list[SegmentReader], np.ndarray]:
         """Write the ``keep`` rows of ``docs`` as new segment files in buffer order and open them, their version
         columns and id index built from ``docs`` (no lock needed: nothing is published); with the permutation of
-        ``keep`` they were written in (:func:`buffer_order`)."""
+        ``keep`` they were written in (:func:`buffer_order`).  ``keys``: the sorted fingerprints of every id of
+        ``docs`` (``IndexBuffer.sorted_keys``), when the buffer has them: the id indexes are cut from them."""
         if not len(keep):
             return [], np.zeros(0, dtype=np.int64)
         assert docs is not None
         keep, perm = buffer_order(keep, docs.num_rows)
         infos = self._write_segments(docs, keep)
+        n = len(keep)
+        at = None  # per row of docs, its place among the written rows (-1: not written)
+        if keys is not None and len(keys.fp) == docs.num_rows:
+            at = np.full(docs.num_rows, -1, dtype=np.int64)
+            at[np.asarray(keep.to_numpy(zero_copy_only=False), dtype=np.int64)] = np.arange(n, dtype=np.int64)
         readers = []
         for i, info in enumerate(infos):
             reader = SegmentReader(os.path.join(self.path, info.file_name), info)
-            n = len(keep)  # the writer's parts, as _write_segments split them
-            part = keep.slice(n * i // len(infos), n * (i + 1) // len(infos) - n * i // len(infos))
+            lo, hi = n * i // len(infos), n * (i + 1) // len(infos)  # the writer's parts, as _write_segments split them
+            part = keep.slice(lo, hi - lo)
             reader.install_version_columns(*(take_rows(docs.column(c), part) for c in ("_seq_no", "_primary_term", "_version")))
-            reader.install_index(take_rows(one_array(docs.column("_id")), part))  # the next version lookup reads no _id back
+            # the next version lookup reads no _id back, and fingerprints none again
+            reader.install_index(take_rows(one_array(docs.column("_id")), part),
+                                 keys.renumbered(at, lo, hi) if keys is not None and at is not None else None)
             readers.append(reader)
         return readers, perm
 

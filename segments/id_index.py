@@ -129,6 +129,27 @@ class SortedKeys:
         """Whether no two ids share a fingerprint."""
         return len(self.fp) < 2 or not bool((self.fp[1:] == self.fp[:-1]).any())
 
+    @classmethod
+    def merged(cls, parts: Sequence[SortedKeys], sizes: Sequence[int]) -> SortedKeys:
+        """The sorted fingerprints of the concatenation of batches of ``sizes`` ids whose keys are ``parts``.
+
+        A stable sort of the concatenated runs (numpy's timsort finds the sorted runs and merges them): no id's
+        fingerprint is computed again, and k runs cost n log k, not the n log n of sorting fresh fingerprints."""
+        if len(parts) == 1:
+            return parts[0]
+        starts = np.cumsum([0, *sizes[:-1]], dtype=np.int64)
+        fp = np.concatenate([k.fp for k in parts]) if parts else np.zeros(0, np.uint64)
+        pos = np.concatenate([k.pos + start for k, start in zip(parts, starts)]) if parts else np.zeros(0, np.int64)
+        order = np.argsort(fp, kind="stable")
+        return cls(fp[order], pos[order])
+
+    def renumbered(self, at: np.ndarray, lo: int, hi: int) -> SortedKeys:
+        """The keys of the ids that ``at`` places at ``lo``..``hi - 1`` (``at[p]``: where id ``p`` of this batch went,
+        -1 for nowhere), numbered from ``lo`` as 0: a segment written from some rows of a buffer, in its row order."""
+        where = at[self.pos]
+        kept = (where >= lo) & (where < hi)
+        return SortedKeys(self.fp[kept], where[kept] - lo)
+
     def find_in(self, other: SortedKeys) -> tuple[np.ndarray, np.ndarray]:
         """Candidates of these ids in ``other``'s batch, ``other`` :attr:`distinct`: (position here, position there)
         per fingerprint both hold; the caller confirms each pair by its ids (a collision pairs two different ids)."""
@@ -144,8 +165,12 @@ class _IdIndex:
 
     __slots__ = ("ids", "fp", "rows")
 
-    def __init__(self, ids: pa.Array) -> None:
+    def __init__(self, ids: pa.Array, keys: SortedKeys | None = None) -> None:
+        """The index of ``ids``; ``keys``: their sorted fingerprints when the caller has them (not computed again)."""
         self.ids = ids
+        if keys is not None and len(keys.fp) == len(ids):
+            self.fp, self.rows = keys.fp, keys.pos
+            return
         h = fingerprints(ids)
         # not stable: no caller relies on the order of equal fingerprints (every lookup orders its answers by
         # query and row), and numpy's SIMD quicksort is 5x faster than its stable sort on 64-bit keys

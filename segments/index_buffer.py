@@ -41,6 +41,9 @@ class IndexBuffer:
     #: per entry of ``docs``, per row whether the writer's version lookup found no copy of its id at all (a
     #: primary's: ``ShardDirectory.apply``'s ``new_ids``), else None: the refresh looks up the others only
     news: list[np.ndarray | None] = field(default_factory=list)
+    #: per entry of ``docs``, the sorted fingerprints of its ids if the writer had them and found them distinct
+    #: (``SortedKeys``), else None: a refresh builds its segments' id indexes from them (:meth:`sorted_keys`)
+    keys: list[SortedKeys | None] = field(default_factory=list)
 
     #: id -> its newest buffered operation (updated by every apply: the write path's version lookup and a
     #: realtime get are one dict lookup each)
@@ -59,7 +62,26 @@ class IndexBuffer:
         self.docs.append(docs)
         self.orders.append(order)
         self.news.append(new)
+        self.keys.append(keys if keys is not None and len(keys.fp) == docs.num_rows and keys.distinct else None)
         self.doc_bytes += docs.nbytes
+
+    def add_run(self, docs: pa.Table, ids: list[str], first_seq_no: int, primary_term: int, versions: list[int],
+                nbytes: int) -> None:
+        """Buffer a run of index operations at the seq#s ``first_seq_no``.. in order, its ids and versions as lists
+        (no order, newness or keys hints); ``nbytes``: its share of the Arrow bytes."""
+        self.versions.add_run(len(self.docs), ids, first_seq_no, primary_term, versions)
+        self.docs.append(docs)
+        self.orders.append(None)
+        self.news.append(None)
+        self.keys.append(None)
+        self.doc_bytes += nbytes
+
+    def sorted_keys(self) -> SortedKeys | None:
+        """The sorted fingerprints of every buffered document's id, positions counted over ``docs`` concatenated in
+        order; None unless every entry has its own (merged, not computed again: ``SortedKeys.merged``)."""
+        if not self.keys or any(k is None for k in self.keys):
+            return None
+        return SortedKeys.merged(self.keys, [d.num_rows for d in self.docs])  # type: ignore[arg-type]
 
     def add_deletes(self, deletes: pa.Table) -> None:
         """Buffer stamped deletes (``DELETES`` rows)."""
@@ -85,6 +107,7 @@ class IndexBuffer:
                     add(table.filter(pc.invert(high)))
                     above.append(table.filter(high))
         self.docs, self.deletes, self.orders, self.news = kept.docs, kept.deletes, kept.orders, kept.news
+        self.keys = kept.keys
         self.doc_bytes, self.versions = kept.doc_bytes, kept.versions
         return above_docs, above_deletes
 

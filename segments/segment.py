@@ -68,7 +68,7 @@ from shardstore.fileio import write_atomic
 from . import row_cache
 from .dictionary_read import dense_schema, open_segment_file, parquet_source
 from .errors import SegmentCorrupted
-from .id_index import _ArrowSeq, _bisect_all, _IdIndex, fingerprints
+from .id_index import SortedKeys, _ArrowSeq, _bisect_all, _IdIndex, fingerprints
 from .livedocs import LiveDocs
 from .open_files import open_segment_files
 from .point_read import PointIndex, row_values
@@ -290,15 +290,16 @@ class SegmentReader:
         """Whether the id index is built (a lookup then reads no ``_id`` column)."""
         return self._index is not None
 
-    def install_index(self, ids: pa.Array) -> None:
-        """Adopt an id index built elsewhere from this segment's whole ``_id`` column (the warmer's own read).
+    def install_index(self, ids: pa.Array, keys: SortedKeys | None = None) -> None:
+        """Adopt an id index built elsewhere from this segment's whole ``_id`` column (the warmer's own read);
+        ``keys``: their sorted fingerprints with this segment's rows, when the writer has them (a refresh's).
 
         Only when none is loaded yet; the reader's own file is never touched, so a thread
         that warms never shares a ParquetFile with one that reads (concurrent reads of one
         pyarrow ParquetFile can hang: seen in the fault simulator).
         """
         if self._index is None and len(ids) == self.info.doc_count:
-            self._index = _IdIndex(ids)
+            self._index = _IdIndex(ids, keys)
 
     def id_index(self) -> _IdIndex:
         """The segment's id index (sorted fingerprints, their rows, the ids), built from ``_id`` on first use."""

@@ -525,8 +525,9 @@ class ShardCopy:
                     log.info("%s: uploading %d new segments ahead of the commit failed (%s: %s); the flush "
                              "uploads them", self.path, len(files), type(exc).__name__, exc)
 
-        self._ahead = threading.Thread(target=run, name=f"upload-ahead-{self.spec.shard}", daemon=True)
-        self._ahead.start()
+        ahead = threading.Thread(target=run, name=f"upload-ahead-{self.spec.shard}", daemon=True)
+        ahead.start()  # started before it is published: a close joining it meanwhile never sees an unstarted thread
+        self._ahead = ahead
 
     def _join_upload_ahead(self, timeout: float | None = None) -> None:
         """Wait for the upload started by :meth:`_upload_ahead`, if one runs."""
@@ -674,9 +675,9 @@ class ShardCopy:
         """
         if self.remote_segments is None or self.directory.last_commit is None:
             return
-        self._background = threading.Thread(target=self._background_upload, name=f"reupload-{self.spec.shard}",
-                                            daemon=True)
-        self._background.start()
+        background = threading.Thread(target=self._background_upload, name=f"reupload-{self.spec.shard}", daemon=True)
+        background.start()  # published once started (a close may join it from another thread)
+        self._background = background
 
     def _background_upload(self) -> None:
         if self._closing.wait(self.spec.reupload_delay):

@@ -44,3 +44,36 @@ def test_fingerprints_of_edge_cases() -> None:
     assert fingerprints(pa.array(["ab"]))[0] == fingerprints(pa.array(["ab\x00\x00"]))[0]
     with pytest.raises(ValueError, match="ids longer than 32768 bytes"):
         fingerprints(pa.array(["y" * (8 * 4096 + 1)]))
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_merged_and_renumbered_keys_equal_an_index_built_fresh(seed: int) -> None:
+    """A refresh cuts its segments' id indexes from the buffered batches' keys (SortedKeys.merged, then renumbered
+    to the rows each segment got): the same fingerprints with the same rows as fingerprinting the segment's ids
+    afresh, for any split of the buffer into batches, any rows kept and any cut into segments."""
+    from shardstore.segments.id_index import SortedKeys, _IdIndex
+
+    rng = random.Random(seed)
+    ids = _random_ids(rng, rng.randint(1, 300), rng.choice([3, 9, 20]))
+    cuts = sorted(rng.sample(range(1, len(ids)), min(rng.randint(0, 4), len(ids) - 1)))
+    batches = [ids[a:b] for a, b in zip([0, *cuts], [*cuts, len(ids)])]
+    keys = SortedKeys.merged([SortedKeys.of(pa.array(b, pa.string())) for b in batches], [len(b) for b in batches])
+    assert np.array_equal(keys.fp, np.sort(fingerprints(pa.array(ids, pa.string()))))
+    assert np.array_equal(fingerprints(pa.array(ids, pa.string()))[keys.pos], keys.fp)  # each position its own
+    keep = np.array(sorted(rng.sample(range(len(ids)), rng.randint(0, len(ids)))), dtype=np.int64)
+    at = np.full(len(ids), -1, dtype=np.int64)
+    at[keep] = np.arange(len(keep))
+    parts = rng.randint(1, 3)
+    for i in range(parts):
+        lo, hi = len(keep) * i // parts, len(keep) * (i + 1) // parts
+        seg_ids = pa.array([ids[r] for r in keep[lo:hi]], pa.string())
+        cut = keys.renumbered(at, lo, hi)
+        fresh = _IdIndex(seg_ids)
+        built = _IdIndex(seg_ids, cut)
+        assert np.array_equal(built.fp, fresh.fp)
+        # rows agree as sets per fingerprint (equal fingerprints may come in any order)
+        assert sorted(zip(built.fp.tolist(), built.rows.tolist())) == sorted(zip(fresh.fp.tolist(), fresh.rows.tolist()))
+        q = pa.array(rng.sample(ids, min(5, len(ids))) + ["not-there"], pa.string())
+        got = built.lookup(q, np.arange(len(q)))
+        want = fresh.lookup(q, np.arange(len(q)))
+        assert all(np.array_equal(g, w) for g, w in zip(got, want))

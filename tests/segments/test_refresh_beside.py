@@ -9,6 +9,7 @@ between, and check every answer against an oracle of the newest operation per id
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pyarrow as pa
@@ -115,9 +116,7 @@ def test_a_failed_sealed_write_goes_back_in_front_of_the_buffer(tmp_path: Path, 
 
 def test_a_merge_or_a_refresh_waits_for_the_sealed_write(tmp_path: Path) -> None:
     """Nothing else changes the segments while a sealed write runs: a refresh asked meanwhile (here on another
-    thread) waits until its segments are installed, then writes the rest."""
-    import threading
-
+    thread) installs nothing until the sealed segments are installed, then installs the rest."""
     with ShardDirectory(str(tmp_path / "d")) as shard:
         shard.apply(_index(["a", "b"], 0, 1))
         sealed = shard.seal()
@@ -131,6 +130,106 @@ def test_a_merge_or_a_refresh_waits_for_the_sealed_write(tmp_path: Path) -> None
         t.join(10)
         assert done.is_set()
         assert sorted(_live_ids(shard)) == ["a", "b"] and shard.get("a")["v"] == 2
+
+
+def _refresh_on_a_thread(shard: ShardDirectory) -> tuple[threading.Thread, threading.Event, list]:
+    """Start ``shard.refresh()`` on a thread; (thread, set once it waits for the sealed write, [its result])."""
+    waiting, out = threading.Event(), []
+    settle = shard._settle_sealed
+
+    def spy() -> None:
+        waiting.set()  # the lock is released inside the wait that follows: another thread's next step waits for it
+        settle()
+
+    shard._settle_sealed = spy  # type: ignore[method-assign]
+    t = threading.Thread(target=lambda: out.append(shard.refresh()))
+    t.start()
+    return t, waiting, out
+
+
+def _parquet_files(path: Path) -> set[str]:
+    return {p.name for p in path.iterdir() if p.suffix == ".parquet"}
+
+
+def test_a_refresh_writes_beside_a_sealed_write_and_installs_after_it(tmp_path: Path) -> None:
+    """A flush's refresh while a sealed buffer is written does not wait before writing: its segments are written
+    first (here: while the sealed write has not started), installed right after the sealed ones, and the updates it
+    holds mark the sealed copies deleted."""
+    written: list[int] = []
+    with ShardDirectory(str(tmp_path / "d"), warm=False) as shard:
+        real = shard._write_segments
+        shard._write_segments = lambda docs, rows: (written.append(len(rows)), real(docs, rows))[1]  # type: ignore
+        shard.apply(_index([f"k{i}" for i in range(100)], 0, 1))
+        sealed = shard.seal()
+        assert sealed is not None
+        shard.apply(_index([f"k{i}" for i in range(0, 100, 10)] + [f"n{i}" for i in range(20)], 100, 2))
+        t, waiting, out = _refresh_on_a_thread(shard)
+        assert waiting.wait(10)
+        assert written == [30]  # the refresh's rows are written before the sealed ones
+        assert shard.count() == 0
+        shard.write_sealed(sealed)
+        t.join(10)
+        assert written == [30, 100] and out and out[0].indexed == 30 and out[0].deleted == 10
+        assert sorted(_live_ids(shard)) == sorted([f"k{i}" for i in range(100)] + [f"n{i}" for i in range(20)])
+        assert shard.get("k10")["v"] == 2 and shard.get("k11")["v"] == 1
+        assert len(_parquet_files(tmp_path / "d")) == 2 and shard._sealed is None and not shard._buffer
+
+
+def test_a_refresh_beside_starts_over_when_its_buffer_changed_during_the_wait(tmp_path: Path) -> None:
+    """A writer buffers an operation while the refresh waits for the sealed write: what the refresh wrote is removed
+    and it refreshes the usual way, the newer operation included."""
+    with ShardDirectory(str(tmp_path / "d"), warm=False) as shard:
+        shard.apply(_index(["a", "b"], 0, 1))
+        sealed = shard.seal()
+        assert sealed is not None
+        shard.apply(_index(["c"], 2, 2))
+        t, waiting, out = _refresh_on_a_thread(shard)
+        assert waiting.wait(10)
+        with shard._lock:  # taken once the refresh waits
+            shard.apply(_index(["c", "d"], 3, 3))
+            shard.write_sealed(sealed)
+        t.join(10)
+        assert out and out[0].indexed == 2
+        assert sorted(_live_ids(shard)) == ["a", "b", "c", "d"] and shard.get("c")["v"] == 3
+        assert len(_parquet_files(tmp_path / "d")) == 2  # the sealed segment and the refresh's second try
+
+
+def test_a_refresh_beside_starts_over_when_the_sealed_write_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fault no real disk produces on demand (a mock): the sealed write fails while the refresh waits; its
+    operations come back in front of the buffer, the refresh's files are removed and it writes everything."""
+    with ShardDirectory(str(tmp_path / "d"), warm=False) as shard:
+        shard.apply(_index(["a", "b"], 0, 1))
+        sealed = shard.seal()
+        assert sealed is not None
+        shard.apply(_index(["b", "c"], 2, 2))
+        t, waiting, out = _refresh_on_a_thread(shard)
+        assert waiting.wait(10)
+        monkeypatch.setattr(ShardDirectory, "_write_segments", lambda self, *a: (_ for _ in ()).throw(OSError("full")))
+        with pytest.raises(OSError, match="full"):
+            shard.write_sealed(sealed)
+        monkeypatch.undo()
+        t.join(10)
+        assert out and out[0].indexed == 3
+        assert sorted(_live_ids(shard)) == ["a", "b", "c"] and shard.get("b")["v"] == 2
+        assert len(_parquet_files(tmp_path / "d")) == 1 and shard._sealed is None
+
+
+def test_a_refresh_beside_starts_over_when_the_sealed_buffer_leaves_tombstones(tmp_path: Path) -> None:
+    """The sealed buffer's winning delete becomes a tombstone at its install, which the refresh's plan did not
+    read: it refreshes again, and the older index operation it holds on that id (a replica's, out of order) stays
+    dead."""
+    with ShardDirectory(str(tmp_path / "d"), warm=False) as shard:
+        shard.apply(_delete(["x"], 10))
+        sealed = shard.seal()
+        assert sealed is not None
+        shard.apply(_index(["x", "y"], 5, 1))  # x at seq# 5: older than the sealed delete
+        t, waiting, out = _refresh_on_a_thread(shard)
+        assert waiting.wait(10)
+        shard.write_sealed(sealed)
+        t.join(10)
+        assert out and (out[0].indexed, out[0].stale) == (1, 1)
+        assert _live_ids(shard) == ["y"] and shard.get("x") is None
+        assert len(_parquet_files(tmp_path / "d")) == 1
 
 
 _STEP = st.one_of(
@@ -179,6 +278,14 @@ def test_seals_and_writes_interleaved_with_writes_match_the_newest_operation_per
                 sealed = None
             elif kind == "refresh" and sealed is None:
                 shard.refresh()
+            elif kind == "refresh":  # beside the sealed write: the refresh writes, then waits for it to install
+                t, waiting, _out = _refresh_on_a_thread(shard)
+                assert waiting.wait(10)
+                shard.write_sealed(sealed)
+                t.join(10)
+                assert not t.is_alive()
+                del shard._settle_sealed  # the spy goes: the class's method again
+                sealed = None
             every = [f"k{i}" for i in range(8)]
             expect = [newest[i][0] if i in newest and newest[i][1] is not None else None for i in every]
             assert _seq_of(shard, every) == expect, steps

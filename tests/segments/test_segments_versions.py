@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import tempfile
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardstore.segments.directory import ShardDirectory
-from shardstore.segments.id_index import SortedKeys
+from shardstore.segments.id_index import SortedKeys, fingerprints
 from shardstore.segments.versions import id_order, ids_unique, next_versions
 from shardstore.translog.operations import OpType, stamp, unstamped_batch
 
@@ -38,6 +39,16 @@ def test_current_versions_match_an_oracle(steps: list[tuple], queries: list[str]
         version_map.RUN_ROWS = saved
 
 
+def _check_id_indexes(sd: ShardDirectory) -> None:
+    """Every segment's id index (cut from the buffered batches' keys at a refresh when they had them) is the one its
+    ids give when fingerprinted afresh: the same fingerprints, each with the row of an id that has it."""
+    for seg in sd._segments.values():
+        index = seg.reader.id_index()
+        ids = index.ids
+        assert np.array_equal(index.fp, np.sort(fingerprints(ids)))
+        assert np.array_equal(fingerprints(ids.take(pa.array(index.rows))), index.fp)
+
+
 def _check_current_versions(steps: list[tuple], queries: list[str]) -> None:
     oracle: dict[str, tuple[int, int, int] | None] = {}
     with tempfile.TemporaryDirectory() as tmp, ShardDirectory(tmp, fsync=False) as sd:
@@ -45,6 +56,7 @@ def _check_current_versions(steps: list[tuple], queries: list[str]) -> None:
         for s in steps:
             if s[0] == "refresh":
                 sd.refresh()
+                _check_id_indexes(sd)
                 continue
             if s[0] == "merge":
                 sd.refresh()
