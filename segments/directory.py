@@ -389,7 +389,7 @@ class ShardDirectory:
             plan = plan_refresh(self._buffer, self._tombstones)
             stale, marks = older_copies(self._segment_list(), plan, self._find)
             keep = index_rows(plan, stale)
-            readers, _perm = self._write_readers(plan.docs, keep, self._buffer.sorted_keys())
+            readers, _perm = self._write_readers(plan.docs, keep, plan.keys)
             result = self._install(plan, stale, marks, readers, None, self.max_seq_no)
             self._buffer = IndexBuffer()
             return result
@@ -407,7 +407,7 @@ class ShardDirectory:
         buffer, tombstones, top = self._buffer, self._tombstones, self.max_seq_no
         mark = (len(buffer.docs), len(buffer.deletes))
         plan = plan_refresh(buffer, tombstones)
-        readers, perm = self._write_readers(plan.docs, index_rows(plan, None), buffer.sorted_keys())
+        readers, perm = self._write_readers(plan.docs, index_rows(plan, None), plan.keys)
         self._settle_sealed()  # releases the lock while it waits
         if self._buffer is not buffer or (len(buffer.docs), len(buffer.deletes)) != mark or tombstones.num_rows \
                 or self._tombstones.num_rows or self._deferred_pin is not None or self._closed:
@@ -449,7 +449,7 @@ class ShardDirectory:
         try:
             plan = plan_refresh(sealed.buffer, sealed.tombstones)
             keep = index_rows(plan, None)
-            readers, perm = self._write_readers(plan.docs, keep, sealed.buffer.sorted_keys())
+            readers, perm = self._write_readers(plan.docs, keep, plan.keys)
             with self._lock:
                 stale, marks = older_copies(self._segment_list(), plan, self._find)
                 kept = pc.is_valid(plan.winners.column("_row")).to_numpy(zero_copy_only=False)

@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shardstore.core.arrays import one_array
+from shardstore.segments.id_index import SortedKeys
 from shardstore.segments.index_buffer import DELETES, IndexBuffer
 from shardstore.segments.livedocs import LiveDocs
 from shardstore.segments.segment import SegmentReader, lookup_segments
@@ -41,16 +42,20 @@ class RefreshPlan:
 
     docs: pa.Table | None  # the buffered documents, one table (None: only deletes were buffered)
     ops: int  # buffered operations in all (documents and deletes)
-    #: per id the newest operation, in ``_id`` order: ``_id``, ``_seq_no``, ``_row`` (its row of ``docs``; null
-    #: for a delete or a tombstone), ``_buffered`` (False: an older tombstone, not an operation of this buffer)
+    #: per id the newest operation, in ``_id`` order (or in buffer order when every buffered document has an id of
+    #: its own: :func:`_distinct_winners`): ``_id``, ``_seq_no``, ``_row`` (its row of ``docs``; null for a delete or
+    #: a tombstone), ``_buffered`` (False: an older tombstone, not an operation of this buffer)
     winners: pa.Table
     #: per winner, whether its id was new to the shard when its writer looked it up (``IndexBuffer.news``): no older
     #: copy of it can be in a segment, so :func:`older_copies` skips it; None: every winner is looked up
     new: np.ndarray | None = None
+    #: the sorted fingerprints of every id of ``docs`` (``IndexBuffer.sorted_keys``), or None when an entry lacked
+    #: them: the refresh cuts its segments' id indexes from them
+    keys: SortedKeys | None = None
 
     @property
     def ids(self) -> pa.Array:
-        """The winning ids, ascending."""
+        """The winning ids, one per id (ascending, or in buffer order: see ``winners``)."""
         return one_array(self.winners.column("_id"))
 
     @property
@@ -64,10 +69,27 @@ def plan_refresh(buffer: IndexBuffer, tombstones: pa.Table) -> RefreshPlan:
     docs = (pa.concat_tables(buffer.docs, promote_options="default").combine_chunks() if buffer.docs else None)
     deletes = pa.concat_tables(buffer.deletes).combine_chunks() if buffer.deletes else DELETES.empty_table()
     n_docs = docs.num_rows if docs is not None else 0
-    winners = _presorted_winners(buffer, docs, tombstones)
+    keys = buffer.sorted_keys() if docs is not None else None
+    winners = _distinct_winners(buffer, docs, tombstones, keys)
+    if winners is None:
+        winners = _presorted_winners(buffer, docs, tombstones)
     if winners is None:
         winners = _winners(docs, deletes, tombstones)
-    return RefreshPlan(docs, n_docs + deletes.num_rows, winners, _new_winners(buffer, winners))
+    return RefreshPlan(docs, n_docs + deletes.num_rows, winners, _new_winners(buffer, winners), keys)
+
+
+def _distinct_winners(buffer: IndexBuffer, docs: pa.Table | None, tombstones: pa.Table,
+                      keys: SortedKeys | None) -> pa.Table | None:
+    """Every buffered document, in buffer order, when each is the only operation on its id: the buffer holds index
+    operations only, no tombstone stands, and the ids' fingerprints (``keys``, the buffer's own) are all different,
+    so no id is there twice; else None (a fingerprint shared by two ids falls back too: the ids decide then).
+
+    The bulks of new documents that fill a buffer between refreshes: no sort of the ids at all (issue 44)."""
+    if docs is None or keys is None or buffer.deletes or tombstones.num_rows or not keys.distinct:
+        return None
+    n = docs.num_rows
+    return pa.table({"_id": one_array(docs.column("_id")), "_seq_no": one_array(docs.column("_seq_no")),
+                     "_row": pa.array(np.arange(n, dtype=np.int64)), "_buffered": pa.array(np.ones(n, dtype=bool))})
 
 
 def _new_winners(buffer: IndexBuffer, winners: pa.Table) -> np.ndarray | None:
@@ -197,7 +219,7 @@ def buffer_order(keep: pa.Array, n_docs: int) -> tuple[pa.Array, np.ndarray]:
 
 
 def index_rows(plan: RefreshPlan, stale: np.ndarray | None) -> pa.Array:
-    """The rows of ``plan.docs`` a refresh writes, in ``_id`` order: the winning index operations (not ``stale``)."""
+    """The rows of ``plan.docs`` a refresh writes, in the winners' order: the winning index operations (not ``stale``)."""
     rows = plan.winners.column("_row")
     keep = pc.is_valid(rows)
     if stale is not None:
