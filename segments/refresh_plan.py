@@ -149,17 +149,24 @@ def older_copies(segments: Sequence[tuple[str, SegmentReader, LiveDocs]], plan: 
 
 def _presorted_winners(buffer: IndexBuffer, docs: pa.Table | None, tombstones: pa.Table) -> pa.Table | None:
     """The winners from the order hints, when every batch of the buffer is index ops whose writer sorted their ids
-    (``id_order``) and there are no deletes or tombstones; else None (the general path decides).
+    (``id_order``) or found them distinct (its ``keys``: sorted here), and there are no deletes or tombstones; else
+    None (the general path decides).
 
     The hinted runs are merged by one stable sort of the ids alone (one batch needs none), cheaper than the general
     path's two-key sort of the raw buffer.  An id in several batches (a bulk updating what an earlier one wrote)
     keeps its last copy: batches are buffered in seq# order, so the last is the newest, which is checked (the
     seq#s must rise within every run of one id) before it is trusted."""
-    if docs is None or not buffer.docs or any(o is None for o in buffer.orders) or buffer.deletes \
-            or tombstones.num_rows:
+    if docs is None or not buffer.docs or buffer.deletes or tombstones.num_rows:
         return None
+    orders = []
+    for batch, order, keys in zip(buffer.docs, buffer.orders, buffer.keys):
+        if order is None and keys is None:
+            return None
+        # a batch whose writer found its ids' fingerprints all different skipped the sort (engine/shard/doc_versions.py):
+        # it is sorted here, beside the writes, only when another batch shares an id with it
+        orders.append(order if order is not None else pc.array_sort_indices(one_array(batch.column("_id"))))
     runs, offset = [], 0
-    for batch, order in zip(buffer.docs, buffer.orders):
+    for batch, order in zip(buffer.docs, orders):
         runs.append(pc.add(order.cast(pa.int64()), offset) if offset else order.cast(pa.int64()))
         offset += batch.num_rows
     order = runs[0] if len(runs) == 1 else pa.concat_arrays(runs)

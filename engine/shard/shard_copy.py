@@ -40,7 +40,6 @@ import pyarrow.compute as pc
 
 from shardstore.blobstores.base import BlobStore
 from shardstore.core.address import ShardAddress
-from shardstore.core.arrays import filled
 from shardstore.core.ops import index_fields
 from shardstore.core.path_strategy import PathStrategy, PlainPathStrategy
 from shardstore.engine.errors import (
@@ -74,7 +73,7 @@ from shardstore.segments.remote_store import (
     list_terms,
 )
 from shardstore.segments.stamp import Stamp
-from shardstore.segments.versions import SMALL_BATCH, id_order
+from shardstore.segments.versions import SMALL_BATCH
 from shardstore.translog.factory import NodeTranslogs, PerShardTranslogs, ShardRemoteTranslog, TranslogFactory
 from shardstore.translog.local import LocalTranslog
 from shardstore.translog.operations import SCHEMA, OpType, Summary, stamp, unstamped_batch
@@ -295,10 +294,10 @@ class ShardCopy:
                 prepared = Prepared(ops.num_rows, fields, mapping, all_index=True)  # every op is an index op
             else:
                 prepared = self.directory.prepare(ops)  # a rejected batch consumes no seq#
-            # sorted once for the versions and the refresh, when big enough for either to use it (a small
-            # part of a many-shard bulk is checked for repeats with a set, and its refresh sorts many parts)
-            order = id_order(filled(ops.column("id"), "")) if ops.num_rows > SMALL_BATCH else None
-            ops, new_ids, id_keys = with_versions(self.directory, ops, expect, order, all_index=prepared.all_index)
+            # fingerprinted and sorted once for the versions and the refresh, when big enough for either to use it
+            # (a small part of a many-shard bulk is checked for repeats with a set, and its refresh sorts many parts)
+            ops, new_ids, id_keys, order = with_versions(self.directory, ops, expect, ops.num_rows > SMALL_BATCH,
+                                                         all_index=prepared.all_index)
             first = self.tracker.generate_seq_nos(ops.num_rows)
             stamped = stamp(ops, first, self.primary_term)
             return stamped, self._stage_stamped(stamped, prepared, order, (first, first + stamped.num_rows - 1),
