@@ -409,19 +409,25 @@ class ShardDirectory:
         plan = plan_refresh(buffer, tombstones)
         readers, perm = self._write_readers(plan.docs, index_rows(plan, None), plan.keys)
         self._settle_sealed()  # releases the lock while it waits
-        if self._buffer is not buffer or (len(buffer.docs), len(buffer.deletes)) != mark or tombstones.num_rows \
-                or self._tombstones.num_rows or self._deferred_pin is not None or self._closed:
-            for reader in readers:
-                reader.close()
-                with contextlib.suppress(OSError):
-                    os.unlink(reader.path)
-            return None
-        stale, marks = older_copies(self._segment_list(), plan, self._find)
-        kept = pc.is_valid(plan.winners.column("_row")).to_numpy(zero_copy_only=False)
-        # per written row (buffer order), whether its winner turned stale: deleted in its own segment, as write_sealed
-        result = self._install(plan, stale, marks, readers, stale[kept][perm], top)
-        self._buffer = IndexBuffer()
-        return result
+        installed = False
+        try:
+            if self._buffer is not buffer or (len(buffer.docs), len(buffer.deletes)) != mark or tombstones.num_rows \
+                    or self._tombstones.num_rows or self._deferred_pin is not None or self._closed:
+                return None
+            stale, marks = older_copies(self._segment_list(), plan, self._find)
+            kept = pc.is_valid(plan.winners.column("_row")).to_numpy(zero_copy_only=False)
+            # per written row (buffer order), whether its winner turned stale: deleted in its own segment, as
+            # write_sealed does
+            installed = True  # from here the files may be published: never removed below
+            result = self._install(plan, stale, marks, readers, stale[kept][perm], top)
+            self._buffer = IndexBuffer()
+            return result
+        finally:
+            if not installed:  # started over, or the older copies' lookup failed: nothing written here stays
+                for reader in readers:
+                    reader.close()
+                    with contextlib.suppress(OSError):
+                        os.unlink(reader.path)
 
     def seal(self) -> Sealed | None:
         """Take the buffer out of the write path for :meth:`write_sealed` on another thread; None when there is

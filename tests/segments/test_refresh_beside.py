@@ -395,3 +395,51 @@ def test_seen_from_the_buffer_alone(tmp_path: Path, n: int) -> None:
         assert found.column("_seq_no").to_pylist()[:3] == [0, None, None]
     with ShardDirectory(str(tmp_path / "e")) as empty:
         assert empty.current_versions(pa.array(["a"], pa.string()), seen=True).column("_seen").to_pylist() == [False]
+
+
+def test_a_refresh_beside_whose_lookup_fails_leaves_no_file_and_loses_nothing(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fault no real disk produces on demand (a mock): the older copies' lookup fails once the sealed segments are
+    installed; the refresh raises, its files are gone, its operations stay buffered and the next refresh writes them."""
+    from shardstore.segments import directory as directory_module
+
+    with ShardDirectory(str(tmp_path / "d"), warm=False) as shard:
+        shard.apply(_index(["a", "b"], 0, 1))
+        sealed = shard.seal()
+        assert sealed is not None
+        shard.apply(_index(["b", "c"], 2, 2))
+        real = directory_module.older_copies
+        calls: list[int] = []
+
+        def failing(*args, **kw):
+            calls.append(1)
+            if len(calls) == 2:  # the sealed write's lookup is the first, the refresh's the second
+                raise OSError("read error")
+            return real(*args, **kw)
+
+        monkeypatch.setattr(directory_module, "older_copies", failing)
+        waiting, errors = threading.Event(), []
+        settle = shard._settle_sealed
+
+        def spy() -> None:
+            waiting.set()
+            settle()
+
+        def refresh() -> None:
+            try:
+                shard.refresh()
+            except OSError as exc:
+                errors.append(exc)
+
+        shard._settle_sealed = spy  # type: ignore[method-assign]
+        t = threading.Thread(target=refresh)
+        t.start()
+        assert waiting.wait(10)
+        shard.write_sealed(sealed)
+        t.join(10)
+        assert [str(e) for e in errors] == ["read error"]
+        assert len(_parquet_files(tmp_path / "d")) == 1  # the sealed segment only
+        assert _seq_of(shard, ["b", "c"]) == [2, 3]
+        del shard._settle_sealed
+        shard.refresh()
+        assert sorted(_live_ids(shard)) == ["a", "b", "c"] and shard.get("b")["v"] == 2
