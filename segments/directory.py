@@ -95,6 +95,14 @@ PARALLEL_SEGMENT_DOCS = 100_000
 CLOSE_WAIT_SECONDS = 60.0
 
 
+def _discard(readers: list[SegmentReader]) -> None:
+    """Close and remove segment files written but never published."""
+    for reader in readers:
+        reader.close()
+        with contextlib.suppress(OSError):
+            os.unlink(reader.path)
+
+
 def _mask(live: LiveDocs) -> np.ndarray:
     """A segment's live docs as a numpy bool array (one per row)."""
     return np.asarray(live.mask().to_numpy(zero_copy_only=False), dtype=bool)
@@ -409,25 +417,28 @@ class ShardDirectory:
         plan = plan_refresh(buffer, tombstones)
         readers, perm = self._write_readers(plan.docs, index_rows(plan, None), plan.keys)
         self._settle_sealed()  # releases the lock while it waits
-        installed = False
         try:
             if self._buffer is not buffer or (len(buffer.docs), len(buffer.deletes)) != mark or tombstones.num_rows \
                     or self._tombstones.num_rows or self._deferred_pin is not None or self._closed:
+                _discard(readers)  # started over: nothing written here stays
                 return None
-            stale, marks = older_copies(self._segment_list(), plan, self._find)
-            kept = pc.is_valid(plan.winners.column("_row")).to_numpy(zero_copy_only=False)
-            # per written row (buffer order), whether its winner turned stale: deleted in its own segment, as
-            # write_sealed does
-            installed = True  # from here the files may be published: never removed below
-            result = self._install(plan, stale, marks, readers, stale[kept][perm], top)
-            self._buffer = IndexBuffer()
-            return result
-        finally:
-            if not installed:  # started over, or the older copies' lookup failed: nothing written here stays
-                for reader in readers:
-                    reader.close()
-                    with contextlib.suppress(OSError):
-                        os.unlink(reader.path)
+            result = self._install_written(plan, readers, perm, top)
+        except BaseException:
+            if not any(r.info.name in self._segments for r in readers):  # nothing of it published: none stays
+                _discard(readers)
+            raise
+        self._buffer = IndexBuffer()
+        return result
+
+    def _install_written(self, plan: RefreshPlan, readers: list[SegmentReader], perm: np.ndarray,
+                         top: int) -> RefreshResult:
+        """Under the lock: look up the older copies of segments written beside the writes from ``plan`` (all its
+        winners kept, in the order ``perm`` of :func:`buffer_order`) and install them; a winner found stale since is
+        deleted in its own new segment."""
+        stale, marks = older_copies(self._segment_list(), plan, self._find)
+        kept = pc.is_valid(plan.winners.column("_row")).to_numpy(zero_copy_only=False)
+        # per written row (buffer order), whether its winner turned stale: the winners' flags, as keep's
+        return self._install(plan, stale, marks, readers, stale[kept][perm], top)
 
     def seal(self) -> Sealed | None:
         """Take the buffer out of the write path for :meth:`write_sealed` on another thread; None when there is
@@ -457,10 +468,7 @@ class ShardDirectory:
             keep = index_rows(plan, None)
             readers, perm = self._write_readers(plan.docs, keep, plan.keys)
             with self._lock:
-                stale, marks = older_copies(self._segment_list(), plan, self._find)
-                kept = pc.is_valid(plan.winners.column("_row")).to_numpy(zero_copy_only=False)
-                # per written row (buffer order), whether its winner turned stale: the winners' flags, as keep's
-                result = self._install(plan, stale, marks, readers, stale[kept][perm], sealed.top)
+                result = self._install_written(plan, readers, perm, sealed.top)
                 self._sealed = None
                 self._sealed_done.notify_all()
                 return result
@@ -469,9 +477,7 @@ class ShardDirectory:
                 if self._sealed is sealed.buffer:  # not installed
                     self._sealed_failed = True
                     self._sealed_done.notify_all()
-                    for reader in readers:
-                        with contextlib.suppress(OSError):
-                            os.unlink(reader.path)
+                    _discard(readers)
             raise
 
     def _settle_sealed(self) -> None:

@@ -57,12 +57,13 @@ class IndexBuffer:
         """Buffer stamped documents (:func:`buffered_docs` rows); ``order``: the permutation sorting their ids;
         ``new``: per row, whether its id was new to the shard when the writer looked it up (see ``news``);
         ``keys``: the sorted fingerprints of their ids, if the writer has them (the version map's index of them)."""
+        keys = keys if keys is not None and len(keys.fp) == docs.num_rows and keys.distinct else None
         self.versions.add_docs(len(self.docs), docs.column("_id"), docs.column("_seq_no"),
                                docs.column("_primary_term"), docs.column("_version"), order, keys)
         self.docs.append(docs)
         self.orders.append(order)
         self.news.append(new)
-        self.keys.append(keys if keys is not None and len(keys.fp) == docs.num_rows and keys.distinct else None)
+        self.keys.append(keys)
         self.doc_bytes += docs.nbytes
 
     def add_run(self, docs: pa.Table, ids: list[str], first_seq_no: int, primary_term: int, versions: list[int],

@@ -133,7 +133,8 @@ def test_a_merge_or_a_refresh_waits_for_the_sealed_write(tmp_path: Path) -> None
 
 
 def _refresh_on_a_thread(shard: ShardDirectory) -> tuple[threading.Thread, threading.Event, list]:
-    """Start ``shard.refresh()`` on a thread; (thread, set once it waits for the sealed write, [its result])."""
+    """Start ``shard.refresh()`` on a thread; (thread, set once it waits for the sealed write, [its result, or the
+    exception it raised])."""
     waiting, out = threading.Event(), []
     settle = shard._settle_sealed
 
@@ -141,8 +142,14 @@ def _refresh_on_a_thread(shard: ShardDirectory) -> tuple[threading.Thread, threa
         waiting.set()  # the lock is released inside the wait that follows: another thread's next step waits for it
         settle()
 
+    def refresh() -> None:
+        try:
+            out.append(shard.refresh())
+        except Exception as exc:  # noqa: BLE001 - handed to the test
+            out.append(exc)
+
     shard._settle_sealed = spy  # type: ignore[method-assign]
-    t = threading.Thread(target=lambda: out.append(shard.refresh()))
+    t = threading.Thread(target=refresh)
     t.start()
     return t, waiting, out
 
@@ -418,26 +425,11 @@ def test_a_refresh_beside_whose_lookup_fails_leaves_no_file_and_loses_nothing(tm
             return real(*args, **kw)
 
         monkeypatch.setattr(directory_module, "older_copies", failing)
-        waiting, errors = threading.Event(), []
-        settle = shard._settle_sealed
-
-        def spy() -> None:
-            waiting.set()
-            settle()
-
-        def refresh() -> None:
-            try:
-                shard.refresh()
-            except OSError as exc:
-                errors.append(exc)
-
-        shard._settle_sealed = spy  # type: ignore[method-assign]
-        t = threading.Thread(target=refresh)
-        t.start()
+        t, waiting, out = _refresh_on_a_thread(shard)
         assert waiting.wait(10)
         shard.write_sealed(sealed)
         t.join(10)
-        assert [str(e) for e in errors] == ["read error"]
+        assert [str(e) for e in out] == ["read error"] and isinstance(out[0], OSError)
         assert len(_parquet_files(tmp_path / "d")) == 1  # the sealed segment only
         assert _seq_of(shard, ["b", "c"]) == [2, 3]
         del shard._settle_sealed
