@@ -147,6 +147,8 @@ class ShardDirectory:
         self._sealed: IndexBuffer | None = None
         self._sealed_failed = False
         self._sealed_done = threading.Condition(self._lock)
+        #: the buffer a refresh beside the writes planned from, while it waits for the sealed one (not to be sealed)
+        self._refreshing: IndexBuffer | None = None
         #: one merging thread at a time (taken before ``_lock``, never while holding it); the files merges are
         #: writing, kept by ``_delete_unreferenced``; ``_closed``: a merge finishing after close installs nothing
         self._merge_lock = threading.Lock()
@@ -416,7 +418,11 @@ class ShardDirectory:
         mark = (len(buffer.docs), len(buffer.deletes))
         plan = plan_refresh(buffer, tombstones)
         readers, perm = self._write_readers(plan.docs, index_rows(plan, None), plan.keys)
-        self._settle_sealed()  # releases the lock while it waits
+        self._refreshing = buffer  # not sealed by the thread that installs the sealed one (seal_if_ready)
+        try:
+            self._settle_sealed()  # releases the lock while it waits
+        finally:
+            self._refreshing = None
         try:
             if self._buffer is not buffer or (len(buffer.docs), len(buffer.deletes)) != mark or tombstones.num_rows \
                     or self._tombstones.num_rows or self._deferred_pin is not None or self._closed:
@@ -451,11 +457,25 @@ class ShardDirectory:
         """
         with self._lock:
             self._settle_sealed()
-            if self._deferred_pin is not None or not self._buffer:
+            return self._seal_buffer()
+
+    def seal_if_ready(self) -> Sealed | None:
+        """Seal the buffer at once if it is :attr:`ready_to_seal` and nothing waits: no sealed buffer is being written,
+        no refresh beside the writes planned from it, the directory is open; else None.  The thread that just installed
+        a sealed buffer's segments takes the next one this way, so a buffer that filled meanwhile is not left for the
+        next bulk (or the flush) to seal (docs/design/segments.md, "A full buffer is refreshed beside the writes")."""
+        with self._lock:
+            if self._closed or self._sealed is not None or self._buffer is self._refreshing or not self.ready_to_seal:
                 return None
-            sealed, self._buffer = self._buffer, IndexBuffer()
-            self._sealed, self._sealed_failed = sealed, False
-            return Sealed(sealed, self.max_seq_no, self._tombstones)
+            return self._seal_buffer()
+
+    def _seal_buffer(self) -> Sealed | None:
+        """Under the lock, none sealed: take the buffer out of the write path."""
+        if self._deferred_pin is not None or not self._buffer:
+            return None
+        sealed, self._buffer = self._buffer, IndexBuffer()
+        self._sealed, self._sealed_failed = sealed, False
+        return Sealed(sealed, self.max_seq_no, self._tombstones)
 
     def write_sealed(self, sealed: Sealed) -> RefreshResult:
         """Write a sealed buffer's segments without the lock, then, under it, mark the older copies deleted and
@@ -471,7 +491,6 @@ class ShardDirectory:
                 result = self._install_written(plan, readers, perm, sealed.top)
                 self._sealed = None
                 self._sealed_done.notify_all()
-                return result
         except BaseException:
             with self._lock:
                 if self._sealed is sealed.buffer:  # not installed
@@ -479,6 +498,20 @@ class ShardDirectory:
                     self._sealed_done.notify_all()
                     _discard(readers)
             raise
+        self._index_ahead()
+        return result
+
+    def _index_ahead(self) -> None:
+        """Take the segments just installed into the shard-wide id index now, on the thread that wrote them, so the
+        next bulk's version lookup does not merge their fingerprints into the levels first (issue 44); on a failure
+        (an id index that cannot be read) the next lookup tries again and raises it."""
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                self._id_index.sync([s.reader for s in self._segments.values()])
+            except Exception as exc:  # noqa: BLE001 - the lookup that needs it syncs again (and raises)
+                log.debug("%s: the id index was not brought up to date ahead of the next lookup: %r", self.path, exc)
 
     def _settle_sealed(self) -> None:
         """Under the lock: wait until no refresh runs beside the writes (the lock is released meanwhile); the

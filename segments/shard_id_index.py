@@ -64,7 +64,7 @@ class ShardIdIndex:
             ids = ids.cast(pa.string())
         if len(ids) <= SegmentReader.SMALL_LOOKUP:
             return lookup_segments(readers, ids)
-        self._sync(readers if every is None else every)
+        self.sync(readers if every is None else every)
         empty = pa.array([], pa.int64())
         position = {self._number_of[id(r)]: k for k, r in enumerate(readers) if id(r) in self._number_of}
         if not position or not self._levels:
@@ -106,8 +106,9 @@ class ShardIdIndex:
         order = np.lexsort((r, q, k))
         return pa.array(q[order], pa.int64()), pa.array(k[order], pa.int64()), pa.array(r[order], pa.int64())
 
-    def _sync(self, readers: Sequence[SegmentReader]) -> None:
-        """Make the set exactly ``readers``: forget those gone, add the new ones (each a level, merged as needed)."""
+    def sync(self, readers: Sequence[SegmentReader]) -> None:
+        """Make the set exactly ``readers``: forget those gone, add the new ones (each a level, merged as needed).
+        A lookup does it first; the owner may do it ahead, off a lookup's path (a refresh beside the writes)."""
         present = {id(r) for r in readers}
         for key in [key for key in self._number_of if key not in present]:
             number = self._number_of.pop(key)

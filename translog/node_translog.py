@@ -43,6 +43,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 
@@ -159,6 +160,7 @@ class NodeTranslog:
         self._open_round: int | None = None  # numbered, not done: it may still seal shards
         self._refs: dict[int, set[tuple[int, EntryKey]]] = {}  # round -> {(id(handle), section)} still retained
         self._thread: threading.Thread | None = None
+        self._syncer = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"translog-sync-{node}")
         self._closed = False
         #: group commit: a round closes the current epoch and waits for the holds taken in it or before
         #: (epoch -> [staging() holds, joining() holds]); a hold taken later never delays it
@@ -380,10 +382,24 @@ class NodeTranslog:
             sections.extend(mine)
             owners.append((h, mine))
         if sections:
-            _sync_local([h for h, mine in owners if mine])  # one sync per round, not an fsync per shard
+            # one sync per round, not an fsync per shard, beside the data blob's PUT: both end before the index blob,
+            # which makes the round count (docs/design/translog.md, "Local durability: one sync per round per node")
+            durable = self._syncer.submit(_sync_local, [h for h, mine in owners if mine])
             index = RoundIndex(self.prefix, round_no, self.node, tuple(sections)).encode()
             parts.append(trailer(index))
-            self._put_parts(data_key(self.prefix, round_no), parts)
+            try:
+                self._put_parts(data_key(self.prefix, round_no), parts)
+                put_failed = None
+            except BaseException as exc:  # noqa: BLE001 - raised below, unless the local sync failed too
+                put_failed = exc
+            local_failed = durable.exception()
+            if local_failed is not None:  # the copies fail (LocalDiskError) and the round counts for nothing:
+                if put_failed is None:  # its data blob, which landed beside the sync, goes too
+                    with contextlib.suppress(Exception):
+                        self.store.delete([data_key(self.prefix, round_no)])
+                raise local_failed
+            if put_failed is not None:
+                raise put_failed
             self._put(index_key(self.prefix, round_no), index)
             with self._cond:
                 key = data_key(self.prefix, round_no)
@@ -454,6 +470,7 @@ class NodeTranslog:
             thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=30)
+        self._syncer.shutdown(wait=False)
 
 
 def _sync_local(handles: list[NodeShardTranslog]) -> None:

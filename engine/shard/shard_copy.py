@@ -61,7 +61,7 @@ from shardstore.engine.shard.staged_write import Refreshing, Staged
 from shardstore.engine.shard.store_recovery import read_from_store
 from shardstore.errors import LocalDiskError, TooManyOpenFiles, is_too_many_open_files
 from shardstore.segments import merge_scheduler, row_cache
-from shardstore.segments.directory import INDEX_BUFFER_BYTES, Prepared, RefreshResult, ShardDirectory
+from shardstore.segments.directory import INDEX_BUFFER_BYTES, Prepared, RefreshResult, Sealed, ShardDirectory
 from shardstore.segments.errors import CommitConflict, SegmentCorrupted, UploadCancelled
 from shardstore.segments.id_index import SortedKeys
 from shardstore.segments.mapping import Mapping
@@ -386,7 +386,7 @@ class ShardCopy:
         if self.directory.ready_to_seal:  # its segments are written beside the writes; nothing waits for them
             sealed = self.directory.seal()  # waits for the one before, if it is still being written
             if sealed is not None:
-                Refreshing(self.directory, sealed, self.spec.shard, self._refreshed_beside)
+                Refreshing(self.directory, sealed, self.spec.shard, self._refreshed_beside, self._seal_following)
         return Staged(seq_nos, remote, remote.append(stamped))
 
     def settle(self, staged: Staged) -> None:
@@ -480,6 +480,14 @@ class ShardCopy:
                 log.exception("%s: a refresh during the translog upload failed; the documents stay buffered",
                               self.path)
         remote.wait_uploaded(position)
+
+    def _seal_following(self) -> Sealed | None:
+        """The buffer that filled while a sealed one was written, sealed for the next write beside the writes (the
+        thread that wrote the last one asks, without this copy's lock); None when not ready, or this copy closes or
+        no longer leads."""
+        if self.closed or not self.primary:
+            return None
+        return self.directory.seal_if_ready()
 
     def _refreshed_beside(self, result: RefreshResult | None, error: BaseException | None) -> None:
         """A sealed buffer's segments were written beside the writes (:class:`Refreshing`): upload them ahead of

@@ -42,10 +42,13 @@ class Refreshing:
     """
 
     def __init__(self, directory: ShardDirectory, sealed: Sealed, shard: int,
-                 done: Callable[[RefreshResult | None, BaseException | None], None]) -> None:
+                 done: Callable[[RefreshResult | None, BaseException | None], None],
+                 following: Callable[[], Sealed | None] = lambda: None) -> None:
         self._directory = directory
         self._sealed = sealed
+        self._shard = shard
         self._done = done
+        self._following = following
         self._thread = threading.Thread(target=self._run, name=f"refresh-{shard}", daemon=True)
         self._thread.start()
 
@@ -56,6 +59,11 @@ class Refreshing:
         except BaseException as exc:  # noqa: BLE001 - handed to the copy's callback (ShardCopy._refreshed_beside)
             self._done(None, exc)
             return
+        # the buffer that filled while this one was written is sealed now and written next, on a thread of its own,
+        # before this one's callback (which may wait for the copy's lock while a bulk is staged)
+        following = self._following()
+        if following is not None:
+            Refreshing(self._directory, following, self._shard, self._done, self._following)
         self._done(result, None)
 
     def join(self, timeout: float | None = None) -> None:
