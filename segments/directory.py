@@ -509,7 +509,7 @@ class ShardDirectory:
             if self._closed:
                 return
             try:
-                self._id_index.sync([s.reader for s in self._segments.values()])
+                self._id_index.sync(self._readers())
             except Exception as exc:  # noqa: BLE001 - the lookup that needs it syncs again (and raises)
                 log.debug("%s: the id index was not brought up to date ahead of the next lookup: %r", self.path, exc)
 
@@ -526,6 +526,10 @@ class ShardDirectory:
             for deletes in self._buffer.deletes:
                 back.add_deletes(deletes)
             self._buffer = back
+
+    def _readers(self) -> list[SegmentReader]:
+        """Under the lock: every installed segment's reader (the shard-wide id index's set)."""
+        return [s.reader for s in self._segments.values()]
 
     def _segment_list(self) -> list[tuple[str, SegmentReader, LiveDocs]]:
         return [(name, seg.reader, seg.live) for name, seg in self._segments.items()]
@@ -966,7 +970,7 @@ class ShardDirectory:
             maps = self._buffered_maps()
             newest = min(m.min_seq_no for m in maps) > self._refreshed_seq
             if find is None and keys is not None and unique:
-                every = [s.reader for s in self._segments.values()]
+                every = self._readers()
 
                 def find(readers: Sequence[SegmentReader], q: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
                     return self._id_index.lookup(readers, q, every, presorted=(keys.fp, keys.pos))
@@ -978,7 +982,7 @@ class ShardDirectory:
         """Under the lock: :meth:`current_versions` (``seen``) of an adopted file whose ids are distinct, found
         through the shard-wide id index with the file's own sorted fingerprints (nothing fingerprinted or sorted
         again: ``ShardIdIndex.lookup``'s ``presorted``)."""
-        every = [s.reader for s in self._segments.values()]
+        every = self._readers()
 
         def find(readers: Sequence[SegmentReader], ids: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
             return self._id_index.lookup(readers, ids, every, presorted=(index.fp, index.rows))
@@ -988,7 +992,7 @@ class ShardDirectory:
     def _find(self, readers: Sequence[SegmentReader], ids: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
         """Under the lock: ``ids`` in ``readers`` (a subset of this directory's segments) through the shard-wide id
         index, which keeps levels over all of them (segments/shard_id_index.py)."""
-        return self._id_index.lookup(readers, ids, [s.reader for s in self._segments.values()])
+        return self._id_index.lookup(readers, ids, self._readers())
 
     def current_version_numbers(self, ids: list[str], arr: pa.Array) -> list[int] | np.ndarray:
         """Per id of ``ids`` (``arr``: the same ids as Arrow), the version its next write counts from: that of its

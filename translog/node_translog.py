@@ -385,10 +385,11 @@ class NodeTranslog:
             # one sync per round, not an fsync per shard, beside the data blob's PUT: both end before the index blob,
             # which makes the round count (docs/design/translog.md, "Local durability: one sync per round per node")
             durable = self._syncer.submit(_sync_local, [h for h, mine in owners if mine])
+            key = data_key(self.prefix, round_no)
             index = RoundIndex(self.prefix, round_no, self.node, tuple(sections)).encode()
             parts.append(trailer(index))
             try:
-                self._put_parts(data_key(self.prefix, round_no), parts)
+                self._put_parts(key, parts)
                 put_failed = None
             except BaseException as exc:  # noqa: BLE001 - raised below, unless the local sync failed too
                 put_failed = exc
@@ -396,13 +397,12 @@ class NodeTranslog:
             if local_failed is not None:  # the copies fail (LocalDiskError) and the round counts for nothing:
                 if put_failed is None:  # its data blob, which landed beside the sync, goes too
                     with contextlib.suppress(Exception):
-                        self.store.delete([data_key(self.prefix, round_no)])
+                        self.store.delete([key])
                 raise local_failed
             if put_failed is not None:
                 raise put_failed
             self._put(index_key(self.prefix, round_no), index)
             with self._cond:
-                key = data_key(self.prefix, round_no)
                 self._refs[round_no] = {(id(h), section_key(s.generation, key, s.offset)) for h, mine in owners
                                         for s in mine}
         for h, mine in owners:

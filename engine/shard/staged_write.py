@@ -38,7 +38,9 @@ class Refreshing:
 
     Nothing waits for it to acknowledge a write: its operations are in the translog, and until its segments are
     installed they stay visible to version lookups and realtime gets (``ShardDirectory.write_sealed``).  The next
-    seal waits for it (one at a time), and so does closing the directory.
+    seal waits for it (one at a time), and so does closing the directory (``ShardDirectory._settle_sealed``): nothing
+    joins the thread.  ``following()`` seals the buffer that filled meanwhile (``ShardCopy._seal_following``); its
+    write then runs on a ``Refreshing`` of its own, with the same callbacks.
     """
 
     def __init__(self, directory: ShardDirectory, sealed: Sealed, shard: int,
@@ -49,8 +51,7 @@ class Refreshing:
         self._shard = shard
         self._done = done
         self._following = following
-        self._thread = threading.Thread(target=self._run, name=f"refresh-{shard}", daemon=True)
-        self._thread.start()
+        threading.Thread(target=self._run, name=f"refresh-{shard}", daemon=True).start()
 
     def _run(self) -> None:
         try:
@@ -65,7 +66,3 @@ class Refreshing:
         if following is not None:
             Refreshing(self._directory, following, self._shard, self._done, self._following)
         self._done(result, None)
-
-    def join(self, timeout: float | None = None) -> None:
-        """Wait until its segments are installed, or its failure handled."""
-        self._thread.join(timeout)
