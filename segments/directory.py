@@ -89,8 +89,13 @@ INDEX_BUFFER_BYTES = 32 << 20
 #: instead of starting only when the buffer is full (docs/design/segments.md, "A full buffer is refreshed beside
 #: the writes").
 SEAL_EARLY_SHARE = 0.25
-#: A refresh of at least twice this many documents writes one segment per core, in parallel.
-PARALLEL_SEGMENT_DOCS = 100_000
+#: A refresh beside the writes (a sealed buffer) of at least twice this many documents writes one segment per core,
+#: in parallel: a buffer that filled over several bulks while the one before was written (the writes take a core
+#: meanwhile, and a flush may be waiting for it).
+PARALLEL_SEGMENT_DOCS = 40_000
+#: The same for a refresh its caller waits for with no sealed write beside it (a flush's tail): the writes that
+#: wait for it leave the other cores idle (docs/design/segments.md, "Parts of a refresh").
+FOREGROUND_PART_DOCS = 16_384
 #: how long closing waits for a refresh beside the writes to end (it writes into the directory)
 CLOSE_WAIT_SECONDS = 60.0
 
@@ -399,7 +404,7 @@ class ShardDirectory:
             plan = plan_refresh(self._buffer, self._tombstones)
             stale, marks = older_copies(self._segment_list(), plan, self._find)
             keep = index_rows(plan, stale)
-            readers, _perm = self._write_readers(plan.docs, keep, plan.keys)
+            readers, _perm = self._write_readers(plan.docs, keep, plan.keys, FOREGROUND_PART_DOCS)
             result = self._install(plan, stale, marks, readers, None, self.max_seq_no)
             self._buffer = IndexBuffer()
             return result
@@ -534,17 +539,18 @@ class ShardDirectory:
     def _segment_list(self) -> list[tuple[str, SegmentReader, LiveDocs]]:
         return [(name, seg.reader, seg.live) for name, seg in self._segments.items()]
 
-    def _write_readers(self, docs: pa.Table | None, keep: pa.Array,
-                       keys: SortedKeys | None = None) -> tuple[list[SegmentReader], np.ndarray]:
+    def _write_readers(self, docs: pa.Table | None, keep: pa.Array, keys: SortedKeys | None = None,
+                       part_docs: int | None = None) -> tuple[list[SegmentReader], np.ndarray]:
         """Write the ``keep`` rows of ``docs`` as new segment files in buffer order and open them, their version
         columns and id index built from ``docs`` (no lock needed: nothing is published); with the permutation of
         ``keep`` they were written in (:func:`buffer_order`).  ``keys``: the sorted fingerprints of every id of
-        ``docs`` (``IndexBuffer.sorted_keys``), when the buffer has them: the id indexes are cut from them."""
+        ``docs`` (``IndexBuffer.sorted_keys``), when the buffer has them: the id indexes are cut from them.
+        ``part_docs``: as in :meth:`_write_segments`."""
         if not len(keep):
             return [], np.zeros(0, dtype=np.int64)
         assert docs is not None
         keep, perm = buffer_order(keep, docs.num_rows)
-        infos = self._write_segments(docs, keep)
+        infos = self._write_segments(docs, keep, part_docs)
         n = len(keep)
         at = None  # per row of docs, its place among the written rows (-1: not written)
         if keys is not None and len(keys.fp) == docs.num_rows:
@@ -596,18 +602,18 @@ class ShardDirectory:
         n_applied = int(pc.sum(applied.cast(pa.int64())).as_py() or 0)
         return RefreshResult(written[0] if written else None, indexed, deleted, plan.ops - n_applied, tuple(written))
 
-    def _write_segments(self, docs: pa.Table, rows: pa.Array) -> list[SegmentInfo]:
+    def _write_segments(self, docs: pa.Table, rows: pa.Array, part_docs: int | None = None) -> list[SegmentInfo]:
         """Write the ``rows`` of ``docs`` (ascending, one per id) as one segment, or one per core when many.
 
         Rows stay in buffer order (docs/design/segments.md, "Refreshed segments keep the buffer's order"): a
         segment whose ids happen to ascend is format 1, any other format 2 (unsorted), found through its id index;
-        a merge writes id order again.  A refresh of at least ``2 * PARALLEL_SEGMENT_DOCS`` documents is cut into
-        contiguous runs of rows written at once on a thread each (the Parquet encoding releases the GIL), as
-        Lucene flushes one segment per indexing thread: each id in one of them only, and the merge policy folds
-        them later.
+        a merge writes id order again.  A refresh of at least ``2 * part_docs`` documents (None:
+        :data:`PARALLEL_SEGMENT_DOCS`, read at the call) is cut into contiguous runs of rows written at once on a
+        thread each (the Parquet encoding releases the GIL), as Lucene flushes one segment per indexing thread: each
+        id in one of them only, and the merge policy folds them later.
         """
         n = len(rows)
-        parts = max(1, min(os.cpu_count() or 1, n // PARALLEL_SEGMENT_DOCS))
+        parts = max(1, min(os.cpu_count() or 1, n // (part_docs or PARALLEL_SEGMENT_DOCS)))
 
         def write(i: int) -> SegmentInfo:
             lo, hi = n * i // parts, n * (i + 1) // parts

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import pyarrow as pa
@@ -45,6 +46,9 @@ DENSE_CODEC = "zstd"
 #: them, zstd saved little on top and cost the most decoding time per byte.  Not LZ4: Spark 4.1's Parquet
 #: reader (airlift's LZ4_RAW) refuses pyarrow's LZ4_RAW pages ("all input must be consumed").
 FIXED_WIDTH_CODEC = "snappy"
+#: Base columns written with a Parquet encoding of their own instead of plain pages: ``_seq_no`` ascends within a
+#: refreshed segment, so delta-packed it is a few bits a row (plain and zstd: ~1 byte) and encodes ~3x faster.
+DELTA_COLUMNS = MappingProxyType({"_seq_no": "DELTA_BINARY_PACKED"})
 #: Segments whose Arrow data is at most this big are encoded into memory, then
 #: checksummed and written in one go; bigger ones stream through a CRC-computing file.
 IN_MEMORY_WRITE_BYTES = 512 << 20

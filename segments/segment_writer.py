@@ -26,6 +26,7 @@ from shardstore.fileio import fsync as fsync_file
 from .segment_info import (
     _BASE_NAMES,
     BASE_SCHEMA,
+    DELTA_COLUMNS,
     IN_MEMORY_WRITE_BYTES,
     MAX_ROW_GROUP_ROWS,
     METADATA_KEY,
@@ -200,6 +201,7 @@ def write_segment(
                 # unique per row: no dictionary (_version is mostly 1: a dictionary page, and the
                 # writer falls back to plain pages by itself where an index rewrote its ids often)
                 use_dictionary=[c for c in schema.names if c not in UNIQUE_COLUMNS],
+                column_encoding={c: e for c, e in DELTA_COLUMNS.items() if c in schema.names} or None,
                 write_statistics=[c for c in schema.names if c != "_source"],
                 sorting_columns=[pq.SortingColumn(0)] if id_sorted else None,
                 # a Parquet bloom filter on _id: Spark/DuckDB prune row groups on

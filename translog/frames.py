@@ -85,6 +85,16 @@ primary adopted as a segment; engine/shard/adopted_ops.py): the frames are uncha
 a reader of version 4 would take an adopted row for an unknown operation and skip it, so
 it refuses a version 5 file with :class:`~shardstore.errors.UnsupportedFormatVersion`.
 
+Version 6 is version 5 plus narrowed operation columns: in a compressed ``FT`` frame, the
+``seq_no``, ``primary_term`` and ``version`` columns (:data:`NARROW_COLUMNS`) are narrowed
+like the integers of ``fields``, with :data:`WIDE_KEY` on the top-level field, and widened
+back by every reader before anything else sees the batch.  They are int64 columns of 400 KB
+per 50,000 operations, all but constant: zstd spent about 1.5 ms on each, a third of a bulk's
+frame (scratch: a bulk of 50,000 flights rows, 14.5 ms of zstd CPU, of which 4.4 ms on these
+three; narrowed to int32/int8/int8, the frame took 3.3 ms less CPU and 2.6% more bytes).  A
+reader of version 5 refuses a version 6 file with
+:class:`~shardstore.errors.UnsupportedFormatVersion`: it would hand an int8 term to the engine.
+
 Writing the schema once per generation instead of once per frame saves ~450 bytes and
 an IPC stream writer per append.  :func:`payload_parts` hands a large batch's payload
 out as the pieces Arrow writes (message metadata, the batch's own buffers, padding), so
@@ -135,7 +145,7 @@ from shardstore.translog.errors import TranslogCorruptedError
 from shardstore.translog.operations import SCHEMA
 from shardstore.translog.records import Checksum, check_framing, check_version, checksum_for, crc32c, zlib_crc32
 
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
 #: The first format version whose files may hold typed (``FT``) frames.
 TYPED_FRAMES_VERSION = 3
 #: The first format version whose typed frames may hold narrowed integer fields (module docstring).
@@ -143,6 +153,10 @@ NARROW_INTS_VERSION = 4
 #: The first format version whose files may hold adopted operations (op type 3, engine/shard/adopted_ops.py): an
 #: older reader refuses the file (UnsupportedFormatVersion) instead of replaying an adopted row as nothing.
 ADOPTED_OPS_VERSION = 5
+#: The first format version whose large typed frames may hold narrowed operation columns (:data:`NARROW_COLUMNS`).
+NARROW_COLUMNS_VERSION = 6
+#: The operation columns a large typed frame narrows like the integers of its ``fields`` (format version 6).
+NARROW_COLUMNS = ("seq_no", "primary_term", "version")
 #: Field metadata key of a narrowed integer child of ``fields``: the type it is widened back to.
 WIDE_KEY = b"shardstore.wide"
 _NARROWER = (pa.int8(), pa.int16(), pa.int32())
@@ -423,8 +437,9 @@ def _has_dictionary(schema: pa.Schema) -> bool:
 
 
 def narrowed(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """``batch`` with each int64/int32 child of ``fields`` cast to the narrowest integer type holding its values,
-    marked with :data:`WIDE_KEY` (format version 4; :func:`widened` undoes it exactly)."""
+    """``batch`` with each int64/int32 child of ``fields`` and each of :data:`NARROW_COLUMNS` cast to the narrowest
+    integer type holding its values, marked with :data:`WIDE_KEY` (format versions 4 and 6; :func:`widened` undoes
+    it exactly)."""
 
     def narrow(f: pa.Field, child: pa.Array) -> tuple[pa.Field, pa.Array] | None:
         target = _narrowest(child) if f.type in (pa.int64(), pa.int32()) else None
@@ -433,7 +448,20 @@ def narrowed(batch: pa.RecordBatch) -> pa.RecordBatch:
         return pa.field(f.name, target, f.nullable, {**(f.metadata or {}), WIDE_KEY: str(f.type).encode()}), \
             child.cast(target)
 
-    return _recast_fields(batch, narrow)
+    return _recast_columns(_recast_fields(batch, narrow), narrow, NARROW_COLUMNS)
+
+
+def _recast_columns(batch: pa.RecordBatch, recast: Callable[[pa.Field, pa.Array], tuple[pa.Field, pa.Array] | None],
+                    names: Sequence[str]) -> pa.RecordBatch:
+    """``batch`` with each top-level column of ``names`` that ``recast`` gives a new (field, values) for replaced."""
+    for name in names:
+        i = batch.schema.get_field_index(name)
+        if i < 0:
+            continue
+        new = recast(batch.schema.field(i), one_array(batch.column(i)))
+        if new is not None:
+            batch = batch.set_column(i, *new)
+    return batch
 
 
 def _recast_fields(batch: pa.RecordBatch,
@@ -473,9 +501,11 @@ def _narrowest(col: pa.Array) -> pa.DataType | None:
 
 
 def widened(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """A typed batch with its narrowed ``fields`` children (:data:`WIDE_KEY`) cast back to their own types."""
+    """A typed batch with its narrowed ``fields`` children and operation columns (:data:`WIDE_KEY`) cast back to
+    their own types."""
     i = batch.schema.get_field_index(FIELDS_COLUMN)
-    if i < 0 or not any(f.metadata and WIDE_KEY in f.metadata for f in batch.schema.field(i).type):
+    narrow_columns = [f.name for f in batch.schema if f.metadata and WIDE_KEY in f.metadata]
+    if i < 0 or not (narrow_columns or any(f.metadata and WIDE_KEY in f.metadata for f in batch.schema.field(i).type)):
         return batch
 
     def widen(f: pa.Field, child: pa.Array) -> tuple[pa.Field, pa.Array] | None:
@@ -488,7 +518,7 @@ def widened(batch: pa.RecordBatch) -> pa.RecordBatch:
         meta = {k: v for k, v in f.metadata.items() if k != WIDE_KEY}
         return pa.field(f.name, target, f.nullable, meta or None), child.cast(target)
 
-    return _recast_fields(batch, widen)
+    return _recast_columns(_recast_fields(batch, widen), widen, narrow_columns)
 
 
 _WIDE_TYPES = {b"int64": pa.int64(), b"int32": pa.int32()}

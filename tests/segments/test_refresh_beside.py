@@ -165,7 +165,7 @@ def test_a_refresh_writes_beside_a_sealed_write_and_installs_after_it(tmp_path: 
     written: list[int] = []
     with ShardDirectory(str(tmp_path / "d"), warm=False) as shard:
         real = shard._write_segments
-        shard._write_segments = lambda docs, rows: (written.append(len(rows)), real(docs, rows))[1]  # type: ignore
+        shard._write_segments = lambda docs, rows, *a: (written.append(len(rows)), real(docs, rows, *a))[1]  # type: ignore
         shard.apply(_index([f"k{i}" for i in range(100)], 0, 1))
         sealed = shard.seal()
         assert sealed is not None

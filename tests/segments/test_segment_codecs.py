@@ -65,3 +65,21 @@ def test_a_written_segment_carries_those_codecs_and_reads_back_everywhere(tmp_pa
     got = duckdb.sql(f"SELECT count(*), sum(i64), min(\"at\"), sum(price) FROM '{path}'").fetchall()[0]
     assert got == (3000, 24000, datetime.datetime(2013, 1, 1, tzinfo=datetime.UTC), decimal.Decimal("3750.00"))
     assert SegmentReader(path, info).take([0, 2999]).column("price").to_pylist() == [decimal.Decimal("1.25")] * 2
+
+
+def test_seq_nos_are_delta_packed_and_read_back_everywhere(tmp_path: Path) -> None:
+    """``_seq_no`` is written DELTA_BINARY_PACKED (``DELTA_COLUMNS``): no plain page of it in any row group, the
+    other base columns keep their dictionary or plain pages, and pyarrow and DuckDB read the seq#s back exactly,
+    ascending (a refresh) or in any order (a merge writes ``_id`` order)."""
+    table = _table(3000)
+    shuffled = table.set_column(1, "_seq_no", pa.array(list(range(2999, -1, -1)), pa.int64()))
+    for i, t in enumerate((table, shuffled)):
+        path = str(tmp_path / f"s{i}.parquet")
+        write_segment(path, t, name=f"s{i}", row_group_size=1000, sort=False)
+        rows = duckdb.sql(f"SELECT path_in_schema, encodings FROM parquet_metadata('{path}')").fetchall()
+        seq = [e for p, e in rows if p == "_seq_no"]
+        assert len(seq) == 3 and all("DELTA_BINARY_PACKED" in e and "PLAIN" not in e.split(",") for e in seq), seq
+        assert all("DELTA" not in e for p, e in rows if p != "_seq_no")
+        assert pq.read_table(path).column("_seq_no").to_pylist() == t.column("_seq_no").to_pylist()
+        got = duckdb.sql(f"SELECT list(_seq_no ORDER BY _id) FROM '{path}'").fetchall()[0][0]
+        assert got == t.column("_seq_no").to_pylist()

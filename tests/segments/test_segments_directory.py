@@ -284,7 +284,7 @@ def test_a_big_refresh_is_written_as_one_segment_per_core(tmp_path, monkeypatch)
     from shardstore.segments.directory import ShardDirectory
     from shardstore.translog.operations import index_batch, stamp
 
-    monkeypatch.setattr(directory_module, "PARALLEL_SEGMENT_DOCS", 100)
+    monkeypatch.setattr(directory_module, "FOREGROUND_PART_DOCS", 100)  # a refresh its caller waits for
     monkeypatch.setattr(directory_module.os, "cpu_count", lambda: 3)
     ids = [f"k{i:05d}" for i in range(1000)][::-1]  # given in reverse: written as given, not sorted
     with ShardDirectory(str(tmp_path / "shard")) as shard:
@@ -300,6 +300,41 @@ def test_a_big_refresh_is_written_as_one_segment_per_core(tmp_path, monkeypatch)
         assert shard.get("k00999")["n"] == 0 and shard.get("k00000")["n"] == 999
         got = pa.concat_tables(pa.Table.from_batches(list(r.scan(live=lv))) for r, lv in shard.searchable_segments())
         assert sorted(got.column("_id").to_pylist()) == sorted(ids)
+
+
+def test_a_refresh_its_caller_waits_for_is_cut_finer_than_a_sealed_write(tmp_path, monkeypatch) -> None:
+    """A flush's tail (a refresh nothing is written beside) takes a part per core from ``2 * FOREGROUND_PART_DOCS``
+    documents; a sealed buffer of the same size is one segment until ``2 * PARALLEL_SEGMENT_DOCS`` (the writes run
+    beside it)."""
+    from shardstore.segments import directory as directory_module
+    from shardstore.segments.directory import ShardDirectory
+    from shardstore.translog.operations import index_batch, stamp
+
+    monkeypatch.setattr(directory_module, "FOREGROUND_PART_DOCS", 100)
+    monkeypatch.setattr(directory_module, "PARALLEL_SEGMENT_DOCS", 300)
+    monkeypatch.setattr(directory_module.os, "cpu_count", lambda: 2)
+
+    def batch(prefix: str, first: int, n: int = 400):
+        return stamp(index_batch([f"{prefix}{i:04d}" for i in range(n)], [b'{"n":1}'] * n), first, 1)
+
+    with ShardDirectory(str(tmp_path / "shard"), warm=False) as shard:
+        shard.apply(batch("a", 0))
+        assert [r.info.doc_count for r in _written(shard, shard.refresh())] == [200, 200]  # foreground: 2 parts
+        shard.apply(batch("b", 400))
+        sealed = shard.seal()
+        assert sealed is not None
+        assert [r.info.doc_count for r in _written(shard, shard.write_sealed(sealed))] == [400]  # < 2 * 300: one
+        shard.apply(batch("c", 800, 600))
+        sealed = shard.seal()
+        assert sealed is not None
+        assert [r.info.doc_count for r in _written(shard, shard.write_sealed(sealed))] == [300, 300]
+        assert shard.count() == 1400
+
+
+def _written(shard: object, result: object) -> list:
+    """The readers of the segments a refresh result names, in its order."""
+    readers = {r.info.name: r for r, _live in shard.searchable_segments()}  # type: ignore[attr-defined]
+    return [readers[name] for name in result.segments]  # type: ignore[attr-defined]
 
 
 def _ordered_ids(shard: object) -> list[str]:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from shardstore.segments import directory as directory_module
 from shardstore.segments import row_cache
 from shardstore.segments.segment import SegmentReader, write_segment
 from tests.segments.test_segments_files import _docs, _segment_table
@@ -18,6 +19,12 @@ def cache(monkeypatch: pytest.MonkeyPatch) -> row_cache.RowGroupCache:
     fresh = row_cache.RowGroupCache(64 << 20)
     monkeypatch.setattr(row_cache, "row_groups", fresh)
     return fresh
+
+
+@pytest.fixture(autouse=True)
+def _one_segment_per_refresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tests read *the* segment of a 60,000-row refresh: no parts on two cores (``FOREGROUND_PART_DOCS``)."""
+    monkeypatch.setattr(directory_module, "FOREGROUND_PART_DOCS", 1 << 30)
 
 
 def test_a_warm_point_read_decodes_nothing(tmp_path: Path, cache: row_cache.RowGroupCache) -> None:

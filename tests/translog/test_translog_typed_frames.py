@@ -54,7 +54,7 @@ def test_typed_operations_round_trip_through_the_local_translog(tmp_path: Path) 
         log.add(plain_ops(50, 5))
         log.add(typed_ops(55, 10))
     assert frame_kinds(tmp_path / generation_file(1)) == [fr.TYPED_MAGIC, fr.BATCH_MAGIC, fr.TYPED_MAGIC]
-    assert fr.scan(tmp_path / generation_file(1), fr.HEADER_SIZE).header.version == fr.FORMAT_VERSION == fr.ADOPTED_OPS_VERSION
+    assert fr.scan(tmp_path / generation_file(1), fr.HEADER_SIZE).header.version == fr.FORMAT_VERSION == fr.NARROW_COLUMNS_VERSION
     with LocalTranslog(str(tmp_path), primary_term=1) as log:  # reopened: recovered from disk
         got = pa.Table.from_batches(list(log.read_operations(0)))
     assert got.num_rows == 65 and got.column("seq_no").to_pylist() == list(range(65))
@@ -244,6 +244,10 @@ def test_large_typed_frames_narrow_their_integers_and_read_back_exactly(tmp_path
     assert narrow["mid"] == (pa.int32(), b"int64") and narrow["int32"] == (pa.int8(), b"int32")
     assert narrow["edge"] == (pa.int16(), b"int64")
     assert narrow["big"] == (pa.int64(), None) and narrow["none"] == (pa.int64(), None)  # nothing narrower holds them
+    top = pa.ipc.open_stream(pa.py_buffer(frames[0].payload)).schema  # format version 6: the operation columns too
+    assert [(top.field(c).type, (top.field(c).metadata or {}).get(fr.WIDE_KEY)) for c in fr.NARROW_COLUMNS] == [
+        (pa.int32(), b"int64"), (pa.int8(), b"int64"), (pa.int8(), b"int64")]
+    assert top.field("id").type == pa.string() and not top.field("id").metadata
     decoded = next(fr.iter_frames(data, fr.HEADER_SIZE, None, tmp_path, decode=True)).batch()
     lazy = next(fr.iter_frames(data, fr.HEADER_SIZE, None, tmp_path)).batch()  # decoded on first use
     assert lazy.schema.equals(batch.schema, check_metadata=True) and lazy.equals(batch)
@@ -271,6 +275,35 @@ def test_a_version_4_file_is_refused_by_a_version_3_reader(tmp_path: Path, monke
     monkeypatch.setattr(fr, "FORMAT_VERSION", 3)
     with pytest.raises(UnsupportedFormatVersion):
         fr.scan(tmp_path / generation_file(1), fr.HEADER_SIZE)
+
+
+def test_a_version_6_file_is_refused_by_a_version_5_reader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Narrowed operation columns (an int8 term) must never reach a reader that would not widen them."""
+    from shardstore.errors import UnsupportedFormatVersion
+
+    with LocalTranslog(str(tmp_path), primary_term=1) as log:
+        log.add(_wide_ops(0, 40_000))
+    assert fr.scan(tmp_path / generation_file(1), fr.HEADER_SIZE).header.version == fr.NARROW_COLUMNS_VERSION == 6
+    monkeypatch.setattr(fr, "FORMAT_VERSION", fr.ADOPTED_OPS_VERSION)
+    with pytest.raises(UnsupportedFormatVersion):
+        fr.scan(tmp_path / generation_file(1), fr.HEADER_SIZE)
+
+
+@pytest.mark.parametrize("first,term,version,want", [
+    (0, 1, 1, (pa.int16(), pa.int8(), pa.int8())),
+    (2**31 - 10, 300, 2**15, (pa.int64(), pa.int16(), pa.int32())),
+    (2**40, 2**33, 7, (pa.int64(), pa.int64(), pa.int8())),
+])
+def test_narrowed_operation_columns_read_back_exactly_at_any_width(first: int, term: int, version: int,
+                                                                   want: tuple) -> None:
+    """seq#s past int32, terms past int8 and versions past int16 keep the widths they need; each comes back int64."""
+    batch = stamp(_wide_ops(0, 30_000), first, term)
+    batch = batch.set_column(batch.schema.get_field_index("version"), batch.schema.field("version"),
+                             pa.array([version] * 30_000, pa.int64()))
+    narrow = fr.narrowed(batch)
+    assert tuple(narrow.schema.field(c).type for c in fr.NARROW_COLUMNS) == want
+    back = fr.widened(narrow)
+    assert back.schema.equals(batch.schema, check_metadata=True) and back.equals(batch)
 
 
 def test_a_narrowed_field_naming_an_unknown_type_is_refused() -> None:
