@@ -386,7 +386,8 @@ class ShardDirectory:
         return held >= self.index_buffer_bytes or (self._sealed is None and held >= self.index_buffer_bytes * SEAL_EARLY_SHARE)
 
     def refresh(self) -> RefreshResult:
-        """Make buffered operations searchable: one new segment, older copies marked deleted."""
+        """Make buffered operations searchable: new segments (one per core from ``2 * FOREGROUND_PART_DOCS`` rows),
+        older copies marked deleted."""
         with self._lock:
             if self._sealed is not None and not self._sealed_failed and self._deferred_pin is None and self._buffer:
                 beside = self._refresh_beside_sealed()
@@ -909,7 +910,7 @@ class ShardDirectory:
 
     def _pin_deferred_view(self) -> RefreshResult | None:
         """Write and pin the view a hold without a refresh deferred (:meth:`hold_view`): the buffered operations up
-        to its mark become one segment, the rest stay buffered, and the view pins the segments then; what that
+        to its mark become new segments, the rest stay buffered, and the view pins the segments then; what that
         refresh did, or None when no mark stands.  A refresh that fails (the disk) keeps the mark: the next one
         writes the same operations first."""
         upto, self._deferred_pin = self._deferred_pin, None

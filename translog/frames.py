@@ -505,7 +505,8 @@ def widened(batch: pa.RecordBatch) -> pa.RecordBatch:
     their own types."""
     i = batch.schema.get_field_index(FIELDS_COLUMN)
     narrow_columns = [f.name for f in batch.schema if f.metadata and WIDE_KEY in f.metadata]
-    if i < 0 or not (narrow_columns or any(f.metadata and WIDE_KEY in f.metadata for f in batch.schema.field(i).type)):
+    narrow_fields = i >= 0 and any(f.metadata and WIDE_KEY in f.metadata for f in batch.schema.field(i).type)
+    if not (narrow_columns or narrow_fields):
         return batch
 
     def widen(f: pa.Field, child: pa.Array) -> tuple[pa.Field, pa.Array] | None:
@@ -518,7 +519,7 @@ def widened(batch: pa.RecordBatch) -> pa.RecordBatch:
         meta = {k: v for k, v in f.metadata.items() if k != WIDE_KEY}
         return pa.field(f.name, target, f.nullable, meta or None), child.cast(target)
 
-    return _recast_columns(_recast_fields(batch, widen), widen, narrow_columns)
+    return _recast_columns(_recast_fields(batch, widen) if narrow_fields else batch, widen, narrow_columns)
 
 
 _WIDE_TYPES = {b"int64": pa.int64(), b"int32": pa.int32()}

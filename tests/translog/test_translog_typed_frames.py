@@ -306,6 +306,15 @@ def test_narrowed_operation_columns_read_back_exactly_at_any_width(first: int, t
     assert back.schema.equals(batch.schema, check_metadata=True) and back.equals(batch)
 
 
+def test_narrowed_operation_columns_are_widened_without_a_fields_column() -> None:
+    """``widened`` undoes the operation columns' narrowing on its own: a batch with no ``fields`` column keeps none."""
+    batch = stamp(_wide_ops(0, 1000), 5, 2).drop_columns([FIELDS_COLUMN])
+    narrow = pa.record_batch([batch.column(c).cast(pa.int16()) if c == "seq_no" else batch.column(c)
+                              for c in batch.schema.names],
+                             schema=batch.schema.set(0, pa.field("seq_no", pa.int16(), False, {fr.WIDE_KEY: b"int64"})))
+    assert fr.widened(narrow).equals(batch) and fr.widened(narrow).schema.equals(batch.schema, check_metadata=True)
+
+
 def test_a_narrowed_field_naming_an_unknown_type_is_refused() -> None:
     batch = fr.narrowed(_wide_ops(0, 40_000))
     i = batch.schema.get_field_index(FIELDS_COLUMN)
