@@ -423,7 +423,7 @@ class ShardDirectory:
         buffer, tombstones, top = self._buffer, self._tombstones, self.max_seq_no
         mark = (len(buffer.docs), len(buffer.deletes))
         plan = plan_refresh(buffer, tombstones)
-        readers, perm = self._write_readers(plan.docs, index_rows(plan, None), plan.keys)
+        readers, perm = self._write_readers(plan.docs, index_rows(plan, None), plan.keys, PARALLEL_SEGMENT_DOCS)
         self._refreshing = buffer  # not sealed by the thread that installs the sealed one (seal_if_ready)
         try:
             self._settle_sealed()  # releases the lock while it waits
@@ -492,7 +492,7 @@ class ShardDirectory:
         try:
             plan = plan_refresh(sealed.buffer, sealed.tombstones)
             keep = index_rows(plan, None)
-            readers, perm = self._write_readers(plan.docs, keep, plan.keys)
+            readers, perm = self._write_readers(plan.docs, keep, plan.keys, PARALLEL_SEGMENT_DOCS)
             with self._lock:
                 result = self._install_written(plan, readers, perm, sealed.top)
                 self._sealed = None
@@ -540,8 +540,8 @@ class ShardDirectory:
     def _segment_list(self) -> list[tuple[str, SegmentReader, LiveDocs]]:
         return [(name, seg.reader, seg.live) for name, seg in self._segments.items()]
 
-    def _write_readers(self, docs: pa.Table | None, keep: pa.Array, keys: SortedKeys | None = None,
-                       part_docs: int | None = None) -> tuple[list[SegmentReader], np.ndarray]:
+    def _write_readers(self, docs: pa.Table | None, keep: pa.Array, keys: SortedKeys | None,
+                       part_docs: int) -> tuple[list[SegmentReader], np.ndarray]:
         """Write the ``keep`` rows of ``docs`` as new segment files in buffer order and open them, their version
         columns and id index built from ``docs`` (no lock needed: nothing is published); with the permutation of
         ``keep`` they were written in (:func:`buffer_order`).  ``keys``: the sorted fingerprints of every id of
@@ -603,18 +603,19 @@ class ShardDirectory:
         n_applied = int(pc.sum(applied.cast(pa.int64())).as_py() or 0)
         return RefreshResult(written[0] if written else None, indexed, deleted, plan.ops - n_applied, tuple(written))
 
-    def _write_segments(self, docs: pa.Table, rows: pa.Array, part_docs: int | None = None) -> list[SegmentInfo]:
+    def _write_segments(self, docs: pa.Table, rows: pa.Array, part_docs: int) -> list[SegmentInfo]:
         """Write the ``rows`` of ``docs`` (ascending, one per id) as one segment, or one per core when many.
 
         Rows stay in buffer order (docs/design/segments.md, "Refreshed segments keep the buffer's order"): a
         segment whose ids happen to ascend is format 1, any other format 2 (unsorted), found through its id index;
-        a merge writes id order again.  A refresh of at least ``2 * part_docs`` documents (None:
-        :data:`PARALLEL_SEGMENT_DOCS`, read at the call) is cut into contiguous runs of rows written at once on a
-        thread each (the Parquet encoding releases the GIL), as Lucene flushes one segment per indexing thread: each
-        id in one of them only, and the merge policy folds them later.
+        a merge writes id order again.  A refresh of at least ``2 * part_docs`` documents
+        (:data:`FOREGROUND_PART_DOCS` or :data:`PARALLEL_SEGMENT_DOCS`: docs/design/segments.md, "Parts of a
+        refresh") is cut into contiguous runs of rows written at once on a thread each (the Parquet encoding
+        releases the GIL), as Lucene flushes one segment per indexing thread: each id in one of them only, and the
+        merge policy folds them later.
         """
         n = len(rows)
-        parts = max(1, min(os.cpu_count() or 1, n // (part_docs or PARALLEL_SEGMENT_DOCS)))
+        parts = max(1, min(os.cpu_count() or 1, n // part_docs))
 
         def write(i: int) -> SegmentInfo:
             lo, hi = n * i // parts, n * (i + 1) // parts
