@@ -184,7 +184,22 @@ class NodeService:
         copy = self.copies.get(key)
         if copy is None or (primary and not copy.primary):
             raise ShardUnavailable(key[0], key[1], f"{self.name} holds no {'primary' if primary else 'copy'}")
+        failure = copy.disk_failure
+        if failure is not None:  # failed before this request (a merge): reported, and the request goes elsewhere
+            self._report_disk_failure(key, copy, failure)
+            raise ShardUnavailable(key[0], key[1], f"its copy on {self.name} failed before this request ({failure})")
         return copy
+
+    def _install(self, key: Key, copy: ShardCopy) -> None:
+        """Serve ``copy`` as this node's copy of ``key``; a failure of one of its background threads is reported."""
+        copy.on_background_failure = lambda exc: self._report_in_background(key, copy, exc)
+        self.copies[key] = copy
+
+    def _report_in_background(self, key: Key, copy: ShardCopy, exc: LocalDiskError) -> None:
+        """:meth:`_report_disk_failure` on a thread of its own: the failing thread (a merge) must not wait for the
+        copy's close, which waits for it (docs/design/engine.md, "Local disk faults")."""
+        threading.Thread(target=self._report_disk_failure, args=(key, copy, exc), daemon=True,
+                         name=f"{self.name}-report-{key[0][:8]}/{key[1]}").start()
 
     def write_lock(self, key: Key) -> threading.RLock:
         """The lock a bulk of ``key`` holds while it stamps, applies and replicates."""
@@ -245,8 +260,8 @@ class NodeService:
         with self._rebuild(key), self._manager_asked_lock(key):
             self._discard(key)
             shutil.rmtree(os.path.join(self.data_dir, spec.index_uuid, str(spec.shard)), ignore_errors=True)
-            self.copies[key] = ShardCopy(spec, self.data_dir, self.store, primary_term=int(req["term"]),
-                                         primary=True, node_remote=self.remote)
+            self._install(key, ShardCopy(spec, self.data_dir, self.store, primary_term=int(req["term"]),
+                                         primary=True, node_remote=self.remote))
             self.groups[key] = ()
         return {"local_checkpoint": self.copies[key].local_checkpoint}
 
@@ -262,15 +277,19 @@ class NodeService:
                 spec, self.data_dir, self.store, primary_term=int(req["term"]), known_term=int(req["known_term"]),
                 index_name=req.get("index_name"), accept_data_loss=bool(req.get("accept_data_loss", False)),
                 acknowledged_max=int(req.get("acknowledged_max", -1)), node_remote=self.remote)
-            self.copies[key] = copy
+            self._install(key, copy)
             self.groups[key] = ()
         loss = copy.restore_loss
         return {"mapping": copy.directory.mapping.to_dict(), "local_checkpoint": copy.local_checkpoint,
                 "loss": None if loss is None else str(loss)}
 
-    def _discard(self, key: Key) -> bool:
-        copy = self.copies.pop(key, None)
-        self.groups.pop(key, None)
+    def _discard(self, key: Key, copy: ShardCopy | None = None) -> bool:
+        """Drop and close this node's copy of ``key`` (only if it is ``copy``, when given); whether one was dropped."""
+        with self._lock:
+            if copy is not None and self.copies.get(key) is not copy:
+                return False
+            copy = self.copies.pop(key, None)
+            self.groups.pop(key, None)
         if copy is None:
             return False
         try:
@@ -431,8 +450,10 @@ class NodeService:
         self.groups[key] = tuple(answer["replicas"])
 
     def _report_disk_failure(self, key: Key, copy: ShardCopy, exc: LocalDiskError) -> None:
-        """Tell the cluster manager this copy's disk failed (it fails over or rebuilds); drop the copy."""
-        self._discard(key)
+        """Drop the copy and tell the cluster manager its disk failed (it fails over or rebuilds); once per copy: a
+        copy already dropped (reported by another thread, or replaced) is not reported again."""
+        if not self._discard(key, copy):
+            return
         try:
             self._manager_call("cm.copy_failed", {"index_uuid": key[0], "shard": key[1], "node": self.name,
                                                   "reason": str(exc)})
@@ -612,7 +633,7 @@ class NodeService:
             self._recovering[key] = replica
             self._send(source, "recovery.finalize", {"id": rid, "target": self.name,
                                                      "from": replica.local_checkpoint + 1})
-            self.copies[key] = replica
+            self._install(key, replica)
             replica = None
             return True
         finally:

@@ -176,6 +176,9 @@ class ShardCopy:
         self._holds_lock = threading.Lock()
         #: the local write or fsync that failed this copy for good (docs/design/engine.md, "Local disk faults")
         self.disk_failure: LocalDiskError | None = None
+        #: told when a thread no request waits on (a merge, a refresh beside the writes) fails this copy: the node
+        #: reports it at once, so the copy leaves the routing before a request meets it (chaos seed 11494)
+        self.on_background_failure: Callable[[LocalDiskError], None] | None = None
         self.remote_translog: ShardRemoteTranslog | None = None
         self.remote_segments: RemoteSegmentStore | None = None
         if primary:
@@ -491,8 +494,8 @@ class ShardCopy:
 
     def _refreshed_beside(self, result: RefreshResult | None, error: BaseException | None) -> None:
         """A sealed buffer's segments were written beside the writes (:class:`Refreshing`): upload them ahead of
-        the commit; a local disk error fails this copy for good (the next call on it raises), any other failure is
-        logged (the next refresh writes those operations).  Their writes were acknowledged either way: they are in
+        the commit; a local disk error fails this copy for good (the node is told at once: :attr:`on_background_failure`),
+        any other failure is logged (the next refresh writes those operations).  Their writes were acknowledged either way: they are in
         the translog of every in-sync copy."""
         if error is None:
             assert result is not None
@@ -505,6 +508,7 @@ class ShardCopy:
         if self.disk_failure is not None:
             log.error("%s: the refresh beside the writes failed on the local disk; this copy is failed (%s)",
                       self.path, self.disk_failure)
+            self._tell_background_failure()
         elif not self.closed:
             log.error("%s: the refresh beside the writes failed; the documents stay buffered (%s: %s)",
                       self.path, type(error).__name__, error)
@@ -805,8 +809,8 @@ class ShardCopy:
         """The merges the policy asks for now (the merge thread).  A merge that failed changed nothing (its file is
         removed, its inputs stay).  Out of space, or cancelled by a close: logged, and the next flush asks again.  Any
         other local I/O error, or a damaged input segment, fails the copy for good as a write's would
-        (engine/shard/local_disk.py: a failed fsync leaves the page cache untrusted); the copy's next request
-        reports it to the cluster manager."""
+        (engine/shard/local_disk.py: a failed fsync leaves the page cache untrusted), and the node is told at once
+        (:attr:`on_background_failure`)."""
         if self.closed or self.disk_failure is not None:
             return
         try:
@@ -819,11 +823,24 @@ class ShardCopy:
                 return
             self.disk_failure = LocalDiskError(self.path, "merge", exc)
             log.error("%s: %s", self.path, self.disk_failure)
+            self._tell_background_failure()
         except SegmentCorrupted as exc:
             self.disk_failure = LocalDiskError(self.path, "merge", exc)
             log.error("%s: a merge read a damaged segment; the copy is failed: %s", self.path, exc)
+            self._tell_background_failure()
         except Exception as exc:  # noqa: BLE001 - a bug of the merge, not of the disk: the next flush asks again
             log.warning("%s: a merge failed (the next flush tries again): %r", self.path, exc)
+
+    def _tell_background_failure(self) -> None:
+        """Hand the failure a background thread just set to :attr:`on_background_failure` (the node reports the copy
+        to the cluster manager; docs/design/engine.md, "Local disk faults")."""
+        listener, failure = self.on_background_failure, self.disk_failure
+        if listener is None or failure is None or self.closed:
+            return
+        try:
+            listener(failure)
+        except Exception as exc:  # noqa: BLE001 - the copy's next request reports it anyway
+            log.warning("%s: could not hand on the failure of this copy: %r", self.path, exc)
 
     def _flush_mark(self) -> FlushMark:
         return FlushMark(self.primary_term, self.primary, self.max_seq_no, self.local_checkpoint,

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from shardstore.engine import Cluster
+from shardstore.engine.shard.shard_copy import ShardCopy
 from shardstore.errors import LocalDiskError
 from shardstore.testing.disk import DiskFaults
 from shardstore.testing.partition_campaign import wait_until
@@ -201,3 +202,51 @@ def test_a_rebuild_the_manager_asks_for_never_deadlocks_with_a_finalizing_recove
         assert _docs(cluster) == {**{str(i): 0 for i in range(10)}, "x": 2}
     finally:
         cluster.close()
+
+
+def _merge_failed_primary(cluster: Cluster, faults: DiskFaults) -> tuple[str, ShardCopy]:
+    """Many small segments on the primary, then a flush whose merge (the merge thread) hits EIO on its new segment
+    file; the primary's name and its copy, once failed."""
+    primary = cluster.primary_of("docs", 0)
+    for round_ in range(14):
+        assert not cluster.bulk("docs", [{"_id": f"m{round_}-{i}", "v": round_} for i in range(20)]).errors
+        cluster.refresh("docs")
+    copy = next(c for k, c in cluster.nodes[primary].copies.items() if k[1] == 0)
+    faults.inject(op="write", path=f"*/{primary}/*/index/*.parquet", action="eio")
+    cluster.flush("docs")  # its commit point is no parquet file: the flush works, the merge it asks for fails
+    wait_until(lambda: copy.disk_failure is not None, what="the merge's disk failure")
+    assert "local merge failed" in str(copy.disk_failure)
+    return primary, copy
+
+
+def test_a_copy_a_background_merge_failed_leaves_the_routing_before_a_request_meets_it(cluster: Cluster,
+                                                                                     tmp_path: Path) -> None:
+    """The merge thread reports the failed copy itself (chaos seed 11494): the replica is promoted while no client
+    request reaches the shard, and every acknowledged document is still there."""
+    with DiskFaults() as faults:
+        primary, failed = _merge_failed_primary(cluster, faults)
+        wait_until(lambda: cluster.indices["docs"].routing[0].primary not in (primary, None), what="the promotion")
+    wait_until(lambda: failed.closed, what="the failed copy's close")
+    assert failed not in cluster.nodes[primary].copies.values(), "the failed copy is dropped"
+    cluster.wait_for_health("green", timeout=60)
+    expected = {**{str(i): 0 for i in range(10)}, **{f"m{r}-{i}": r for r in range(14) for i in range(20)}}
+    assert _docs(cluster) == expected
+    cluster.close()
+    assert _restored(f"file://{tmp_path / 'remote'}", tmp_path / "fresh") == expected
+
+
+def test_a_request_that_meets_a_copy_failed_in_the_background_is_routed_to_the_new_primary(
+        cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The window before the merge thread's report lands (held open here: the report is dropped) is no error
+    for the client: the request that meets the failed copy reports it and waits for the promotion (chaos seed
+    11494: the final refresh got the merge's LocalDiskError)."""
+    from shardstore.engine.node.data_role import NodeService
+    monkeypatch.setattr(NodeService, "_report_in_background", lambda self, key, copy, exc: None)
+    with DiskFaults() as faults:
+        primary, failed = _merge_failed_primary(cluster, faults)
+    assert cluster.primary_of("docs", 0) == primary, "nothing reported the failure yet"
+    cluster.refresh("docs")  # reaches the failed copy first, then the promoted one
+    assert cluster.primary_of("docs", 0) != primary and failed.closed
+    assert not cluster.bulk("docs", [{"_id": "after", "v": 9}]).errors
+    docs = _docs(cluster)
+    assert docs["after"] == 9 and len(docs) == 10 + 14 * 20 + 1
