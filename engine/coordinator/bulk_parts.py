@@ -54,7 +54,8 @@ class NodeRoles:
     ``NodeService``)."""
 
     lock: Callable[[Key], contextlib.AbstractContextManager[Any]]  # the shard's write lock
-    primary: Callable[[dict[str, Any]], ShardCopy]  # the part's primary copy here (ShardUnavailable if none)
+    #: the part's primary copy here; ShardUnavailable if none, or if it failed before (reported off this path)
+    primary: Callable[[dict[str, Any]], ShardCopy]
     hold: Callable[[list[Key]], contextlib.AbstractContextManager[Any]]  # the node's upload-round hold
     join: Callable[[Key], contextlib.AbstractContextManager[Any]]  # ask the next round to wait for a one-shard bulk
     #: to the shard's in-sync copies (key, copy, stamped, mapping, checkpoints out, request id)

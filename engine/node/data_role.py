@@ -37,7 +37,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any
+from typing import Any, NoReturn
 
 import pyarrow as pa
 
@@ -57,6 +57,7 @@ from shardstore.engine.errors import (
 from shardstore.engine.node.fault_detection import FaultDetectionSettings
 from shardstore.engine.node.remote import NodeRemote
 from shardstore.engine.shard.adopted_ops import AdoptedFile, run_summary
+from shardstore.engine.shard.local_disk import BACKGROUND_OPS
 from shardstore.engine.shard.request_ledger import Applied
 from shardstore.engine.shard.shard_copy import ShardCopy, ShardSpec
 from shardstore.errors import LocalDiskError
@@ -150,6 +151,10 @@ class NodeService:
         #: how fast a replica that stopped answering is failed (see the module docstring)
         self.fault_detection = fault_detection or FaultDetectionSettings()
         self._replication = ThreadPoolExecutor(max_workers=64, thread_name_prefix=f"replicate-{name}")
+        #: reports of copies failed off a request's path (:meth:`_report_in_background`), one at a time; its thread
+        #: is started here, at normal priority (one the merge thread started would run at the merges' nice +10)
+        self._reports = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"report-{name}")
+        self._reports.submit(lambda: None)
         #: how long a primary waits for an elected cluster manager to report a failed replica to
         self.manager_wait = manager_wait
         self.data_dir = data_dir
@@ -185,21 +190,33 @@ class NodeService:
         if copy is None or (primary and not copy.primary):
             raise ShardUnavailable(key[0], key[1], f"{self.name} holds no {'primary' if primary else 'copy'}")
         failure = copy.disk_failure
-        if failure is not None:  # failed before this request (a merge): reported, and the request goes elsewhere
-            self._report_disk_failure(key, copy, failure)
-            raise ShardUnavailable(key[0], key[1], f"its copy on {self.name} failed before this request ({failure})")
+        if failure is not None:  # failed before this request: reported, and the request goes elsewhere
+            raise self._failed_before(key, copy, failure)
         return copy
+
+    def _failed_before(self, key: Key, copy: ShardCopy, failure: LocalDiskError) -> ShardUnavailable:
+        """What a request that meets a copy failed before it (a merge, a refresh beside the writes) raises: a
+        ShardUnavailable the coordinator waits out like a failover, the copy reported off the request's path (the
+        request may be one the cluster manager sent while holding its lock: a report from here would wait for it)."""
+        self._report_in_background(key, copy, failure)
+        return ShardUnavailable(key[0], key[1], f"its copy on {self.name} failed before this request ({failure})")
 
     def _install(self, key: Key, copy: ShardCopy) -> None:
         """Serve ``copy`` as this node's copy of ``key``; a failure of one of its background threads is reported."""
-        copy.on_background_failure = lambda exc: self._report_in_background(key, copy, exc)
-        self.copies[key] = copy
+        with self._lock:
+            self.copies[key] = copy
+            copy.on_background_failure = lambda exc: self._report_in_background(key, copy, exc)
+        if copy.disk_failure is not None:  # failed while it was being built: nothing told the listener
+            self._report_in_background(key, copy, copy.disk_failure)
 
     def _report_in_background(self, key: Key, copy: ShardCopy, exc: LocalDiskError) -> None:
-        """:meth:`_report_disk_failure` on a thread of its own: the failing thread (a merge) must not wait for the
-        copy's close, which waits for it (docs/design/engine.md, "Local disk faults")."""
-        threading.Thread(target=self._report_disk_failure, args=(key, copy, exc), daemon=True,
-                         name=f"{self.name}-report-{key[0][:8]}/{key[1]}").start()
+        """:meth:`_report_disk_failure` on this node's reporting thread (docs/design/engine.md, "Local disk faults"):
+        neither the process's one merge thread nor a request the cluster manager sent waits for the manager's
+        answer and the copy's close."""
+        try:
+            self._reports.submit(self._report_disk_failure, key, copy, exc)
+        except RuntimeError:  # the node is closing: its copies are closed anyway
+            log.debug("%s: not reporting %s, the node is closing", self.name, copy.path)
 
     def write_lock(self, key: Key) -> threading.RLock:
         """The lock a bulk of ``key`` holds while it stamps, applies and replicates."""
@@ -579,8 +596,25 @@ class NodeService:
         try:
             return fn(copy)
         except LocalDiskError as exc:
-            self._report_disk_failure(self._key(req), copy, exc)
+            self._raise_disk_failure(self._key(req), copy, exc)
+        except Exception as exc:
+            self._raise_if_dropped(self._key(req), copy, exc)
             raise
+
+    def _raise_if_dropped(self, key: Key, copy: ShardCopy, exc: Exception) -> None:
+        """ShardUnavailable (the coordinator waits it out) when ``copy`` was dropped and closed under the request that
+        got ``exc`` (failed by another thread, or moved): its error is the close's, not an answer."""
+        if copy.closed and self.copies.get(key) is not copy and not isinstance(exc, ShardUnavailable):
+            raise ShardUnavailable(key[0], key[1], f"its copy on {self.name} was closed under the request "
+                                                   f"({type(exc).__name__}: {exc})") from exc
+
+    def _raise_disk_failure(self, key: Key, copy: ShardCopy, exc: LocalDiskError) -> NoReturn:
+        """Raise for a request whose copy's local disk failed: its own failure as it is, reported now; a background
+        thread's (a merge, met between :meth:`_copy`'s check and the call) as :meth:`_failed_before`."""
+        if exc.op in BACKGROUND_OPS:
+            raise self._failed_before(key, copy, exc) from exc
+        self._report_disk_failure(key, copy, exc)
+        raise exc
 
     def _hold_view(self, req: dict[str, Any]) -> bool:
         """``shard.hold_view``: this copy's searches keep their view while ingest job ``job`` applies, for at most
@@ -602,7 +636,9 @@ class NodeService:
             try:
                 copy.flush()
             except LocalDiskError as exc:  # as a refresh: a full or failing disk fails the copy, not the node
-                self._report_disk_failure(key, copy, exc)
+                self._raise_disk_failure(key, copy, exc)
+            except Exception as exc:
+                self._raise_if_dropped(key, copy, exc)
                 raise
         return True
 
@@ -756,6 +792,7 @@ class NodeService:
     def close(self) -> None:
         """Close every copy (what is not in the translog is lost, as in a crash)."""
         self._replication.shutdown(wait=False, cancel_futures=True)
+        self._reports.shutdown(wait=False, cancel_futures=True)
         for session in list(self._recoveries.values()):
             session[1].close()
         self._recoveries.clear()

@@ -17,6 +17,10 @@ from typing import Any
 from shardstore.engine.errors import WriteNotAcknowledged
 from shardstore.errors import LocalDiskError, TooManyOpenFiles, is_too_many_open_files
 
+#: the local operations no request waits on: a copy they failed is reported by the thread that failed it
+#: (``ShardCopy.on_background_failure``), and a request that meets that failure did not cause it (it is routed on)
+BACKGROUND_OPS = frozenset({"merge", "refresh beside the writes"})
+
 
 @contextlib.contextmanager
 def local_disk(copy: Any, op: str) -> Iterator[None]:
@@ -42,4 +46,4 @@ def local_disk(copy: Any, op: str) -> Iterator[None]:
         raise copy.disk_failure from exc
 
 
-__all__ = ["local_disk"]
+__all__ = ["BACKGROUND_OPS", "local_disk"]

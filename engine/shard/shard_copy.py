@@ -494,8 +494,8 @@ class ShardCopy:
 
     def _refreshed_beside(self, result: RefreshResult | None, error: BaseException | None) -> None:
         """A sealed buffer's segments were written beside the writes (:class:`Refreshing`): upload them ahead of
-        the commit; a local disk error fails this copy for good (the node is told at once: :attr:`on_background_failure`),
-        any other failure is logged (the next refresh writes those operations).  Their writes were acknowledged either way: they are in
+        the commit; a local disk error fails this copy for good (the node is told at once:
+        :attr:`on_background_failure`), any other failure is logged (the next refresh writes those operations).  Their writes were acknowledged either way: they are in
         the translog of every in-sync copy."""
         if error is None:
             assert result is not None
@@ -503,7 +503,7 @@ class ShardCopy:
                 self._upload_ahead(result.segments)
             return
         if isinstance(error, OSError):  # LocalDiskError included: the copy keeps it and raises it from now on
-            with contextlib.suppress(Exception), self._local_disk("refresh"):
+            with contextlib.suppress(Exception), self._local_disk("refresh beside the writes"):
                 raise error
         if self.disk_failure is not None:
             log.error("%s: the refresh beside the writes failed on the local disk; this copy is failed (%s)",
@@ -809,8 +809,8 @@ class ShardCopy:
         """The merges the policy asks for now (the merge thread).  A merge that failed changed nothing (its file is
         removed, its inputs stay).  Out of space, or cancelled by a close: logged, and the next flush asks again.  Any
         other local I/O error, or a damaged input segment, fails the copy for good as a write's would
-        (engine/shard/local_disk.py: a failed fsync leaves the page cache untrusted), and the node is told at once
-        (:attr:`on_background_failure`)."""
+        (engine/shard/local_disk.py: a failed fsync leaves the page cache untrusted), and the node is told at
+        once (:attr:`on_background_failure`)."""
         if self.closed or self.disk_failure is not None:
             return
         try:

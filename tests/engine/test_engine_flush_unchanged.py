@@ -132,8 +132,8 @@ def test_a_merge_installed_after_its_flush_is_committed_by_the_next_one(tmp_path
 def test_a_merge_out_of_space_is_retried_and_an_io_error_fails_the_copy(tmp_path: Path, monkeypatch, err: int,
                                                                         fails: bool) -> None:
     """A mock for faults no real disk produces on demand (said so here): the merge thread's ``maybe_merge`` raises.
-    Out of space changes nothing (the next flush merges again); an I/O error fails the copy as a write's would, and
-    its next request reports it (LocalDiskError)."""
+    Out of space changes nothing (the next flush merges again); an I/O error fails the copy as a write's would (every
+    later call on the copy raises its LocalDiskError) and the node reports it at once (test_engine_local_disk.py)."""
     from shardstore.errors import LocalDiskError
 
     cluster = Cluster(store=f"file://{tmp_path / 'remote'}?create=true", data_dir=str(tmp_path / "data"), nodes=1)
