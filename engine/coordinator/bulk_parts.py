@@ -21,7 +21,7 @@ from typing import Any
 import pyarrow as pa
 
 from shardstore.core.ops import index_fields
-from shardstore.engine.errors import NodeDisconnected, ShardUnavailable
+from shardstore.engine.errors import NodeDisconnected, ShardUnavailable, WriteNotAcknowledged
 from shardstore.engine.shard.request_ledger import Applied
 from shardstore.engine.shard.shard_copy import ShardCopy
 from shardstore.engine.shard.staging import ColumnarPart, Staged, stage_columnar, takes_columnar
@@ -35,6 +35,18 @@ class PartFailed(Exception):
 def part_failure(exc: BaseException) -> dict[str, Any]:
     """The result of a part that failed with ``exc``."""
     return {"error": f"{type(exc).__name__}: {exc}", "retry": isinstance(exc, ShardUnavailable)}
+
+
+def closed_under(key: Key, copy: ShardCopy, exc: BaseException) -> BaseException:
+    """``exc``, or a WriteNotAcknowledged in its place when ``copy`` was closed under the write (failed and dropped
+    by another thread, its node stopping): then ``exc`` is the close's ("the translog is closed"), not an answer,
+    and the client gets a typed one it may retry by id (as engine/shard/local_disk.py gives a write, seed 1367)."""
+    if not copy.closed or isinstance(exc, ShardUnavailable | WriteNotAcknowledged | LocalDiskError):
+        return exc
+    typed = WriteNotAcknowledged(key[0], key[1], f"its copy at {copy.path} was closed during the write "
+                                                 f"({type(exc).__name__}: {exc})")
+    typed.__cause__ = exc
+    return typed
 
 
 def group_by_node(shards: Sequence[int], primary_of: Callable[[int], str | None]) -> dict[str | None, list[int]]:
@@ -100,10 +112,21 @@ def apply_one(req: dict[str, Any], key: Key, node: NodeRoles, expect: tuple | No
                 except LocalDiskError as exc:
                     node.disk_failed(key, copy, exc)  # a replica takes over; the client retries
                     raise
+                except Exception as exc:
+                    typed = closed_under(key, copy, exc)
+                    if typed is exc:
+                        raise
+                    raise typed from exc
     if first is not None:  # applied once already: its outcome, once it is as durable as an acknowledgement
         node.confirm(key, copy, first)
         return first.reply  # what the ledger kept: the reply's columns, or an adopted run's summary
-    node.settle(key, copy, pending)
+    try:
+        node.settle(key, copy, pending)
+    except Exception as exc:
+        typed = closed_under(key, copy, exc)
+        if typed is exc:
+            raise
+        raise typed from exc
     copy.update_global_checkpoint(min([copy.local_checkpoint, *checkpoints]))
     return reply(stamped)
 
@@ -148,7 +171,7 @@ def apply_parts(parts: Sequence[dict[str, Any]], node: NodeRoles) -> list[dict[s
                 except Exception as exc:  # noqa: BLE001 - reported for this part only
                     if isinstance(exc, LocalDiskError):
                         node.disk_failed(key, copy, exc)
-                    results[i] = part_failure(exc)
+                    results[i] = part_failure(closed_under(key, copy, exc))
                     continue
                 copy.requests.record(part.get("request"), stamped, pending)
                 staged.append((i, key, copy, stamped, pending, []))
@@ -158,14 +181,14 @@ def apply_parts(parts: Sequence[dict[str, Any]], node: NodeRoles) -> list[dict[s
                 copy.replicate_staged(stamped, pending, lambda st, k=key, c=copy, m=wire, cp=checkpoints,
                                       r=parts[i].get("request"): node.replicate(k, c, st, m, cp, r))
             except Exception as exc:  # noqa: BLE001 - reported for this part only
-                results[i] = part_failure(exc)
+                results[i] = part_failure(closed_under(key, copy, exc))
                 continue
             replicated.append((i, key, copy, stamped, pending, checkpoints))
     for i, key, copy, stamped, pending, checkpoints in replicated:
         try:
             node.settle(key, copy, pending)
         except Exception as exc:  # noqa: BLE001 - reported for this part only
-            results[i] = part_failure(exc)
+            results[i] = part_failure(closed_under(key, copy, exc))
             continue
         copy.update_global_checkpoint(min([copy.local_checkpoint, *checkpoints]))
         results[i] = {"ops": node.reply(stamped)}

@@ -286,3 +286,30 @@ def test_a_flush_whose_copy_is_closed_under_it_is_routed_on(cluster: Cluster, mo
     cluster.flush("docs")
     assert cluster.primary_of("docs", 0) != primary and copy.closed
     assert _docs(cluster) == {str(i): 0 for i in range(10)}
+
+
+@pytest.mark.parametrize("closed", [False, True])
+@pytest.mark.parametrize("error", ["TranslogError", "ValueError", "ShardUnavailable", "WriteNotAcknowledged",
+                                   "LocalDiskError"])
+def test_a_write_on_a_copy_closed_under_it_gets_a_typed_answer(closed: bool, error: str) -> None:
+    """``closed_under`` (engine/coordinator/bulk_parts.py): the raw error of a close ("the translog is closed") becomes
+    WriteNotAcknowledged, naming the copy and keeping the cause; typed answers, and any error of an open copy, stay."""
+    from types import SimpleNamespace
+
+    from shardstore.engine.coordinator.bulk_parts import closed_under
+    from shardstore.engine.errors import ShardUnavailable, WriteNotAcknowledged
+    from shardstore.translog.errors import TranslogError
+
+    made = {"TranslogError": lambda: TranslogError("/d/translog: the translog is closed"),
+            "ValueError": lambda: ValueError("I/O operation on closed file"),
+            "ShardUnavailable": lambda: ShardUnavailable("u", 0, "moved"),
+            "WriteNotAcknowledged": lambda: WriteNotAcknowledged("u", 0, "replica failed"),
+            "LocalDiskError": lambda: LocalDiskError("/d", "write", OSError(5, "eio"))}
+    exc = made[error]()
+    copy = SimpleNamespace(closed=closed, path="/d/u/0")
+    got = closed_under(("u", 0), copy, exc)  # type: ignore[arg-type]
+    if closed and error in ("TranslogError", "ValueError"):
+        assert isinstance(got, WriteNotAcknowledged) and got.__cause__ is exc
+        assert "/d/u/0" in str(got) and str(exc) in str(got)
+    else:
+        assert got is exc
