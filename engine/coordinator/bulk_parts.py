@@ -49,6 +49,18 @@ def closed_under(key: Key, copy: ShardCopy, exc: BaseException) -> BaseException
     return typed
 
 
+@contextlib.contextmanager
+def typed_if_closed(key: Key, copy: ShardCopy) -> Any:
+    """Raise what the block raised, through :func:`closed_under`."""
+    try:
+        yield
+    except Exception as exc:
+        typed = closed_under(key, copy, exc)
+        if typed is exc:
+            raise
+        raise typed  # noqa: B904 - closed_under set its cause
+
+
 def group_by_node(shards: Sequence[int], primary_of: Callable[[int], str | None]) -> dict[str | None, list[int]]:
     """Positions of ``shards`` grouped by the node holding each one's primary (None: no primary now)."""
     groups: dict[str | None, list[int]] = {}
@@ -102,31 +114,22 @@ def apply_one(req: dict[str, Any], key: Key, node: NodeRoles, expect: tuple | No
             first = copy.requests.get(request)  # a retry: its first attempt is in this copy's history
             if first is None:
                 try:
-                    try:
-                        stamped, pending = stage(copy)
-                    finally:
-                        joined.close()  # staged: the round may start without waiting for this bulk any more
-                    copy.requests.record(request, stamped, pending)
-                    copy.replicate_staged(stamped, pending, lambda st: node.replicate(
-                        key, copy, st, req.get("mapping"), checkpoints, request))
+                    with typed_if_closed(key, copy):
+                        try:
+                            stamped, pending = stage(copy)
+                        finally:
+                            joined.close()  # staged: the round may start without waiting for this bulk any more
+                        copy.requests.record(request, stamped, pending)
+                        copy.replicate_staged(stamped, pending, lambda st: node.replicate(
+                            key, copy, st, req.get("mapping"), checkpoints, request))
                 except LocalDiskError as exc:
                     node.disk_failed(key, copy, exc)  # a replica takes over; the client retries
                     raise
-                except Exception as exc:
-                    typed = closed_under(key, copy, exc)
-                    if typed is exc:
-                        raise
-                    raise typed from exc
     if first is not None:  # applied once already: its outcome, once it is as durable as an acknowledgement
         node.confirm(key, copy, first)
         return first.reply  # what the ledger kept: the reply's columns, or an adopted run's summary
-    try:
+    with typed_if_closed(key, copy):
         node.settle(key, copy, pending)
-    except Exception as exc:
-        typed = closed_under(key, copy, exc)
-        if typed is exc:
-            raise
-        raise typed from exc
     copy.update_global_checkpoint(min([copy.local_checkpoint, *checkpoints]))
     return reply(stamped)
 

@@ -495,8 +495,8 @@ class ShardCopy:
     def _refreshed_beside(self, result: RefreshResult | None, error: BaseException | None) -> None:
         """A sealed buffer's segments were written beside the writes (:class:`Refreshing`): upload them ahead of
         the commit; a local disk error fails this copy for good (the node is told at once:
-        :attr:`on_background_failure`), any other failure is logged (the next refresh writes those operations).  Their writes were acknowledged either way: they are in
-        the translog of every in-sync copy."""
+        :attr:`on_background_failure`), any other failure is logged (the next refresh writes those operations).
+        Their writes were acknowledged either way: they are in the translog of every in-sync copy."""
         if error is None:
             assert result is not None
             with self._lock:
