@@ -42,7 +42,7 @@ from shardstore.core.ops import NO_OPS
 from shardstore.core.records import crc32c
 from shardstore.fileio import write_atomic
 from shardstore.segments import row_cache
-from shardstore.segments.adoption import check_adoptable, reapply_plan, row_versions
+from shardstore.segments.adoption import Reapplied, check_adoptable, reapply_plan, row_versions
 from shardstore.segments.commit import (
     CommitPoint,
     commit_file_name,
@@ -307,7 +307,8 @@ class ShardDirectory:
             self._buffer.add_run(docs, ids, first_seq_no, primary_term, versions, nbytes)
             self.max_seq_no = max(self.max_seq_no, first_seq_no + len(ids) - 1)
 
-    def adopt(self, path: str, stamp: Stamp, *, link: bool = False, versions: np.ndarray | None = None) -> Adopted:
+    def adopt(self, path: str, stamp: Stamp, *, link: bool = False, versions: np.ndarray | None = None,
+              new: tuple[pa.Array, SortedKeys] | None = None) -> Adopted:
         """Make the Parquet file ``path`` (``_id`` and mapped fields, no metadata columns) a segment of this
         directory as it is: row ``r`` at seq# ``stamp.seq_no_base + r`` (segments/stamp.py; docs/design/adoption.md).
 
@@ -325,7 +326,9 @@ class ShardDirectory:
         (``reapply_plan``'s ``given``), and a replay over rows already here re-applies them at their own seq#s,
         as a replayed index operation is (the newest seq# wins at the refresh).  A field the mapping lacks, or
         maps to another type: MappingConflict (merge the file's fields first); a bad ``_id`` or ``_source``
-        column: ValueError.  Nothing changes when it raises.
+        column: ValueError.  Nothing changes when it raises.  ``new``: the file's ids and their sorted fingerprints
+        when the caller (a primary, under its copy's lock) found every one of them new to the shard and distinct: no
+        lookup, nothing re-applied (a part written once: engine/shard/write_once.py).
         """
         with self._lock:
             self._settle_sealed()
@@ -340,13 +343,21 @@ class ShardDirectory:
             published = False
             try:
                 check_adoptable(reader.schema, self.mapping, path)
+                if new is not None:
+                    reader.install_index(*new)
                 index = reader.id_index()
                 ids = index.ids
                 if versions is not None and len(versions) != info.doc_count:
                     raise SegmentError(f"{path}: {info.doc_count} rows, {len(versions)} versions given to adopt it")
-                distinct = index.distinct
-                found = self._versions_of_file(index) if distinct else self.current_versions(ids, seen=True)
-                again = reapply_plan(ids, found.column(SEEN), found.column("_version"), versions, distinct=distinct)
+                if new is not None:  # the caller's lookup found them all new and distinct: nothing to re-apply
+                    if versions is not None or len(ids) != info.doc_count:
+                        raise SegmentError(f"{path}: new ids given for {len(ids)} of {info.doc_count} rows")
+                    again = Reapplied(np.zeros(0, np.int64), np.zeros(0, np.int64))
+                else:
+                    distinct = index.distinct
+                    found = self._versions_of_file(index) if distinct else self.current_versions(ids, seen=True)
+                    again = reapply_plan(ids, found.column(SEEN), found.column("_version"), versions,
+                                         distinct=distinct)
                 live = LiveDocs.all_live(info.doc_count)
                 docs = None
                 if again.rows.size:

@@ -255,6 +255,31 @@ def write_segment(
     )
 
 
+def encode_stamped(ids: pa.Array, fields: pa.Table, *, compression_level: int = ZSTD_LEVEL) -> pa.Buffer:
+    """The bytes of a stamped segment file (segments/stamp.py) of ``ids`` and their typed ``fields``, rows in the
+    given order, columns encoded as :func:`write_segment` encodes a segment's (codecs, dictionaries, statistics,
+    the ``_id`` bloom filter): a bulk part written once is placed and logged as these bytes
+    (engine/shard/write_once.py; translog/parquet_frames.py)."""
+    schema = pa.schema([pa.field("_id", pa.string()), *fields.schema])
+    table = pa.Table.from_arrays([one_array(ids), *(one_array(c) for c in fields.columns)], schema=schema)
+    n = table.num_rows
+    rg = _row_group_rows(table)
+    codecs = column_codecs(schema)
+    sink = pa.BufferOutputStream()
+    with pq.ParquetWriter(
+        sink,
+        schema,
+        compression=codecs,
+        compression_level={c: compression_level for c, codec in codecs.items() if codec == "zstd"},
+        use_dictionary=[c for c in schema.names if c not in UNIQUE_COLUMNS],
+        column_encoding={c: e for c, e in DELTA_COLUMNS.items() if c in schema.names} or None,
+        bloom_filter_options={"_id": {"ndv": max(1, min(n, rg)), "fpp": 0.01}},
+        store_schema=True,
+    ) as writer:
+        writer.write_table(table, row_group_size=rg)
+    return sink.getvalue()
+
+
 def stamped_info(path: str, name: str, stamp: Stamp) -> SegmentInfo:
     """The info of a stamped segment (segments/stamp.py): a Parquet file written elsewhere with ``_id`` and the
     fields but no metadata columns, described as it is (nothing rewritten): size and CRC32C of its bytes, its
@@ -313,4 +338,4 @@ def place_stamped(src: str, dest: str, name: str, stamp: Stamp, *, link: bool = 
         raise
 
 
-__all__ = ["place_stamped", "stamped_info", "write_segment"]
+__all__ = ["encode_stamped", "place_stamped", "stamped_info", "write_segment"]

@@ -32,6 +32,7 @@ from typing import Protocol
 import pyarrow as pa
 
 from shardstore.blobstores.base import BlobStore
+from shardstore.translog.frames import Part
 from shardstore.translog.local import LocalTranslog
 from shardstore.translog.node_translog import NodeTranslog
 from shardstore.translog.operations import Summary
@@ -42,8 +43,8 @@ from shardstore.translog.remote_metadata import RemoteTranslogMetadata
 class ShardRemoteTranslog(Protocol):
     """What a primary copy uses of its remote translog (see the module docstring for the contract)."""
 
-    def append(self, batch: pa.RecordBatch, *, history: bool = False,
-               summary: Summary | None = None) -> tuple[int, int]: ...
+    def append(self, batch: pa.RecordBatch, *, history: bool = False, summary: Summary | None = None,
+               frame: tuple[bytes, list[Part]] | None = None) -> tuple[int, int]: ...
 
     def add(self, batch: pa.RecordBatch, *, history: bool = False) -> tuple[int, int]: ...
 

@@ -95,6 +95,12 @@ three; narrowed to int32/int8/int8, the frame took 3.3 ms less CPU and 2.6% more
 reader of version 5 refuses a version 6 file with
 :class:`~shardstore.errors.UnsupportedFormatVersion`: it would hand an int8 term to the engine.
 
+Version 7 is version 6 plus Parquet frames (``b"FP"``, translog/parquet_frames.py: layout and decoding there):
+the payload is the term and the stamped segment file a primary wrote for a big part of new documents
+(engine/shard/write_once.py); every reader decodes it to the same batch of index operations a typed frame of
+them decodes to.  A version 6 file holding one is refused as corrupt, and a reader of version 6 refuses a
+version 7 file with :class:`~shardstore.errors.UnsupportedFormatVersion` (it knows no ``FP`` frame).
+
 Writing the schema once per generation instead of once per frame saves ~450 bytes and
 an IPC stream writer per append.  :func:`payload_parts` hands a large batch's payload
 out as the pieces Arrow writes (message metadata, the batch's own buffers, padding), so
@@ -143,9 +149,10 @@ from shardstore.core.ops import FIELDS_COLUMN, fields_of
 from shardstore.core.ops import NO_OPS as NO_OPS_PERFORMED
 from shardstore.translog.errors import TranslogCorruptedError
 from shardstore.translog.operations import SCHEMA
+from shardstore.translog.parquet_frames import PARQUET_MAGIC, decode_parquet_payload
 from shardstore.translog.records import Checksum, check_framing, check_version, checksum_for, crc32c, zlib_crc32
 
-FORMAT_VERSION = 6
+FORMAT_VERSION = 7
 #: The first format version whose files may hold typed (``FT``) frames.
 TYPED_FRAMES_VERSION = 3
 #: The first format version whose typed frames may hold narrowed integer fields (module docstring).
@@ -155,6 +162,8 @@ NARROW_INTS_VERSION = 4
 ADOPTED_OPS_VERSION = 5
 #: The first format version whose large typed frames may hold narrowed operation columns (:data:`NARROW_COLUMNS`).
 NARROW_COLUMNS_VERSION = 6
+#: The first format version whose files may hold Parquet (``FP``) frames (translog/parquet_frames.py).
+PARQUET_FRAMES_VERSION = 7
 #: The operation columns a large typed frame narrows like the integers of its ``fields`` (format version 6).
 NARROW_COLUMNS = ("seq_no", "primary_term", "version")
 #: Field metadata key of a narrowed integer child of ``fields``: the type it is widened back to.
@@ -177,7 +186,7 @@ FRAME_HEADER_SIZE = _FRAME_FIELDS.size + _FRAME_CRC.size  # 30
 
 _U32_MAX = 0xFFFFFFFF
 _CHECKSUM: dict[bytes, Checksum] = {SCHEMA_MAGIC: crc32c, BATCH_MAGIC: crc32c, STREAM_MAGIC: zlib_crc32,
-                                    TYPED_MAGIC: crc32c}
+                                    TYPED_MAGIC: crc32c, PARQUET_MAGIC: crc32c}
 
 # Built once: making a zstd codec per frame costs more than encoding a small batch.
 _PLAIN = ipc.IpcWriteOptions()
@@ -245,7 +254,7 @@ class Frame:
     payload: memoryview | bytes = field(repr=False, compare=False)
     decoded: pa.RecordBatch | None = field(default=None, repr=False, compare=False)
     schema: pa.Schema | None = field(default=None, repr=False, compare=False)  # None: a self-contained frame
-    kind: bytes = field(default=BATCH_MAGIC, compare=False)  # the frame magic: FB, FR or FT
+    kind: bytes = field(default=BATCH_MAGIC, compare=False)  # the frame magic: FB, FR, FT or FP
 
     @property
     def end(self) -> int:
@@ -256,7 +265,7 @@ class Frame:
         """The frame's batch; TranslogCorruptedError if the payload is not the batch the header describes."""
         if self.decoded is not None:
             return self.decoded
-        result = _decode_payload(self.payload, self.count, self.schema, typed=self.kind == TYPED_MAGIC)
+        result = _decode_frame(self.kind, self.payload, self.count, self.min_seq_no, self.max_seq_no, self.schema)
         if isinstance(result, str):
             raise TranslogCorruptedError(self.path, self.offset, result)
         return result
@@ -606,6 +615,14 @@ def _decode_payload(payload: memoryview | bytes, count: int, schema: pa.Schema |
     return batch
 
 
+def _decode_frame(kind: bytes, payload: memoryview | bytes, count: int, lo: int, hi: int,
+                  schema: pa.Schema | None) -> pa.RecordBatch | str:
+    """The batch of a frame of ``kind`` (FB, FR, FT or FP), or the reason it is not the batch its header describes."""
+    if kind == PARQUET_MAGIC:
+        return decode_parquet_payload(payload, count, lo, hi)
+    return _decode_payload(payload, count, schema, typed=kind == TYPED_MAGIC)
+
+
 def _typed_operations(schema: pa.Schema) -> bool:
     """Whether ``schema`` is the operation schema plus a last ``fields`` struct column (what an FT frame holds)."""
     return (len(schema) == len(SCHEMA) + 1 and schema.names[:-1] == SCHEMA.names
@@ -661,8 +678,8 @@ class _Parser:
             return f"short frame header: {len(head)} of {FRAME_HEADER_SIZE} bytes"
         crc = _CHECKSUM.get(magic)
         if crc is None:
-            return (f"bad frame magic {magic!r} (expected {BATCH_MAGIC!r}, {SCHEMA_MAGIC!r}, {TYPED_MAGIC!r} "
-                    f"or {STREAM_MAGIC!r})")
+            return (f"bad frame magic {magic!r} (expected {BATCH_MAGIC!r}, {SCHEMA_MAGIC!r}, {TYPED_MAGIC!r}, "
+                    f"{PARQUET_MAGIC!r} or {STREAM_MAGIC!r})")
         if len(head) < FRAME_HEADER_SIZE:
             return f"short frame header: {len(head)} of {FRAME_HEADER_SIZE} bytes"
         _magic, size, count, lo, hi = _FRAME_FIELDS.unpack_from(head, 0)
@@ -684,18 +701,19 @@ class _Parser:
                 return schema
             self.schema = schema
             return _SchemaFrame(offset + FRAME_HEADER_SIZE + size, schema)
-        schema = None  # FR and FT frames carry their own schema
-        if magic == TYPED_MAGIC:
+        schema = None  # FR, FT and FP frames carry their own schema
+        if magic in (TYPED_MAGIC, PARQUET_MAGIC):
+            first = TYPED_FRAMES_VERSION if magic == TYPED_MAGIC else PARQUET_FRAMES_VERSION
             version = self._file_version()
-            if version is not None and version < TYPED_FRAMES_VERSION:
-                return f"version {TYPED_FRAMES_VERSION} frame (FT) in a version {version} file"
+            if version is not None and version < first:
+                return f"version {first} frame ({magic.decode()}) in a version {version} file"
         if magic == BATCH_MAGIC:
             schema = self.schema if self.schema is not None else self._leading_schema()
             if schema is None:
                 return "batch frame without a schema frame before it"
         decoded = None
         if self.decode:
-            decoded = _decode_payload(payload, count, schema, typed=magic == TYPED_MAGIC)
+            decoded = _decode_frame(magic, payload, count, lo, hi, schema)
             if isinstance(decoded, str):
                 return decoded
         return Frame(offset, FRAME_HEADER_SIZE + size, count, lo, hi, self.path, payload, decoded, schema, magic)

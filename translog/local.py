@@ -379,7 +379,8 @@ class LocalTranslog:
         """Highest seq# s such that every op <= s is durable here."""
         return self.tracker.persisted_checkpoint
 
-    def add(self, batch: pa.RecordBatch, *, history: bool = False, summary: Summary | None = None) -> tuple[int, int]:
+    def add(self, batch: pa.RecordBatch, *, history: bool = False, summary: Summary | None = None,
+            frame: tuple[bytes, list[Part]] | None = None) -> tuple[int, int]:
         """Append a stamped batch; returns its (generation, end offset) once durable per the policy.
 
         An operation of a term below the log's current term is refused, unless ``history``:
@@ -387,7 +388,9 @@ class LocalTranslog:
         older-term operation above a newer-term no-op that filled a gap at a promotion
         (issue 14, case 2), as Elasticsearch's translog accepts any term up to its own.
         ``summary``: the batch's :class:`Summary` when the caller has it (its ``batch`` is this one; ranges may be
-        bounds), else it is computed here.
+        bounds), else it is computed here.  ``frame``: (magic, payload parts) of this very batch already encoded
+        another way (a Parquet frame of a part written once: translog/parquet_frames.py), written instead of
+        the frame :func:`frame_parts` would make.
         """
         if batch.num_rows == 0:
             return (self.generation, self._cur.checkpoint.offset)
@@ -398,7 +401,8 @@ class LocalTranslog:
         batch = check(summary, current_term=0 if history else self.primary_term, max_source_bytes=self.max_source_bytes)
         assert summary.seq_no is not None  # check() refused null seq#s
         lo, hi = summary.seq_no
-        magic, parts = frame_parts(batch)  # a large batch's own buffers, not a copy; FT for typed operations
+        # a large batch's own buffers, not a copy; FT for typed operations
+        magic, parts = frame if frame is not None else frame_parts(batch)
         header = frame_header(parts, batch.num_rows, lo, hi, magic=magic)
         size = int.from_bytes(header[2:6], "little")
         with self._write_lock:

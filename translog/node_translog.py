@@ -56,6 +56,7 @@ from shardstore.translog.chained import ChainedReader, FileRegion, Part, file_cr
 from shardstore.translog.checkpoint import Checkpoint, read_checkpoint
 from shardstore.translog.errors import TranslogCorruptedError, TranslogError, TranslogUnavailable
 from shardstore.translog.frames import HEADER_SIZE, GenerationHeader, iter_frames
+from shardstore.translog.frames import Part as FramePart
 from shardstore.translog.local import CHECKPOINT, LocalTranslog, generation_file
 from shardstore.translog.node_format import (
     RoundIndex,
@@ -643,9 +644,11 @@ class NodeShardTranslog:
             self.wait_uploaded(position)
         return position
 
-    def append(self, batch: pa.RecordBatch, *, history: bool = False, summary: Summary | None = None) -> tuple[int, int]:
-        """Append locally and ask for a round covering it; its position (wait with :meth:`wait_uploaded`)."""
-        position = self.local.add(batch, history=history, summary=summary)
+    def append(self, batch: pa.RecordBatch, *, history: bool = False, summary: Summary | None = None,
+               frame: tuple[bytes, list[FramePart]] | None = None) -> tuple[int, int]:
+        """Append locally and ask for a round covering it; its position (wait with :meth:`wait_uploaded`);
+        ``summary``, ``frame``: as ``LocalTranslog.add``."""
+        position = self.local.add(batch, history=history, summary=summary, frame=frame)
         if batch.num_rows:
             self.node._request(self)
         return position

@@ -51,7 +51,7 @@ from shardstore.errors import LocalDiskError
 from shardstore.fileio import mapped
 from shardstore.translog.checkpoint import read_checkpoint
 from shardstore.translog.errors import TranslogCorruptedError, TranslogError, TranslogUnavailable
-from shardstore.translog.frames import HEADER_SIZE, GenerationHeader, iter_frames
+from shardstore.translog.frames import HEADER_SIZE, GenerationHeader, Part, iter_frames
 from shardstore.translog.local import LocalTranslog, generation_file, sealed_checkpoint_file
 from shardstore.translog.node_format import DATA_DIR as NODE_DATA_DIR
 from shardstore.translog.node_format import NODE_TRANSLOG_DIR
@@ -413,11 +413,12 @@ class RemoteTranslog:
         self.wait_uploaded(position[0])
         return position
 
-    def append(self, batch: pa.RecordBatch, *, history: bool = False, summary: Summary | None = None) -> tuple[int, int]:
+    def append(self, batch: pa.RecordBatch, *, history: bool = False, summary: Summary | None = None,
+               frame: tuple[bytes, list[Part]] | None = None) -> tuple[int, int]:
         """Append locally and start the upload covering it without waiting; its position (wait with
-        :meth:`wait_uploaded` on ``position[0]`` before acknowledging).  ``summary``: the batch's seq#s and
-        terms when the caller has them (``LocalTranslog.add``)."""
-        position = self.local.add(batch, history=history, summary=summary)
+        :meth:`wait_uploaded` on ``position[0]`` before acknowledging).  ``summary``, ``frame``: as
+        ``LocalTranslog.add``."""
+        position = self.local.add(batch, history=history, summary=summary, frame=frame)
         if batch.num_rows:
             with self._cond:
                 self._requested = max(self._requested, position[0])

@@ -38,6 +38,7 @@ from shardstore.engine.shard.adopted_ops import (
     plain_end,
     run_marks,
 )
+from shardstore.fileio import disk_fault
 from shardstore.segments.directory import ShardDirectory
 from shardstore.segments.directory_records import Adopted
 from shardstore.segments.stamp import Stamp
@@ -59,6 +60,17 @@ def fetch_adopted(store: BlobStore | None, file: AdoptedFile, into: str, first: 
     os.makedirs(into, exist_ok=True)
     path = os.path.join(into, f"{_PREFIX}{uuid.uuid4().hex}.parquet")
     with open(path, "wb") as f:  # not fsynced: ShardDirectory.adopt fsyncs the segment it links to these bytes
+        f.write(data)
+    return path
+
+
+def stage_bytes(data: pa.Buffer | bytes, into: str) -> str:
+    """``data`` written to a new file under ``into`` to be adopted from (a part written once); its path.  Not
+    fsynced: ``ShardDirectory.adopt`` fsyncs the segment it links to these bytes; :func:`remove_leftovers` deletes
+    one a killed process left."""
+    path = os.path.join(into, f"{_PREFIX}{uuid.uuid4().hex}.parquet")
+    disk_fault("write", path)  # an injected disk fault (the simulator), as a segment write meets one
+    with open(path, "wb") as f:
         f.write(data)
     return path
 
@@ -180,4 +192,4 @@ def remove_leftovers(into: str) -> int:
 
 
 __all__ = ["adopt_fetched", "adopt_run", "as_index_operations", "fetch_adopted", "fetch_bytes", "find_run_head",
-           "remove_leftovers"]
+           "remove_leftovers", "stage_bytes"]

@@ -40,6 +40,7 @@ import pyarrow.compute as pc
 
 from shardstore.blobstores.base import BlobStore
 from shardstore.core.address import ShardAddress
+from shardstore.core.arrays import one_array
 from shardstore.core.ops import index_fields
 from shardstore.core.path_strategy import PathStrategy, PlainPathStrategy
 from shardstore.engine.errors import (
@@ -50,7 +51,13 @@ from shardstore.engine.errors import (
 )
 from shardstore.engine.node.remote import NodeRemote
 from shardstore.engine.shard.adopted_ops import AdoptedFile, AdoptedRun, adopted_batch, has_adopted, split_runs
-from shardstore.engine.shard.adoption_apply import adopt_fetched, adopt_run, fetch_adopted, remove_leftovers
+from shardstore.engine.shard.adoption_apply import (
+    adopt_fetched,
+    adopt_run,
+    fetch_adopted,
+    remove_leftovers,
+    stage_bytes,
+)
 from shardstore.engine.shard.doc_versions import with_versions
 from shardstore.engine.shard.flush_policy import FALLBACK_COMMITS, FlushMark, flush_needed, remote_purge_gate
 from shardstore.engine.shard.local_disk import local_disk
@@ -59,6 +66,7 @@ from shardstore.engine.shard.restore_check import ShardLoss
 from shardstore.engine.shard.seq_ranges import gaps, split_by_term
 from shardstore.engine.shard.staged_write import Refreshing, Staged
 from shardstore.engine.shard.store_recovery import read_from_store
+from shardstore.engine.shard.write_once import WriteOnce, min_rows_setting
 from shardstore.errors import LocalDiskError, TooManyOpenFiles, is_too_many_open_files
 from shardstore.segments import merge_scheduler, row_cache
 from shardstore.segments.directory import INDEX_BUFFER_BYTES, Prepared, RefreshResult, Sealed, ShardDirectory
@@ -77,6 +85,7 @@ from shardstore.segments.versions import SMALL_BATCH
 from shardstore.translog.factory import NodeTranslogs, PerShardTranslogs, ShardRemoteTranslog, TranslogFactory
 from shardstore.translog.local import LocalTranslog
 from shardstore.translog.operations import SCHEMA, OpType, Summary, stamp, unstamped_batch
+from shardstore.translog.parquet_frames import PARQUET_MAGIC, parquet_payload_parts
 from shardstore.translog.tracker import NO_OPS_PERFORMED, LocalCheckpointTracker
 from shardstore.translog.unconfirmed import not_uploaded, uploaded_tops
 
@@ -122,6 +131,7 @@ class ShardCopy:
                  primary: bool, node_remote: NodeRemote | None = None) -> None:
         """``node_remote``: the node's shared translog uploads and claim watch (issue 30); without one, the
         copy uploads its own per-shard remote translog and LISTs its term markers per write."""
+        write_once_rows = min_rows_setting()  # a bad setting refuses the copy before it opens anything
         self.spec = spec
         self.store = store
         self.node_remote = node_remote
@@ -171,6 +181,8 @@ class ShardCopy:
         self._upload_lock = threading.Lock()  # one remote segment upload at a time (flush or background)
         self._ahead: threading.Thread | None = None  # segments uploaded ahead of the commit (_upload_ahead)
         self._closing = threading.Event()
+        #: big parts of new documents encoded once (engine/shard/write_once.py)
+        self._write_once = WriteOnce(write_once_rows)
         self._background: threading.Thread | None = None
         self._holds: dict[int, int] = {}  # peer recoveries: token -> first seq# they still need from the translog
         self._holds_lock = threading.Lock()
@@ -297,14 +309,22 @@ class ShardCopy:
                 prepared = Prepared(ops.num_rows, fields, mapping, all_index=True)  # every op is an index op
             else:
                 prepared = self.directory.prepare(ops)  # a rejected batch consumes no seq#
+            # a big part of new documents may be written once: its encoding runs beside the version lookup
+            once = (self._write_once.start(ops, all_index=prepared.all_index, expect=expect)
+                    if self.remote_translog is not None else None)
             # fingerprinted and sorted once for the versions and the refresh, when big enough for either to use it
             # (a small part of a many-shard bulk is checked for repeats with a set, and its refresh sorts many parts)
             ops, new_ids, id_keys, order = with_versions(self.directory, ops, expect, ops.num_rows > SMALL_BATCH,
                                                          all_index=prepared.all_index)
             first = self.tracker.generate_seq_nos(ops.num_rows)
             stamped = stamp(ops, first, self.primary_term)
-            return stamped, self._stage_stamped(stamped, prepared, order, (first, first + stamped.num_rows - 1),
-                                                new_ids, id_keys)
+            seq_nos = (first, first + stamped.num_rows - 1)
+            data = self._write_once.finish(once, new_ids, id_keys)
+            if data is not None and id_keys is not None:
+                staged = self._stage_written(stamped, data, seq_nos, id_keys)
+                if staged is not None:
+                    return stamped, staged
+            return stamped, self._stage_stamped(stamped, prepared, order, seq_nos, new_ids, id_keys)
 
     def adopt(self, file: AdoptedFile, *, mapping: Mapping | None = None) -> tuple[pa.RecordBatch, Staged]:
         """Adopt the staged Parquet ``file`` as a segment (a primary): take its rows' seq#s, log one adopted
@@ -380,6 +400,31 @@ class ShardCopy:
             return Staged(seq_nos, None, (0, 0))
         self.directory.apply(stamped, prepared, id_order=order, new_ids=new_ids, id_keys=id_keys)
         return self._log_staged(stamped, seq_nos)
+
+    def _stage_written(self, stamped: pa.RecordBatch, data: pa.Buffer, seq_nos: tuple[int, int],
+                       id_keys: SortedKeys) -> Staged | None:
+        """Place a part written once (``data``: its stamped segment file) as a segment, upload it ahead and log the
+        same bytes as the part's frame, without waiting for the upload (under the lock; engine/shard/write_once.py);
+        None when the directory refuses the file (nothing placed: the row path takes the part at the same seq#s).
+        A local disk error is raised (the copy fails: nothing is acknowledged)."""
+        remote = self.remote_translog
+        assert remote is not None
+        path = stage_bytes(data, self.path)
+        try:
+            adopted = self.directory.adopt(path, Stamp(seq_nos[0], self.primary_term), link=True,
+                                           new=(one_array(stamped.column("id")), id_keys))
+        except OSError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - e.g. a field the mapping types otherwise: the row path logs it
+            log.warning("%s: a part of %d rows written once was not placed (%s: %s); it takes the row path",
+                        self.path, stamped.num_rows, type(exc).__name__, exc)
+            return None
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        self._upload_ahead((adopted.segment,))
+        frame = (PARQUET_MAGIC, parquet_payload_parts(self.primary_term, data))
+        return Staged(seq_nos, remote, remote.append(stamped, frame=frame))
 
     def _log_staged(self, stamped: pa.RecordBatch, seq_nos: tuple[int, int]) -> Staged:
         """Append what the directory just took to the remote translog (under the lock); a full buffer is sealed and
