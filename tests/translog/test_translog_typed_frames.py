@@ -54,7 +54,7 @@ def test_typed_operations_round_trip_through_the_local_translog(tmp_path: Path) 
         log.add(plain_ops(50, 5))
         log.add(typed_ops(55, 10))
     assert frame_kinds(tmp_path / generation_file(1)) == [fr.TYPED_MAGIC, fr.BATCH_MAGIC, fr.TYPED_MAGIC]
-    assert fr.scan(tmp_path / generation_file(1), fr.HEADER_SIZE).header.version == fr.FORMAT_VERSION == fr.NARROW_COLUMNS_VERSION
+    assert fr.scan(tmp_path / generation_file(1), fr.HEADER_SIZE).header.version == fr.FORMAT_VERSION == fr.PARQUET_FRAMES_VERSION
     with LocalTranslog(str(tmp_path), primary_term=1) as log:  # reopened: recovered from disk
         got = pa.Table.from_batches(list(log.read_operations(0)))
     assert got.num_rows == 65 and got.column("seq_no").to_pylist() == list(range(65))
@@ -283,7 +283,7 @@ def test_a_version_6_file_is_refused_by_a_version_5_reader(tmp_path: Path, monke
 
     with LocalTranslog(str(tmp_path), primary_term=1) as log:
         log.add(_wide_ops(0, 40_000))
-    assert fr.scan(tmp_path / generation_file(1), fr.HEADER_SIZE).header.version == fr.NARROW_COLUMNS_VERSION == 6
+    assert fr.scan(tmp_path / generation_file(1), fr.HEADER_SIZE).header.version >= fr.NARROW_COLUMNS_VERSION == 6
     monkeypatch.setattr(fr, "FORMAT_VERSION", fr.ADOPTED_OPS_VERSION)
     with pytest.raises(UnsupportedFormatVersion):
         fr.scan(tmp_path / generation_file(1), fr.HEADER_SIZE)
