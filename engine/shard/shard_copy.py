@@ -316,12 +316,13 @@ class ShardCopy:
             # (a small part of a many-shard bulk is checked for repeats with a set, and its refresh sorts many parts)
             ops, new_ids, id_keys, order = with_versions(self.directory, ops, expect, ops.num_rows > SMALL_BATCH,
                                                          all_index=prepared.all_index)
+            # decided before any seq# is taken: nothing between taking them and logging them may raise
+            written = self._write_once.finish(once, ops.column("id"), new_ids, id_keys)
             first = self.tracker.generate_seq_nos(ops.num_rows)
             stamped = stamp(ops, first, self.primary_term)
             seq_nos = (first, first + stamped.num_rows - 1)
-            data = self._write_once.finish(once, new_ids, id_keys)
-            if data is not None and id_keys is not None:
-                staged = self._stage_written(stamped, data, seq_nos, id_keys)
+            if written is not None:
+                staged = self._stage_written(stamped, *written, seq_nos)
                 if staged is not None:
                     return stamped, staged
             return stamped, self._stage_stamped(stamped, prepared, order, seq_nos, new_ids, id_keys)
@@ -401,8 +402,8 @@ class ShardCopy:
         self.directory.apply(stamped, prepared, id_order=order, new_ids=new_ids, id_keys=id_keys)
         return self._log_staged(stamped, seq_nos)
 
-    def _stage_written(self, stamped: pa.RecordBatch, data: pa.Buffer, seq_nos: tuple[int, int],
-                       id_keys: SortedKeys) -> Staged | None:
+    def _stage_written(self, stamped: pa.RecordBatch, data: pa.Buffer, id_keys: SortedKeys,
+                       seq_nos: tuple[int, int]) -> Staged | None:
         """Place a part written once (``data``: its stamped segment file) as a segment, upload it ahead and log the
         same bytes as the part's frame, without waiting for the upload (under the lock; engine/shard/write_once.py);
         None when the directory refuses the file (nothing placed: the row path takes the part at the same seq#s).

@@ -121,10 +121,15 @@ class WriteOnce:
         assert fields is not None  # qualifies() saw the column
         return Attempt(_pool().submit(encode_stamped, ops.column("id"), fields))
 
-    def finish(self, attempt: Attempt | None, new_ids: np.ndarray, keys: SortedKeys | None) -> pa.Buffer | None:
-        """The part's file bytes when it is written once, else None (the row path takes it)."""
+    def finish(self, attempt: Attempt | None, ids: pa.Array, new_ids: np.ndarray,
+               keys: SortedKeys | None) -> tuple[pa.Buffer, SortedKeys] | None:
+        """The part's file bytes and its ids' sorted fingerprints when it is written once, else None (the row path
+        takes it).  ``keys``: the lookup's, when it sorted them (a big part); a small part's are made here."""
         if attempt is None:
             return None
+        if keys is None and len(ids) and bool(np.all(new_ids)):  # a small part: its lookup sorted nothing
+            made = SortedKeys.of(ids)
+            keys = made if made.distinct else None
         new = all_new(new_ids, keys)
         self.guess_new = new
         if attempt.encoding is None:
@@ -140,7 +145,8 @@ class WriteOnce:
                         len(new_ids), type(exc).__name__, exc)
             return None
         self.written += 1
-        return data
+        assert keys is not None  # all_new() saw them
+        return data, keys
 
 
 _POOL: ThreadPoolExecutor | None = None

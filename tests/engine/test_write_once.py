@@ -78,6 +78,9 @@ def _keys(n: int) -> SortedKeys:
     return SortedKeys.of(pa.array([f"d{i}" for i in range(n)]))
 
 
+IDS = pa.array([f"d{i}" for i in range(40)])
+
+
 @pytest.mark.parametrize("new,keys,want", [
     (np.ones(4, bool), "distinct", True),
     (np.array([True, True, False, True]), "distinct", False),  # an update among them
@@ -94,19 +97,34 @@ def test_the_encoding_starts_only_while_the_last_part_was_all_new() -> None:
     batch = part()
     a = once.start(batch, all_index=True, expect=None)
     assert a is not None and a.encoding is not None
-    data = once.finish(a, np.ones(40, bool), _keys(40))
-    assert data is not None and data.size > 0 and once.written == 1
+    data = once.finish(a, IDS, np.ones(40, bool), _keys(40))
+    assert data is not None and data[0].size > 0 and data[1] is not None and once.written == 1
     b = once.start(batch, all_index=True, expect=None)  # this one turns out to update ids: thrown away
     assert b is not None and b.encoding is not None
-    assert once.finish(b, np.zeros(40, bool), _keys(40)) is None and once.missed == 1 and not once.guess_new
+    assert once.finish(b, IDS, np.zeros(40, bool), _keys(40)) is None and once.missed == 1 and not once.guess_new
     c = once.start(batch, all_index=True, expect=None)  # no encoding on the guess: the row path, even if all new
     assert c is not None and c.encoding is None
-    assert once.finish(c, np.ones(40, bool), _keys(40)) is None and once.guess_new
+    assert once.finish(c, IDS, np.ones(40, bool), _keys(40)) is None and once.guess_new
     d = once.start(batch, all_index=True, expect=None)
-    assert d is not None and d.encoding is not None and once.finish(d, np.ones(40, bool), _keys(40)) is not None
+    assert d is not None and d.encoding is not None and once.finish(d, IDS, np.ones(40, bool), _keys(40)) is not None
     assert once.written == 2
     assert once.start(part(39), all_index=True, expect=None) is None
-    assert once.finish(None, np.ones(40, bool), _keys(40)) is None
+    assert once.finish(None, IDS, np.ones(40, bool), _keys(40)) is None
+
+
+@pytest.mark.parametrize("ids,new,want", [
+    ([f"d{i}" for i in range(40)], [True] * 40, True),  # a small part's keys are made from its ids
+    (["d1"] * 2 + [f"d{i}" for i in range(2, 40)], [True] * 40, False),  # an id twice
+    ([f"d{i}" for i in range(40)], [True] * 39 + [False], False),  # an update
+])
+def test_a_small_part_without_the_lookups_keys_is_written_once_only_if_its_ids_are_distinct_and_new(
+        ids: list[str], new: list[bool], want: bool) -> None:
+    once = wo.WriteOnce(min_rows=1)
+    attempt = once.start(part(), all_index=True, expect=None)
+    got = once.finish(attempt, pa.array(ids), np.array(new), None)
+    assert (got is not None) is want
+    if got is not None:
+        assert np.array_equal(got[1].fp, SortedKeys.of(pa.array(ids)).fp)
 
 
 def test_an_encoding_that_fails_sends_the_part_down_the_row_path() -> None:
@@ -117,7 +135,7 @@ def test_an_encoding_that_fails_sends_the_part_down_the_row_path() -> None:
     failed: Future[pa.Buffer] = Future()  # an encoding that raised (no real input makes pyarrow's writer fail)
     failed.set_exception(pa.ArrowInvalid("cannot encode"))
     attempt.encoding = failed
-    assert once.finish(attempt, np.ones(40, bool), _keys(40)) is None and once.written == 0
+    assert once.finish(attempt, IDS, np.ones(40, bool), _keys(40)) is None and once.written == 0
 
 
 def test_no_part_is_written_once_without_a_minimum() -> None:

@@ -23,6 +23,7 @@ the coordinator (the client is the in-process Cluster).
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import threading
 import time
@@ -35,6 +36,7 @@ from typing import Any
 
 from shardstore.blobstores import open_store
 from shardstore.blobstores.errors import Throttled, TransientError
+from shardstore.engine.shard.write_once import ENV_MIN_ROWS
 from shardstore.errors import ShardstoreError
 from shardstore.segments.directory import INDEX_BUFFER_BYTES
 from shardstore.testing.chaos.model import ClientModel, Violation
@@ -116,6 +118,12 @@ class Simulation:
         # that bulks refresh while their translog upload is in flight (engine/shard/shard_copy.py _log_remote): the
         # overlap meets the store and disk faults too, on both stores and both source options
         self.index_buffer_bytes = SMALL_INDEX_BUFFER if (seed // 4) % 2 else INDEX_BUFFER_BYTES
+        # and another bit: every part of new ids is written once (engine/shard/write_once.py), which a bulk of a few
+        # documents takes on a synthetic-source index (no JSON source): placed segments and Parquet frames then
+        # meet every fault (the copies read the setting when they open; restored at close)
+        self.write_once = bool((seed // 8) % 2)
+        self._write_once_env = os.environ.get(ENV_MIN_ROWS)
+        os.environ[ENV_MIN_ROWS] = "1" if self.write_once else "0"
         self.workdir = Path(workdir)
         self._views_held_until = 0.0  # until when a failed ingest step's views may stay held (monotonic)
         if store_kind == "file":
@@ -539,6 +547,10 @@ class Simulation:
 
     def close(self) -> None:
         """Stop the cluster (the store and data directories stay for inspection)."""
+        if self._write_once_env is None:
+            os.environ.pop(ENV_MIN_ROWS, None)
+        else:
+            os.environ[ENV_MIN_ROWS] = self._write_once_env
         self.disk.__exit__(None, None, None)
         while self._crashes:
             self._crashes.pop().join()
