@@ -66,7 +66,7 @@ from shardstore.engine.shard.restore_check import ShardLoss
 from shardstore.engine.shard.seq_ranges import gaps, split_by_term
 from shardstore.engine.shard.staged_write import Refreshing, Staged
 from shardstore.engine.shard.store_recovery import read_from_store
-from shardstore.engine.shard.write_once import WriteOnce, min_rows_setting
+from shardstore.engine.shard.write_once import WriteOnce, Written, min_rows_setting
 from shardstore.errors import LocalDiskError, TooManyOpenFiles, is_too_many_open_files
 from shardstore.segments import merge_scheduler, row_cache
 from shardstore.segments.directory import INDEX_BUFFER_BYTES, Prepared, RefreshResult, Sealed, ShardDirectory
@@ -180,6 +180,9 @@ class ShardCopy:
         self.restore_loss: ShardLoss | None = None
         self._upload_lock = threading.Lock()  # one remote segment upload at a time (flush or background)
         self._ahead: threading.Thread | None = None  # segments uploaded ahead of the commit (_upload_ahead)
+        self._ahead_lock = threading.Lock()  # the names queued for it and whether a thread takes them
+        self._ahead_names: set[str] = set()
+        self._ahead_running = False
         self._closing = threading.Event()
         #: big parts of new documents encoded once (engine/shard/write_once.py)
         self._write_once = WriteOnce(write_once_rows)
@@ -322,7 +325,7 @@ class ShardCopy:
             stamped = stamp(ops, first, self.primary_term)
             seq_nos = (first, first + stamped.num_rows - 1)
             if written is not None:
-                staged = self._stage_written(stamped, *written, seq_nos)
+                staged = self._stage_written(stamped, written, seq_nos, prepared, new_ids)
                 if staged is not None:
                     return stamped, staged
             return stamped, self._stage_stamped(stamped, prepared, order, seq_nos, new_ids, id_keys)
@@ -402,30 +405,44 @@ class ShardCopy:
         self.directory.apply(stamped, prepared, id_order=order, new_ids=new_ids, id_keys=id_keys)
         return self._log_staged(stamped, seq_nos)
 
-    def _stage_written(self, stamped: pa.RecordBatch, data: pa.Buffer, id_keys: SortedKeys,
-                       seq_nos: tuple[int, int]) -> Staged | None:
-        """Place a part written once (``data``: its stamped segment file) as a segment, upload it ahead and log the
-        same bytes as the part's frame, without waiting for the upload (under the lock; engine/shard/write_once.py);
-        None when the directory refuses the file (nothing placed: the row path takes the part at the same seq#s).
-        A local disk error is raised (the copy fails: nothing is acknowledged)."""
+    def _stage_written(self, stamped: pa.RecordBatch, written: Written, seq_nos: tuple[int, int],
+                       prepared: Prepared, new_ids: np.ndarray) -> Staged | None:
+        """Place each piece of a part written once as a segment, upload it ahead and log its file as the piece's
+        frame, without waiting for the upload (under the lock; engine/shard/write_once.py).  None when the directory
+        refuses the first piece (nothing placed: the row path takes the part at the same seq#s); a later piece it
+        refuses goes down the row path with the rest of the part, at their own seq#s.  A local disk error is raised
+        (the copy fails: nothing is acknowledged)."""
         remote = self.remote_translog
         assert remote is not None
-        path = stage_bytes(data, self.path)
-        try:
-            adopted = self.directory.adopt(path, Stamp(seq_nos[0], self.primary_term), link=True,
-                                           new=(one_array(stamped.column("id")), id_keys))
-        except OSError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - e.g. a field the mapping types otherwise: the row path logs it
-            log.warning("%s: a part of %d rows written once was not placed (%s: %s); it takes the row path",
-                        self.path, stamped.num_rows, type(exc).__name__, exc)
-            return None
-        finally:
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-        self._upload_ahead((adopted.segment,))
-        frame = (PARQUET_MAGIC, parquet_payload_parts(self.primary_term, data))
-        return Staged(seq_nos, remote, remote.append(stamped, frame=frame))
+        n, first = stamped.num_rows, seq_nos[0]
+        ids = one_array(stamped.column("id"))
+        at = np.arange(n, dtype=np.int64)
+        position = None
+        for i, (lo, hi) in enumerate(zip(written.cuts, written.cuts[1:])):
+            keys = written.keys if (lo, hi) == (0, n) else written.keys.renumbered(at, lo, hi)
+            path = stage_bytes(written.files[i], self.path)
+            try:
+                adopted = self.directory.adopt(path, Stamp(first + lo, self.primary_term), link=True,
+                                               new=(ids.slice(lo, hi - lo), keys))
+            except OSError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - e.g. a field the mapping types otherwise: the row path logs it
+                log.warning("%s: rows %d-%d of a part written once were not placed (%s: %s); they take the row path",
+                            self.path, lo, n - 1, type(exc).__name__, exc)
+                if i == 0:
+                    return None
+                rest = Prepared(n - lo, None if prepared.fields is None else prepared.fields.slice(lo),
+                                prepared.mapping, prepared.all_index)
+                return self._stage_stamped(stamped.slice(lo), rest, None, seq_nos, new_ids[lo:],
+                                           written.keys.renumbered(at, lo, n))
+            finally:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+            self._upload_ahead((adopted.segment,))
+            frame = (PARQUET_MAGIC, parquet_payload_parts(self.primary_term, written.files[i]))
+            position = remote.append(stamped.slice(lo, hi - lo), frame=frame)
+        assert position is not None  # at least one piece
+        return Staged(seq_nos, remote, position)
 
     def _log_staged(self, stamped: pa.RecordBatch, seq_nos: tuple[int, int]) -> Staged:
         """Append what the directory just took to the remote translog (under the lock); a full buffer is sealed and
@@ -560,31 +577,45 @@ class ShardCopy:
                       self.path, type(error).__name__, error)
 
     def _upload_ahead(self, names: tuple[str, ...]) -> None:
-        """Upload the segments a full indexing buffer's refresh just wrote, on a background thread.
+        """Upload the segments a full indexing buffer's refresh, or a part written once, just wrote, on a background
+        thread, without waiting for it (a write's path calls this).
 
         OpenSearch uploads segments after every refresh; here only these big refreshes do,
         so the next flush (which joins this thread first) finds them sent and writes only
         its commit (docs/design/segments.md, "Uploads ahead of the commit").  A failure is
         logged: the flush uploads whatever is missing, so nothing depends on this upload.
+        The names queue; one thread at a time takes all that queued and uploads them, until none is left.
         """
         remote = self.remote_segments
         if remote is None or not names or self._closing.is_set():
             return
-        files = {r.info.file_name: (r.info.size, r.info.checksum)
-                 for r, _live in self.directory.searchable_segments() if r.info.name in names}
-        self._join_upload_ahead()
+        with self._ahead_lock:
+            self._ahead_names.update(names)
+            if self._ahead_running:
+                return  # the running thread takes them before it ends
+            self._ahead_running = True
+            ahead = threading.Thread(target=self._run_upload_ahead, args=(remote,),
+                                     name=f"upload-ahead-{self.spec.shard}", daemon=True)
+            ahead.start()  # started before it is published: a close joining it never sees an unstarted thread
+            self._ahead = ahead
 
-        def run() -> None:
-            with self._upload_lock:
-                try:
+    def _run_upload_ahead(self, remote: RemoteSegmentStore) -> None:
+        """The upload-ahead thread: the queued segments, until none is queued (never this copy's lock: a flush
+        holding it joins this thread)."""
+        while True:
+            with self._ahead_lock:
+                names, self._ahead_names = self._ahead_names, set()
+                if not names or self._closing.is_set():
+                    self._ahead_running = False
+                    return
+            try:
+                files = {r.info.file_name: (r.info.size, r.info.checksum)
+                         for r, _live in self.directory.searchable_segments() if r.info.name in names}
+                with self._upload_lock:
                     remote.upload_ahead(self.directory.path, files, cancel=self._closing)
-                except Exception as exc:  # noqa: BLE001 - the next flush uploads what is missing
-                    log.info("%s: uploading %d new segments ahead of the commit failed (%s: %s); the flush "
-                             "uploads them", self.path, len(files), type(exc).__name__, exc)
-
-        ahead = threading.Thread(target=run, name=f"upload-ahead-{self.spec.shard}", daemon=True)
-        ahead.start()  # started before it is published: a close joining it meanwhile never sees an unstarted thread
-        self._ahead = ahead
+            except Exception as exc:  # noqa: BLE001 - the next flush uploads what is missing
+                log.info("%s: uploading %d new segments ahead of the commit failed (%s: %s); the flush "
+                         "uploads them", self.path, len(names), type(exc).__name__, exc)
 
     def _join_upload_ahead(self, timeout: float | None = None) -> None:
         """Wait for the upload started by :meth:`_upload_ahead`, if one runs."""

@@ -38,7 +38,8 @@ from shardstore.core.ops import FIELDS_COLUMN, fields_of
 from shardstore.segments.id_index import SortedKeys
 from shardstore.segments.segment_writer import encode_stamped
 
-__all__ = ["ENV_MIN_ROWS", "WRITE_ONCE_MIN_ROWS", "WriteOnce", "all_new", "encodable", "min_rows_setting", "qualifies"]
+__all__ = ["ENV_MIN_ROWS", "PIECE_ROWS", "WRITE_ONCE_MIN_ROWS", "Attempt", "WriteOnce", "Written", "all_new", "encodable",
+           "min_rows_setting", "piece_cuts", "qualifies"]
 
 log = logging.getLogger(__name__)
 
@@ -94,11 +95,34 @@ def all_new(new_ids: np.ndarray, keys: SortedKeys | None) -> bool:
     return keys is not None and len(keys.fp) == len(new_ids) and bool(np.all(new_ids))
 
 
+#: A part of at least twice this many rows is cut into one piece per core, encoded side by side: each piece its
+#: own file, segment and frame (as the refresh beside the writes cuts a big buffer: segments/directory.py).
+PIECE_ROWS = 40_000
+
+
+def piece_cuts(rows: int, cores: int | None = None, piece_rows: int | None = None) -> list[int]:
+    """Where a part of ``rows`` rows is cut into pieces: ascending offsets from 0 to ``rows``, one piece per core
+    (at most; default the machine's) once there are twice ``piece_rows`` (default :data:`PIECE_ROWS`), else one."""
+    pieces = max(1, min(cores or os.cpu_count() or 1, rows // (piece_rows or PIECE_ROWS)))
+    return [rows * i // pieces for i in range(pieces + 1)]
+
+
 @dataclass
 class Attempt:
-    """A qualifying part: its encoding, started before the lookup (None when the copy did not guess all new)."""
+    """A qualifying part: its pieces' encodings, started before the lookup (None when the copy did not guess all
+    new), and where the pieces start and end (:func:`piece_cuts`)."""
 
-    encoding: Future[pa.Buffer] | None
+    encoding: list[Future[pa.Buffer]] | None
+    cuts: list[int]
+
+
+@dataclass(frozen=True)
+class Written:
+    """A part written once: each piece's file bytes, where the pieces start and end, the ids' sorted fingerprints."""
+
+    files: list[pa.Buffer]
+    cuts: list[int]
+    keys: SortedKeys
 
 
 class WriteOnce:
@@ -115,16 +139,19 @@ class WriteOnce:
         """The attempt of a qualifying part, its encoding under way when the last one was all new; None otherwise."""
         if self.min_rows is None or not qualifies(ops, all_index=all_index, expect=expect, min_rows=self.min_rows):
             return None
+        cuts = piece_cuts(ops.num_rows)
         if not self.guess_new:
-            return Attempt(None)
+            return Attempt(None, cuts)
         fields = fields_of(ops)
         assert fields is not None  # qualifies() saw the column
-        return Attempt(_pool().submit(encode_stamped, ops.column("id"), fields))
+        ids = ops.column("id")
+        return Attempt([_pool().submit(encode_stamped, ids.slice(lo, hi - lo), fields.slice(lo, hi - lo))
+                        for lo, hi in zip(cuts, cuts[1:])], cuts)
 
     def finish(self, attempt: Attempt | None, ids: pa.Array, new_ids: np.ndarray,
-               keys: SortedKeys | None) -> tuple[pa.Buffer, SortedKeys] | None:
-        """The part's file bytes and its ids' sorted fingerprints when it is written once, else None (the row path
-        takes it).  ``keys``: the lookup's, when it sorted them (a big part); a small part's are made here."""
+               keys: SortedKeys | None) -> Written | None:
+        """The part written once (its pieces' files, its ids' sorted fingerprints), else None (the row path takes it).
+        ``keys``: the lookup's, when it sorted them (a big part); a small part's are made here."""
         if attempt is None:
             return None
         if keys is None and len(ids) and bool(np.all(new_ids)):  # a small part: its lookup sorted nothing
@@ -135,18 +162,19 @@ class WriteOnce:
         if attempt.encoding is None:
             return None
         if not new:
-            attempt.encoding.cancel()  # one already running finishes on its worker and is dropped
+            for f in attempt.encoding:
+                f.cancel()  # one already running finishes on its worker and is dropped
             self.missed += 1
             return None
         try:
-            data = attempt.encoding.result()
+            files = [f.result() for f in attempt.encoding]
         except Exception as exc:  # noqa: BLE001 - the row path logs and applies these rows instead
-            log.warning("a part of %d rows could not be encoded as a segment file (%s: %s); it takes the row path",
+            log.warning("a part of %d rows could not be encoded as segment files (%s: %s); it takes the row path",
                         len(new_ids), type(exc).__name__, exc)
             return None
         self.written += 1
         assert keys is not None  # all_new() saw them
-        return data, keys
+        return Written(files, attempt.cuts, keys)
 
 
 _POOL: ThreadPoolExecutor | None = None

@@ -13,6 +13,7 @@ import pytest
 
 from shardstore import datasets
 from shardstore.engine import Cluster
+from shardstore.engine.shard import write_once
 from shardstore.engine.shard.write_once import ENV_MIN_ROWS
 from shardstore.translog import frames as fr
 
@@ -58,20 +59,31 @@ def test_a_part_written_once_reads_as_the_row_path_writes_it(tmp_path: Path, fli
         once, rows = cluster.primary_copy("once", 0), cluster.primary_copy("rows", 0)
         assert once._write_once.written == PARTS and rows._write_once.written == 0
         assert frame_kinds(once).count(fr.PARQUET_MAGIC) == PARTS and fr.PARQUET_MAGIC not in frame_kinds(rows)
+        # a part of more rows is cut into pieces encoded side by side: a frame and a segment each
+        monkeypatch.setattr(write_once, "PIECE_ROWS", ROWS // 2)
+        pieces = len(write_once.piece_cuts(ROWS * PARTS)) - 1
+        assert not cluster.bulk("once", flights.set_column(0, "_id", pc.binary_join_element_wise(
+            "big-", flights.column("_id"), ""))).errors
+        assert frame_kinds(once).count(fr.PARQUET_MAGIC) == PARTS + pieces
+        assert not cluster.bulk("rows", flights.set_column(0, "_id", pc.binary_join_element_wise(
+            "big-", flights.column("_id"), ""))).errors
         a, b = everything(cluster, "once"), everything(cluster, "rows")
-        assert a.num_rows == ROWS * PARTS and a.schema == b.schema and a.equals(b)
+        assert a.num_rows == 2 * ROWS * PARTS and a.schema == b.schema and a.equals(b)
         for doc_id in ("1000", "1299", "1300", "1899"):
             got, want = cluster.get("once", doc_id), cluster.get("rows", doc_id)
             assert got is not None and {**got, "_index": ""} == {**want, "_index": ""}
         assert cluster.get("once", "1000")["_version"] == 1 and cluster.get("once", "1899")["_seq_no"] == 899
+        assert cluster.get("once", "big-1899")["_seq_no"] == 2 * ROWS * PARTS - 1
 
         # the same ids again are updates: the row path, each at version 2 (the encoding begun for it is dropped)
         changed = flights.set_column(flights.schema.get_field_index("dep_delay"), "dep_delay",
                                      pc.add(flights.column("dep_delay"), 1000))
         load(cluster, "once", changed)
         load(cluster, "rows", changed)
-        assert once._write_once.written == PARTS and once._write_once.missed == 1
+        assert once._write_once.written == PARTS + 1 and once._write_once.missed == 1
         a, b = everything(cluster, "once"), everything(cluster, "rows")
+        a, b = a.filter(pc.invert(pc.starts_with(a.column("_id"), "big-"))), b.filter(
+            pc.invert(pc.starts_with(b.column("_id"), "big-")))
         assert a.equals(b) and set(a.column("_version").to_pylist()) == {2}
         assert a.column("dep_delay").to_pylist() == changed.sort_by("_id").column("dep_delay").to_pylist()
     finally:

@@ -98,7 +98,7 @@ def test_the_encoding_starts_only_while_the_last_part_was_all_new() -> None:
     a = once.start(batch, all_index=True, expect=None)
     assert a is not None and a.encoding is not None
     data = once.finish(a, IDS, np.ones(40, bool), _keys(40))
-    assert data is not None and data[0].size > 0 and data[1] is not None and once.written == 1
+    assert data is not None and data.files[0].size > 0 and data.cuts == [0, 40] and once.written == 1
     b = once.start(batch, all_index=True, expect=None)  # this one turns out to update ids: thrown away
     assert b is not None and b.encoding is not None
     assert once.finish(b, IDS, np.zeros(40, bool), _keys(40)) is None and once.missed == 1 and not once.guess_new
@@ -124,17 +124,17 @@ def test_a_small_part_without_the_lookups_keys_is_written_once_only_if_its_ids_a
     got = once.finish(attempt, pa.array(ids), np.array(new), None)
     assert (got is not None) is want
     if got is not None:
-        assert np.array_equal(got[1].fp, SortedKeys.of(pa.array(ids)).fp)
+        assert np.array_equal(got.keys.fp, SortedKeys.of(pa.array(ids)).fp)
 
 
 def test_an_encoding_that_fails_sends_the_part_down_the_row_path() -> None:
     once = wo.WriteOnce(min_rows=1)
     attempt = once.start(part(), all_index=True, expect=None)
     assert attempt is not None and attempt.encoding is not None
-    attempt.encoding.result()
+    attempt.encoding[0].result()
     failed: Future[pa.Buffer] = Future()  # an encoding that raised (no real input makes pyarrow's writer fail)
     failed.set_exception(pa.ArrowInvalid("cannot encode"))
-    attempt.encoding = failed
+    attempt.encoding = [failed]
     assert once.finish(attempt, IDS, np.ones(40, bool), _keys(40)) is None and once.written == 0
 
 
@@ -158,3 +158,29 @@ def test_a_bad_minimum_is_refused_naming_the_variable(monkeypatch: pytest.Monkey
     monkeypatch.setenv(wo.ENV_MIN_ROWS, raw)
     with pytest.raises(ValueError, match=f"{wo.ENV_MIN_ROWS}='{raw}'"):
         wo.min_rows_setting()
+
+
+@pytest.mark.parametrize("rows,cores,want", [
+    (79_999, 2, [0, 79_999]),  # under twice a piece: one
+    (80_000, 2, [0, 40_000, 80_000]),
+    (336_776, 2, [0, 168_388, 336_776]),
+    (336_776, 4, [0, 84_194, 168_388, 252_582, 336_776]),
+    (100_000, 8, [0, 50_000, 100_000]),  # no piece under PIECE_ROWS
+    (1, 2, [0, 1]),
+])
+def test_a_big_part_is_cut_into_one_piece_per_core(rows: int, cores: int, want: list[int]) -> None:
+    assert wo.piece_cuts(rows, cores) == want
+
+
+def test_each_piece_is_its_own_file_of_its_rows() -> None:
+    import pyarrow.parquet as pq
+
+    once = wo.WriteOnce(min_rows=1)
+    n = 2 * wo.PIECE_ROWS
+    attempt = once.start(part(n), all_index=True, expect=None)
+    assert attempt is not None and attempt.cuts == wo.piece_cuts(n)
+    ids = pa.array([f"d{i}" for i in range(n)])
+    written = once.finish(attempt, ids, np.ones(n, bool), SortedKeys.of(ids))
+    assert written is not None and len(written.files) == len(written.cuts) - 1
+    back = pa.concat_tables([pq.read_table(pa.BufferReader(f)) for f in written.files])
+    assert back.column("_id").to_pylist() == ids.to_pylist() and back.column("v").to_pylist() == list(range(n))
