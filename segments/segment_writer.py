@@ -115,6 +115,23 @@ def _stat_columns(table: pa.Table) -> list[str]:
 
 
 
+def _encoding(schema: pa.Schema, rows: int, row_group: int, compression_level: int) -> dict[str, Any]:
+    """The ParquetWriter options every segment file is encoded with (:func:`write_segment`, :func:`encode_stamped`)."""
+    codecs = column_codecs(schema)
+    return {
+        "compression": codecs,
+        "compression_level": {c: compression_level for c, codec in codecs.items() if codec == "zstd"},
+        # unique per row: no dictionary (_version is mostly 1: a dictionary page, and the
+        # writer falls back to plain pages by itself where an index rewrote its ids often)
+        "use_dictionary": [c for c in schema.names if c not in UNIQUE_COLUMNS],
+        "column_encoding": {c: e for c, e in DELTA_COLUMNS.items() if c in schema.names} or None,
+        "write_statistics": [c for c in schema.names if c != "_source"],
+        # a Parquet bloom filter on _id: Spark/DuckDB prune row groups on ``_id = x`` with it
+        "bloom_filter_options": {"_id": {"ndv": max(1, min(rows, row_group)), "fpp": 0.01}},
+        "store_schema": True,
+    }
+
+
 def _base_stats(table: pa.Table, order: pa.Array | None, id_sorted: bool = True) -> dict[str, Any]:
     """Seq#, term and ``_id`` bounds (ids taken at the ends when the rows, or ``order``, are in id order)."""
     n = table.num_rows
@@ -187,7 +204,6 @@ def write_segment(
 
     directory = os.path.dirname(os.path.abspath(path))
     tmp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
-    codecs = column_codecs(schema)
     in_memory = nbytes <= IN_MEMORY_WRITE_BYTES
     try:
         with open(tmp, "wb") as raw:
@@ -196,18 +212,8 @@ def write_segment(
             with pq.ParquetWriter(
                 sink,
                 schema,
-                compression=codecs,
-                compression_level={c: compression_level for c, codec in codecs.items() if codec == "zstd"},
-                # unique per row: no dictionary (_version is mostly 1: a dictionary page, and the
-                # writer falls back to plain pages by itself where an index rewrote its ids often)
-                use_dictionary=[c for c in schema.names if c not in UNIQUE_COLUMNS],
-                column_encoding={c: e for c, e in DELTA_COLUMNS.items() if c in schema.names} or None,
-                write_statistics=[c for c in schema.names if c != "_source"],
                 sorting_columns=[pq.SortingColumn(0)] if id_sorted else None,
-                # a Parquet bloom filter on _id: Spark/DuckDB prune row groups on
-                # ``_id = x`` with it (measured free next to the encoding)
-                bloom_filter_options={"_id": {"ndv": max(1, min(n, rg)), "fpp": 0.01}},
-                store_schema=True,
+                **_encoding(schema, n, rg, compression_level),
             ) as writer:
                 if rows is None:
                     # (one take of the whole table: per-row-group takes on a helper thread
@@ -264,18 +270,8 @@ def encode_stamped(ids: pa.Array, fields: pa.Table, *, compression_level: int = 
     table = pa.Table.from_arrays([one_array(ids), *(one_array(c) for c in fields.columns)], schema=schema)
     n = table.num_rows
     rg = _row_group_rows(table)
-    codecs = column_codecs(schema)
     sink = pa.BufferOutputStream()
-    with pq.ParquetWriter(
-        sink,
-        schema,
-        compression=codecs,
-        compression_level={c: compression_level for c, codec in codecs.items() if codec == "zstd"},
-        use_dictionary=[c for c in schema.names if c not in UNIQUE_COLUMNS],
-        column_encoding={c: e for c, e in DELTA_COLUMNS.items() if c in schema.names} or None,
-        bloom_filter_options={"_id": {"ndv": max(1, min(n, rg)), "fpp": 0.01}},
-        store_schema=True,
-    ) as writer:
+    with pq.ParquetWriter(sink, schema, **_encoding(schema, n, rg, compression_level)) as writer:
         writer.write_table(table, row_group_size=rg)
     return sink.getvalue()
 
